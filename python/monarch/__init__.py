@@ -1,0 +1,1 @@
+"""Compatibility package: programs written for PyTorch Monarch's `monarch.actor` run on xmesh."""

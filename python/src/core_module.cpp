@@ -1,0 +1,441 @@
+// xmesh._core: the pybind11 face of libxmesh. Everything that waits releases the GIL and
+// waits in slices of at most 100 ms, checking for signals between slices, so Ctrl-C works
+// in the middle of a wait (DESIGN §4).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <mutex>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include "call.hpp"
+#include "inbox.hpp"
+#include "line_splitter.hpp"
+#include "node.hpp"
+#include "process.hpp"
+#include "shape.hpp"
+#include "util.hpp"
+#include "wire.hpp"
+
+namespace py = pybind11;
+using namespace xmesh;
+
+namespace {
+
+// ---- JSON <-> Python ------------------------------------------------------------------
+py::object to_py(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return py::none();
+    case json::value_t::boolean: return py::bool_(j.get<bool>());
+    case json::value_t::number_integer: return py::int_(j.get<int64_t>());
+    case json::value_t::number_unsigned: return py::int_(j.get<uint64_t>());
+    case json::value_t::number_float: return py::float_(j.get<double>());
+    case json::value_t::string: return py::str(j.get_ref<const std::string&>());
+    case json::value_t::binary: {
+      auto& b = j.get_binary();
+      return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+    }
+    case json::value_t::array: {
+      py::list l;
+      for (auto& e : j) l.append(to_py(e));
+      return std::move(l);
+    }
+    case json::value_t::object: {
+      py::dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d[py::str(it.key())] = to_py(it.value());
+      return std::move(d);
+    }
+    default: return py::none();
+  }
+}
+
+json from_py(const py::handle& o) {
+  if (o.is_none()) return nullptr;
+  if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
+  if (py::isinstance<py::int_>(o)) return o.cast<int64_t>();
+  if (py::isinstance<py::float_>(o)) return o.cast<double>();
+  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  if (py::isinstance<py::bytes>(o)) {
+    std::string s = o.cast<std::string>();
+    return json::binary(std::vector<uint8_t>(s.begin(), s.end()));
+  }
+  if (py::isinstance<py::dict>(o)) {
+    json j = json::object();
+    for (auto kv : o.cast<py::dict>()) j[py::str(kv.first).cast<std::string>()] = from_py(kv.second);
+    return j;
+  }
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
+    json j = json::array();
+    for (auto e : o) j.push_back(from_py(e));
+    return j;
+  }
+  throw py::type_error("cannot put a " + std::string(py::str(o.get_type())) + " into a message header");
+}
+
+// ---- Payload frames --------------------------------------------------------------------
+// Large buffers are sent without copying: ZeroMQ keeps a pointer to the Python buffer and
+// calls free_buffer when done, possibly on its own I/O thread where the GIL cannot be taken.
+// Releases are queued and done on the next call into the module that holds the GIL.
+struct HeldBuffer {
+  Py_buffer view;
+};
+std::mutex g_release_mu;
+std::vector<HeldBuffer*> g_release;
+
+void free_buffer(void*, void* hint) {
+  std::lock_guard<std::mutex> g(g_release_mu);
+  g_release.push_back(static_cast<HeldBuffer*>(hint));
+}
+
+void drain_releases() {
+  std::vector<HeldBuffer*> todo;
+  {
+    std::lock_guard<std::mutex> g(g_release_mu);
+    todo.swap(g_release);
+  }
+  for (auto* h : todo) {
+    PyBuffer_Release(&h->view);
+    delete h;
+  }
+}
+
+constexpr size_t kZeroCopyMin = 64 * 1024;
+
+std::vector<zmq::message_t> to_frames(const py::handle& frames) {
+  drain_releases();
+  std::vector<zmq::message_t> out;
+  if (frames.is_none()) return out;
+  for (auto f : frames) {
+    auto* h = new HeldBuffer;
+    if (PyObject_GetBuffer(f.ptr(), &h->view, PyBUF_SIMPLE) != 0) {
+      delete h;
+      PyErr_Clear();
+      // PickleBuffers of non-contiguous data and the like: fall back to a contiguous copy.
+      py::bytes b = py::module_::import("builtins").attr("bytes")(py::module_::import("builtins").attr("memoryview")(f));
+      std::string s = b;
+      out.emplace_back(s.data(), s.size());
+      continue;
+    }
+    if (static_cast<size_t>(h->view.len) < kZeroCopyMin) {
+      out.emplace_back(h->view.buf, static_cast<size_t>(h->view.len));
+      PyBuffer_Release(&h->view);
+      delete h;
+    } else {
+      out.emplace_back(h->view.buf, static_cast<size_t>(h->view.len), free_buffer, h);
+    }
+  }
+  return out;
+}
+
+// A received payload frame, exposed to Python through the buffer protocol (writable, so
+// numpy arrays rebuilt on top of it without a copy are ordinary writable arrays).
+struct Frame {
+  zmq::message_t msg;
+};
+
+py::list frames_to_py(std::vector<zmq::message_t>& frames) {
+  py::list l;
+  for (auto& f : frames) {
+    auto fr = std::make_unique<Frame>();
+    fr->msg.move(f);
+    l.append(py::cast(std::move(fr)));
+  }
+  frames.clear();
+  return l;
+}
+
+// A message handed to Python; payload frames move out on first access.
+struct PyMessage {
+  Message m;
+  py::object frames_cache;
+};
+
+// Waits in slices, releasing the GIL, checking signals between slices.
+template <class F>
+bool wait_sliced(F ready_within_ms, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
+                                     timeout_s < 0 ? 0.0 : timeout_s));
+  while (true) {
+    int slice = 100;
+    if (timeout_s >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+      slice = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(100, left)));
+    }
+    bool ok;
+    {
+      py::gil_scoped_release release;
+      ok = ready_within_ms(slice);
+    }
+    if (ok) return true;
+    drain_releases();
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (timeout_s >= 0 && clock::now() >= deadline) return false;
+  }
+}
+
+double opt_timeout(const py::object& t) { return t.is_none() ? -1.0 : t.cast<double>(); }
+
+py::object pop_inbox(Inbox& box, const py::object& timeout) {
+  std::optional<Message> got;
+  bool ok = wait_sliced(
+      [&](int ms) {
+        got = box.pop(ms);
+        return got.has_value() || box.closed();
+      },
+      opt_timeout(timeout));
+  if (!ok || !got) return py::none();
+  auto pm = std::make_unique<PyMessage>();
+  pm->m = std::move(*got);
+  return py::cast(std::move(pm));
+}
+
+Header make_header(int kind, const py::object& body, const std::string& actor, const std::string& method,
+                   uint64_t corr, int64_t index, const py::object& ctx) {
+  if (!kind_known(kind)) throw py::value_error("unknown message kind " + std::to_string(kind));
+  Header h;
+  h.kind = static_cast<Kind>(kind);
+  h.body = from_py(body);
+  if (!h.body.is_null() && !h.body.is_object()) throw py::type_error("message body must be a dict");
+  h.actor = actor;
+  h.method = method;
+  h.corr = corr;
+  h.index = index;
+  h.ctx = from_py(ctx);
+  return h;
+}
+
+void translate_shape_error(const ShapeError& e) {
+  switch (e.type) {
+    case ShapeError::TypeErr: PyErr_SetString(PyExc_TypeError, e.what()); return;
+    case ShapeError::IndexErr: PyErr_SetString(PyExc_IndexError, e.what()); return;
+    case ShapeError::KeyErr: PyErr_SetString(PyExc_KeyError, e.what()); return;
+    default: PyErr_SetString(PyExc_ValueError, e.what()); return;
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "xmesh runtime core (libxmesh)";
+  static py::exception<SendError> send_error(m, "SendError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ShapeError& e) {
+      translate_shape_error(e);
+    }
+  });
+
+  m.def("protocol_version", &protocol_version);
+  m.def("version", []() { return version_string(); });
+  m.def("build_id", []() { return build_id(); });
+  m.def("runtime_dir", &runtime_dir);
+  m.def("hostname", &hostname);
+  m.def("random_hex", &random_hex);
+  m.def("drain_releases", &drain_releases);
+  m.def("libxmesh_path", []() {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&protocol_version), &info) && info.dli_fname) return std::string(info.dli_fname);
+    return std::string();
+  });
+  m.def("spawn_detached", [](const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+    return spawn_detached(argv, env);
+  });
+  m.def("set_parent_death_signal", &set_parent_death_signal, py::arg("sig"), py::arg("expected_parent"));
+  m.def("signal_name", &signal_name);
+
+  py::enum_<Kind>(m, "Kind", py::arithmetic())
+      .value("Hello", Kind::Hello)
+      .value("Refuse", Kind::Refuse)
+      .value("Call", Kind::Call)
+      .value("Reply", Kind::Reply)
+      .value("SpawnActor", Kind::SpawnActor)
+      .value("StopActor", Kind::StopActor)
+      .value("ProcReady", Kind::ProcReady)
+      .value("PeerDead", Kind::PeerDead)
+      .value("Fault", Kind::Fault)
+      .value("Cancel", Kind::Cancel)
+      .value("SpawnProcs", Kind::SpawnProcs)
+      .value("ProcExited", Kind::ProcExited)
+      .value("Log", Kind::Log)
+      .value("StopProcs", Kind::StopProcs)
+      .value("Heartbeat", Kind::Heartbeat)
+      .value("HeartbeatAck", Kind::HeartbeatAck)
+      .value("Goodbye", Kind::Goodbye)
+      .value("Status", Kind::Status)
+      .value("Shutdown", Kind::Shutdown);
+
+  py::class_<Frame>(m, "Frame", py::buffer_protocol())
+      .def_buffer([](Frame& f) {
+        return py::buffer_info(f.msg.data(), 1, py::format_descriptor<uint8_t>::format(), 1, {f.msg.size()}, {1},
+                               /*readonly=*/false);
+      })
+      .def("__len__", [](Frame& f) { return f.msg.size(); })
+      .def("bytes", [](Frame& f) { return py::bytes(static_cast<const char*>(f.msg.data()), f.msg.size()); });
+
+  py::class_<PyMessage>(m, "Message")
+      .def_property_readonly("kind", [](PyMessage& p) { return p.m.header.kind; })
+      .def_property_readonly("sender", [](PyMessage& p) { return p.m.header.sender; })
+      .def_property_readonly("sender_addr", [](PyMessage& p) { return p.m.sender_addr; })
+      .def_property_readonly("corr", [](PyMessage& p) { return p.m.header.corr; })
+      .def_property_readonly("index", [](PyMessage& p) { return p.m.header.index; })
+      .def_property_readonly("actor", [](PyMessage& p) { return p.m.header.actor; })
+      .def_property_readonly("method", [](PyMessage& p) { return p.m.header.method; })
+      .def_property_readonly("body", [](PyMessage& p) { return to_py(p.m.header.body.is_null() ? json::object() : p.m.header.body); })
+      .def_property_readonly("ctx", [](PyMessage& p) { return to_py(p.m.header.ctx); })
+      .def_property_readonly("frames", [](PyMessage& p) {
+        if (!p.frames_cache) p.frames_cache = frames_to_py(p.m.frames);
+        return p.frames_cache;
+      })
+      .def("__repr__", [](PyMessage& p) {
+        return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
+      });
+
+  py::class_<Inbox, std::shared_ptr<Inbox>>(m, "Inbox")
+      .def("pop", &pop_inbox, py::arg("timeout") = py::none(),
+           "Waits for the next message (None on timeout or when closed and empty).")
+      .def("fileno", &Inbox::fd)
+      .def("close", &Inbox::close)
+      .def_property_readonly("closed", &Inbox::closed)
+      .def("__len__", &Inbox::size);
+
+  py::class_<Call, std::shared_ptr<Call>>(m, "Call")
+      .def_property_readonly("id", &Call::id)
+      .def("__len__", &Call::size)
+      .def_property_readonly("done", &Call::done)
+      .def_property_readonly("received", &Call::received)
+      .def("target_addr", &Call::target_addr)
+      .def("wait", [](Call& c, const py::object& timeout) {
+        return wait_sliced([&](int ms) { return c.wait_done(ms); }, opt_timeout(timeout));
+      }, py::arg("timeout") = py::none())
+      .def("wait_any", [](Call& c, const py::object& timeout) {
+        return wait_sliced([&](int ms) { return c.wait_any(ms) || c.done(); }, opt_timeout(timeout));
+      }, py::arg("timeout") = py::none())
+      .def("take", [](Call& c) {
+        py::list out;
+        for (auto& r : c.take())
+          out.append(py::make_tuple(r.index, r.ok, to_py(r.body.is_null() ? json::object() : r.body), frames_to_py(r.frames)));
+        return out;
+      })
+      .def("missing", &Call::missing)
+      .def("fail_all", [](Call& c, const py::object& err) { return c.fail_all(from_py(err)); })
+      .def("fileno", &Call::fd);
+
+  py::class_<NodeStats>(m, "NodeStats")
+      .def_readonly("sent", &NodeStats::sent)
+      .def_readonly("received", &NodeStats::received)
+      .def_readonly("rejected", &NodeStats::rejected)
+      .def_readonly("malformed", &NodeStats::malformed)
+      .def_readonly("gaps", &NodeStats::gaps)
+      .def_readonly("duplicates", &NodeStats::duplicates);
+
+  py::class_<Node, std::shared_ptr<Node>>(m, "Node")
+      .def(py::init<std::string, std::string, std::string>(), py::arg("role"), py::arg("bind_addr"),
+           py::arg("accept_cookie"))
+      .def("start", &Node::start)
+      .def("stop", &Node::stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("id", &Node::id)
+      .def_property_readonly("addr", &Node::addr)
+      .def_property_readonly("incarnation", &Node::incarnation)
+      .def_property_readonly("running", &Node::running)
+      .def_property_readonly("max_message_bytes", &Node::max_message_bytes)
+      .def("set_peer_cookie", &Node::set_peer_cookie)
+      .def("set_default_cookie", &Node::set_default_cookie)
+      .def("add_accepted_cookie", &Node::add_accepted_cookie)
+      .def("send", [](Node& n, const std::string& addr, int kind, const py::object& body, const py::object& frames,
+                      const std::string& actor, const std::string& method, uint64_t corr, int64_t index,
+                      const py::object& ctx) {
+        Header h = make_header(kind, body, actor, method, corr, index, ctx);
+        auto fr = to_frames(frames);
+        py::gil_scoped_release release;
+        n.send(addr, std::move(h), std::move(fr));
+      }, py::arg("addr"), py::arg("kind"), py::arg("body") = py::none(), py::arg("frames") = py::none(),
+         py::arg("actor") = "", py::arg("method") = "", py::arg("corr") = 0, py::arg("index") = -1,
+         py::arg("ctx") = py::none())
+      .def("call", [](Node& n, const std::vector<std::pair<std::string, std::string>>& targets, int kind,
+                      const std::string& method, const py::object& body, const py::object& frames, bool expect_reply,
+                      const py::object& ctx) {
+        Header h = make_header(kind, body, "", method, 0, -1, ctx);
+        std::vector<Target> ts;
+        ts.reserve(targets.size());
+        for (auto& t : targets) ts.push_back({t.first, t.second});
+        auto fr = to_frames(frames);
+        py::gil_scoped_release release;
+        return n.call(ts, std::move(h), std::move(fr), expect_reply);
+      }, py::arg("targets"), py::arg("kind"), py::arg("method"), py::arg("body") = py::none(),
+         py::arg("frames") = py::none(), py::arg("expect_reply") = true, py::arg("ctx") = py::none())
+      .def("reply", [](Node& n, PyMessage& msg, bool ok, const py::object& body, const py::object& frames) {
+        json b = from_py(body);
+        auto fr = to_frames(frames);
+        py::gil_scoped_release release;
+        n.reply(msg.m, ok, std::move(b), std::move(fr));
+      }, py::arg("msg"), py::arg("ok"), py::arg("body") = py::none(), py::arg("frames") = py::none())
+      .def("expect", &Node::expect, py::call_guard<py::gil_scoped_release>())
+      .def("forget_call", &Node::forget_call)
+      .def_property_readonly("control", [](Node& n) { return &n.control(); }, py::return_value_policy::reference_internal)
+      .def_property_readonly("logs", [](Node& n) { return &n.logs(); }, py::return_value_policy::reference_internal)
+      .def_property_readonly("actor_events", [](Node& n) { return &n.actor_events(); },
+                             py::return_value_policy::reference_internal)
+      .def("actor_inbox", &Node::actor_inbox)
+      .def("remove_actor", &Node::remove_actor)
+      .def("mark_dead", [](Node& n, const std::string& addr, const py::object& err) { n.mark_dead(addr, from_py(err)); })
+      .def("dead_reason", [](Node& n, const std::string& addr) -> py::object {
+        json e;
+        if (!n.is_dead(addr, &e)) return py::none();
+        return to_py(e);
+      })
+      .def("add_supervision_subscriber", &Node::add_supervision_subscriber)
+      .def("remove_supervision_subscriber", &Node::remove_supervision_subscriber)
+      .def("watch_host", &Node::watch_host)
+      .def("unwatch_host", &Node::unwatch_host)
+      .def("add_dependent", &Node::add_dependent)
+      .def("stats", &Node::stats);
+
+  py::class_<Shape>(m, "Shape")
+      .def(py::init([](std::vector<std::string> labels, int64_t offset, std::vector<int64_t> sizes,
+                       std::vector<int64_t> strides) {
+             Slice s;
+             s.offset = offset;
+             s.sizes = std::move(sizes);
+             s.strides = std::move(strides);
+             return Shape(std::move(labels), std::move(s));
+           }),
+           py::arg("labels"), py::arg("offset"), py::arg("sizes"), py::arg("strides"))
+      .def_static("dense", &Shape::dense)
+      .def_property_readonly("labels", &Shape::labels)
+      .def_property_readonly("offset", [](const Shape& s) { return s.slice().offset; })
+      .def_property_readonly("sizes", [](const Shape& s) { return s.slice().sizes; })
+      .def_property_readonly("strides", [](const Shape& s) { return s.slice().strides; })
+      .def_property_readonly("size", &Shape::size)
+      .def_property_readonly("ndim", &Shape::ndim)
+      .def("sizes_dict", &Shape::sizes)
+      .def("dim_size", &Shape::dim_size)
+      .def("select", &Shape::select)
+      .def("at", &Shape::at)
+      .def("flatten", &Shape::flatten)
+      .def("split", &Shape::split)
+      .def("rename", &Shape::rename)
+      .def("ranks", &Shape::ranks)
+      .def("coords_of", &Shape::coords_of)
+      .def("local_index_of", &Shape::local_index_of)
+      .def("to_json", [](const Shape& s) { return s.to_json().dump(); })
+      .def_static("from_json", [](const std::string& text) {
+        json j = json::parse(text, nullptr, false);
+        if (j.is_discarded()) throw py::value_error("malformed shape json");
+        return Shape::from_json(j);
+      })
+      .def("__eq__", [](const Shape& a, const Shape& b) { return a == b; })
+      .def("__repr__", &Shape::to_string)
+      .def(py::pickle([](const Shape& s) { return s.to_json().dump(); },
+                      [](const std::string& text) { return Shape::from_json(json::parse(text)); }));
+
+  py::class_<LineSplitter>(m, "LineSplitter")
+      .def(py::init<size_t>(), py::arg("max_line") = 64 * 1024)
+      .def("feed", [](LineSplitter& s, const py::bytes& b) {
+        std::string d = b;
+        return py::bytes(s.feed(d.data(), d.size(), now_ms()));
+      })
+      .def("flush", [](LineSplitter& s) { return py::bytes(s.flush_partial(now_ms(), -1)); });
+}

@@ -1,0 +1,22 @@
+"""xmesh: drive a mesh of processes and actors from one Python program or notebook.
+
+    from xmesh import Actor, endpoint, this_host
+    procs = this_host().spawn_procs({"gpus": 4})
+    ...
+"""
+from . import _core
+from ._actor import Actor, ActorMesh, Endpoint, endpoint
+from ._context import current_rank, current_size
+from ._errors import ActorError, SupervisionError
+from ._future import Future
+from ._proc_mesh import HostMesh, ProcMesh, hosts, proc_mesh, this_host, this_proc
+from ._shape import Point
+from ._value_mesh import ValueMesh
+
+__version__ = _core.version()
+
+__all__ = [
+    "Actor", "ActorError", "ActorMesh", "Endpoint", "Future", "HostMesh", "Point", "ProcMesh",
+    "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "hosts",
+    "proc_mesh", "this_host", "this_proc",
+]

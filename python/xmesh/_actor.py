@@ -1,0 +1,292 @@
+"""Actors, endpoints and actor meshes: the user-facing calling API (Monarch's adverbs)."""
+import asyncio
+import functools
+import inspect
+import itertools
+import random
+
+from . import _pickling
+from ._errors import ActorError
+from ._future import Future
+from ._runtime import Kind, get_runtime
+from ._shape import MeshTrait, Point
+from ._value_mesh import ValueMesh
+
+
+class Actor:
+    """Base class of actors. Subclasses define endpoints with @endpoint (sync or async)."""
+
+
+class EndpointProperty:
+    """What @endpoint puts on the class: the function, and how to call it."""
+
+    def __init__(self, fn, propagate=None, explicit_response_port=False):
+        self.fn = fn
+        self.name = fn.__name__
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.propagate = propagate
+        functools.update_wrapper(self, fn)
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        # Inside the actor, self.method(...) is a plain local call.
+        return self.fn.__get__(instance, owner)
+
+
+def endpoint(fn=None, *, propagate=None, explicit_response_port=False):
+    """Marks an actor method as callable through meshes: @endpoint or @endpoint(...)."""
+    if fn is None:
+        return lambda f: EndpointProperty(f, propagate, explicit_response_port)
+    return EndpointProperty(fn, propagate, explicit_response_port)
+
+
+def endpoints_of(cls):
+    names = []
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, EndpointProperty) and name not in names:
+                names.append(name)
+    return names
+
+
+class ActorMeshRef:
+    """What an ActorMesh points at: one actor per proc of an allocation (picklable)."""
+
+    def __init__(self, actor_id, name, class_name, endpoints, addrs, base_shape, proc_ranks):
+        self.actor_id = actor_id        # unique id of this spawn on each proc
+        self.name = name                # the name the user gave
+        self.class_name = class_name
+        self.endpoints = list(endpoints)
+        self.addrs = list(addrs)        # by global proc rank
+        self.base_shape = base_shape    # shape of the spawn (over global proc ranks)
+        self.proc_ranks = proc_ranks    # global proc rank of each element, row-major over base_shape
+
+
+class ActorMesh(MeshTrait):
+    """A mesh of actors, one per proc of the ProcMesh it was spawned on. Endpoints are
+    attributes: `mesh.method.call(...)`. Awaiting the mesh waits until every __init__ ran."""
+
+    def __init__(self, ref, shape, initialized=None, proc_mesh=None, cls=None):
+        self._ref = ref
+        self._shape = shape
+        self._initialized = initialized
+        self._proc_mesh = proc_mesh
+        self._cls = cls
+        self._choose_counter = itertools.count(random.randrange(1 << 16))
+
+    def _new_with_shape(self, shape):
+        return ActorMesh(self._ref, shape, self._initialized, self._proc_mesh, self._cls)
+
+    @property
+    def initialized(self):
+        """A Future that resolves once every actor's __init__ ran (raises if one failed)."""
+        return self._initialized
+
+    def __await__(self):
+        if self._initialized is not None:
+            yield from self._initialized.__await__()
+        return self
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        ref = self.__dict__.get("_ref")
+        if ref is None:
+            raise AttributeError(name)
+        if name in ref.endpoints:
+            return Endpoint(self, name)
+        cls = self.__dict__.get("_cls")
+        if cls is not None and hasattr(cls, name):
+            raise AttributeError(f"{ref.class_name}.{name} is not an endpoint: decorate it with @endpoint to call it "
+                                 "through the mesh")
+        raise AttributeError(f"{ref.class_name} has no endpoint {name!r}; its endpoints are {tuple(ref.endpoints)}")
+
+    def _check_usable(self):
+        pm = self._proc_mesh
+        if pm is not None and pm._alloc is not None and pm._alloc.stopped:
+            raise RuntimeError(f"actor mesh {self._ref.name!r} cannot be called: its proc mesh was stopped")
+
+    def _targets(self):
+        """(addr, actor_id) per element of this (possibly sliced) mesh, with descriptions."""
+        ref = self._ref
+        base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}
+        targets, described = [], []
+        for local, g in enumerate(self._shape.ranks()):
+            proc_rank = ref.proc_ranks[base_pos[g]]
+            targets.append((ref.addrs[proc_rank], ref.actor_id))
+            p = Point(local, self._shape)
+            described.append({"rank": local, "coords": dict(p), "actor": f"{ref.class_name} {ref.name!r}",
+                              "actor_id": ref.actor_id})
+        return targets, described
+
+    def stop(self):
+        """Stops these actors (their procs stay)."""
+        rt = get_runtime()
+        targets, _ = self._targets()
+        rt.node.call(targets, int(Kind.StopActor), "", {}, None, False)
+
+    def __repr__(self):
+        return f"<ActorMesh {self._ref.name!r} ({self._ref.class_name}) {self.sizes}>"
+
+    def _repr_html_(self):
+        return f"<b>ActorMesh</b> {self._ref.name!r} ({self._ref.class_name}) {self.sizes}"
+
+    def __reduce__(self):
+        return (_rebuild_actor_mesh, (self._ref, self._shape))
+
+
+def _rebuild_actor_mesh(ref, shape):
+    return ActorMesh(ref, shape)
+
+
+def _convert_values(shape):
+    def convert(results, fut):
+        values = [None] * shape.size
+        errors = []
+        for index in range(shape.size):
+            ok, body, frames = results[index]
+            if ok:
+                try:
+                    values[index] = _pickling.loads(frames)
+                except Exception as e:
+                    errors.append(ActorError(f"the result of rank {index} could not be unpickled: {e}", rank=index))
+            else:
+                errors.append(fut.error_for(index, body, frames))
+        if errors:
+            first = errors[0]
+            if len(errors) > 1:
+                first.args = (f"{first.args[0]}\n({len(errors)} of {shape.size} ranks failed; this is the first)",)
+                first.failures = len(errors)
+            raise first
+        return ValueMesh(shape, values)
+
+    return convert
+
+
+def _convert_one(results, fut):
+    (index, (ok, body, frames)), = results.items()
+    if not ok:
+        raise fut.error_for(index, body, frames)
+    return _pickling.loads(frames)
+
+
+def _pack_args(method, args, kwargs):
+    try:
+        return _pickling.dumps((args, kwargs))
+    except Exception as e:
+        raise TypeError(f"the arguments of {method}() cannot be sent: {type(e).__name__}: {e}") from e
+
+
+class Endpoint:
+    """One endpoint of an actor mesh, with Monarch's adverbs."""
+
+    def __init__(self, mesh, name):
+        self._mesh = mesh
+        self._name = name
+
+    def _send(self, targets, described, args, kwargs, adverb, expect_reply=True):
+        self._mesh._check_usable()
+        frames = _pack_args(self._name, args, kwargs)
+        rt = get_runtime()
+        call = rt.node.call(targets, int(Kind.Call), self._name, {"adverb": adverb}, frames, expect_reply)
+        return call, described
+
+    def call(self, *args, **kwargs):
+        """Calls every actor; a Future of the ValueMesh of results."""
+        targets, described = self._mesh._targets()
+        call, described = self._send(targets, described, args, kwargs, "call")
+        return Future(call, _convert_values(self._mesh._shape), described, f"{self._name}.call()")
+
+    def call_one(self, *args, **kwargs):
+        """Calls the single actor of this mesh; a Future of its result."""
+        if self._mesh._shape.size != 1:
+            raise ValueError(f"call_one() needs a mesh of exactly one actor; this one has {self._mesh._shape.size} "
+                             f"{self._mesh.sizes}: slice it first, or use call() or choose()")
+        targets, described = self._mesh._targets()
+        call, described = self._send(targets, described, args, kwargs, "call_one")
+        return Future(call, _convert_one, described, f"{self._name}.call_one()")
+
+    def choose(self, *args, **kwargs):
+        """Calls one actor of the mesh (rotating through them); a Future of its result."""
+        targets, described = self._mesh._targets()
+        if not targets:
+            raise ValueError("choose() on an empty mesh")
+        i = next(self._mesh._choose_counter) % len(targets)
+        call, described = self._send([targets[i]], [described[i]], args, kwargs, "choose")
+        return Future(call, _convert_one, described, f"{self._name}.choose()")
+
+    def stream(self, *args, **kwargs):
+        """Calls every actor and yields results as they arrive (in arrival order)."""
+        targets, described = self._mesh._targets()
+        call, described = self._send(targets, described, args, kwargs, "stream")
+        return _Stream(call, described, self._name)
+
+    def broadcast(self, *args, **kwargs):
+        """Sends to every actor without waiting; an exception goes to the fault hook (printed by
+        the controller), and the actor lives on."""
+        targets, described = self._mesh._targets()
+        self._send(targets, described, args, kwargs, "broadcast", expect_reply=False)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"call the endpoint through an adverb: {self._name}.call(...), .call_one(...), "
+                        ".choose(...), .stream(...) or .broadcast(...)")
+
+    def __repr__(self):
+        return f"<Endpoint {self._mesh._ref.class_name}.{self._name} on {self._mesh.sizes}>"
+
+
+class _Stream:
+    """Results of a stream(): iterate for values as they arrive, or `async for`."""
+
+    def __init__(self, call, described, name):
+        self._fut = Future(call, lambda r, f: None, described, f"{name}.stream()")
+        self._call = call
+        self._pending = []
+        self._yielded = 0
+
+    def _value_of(self, index, ok, body, frames):
+        if ok:
+            return _pickling.loads(frames)
+        raise self._fut.error_for(index, body, frames)
+
+    def __iter__(self):
+        while self._yielded < len(self._call):
+            if not self._pending:
+                try:
+                    self._call.wait_any(None)
+                except KeyboardInterrupt:
+                    raise KeyboardInterrupt(f"interrupted stream; ranks still running: {self._fut.running_ranks()}") from None
+                self._pending.extend(self._call.take())
+                continue
+            index, ok, body, frames = self._pending.pop(0)
+            self._yielded += 1
+            yield self._value_of(index, ok, body, frames)
+        get_runtime().node.forget_call(self._call.id)
+
+    def __aiter__(self):
+        return self._agen()
+
+    async def _agen(self):
+        loop = asyncio.get_running_loop()
+        fd = self._call.fileno()
+        try:
+            while self._yielded < len(self._call):
+                if not self._pending:
+                    self._pending.extend(self._call.take())
+                    if not self._pending:
+                        waiter = loop.create_future()
+                        loop.add_reader(fd, lambda: waiter.done() or waiter.set_result(None))
+                        try:
+                            await waiter
+                        finally:
+                            loop.remove_reader(fd)
+                    continue
+                index, ok, body, frames = self._pending.pop(0)
+                self._yielded += 1
+                yield self._value_of(index, ok, body, frames)
+        finally:
+            get_runtime().node.forget_call(self._call.id)

@@ -1,0 +1,216 @@
+"""The proc side of actors: one thread per actor runs its __init__ and then its messages one
+at a time; async endpoints run on the proc's asyncio loop (one per proc) while the actor's
+thread waits for them, so each actor still handles one message at a time."""
+import asyncio
+import ctypes
+import os
+import sys
+import threading
+import traceback
+
+from . import _core, _pickling
+from ._context import ActorContext, set_actor_context
+from ._runtime import Kind
+
+_HOST = _core.hostname()
+
+
+class _Loop:
+    """The proc's asyncio loop, on its own thread, started on first use."""
+
+    def __init__(self):
+        self._loop = None
+        self._lock = threading.Lock()
+
+    def get(self):
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                t = threading.Thread(target=self._loop.run_forever, name="xmesh-asyncio", daemon=True)
+                t.start()
+        return self._loop
+
+
+def _error_body(exc, ctx, method):
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    body = {"kind": "actor", "type": type(exc).__name__, "text": str(exc), "traceback": tb,
+            "host": _HOST, "method": method, "pid": os.getpid()}
+    if ctx is not None:
+        body["rank"] = ctx.rank
+        body["actor"] = ctx.name
+    try:
+        frames = _pickling.dumps(exc)
+        _pickling.loads(frames)  # an exception that pickles but cannot be rebuilt: send text only
+    except Exception:
+        frames = None
+    return body, frames
+
+
+class ActorThread(threading.Thread):
+    def __init__(self, host, actor_id, inbox):
+        super().__init__(name=f"xmesh-actor-{actor_id}", daemon=True)
+        self.host = host
+        self.node = host.rt.node
+        self.actor_id = actor_id
+        self.inbox = inbox
+        self.instance = None
+        self.init_error = None
+        self.ctx = None
+        self.current = None  # (corr, index) of the message being handled
+        self.current_task = None
+        self.cancelled = set()
+
+    def run(self):
+        while True:
+            msg = self.inbox.pop(timeout=None)
+            if msg is None:
+                if self.inbox.closed:
+                    break
+                continue
+            kind = msg.kind
+            if kind == Kind.SpawnActor:
+                self._spawn(msg)
+            elif kind == Kind.Call:
+                self._call(msg)
+            elif kind == Kind.StopActor:
+                break
+        self.node.remove_actor(self.actor_id)
+        self.host.forget(self.actor_id)
+
+    def _spawn(self, msg):
+        body = msg.body
+        try:
+            shape = _core.Shape.from_json(body["shape"]) if isinstance(body["shape"], str) else body["shape"]
+            proc_rank = int(os.environ.get("XMESH_RANK", "0"))
+            ranks = body.get("proc_ranks") or [proc_rank]
+            rank = ranks.index(proc_rank) if proc_rank in ranks else 0
+            self.ctx = ActorContext(self.actor_id, f"{body.get('class', '?')} {body.get('name', '?')!r}", rank, shape,
+                                    proc_rank)
+            set_actor_context(self.ctx)
+            cls, args, kwargs = _pickling.loads(msg.frames)
+            self.instance = cls(*args, **kwargs)
+            self.node.reply(msg, True, {"pid": os.getpid(), "host": _HOST})
+        except BaseException as e:
+            self.init_error = e
+            body, frames = _error_body(e, self.ctx, "__init__")
+            self.node.reply(msg, False, body, frames)
+
+    def _call(self, msg):
+        method = msg.method
+        adverb = msg.body.get("adverb", "call")
+        key = (msg.corr, msg.index)
+        if key in self.cancelled:
+            self.cancelled.discard(key)
+            if adverb != "broadcast":
+                self.node.reply(msg, False, {"kind": "cancelled"})
+            return
+        try:
+            if self.init_error is not None:
+                raise RuntimeError(f"the actor's __init__ failed, so it cannot run {method}(): "
+                                   f"{type(self.init_error).__name__}: {self.init_error}") from self.init_error
+            ep = getattr(type(self.instance), method, None)
+            from ._actor import EndpointProperty
+
+            if not isinstance(ep, EndpointProperty):
+                raise AttributeError(f"{type(self.instance).__name__} has no endpoint {method!r}")
+            args, kwargs = _pickling.loads(msg.frames)
+            self.current = key
+            if ep.is_async:
+                result = self._run_async(ep.fn(self.instance, *args, **kwargs))
+            else:
+                result = ep.fn(self.instance, *args, **kwargs)
+            self.current = None
+            if adverb == "broadcast":
+                return
+            try:
+                frames = _pickling.dumps(result)
+            except Exception as e:
+                raise TypeError(f"the result of {method}() cannot be sent back: {type(e).__name__}: {e}") from e
+            self.node.reply(msg, True, None, frames)
+        except BaseException as e:
+            self.current = None
+            if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
+                if adverb != "broadcast":
+                    self.node.reply(msg, False, {"kind": "cancelled"})
+                return
+            body, frames = _error_body(e, self.ctx, method)
+            if adverb == "broadcast":
+                body["text"] = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
+                                f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{body['traceback']}")
+                try:
+                    self.node.send(msg.sender_addr, int(Kind.Fault), body)
+                except Exception:
+                    pass
+            else:
+                self.node.reply(msg, False, body, frames)
+            if isinstance(e, (SystemExit,)):
+                raise
+
+    def _run_async(self, coro):
+        loop = self.host.loop.get()
+        ctx = self.ctx
+
+        async def runner():
+            set_actor_context(ctx)
+            return await coro
+
+        fut = asyncio.run_coroutine_threadsafe(runner(), loop)
+        self.current_task = fut
+        try:
+            return fut.result()
+        finally:
+            self.current_task = None
+
+    def cancel(self, corr, index):
+        key = (corr, index)
+        if self.current == key:
+            if self.current_task is not None:
+                self.current_task.cancel()
+            else:
+                # A sync endpoint: raise an asynchronous exception in the actor's thread.
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(_RemoteCancel))
+        else:
+            self.cancelled.add(key)
+
+
+class _RemoteCancel(BaseException):
+    """Raised inside a sync endpoint whose caller cancelled the call."""
+
+
+class ActorHost:
+    """Starts an ActorThread for each actor spawned on this process."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.loop = _Loop()
+        self.actors = {}
+        self._lock = threading.Lock()
+
+    def start(self):
+        threading.Thread(target=self._events, name="xmesh-actor-host", daemon=True).start()
+
+    def _events(self):
+        node = self.rt.node
+        while True:
+            msg = node.actor_events.pop(timeout=None)
+            if msg is None:
+                if node.actor_events.closed:
+                    return
+                continue
+            inbox = node.actor_inbox(msg.actor)
+            if inbox is None:
+                continue
+            t = ActorThread(self, msg.actor, inbox)
+            with self._lock:
+                self.actors[msg.actor] = t
+            t.start()
+
+    def forget(self, actor_id):
+        with self._lock:
+            self.actors.pop(actor_id, None)
+
+    def cancel(self, actor_id, corr, index):
+        with self._lock:
+            t = self.actors.get(actor_id)
+        if t is not None:
+            t.cancel(corr, index)

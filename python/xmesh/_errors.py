@@ -1,0 +1,28 @@
+"""Exceptions a caller sees."""
+
+
+class ActorError(Exception):
+    """An endpoint raised. Carries the remote traceback, the rank and coordinates of the actor
+    that raised, its host, and the original exception when it could be unpickled."""
+
+    def __init__(self, message, *, exception=None, rank=None, coords=None, host=None,
+                 actor=None, method=None, remote_traceback=None, failures=1):
+        super().__init__(message)
+        self.exception = exception
+        self.rank = rank
+        self.coords = coords or {}
+        self.host = host
+        self.actor = actor
+        self.method = method
+        self.remote_traceback = remote_traceback
+        self.failures = failures
+
+
+class SupervisionError(ActorError):
+    """The proc hosting an actor died (signal or exit) or its host agent was lost."""
+
+
+def describe_coords(coords):
+    if not coords:
+        return ""
+    return "(" + ", ".join(f"{k}={v}" for k, v in coords.items()) + ")"

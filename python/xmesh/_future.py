@@ -1,0 +1,168 @@
+"""Future: the result of a call. `get(timeout)` waits without the GIL, in slices that let
+Ctrl-C through; a timeout does not consume the future; the outcome is cached; `await` waits
+through the running asyncio loop (a file descriptor, no thread per future)."""
+import asyncio
+
+from . import _pickling
+from ._errors import ActorError, SupervisionError, describe_coords
+from ._runtime import get_runtime
+
+
+def _error_from(body, frames, target):
+    """Turns an error reply (or a supervision failure) into the exception the caller sees."""
+    kind = body.get("kind", "actor")
+    rank = target.get("rank") if target else body.get("rank")
+    coords = (target or {}).get("coords") or body.get("coords") or {}
+    actor = (target or {}).get("actor") or body.get("actor")
+    where = f"{actor} " if actor else ""
+    where += f"rank {rank} {describe_coords(coords)}".rstrip()
+    if kind == "supervision":
+        info = body.get("info", {})
+        return SupervisionError(f"{where}: {body.get('text', 'proc died')}", rank=rank, coords=coords,
+                                host=info.get("host"), actor=actor)
+    if kind == "cancelled":
+        return asyncio.CancelledError(f"{where}: cancelled")
+    exc = None
+    if frames:
+        try:
+            exc = _pickling.loads(frames)
+        except Exception:
+            exc = None
+    tb = body.get("traceback")
+    host = body.get("host")
+    method = body.get("method")
+    head = f"{where} on {host}" if host else where
+    if method:
+        head += f" failed in endpoint {method}()"
+    text = body.get("text", "")
+    msg = f"{head}:\n{tb.rstrip()}" if tb else f"{head}: {text}"
+    return ActorError(msg, exception=exc, rank=rank, coords=coords, host=host, actor=actor, method=method,
+                      remote_traceback=tb)
+
+
+class Future:
+    """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
+    frames) into the value; targets describes each index (rank, coords, actor) for errors."""
+
+    def __init__(self, call, convert, targets=None, description="call"):
+        self._call = call
+        self._convert = convert
+        self._targets = targets or []
+        self._description = description
+        self._results = {}
+        self._done = False
+        self._value = None
+        self._error = None
+
+    # -- waiting ---------------------------------------------------------------------------
+    def _collect(self):
+        for index, ok, body, frames in self._call.take():
+            self._results[index] = (ok, body, frames)
+
+    def _finish(self):
+        if self._done:
+            return
+        self._collect()
+        get_runtime().node.forget_call(self._call.id)
+        try:
+            self._value = self._convert(self._results, self)
+        except BaseException as e:  # errors are cached like values
+            self._error = e
+        self._results = None
+        self._done = True
+
+    def target(self, index):
+        return self._targets[index] if index < len(self._targets) else {}
+
+    def error_for(self, index, body, frames):
+        return _error_from(body, frames, self.target(index))
+
+    def running_ranks(self):
+        return [self.target(i).get("rank", i) for i in self._call.missing()]
+
+    def get(self, timeout=None):
+        """Waits for the result (seconds; None: no limit). Raises TimeoutError without
+        consuming the future, KeyboardInterrupt naming the ranks still running on Ctrl-C."""
+        if not self._done:
+            try:
+                ready = self._call.wait(timeout)
+            except KeyboardInterrupt:
+                ranks = self.running_ranks()
+                raise KeyboardInterrupt(f"interrupted while waiting for {self._description}; ranks still running: "
+                                        f"{ranks} (fut.cancel() cancels them)") from None
+            if not ready:
+                raise TimeoutError(f"{self._description} did not finish within {timeout} s; "
+                                   f"ranks still running: {self.running_ranks()}")
+            self._finish()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    result = get
+
+    def done(self):
+        return self._done or self._call.done
+
+    def cancel(self):
+        """Cancels the ranks still running: async endpoints see CancelledError, sync ones an
+        asynchronous exception. The future then raises CancelledError."""
+        if self._done:
+            return False
+        from ._runtime import Kind
+
+        rt = get_runtime()
+        for i in self._call.missing():
+            addr = self._call.target_addr(i)
+            try:
+                rt.node.send(addr, int(Kind.Cancel), {"corr": self._call.id, "index": i},
+                             actor=self.target(i).get("actor_id", ""))
+            except Exception:
+                pass
+        self._call.fail_all({"kind": "cancelled"})
+        self._finish()
+        return True
+
+    def __await__(self):
+        if not self._done:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            fd = self._call.fileno()
+
+            def on_ready():
+                if self._call.done and not waiter.done():
+                    waiter.set_result(None)
+
+            loop.add_reader(fd, on_ready)
+            try:
+                if self._call.done:
+                    waiter.set_result(None)
+                yield from waiter.__await__()
+            finally:
+                loop.remove_reader(fd)
+            self._finish()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def __repr__(self):
+        state = "done" if self._done else f"{self._call.received}/{len(self._call)} answered"
+        return f"<xmesh.Future {self._description}: {state}>"
+
+
+class ReadyFuture:
+    """A Future whose value is already known (for uniform APIs)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def get(self, timeout=None):
+        return self._value
+
+    result = get
+
+    def done(self):
+        return True
+
+    def __await__(self):
+        return self._value
+        yield  # pragma: no cover  (makes this a generator)

@@ -1,0 +1,141 @@
+"""Finding, starting and talking to host agents (xmesh-hostd) from a controller."""
+import os
+import shutil
+import threading
+import time
+
+from . import _core
+from ._runtime import Kind, get_runtime
+
+_agents = {}
+_agents_lock = threading.Lock()
+
+
+def hostd_executable():
+    exe = os.environ.get("XMESH_HOSTD")
+    if exe:
+        return exe
+    try:
+        from ._paths import HOSTD
+
+        if os.path.exists(HOSTD):
+            return HOSTD
+    except ImportError:
+        pass
+    found = shutil.which("xmesh-hostd")
+    if not found:
+        raise RuntimeError("xmesh-hostd not found: run scripts/setup.sh (it installs it on PATH) or set XMESH_HOSTD")
+    return found
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+class HostAgent:
+    """A controller's handle on one xmesh-hostd, identified by its runtime directory."""
+
+    def __init__(self, runtime_dir):
+        self.runtime_dir = runtime_dir
+        self.addr = f"ipc://{runtime_dir}/hostd.sock"
+        self.host = None
+        self.pid = None
+        self._connected = False
+
+    def _running_pid(self):
+        text = _read(os.path.join(self.runtime_dir, "hostd.pid"))
+        if text.isdigit() and _pid_alive(int(text)):
+            return int(text)
+        return None
+
+    def _start(self, timeout):
+        env = dict(os.environ)
+        env["XMESH_RUNTIME_DIR"] = self.runtime_dir
+        exe = hostd_executable()
+        _core.spawn_detached([exe, "--daemon", "--runtime-dir", self.runtime_dir], env)
+        deadline = time.monotonic() + timeout
+        sock = os.path.join(self.runtime_dir, "hostd.sock")
+        while time.monotonic() < deadline:
+            if self._running_pid() and os.path.exists(sock) and len(_read(os.path.join(self.runtime_dir, "cookie"))) >= 32:
+                return
+            time.sleep(0.01)
+        log = _read(os.path.join(self.runtime_dir, "hostd.log"))
+        raise RuntimeError(f"the host agent for {self.runtime_dir} did not start within {timeout:.0f} s"
+                           + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
+
+    def connect(self, timeout=15.0):
+        if self._connected:
+            return self
+        rt = get_runtime()
+        os.makedirs(self.runtime_dir, mode=0o700, exist_ok=True)
+        st = os.stat(self.runtime_dir)
+        if st.st_uid != os.geteuid():
+            raise PermissionError(f"runtime directory {self.runtime_dir} belongs to another user (uid {st.st_uid}); "
+                                  "set XMESH_RUNTIME_DIR to a directory of your own")
+        if self._running_pid() is None:
+            self._start(timeout)
+        cookie = _read(os.path.join(self.runtime_dir, "cookie"))
+        rt.node.set_peer_cookie(self.addr, cookie)
+        status = self.request(Kind.Status, {}, timeout=timeout)
+        self.host = status.get("host")
+        self.pid = status.get("pid")
+        rt.node.watch_host(self.addr)
+        self._connected = True
+        return self
+
+    def request(self, kind, body, timeout=15.0):
+        """Sends one request and returns the reply body; raises RuntimeError naming the problem."""
+        rt = get_runtime()
+        call = rt.node.call([(self.addr, "")], int(kind), "", body, None, True)
+        try:
+            if not call.wait(timeout):
+                raise RuntimeError(f"the host agent at {self.addr} did not answer a "
+                                   f"{Kind(kind).name} request within {timeout:.0f} s")
+        finally:
+            rt.node.forget_call(call.id)
+        _, ok, reply, _ = call.take()[0]
+        if not ok:
+            raise RuntimeError(reply.get("text", "the host agent refused the request"))
+        return reply
+
+    def status(self):
+        return self.request(Kind.Status, {})
+
+    def goodbye(self):
+        if not self._connected:
+            return
+        rt = get_runtime()
+        try:
+            rt.node.send(self.addr, int(Kind.Goodbye), {})
+        except Exception:
+            pass
+        rt.node.unwatch_host(self.addr)
+
+
+def agent(runtime_dir=None):
+    """The connected host agent for a runtime directory (default: this user's)."""
+    runtime_dir = os.path.abspath(runtime_dir or _core.runtime_dir())
+    with _agents_lock:
+        a = _agents.get(runtime_dir)
+        if a is None:
+            a = _agents[runtime_dir] = HostAgent(runtime_dir)
+    return a.connect()
+
+
+def connected_agents():
+    with _agents_lock:
+        return [a for a in _agents.values() if a._connected]

@@ -1,0 +1,319 @@
+"""Host meshes, proc meshes and spawning: the controller's side of allocations."""
+import json
+import os
+import sys
+import threading
+import time
+
+from . import _core, _pickling
+from ._actor import ActorMesh, ActorMeshRef, endpoints_of
+from ._future import Future
+from ._hostd import agent
+from ._runtime import Kind, get_runtime, proc_environment
+from ._shape import MeshTrait, Point, dense_shape
+
+
+class Allocation:
+    """The procs of one spawn_procs call: their addresses, pids, hosts and liveness."""
+
+    def __init__(self, alloc_id, name, shape, agents):
+        self.id = alloc_id
+        self.name = name
+        self.shape = shape                 # dense shape over global ranks
+        self.agents = agents               # host index -> HostAgent
+        self.procs = {}                    # global rank -> {"addr", "pid", "host", "agent"}
+        self.exited = {}                   # global rank -> exit body
+        self.stopped = False
+        self._cond = threading.Condition()
+
+    def on_proc_exited(self, body):
+        with self._cond:
+            self.exited[body.get("rank")] = body
+            self._cond.notify_all()
+        if not self.stopped and not body.get("stopping"):
+            get_runtime()._diag(body.get("text", "a proc died"))
+
+    def alive_ranks(self):
+        with self._cond:
+            return [r for r in self.procs if r not in self.exited]
+
+    def request_stop(self, immediately=False):
+        if self.stopped:
+            return
+        self.stopped = True
+        for a in {id(a): a for a in self.agents}.values():
+            try:
+                a.request(Kind.StopProcs, {"alloc": self.id, "immediately": immediately}, timeout=5)
+            except Exception:
+                pass
+
+    def wait_exited(self, timeout):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while any(p.get("pid") and r not in self.exited for r, p in self.procs.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
+
+
+def _rank_env(rank, coords, shape, per_host):
+    env = {
+        "XMESH_RANK": str(rank),
+        "XMESH_COORDS": json.dumps(coords),
+        "XMESH_SHAPE": shape.to_json(),
+    }
+    if "gpus" in per_host:
+        env["CUDA_VISIBLE_DEVICES"] = str(coords["gpus"])
+        env["LOCAL_RANK"] = str(coords["gpus"])
+    return env
+
+
+class ProcMesh(MeshTrait):
+    """A mesh of procs (worker processes). Spawn actors on it with `spawn`."""
+
+    def __init__(self, alloc, shape, ready=None, local_addr=None):
+        self._alloc = alloc
+        self._shape = shape
+        self._ready = ready
+        self._local_addr = local_addr  # set for this_proc(): the process itself
+
+    def _new_with_shape(self, shape):
+        return ProcMesh(self._alloc, shape, self._ready, self._local_addr)
+
+    # -- readiness -------------------------------------------------------------------------
+    @property
+    def initialized(self):
+        return self._ready
+
+    def __await__(self):
+        if self._ready is not None:
+            yield from self._ready.__await__()
+        return self
+
+    def _addrs(self):
+        if self._local_addr is not None:
+            return {0: self._local_addr}
+        return {r: p["addr"] for r, p in self._alloc.procs.items()}
+
+    # -- actors ----------------------------------------------------------------------------
+    def spawn(self, name, actor_class, *args, **kwargs):
+        """Spawns one actor per proc; returns the ActorMesh at once. Awaiting it (or its
+        .initialized) resolves after every __init__ ran; __init__ always runs before the
+        first message, and a failing __init__ surfaces at the first call."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spawn() needs a name (a non-empty str) first, got {name!r}")
+        if not isinstance(actor_class, type):
+            raise TypeError(f"spawn() needs an Actor class, got {actor_class!r}")
+        if self._alloc is not None and self._alloc.stopped:
+            raise RuntimeError("cannot spawn on a proc mesh that was stopped")
+        rt = get_runtime()
+        if self._local_addr is not None:
+            rt.ensure_actor_host()
+        try:
+            frames = _pickling.dumps((actor_class, args, kwargs))
+        except Exception as e:
+            raise TypeError(f"cannot send {actor_class.__name__} and its arguments to the procs: "
+                            f"{type(e).__name__}: {e}") from e
+        actor_id = f"{name}.{_core.random_hex(4)}"
+        addrs = self._addrs()
+        proc_ranks = list(self._shape.ranks())
+        # The actor mesh has this proc mesh's (possibly sliced) dimensions, ranks 0..n-1.
+        actor_shape = _core.Shape.dense(list(self._shape.labels), list(self._shape.sizes)) \
+            if self._shape.ndim else _core.Shape([], 0, [], [])
+        targets = [(addrs[r], actor_id) for r in proc_ranks]
+        body = {"name": name, "class": actor_class.__qualname__, "shape": actor_shape.to_json(),
+                "proc_ranks": proc_ranks}
+        call = rt.node.call(targets, int(Kind.SpawnActor), "", body, frames, True)
+        described = [{"rank": i, "coords": dict(Point(i, actor_shape)), "actor": f"{actor_class.__name__} {name!r}"}
+                     for i in range(len(targets))]
+        ref = ActorMeshRef(actor_id, name, actor_class.__name__, endpoints_of(actor_class), addrs_list(addrs),
+                           actor_shape, proc_ranks)
+        mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
+
+        def convert(results, fut):
+            for index in sorted(results):
+                ok, rbody, rframes = results[index]
+                if not ok:
+                    raise fut.error_for(index, rbody, rframes)
+            return mesh
+
+        mesh._initialized = Future(call, convert, described, f"spawn of {name!r}")
+        return mesh
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def stop(self, timeout=None):
+        """Stops every proc of the allocation (SIGTERM, then SIGKILL after the grace)."""
+        if self._alloc is None:
+            raise RuntimeError("this_proc() cannot be stopped")
+        self._alloc.request_stop(immediately=False)
+        grace = float(os.environ.get("XMESH_STOP_GRACE_MS", "3000")) / 1000.0
+        self._alloc.wait_exited(timeout if timeout is not None else grace + 5.0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._alloc is not None and not self._alloc.stopped:
+            self.stop()
+        return False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        if self._alloc is not None and not self._alloc.stopped:
+            self.stop()
+        return False
+
+    @property
+    def pids(self):
+        return [self._alloc.procs[r]["pid"] for r in self._shape.ranks()] if self._alloc else [os.getpid()]
+
+    def __repr__(self):
+        if self._alloc is None:
+            return "<ProcMesh this_proc>"
+        alive = set(self._alloc.alive_ranks())
+        ranks = list(self._shape.ranks())
+        state = "stopped" if self._alloc.stopped else f"{sum(r in alive for r in ranks)}/{len(ranks)} alive"
+        name = f" {self._alloc.name!r}" if self._alloc.name else ""
+        return f"<ProcMesh{name} {self.sizes} {state}>"
+
+    def _repr_html_(self):
+        return "<b>" + repr(self).replace("<", "&lt;").replace(">", "&gt;") + "</b>"
+
+    def __reduce__(self):
+        if self._alloc is None:
+            return (_rebuild_local_proc_mesh, (self._local_addr,))
+        procs = {r: {"addr": p["addr"]} for r, p in self._alloc.procs.items()}
+        return (_rebuild_proc_mesh, (self._alloc.id, self._alloc.name, self._alloc.shape, procs, self._shape))
+
+
+def addrs_list(addrs):
+    out = [None] * (max(addrs) + 1 if addrs else 0)
+    for r, a in addrs.items():
+        out[r] = a
+    return out
+
+
+def _rebuild_proc_mesh(alloc_id, name, shape, procs, view):
+    alloc = Allocation(alloc_id, name, shape, [])
+    alloc.procs = procs
+    return ProcMesh(alloc, view)
+
+
+def _rebuild_local_proc_mesh(addr):
+    return ProcMesh(None, _core.Shape([], 0, [], []), local_addr=addr)
+
+
+class HostMesh(MeshTrait):
+    """Hosts to spawn procs on. this_host() is one host with no dimension; xmesh.hosts([...])
+    has a `hosts` dimension."""
+
+    def __init__(self, runtime_dirs, shape):
+        self._dirs = list(runtime_dirs)
+        self._shape = shape
+
+    def _new_with_shape(self, shape):
+        return HostMesh(self._dirs, shape)
+
+    def spawn_procs(self, per_host=None, name=None, bootstrap=None, env=None):
+        """Starts procs on every host: `per_host` gives their dimensions, e.g. {"gpus": 8}.
+        Returns the ProcMesh at once; awaiting it (or .initialized) waits until every proc runs."""
+        per_host = dict(per_host or {"gpus": 1})
+        if "hosts" in per_host and self._shape.ndim:
+            raise ValueError("per_host must not name the 'hosts' dimension of a host mesh")
+        if name is not None and (not isinstance(name, str) or not name or "/" in name):
+            raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
+        local = dense_shape(per_host)
+        host_ranks = list(self._shape.ranks())
+        sizes = ({"hosts": len(host_ranks)} if self._shape.ndim else {}) | per_host
+        shape = dense_shape(sizes)
+        rt = get_runtime()
+        agents = [agent(self._dirs[h]) for h in host_ranks]
+        alloc_id = _core.random_hex(4)
+        alloc = Allocation(alloc_id, name or "", shape, agents)
+        n_local = local.size
+        ready_targets = []
+        for h, a in enumerate(agents):
+            for i in range(n_local):
+                rank = h * n_local + i
+                addr = f"ipc://{a.runtime_dir}/p/{alloc_id}.{rank}"
+                alloc.procs[rank] = {"addr": addr, "pid": None, "host": a.host, "agent": a}
+                ready_targets.append((addr, ""))
+        # Readiness is a call answered by each proc once it listens; a proc that dies first
+        # fails it through supervision.
+        ready_call = rt.node.expect([a for a, _ in ready_targets])
+        common_env = {k: v for k, v in os.environ.items() if isinstance(v, str)}
+        common_env.update({str(k): str(v) for k, v in (env or {}).items()})
+        common_env.update(proc_environment())
+        common_env["XMESH_READY_CORR"] = str(ready_call.id)
+        from ._paths import PYTHON
+
+        argv = [PYTHON, "-m", "xmesh._worker"]
+        rt.register_alloc(alloc)
+        for h, a in enumerate(agents):
+            ranks = []
+            for i in range(n_local):
+                rank = h * n_local + i
+                p = Point(rank, shape)
+                coords = dict(p)
+                ranks.append({"rank": rank, "coords": coords, "addr": alloc.procs[rank]["addr"],
+                              "env": _rank_env(rank, coords, shape, per_host)})
+                rt.node.add_dependent(a.addr, alloc.procs[rank]["addr"])
+                rt.node.add_supervision_subscriber(alloc.procs[rank]["addr"])
+            body = {"alloc": alloc_id, "name": name or "", "argv": argv, "env": common_env, "cwd": os.getcwd(),
+                    "ranks": ranks, "shape": json.loads(shape.to_json())}
+            try:
+                reply = a.request(Kind.SpawnProcs, body, timeout=30)
+            except Exception:
+                alloc.request_stop(immediately=True)
+                ready_call.fail_all({"kind": "supervision", "text": "spawn failed"})
+                rt.node.forget_call(ready_call.id)
+                raise
+            for p in reply.get("procs", []):
+                alloc.procs[p["rank"]]["pid"] = p["pid"]
+        described = [{"rank": r, "coords": dict(Point(r, shape)), "actor": "proc"} for r in range(shape.size)]
+
+        mesh = ProcMesh(alloc, shape)
+
+        def convert(results, fut):
+            for index in sorted(results):
+                ok, body, frames = results[index]
+                if not ok:
+                    raise fut.error_for(index, body, frames)
+            return mesh
+
+        mesh._ready = Future(ready_call, convert, described, "proc startup")
+        return mesh
+
+    def __repr__(self):
+        return f"<HostMesh {self.sizes or 'this host'}>"
+
+
+def this_host():
+    """The host this program runs on, as a HostMesh of one host."""
+    return HostMesh([_core.runtime_dir()], _core.Shape([], 0, [], []))
+
+
+def hosts(runtime_dirs):
+    """A HostMesh over several host agents, one per runtime directory (several agents can run
+    on one machine), with a `hosts` dimension."""
+    if isinstance(runtime_dirs, (str, bytes)) or not runtime_dirs:
+        raise TypeError("hosts() takes a non-empty list of runtime directories")
+    dirs = [os.path.abspath(os.fspath(d)) for d in runtime_dirs]
+    return HostMesh(dirs, dense_shape({"hosts": len(dirs)}))
+
+
+def this_proc():
+    """The process running this code as a one-proc ProcMesh (actors can be spawned on it)."""
+    rt = get_runtime()
+    return ProcMesh(None, _core.Shape([], 0, [], []), local_addr=rt.node.addr)
+
+
+def proc_mesh(*, gpus=None, hosts=1, env=None, setup=None):
+    """Monarch's proc_mesh(gpus=N, hosts=M): procs on this host with dimensions hosts x gpus."""
+    if setup is not None:
+        raise NotImplementedError("proc_mesh(setup=...) is not supported by xmesh")
+    return this_host().spawn_procs({"hosts": hosts, "gpus": gpus if gpus is not None else 1}, env=env)

@@ -1,0 +1,222 @@
+"""The process-wide runtime: one `_core.Node` per process, plus the Python threads that
+consume its control and log inboxes. In a controller it is created on first use; in a proc
+by `_worker`."""
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+
+from . import _core
+
+Kind = _core.Kind
+
+
+def _env_seconds(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return float(default)
+
+
+class Runtime:
+    def __init__(self, role, node, job_cookie):
+        self.role = role
+        self.node = node
+        self.job_cookie = job_cookie
+        self.host = _core.hostname()
+        self._print_lock = threading.Lock()
+        self._allocs = {}  # alloc id -> ProcMesh allocation state (controller)
+        self._allocs_lock = threading.Condition()
+        self._actor_host = None
+        self._threads = []
+        self._closed = False
+        self.fault_hook = self._default_fault_hook
+
+    # -- threads ---------------------------------------------------------------------------
+    def _start_thread(self, target, name):
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def start_controller_threads(self):
+        self._start_thread(self._control_loop, "xmesh-control")
+        self._start_thread(self._log_loop, "xmesh-logs")
+
+    def ensure_actor_host(self):
+        """Lets this process host actors (procs always; a controller for this_proc())."""
+        with self._allocs_lock:
+            if self._actor_host is None:
+                from ._actor_host import ActorHost
+
+                self._actor_host = ActorHost(self)
+                self._actor_host.start()
+        return self._actor_host
+
+    # -- allocations (controller) ----------------------------------------------------------
+    def register_alloc(self, alloc):
+        with self._allocs_lock:
+            self._allocs[alloc.id] = alloc
+
+    def alloc(self, alloc_id):
+        with self._allocs_lock:
+            return self._allocs.get(alloc_id)
+
+    def _control_loop(self):
+        node = self.node
+        while True:
+            msg = node.control.pop(timeout=None)
+            if msg is None:
+                if node.control.closed:
+                    return
+                continue
+            try:
+                self._handle_control(msg)
+            except Exception as e:  # never let the dispatcher die
+                self._diag(f"error handling a {msg!r}: {e!r}")
+
+    def _handle_control(self, msg):
+        kind = msg.kind
+        body = msg.body
+        if kind == Kind.ProcExited:
+            alloc = self.alloc(body.get("alloc"))
+            if alloc is not None:
+                alloc.on_proc_exited(body)
+        elif kind == Kind.PeerDead:
+            if body.get("host_lost"):
+                self._diag(body.get("error", {}).get("text", "a host agent was lost"))
+        elif kind == Kind.Fault:
+            self.fault_hook(body)
+        elif kind == Kind.Cancel and self._actor_host is not None:
+            self._actor_host.cancel(msg.actor, body.get("corr"), body.get("index"))
+        elif kind == Kind.Refuse:
+            self._diag(body.get("reason", "a peer refused this controller"))
+
+    def _log_loop(self):
+        node = self.node
+        while True:
+            msg = node.logs.pop(timeout=None)
+            if msg is None:
+                if node.logs.closed:
+                    return
+                continue
+            self._print_log(msg)
+
+    def _print_log(self, msg):
+        body = msg.body
+        data = b"".join(f.bytes() for f in msg.frames)
+        text = data.decode("utf-8", errors="replace")
+        prefix = f"[{body.get('rank', '?')}] "
+        out = sys.stderr if body.get("stream") == "stderr" else sys.stdout
+        lines = text.splitlines(keepends=True)
+        rendered = "".join(prefix + (ln if ln.endswith("\n") else ln + "\n") for ln in lines)
+        with self._print_lock:
+            try:
+                out.write(rendered)
+                out.flush()
+            except Exception:
+                pass
+
+    def drain_logs(self):
+        """Prints every log message already received."""
+        while True:
+            msg = self.node.logs.pop(timeout=0)
+            if msg is None:
+                return
+            self._print_log(msg)
+
+    def _default_fault_hook(self, body):
+        text = body.get("text", "an actor failed with nobody waiting for the result")
+        self._diag(text)
+
+    def _diag(self, text):
+        with self._print_lock:
+            try:
+                sys.stderr.write(f"[xmesh] {text}\n")
+                sys.stderr.flush()
+            except Exception:
+                pass
+
+    # -- shutdown --------------------------------------------------------------------------
+    def shutdown(self):
+        if self._closed:
+            return
+        self._closed = True
+        if self.role == "controller":
+            allocs = list(self._allocs.values())
+            for a in allocs:
+                try:
+                    a.request_stop(immediately=False)
+                except Exception:
+                    pass
+            deadline = time.monotonic() + _env_seconds("XMESH_EXIT_WAIT", 5.0)
+            for a in allocs:
+                a.wait_exited(max(0.0, deadline - time.monotonic()))
+            # Last lines from the procs arrive before their exit notices: print them.
+            time.sleep(0.01)
+            self.drain_logs()
+            from ._hostd import connected_agents
+
+            for agent in connected_agents():
+                agent.goodbye()
+        self.node.stop()
+        _core.drain_releases()
+
+
+_runtime = None
+_runtime_lock = threading.Lock()
+
+
+def get_runtime():
+    """The runtime of this process, creating a controller runtime on first use."""
+    global _runtime
+    if _runtime is not None:
+        return _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            if os.environ.get("XMESH_PROC_ADDR") and os.environ.get("XMESH_IS_PROC") == "1":
+                raise RuntimeError("proc runtime not initialized")
+            _runtime = _make_controller()
+    return _runtime
+
+
+def _make_controller():
+    rundir = _core.runtime_dir()
+    os.makedirs(os.path.join(rundir, "c"), mode=0o700, exist_ok=True)
+    cookie = _core.random_hex(32)
+    tag = _core.random_hex(4)
+    node = _core.Node("controller", f"ipc://{rundir}/c/{os.getpid()}-{tag}", cookie)
+    node.set_default_cookie(cookie)
+    node.start()
+    rt = Runtime("controller", node, cookie)
+    rt.start_controller_threads()
+    atexit.register(rt.shutdown)
+    return rt
+
+
+def init_proc_runtime():
+    """Called once by a proc's main: the node listens where the host agent said."""
+    global _runtime
+    cookie = os.environ["XMESH_JOB_COOKIE"]
+    node = _core.Node("proc", os.environ["XMESH_PROC_ADDR"], cookie)
+    node.set_default_cookie(cookie)
+    node.start()
+    _runtime = Runtime("proc", node, cookie)
+    return _runtime
+
+
+def runtime_if_started():
+    return _runtime
+
+
+def proc_environment():
+    """What a proc should know about its controller, from the controller's side."""
+    rt = get_runtime()
+    return {
+        "XMESH_IS_PROC": "1",
+        "XMESH_CONTROLLER_ADDR": rt.node.addr,
+        "XMESH_JOB_COOKIE": rt.job_cookie,
+        "XMESH_SYS_PATH": json.dumps([p for p in sys.path if p and os.path.isdir(p)]),
+        "PYTHONUNBUFFERED": "1",
+    }

@@ -1,0 +1,145 @@
+"""Named-dimension operations shared by ProcMesh, ActorMesh and ValueMesh (Monarch's
+MeshTrait). The arithmetic lives in C++ (`_core.Shape`); this adds the Python surface."""
+from collections.abc import Mapping
+
+from . import _core
+
+
+class Point(Mapping):
+    """A position in a mesh: `.rank` (row-major index) and a coordinate per dimension,
+    readable as `point["gpus"]` or `point.gpus`."""
+
+    __slots__ = ("rank", "shape", "_coords")
+
+    def __init__(self, rank, shape):
+        self.rank = rank
+        self.shape = shape
+        values = shape.coords_of(rank) if shape.size > 0 and shape.ndim > 0 else []
+        self._coords = dict(zip(shape.labels, values))
+
+    def __getitem__(self, key):
+        return self._coords[key]
+
+    def __iter__(self):
+        return iter(self._coords)
+
+    def __len__(self):
+        return len(self._coords)
+
+    def __getattr__(self, name):
+        try:
+            return self._coords[name]
+        except KeyError:
+            raise AttributeError(f"point has no dimension {name!r}; its dimensions are {tuple(self._coords)}") from None
+
+    @property
+    def extent(self):
+        return dict(zip(self.shape.labels, self.shape.sizes))
+
+    @property
+    def size(self):
+        return self.shape.size
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={v}" for k, v in self._coords.items())
+        return f"Point(rank={self.rank}{', ' if inner else ''}{inner})"
+
+    def __eq__(self, other):
+        if isinstance(other, Point):
+            return self.rank == other.rank and self._coords == other._coords
+        return Mapping.__eq__(self, other)
+
+    def __hash__(self):
+        return hash((self.rank, tuple(self._coords.items())))
+
+    def __reduce__(self):
+        return (Point, (self.rank, self.shape))
+
+
+def dense_shape(sizes):
+    """A Shape over ranks 0..N-1 from an ordered {label: size} dict."""
+    for k, v in sizes.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ValueError(f"dimension names must be identifiers, got {k!r}")
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"dimension {k!r} must have a positive integer size, got {v!r}")
+    return _core.Shape.dense(list(sizes.keys()), list(sizes.values()))
+
+
+def slice_shape(shape, **kwargs):
+    for label, sel in kwargs.items():
+        if label not in shape.labels:
+            raise TypeError(f"mesh has no dimension {label!r}; its dimensions are {tuple(shape.labels)}")
+        size = shape.dim_size(label)
+        if isinstance(sel, slice):
+            start, stop, step = sel.indices(size)
+            if step <= 0:
+                raise ValueError(f"slice step must be positive, got {step}")
+            shape = shape.select(label, start, stop, step)
+        elif isinstance(sel, int) and not isinstance(sel, bool):
+            if sel < 0 or sel >= size:
+                raise IndexError(f"index {sel} out of range for dimension {label!r} of size {size}")
+            shape = shape.at(label, sel)
+        else:
+            raise TypeError(f"dimension {label!r} must be selected by an int or a slice, got {type(sel).__name__}")
+    return shape
+
+
+class MeshTrait:
+    """Mixin: subclasses provide `_shape` (a `_core.Shape`) and `_new_with_shape(shape)`."""
+
+    def slice(self, **kwargs):
+        """Select along named dimensions: an int drops the dimension, a slice keeps it.
+
+        mesh.slice(hosts=0, gpus=slice(0, 4))"""
+        return self._new_with_shape(slice_shape(self._shape, **kwargs))
+
+    def split(self, **kwargs):
+        """Split dimensions into several: mesh.split(gpus=("dp", "tp"), tp=2)."""
+        splits, constraints = {}, {}
+        for key, value in kwargs.items():
+            if key in self._shape.labels:
+                if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                    raise ValueError(f"expected a sequence of dimension names for {key!r}, got {value!r}")
+                splits[key] = list(value)
+            else:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ValueError(f"{key!r} is not an existing dimension; expected an integer size for a new one")
+                constraints[key] = value
+        return self._new_with_shape(self._shape.split(splits, constraints))
+
+    def flatten(self, name):
+        """All dimensions folded into one named `name` (dense meshes only)."""
+        return self._new_with_shape(self._shape.flatten(name))
+
+    def rename(self, **kwargs):
+        """mesh.rename(gpus="workers")"""
+        return self._new_with_shape(self._shape.rename({k: v for k, v in kwargs.items()}))
+
+    def size(self, dim=None):
+        """Number of elements in the mesh, or along one dimension or several."""
+        if dim is None:
+            return self._shape.size
+        if isinstance(dim, str):
+            if dim not in self._shape.labels:
+                raise KeyError(f"mesh has no dimension {dim!r}; its dimensions are {tuple(self._shape.labels)}")
+            return self._shape.dim_size(dim)
+        n = 1
+        for d in dim:
+            n *= self.size(d)
+        return n
+
+    @property
+    def sizes(self):
+        return dict(zip(self._shape.labels, self._shape.sizes))
+
+    @property
+    def extent(self):
+        return self.sizes
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def __len__(self):
+        return self._shape.size

@@ -1,0 +1,66 @@
+"""ValueMesh: the results of a call, one per actor, indexed like the mesh that was called."""
+import html
+
+from ._shape import MeshTrait, Point, slice_shape
+
+
+class ValueMesh(MeshTrait):
+    def __init__(self, shape, values):
+        if len(values) != shape.size:
+            raise ValueError(f"a mesh of {shape.size} needs {shape.size} values, got {len(values)}")
+        self._shape = shape
+        self._values = list(values)
+
+    def _new_with_shape(self, shape):
+        # Values are stored in our own row-major order; map the new shape's global ranks back.
+        pos = {g: i for i, g in enumerate(self._shape.ranks())}
+        return ValueMesh(shape, [self._values[pos[g]] for g in shape.ranks()])
+
+    def item(self, **coords):
+        """The value at these coordinates (every dimension named), or the only value."""
+        if not coords:
+            if self._shape.size != 1:
+                raise ValueError(f"item() without coordinates needs a mesh of one value; this one has "
+                                 f"{self._shape.size} {self.sizes}")
+            return self._values[0]
+        missing = [d for d in self._shape.labels if d not in coords]
+        extra = [k for k in coords if k not in self._shape.labels]
+        if extra:
+            raise KeyError(f"item has extra dimensions: {extra}")
+        if missing:
+            raise KeyError(f"item needs a coordinate for every dimension; missing: {missing}")
+        sub = slice_shape(self._shape, **coords)
+        pos = {g: i for i, g in enumerate(self._shape.ranks())}
+        return self._values[pos[sub.ranks()[0]]]
+
+    def items(self):
+        for i, v in enumerate(self._values):
+            yield Point(i, self._shape), v
+
+    def values(self):
+        return iter(list(self._values))
+
+    def __iter__(self):
+        return self.items()
+
+    def __eq__(self, other):
+        return isinstance(other, ValueMesh) and self.sizes == other.sizes and self._values == other._values
+
+    def __repr__(self):
+        lines = [f"ValueMesh({self.sizes}):"]
+        for p, v in self.items():
+            coords = ", ".join(f"{k}={c}" for k, c in p.items()) or "-"
+            lines.append(f"  ({coords}): {v!r}")
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        head = "".join(f"<th>{html.escape(d)}</th>" for d in self._shape.labels) + "<th>value</th>"
+        rows = []
+        for p, v in self.items():
+            cells = "".join(f"<td>{c}</td>" for c in p.values())
+            rows.append(f"<tr>{cells}<td><code>{html.escape(repr(v))}</code></td></tr>")
+        return (f"<div><b>ValueMesh</b> {html.escape(str(self.sizes))}"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+    def __reduce__(self):
+        return (ValueMesh, (self._shape, self._values))

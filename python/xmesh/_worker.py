@@ -1,0 +1,51 @@
+"""A proc's main program: `python3 -m xmesh._worker`, started by xmesh-hostd with its rank,
+shape and controller in the environment."""
+import json
+import os
+import signal
+import sys
+
+
+def _flush_and_exit(signum, frame):
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(128 + signum)
+
+
+def main():
+    from . import _core
+
+    hostd_pid = int(os.environ.get("XMESH_HOSTD_PID", "0"))
+    # Die with the host agent; if it is already gone, do not start.
+    if not _core.set_parent_death_signal(signal.SIGKILL, hostd_pid):
+        sys.exit(f"xmesh proc: host agent {hostd_pid} is gone")
+    signal.signal(signal.SIGTERM, _flush_and_exit)
+    for p in reversed(json.loads(os.environ.get("XMESH_SYS_PATH", "[]"))):
+        if p not in sys.path:
+            sys.path.insert(1, p)
+
+    from ._runtime import Kind, init_proc_runtime
+
+    rt = init_proc_runtime()
+    host = rt.ensure_actor_host()
+    rank = int(os.environ["XMESH_RANK"])
+    rt.node.send(os.environ["XMESH_CONTROLLER_ADDR"], int(Kind.Reply),
+                 {"ok": True, "pid": os.getpid(), "host": _core.hostname()},
+                 corr=int(os.environ["XMESH_READY_CORR"]), index=rank)
+    # The main thread serves control messages (cancellations, supervision notices) and is
+    # where Python runs signal handlers.
+    while True:
+        msg = rt.node.control.pop(timeout=1.0)
+        if msg is None:
+            if rt.node.control.closed:
+                return
+            continue
+        if msg.kind == Kind.Cancel:
+            body = msg.body
+            host.cancel(msg.actor, body.get("corr"), body.get("index"))
+
+
+if __name__ == "__main__":
+    main()

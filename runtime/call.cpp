@@ -1,0 +1,126 @@
+#include "call.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace xmesh {
+
+Call::Call(uint64_t id, std::vector<std::string> target_addrs)
+    : id_(id), addrs_(std::move(target_addrs)), have_(addrs_.size(), false) {}
+
+Call::~Call() {
+  if (efd_ >= 0) ::close(efd_);
+}
+
+bool Call::deliver(CallResult r) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
+    have_[r.index] = true;
+    ++received_;
+    untaken_.push_back(std::move(r));
+    if (efd_ >= 0) {
+      uint64_t one = 1;
+      ssize_t n = ::write(efd_, &one, sizeof(one));
+      (void)n;
+    }
+  }
+  cv_.notify_all();
+  return true;
+}
+
+size_t Call::fail_addr(const std::string& addr, const json& error) {
+  size_t n = 0;
+  for (size_t i = 0; i < addrs_.size(); ++i) {
+    if (addrs_[i] != addr) continue;
+    CallResult r;
+    r.index = static_cast<int64_t>(i);
+    r.ok = false;
+    r.body = error;
+    if (deliver(std::move(r))) ++n;
+  }
+  return n;
+}
+
+size_t Call::fail_all(const json& error) {
+  size_t n = 0;
+  for (size_t i = 0; i < addrs_.size(); ++i) {
+    CallResult r;
+    r.index = static_cast<int64_t>(i);
+    r.ok = false;
+    r.body = error;
+    if (deliver(std::move(r))) ++n;
+  }
+  return n;
+}
+
+bool Call::done() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return received_ == have_.size();
+}
+
+size_t Call::received() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return received_;
+}
+
+bool Call::wait_done(int timeout_ms) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto ready = [&] { return received_ == have_.size(); };
+  if (timeout_ms < 0) {
+    cv_.wait(g, ready);
+    return true;
+  }
+  return cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready);
+}
+
+bool Call::wait_any(int timeout_ms) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto ready = [&] { return !untaken_.empty() || received_ == have_.size(); };
+  if (timeout_ms < 0)
+    cv_.wait(g, ready);
+  else
+    cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready);
+  return !untaken_.empty();
+}
+
+std::vector<CallResult> Call::take() {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<CallResult> out;
+  out.reserve(untaken_.size());
+  while (!untaken_.empty()) {
+    out.push_back(std::move(untaken_.front()));
+    untaken_.pop_front();
+  }
+  if (efd_ >= 0) {
+    uint64_t v;
+    ssize_t n = ::read(efd_, &v, sizeof(v));
+    (void)n;
+  }
+  return out;
+}
+
+std::vector<int64_t> Call::missing() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < have_.size(); ++i)
+    if (!have_[i]) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+
+int Call::fd() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (efd_ < 0) {
+    efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!untaken_.empty() || received_ == have_.size()) {
+      uint64_t one = 1;
+      ssize_t n = ::write(efd_, &one, sizeof(one));
+      (void)n;
+    }
+  }
+  return efd_;
+}
+
+}  // namespace xmesh

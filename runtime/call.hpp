@@ -1,0 +1,59 @@
+// The C++ state behind a Future: one outstanding call to N targets. The node's I/O thread
+// delivers replies (or supervision failures) into it; any thread waits on it without Python.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "wire.hpp"
+
+namespace xmesh {
+
+struct CallResult {
+  int64_t index = 0;     // which target answered
+  bool ok = false;       // true: frames hold the pickled value; false: an error
+  json body;             // error details (kind, text, rank...) when !ok
+  std::vector<zmq::message_t> frames;
+};
+
+class Call {
+ public:
+  Call(uint64_t id, std::vector<std::string> target_addrs);
+  ~Call();
+  uint64_t id() const { return id_; }
+  size_t size() const { return addrs_.size(); }
+  const std::string& target_addr(size_t i) const { return addrs_[i]; }
+
+  // Returns false if that target had already answered (late duplicates are dropped).
+  bool deliver(CallResult r);
+  // Fails every target at this address that has not answered; returns how many.
+  size_t fail_addr(const std::string& addr, const json& error);
+  size_t fail_all(const json& error);
+
+  bool done() const;
+  size_t received() const;
+  // Waits until every target answered, up to timeout_ms (-1: forever). True when done.
+  bool wait_done(int timeout_ms);
+  // Waits until a result not yet taken exists or the call is done. True if one exists.
+  bool wait_any(int timeout_ms);
+  // Moves out the results that arrived since the last take, in arrival order.
+  std::vector<CallResult> take();
+  std::vector<int64_t> missing() const;
+  // eventfd that becomes readable with each arrival (for asyncio's add_reader).
+  int fd();
+
+ private:
+  uint64_t id_;
+  std::vector<std::string> addrs_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> have_;
+  size_t received_ = 0;
+  std::deque<CallResult> untaken_;
+  int efd_ = -1;
+};
+
+}  // namespace xmesh

@@ -1,0 +1,423 @@
+#include "host_agent.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "../util.hpp"
+#include "../process.hpp"
+
+namespace xmesh {
+
+namespace {
+std::string exit_text(int status) {
+  if (WIFSIGNALED(status)) return std::string("was killed by ") + signal_name(WTERMSIG(status));
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  return "ended (status " + std::to_string(status) + ")";
+}
+}  // namespace
+
+HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
+  make_dirs(opts_.runtime_dir, 0700);
+  check_private_dir(opts_.runtime_dir);
+  make_dirs(opts_.runtime_dir + "/p", 0700);
+  make_dirs(opts_.runtime_dir + "/logs", 0700);
+  // The cookie file is the credential: whoever can read it (this user) may drive this agent.
+  std::string path = opts_.runtime_dir + "/cookie";
+  if (!read_file(path, cookie_) || cookie_.size() < 32) {
+    cookie_ = random_hex(32);
+    write_file_atomic(path, cookie_, 0600);
+  }
+  // Signals arrive through a signalfd; block them before the node starts its thread.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  node_ = std::make_unique<Node>("hostd", "ipc://" + opts_.runtime_dir + "/hostd.sock", cookie_);
+  node_->start();
+  idle_since_ms_ = now_ms();
+}
+
+HostAgent::~HostAgent() {
+  for (auto& kv : allocs_)
+    for (auto& p : kv.second->procs) {
+      if (!p->exited && p->pid > 0) kill(-p->pid, SIGKILL);
+      for (Stream* s : {&p->out, &p->err}) {
+        if (s->fd >= 0) close(s->fd);
+        if (s->log) fclose(s->log);
+      }
+    }
+  node_->stop();
+  if (sigfd_ >= 0) close(sigfd_);
+}
+
+int HostAgent::live_procs() const {
+  int n = 0;
+  for (auto& kv : allocs_)
+    for (auto& p : kv.second->procs)
+      if (!p->exited) ++n;
+  return n;
+}
+
+int HostAgent::run() {
+  while (!quit_) {
+    std::vector<pollfd> fds;
+    fds.push_back({node_->control().fd(), POLLIN, 0});
+    fds.push_back({sigfd_, POLLIN, 0});
+    std::vector<std::tuple<Allocation*, Proc*, Stream*>> streams;
+    for (auto& kv : allocs_)
+      for (auto& p : kv.second->procs)
+        for (Stream* s : {&p->out, &p->err})
+          if (s->fd >= 0) {
+            fds.push_back({s->fd, POLLIN, 0});
+            streams.emplace_back(kv.second.get(), p.get(), s);
+          }
+    int rc = poll(fds.data(), fds.size(), 100);
+    if (rc < 0 && errno != EINTR) {
+      log_diag("hostd", std::string("poll failed: ") + std::strerror(errno));
+      return 1;
+    }
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo si;
+      while (read(sigfd_, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo != SIGCHLD) quit_ = true;
+      }
+    }
+    // Pipes first, then reaping: an exit is reported only after its output was read.
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) {
+        auto [a, p, s] = streams[i];
+        pump(*p, *s, *a);
+      }
+    reap();
+    while (auto m = node_->control().pop(0)) handle(std::move(*m));
+    report_exits();
+    check_timers();
+  }
+  for (auto& kv : allocs_) stop_allocation(*kv.second, true);
+  // Give the last exits a moment to be reported and logs drained.
+  int64_t deadline = now_ms() + 2000;
+  while (live_procs() > 0 && now_ms() < deadline) {
+    for (auto& kv : allocs_)
+      for (auto& p : kv.second->procs)
+        for (Stream* s : {&p->out, &p->err})
+          if (s->fd >= 0) pump(*p, *s, *kv.second);
+    reap();
+    report_exits();
+    usleep(20000);
+  }
+  return 0;
+}
+
+void HostAgent::reply_error(const Message& m, const std::string& text) {
+  node_->reply(m, false, {{"kind", "hostd"}, {"text", text}, {"request", kind_name(m.header.kind)}}, {});
+}
+
+void HostAgent::handle(Message m) {
+  auto& c = controllers_[m.sender_addr];
+  c.last_seen_ms = now_ms();
+  const json& b = m.header.body;
+  switch (m.header.kind) {
+    case Kind::Heartbeat: {
+      Header h;
+      h.kind = Kind::HeartbeatAck;
+      try {
+        node_->send(m.sender_addr, std::move(h), {});
+      } catch (const SendError&) {
+      }
+      return;
+    }
+    case Kind::SpawnProcs:
+      spawn_procs(m);
+      return;
+    case Kind::StopProcs: {
+      std::string id = b.is_object() ? b.value("alloc", std::string()) : std::string();
+      auto it = allocs_.find(id);
+      if (it == allocs_.end()) return reply_error(m, "no allocation '" + id + "' on this host");
+      stop_allocation(*it->second, b.value("immediately", false));
+      node_->reply(m, true, {{"alloc", id}}, {});
+      return;
+    }
+    case Kind::Goodbye: {
+      c.said_goodbye = true;
+      for (auto& kv : allocs_)
+        if (kv.second->controller_addr == m.sender_addr && kv.second->name.empty())
+          stop_allocation(*kv.second, true);
+      return;
+    }
+    case Kind::Status:
+      node_->reply(m, true, status(), {});
+      return;
+    case Kind::Shutdown:
+      quit_ = true;
+      return;
+    default:
+      return reply_error(m, std::string("the host agent does not handle '") + kind_name(m.header.kind) + "' messages");
+  }
+}
+
+void HostAgent::spawn_procs(const Message& m) {
+  const json& b = m.header.body;
+  std::string id, name;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env_common;
+  std::string cwd;
+  json ranks;
+  try {
+    id = b.at("alloc").get<std::string>();
+    name = b.value("name", std::string());
+    argv = b.at("argv").get<std::vector<std::string>>();
+    env_common = b.at("env").get<std::map<std::string, std::string>>();
+    cwd = b.value("cwd", std::string());
+    ranks = b.at("ranks");
+    if (!ranks.is_array() || ranks.empty()) throw std::runtime_error("'ranks' must be a non-empty list");
+    if (id.empty() || id.size() > 16 || id.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw std::runtime_error("allocation id must be 1-16 lowercase hex digits");
+  } catch (const std::exception& e) {
+    return reply_error(m, std::string("malformed spawn request: ") + e.what());
+  }
+  if (allocs_.count(id)) return reply_error(m, "allocation '" + id + "' already exists on this host");
+  auto a = std::make_unique<Allocation>();
+  a->id = id;
+  a->name = name;
+  a->controller_addr = m.sender_addr;
+  a->controller_id = m.header.sender;
+  a->shape = b.value("shape", json::object());
+  a->created = wall_time();
+  std::string logdir = opts_.runtime_dir + "/logs/" + (name.empty() ? id : name + "-" + id);
+  json out_procs = json::array();
+  try {
+    make_dirs(logdir, 0700);
+    for (auto& r : ranks) {
+      auto p = std::make_unique<Proc>();
+      p->rank = r.at("rank").get<int64_t>();
+      p->coords = r.value("coords", json::object());
+      std::string dir = "ipc://" + opts_.runtime_dir + "/p/";
+      p->addr = r.value("addr", dir + id + "." + std::to_string(p->rank));
+      if (p->addr.rfind(dir, 0) != 0 || p->addr.find("/", dir.size()) != std::string::npos)
+        throw std::runtime_error("proc address " + p->addr + " is not under " + dir);
+      if (p->addr.size() - 6 > 107)
+        throw std::runtime_error("proc socket path " + p->addr.substr(6) +
+                                 " is longer than 107 bytes; use a shorter XMESH_RUNTIME_DIR");
+      auto env = env_common;
+      json rank_env = r.value("env", json::object());  // a named copy: items() must not outlive it
+      for (auto& kv : rank_env.items()) env[kv.key()] = kv.value().get<std::string>();
+      env["XMESH_PROC_ADDR"] = p->addr;
+      env["XMESH_ALLOC"] = id;
+      env["XMESH_HOSTD_PID"] = std::to_string(getpid());
+      env["XMESH_HOST"] = hostname();
+      env["XMESH_RUNTIME_DIR"] = opts_.runtime_dir;
+      auto sp = spawn_proc(argv, env, cwd);
+      p->pid = sp.pid;
+      p->out.fd = sp.out_fd;
+      p->err.fd = sp.err_fd;
+      p->err.name = "stderr";
+      for (Stream* s : {&p->out, &p->err}) {
+        s->log_path = logdir + "/rank" + std::to_string(p->rank) + "." + (s == &p->out ? "out" : "err");
+        s->log = fopen(s->log_path.c_str(), "ae");
+      }
+      out_procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"addr", p->addr}});
+      a->procs.push_back(std::move(p));
+    }
+  } catch (const std::exception& e) {
+    for (auto& p : a->procs) kill(-p->pid, SIGKILL);
+    allocs_[id] = std::move(a);  // reaped and cleaned like any other
+    allocs_[id]->stopping = true;
+    return reply_error(m, e.what());
+  }
+  allocs_[id] = std::move(a);
+  node_->reply(m, true, {{"alloc", id}, {"host", hostname()}, {"procs", out_procs}, {"logdir", logdir}}, {});
+}
+
+void HostAgent::stop_allocation(Allocation& a, bool immediately) {
+  a.stopping = true;
+  int64_t now = now_ms();
+  for (auto& p : a.procs) {
+    if (p->exited) continue;
+    if (immediately) {
+      kill(-p->pid, SIGKILL);
+      p->kill_sent = true;
+    } else if (!p->term_sent_ms) {
+      kill(-p->pid, SIGTERM);
+      p->term_sent_ms = now;
+    }
+  }
+}
+
+void HostAgent::write_log(Stream& s, const std::string& text) {
+  if (!s.log) return;
+  fwrite(text.data(), 1, text.size(), s.log);
+  fflush(s.log);
+  s.log_bytes += static_cast<int64_t>(text.size());
+  if (s.log_bytes > opts_.log_max_bytes) {  // rotate: keep one previous file
+    fclose(s.log);
+    rename(s.log_path.c_str(), (s.log_path + ".1").c_str());
+    s.log = fopen(s.log_path.c_str(), "we");
+    s.log_bytes = 0;
+  }
+}
+
+void HostAgent::forward(Allocation& a, Proc& p, Stream& s, std::string text) {
+  if (text.empty()) return;
+  write_log(s, text);
+  Header h;
+  h.kind = Kind::Log;
+  h.body = {{"alloc", a.id}, {"rank", p.rank}, {"pid", p.pid}, {"stream", s.name}, {"time", wall_time()}};
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(text.data(), text.size());
+  try {
+    node_->send(a.controller_addr, std::move(h), std::move(frames));
+  } catch (const SendError&) {
+    // The controller is gone; the log file keeps the lines.
+  }
+}
+
+void HostAgent::pump(Proc& p, Stream& s, Allocation& a) {
+  char buf[65536];
+  for (int i = 0; i < 16; ++i) {
+    ssize_t n = read(s.fd, buf, sizeof(buf));
+    if (n > 0) {
+      forward(a, p, s, s.lines.feed(buf, static_cast<size_t>(n), now_ms()));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    // End of file (or error): release the partial line and stop reading.
+    forward(a, p, s, s.lines.flush_partial(now_ms(), -1));
+    close(s.fd);
+    s.fd = -1;
+    return;
+  }
+}
+
+void HostAgent::reap() {
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (auto& kv : allocs_)
+      for (auto& p : kv.second->procs)
+        if (p->pid == pid && !p->exited) {
+          p->exited = true;
+          p->status = status;
+          p->exited_ms = now_ms();
+        }
+  }
+}
+
+void HostAgent::report_exits() {
+  int64_t now = now_ms();
+  for (auto it = allocs_.begin(); it != allocs_.end();) {
+    Allocation& a = *it->second;
+    for (auto& p : a.procs) {
+      if (!p->exited || p->reported) continue;
+      // Wait for both pipes to reach end of file (a grandchild may hold them: not forever).
+      bool drained = p->out.fd < 0 && p->err.fd < 0;
+      if (!drained && now - p->exited_ms < 500) continue;
+      for (Stream* s : {&p->out, &p->err}) {
+        if (s->fd >= 0) {
+          pump(*p, *s, a);
+          if (s->fd >= 0) {
+            forward(a, *p, *s, s->lines.flush_partial(now, -1));
+            close(s->fd);
+            s->fd = -1;
+          }
+        }
+        if (s->log) {
+          fclose(s->log);
+          s->log = nullptr;
+        }
+      }
+      p->reported = true;
+      std::string why = exit_text(p->status);
+      Header h;
+      h.kind = Kind::ProcExited;
+      h.body = {{"alloc", a.id},
+                {"rank", p->rank},
+                {"pid", p->pid},
+                {"addr", p->addr},
+                {"host", hostname()},
+                {"coords", p->coords},
+                {"stopping", a.stopping},
+                {"text", "proc rank " + std::to_string(p->rank) + " (pid " + std::to_string(p->pid) + " on " +
+                             hostname() + ") " + why}};
+      if (WIFSIGNALED(p->status)) h.body["signal"] = signal_name(WTERMSIG(p->status));
+      if (WIFEXITED(p->status)) h.body["exit_code"] = WEXITSTATUS(p->status);
+      try {
+        node_->send(a.controller_addr, std::move(h), {});
+      } catch (const SendError&) {
+      }
+    }
+    bool all_done = true;
+    for (auto& p : a.procs) all_done = all_done && p->reported;
+    if (all_done)
+      it = allocs_.erase(it);
+    else
+      ++it;
+  }
+}
+
+void HostAgent::check_timers() {
+  int64_t now = now_ms();
+  // Partial lines (prompts, progress bars without newline) go out after a short wait.
+  for (auto& kv : allocs_)
+    for (auto& p : kv.second->procs)
+      for (Stream* s : {&p->out, &p->err})
+        if (s->fd >= 0 && s->lines.has_partial()) forward(*kv.second, *p, *s, s->lines.flush_partial(now, 200));
+  // Escalate stops that SIGTERM did not finish.
+  for (auto& kv : allocs_)
+    for (auto& p : kv.second->procs)
+      if (!p->exited && p->term_sent_ms && !p->kill_sent && now - p->term_sent_ms > opts_.stop_grace_ms) {
+        kill(-p->pid, SIGKILL);
+        p->kill_sent = true;
+      }
+  // Orphans: unnamed allocations whose controller went silent.
+  int64_t grace_ms = static_cast<int64_t>(opts_.orphan_grace_s * 1000);
+  for (auto& kv : allocs_) {
+    Allocation& a = *kv.second;
+    if (a.stopping || !a.name.empty()) continue;
+    auto c = controllers_.find(a.controller_addr);
+    int64_t last = c == controllers_.end() ? 0 : c->second.last_seen_ms;
+    if (now - last > grace_ms) {
+      log_diag("hostd", "controller " + a.controller_id + " silent for " + std::to_string((now - last) / 1000) +
+                            " s: stopping its allocation " + a.id);
+      stop_allocation(a, false);
+    }
+  }
+  // Idle exit.
+  bool controller_recent = false;
+  for (auto& kv : controllers_)
+    if (!kv.second.said_goodbye && now - kv.second.last_seen_ms < grace_ms) controller_recent = true;
+  if (!allocs_.empty() || controller_recent) idle_since_ms_ = now;
+  if (now - idle_since_ms_ > static_cast<int64_t>(opts_.idle_timeout_s * 1000)) quit_ = true;
+}
+
+json HostAgent::status() const {
+  json allocs = json::array();
+  for (auto& kv : allocs_) {
+    const Allocation& a = *kv.second;
+    json procs = json::array();
+    for (auto& p : a.procs) procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"alive", !p->exited}});
+    allocs.push_back({{"alloc", a.id},
+                      {"name", a.name},
+                      {"controller", a.controller_id},
+                      {"shape", a.shape},
+                      {"created", a.created},
+                      {"stopping", a.stopping},
+                      {"procs", procs}});
+  }
+  return {{"pid", getpid()},
+          {"host", hostname()},
+          {"version", version_string()},
+          {"protocol", protocol_version()},
+          {"runtime_dir", opts_.runtime_dir},
+          {"allocations", allocs}};
+}
+
+}  // namespace xmesh

@@ -1,0 +1,92 @@
+// HostAgent: the body of xmesh-hostd. One per host and user (per runtime directory). It owns
+// the procs of every allocation made through it: spawns them, reads their stdout/stderr pipes
+// into per-rank log files and forwards the lines to the owning controller, reaps them and
+// reports each exit (after its pipes are drained, so no line is lost), stops them on request,
+// on the controller's goodbye, or when the controller's heartbeats stop for the orphan grace.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../line_splitter.hpp"
+#include "../node.hpp"
+
+namespace xmesh {
+
+struct HostAgentOptions {
+  std::string runtime_dir;
+  double idle_timeout_s = 300;   // exit after this long with no procs and no controller
+  double orphan_grace_s = 60;    // unnamed allocations outlive a silent controller this long
+  int64_t stop_grace_ms = 3000;  // SIGTERM, then SIGKILL after this
+  int64_t log_max_bytes = 32 << 20;
+};
+
+class HostAgent {
+ public:
+  explicit HostAgent(HostAgentOptions opts);
+  ~HostAgent();
+  // Runs until idle, Shutdown, or SIGTERM/SIGINT/SIGHUP. Returns the exit code.
+  int run();
+  const std::string& addr() const { return node_->addr(); }
+
+ private:
+  struct Stream {
+    int fd = -1;
+    const char* name = "stdout";
+    LineSplitter lines;
+    FILE* log = nullptr;
+    std::string log_path;
+    int64_t log_bytes = 0;
+  };
+  struct Proc {
+    int64_t rank = 0;
+    nlohmann::json coords;
+    pid_t pid = -1;
+    std::string addr;
+    Stream out, err;
+    bool exited = false, reported = false;
+    int status = 0;
+    int64_t exited_ms = 0;
+    int64_t term_sent_ms = 0;
+    bool kill_sent = false;
+  };
+  struct Allocation {
+    std::string id, name, controller_addr, controller_id;
+    nlohmann::json shape;
+    double created = 0;
+    std::vector<std::unique_ptr<Proc>> procs;
+    bool stopping = false;
+  };
+  struct Controller {
+    int64_t last_seen_ms = 0;
+    bool said_goodbye = false;
+  };
+
+  void handle(Message m);
+  void spawn_procs(const Message& m);
+  void stop_allocation(Allocation& a, bool immediately);
+  void reap();
+  void pump(Proc& p, Stream& s, Allocation& a);
+  void forward(Allocation& a, Proc& p, Stream& s, std::string text);
+  void write_log(Stream& s, const std::string& text);
+  void report_exits();
+  void check_timers();
+  void reply_error(const Message& m, const std::string& text);
+  nlohmann::json status() const;
+  int live_procs() const;
+
+  HostAgentOptions opts_;
+  std::string cookie_;
+  std::unique_ptr<Node> node_;
+  int sigfd_ = -1;
+  std::map<std::string, std::unique_ptr<Allocation>> allocs_;
+  std::map<std::string, Controller> controllers_;
+  int64_t idle_since_ms_ = 0;
+  bool quit_ = false;
+};
+
+}  // namespace xmesh

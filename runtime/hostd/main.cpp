@@ -1,0 +1,112 @@
+// xmesh-hostd: the per-user host agent. Pure C++, no Python.
+//   xmesh-hostd [--daemon] [--runtime-dir DIR]
+// With --daemon it detaches (fork, setsid, fork) before creating any ZeroMQ context, so a
+// kernel's Ctrl-C or restart (signals to its whole process group) never reaches it. One
+// agent per runtime directory: a second one exits at once (the lock is held).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "../util.hpp"
+#include "../wire.hpp"
+#include "host_agent.hpp"
+
+namespace {
+
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  return (end && *end == '\0' && x >= 0) ? x : fallback;
+}
+
+void usage() {
+  std::cerr << "usage: xmesh-hostd [--daemon] [--runtime-dir DIR]\n"
+               "  Runs the xmesh host agent for this user. Normally started by xmesh itself.\n"
+               "  environment: XMESH_RUNTIME_DIR, XMESH_HOSTD_IDLE (s), XMESH_ORPHAN_GRACE (s),\n"
+               "  XMESH_STOP_GRACE_MS, XMESH_HEARTBEAT_MS, XMESH_LOG_MAX_BYTES\n";
+}
+
+void daemonize(const std::string& logfile) {
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    exit(1);
+  }
+  if (pid > 0) _exit(0);
+  setsid();
+  pid = fork();
+  if (pid < 0) _exit(1);
+  if (pid > 0) _exit(0);
+  if (chdir("/") != 0) _exit(1);
+  int devnull = open("/dev/null", O_RDWR);
+  int log = open(logfile.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  dup2(devnull, 0);
+  dup2(devnull, 1);
+  dup2(log >= 0 ? log : devnull, 2);
+  if (devnull > 2) close(devnull);
+  if (log > 2) close(log);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool daemon = false;
+  std::string dir;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--daemon") {
+      daemon = true;
+    } else if (a == "--runtime-dir" && i + 1 < argc) {
+      dir = argv[++i];
+    } else if (a == "--version") {
+      std::cout << "xmesh-hostd " << xmesh::version_string() << " (protocol " << xmesh::protocol_version()
+                << ", build " << xmesh::build_id() << ")\n";
+      return 0;
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  try {
+    if (!dir.empty()) setenv("XMESH_RUNTIME_DIR", dir.c_str(), 1);
+    dir = xmesh::runtime_dir();
+  } catch (const std::exception& e) {
+    std::cerr << "xmesh-hostd: " << e.what() << "\n";
+    return 1;
+  }
+  umask(077);
+  // One agent per runtime directory.
+  std::string lockpath = dir + "/hostd.lock";
+  int lockfd = open(lockpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+    std::cerr << "xmesh-hostd: another host agent already runs for " << dir << "\n";
+    return 0;
+  }
+  if (daemon) daemonize(dir + "/hostd.log");
+  std::string pidline = std::to_string(getpid()) + "\n";
+  xmesh::write_file_atomic(dir + "/hostd.pid", pidline, 0600);
+  try {
+    xmesh::HostAgentOptions o;
+    o.runtime_dir = dir;
+    o.idle_timeout_s = env_seconds("XMESH_HOSTD_IDLE", 300);
+    o.orphan_grace_s = env_seconds("XMESH_ORPHAN_GRACE", 60);
+    o.stop_grace_ms = xmesh::env_int("XMESH_STOP_GRACE_MS", 3000);
+    o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 32 << 20);
+    xmesh::HostAgent agent(o);
+    xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());
+    int rc = agent.run();
+    unlink((dir + "/hostd.pid").c_str());
+    return rc;
+  } catch (const std::exception& e) {
+    xmesh::log_diag("hostd", std::string("fatal: ") + e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,81 @@
+#include "inbox.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace xmesh {
+
+Inbox::Inbox() { efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+
+Inbox::~Inbox() {
+  if (efd_ >= 0) ::close(efd_);
+}
+
+static void signal_fd(int fd) {
+  uint64_t one = 1;
+  ssize_t n = ::write(fd, &one, sizeof(one));
+  (void)n;
+}
+
+void Inbox::clear_fd_locked() {
+  if (!signalled_) return;
+  uint64_t v;
+  ssize_t n = ::read(efd_, &v, sizeof(v));
+  (void)n;
+  signalled_ = false;
+}
+
+bool Inbox::push(Message m) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (closed_) return false;
+    q_.push_back(std::move(m));
+    if (!signalled_) {
+      signal_fd(efd_);
+      signalled_ = true;
+    }
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::optional<Message> Inbox::pop(int timeout_ms) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto ready = [&] { return !q_.empty() || closed_; };
+  if (timeout_ms < 0) {
+    cv_.wait(g, ready);
+  } else if (!cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready)) {
+    return std::nullopt;
+  }
+  if (q_.empty()) return std::nullopt;
+  Message m = std::move(q_.front());
+  q_.pop_front();
+  if (q_.empty() && !closed_) clear_fd_locked();
+  return m;
+}
+
+void Inbox::close() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ = true;
+    if (!signalled_) {
+      signal_fd(efd_);
+      signalled_ = true;
+    }
+  }
+  cv_.notify_all();
+}
+
+bool Inbox::closed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return closed_;
+}
+
+size_t Inbox::size() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return q_.size();
+}
+
+}  // namespace xmesh

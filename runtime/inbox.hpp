@@ -1,0 +1,41 @@
+// A blocking multi-producer queue of messages with an eventfd that is readable while the
+// queue is non-empty, so a consumer can wait in poll()/asyncio as well as in pop().
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include "wire.hpp"
+
+namespace xmesh {
+
+class Inbox {
+ public:
+  Inbox();
+  ~Inbox();
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+
+  // Returns false (and drops the message) once the inbox is closed.
+  bool push(Message m);
+  // Waits up to timeout_ms (-1: forever) for a message; nullopt on timeout or when closed
+  // and drained.
+  std::optional<Message> pop(int timeout_ms);
+  // Closes the inbox: waiters wake, later pushes are dropped, queued messages can still be popped.
+  void close();
+  bool closed() const;
+  size_t size() const;
+  int fd() const { return efd_; }
+
+ private:
+  void clear_fd_locked();
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Message> q_;
+  bool closed_ = false;
+  bool signalled_ = false;
+  int efd_ = -1;
+};
+
+}  // namespace xmesh

@@ -1,0 +1,31 @@
+// Starting processes without fork(). A proc from the host agent: posix_spawn (vfork-based in glibc, safe in a process
+// that already runs ZeroMQ threads), a fresh process group, the signal mask and every
+// disposition reset, stdin from /dev/null, stdout and stderr into pipes the agent reads.
+#pragma once
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xmesh {
+
+struct SpawnedProc {
+  pid_t pid = -1;
+  int out_fd = -1;  // read ends, non-blocking, close-on-exec
+  int err_fd = -1;
+};
+
+// Throws std::runtime_error naming the program and the reason when it cannot start.
+SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                       const std::string& cwd);
+
+// Starts a program in a new session (setsid) with signals reset and stdio on /dev/null, for
+// daemons such as xmesh-hostd started by a controller. Returns its pid; throws on failure.
+pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+
+// Asks the kernel to send sig to this process when its parent dies, then checks the parent
+// is still expected_parent (it may have died before the request). Returns false if not.
+bool set_parent_death_signal(int sig, pid_t expected_parent);
+
+}  // namespace xmesh

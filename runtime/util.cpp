@@ -1,0 +1,165 @@
+#include "util.hpp"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace xmesh {
+
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0') return fallback;
+  return x;
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+double wall_time() {
+  using namespace std::chrono;
+  return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex(size_t nbytes) {
+  std::string raw(nbytes, '\0');
+  size_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = getrandom(raw.data() + got, nbytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
+    }
+    got += static_cast<size_t>(n);
+  }
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(nbytes * 2);
+  for (unsigned char c : raw) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+void make_dirs(const std::string& path, unsigned mode) {
+  if (path.empty()) return;
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  if (path[0] == '/') cur = "";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += "/" + part;
+    if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST)
+      throw std::runtime_error("cannot create directory " + cur + ": " + std::strerror(errno));
+  }
+}
+
+void check_private_dir(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    throw std::runtime_error("runtime directory " + path + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw std::runtime_error("runtime directory " + path + " is not a directory");
+  if (st.st_uid != geteuid()) {
+    struct passwd* pw = getpwuid(st.st_uid);
+    throw std::runtime_error("runtime directory " + path + " belongs to another user (" +
+                             (pw ? pw->pw_name : std::to_string(st.st_uid)) +
+                             "); set XMESH_RUNTIME_DIR to a directory of your own");
+  }
+  if (st.st_mode & 077) {
+    if (chmod(path.c_str(), 0700) != 0)
+      throw std::runtime_error("runtime directory " + path + " is open to other users and cannot be fixed: " +
+                               std::strerror(errno));
+  }
+}
+
+std::string runtime_dir() {
+  std::string dir = env_str("XMESH_RUNTIME_DIR");
+  if (dir.empty()) {
+    std::string xdg = env_str("XDG_RUNTIME_DIR");
+    if (!xdg.empty()) {
+      dir = xdg + "/xmesh";
+    } else {
+      std::string home = env_str("HOME");
+      if (home.empty()) {
+        struct passwd* pw = getpwuid(geteuid());
+        home = pw ? pw->pw_dir : "/tmp";
+      }
+      dir = home + "/.local/state/xmesh/run";
+    }
+  }
+  make_dirs(dir, 0700);
+  check_private_dir(dir);
+  return dir;
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+void write_file_atomic(const std::string& path, const std::string& data, unsigned mode) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      close(fd);
+      throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  fchmod(fd, mode);
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename " + tmp + ": " + std::strerror(errno));
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  if (abbrev) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+void log_diag(const std::string& who, const std::string& text) {
+  std::string line = "[xmesh " + who + "] " + text + "\n";
+  ssize_t ignored = write(2, line.data(), line.size());
+  (void)ignored;
+}
+
+}  // namespace xmesh

@@ -1,0 +1,42 @@
+// Small helpers shared by every xmesh process: environment knobs, ids, clocks, paths.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace xmesh {
+
+// Integer environment knob with a default; a malformed value falls back to the default.
+int64_t env_int(const char* name, int64_t fallback);
+std::string env_str(const char* name, const std::string& fallback = "");
+
+// Milliseconds on a monotonic clock.
+int64_t now_ms();
+// Seconds since the epoch, as a double (for log records and ages).
+double wall_time();
+
+// Hex string of n random bytes from the kernel's CSPRNG.
+std::string random_hex(size_t nbytes);
+std::string hostname();
+
+// The per-user runtime directory (XMESH_RUNTIME_DIR, else $XDG_RUNTIME_DIR/xmesh, else
+// ~/.local/state/xmesh/run), created 0700. Throws std::runtime_error naming the problem when
+// the directory exists but belongs to another user or is open to others.
+std::string runtime_dir();
+// mkdir -p with a mode; throws std::runtime_error on failure.
+void make_dirs(const std::string& path, unsigned mode);
+// Checks that path is a directory owned by this user with no group/other access.
+void check_private_dir(const std::string& path);
+
+// Reads a whole small file; returns false if it does not exist.
+bool read_file(const std::string& path, std::string& out);
+// Writes a file atomically (temp file + rename) with the given mode.
+void write_file_atomic(const std::string& path, const std::string& data, unsigned mode);
+
+// Name of a signal ("SIGKILL"), or "signal N".
+std::string signal_name(int sig);
+
+// Logs one line to stderr with a prefix naming the process role; used for runtime diagnostics.
+void log_diag(const std::string& who, const std::string& text);
+
+}  // namespace xmesh
