@@ -93,7 +93,14 @@ std::optional<Header> decode_header(const void* data, size_t size, std::string& 
     return std::nullopt;
   }
   const auto* p = static_cast<const uint8_t*>(data);
-  json j = json::from_cbor(p, p + size, /*strict=*/true, /*allow_exceptions=*/false);
+  json j;
+  try {
+    // allow_exceptions=false is not enough: declared sizes beyond max_size() still throw.
+    j = json::from_cbor(p, p + size, /*strict=*/true, /*allow_exceptions=*/false);
+  } catch (const std::exception& e) {
+    error = std::string("header frame is not valid CBOR: ") + e.what();
+    return std::nullopt;
+  }
   if (j.is_discarded()) {
     error = "header frame is not valid CBOR";
     return std::nullopt;

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Installs what xmesh needs (Debian packages), builds into build/ and installs (cmake --install).
+# Idempotent and quick when nothing changed. Run as root on a fresh Debian 12 machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libzmq3-dev cppzmq-dev nlohmann-json3-dev pybind11-dev catch2
+  libibverbs-dev libxxhash-dev libzstd-dev
+  python3 python3-dev python3-venv
+  python3-cloudpickle python3-numpy python3-torch
+  python3-pytest python3-pytest-timeout
+  python3-ipyparallel python3-distributed
+  procps iproute2
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  if [[ $EUID -ne 0 ]]; then
+    echo "setup: missing Debian packages (${missing[*]}); run as root to install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/xmesh-apt.log 2>&1 || {
+    tail -30 /tmp/xmesh-apt.log >&2
+    exit 1
+  }
+fi
+
+if [[ ! -f build/build.ninja ]]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local
+fi
+cmake --build build -j "$(nproc)"
+if [[ $EUID -eq 0 ]]; then
+  cmake --install build > build/install.log
+  ldconfig
+else
+  echo "setup: not root: built in build/ but not installed (tests use the build tree)"
+fi

@@ -1,0 +1,158 @@
+// Runs the real xmesh-hostd binary in a private runtime directory and drives it with a
+// controller node: status, spawning procs, their output, their exits, and malformed input.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <thread>
+
+#include "node.hpp"
+#include "process.hpp"
+#include "util.hpp"
+
+using namespace xmesh;
+
+namespace {
+struct Agent {
+  std::string dir;
+  pid_t pid = -1;
+  std::string cookie;
+  Agent() {
+    dir = "/tmp/xmesh-hostd-test-" + std::to_string(getpid()) + "-" + random_hex(3);
+    make_dirs(dir, 0700);
+    std::map<std::string, std::string> env{{"XMESH_RUNTIME_DIR", dir}, {"PATH", "/usr/bin:/bin"},
+                                           {"XMESH_HOSTD_IDLE", "30"}, {"XMESH_STOP_GRACE_MS", "500"}};
+    pid = spawn_detached({XMESH_HOSTD_PATH, "--runtime-dir", dir}, env);
+    for (int i = 0; i < 500 && access((dir + "/hostd.sock").c_str(), F_OK) != 0; ++i) usleep(10000);
+    REQUIRE(read_file(dir + "/cookie", cookie));
+  }
+  ~Agent() {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      if (waitpid(pid, nullptr, WNOHANG) == pid) break;
+      usleep(10000);
+    }
+    std::string cmd = "rm -rf " + dir;
+    (void)system(cmd.c_str());
+  }
+  std::string addr() const { return "ipc://" + dir + "/hostd.sock"; }
+};
+
+json request(Node& n, const std::string& addr, Kind k, json body) {
+  Header h;
+  h.kind = k;
+  h.body = std::move(body);
+  auto c = n.call({{addr, ""}}, h, {}, true);
+  REQUIRE(c->wait_done(5000));
+  auto taken = c->take();
+  auto& r = taken.at(0);
+  json out = r.body;
+  out["__ok"] = r.ok;
+  return out;
+}
+
+json spawn_body(const Agent& a, const std::string& alloc, const std::string& script, int n) {
+  json ranks = json::array();
+  for (int r = 0; r < n; ++r)
+    ranks.push_back({{"rank", r}, {"coords", {{"gpus", r}}}, {"env", {{"XMESH_RANK", std::to_string(r)}}}});
+  (void)a;
+  return {{"alloc", alloc}, {"argv", {"/bin/sh", "-c", script}}, {"env", {{"PATH", "/usr/bin:/bin"}}}, {"ranks", ranks}};
+}
+}  // namespace
+
+TEST_CASE("hostd answers status and reports proc output and exit codes", "[hostd]") {
+  Agent agent;
+  Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
+  ctl.set_peer_cookie(agent.addr(), agent.cookie);
+  ctl.start();
+  auto st = request(ctl, agent.addr(), Kind::Status, json::object());
+  CHECK(st["__ok"] == true);
+  CHECK(st["pid"] == agent.pid);
+  CHECK(st["protocol"] == protocol_version());
+
+  auto sp = request(ctl, agent.addr(), Kind::SpawnProcs,
+                    spawn_body(agent, "a1", "echo out-$XMESH_RANK; echo err-$XMESH_RANK >&2; exit 3", 2));
+  REQUIRE(sp["__ok"] == true);
+  REQUIRE(sp["procs"].size() == 2);
+
+  std::set<std::string> lines;
+  std::set<int64_t> exited;
+  int64_t deadline = now_ms() + 10000;
+  while (exited.size() < 2 && now_ms() < deadline) {
+    while (auto m = ctl.logs().pop(0)) {
+      std::string text = m->frames.at(0).to_string();
+      lines.insert(m->header.body["stream"].get<std::string>() + ":" + text);
+    }
+    if (auto m = ctl.control().pop(50)) {
+      if (m->header.kind == Kind::ProcExited) {
+        CHECK(m->header.body["exit_code"] == 3);
+        CHECK(m->header.body["text"].get<std::string>().find("exited with code 3") != std::string::npos);
+        exited.insert(m->header.body["rank"].get<int64_t>());
+      }
+    }
+  }
+  while (auto m = ctl.logs().pop(0)) lines.insert(m->header.body["stream"].get<std::string>() + ":" + m->frames.at(0).to_string());
+  CHECK(exited == std::set<int64_t>{0, 1});
+  // Every line arrived before the exit notice (pipes drained first).
+  CHECK(lines.count("stdout:out-0\n"));
+  CHECK(lines.count("stdout:out-1\n"));
+  CHECK(lines.count("stderr:err-0\n"));
+  CHECK(lines.count("stderr:err-1\n"));
+  std::string logfile;
+  CHECK(read_file(agent.dir + "/logs/a1/rank1.out", logfile));
+  CHECK(logfile == "out-1\n");
+}
+
+TEST_CASE("a killed proc is reported with its signal, and its address marked dead", "[hostd]") {
+  Agent agent;
+  Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
+  ctl.set_peer_cookie(agent.addr(), agent.cookie);
+  ctl.start();
+  auto sp = request(ctl, agent.addr(), Kind::SpawnProcs, spawn_body(agent, "b2", "exec sleep 30", 1));
+  REQUIRE(sp["__ok"] == true);
+  pid_t pid = sp["procs"][0]["pid"].get<int>();
+  std::string addr = sp["procs"][0]["addr"];
+  Header h;
+  h.kind = Kind::Call;
+  auto pending = ctl.call({{addr, "x"}}, h, {}, true);  // never answered: sleep is no proc
+  kill(pid, SIGKILL);
+  REQUIRE(pending->wait_done(5000));
+  auto taken = pending->take();
+  auto& r = taken.at(0);
+  CHECK_FALSE(r.ok);
+  CHECK(r.body["kind"] == "supervision");
+  CHECK(r.body["text"].get<std::string>().find("was killed by SIGKILL") != std::string::npos);
+}
+
+TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") {
+  Agent agent;
+  Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
+  ctl.set_peer_cookie(agent.addr(), agent.cookie);
+  ctl.start();
+  auto bad = request(ctl, agent.addr(), Kind::SpawnProcs, {{"alloc", "NOT HEX"}, {"argv", 3}});
+  CHECK(bad["__ok"] == false);
+  CHECK(bad["text"].get<std::string>().find("malformed spawn request") != std::string::npos);
+  auto none = request(ctl, agent.addr(), Kind::SpawnProcs,
+                      {{"alloc", "c3"}, {"argv", {"/nonexistent/program"}}, {"env", json::object()},
+                       {"ranks", {{{"rank", 0}}}}});
+  CHECK(none["__ok"] == false);
+  CHECK(none["text"].get<std::string>().find("/nonexistent/program") != std::string::npos);
+  {
+    // Raw garbage from a stranger: ZMTP-valid frames with junk, and no hello.
+    zmq::context_t ctx;
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(agent.addr());
+    for (int i = 0; i < 100; ++i) {
+      std::string junk(static_cast<size_t>(i + 1), static_cast<char>(i * 7));
+      zmq::message_t m(junk.data(), junk.size());
+      s.send(m, zmq::send_flags::none);
+    }
+    usleep(100000);
+  }
+  auto st = request(ctl, agent.addr(), Kind::Status, json::object());
+  CHECK(st["__ok"] == true);
+  CHECK(kill(agent.pid, 0) == 0);
+}

@@ -1,0 +1,214 @@
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <zmq_addon.hpp>
+
+#include "node.hpp"
+#include "util.hpp"
+
+using namespace xmesh;
+
+namespace {
+std::string tmp_addr(const std::string& tag) {
+  return "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-" + tag;
+}
+
+std::vector<zmq::message_t> frames_of(const std::string& s) {
+  std::vector<zmq::message_t> f;
+  f.emplace_back(s.data(), s.size());
+  return f;
+}
+
+// A raw ZeroMQ peer that speaks the wire format by hand, to test what nodes do with
+// strangers: wrong versions, wrong cookies, garbage.
+struct RawPeer {
+  zmq::context_t ctx;
+  zmq::socket_t in{ctx, zmq::socket_type::router};
+  zmq::socket_t out{ctx, zmq::socket_type::dealer};
+  std::string addr;
+  explicit RawPeer(const std::string& a) : addr(a) {
+    in.set(zmq::sockopt::linger, 0);
+    out.set(zmq::sockopt::linger, 0);
+    out.set(zmq::sockopt::routing_id, "raw-peer");
+    in.bind(addr);
+  }
+  void connect(const std::string& to) { out.connect(to); }
+  void send_header(const json& j, const std::vector<std::string>& payload = {}) {
+    auto bytes = json::to_cbor(j);
+    zmq::message_t h(bytes.data(), bytes.size());
+    out.send(h, payload.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < payload.size(); ++i) {
+      zmq::message_t m(payload[i].data(), payload[i].size());
+      out.send(m, i + 1 == payload.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
+  }
+  // Waits for a message on the inbound socket; returns its decoded header.
+  std::optional<Header> recv(int timeout_ms) {
+    zmq::pollitem_t items[] = {{in.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(timeout_ms));
+    if (!(items[0].revents & ZMQ_POLLIN)) return std::nullopt;
+    std::vector<zmq::message_t> parts;
+    (void)zmq::recv_multipart(in, std::back_inserter(parts));
+    std::string err;
+    return decode_header(parts[1].data(), parts[1].size(), err);
+  }
+  json hello(int proto, const std::string& cookie) {
+    return {{"k", 1},
+            {"s", "raw-peer"},
+            {"q", 1},
+            {"b",
+             {{"proto", proto}, {"version", "9.9"}, {"cookie", cookie}, {"addr", addr}, {"role", "tester"}}}};
+  }
+};
+}  // namespace
+
+TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]") {
+  Node a("controller", tmp_addr("a1"), "cookie");
+  Node b("proc", tmp_addr("b1"), "cookie");
+  a.set_default_cookie("cookie");
+  b.set_default_cookie("cookie");
+  a.start();
+  b.start();
+  Header spawn;
+  spawn.kind = Kind::SpawnActor;
+  auto sc = a.call({{b.addr(), "act"}}, spawn, frames_of("cls"), true);
+  auto notice = b.actor_events().pop(2000);
+  REQUIRE(notice);
+  CHECK(notice->header.actor == "act");
+  auto box = b.actor_inbox("act");
+  REQUIRE(box);
+  auto sm = box->pop(1000);
+  REQUIRE(sm);
+  b.reply(*sm, true, {}, {});
+  CHECK(sc->wait_done(2000));
+
+  Header h;
+  h.kind = Kind::Call;
+  h.method = "step";
+  auto c = a.call({{b.addr(), "act"}, {b.addr(), "act"}}, h, frames_of("args"), true);
+  for (int i = 0; i < 2; ++i) {
+    auto m = box->pop(2000);
+    REQUIRE(m);
+    CHECK(m->header.method == "step");
+    CHECK(m->frames.at(0).to_string() == "args");
+    CHECK(m->sender_addr == a.addr());
+    b.reply(*m, true, {}, frames_of("result" + std::to_string(m->header.index)));
+  }
+  REQUIRE(c->wait_done(2000));
+  auto rs = c->take();
+  REQUIRE(rs.size() == 2);
+  for (auto& r : rs) {
+    CHECK(r.ok);
+    CHECK(r.frames.at(0).to_string() == "result" + std::to_string(r.index));
+  }
+  // Messages from one sender arrive in order.
+  for (int i = 0; i < 200; ++i) {
+    Header m;
+    m.kind = Kind::Call;
+    m.method = std::to_string(i);
+    a.call({{b.addr(), "act"}}, m, {}, false);
+  }
+  for (int i = 0; i < 200; ++i) {
+    auto m = box->pop(2000);
+    REQUIRE(m);
+    CHECK(m->header.method == std::to_string(i));
+  }
+  CHECK(b.stats().gaps == 0);
+}
+
+TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
+  Node a("controller", tmp_addr("a2"), "k");
+  Node b("proc", tmp_addr("b2"), "k");
+  a.set_default_cookie("k");
+  a.start();
+  b.start();
+  Header h;
+  h.kind = Kind::Call;
+  auto c = a.call({{b.addr(), "ghost"}}, h, {}, true);
+  REQUIRE(c->wait_done(3000));
+  auto taken = c->take();
+  auto& r = taken.at(0);
+  CHECK_FALSE(r.ok);
+  CHECK(r.body["text"].get<std::string>().find("no actor named 'ghost'") != std::string::npos);
+}
+
+TEST_CASE("supervision fails pending and later calls at once", "[node]") {
+  Node a("controller", tmp_addr("a3"), "k");
+  Node b("proc", tmp_addr("b3"), "k");
+  a.set_default_cookie("k");
+  a.start();
+  b.start();
+  Header h;
+  h.kind = Kind::Call;
+  auto pending = a.call({{b.addr(), "x"}}, h, {}, true);
+  // b never answers (no such actor would answer, so mark dead before it can): use a dead addr.
+  auto never = a.call({{"ipc:///tmp/xmesh-nobody-listens", "x"}}, h, {}, true);
+  a.mark_dead("ipc:///tmp/xmesh-nobody-listens", {{"kind", "supervision"}, {"text", "proc rank 0 was killed by SIGKILL"}});
+  REQUIRE(never->wait_done(100));
+  CHECK(never->take().at(0).body["text"] == "proc rank 0 was killed by SIGKILL");
+  auto later = a.call({{"ipc:///tmp/xmesh-nobody-listens", "x"}}, h, {}, true);
+  CHECK(later->done());
+  CHECK_THROWS_AS(a.send("ipc:///tmp/xmesh-nobody-listens", h, {}), SendError);
+  CHECK(pending->wait_done(3000));  // the unknown-actor answer from b
+}
+
+TEST_CASE("oversized messages fail at the sender naming both sizes", "[node]") {
+  setenv("XMESH_MAX_MESSAGE_BYTES", "1000", 1);
+  Node a("controller", tmp_addr("a4"), "k");
+  unsetenv("XMESH_MAX_MESSAGE_BYTES");
+  a.start();
+  Header h;
+  h.kind = Kind::Call;
+  try {
+    a.call({{"ipc:///tmp/xmesh-x", "x"}}, h, frames_of(std::string(5000, 'z')), true);
+    FAIL("expected SendError");
+  } catch (const SendError& e) {
+    std::string w = e.what();
+    CHECK(w.find("5000") != std::string::npos);
+    CHECK(w.find("1000") != std::string::npos);
+  }
+}
+
+TEST_CASE("strangers are refused and never dispatched", "[node][security]") {
+  Node b("proc", tmp_addr("b5"), "right-cookie");
+  b.start();
+  RawPeer raw(tmp_addr("raw5"));
+  raw.connect(b.addr());
+
+  SECTION("a peer of another protocol version gets a refusal naming both versions") {
+    raw.send_header(raw.hello(protocol_version() + 1, "right-cookie"));
+    auto r = raw.recv(3000);
+    REQUIRE(r);
+    CHECK(r->kind == Kind::Refuse);
+    std::string reason = r->body["reason"];
+    CHECK(reason.find("protocol " + std::to_string(protocol_version() + 1)) != std::string::npos);
+    CHECK(reason.find("protocol " + std::to_string(protocol_version())) != std::string::npos);
+  }
+  SECTION("a wrong cookie is refused and later messages are dropped") {
+    raw.send_header(raw.hello(protocol_version(), "wrong"));
+    raw.send_header({{"k", 12}, {"s", "raw-peer"}, {"q", 2}, {"a", "evil"}}, {"pickle!"});
+    auto r = raw.recv(3000);
+    REQUIRE(r);
+    CHECK(r->kind == Kind::Refuse);
+    CHECK(r->body["reason"].get<std::string>().find("credentials") != std::string::npos);
+    CHECK_FALSE(b.actor_events().pop(200));
+  }
+  SECTION("messages without a hello are dropped") {
+    raw.send_header({{"k", 12}, {"s", "raw-peer"}, {"q", 1}, {"a", "evil"}}, {"pickle!"});
+    CHECK_FALSE(b.actor_events().pop(300));
+    CHECK(b.stats().rejected >= 1);
+  }
+  SECTION("garbage frames do not hurt the node") {
+    raw.send_header(raw.hello(protocol_version(), "right-cookie"));
+    for (int i = 0; i < 200; ++i) {
+      std::string junk(static_cast<size_t>(i % 50 + 1), static_cast<char>(i));
+      zmq::message_t m(junk.data(), junk.size());
+      raw.out.send(m, zmq::send_flags::none);
+    }
+    raw.send_header({{"k", 12}, {"s", "raw-peer"}, {"q", 2}, {"a", "ok"}});
+    auto notice = b.actor_events().pop(3000);
+    REQUIRE(notice);  // the node still works after the garbage
+    CHECK(notice->header.actor == "ok");
+    CHECK(b.stats().malformed >= 150);
+  }
+}

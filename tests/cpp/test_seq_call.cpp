@@ -1,0 +1,61 @@
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "call.hpp"
+#include "seq.hpp"
+
+using namespace xmesh;
+
+TEST_CASE("sequence tracker classifies arrivals", "[seq]") {
+  SeqTracker t;
+  CHECK(t.accept(7, 1) == SeqTracker::InOrder);
+  CHECK(t.accept(7, 2) == SeqTracker::InOrder);
+  CHECK(t.accept(7, 2) == SeqTracker::Duplicate);
+  CHECK(t.accept(7, 1) == SeqTracker::Duplicate);
+  CHECK(t.accept(7, 5) == SeqTracker::Gap);
+  CHECK(t.last() == 5);
+  // A restarted sender (new incarnation) starts again from 1 without being a duplicate.
+  CHECK(t.accept(8, 1) == SeqTracker::NewIncarnation);
+  CHECK(t.accept(8, 2) == SeqTracker::InOrder);
+}
+
+static CallResult ok_result(int64_t i) {
+  CallResult r;
+  r.index = i;
+  r.ok = true;
+  return r;
+}
+
+TEST_CASE("a call completes when every target answered, once each", "[call]") {
+  Call c(1, {"a", "b", "a"});
+  CHECK_FALSE(c.done());
+  CHECK(c.deliver(ok_result(1)));
+  CHECK_FALSE(c.deliver(ok_result(1)));  // late duplicate
+  CHECK_FALSE(c.deliver(ok_result(7)));  // no such target
+  CHECK(c.missing() == std::vector<int64_t>{0, 2});
+  CHECK_FALSE(c.wait_done(10));
+  auto first = c.take();
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].index == 1);
+  // Supervision fails both targets at address "a".
+  CHECK(c.fail_addr("a", {{"kind", "supervision"}}) == 2);
+  CHECK(c.done());
+  CHECK(c.wait_done(0));
+  auto rest = c.take();
+  REQUIRE(rest.size() == 2);
+  CHECK_FALSE(rest[0].ok);
+  CHECK(rest[0].body["kind"] == "supervision");
+}
+
+TEST_CASE("waiters wake on delivery from another thread", "[call]") {
+  Call c(2, {"a", "b"});
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c.deliver(ok_result(0));
+    c.deliver(ok_result(1));
+  });
+  CHECK(c.wait_any(5000));
+  CHECK(c.wait_done(5000));
+  t.join();
+  CHECK(c.received() == 2);
+}
