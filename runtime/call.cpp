@@ -20,6 +20,7 @@ bool Call::deliver(CallResult r) {
     if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
     have_[r.index] = true;
     ++received_;
+    if (!r.ok && r.body.is_object() && r.body.value("kind", std::string()) == "supervision") fatal_ = true;
     untaken_.push_back(std::move(r));
     if (efd_ >= 0) {
       uint64_t one = 1;
@@ -66,9 +67,14 @@ size_t Call::received() const {
   return received_;
 }
 
+bool Call::fatal() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return fatal_;
+}
+
 bool Call::wait_done(int timeout_ms) {
   std::unique_lock<std::mutex> g(mu_);
-  auto ready = [&] { return received_ == have_.size(); };
+  auto ready = [&] { return received_ == have_.size() || fatal_; };
   if (timeout_ms < 0) {
     cv_.wait(g, ready);
     return true;

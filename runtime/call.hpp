@@ -35,7 +35,10 @@ class Call {
 
   bool done() const;
   size_t received() const;
-  // Waits until every target answered, up to timeout_ms (-1: forever). True when done.
+  // True once a target failed through supervision (its proc died): waiting for the other
+  // targets would only delay the error, so waits end early.
+  bool fatal() const;
+  // Waits until every target answered or the call is fatal, up to timeout_ms (-1: forever).
   bool wait_done(int timeout_ms);
   // Waits until a result not yet taken exists or the call is done. True if one exists.
   bool wait_any(int timeout_ms);
@@ -52,6 +55,7 @@ class Call {
   std::condition_variable cv_;
   std::vector<bool> have_;
   size_t received_ = 0;
+  bool fatal_ = false;
   std::deque<CallResult> untaken_;
   int efd_ = -1;
 };

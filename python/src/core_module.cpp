@@ -306,6 +306,7 @@ PYBIND11_MODULE(_core, m) {
       .def("__len__", &Call::size)
       .def_property_readonly("done", &Call::done)
       .def_property_readonly("received", &Call::received)
+      .def_property_readonly("fatal", &Call::fatal)
       .def("target_addr", &Call::target_addr)
       .def("wait", [](Call& c, const py::object& timeout) {
         return wait_sliced([&](int ms) { return c.wait_done(ms); }, opt_timeout(timeout));

@@ -148,6 +148,8 @@ def _convert_values(shape):
         values = [None] * shape.size
         errors = []
         for index in range(shape.size):
+            if index not in results:  # still running when another rank's proc died
+                continue
             ok, body, frames = results[index]
             if ok:
                 try:

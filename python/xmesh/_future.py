@@ -101,7 +101,7 @@ class Future:
     result = get
 
     def done(self):
-        return self._done or self._call.done
+        return self._done or self._call.done or self._call.fatal
 
     def cancel(self):
         """Cancels the ranks still running: async endpoints see CancelledError, sync ones an
@@ -129,12 +129,12 @@ class Future:
             fd = self._call.fileno()
 
             def on_ready():
-                if self._call.done and not waiter.done():
+                if (self._call.done or self._call.fatal) and not waiter.done():
                     waiter.set_result(None)
 
             loop.add_reader(fd, on_ready)
             try:
-                if self._call.done:
+                if self._call.done or self._call.fatal:
                     waiter.set_result(None)
                 yield from waiter.__await__()
             finally:

@@ -1,0 +1,104 @@
+"""Actor classes used by the tests (an importable module without side effects, so procs can
+unpickle them by reference)."""
+import asyncio
+import os
+import time
+
+from xmesh import Actor, current_rank, current_size, endpoint
+
+
+class Counter(Actor):
+    def __init__(self, start=0):
+        self.value = start
+        self.rank = current_rank().rank
+
+    @endpoint
+    def incr(self, by=1):
+        self.value += by
+        return self.value
+
+    @endpoint
+    def get(self):
+        return self.value
+
+    @endpoint
+    async def aget(self):
+        await asyncio.sleep(0)
+        return self.value
+
+    @endpoint
+    def whoami(self):
+        p = current_rank()
+        return {"rank": p.rank, "coords": dict(p), "size": current_size(), "pid": os.getpid(),
+                "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "hostd_dir": os.environ.get("XMESH_RUNTIME_DIR")}
+
+    @endpoint
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return self.rank
+
+    @endpoint
+    async def asleep(self, seconds):
+        await asyncio.sleep(seconds)
+        return self.rank
+
+    @endpoint
+    def fail(self, text):
+        raise ValueError(f"{text} on rank {self.rank}")
+
+    @endpoint
+    def die(self, code):
+        os._exit(code)
+
+    @endpoint
+    def echo(self, x):
+        return x
+
+    @endpoint
+    def unpicklable_result(self):
+        return (x for x in [])  # a generator cannot be pickled
+
+    @endpoint
+    def raise_picky(self):
+        raise Picky(1, 2)
+
+    def not_an_endpoint(self):
+        return 1
+
+
+class Picky(Exception):
+    """Pickles, but cannot be rebuilt (its __init__ wants two arguments)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}-{b}")
+
+
+class BadInit(Actor):
+    def __init__(self):
+        raise RuntimeError("init exploded")
+
+    @endpoint
+    def ping(self):
+        return "pong"
+
+
+class Ponger(Actor):
+    @endpoint
+    def ping(self, n):
+        return f"pong {n} from {current_rank().rank}"
+
+
+class Pinger(Actor):
+    """Holds a handle to another mesh and calls it from here (actor to actor)."""
+
+    def __init__(self, pongers):
+        self.pongers = pongers
+
+    @endpoint
+    def ping_all(self, n):
+        return [v for _, v in self.pongers.ping.call(n).get().items()]
+
+    @endpoint
+    async def ping_one_async(self, n):
+        r = current_rank().rank
+        return await self.pongers.slice(gpus=r).ping.call_one(n)

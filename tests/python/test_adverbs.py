@@ -1,0 +1,135 @@
+"""call, call_one, choose, stream, broadcast, futures: against one mesh of 4 real procs."""
+import asyncio
+import time
+
+import pytest
+from actors_for_tests import Counter
+
+import xmesh
+from xmesh import this_host
+
+
+@pytest.fixture(scope="module")
+def procs():
+    pm = this_host().spawn_procs({"gpus": 4})
+    yield pm
+    pm.stop()
+
+
+@pytest.fixture(scope="module")
+def counters(procs):
+    return procs.spawn("counters", Counter, 10)
+
+
+def test_spawn_then_await_initialized(procs):
+    mesh = procs.spawn("c2", Counter)
+    assert mesh.initialized.get(timeout=30) is mesh
+    assert asyncio.run(_await(mesh)) is mesh
+
+
+async def _await(x):
+    return await x
+
+
+def test_call_returns_value_mesh_in_rank_order(counters):
+    vm = counters.get.call().get(timeout=30)
+    assert isinstance(vm, xmesh.ValueMesh)
+    assert list(vm.values()) == [10, 10, 10, 10]
+    assert [p.rank for p, _ in vm.items()] == [0, 1, 2, 3]
+    assert [p["gpus"] for p, _ in vm] == [0, 1, 2, 3]
+    assert vm.item(gpus=2) == 10
+    assert len(vm) == 4
+
+
+def test_state_persists_between_calls(counters):
+    counters.slice(gpus=1).incr.call_one(5).get(timeout=30)
+    vm = counters.get.call().get(timeout=30)
+    assert vm.item(gpus=1) == 15 and vm.item(gpus=0) == 10
+    counters.slice(gpus=1).incr.call_one(-5).get(timeout=30)
+
+
+def test_call_one_needs_exactly_one_actor(counters):
+    with pytest.raises(ValueError, match="exactly one actor"):
+        counters.get.call_one()
+    assert counters.slice(gpus=3).whoami.call_one().get(timeout=30)["rank"] == 3
+
+
+def test_choose_picks_one_actor_and_rotates(counters):
+    ranks = {counters.whoami.choose().get(timeout=30)["rank"] for _ in range(8)}
+    assert len(ranks) >= 2 and ranks <= {0, 1, 2, 3}
+
+
+def test_stream_yields_as_results_arrive(counters):
+    start = time.monotonic()
+    order = []
+    for rank in counters.sleep.stream(0.0):
+        order.append(rank)
+    assert sorted(order) == [0, 1, 2, 3]
+    # rank 0 answers at once, the others after 1.5 s: the first value comes before the rest.
+    gen = iter(counters.slice(gpus=slice(1, 4)).sleep.stream(1.5))
+    fast = counters.slice(gpus=0).sleep.call_one(0).get(timeout=30)
+    assert fast == 0
+    assert sorted(gen) == [1, 2, 3]
+    assert time.monotonic() - start >= 1.5
+
+
+def test_async_stream(counters):
+    async def main():
+        got = []
+        async for v in counters.aget.stream():
+            got.append(v)
+        return got
+
+    assert asyncio.run(main()) == [10, 10, 10, 10]
+
+
+def test_async_endpoints_and_await(counters):
+    async def main():
+        vm = await counters.aget.call()
+        one = await counters.slice(gpus=0).asleep.call_one(0.01)
+        return list(vm.values()), one
+
+    assert asyncio.run(main()) == ([10, 10, 10, 10], 0)
+
+
+def test_broadcast_does_not_wait_and_keeps_order(counters):
+    counters.incr.broadcast(1)
+    counters.incr.broadcast(1)
+    # Messages from one sender arrive in order: the get sees both increments.
+    assert list(counters.get.call().get(timeout=30).values()) == [12, 12, 12, 12]
+    counters.incr.broadcast(-2)
+    assert list(counters.get.call().get(timeout=30).values()) == [10, 10, 10, 10]
+
+
+def test_future_timeout_does_not_consume_and_result_is_cached(counters):
+    fut = counters.slice(gpus=0).sleep.call_one(1.0)
+    with pytest.raises(TimeoutError, match="ranks still running"):
+        fut.get(timeout=0.05)
+    assert fut.get(timeout=30) == 0
+    assert fut.get() == 0  # cached
+    assert fut.done()
+
+
+def test_cancel_sync_and_async(counters):
+    t0 = time.monotonic()
+    fut = counters.slice(gpus=2).asleep.call_one(30)
+    time.sleep(0.2)
+    assert fut.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        fut.get()
+    fut2 = counters.slice(gpus=3).sleep.call_one(3)
+    time.sleep(0.2)
+    fut2.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        fut2.get()
+    # The actors live on and answer promptly afterwards.
+    assert counters.slice(gpus=2).get.call_one().get(timeout=30) == 10
+    assert counters.slice(gpus=3).get.call_one().get(timeout=30) == 10
+    assert time.monotonic() - t0 < 25
+
+
+def test_actor_mesh_and_endpoint_reprs(counters):
+    assert "counters" in repr(counters) and "{'gpus': 4}" in repr(counters)
+    assert "Counter.get" in repr(counters.get)
+    with pytest.raises(TypeError, match="adverb"):
+        counters.get()

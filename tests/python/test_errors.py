@@ -1,0 +1,94 @@
+"""Errors a caller sees: endpoint exceptions, bad __init__, bad arguments, bad use."""
+import pytest
+from actors_for_tests import BadInit, Counter
+
+from xmesh import ActorError, this_host
+
+
+@pytest.fixture(scope="module")
+def procs():
+    pm = this_host().spawn_procs({"gpus": 2})
+    yield pm
+    pm.stop()
+
+
+@pytest.fixture(scope="module")
+def counters(procs):
+    return procs.spawn("err_counters", Counter)
+
+
+def test_endpoint_exception_is_actor_error_with_remote_traceback(counters):
+    with pytest.raises(ActorError) as info:
+        counters.slice(gpus=1).fail.call_one("boom").get(timeout=30)
+    e = info.value
+    assert e.rank == 0 and e.coords == {} and e.method == "fail"
+    assert isinstance(e.exception, ValueError) and str(e.exception) == "boom on rank 1"
+    text = str(e)
+    assert "Traceback (most recent call last)" in text and "actors_for_tests.py" in text
+    assert "ValueError: boom on rank 1" in text
+    # The actor lives on.
+    assert counters.slice(gpus=1).incr.call_one().get(timeout=30) == 1
+
+
+def test_call_reports_failing_rank_and_count(counters):
+    with pytest.raises(ActorError) as info:
+        counters.fail.call("x").get(timeout=30)
+    assert "2 of 2 ranks failed" in str(info.value)
+    assert info.value.coords in ({"gpus": 0}, {"gpus": 1})
+
+
+def test_init_failure_surfaces_at_await_and_first_call(procs):
+    bad = procs.spawn("bad", BadInit)
+    with pytest.raises(ActorError, match="init exploded"):
+        bad.initialized.get(timeout=30)
+    with pytest.raises(ActorError, match="__init__ failed"):
+        bad.ping.call().get(timeout=30)
+
+
+def test_unpicklable_argument_fails_at_the_caller(counters):
+    with pytest.raises(TypeError, match="arguments of echo\\(\\) cannot be sent"):
+        counters.echo.call(lambda: (yield))  # a lambda pickles; a generator does not
+        counters.echo.call((x for x in []))
+    with pytest.raises(TypeError, match="cannot be sent"):
+        counters.echo.call((x for x in []))
+
+
+def test_unpicklable_result_is_a_clear_error(counters):
+    with pytest.raises(ActorError, match="cannot be sent back"):
+        counters.slice(gpus=0).unpicklable_result.call_one().get(timeout=30)
+
+
+def test_unknown_and_plain_methods(counters):
+    with pytest.raises(AttributeError, match="not an endpoint"):
+        counters.not_an_endpoint
+    with pytest.raises(AttributeError, match="has no endpoint 'nope'"):
+        counters.nope
+
+
+def test_exception_that_cannot_be_unpickled_arrives_as_text(counters):
+    with pytest.raises(ActorError) as info:
+        counters.slice(gpus=0).raise_picky.call_one().get(timeout=30)
+    assert info.value.exception is None
+    assert "Picky: 1-2" in str(info.value)
+
+
+def test_stopped_mesh_cannot_be_called():
+    pm = this_host().spawn_procs({"gpus": 1})
+    c = pm.spawn("tmp", Counter)
+    assert c.get.call_one().get(timeout=30) == 0
+    pm.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        c.get.call_one()
+    with pytest.raises(RuntimeError, match="stopped"):
+        pm.spawn("again", Counter)
+
+
+def test_spawn_argument_errors(procs):
+    with pytest.raises(TypeError):
+        procs.spawn(Counter)
+    with pytest.raises(TypeError):
+        procs.spawn("x", 3)
+    with pytest.raises(ValueError):
+        this_host().spawn_procs({"gpus": 0})
+    with pytest.raises(ValueError):
+        this_host().spawn_procs({"bad name": 1})

@@ -1,0 +1,40 @@
+"""The two programs from the issue, unchanged, with monarch and with xmesh imports."""
+import os
+
+import pytest
+from conftest import EXAMPLES, run_program
+
+
+@pytest.mark.parametrize("package", ["monarch.actor", "xmesh"])
+def test_hello_bye(package, tmp_path):
+    src = open(os.path.join(EXAMPLES, "seed_hello_bye.py")).read()
+    if package == "xmesh":
+        src = src.replace("from monarch.actor import", "from xmesh import")
+    p = tmp_path / "prog.py"
+    p.write_text(src)
+    r = run_program(path=str(p))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.count("'hello world'") == 4
+    assert "ValueMesh({'gpus': 4})" in out
+    assert "(gpus=3): 'hello world'" in out
+    assert out.rstrip().endswith("got an exception saying bye")
+
+
+@pytest.mark.parametrize("package", ["monarch.actor", "xmesh"])
+def test_asyncio_toy(package, tmp_path):
+    src = open(os.path.join(EXAMPLES, "seed_asyncio.py")).read()
+    if package == "xmesh":
+        src = src.replace("from monarch.actor import", "from xmesh import")
+    p = tmp_path / "prog.py"
+    p.write_text(src)
+    r = run_program(path=str(p))
+    assert r.returncode == 0, r.stderr
+    for rank in range(4):
+        assert f"[{rank}] Identity: {rank}, msg='hey there, from script!!'" in r.stdout
+
+
+def test_unsupported_monarch_name_is_named():
+    r = run_program("import monarch.actor as m\ntry:\n    m.Channel\nexcept NotImplementedError as e:\n    print(e)\n")
+    assert r.returncode == 0, r.stderr
+    assert "monarch.actor.Channel is not supported by xmesh" in r.stdout
