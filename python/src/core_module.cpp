@@ -219,7 +219,7 @@ void translate_shape_error(const ShapeError& e) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "xmesh runtime core (libxmesh)";
-  static py::exception<SendError> send_error(m, "SendError", PyExc_RuntimeError);
+  py::register_exception<SendError>(m, "SendError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -76,3 +76,7 @@ def main(argv=None):
     except (RuntimeError, PermissionError, OSError) as e:
         print(f"xmesh: {e}", file=sys.stderr)
         return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

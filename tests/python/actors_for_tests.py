@@ -38,6 +38,14 @@ class Counter(Actor):
         return self.rank
 
     @endpoint
+    def spin(self, seconds):
+        """Busy in Python (not in one C call), so a cancellation lands at once."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.01)
+        return self.rank
+
+    @endpoint
     async def asleep(self, seconds):
         await asyncio.sleep(seconds)
         return self.rank

@@ -117,7 +117,7 @@ def test_cancel_sync_and_async(counters):
     assert fut.cancel()
     with pytest.raises(asyncio.CancelledError):
         fut.get()
-    fut2 = counters.slice(gpus=3).sleep.call_one(3)
+    fut2 = counters.slice(gpus=3).spin.call_one(30)
     time.sleep(0.2)
     fut2.cancel()
     with pytest.raises(asyncio.CancelledError):

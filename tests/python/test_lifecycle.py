@@ -1,0 +1,86 @@
+"""When a controller ends, its procs end: at once on a normal exit, after XMESH_ORPHAN_GRACE
+when it vanishes. The host agent is a detached daemon that exits when idle."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from conftest import PYTHON, pid_alive, run_program, wait_until
+
+SPAWNER = """
+import json, sys
+from xmesh import this_host
+pm = this_host().spawn_procs({"gpus": 2})
+pm.initialized.get(timeout=30)
+print(json.dumps(pm.pids), flush=True)
+if sys.argv[1:] == ["hang"]:
+    import time
+    time.sleep(600)
+"""
+
+
+def test_normal_exit_stops_procs_at_once():
+    r = run_program(SPAWNER)
+    assert r.returncode == 0, r.stderr
+    pids = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(pids) == 2
+    # The controller's exit handler waited for the exits: gone already.
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_vanished_controller_procs_end_after_orphan_grace(tmp_path):
+    prog = tmp_path / "spawner.py"
+    prog.write_text(SPAWNER)
+    p = subprocess.Popen([PYTHON, str(prog), "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, XMESH_ORPHAN_GRACE="2"))
+    pids = json.loads(p.stdout.readline())
+    p.send_signal(signal.SIGKILL)  # as the OOM killer would: no cleanup runs
+    p.wait()
+    assert all(pid_alive(x) for x in pids)  # the grace protects a restarting controller
+    assert wait_until(lambda: not any(pid_alive(x) for x in pids), timeout=30)
+
+
+def test_host_agent_is_detached_and_exits_when_idle(fresh_rundir):
+    env = {"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_HOSTD_IDLE": "1", "XMESH_ORPHAN_GRACE": "1"}
+    r = run_program(SPAWNER, env=env)
+    assert r.returncode == 0, r.stderr
+    pid = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    stat = open(f"/proc/{pid}/stat").read().split()
+    # Its own session and process group (setsid, double fork): a Ctrl-C or a restart of the
+    # controller's process group never reaches it.
+    assert int(stat[5]) != os.getsid(0) and int(stat[4]) != os.getpgid(0)
+    assert oct(os.stat(os.path.join(fresh_rundir, "hostd.sock")).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(os.path.join(fresh_rundir, "cookie")).st_mode & 0o777) == "0o600"
+    assert wait_until(lambda: not pid_alive(pid), timeout=20)
+
+
+def test_runtime_dir_of_another_user_is_refused(tmp_path):
+    d = tmp_path / "theirs"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)  # nobody
+    r = run_program("from xmesh import this_host\nthis_host().spawn_procs({'gpus': 1})\n",
+                    env={"XMESH_RUNTIME_DIR": str(d)})
+    assert r.returncode != 0
+    assert "belongs to another user" in r.stderr
+    assert "Traceback" in r.stderr and "Segmentation" not in r.stderr
+
+
+def test_garbage_bytes_to_the_agent_socket(rundir):
+    import socket
+
+    from xmesh import this_host
+
+    this_host().spawn_procs({"gpus": 1}).initialized.get(timeout=30)
+    pid = int(open(os.path.join(rundir, "hostd.pid")).read())
+    for payload in (b"GET / HTTP/1.0\r\n\r\n", os.urandom(4096), b"\xff" * 10 + b"\x00" * 100):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(os.path.join(rundir, "hostd.sock"))
+        s.sendall(payload)
+        s.close()
+    time.sleep(0.2)
+    assert pid_alive(pid)
+    # Still serving.
+    pm = this_host().spawn_procs({"gpus": 1})
+    pm.initialized.get(timeout=30)
+    pm.stop()
