@@ -327,6 +327,8 @@ void Node::remove_actor(const std::string& name) {
     if (it == actors_.end()) return;
     box = it->second;
     actors_.erase(it);
+    if (removed_actors_.size() > 10000) removed_actors_.clear();
+    removed_actors_.insert(name);
   }
   box->close();
 }
@@ -451,7 +453,31 @@ void Node::io_loop() {
       }
     }
     tick_heartbeats();
+    expire_waiting_for_actor();
   }
+}
+
+void Node::expire_waiting_for_actor() {
+  std::vector<Message> expired;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (waiting_for_actor_.empty()) return;
+    int64_t now = now_ms();
+    for (auto it = waiting_for_actor_.begin(); it != waiting_for_actor_.end();) {
+      if (it->second.deadline_ms <= now) {
+        for (auto& m : it->second.msgs) expired.push_back(std::move(m));
+        it = waiting_for_actor_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& m : expired)
+    if (m.header.kind == Kind::Call && m.header.corr)
+      reply(m, false,
+            {{"kind", "no_actor"},
+             {"text", "no actor named '" + m.header.actor + "' on this proc (it was never spawned here)"}},
+            {});
 }
 
 void Node::handle_frames(std::vector<zmq::message_t>& parts) {
@@ -586,6 +612,15 @@ void Node::dispatch(InPeer& in, Message m) {
     case Kind::StopActor: {
       auto box = actor_inbox(m.header.actor);
       if (box && box->push(std::move(m))) return;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!box && !removed_actors_.count(m.header.actor)) {
+          auto& w = waiting_for_actor_[m.header.actor];
+          if (w.msgs.empty()) w.deadline_ms = now_ms() + env_int("XMESH_ACTOR_WAIT_MS", 10000);
+          w.msgs.push_back(std::move(m));
+          return;
+        }
+      }
       if (m.header.kind == Kind::Call && m.header.corr)
         reply(m, false,
               {{"kind", "no_actor"},
@@ -616,7 +651,16 @@ void Node::dispatch(InPeer& in, Message m) {
       Message notice;
       notice.header = m.header;
       notice.sender_addr = m.sender_addr;
+      std::string name = m.header.actor;
       box->push(std::move(m));
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        auto w = waiting_for_actor_.find(name);
+        if (w != waiting_for_actor_.end()) {
+          for (auto& held : w->second.msgs) box->push(std::move(held));
+          waiting_for_actor_.erase(w);
+        }
+      }
       actor_events_.push(std::move(notice));
       return;
     }

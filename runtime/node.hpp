@@ -134,6 +134,7 @@ class Node {
   void handle_hello(InPeer& in, const std::string& identity, const Message& m);
   void dispatch(InPeer& in, Message m);
   void tick_heartbeats();
+  void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
 
   std::string role_, addr_, id_;
@@ -155,6 +156,14 @@ class Node {
   std::unordered_map<std::string, std::set<uint64_t>> calls_by_addr_;
   std::unordered_map<std::string, json> dead_;
   std::unordered_map<std::string, std::shared_ptr<Inbox>> actors_;
+  // Messages for an actor whose spawn has not arrived yet: another sender's SpawnActor may be
+  // in flight (there is no order across senders). Held until the spawn or a deadline.
+  struct Waiting {
+    int64_t deadline_ms = 0;
+    std::vector<Message> msgs;
+  };
+  std::unordered_map<std::string, Waiting> waiting_for_actor_;
+  std::set<std::string> removed_actors_;
   std::set<std::string> subscribers_;
   std::map<std::string, WatchedHost> hosts_;
   std::atomic<uint64_t> next_corr_{1};

@@ -117,6 +117,7 @@ TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]")
 }
 
 TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
+  setenv("XMESH_ACTOR_WAIT_MS", "200", 1);
   Node a("controller", tmp_addr("a2"), "k");
   Node b("proc", tmp_addr("b2"), "k");
   a.set_default_cookie("k");
@@ -130,6 +131,37 @@ TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
   auto& r = taken.at(0);
   CHECK_FALSE(r.ok);
   CHECK(r.body["text"].get<std::string>().find("no actor named 'ghost'") != std::string::npos);
+  unsetenv("XMESH_ACTOR_WAIT_MS");
+}
+
+TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
+  Node ctl("controller", tmp_addr("a6"), "k");
+  Node other("proc", tmp_addr("o6"), "k");
+  Node b("proc", tmp_addr("b6"), "k");
+  for (Node* n : {&ctl, &other, &b}) {
+    n->set_default_cookie("k");
+    n->start();
+  }
+  Header h;
+  h.kind = Kind::Call;
+  h.method = "early";
+  auto c = other.call({{b.addr(), "late"}}, h, {}, true);  // arrives before the spawn
+  usleep(100000);
+  Header spawn;
+  spawn.kind = Kind::SpawnActor;
+  ctl.call({{b.addr(), "late"}}, spawn, {}, false);
+  auto box_notice = b.actor_events().pop(2000);
+  REQUIRE(box_notice);
+  auto box = b.actor_inbox("late");
+  REQUIRE(box);
+  auto first = box->pop(1000);
+  REQUIRE(first);
+  CHECK(first->header.kind == Kind::SpawnActor);  // __init__ before the first message
+  auto second = box->pop(1000);
+  REQUIRE(second);
+  CHECK(second->header.method == "early");
+  b.reply(*second, true, {}, {});
+  CHECK(c->wait_done(2000));
 }
 
 TEST_CASE("supervision fails pending and later calls at once", "[node]") {
