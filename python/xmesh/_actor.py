@@ -115,11 +115,13 @@ class ActorMesh(MeshTrait):
         ref = self._ref
         base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}
         targets, described = [], []
-        for local, g in enumerate(self._shape.ranks()):
-            proc_rank = ref.proc_ranks[base_pos[g]]
+        for g in self._shape.ranks():
+            # Errors name the actor by its rank and coordinates in the whole actor mesh.
+            base = base_pos[g]
+            proc_rank = ref.proc_ranks[base]
             targets.append((ref.addrs[proc_rank], ref.actor_id))
-            p = Point(local, self._shape)
-            described.append({"rank": local, "coords": dict(p), "actor": f"{ref.class_name} {ref.name!r}",
+            p = Point(base, ref.base_shape)
+            described.append({"rank": base, "coords": dict(p), "actor": f"{ref.class_name} {ref.name!r}",
                               "actor_id": ref.actor_id})
         return targets, described
 

@@ -11,6 +11,7 @@ import traceback
 from . import _core, _pickling
 from ._context import ActorContext, set_actor_context
 from ._runtime import Kind
+from ._shape import Point
 
 _HOST = _core.hostname()
 
@@ -38,6 +39,10 @@ def _error_body(exc, ctx, method):
     if ctx is not None:
         body["rank"] = ctx.rank
         body["actor"] = ctx.name
+        try:
+            body["coords"] = dict(Point(ctx.rank, ctx.shape))
+        except Exception:
+            pass
     try:
         frames = _pickling.dumps(exc)
         _pickling.loads(frames)  # an exception that pickles but cannot be rebuilt: send text only

@@ -21,7 +21,7 @@ def test_endpoint_exception_is_actor_error_with_remote_traceback(counters):
     with pytest.raises(ActorError) as info:
         counters.slice(gpus=1).fail.call_one("boom").get(timeout=30)
     e = info.value
-    assert e.rank == 0 and e.coords == {} and e.method == "fail"
+    assert e.rank == 1 and e.coords == {"gpus": 1} and e.method == "fail"
     assert isinstance(e.exception, ValueError) and str(e.exception) == "boom on rank 1"
     text = str(e)
     assert "Traceback (most recent call last)" in text and "actors_for_tests.py" in text
