@@ -7,20 +7,31 @@
 
 namespace xmesh {
 
-Inbox::Inbox() { efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+Inbox::Inbox() = default;
+
+int Inbox::fd() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (efd_ < 0) {
+    efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!q_.empty() || closed_) signal_fd_locked();
+  }
+  return efd_;
+}
 
 Inbox::~Inbox() {
   if (efd_ >= 0) ::close(efd_);
 }
 
-static void signal_fd(int fd) {
+void Inbox::signal_fd_locked() {
+  if (efd_ < 0 || signalled_) return;
   uint64_t one = 1;
-  ssize_t n = ::write(fd, &one, sizeof(one));
+  ssize_t n = ::write(efd_, &one, sizeof(one));
   (void)n;
+  signalled_ = true;
 }
 
 void Inbox::clear_fd_locked() {
-  if (!signalled_) return;
+  if (efd_ < 0 || !signalled_) return;
   uint64_t v;
   ssize_t n = ::read(efd_, &v, sizeof(v));
   (void)n;
@@ -32,10 +43,7 @@ bool Inbox::push(Message m) {
     std::lock_guard<std::mutex> g(mu_);
     if (closed_) return false;
     q_.push_back(std::move(m));
-    if (!signalled_) {
-      signal_fd(efd_);
-      signalled_ = true;
-    }
+    signal_fd_locked();
   }
   cv_.notify_one();
   return true;
@@ -60,10 +68,7 @@ void Inbox::close() {
   {
     std::lock_guard<std::mutex> g(mu_);
     closed_ = true;
-    if (!signalled_) {
-      signal_fd(efd_);
-      signalled_ = true;
-    }
+    signal_fd_locked();
   }
   cv_.notify_all();
 }

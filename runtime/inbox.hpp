@@ -26,10 +26,12 @@ class Inbox {
   void close();
   bool closed() const;
   size_t size() const;
-  int fd() const { return efd_; }
+  // Created on first use: inboxes consumed only through pop() never pay for the syscalls.
+  int fd();
 
  private:
   void clear_fd_locked();
+  void signal_fd_locked();
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Message> q_;

@@ -32,6 +32,9 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie)
   if (incarnation_ == 0) incarnation_ = 1;
   id_ = role_ + "-" + short_host() + "-" + std::to_string(getpid()) + "-" + inc_hex.substr(0, 8);
   max_message_bytes_ = static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30));
+  heartbeat_ms_ = env_int("XMESH_HEARTBEAT_MS", 1000);
+  hostd_timeout_ms_ = env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
+  actor_wait_ms_ = env_int("XMESH_ACTOR_WAIT_MS", 10000);
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
 
   if (bind_addr.rfind("ipc://", 0) == 0) {
@@ -426,8 +429,8 @@ void Node::send_refusal(const std::string& to_addr, const std::string& reason) {
 }
 
 void Node::io_loop() {
-  int64_t hb_ms = env_int("XMESH_HEARTBEAT_MS", 1000);
-  int64_t poll_ms = std::max<int64_t>(10, std::min<int64_t>(100, hb_ms / 2));
+  int64_t poll_ms = std::max<int64_t>(10, std::min<int64_t>(100, heartbeat_ms_ / 2));
+  int64_t next_tick = 0;
   while (!stopping_) {
     zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0}};
     try {
@@ -452,8 +455,13 @@ void Node::io_loop() {
         handle_frames(parts);
       }
     }
-    tick_heartbeats();
-    expire_waiting_for_actor();
+    // Timers at most every poll_ms, not after every message.
+    int64_t now = now_ms();
+    if (now >= next_tick) {
+      next_tick = now + poll_ms;
+      tick_heartbeats();
+      expire_waiting_for_actor();
+    }
   }
 }
 
@@ -616,7 +624,7 @@ void Node::dispatch(InPeer& in, Message m) {
         std::lock_guard<std::mutex> g(mu_);
         if (!box && !removed_actors_.count(m.header.actor)) {
           auto& w = waiting_for_actor_[m.header.actor];
-          if (w.msgs.empty()) w.deadline_ms = now_ms() + env_int("XMESH_ACTOR_WAIT_MS", 10000);
+          if (w.msgs.empty()) w.deadline_ms = now_ms() + actor_wait_ms_;
           w.msgs.push_back(std::move(m));
           return;
         }
@@ -709,8 +717,8 @@ void Node::dispatch(InPeer& in, Message m) {
 }
 
 void Node::tick_heartbeats() {
-  int64_t hb_ms = env_int("XMESH_HEARTBEAT_MS", 1000);
-  int64_t timeout_ms = env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
+  int64_t hb_ms = heartbeat_ms_;
+  int64_t timeout_ms = hostd_timeout_ms_;
   int64_t now = now_ms();
   std::vector<std::string> due;
   std::vector<std::pair<std::string, std::set<std::string>>> lost;

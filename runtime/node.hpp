@@ -140,6 +140,7 @@ class Node {
   std::string role_, addr_, id_;
   uint64_t incarnation_;
   size_t max_message_bytes_;
+  int64_t heartbeat_ms_, hostd_timeout_ms_, actor_wait_ms_;  // from the environment, read once
   zmq::context_t ctx_;
   std::unique_ptr<zmq::socket_t> router_;
   std::thread io_;

@@ -111,7 +111,14 @@ class ActorMesh(MeshTrait):
             raise RuntimeError(f"actor mesh {self._ref.name!r} cannot be called: its proc mesh was stopped")
 
     def _targets(self):
-        """(addr, actor_id) per element of this (possibly sliced) mesh, with descriptions."""
+        """(addr, actor_id) per element of this (possibly sliced) mesh, with descriptions.
+        Computed once per mesh handle: handles are immutable."""
+        cached = self.__dict__.get("_targets_cache")
+        if cached is None:
+            cached = self._targets_cache = self._compute_targets()
+        return cached
+
+    def _compute_targets(self):
         ref = self._ref
         base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}
         targets, described = [], []
@@ -185,6 +192,11 @@ def _pack_args(method, args, kwargs):
         raise TypeError(f"the arguments of {method}() cannot be sent: {type(e).__name__}: {e}") from e
 
 
+_CALL = int(Kind.Call)
+_NO_ARGS = _pickling.dumps(((), {}))
+_ADVERB_BODY = {a: {"adverb": a} for a in ("call", "call_one", "choose", "stream", "broadcast")}
+
+
 class Endpoint:
     """One endpoint of an actor mesh, with Monarch's adverbs."""
 
@@ -194,9 +206,8 @@ class Endpoint:
 
     def _send(self, targets, described, args, kwargs, adverb, expect_reply=True):
         self._mesh._check_usable()
-        frames = _pack_args(self._name, args, kwargs)
-        rt = get_runtime()
-        call = rt.node.call(targets, int(Kind.Call), self._name, {"adverb": adverb}, frames, expect_reply)
+        frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
+        call = get_runtime().node.call(targets, _CALL, self._name, _ADVERB_BODY[adverb], frames, expect_reply)
         return call, described
 
     def call(self, *args, **kwargs):

@@ -10,10 +10,12 @@ import traceback
 
 from . import _core, _pickling
 from ._context import ActorContext, set_actor_context
+from ._actor import EndpointProperty
 from ._runtime import Kind
 from ._shape import Point
 
 _HOST = _core.hostname()
+_CALL = Kind.Call
 
 
 class _Loop:
@@ -64,6 +66,7 @@ class ActorThread(threading.Thread):
         self.current = None  # (corr, index) of the message being handled
         self.current_task = None
         self.cancelled = set()
+        self.endpoints = {}  # method name -> EndpointProperty, looked up once
 
     def run(self):
         while True:
@@ -73,10 +76,10 @@ class ActorThread(threading.Thread):
                     break
                 continue
             kind = msg.kind
-            if kind == Kind.SpawnActor:
-                self._spawn(msg)
-            elif kind == Kind.Call:
+            if kind == _CALL:
                 self._call(msg)
+            elif kind == Kind.SpawnActor:
+                self._spawn(msg)
             elif kind == Kind.StopActor:
                 break
         self.node.remove_actor(self.actor_id)
@@ -113,11 +116,12 @@ class ActorThread(threading.Thread):
             if self.init_error is not None:
                 raise RuntimeError(f"the actor's __init__ failed, so it cannot run {method}(): "
                                    f"{type(self.init_error).__name__}: {self.init_error}") from self.init_error
-            ep = getattr(type(self.instance), method, None)
-            from ._actor import EndpointProperty
-
-            if not isinstance(ep, EndpointProperty):
-                raise AttributeError(f"{type(self.instance).__name__} has no endpoint {method!r}")
+            ep = self.endpoints.get(method)
+            if ep is None:
+                ep = getattr(type(self.instance), method, None)
+                if not isinstance(ep, EndpointProperty):
+                    raise AttributeError(f"{type(self.instance).__name__} has no endpoint {method!r}")
+                self.endpoints[method] = ep
             args, kwargs = _pickling.loads(msg.frames)
             self.current = key
             if ep.is_async:

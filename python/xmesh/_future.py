@@ -105,8 +105,10 @@ class Future:
 
     def cancel(self):
         """Cancels the ranks still running: async endpoints see CancelledError, sync ones an
-        asynchronous exception. The future then raises CancelledError."""
-        if self._done:
+        asynchronous exception (raised when they next run Python code). A future not yet
+        finished then raises CancelledError; one that already failed because a proc died keeps
+        that error, and its other ranks stop. Returns False if nothing was running."""
+        if not self._call.missing():
             return False
         from ._runtime import Kind
 
@@ -118,8 +120,9 @@ class Future:
                              actor=self.target(i).get("actor_id", ""))
             except Exception:
                 pass
-        self._call.fail_all({"kind": "cancelled"})
-        self._finish()
+        if not self._done:
+            self._call.fail_all({"kind": "cancelled"})
+            self._finish()
         return True
 
     def __await__(self):

@@ -24,8 +24,28 @@ class _Pickler(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
+_PLAIN_TYPES = (type(None), bool, int, float, str, bytes)
+
+
+def _plain(obj, depth=0):
+    """Small values of builtin types only: nothing cloudpickle would treat differently and no
+    buffers worth sending out of band, so the C pickler alone is exact (and much faster)."""
+    t = type(obj)
+    if t in _PLAIN_TYPES:
+        return t is not bytes or len(obj) < 65536
+    if depth > 3:
+        return False
+    if t is tuple or t is list:
+        return len(obj) <= 32 and all(_plain(x, depth + 1) for x in obj)
+    if t is dict:
+        return len(obj) <= 32 and all(type(k) is str and _plain(v, depth + 1) for k, v in obj.items())
+    return False
+
+
 def dumps(obj):
     """Returns the frames of obj: [pickle bytes, buffer, buffer, ...]."""
+    if _plain(obj):
+        return [pickle.dumps(obj, protocol=5)]
     buffers = []
     f = io.BytesIO()
     _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(obj)

@@ -1,0 +1,286 @@
+#!/usr/bin/python3
+"""xmesh beside its peers, measured in one run on this machine: round-trip latency of a no-op
+endpoint, fan-out of call() to N actors, time to spawn 8 ready procs, and time from kill -9 of
+a busy proc to the caller's error. Prints one table (medians, p99, ratios).
+
+    /usr/bin/python3 bench/actor_rtt.py [--quick]
+
+Uses the installed xmesh (or PYTHONPATH=build/python). Peers: a raw C++ ZeroMQ ping-pong (the
+floor), multiprocessing Pipes, ipyparallel (python3-ipyparallel), dask.distributed.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # bench_actors is importable by the procs too
+
+import bench_actors  # noqa: E402
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def summary(samples_us):
+    return statistics.median(samples_us), pct(samples_us, 99)
+
+
+# ---- the floor ------------------------------------------------------------------------------
+def zmq_floor(n):
+    exe = os.environ.get("XMESH_BENCH_ZMQ") or shutil.which("xmesh_bench_zmq_pingpong") or os.path.join(
+        HERE, "..", "build", "bench", "xmesh_bench_zmq_pingpong")
+    addr = f"ipc://{tempfile.mkdtemp(prefix='xb-')}/pp"
+    server = subprocess.Popen([exe, "serve", addr])
+    try:
+        out = subprocess.run([exe, "ping", addr, str(n)], capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.wait(timeout=10)
+    return [float(x) for x in out.split()]
+
+
+# ---- multiprocessing ----------------------------------------------------------------------------
+def _echo(conn):
+    while True:
+        m = conn.recv()
+        if m is None:
+            return
+        conn.send(m)
+
+
+def mp_pingpong(n):
+    a, b = mp.Pipe()
+    p = mp.Process(target=_echo, args=(b,))
+    p.start()
+    for _ in range(100):
+        a.send(1)
+        a.recv()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        a.send(1)
+        a.recv()
+        out.append((time.perf_counter() - t0) * 1e6)
+    a.send(None)
+    p.join()
+    return out
+
+
+def mp_fanout(k, reps):
+    pipes, procs = [], []
+    for _ in range(k):
+        a, b = mp.Pipe()
+        p = mp.Process(target=_echo, args=(b,))
+        p.start()
+        pipes.append(a)
+        procs.append(p)
+    out = []
+    for i in range(reps + 20):
+        t0 = time.perf_counter()
+        for a in pipes:
+            a.send(1)
+        for a in pipes:
+            a.recv()
+        if i >= 20:
+            out.append((time.perf_counter() - t0) * 1e6)
+    for a in pipes:
+        a.send(None)
+    for p in procs:
+        p.join()
+    return out
+
+
+# ---- xmesh ----------------------------------------------------------------------------------------
+def xmesh_rtt(n):
+    from xmesh import this_host
+
+    pm = this_host().spawn_procs({"gpus": 1})
+    a = pm.spawn("noop", bench_actors.Noop)
+    ep = a.noop
+    for _ in range(200):
+        ep.call_one().get()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        ep.call_one().get()
+        out.append((time.perf_counter() - t0) * 1e6)
+    pm.stop()
+    return out
+
+
+def xmesh_fanout(k, reps, pm_cache={}):
+    from xmesh import this_host
+
+    if "pm" not in pm_cache:
+        pm_cache["pm"] = this_host().spawn_procs({"gpus": 16})
+        pm_cache["mesh"] = pm_cache["pm"].spawn("noop16", bench_actors.Noop)
+        pm_cache["mesh"].initialized.get()
+    mesh = pm_cache["mesh"].slice(gpus=slice(0, k))
+    for _ in range(20):
+        mesh.noop.call().get()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        mesh.noop.call().get()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def xmesh_spawn8(reps):
+    from xmesh import this_host
+
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        pm = this_host().spawn_procs({"gpus": 8})
+        pm.initialized.get()
+        out.append(time.perf_counter() - t0)
+        pm.stop()
+    return out
+
+
+def xmesh_kill_to_error(reps):
+    from xmesh import ActorError, this_host
+
+    out = []
+    for _ in range(reps):
+        pm = this_host().spawn_procs({"gpus": 1})
+        a = pm.spawn("busy", bench_actors.Noop)
+        pid = a.pid.call_one().get()
+        fut = a.busy.call_one(30)
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        try:
+            fut.get(timeout=30)
+        except ActorError:
+            pass
+        out.append(time.perf_counter() - t0)
+        pm.stop()
+    return out
+
+
+# ---- ipyparallel and dask --------------------------------------------------------------------------
+def _ipp_noop():
+    return None
+
+
+def ipp_cluster(n):
+    import ipyparallel as ipp
+
+    cluster = ipp.Cluster(n=n, log_level=40)
+    t0 = time.perf_counter()
+    rc = cluster.start_and_connect_sync()
+    rc.wait_for_engines(n, timeout=120)
+    return cluster, rc, time.perf_counter() - t0
+
+
+def ipp_rtt(rc, n):
+    v = rc[0]
+    for _ in range(20):
+        v.apply_sync(_ipp_noop)
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        v.apply_sync(_ipp_noop)
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def ipp_fanout(rc, k, reps):
+    v = rc[list(range(k))]
+    for _ in range(5):
+        v.apply_sync(_ipp_noop)
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        v.apply_sync(_ipp_noop)
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def dask_spawn8():
+    from distributed import Client, LocalCluster
+
+    t0 = time.perf_counter()
+    cluster = LocalCluster(n_workers=8, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    client.wait_for_workers(8)
+    elapsed = time.perf_counter() - t0
+    client.close()
+    cluster.close()
+    return elapsed
+
+
+# ---- main -------------------------------------------------------------------------------------------
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer samples, no 16-engine ipyparallel cluster")
+    args = ap.parse_args()
+    n = 500 if args.quick else 3000
+    reps = 50 if args.quick else 200
+    rows = []
+
+    floor = summary(zmq_floor(n))
+    xm = summary(xmesh_rtt(n))
+    mpp = summary(mp_pingpong(n))
+    cluster1, rc1, _ = ipp_cluster(1)
+    ipr = summary(ipp_rtt(rc1, max(100, n // 10)))
+    cluster1.stop_cluster_sync()
+    rows.append(("round trip, no-op endpoint (us)", "median", "p99"))
+    rows.append(("  raw C++ ZeroMQ ping-pong (floor)", floor[0], floor[1]))
+    rows.append(("  xmesh call_one().get()", xm[0], xm[1]))
+    rows.append(("  multiprocessing Pipe", mpp[0], mpp[1]))
+    rows.append(("  ipyparallel apply_sync", ipr[0], ipr[1]))
+    ratios = [f"xmesh / floor = {xm[0] / floor[0]:.2f}x (target <= 3x)",
+              f"ipyparallel / xmesh = {ipr[0] / xm[0]:.1f}x (target >= 10x)"]
+
+    sizes = [1, 2, 4, 8, 16]
+    ipp_n = 4 if args.quick else 16
+    cluster, rc, ipp_start16 = ipp_cluster(ipp_n)
+    rows.append(("call() fan-out to N actors (us, median)", "xmesh", "mp", "ipyparallel"))
+    fan = {}
+    for k in sizes:
+        x = statistics.median(xmesh_fanout(k, reps))
+        m = statistics.median(mp_fanout(k, reps))
+        i = statistics.median(ipp_fanout(rc, k, max(20, reps // 5))) if k <= ipp_n else float("nan")
+        fan[k] = (x, m, i)
+        rows.append((f"  N={k}", x, m, i))
+    cluster.stop_cluster_sync()
+    x16, m16, i16 = fan[16]
+    ratios.append(f"call() to 16: xmesh / multiprocessing = {x16 / m16:.2f}x (target <= 2x); "
+                  f"ipyparallel / xmesh = {i16 / x16:.1f}x (target >= 20x)")
+
+    xs = statistics.median(xmesh_spawn8(3 if args.quick else 5))
+    ds = dask_spawn8()
+    c8, rc8, ipp8 = ipp_cluster(8)
+    c8.stop_cluster_sync()
+    rows.append(("8 procs ready (s)", "xmesh", "dask", "ipyparallel"))
+    rows.append(("  spawn to ready", xs, ds, ipp8))
+    ratios.append(f"spawn 8: xmesh {xs:.2f} s (target < 1 s), dask / xmesh = {ds / xs:.1f}x")
+
+    k = xmesh_kill_to_error(3 if args.quick else 5)
+    rows.append(("kill -9 of a busy proc to the caller's error (s)", "median", "max"))
+    rows.append(("  xmesh", statistics.median(k), max(k)))
+    ratios.append(f"kill-to-error: {statistics.median(k):.3f} s (target < 2 s)")
+
+    print(f"xmesh benchmark on {os.uname().nodename}, {os.cpu_count()} cores, {'quick' if args.quick else 'full'} run")
+    for row in rows:
+        cells = [f"{c:>12.1f}" if isinstance(c, float) and c >= 1 else
+                 (f"{c:>12.3f}" if isinstance(c, float) else f"{c:>12}") for c in row[1:]]
+        print(f"{row[0]:<48}" + "".join(cells))
+    print()
+    for r in ratios:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
