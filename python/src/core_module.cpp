@@ -163,11 +163,14 @@ bool wait_sliced(F ready_within_ms, double timeout_s) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
       slice = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(100, left)));
     }
-    bool ok;
-    {
-      py::gil_scoped_release release;
-      ok = ready_within_ms(slice);
-    }
+    // Not py::gil_scoped_release: its destructor is noexcept, and a daemon thread that takes the
+    // GIL back while the interpreter finalizes is ended with a forced unwind (std::terminate
+    // through a noexcept frame). Such a thread parks instead; the process is exiting.
+    PyThreadState* ts = PyEval_SaveThread();
+    bool ok = ready_within_ms(slice);
+    if (_Py_IsFinalizing())
+      for (;;) pause();
+    PyEval_RestoreThread(ts);
     if (ok) return true;
     drain_releases();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
