@@ -8,7 +8,7 @@ class Worker(Actor):
     @endpoint
     def work(self, base):
         rank = current_rank().rank
-        time.sleep(0.2 * (3 - rank))  # higher ranks finish first
+        time.sleep(0.4 * (3 - rank))  # higher ranks finish first
         return rank * base
 
 
@@ -19,4 +19,5 @@ for value in workers.work.stream(10):
     arrivals.append(value)
     print("arrived:", value)
 print("arrival order:", arrivals)
+print("first to arrive:", arrivals[0])
 print("sum:", sum(arrivals))
