@@ -33,6 +33,22 @@ class Counter(Actor):
                 "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "hostd_dir": os.environ.get("XMESH_RUNTIME_DIR")}
 
     @endpoint
+    def process_facts(self):
+        """What the process looks like from inside: signal masks, modules, its socket."""
+        import sys
+
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+        return {"sigblk": int(status["SigBlk"].strip(), 16), "sigign": int(status["SigIgn"].strip(), 16),
+                "zmq_imported": "zmq" in sys.modules, "addr": os.environ.get("XMESH_PROC_ADDR"),
+                "pgid": os.getpgid(0), "pid": os.getpid()}
+
+    @endpoint
+    def shout(self, n):
+        for i in range(n):
+            print(f"line {i} from rank {self.rank}")
+        return n
+
+    @endpoint
     def sleep(self, seconds):
         time.sleep(seconds)
         return self.rank

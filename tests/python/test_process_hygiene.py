@@ -1,0 +1,85 @@
+"""Processes as DESIGN §1 and §3 want them: signal state reset in procs, no pyzmq in the
+controller or procs, no libpython in the host agent, procs in their own process groups,
+garbage to a proc's socket harmless, output never lost at exit."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from actors_for_tests import Counter
+from conftest import run_program
+
+from xmesh import this_host
+
+
+def test_signal_masks_and_dispositions_are_reset_in_procs():
+    # The controller blocks and ignores SIGINT (as the kernel does in its threads): its procs
+    # must not inherit that.
+    r = run_program(
+        "import signal, sys, json\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+        "signal.signal(signal.SIGQUIT, signal.SIG_IGN)\n"
+        "from actors_for_tests import Counter\nfrom xmesh import this_host\n"
+        "pm = this_host().spawn_procs({'gpus': 1})\n"
+        "print(json.dumps(pm.spawn('c', Counter).process_facts.call_one().get()))\n")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    facts = json.loads(r.stdout.strip().splitlines()[-1])
+    assert facts["sigblk"] & (1 << (signal.SIGINT - 1)) == 0
+    assert facts["sigblk"] & (1 << (signal.SIGTERM - 1)) == 0
+    assert facts["sigign"] & (1 << (signal.SIGQUIT - 1)) == 0
+    assert facts["pgid"] == facts["pid"]  # its own process group, so a stop reaches its children
+
+
+def test_no_pyzmq_in_controller_or_procs():
+    pm = this_host().spawn_procs({"gpus": 1})
+    facts = pm.spawn("z", Counter).process_facts.call_one().get(timeout=30)
+    assert not facts["zmq_imported"]
+    assert "zmq" not in sys.modules
+    pm.stop()
+
+
+def test_host_agent_links_no_libpython():
+    exe = os.environ.get("XMESH_HOSTD")
+    out = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    assert "libxmesh" in out and "libpython" not in out
+
+
+def test_garbage_to_a_proc_socket_is_harmless():
+    pm = this_host().spawn_procs({"gpus": 1})
+    c = pm.spawn("g", Counter)
+    addr = c.process_facts.call_one().get(timeout=30)["addr"]
+    for payload in (os.urandom(2048), b"\x01\x00" * 300, b"GET / HTTP/1.1\r\n\r\n"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(addr[len("ipc://"):])
+        s.sendall(payload)
+        s.close()
+    assert c.incr.call_one().get(timeout=30) == 1
+    pm.stop()
+
+
+def test_every_line_written_before_a_call_returned_is_printed_before_exit():
+    r = run_program(
+        "import sys\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        "from actors_for_tests import Counter\nfrom xmesh import this_host\n"
+        "pm = this_host().spawn_procs({'gpus': 2})\n"
+        "pm.spawn('loud', Counter).shout.call(2000).get()\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for rank in (0, 1):
+        got = [ln for ln in lines if ln.startswith(f"[{rank}] line ")]
+        assert len(got) == 2000, (rank, len(got))
+        assert got[0] == f"[{rank}] line 0 from rank {rank}" and got[-1] == f"[{rank}] line 1999 from rank {rank}"
+
+
+def test_context_manager_stops_the_mesh():
+    with this_host().spawn_procs({"gpus": 1}) as pm:
+        pids = pm.pids
+        assert pm.spawn("cm", Counter).incr.call_one().get(timeout=30) == 1
+    assert pm._alloc.stopped
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
