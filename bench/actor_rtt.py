@@ -99,21 +99,26 @@ def mp_fanout(k, reps):
 
 
 # ---- xmesh ----------------------------------------------------------------------------------------
-def xmesh_rtt(n):
+def xmesh_rtt_batch(ep, n):
+    return timed_us(lambda: ep.call_one().get(), n, 0)
+
+
+def rtt_side_by_side(n, rounds=5):
+    """The floor, xmesh and multiprocessing measured in alternating batches, so that noise on
+    this shared machine falls on all of them alike."""
     from xmesh import this_host
 
     pm = this_host().spawn_procs({"gpus": 1})
-    a = pm.spawn("noop", bench_actors.Noop)
-    ep = a.noop
+    ep = pm.spawn("noop", bench_actors.Noop).noop
     for _ in range(200):
         ep.call_one().get()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        ep.call_one().get()
-        out.append((time.perf_counter() - t0) * 1e6)
+    floor, xm, mpp = [], [], []
+    for _ in range(rounds):
+        floor += zmq_floor(n // rounds)
+        xm += xmesh_rtt_batch(ep, n // rounds)
+        mpp += mp_pingpong(n // rounds)
     pm.stop()
-    return out
+    return floor, xm, mpp
 
 
 def xmesh_fanout(k, reps, pm_cache={}):
@@ -124,14 +129,7 @@ def xmesh_fanout(k, reps, pm_cache={}):
         pm_cache["mesh"] = pm_cache["pm"].spawn("noop16", bench_actors.Noop)
         pm_cache["mesh"].initialized.get()
     mesh = pm_cache["mesh"].slice(gpus=slice(0, k))
-    for _ in range(20):
-        mesh.noop.call().get()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mesh.noop.call().get()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return out
+    return timed_us(lambda: mesh.noop.call().get(), reps, 20)
 
 
 def xmesh_spawn8(reps):
@@ -183,28 +181,26 @@ def ipp_cluster(n):
     return cluster, rc, time.perf_counter() - t0
 
 
-def ipp_rtt(rc, n):
-    v = rc[0]
-    for _ in range(20):
-        v.apply_sync(_ipp_noop)
+def timed_us(fn, n, warmup):
+    """Runs fn warmup times, then n times; returns each run's time in microseconds."""
+    for _ in range(warmup):
+        fn()
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
-        v.apply_sync(_ipp_noop)
+        fn()
         out.append((time.perf_counter() - t0) * 1e6)
     return out
+
+
+def ipp_rtt(rc, n):
+    v = rc[0]
+    return timed_us(lambda: v.apply_sync(_ipp_noop), n, 20)
 
 
 def ipp_fanout(rc, k, reps):
     v = rc[list(range(k))]
-    for _ in range(5):
-        v.apply_sync(_ipp_noop)
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        v.apply_sync(_ipp_noop)
-        out.append((time.perf_counter() - t0) * 1e6)
-    return out
+    return timed_us(lambda: v.apply_sync(_ipp_noop), reps, 5)
 
 
 def dask_spawn8():
@@ -229,9 +225,8 @@ def main():
     reps = 50 if args.quick else 200
     rows = []
 
-    floor = summary(zmq_floor(n))
-    xm = summary(xmesh_rtt(n))
-    mpp = summary(mp_pingpong(n))
+    floor_s, xm_s, mp_s = rtt_side_by_side(n)
+    floor, xm, mpp = summary(floor_s), summary(xm_s), summary(mp_s)
     cluster1, rc1, _ = ipp_cluster(1)
     ipr = summary(ipp_rtt(rc1, max(100, n // 10)))
     cluster1.stop_cluster_sync()

@@ -32,10 +32,10 @@ bool Call::deliver(CallResult r) {
   return true;
 }
 
-size_t Call::fail_addr(const std::string& addr, const json& error) {
+size_t Call::fail_where(const std::string* addr, const json& error) {
   size_t n = 0;
   for (size_t i = 0; i < addrs_.size(); ++i) {
-    if (addrs_[i] != addr) continue;
+    if (addr && addrs_[i] != *addr) continue;
     CallResult r;
     r.index = static_cast<int64_t>(i);
     r.ok = false;
@@ -45,17 +45,9 @@ size_t Call::fail_addr(const std::string& addr, const json& error) {
   return n;
 }
 
-size_t Call::fail_all(const json& error) {
-  size_t n = 0;
-  for (size_t i = 0; i < addrs_.size(); ++i) {
-    CallResult r;
-    r.index = static_cast<int64_t>(i);
-    r.ok = false;
-    r.body = error;
-    if (deliver(std::move(r))) ++n;
-  }
-  return n;
-}
+size_t Call::fail_addr(const std::string& addr, const json& error) { return fail_where(&addr, error); }
+
+size_t Call::fail_all(const json& error) { return fail_where(nullptr, error); }
 
 bool Call::done() const {
   std::lock_guard<std::mutex> g(mu_);

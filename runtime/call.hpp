@@ -49,6 +49,7 @@ class Call {
   int fd();
 
  private:
+  size_t fail_where(const std::string* addr, const json& error);  // nullptr: every target
   uint64_t id_;
   std::vector<std::string> addrs_;
   mutable std::mutex mu_;

@@ -12,6 +12,20 @@
 
 namespace xmesh {
 
+namespace {
+// Spawn attributes that give the child an empty signal mask and every signal's default
+// disposition (masks and ignored signals survive exec), plus the extra flags.
+void init_clean_attr(posix_spawnattr_t& attr, short extra_flags) {
+  posix_spawnattr_init(&attr);
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | extra_flags));
+}
+}  // namespace
+
 SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                        const std::string& cwd) {
   if (argv.empty()) throw std::runtime_error("cannot start a proc: empty command line");
@@ -30,14 +44,8 @@ SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std:
   if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
 
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty, all;
-  sigemptyset(&empty);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setsigdefault(&attr, &all);
+  init_clean_attr(attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
 
   std::vector<std::string> envs;
   for (auto& kv : env) envs.push_back(kv.first + "=" + kv.second);
@@ -80,13 +88,7 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::s
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty, all;
-  sigemptyset(&empty);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+  init_clean_attr(attr, POSIX_SPAWN_SETSID);
   std::vector<std::string> a = argv, e;
   for (auto& kv : env) e.push_back(kv.first + "=" + kv.second);
   auto ca = c_strings(a), ce = c_strings(e);

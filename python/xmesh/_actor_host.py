@@ -11,7 +11,7 @@ import traceback
 from . import _core, _pickling
 from ._context import ActorContext, set_actor_context
 from ._actor import EndpointProperty
-from ._runtime import Kind
+from ._runtime import Kind, messages
 from ._shape import Point
 
 _HOST = _core.hostname()
@@ -69,12 +69,7 @@ class ActorThread(threading.Thread):
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
 
     def run(self):
-        while True:
-            msg = self.inbox.pop(timeout=None)
-            if msg is None:
-                if self.inbox.closed:
-                    break
-                continue
+        for msg in messages(self.inbox):
             kind = msg.kind
             if kind == _CALL:
                 self._call(msg)
@@ -200,12 +195,7 @@ class ActorHost:
 
     def _events(self):
         node = self.rt.node
-        while True:
-            msg = node.actor_events.pop(timeout=None)
-            if msg is None:
-                if node.actor_events.closed:
-                    return
-                continue
+        for msg in messages(node.actor_events):
             inbox = node.actor_inbox(msg.actor)
             if inbox is None:
                 continue

@@ -58,6 +58,19 @@ class Allocation:
         return True
 
 
+def _all_ok_then(value):
+    """A Future converter: raise the first failed target's error, else resolve to value."""
+
+    def convert(results, fut):
+        for index in sorted(results):
+            ok, body, frames = results[index]
+            if not ok:
+                raise fut.error_for(index, body, frames)
+        return value
+
+    return convert
+
+
 def _rank_env(rank, coords, shape, per_host):
     env = {
         "XMESH_RANK": str(rank),
@@ -132,14 +145,7 @@ class ProcMesh(MeshTrait):
                            actor_shape, proc_ranks)
         mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
 
-        def convert(results, fut):
-            for index in sorted(results):
-                ok, rbody, rframes = results[index]
-                if not ok:
-                    raise fut.error_for(index, rbody, rframes)
-            return mesh
-
-        mesh._initialized = Future(call, convert, described, f"spawn of {name!r}")
+        mesh._initialized = Future(call, _all_ok_then(mesh), described, f"spawn of {name!r}")
         return mesh
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -278,14 +284,7 @@ class HostMesh(MeshTrait):
 
         mesh = ProcMesh(alloc, shape)
 
-        def convert(results, fut):
-            for index in sorted(results):
-                ok, body, frames = results[index]
-                if not ok:
-                    raise fut.error_for(index, body, frames)
-            return mesh
-
-        mesh._ready = Future(ready_call, convert, described, "proc startup")
+        mesh._ready = Future(ready_call, _all_ok_then(mesh), described, "proc startup")
         return mesh
 
     def __repr__(self):

@@ -20,6 +20,16 @@ def _env_seconds(name, default):
         return float(default)
 
 
+def messages(inbox):
+    """Yields an inbox's messages as they come (waiting without the GIL) until it is closed."""
+    while True:
+        msg = inbox.pop(timeout=None)
+        if msg is not None:
+            yield msg
+        elif inbox.closed:
+            return
+
+
 class Runtime:
     def __init__(self, role, node, job_cookie):
         self.role = role
@@ -64,13 +74,7 @@ class Runtime:
             return self._allocs.get(alloc_id)
 
     def _control_loop(self):
-        node = self.node
-        while True:
-            msg = node.control.pop(timeout=None)
-            if msg is None:
-                if node.control.closed:
-                    return
-                continue
+        for msg in messages(self.node.control):
             try:
                 self._handle_control(msg)
             except Exception as e:  # never let the dispatcher die
@@ -94,13 +98,7 @@ class Runtime:
             self._diag(body.get("reason", "a peer refused this controller"))
 
     def _log_loop(self):
-        node = self.node
-        while True:
-            msg = node.logs.pop(timeout=None)
-            if msg is None:
-                if node.logs.closed:
-                    return
-                continue
+        for msg in messages(self.node.logs):
             self._print_log(msg)
 
     def _print_log(self, msg):

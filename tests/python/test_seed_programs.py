@@ -5,16 +5,20 @@ import pytest
 from conftest import EXAMPLES, run_program
 
 
-@pytest.mark.parametrize("package", ["monarch.actor", "xmesh"])
-def test_hello_bye(package, tmp_path):
-    src = open(os.path.join(EXAMPLES, "seed_hello_bye.py")).read()
+def run_seed(name, package, tmp_path):
+    src = open(os.path.join(EXAMPLES, name)).read()
     if package == "xmesh":
         src = src.replace("from monarch.actor import", "from xmesh import")
     p = tmp_path / "prog.py"
     p.write_text(src)
     r = run_program(path=str(p))
     assert r.returncode == 0, r.stderr
-    out = r.stdout
+    return r.stdout
+
+
+@pytest.mark.parametrize("package", ["monarch.actor", "xmesh"])
+def test_hello_bye(package, tmp_path):
+    out = run_seed("seed_hello_bye.py", package, tmp_path)
     assert out.count("'hello world'") == 4
     assert "ValueMesh({'gpus': 4})" in out
     assert "(gpus=3): 'hello world'" in out
@@ -23,15 +27,9 @@ def test_hello_bye(package, tmp_path):
 
 @pytest.mark.parametrize("package", ["monarch.actor", "xmesh"])
 def test_asyncio_toy(package, tmp_path):
-    src = open(os.path.join(EXAMPLES, "seed_asyncio.py")).read()
-    if package == "xmesh":
-        src = src.replace("from monarch.actor import", "from xmesh import")
-    p = tmp_path / "prog.py"
-    p.write_text(src)
-    r = run_program(path=str(p))
-    assert r.returncode == 0, r.stderr
+    out = run_seed("seed_asyncio.py", package, tmp_path)
     for rank in range(4):
-        assert f"[{rank}] Identity: {rank}, msg='hey there, from script!!'" in r.stdout
+        assert f"[{rank}] Identity: {rank}, msg='hey there, from script!!'" in out
 
 
 def test_unsupported_monarch_name_is_named():
