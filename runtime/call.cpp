@@ -15,6 +15,7 @@ Call::~Call() {
 }
 
 bool Call::deliver(CallResult r) {
+  bool wake;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
@@ -27,8 +28,10 @@ bool Call::deliver(CallResult r) {
       ssize_t n = ::write(efd_, &one, sizeof(one));
       (void)n;
     }
+    // A fan-out to N targets must not wake a waiter for the whole call N times.
+    wake = any_waiters_ > 0 || received_ == have_.size() || fatal_;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   return true;
 }
 
@@ -67,6 +70,7 @@ bool Call::fatal() const {
 bool Call::wait_done(int timeout_ms) {
   std::unique_lock<std::mutex> g(mu_);
   auto ready = [&] { return received_ == have_.size() || fatal_; };
+  if (timeout_ms == 0) return ready();  // a zero timed wait would still sleep for the timer slack
   if (timeout_ms < 0) {
     cv_.wait(g, ready);
     return true;
@@ -77,10 +81,13 @@ bool Call::wait_done(int timeout_ms) {
 bool Call::wait_any(int timeout_ms) {
   std::unique_lock<std::mutex> g(mu_);
   auto ready = [&] { return !untaken_.empty() || received_ == have_.size(); };
+  if (timeout_ms == 0) return !untaken_.empty();
+  ++any_waiters_;
   if (timeout_ms < 0)
     cv_.wait(g, ready);
   else
     cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready);
+  --any_waiters_;
   return !untaken_.empty();
 }
 

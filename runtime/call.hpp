@@ -57,6 +57,7 @@ class Call {
   std::vector<bool> have_;
   size_t received_ = 0;
   bool fatal_ = false;
+  int any_waiters_ = 0;  // threads in wait_any(): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
   int efd_ = -1;
 };

@@ -54,6 +54,8 @@ std::optional<Message> Inbox::pop(int timeout_ms) {
   auto ready = [&] { return !q_.empty() || closed_; };
   if (timeout_ms < 0) {
     cv_.wait(g, ready);
+  } else if (timeout_ms == 0) {
+    // No timed wait: even an expired timeout sleeps for the timer slack (~50 us).
   } else if (!cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready)) {
     return std::nullopt;
   }

@@ -434,20 +434,15 @@ void Node::io_loop() {
   // A blocking receive with a timeout costs fewer system calls than zmq_poll per message.
   router_->set(zmq::sockopt::rcvtimeo, static_cast<int>(poll_ms));
   while (!stopping_) {
-    for (int i = 0; i < 1000 && !stopping_; ++i) {
-      std::vector<zmq::message_t> parts;
-      zmq::recv_result_t r;
-      try {
-        r = zmq::recv_multipart(*router_, std::back_inserter(parts), i == 0 ? zmq::recv_flags::none
-                                                                            : zmq::recv_flags::dontwait);
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) continue;
-        if (e.num() == ETERM) return;
-        break;
-      }
-      if (!r) break;  // timeout (first) or drained (later)
-      handle_frames(parts);
+    std::vector<zmq::message_t> parts;
+    zmq::recv_result_t r;
+    try {
+      r = zmq::recv_multipart(*router_, std::back_inserter(parts));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+      r = std::nullopt;  // EINTR and the like: go round again
     }
+    if (r) handle_frames(parts);
     // Timers at most every poll_ms, not after every message.
     int64_t now = now_ms();
     if (now >= next_tick) {
