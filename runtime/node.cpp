@@ -231,7 +231,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
   for (size_t i = 0; i < targets.size(); ++i) {
     if (skip[i]) continue;
     Header h = tmpl;
-    h.corr = id;
+    h.corr = expect_reply ? id : 0;  // no correlation id: nobody waits for an answer
     h.index = static_cast<int64_t>(i);
     h.actor = targets[i].actor;
     std::vector<zmq::message_t> copy(frames.size());
@@ -274,14 +274,13 @@ std::shared_ptr<Call> Node::expect(const std::vector<std::string>& addrs) {
 }
 
 void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::message_t> frames) {
-  if (call_msg.sender_addr.empty()) return;
+  if (call_msg.sender_addr.empty() || call_msg.header.corr == 0) return;  // nobody waits
   Header h;
   h.kind = Kind::Reply;
   h.corr = call_msg.header.corr;
   h.index = call_msg.header.index;
-  if (body.is_null()) body = json::object();
-  body["ok"] = ok;
-  h.body = std::move(body);
+  h.ok = ok;
+  if (body.is_object() && !body.empty()) h.body = std::move(body);
   try {
     send(call_msg.sender_addr, std::move(h), std::move(frames));
   } catch (const SendError& e) {
@@ -291,7 +290,7 @@ void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::m
       eh.kind = Kind::Reply;
       eh.corr = call_msg.header.corr;
       eh.index = call_msg.header.index;
-      eh.body = {{"ok", false}, {"kind", "send"}, {"text", std::string("result could not be sent: ") + e.what()}};
+      eh.body = {{"kind", "send"}, {"text", std::string("result could not be sent: ") + e.what()}};
       try {
         send(call_msg.sender_addr, std::move(eh), {});
       } catch (const SendError&) {
@@ -597,7 +596,7 @@ void Node::dispatch(InPeer& in, Message m) {
       if (!c) return;  // a late reply for a forgotten call
       CallResult r;
       r.index = m.header.index;
-      r.ok = b.is_object() && b.value("ok", false);
+      r.ok = m.header.ok;
       r.body = b;
       r.frames = std::move(m.frames);
       c->deliver(std::move(r));

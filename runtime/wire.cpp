@@ -45,19 +45,56 @@ bool kind_known(int k) {
   return (k == 1 || k == 3) || (k >= 10 && k <= 17) || (k == 20) || (k >= 22 && k <= 28) || k == 30;
 }
 
+namespace {
+// Minimal CBOR writing for the fixed header fields.
+void put_head(std::vector<uint8_t>& out, uint8_t major, uint64_t v) {
+  major = static_cast<uint8_t>(major << 5);
+  if (v < 24) {
+    out.push_back(static_cast<uint8_t>(major | v));
+  } else if (v <= 0xff) {
+    out.push_back(major | 24);
+    out.push_back(static_cast<uint8_t>(v));
+  } else if (v <= 0xffff) {
+    out.push_back(major | 25);
+    for (int s = 8; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
+  } else if (v <= 0xffffffffULL) {
+    out.push_back(major | 26);
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
+  } else {
+    out.push_back(major | 27);
+    for (int s = 56; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
+  }
+}
+void put_key(std::vector<uint8_t>& out, char k) {
+  out.push_back(0x61);  // text string of length 1
+  out.push_back(static_cast<uint8_t>(k));
+}
+void put_text(std::vector<uint8_t>& out, const std::string& t) {
+  put_head(out, 3, t.size());
+  out.insert(out.end(), t.begin(), t.end());
+}
+}  // namespace
+
 std::vector<uint8_t> encode_header(const Header& h) {
-  json j = json::object();
-  j["k"] = static_cast<int>(h.kind);
-  j["s"] = h.sender;
-  if (h.incarnation) j["i"] = h.incarnation;
-  if (h.seq) j["q"] = h.seq;
-  if (h.corr) j["c"] = h.corr;
-  if (h.index >= 0) j["r"] = h.index;
-  if (!h.actor.empty()) j["a"] = h.actor;
-  if (!h.method.empty()) j["m"] = h.method;
-  if (!h.ctx.is_null()) j["x"] = h.ctx;
-  if (!h.body.is_null()) j["b"] = h.body;
-  return json::to_cbor(j);
+  std::vector<uint8_t> out;
+  out.reserve(64 + h.sender.size() + h.actor.size() + h.method.size());
+  uint64_t n = 2 + (h.incarnation != 0) + (h.seq != 0) + (h.corr != 0) + (h.index >= 0) + h.ok + !h.actor.empty() +
+               !h.method.empty() + !h.ctx.is_null() + !h.body.is_null();
+  put_head(out, 5, n);
+  put_key(out, 'k');
+  put_head(out, 0, static_cast<uint64_t>(h.kind));
+  put_key(out, 's');
+  put_text(out, h.sender);
+  if (h.incarnation) put_key(out, 'i'), put_head(out, 0, h.incarnation);
+  if (h.seq) put_key(out, 'q'), put_head(out, 0, h.seq);
+  if (h.corr) put_key(out, 'c'), put_head(out, 0, h.corr);
+  if (h.index >= 0) put_key(out, 'r'), put_head(out, 0, static_cast<uint64_t>(h.index));
+  if (h.ok) put_key(out, 'o'), out.push_back(0xf5);
+  if (!h.actor.empty()) put_key(out, 'a'), put_text(out, h.actor);
+  if (!h.method.empty()) put_key(out, 'm'), put_text(out, h.method);
+  if (!h.ctx.is_null()) put_key(out, 'x'), json::to_cbor(h.ctx, out);
+  if (!h.body.is_null()) put_key(out, 'b'), json::to_cbor(h.body, out);
+  return out;
 }
 
 namespace {
@@ -83,7 +120,7 @@ bool get_string(const json& j, const char* key, std::string& out, std::string& e
 }
 }  // namespace
 
-std::optional<Header> decode_header(const void* data, size_t size, std::string& error) {
+std::optional<Header> decode_header_general(const void* data, size_t size, std::string& error) {
   if (size == 0) {
     error = "empty header frame";
     return std::nullopt;
@@ -137,6 +174,14 @@ std::optional<Header> decode_header(const void* data, size_t size, std::string& 
     }
     h.index = r->get<int64_t>();
   }
+  auto o = j.find("o");
+  if (o != j.end()) {
+    if (!o->is_boolean()) {
+      error = "header field 'o' is not a boolean";
+      return std::nullopt;
+    }
+    h.ok = o->get<bool>();
+  }
   if (!get_string(j, "a", h.actor, error)) return std::nullopt;
   if (!get_string(j, "m", h.method, error)) return std::nullopt;
   auto x = j.find("x");
@@ -150,6 +195,85 @@ std::optional<Header> decode_header(const void* data, size_t size, std::string& 
     h.body = *b;
   }
   return h;
+}
+
+namespace {
+// The fast path reads exactly what encode_header writes (plus any key order); on anything else
+// it gives up and the general decoder decides, so the two never disagree on what is valid.
+struct Reader {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool head(uint8_t& major, uint64_t& v) {
+    if (p >= end) return false;
+    uint8_t b = *p++;
+    major = b >> 5;
+    uint8_t ai = b & 31;
+    if (ai < 24) {
+      v = ai;
+      return true;
+    }
+    int len = ai == 24 ? 1 : ai == 25 ? 2 : ai == 26 ? 4 : ai == 27 ? 8 : 0;
+    if (len == 0 || end - p < len) return false;
+    v = 0;
+    for (int i = 0; i < len; ++i) v = (v << 8) | *p++;
+    return true;
+  }
+  bool uint(uint64_t& v) {
+    uint8_t major;
+    return head(major, v) && major == 0;
+  }
+  bool text(std::string& out) {
+    uint8_t major;
+    uint64_t n;
+    if (!head(major, n) || major != 3 || static_cast<uint64_t>(end - p) < n) return false;
+    out.assign(reinterpret_cast<const char*>(p), n);
+    p += n;
+    return true;
+  }
+};
+}  // namespace
+
+std::optional<Header> decode_header(const void* data, size_t size, std::string& error) {
+  if (size > 0 && size <= (1u << 20)) {
+    Reader r{static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size};
+    Header h;
+    uint8_t major;
+    uint64_t n;
+    bool fast = r.head(major, n) && major == 5 && n <= 12;
+    bool have_kind = false;
+    for (uint64_t i = 0; fast && i < n; ++i) {
+      std::string key;
+      if (!r.text(key) || key.size() != 1) {
+        fast = false;
+        break;
+      }
+      uint64_t v = 0;
+      switch (key[0]) {
+        case 'k':
+          fast = r.uint(v) && v <= 1000 && kind_known(static_cast<int>(v));
+          h.kind = static_cast<Kind>(v);
+          have_kind = true;
+          break;
+        case 's': fast = r.text(h.sender); break;
+        case 'i': fast = r.uint(h.incarnation); break;
+        case 'q': fast = r.uint(h.seq); break;
+        case 'c': fast = r.uint(h.corr); break;
+        case 'r':
+          fast = r.uint(v) && v <= static_cast<uint64_t>(INT64_MAX);
+          h.index = static_cast<int64_t>(v);
+          break;
+        case 'o':
+          fast = r.p < r.end && (*r.p == 0xf5 || *r.p == 0xf4);
+          if (fast) h.ok = *r.p++ == 0xf5;
+          break;
+        case 'a': fast = r.text(h.actor); break;
+        case 'm': fast = r.text(h.method); break;
+        default: fast = false;  // ctx, body, unknown keys: the general decoder
+      }
+    }
+    if (fast && have_kind && !h.sender.empty() && r.p == r.end) return h;
+  }
+  return decode_header_general(data, size, error);
 }
 
 size_t Message::payload_bytes() const {

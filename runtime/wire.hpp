@@ -51,15 +51,22 @@ struct Header {
   uint64_t seq = 0;          // per (sender, receiver) sequence, assigned before fan-out
   uint64_t corr = 0;         // correlation id tying replies to calls
   int64_t index = -1;        // which target of a call this message is for / answers
+  bool ok = false;           // Reply: a value (true) or an error described in body (false)
   std::string actor;         // destination actor name
   std::string method;        // endpoint name
   json ctx;                  // causal context (cell, call); null when none
   json body;                 // small kind-specific fields; null when none
 };
 
+// Headers are CBOR maps with one-letter keys. The encoder and the decoder's fast path handle
+// the fixed fields by hand (the hot path of every call allocates almost nothing); ctx and body
+// go through nlohmann::json, and anything the fast path does not expect is decoded by the
+// general decoder, so both accept exactly the same headers.
 std::vector<uint8_t> encode_header(const Header& h);
 // Decodes and validates a header. Never throws: on failure returns nullopt and sets error.
 std::optional<Header> decode_header(const void* data, size_t size, std::string& error);
+// The general decoder alone (for tests comparing it with the fast path).
+std::optional<Header> decode_header_general(const void* data, size_t size, std::string& error);
 
 // A decoded message as it arrived at a node.
 struct Message {

@@ -194,7 +194,6 @@ def _pack_args(method, args, kwargs):
 
 _CALL = int(Kind.Call)
 _NO_ARGS = _pickling.dumps(((), {}))
-_ADVERB_BODY = {a: {"adverb": a} for a in ("call", "call_one", "choose", "stream", "broadcast")}
 
 
 class Endpoint:
@@ -207,7 +206,7 @@ class Endpoint:
     def _send(self, targets, described, args, kwargs, adverb, expect_reply=True):
         self._mesh._check_usable()
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
-        call = get_runtime().node.call(targets, _CALL, self._name, _ADVERB_BODY[adverb], frames, expect_reply)
+        call = get_runtime().node.call(targets, _CALL, self._name, None, frames, expect_reply)
         return call, described
 
     def call(self, *args, **kwargs):

@@ -100,7 +100,7 @@ class ActorThread(threading.Thread):
 
     def _call(self, msg):
         method = msg.method
-        adverb = msg.body.get("adverb", "call")
+        adverb = "broadcast" if msg.corr == 0 else "call"  # a broadcast carries no correlation id
         key = (msg.corr, msg.index)
         if key in self.cancelled:
             self.cancelled.discard(key)

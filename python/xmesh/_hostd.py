@@ -90,12 +90,34 @@ class HostAgent:
             self._start(timeout)
         cookie = _read(os.path.join(self.runtime_dir, "cookie"))
         rt.node.set_peer_cookie(self.addr, cookie)
-        status = self.request(Kind.Status, {}, timeout=timeout)
+        try:
+            status = self.request(Kind.Status, {}, timeout=timeout)
+        except RuntimeError as e:
+            if "refused" in str(e):
+                raise RuntimeError(f"{e}; `xmesh shutdown --runtime-dir {self.runtime_dir}` stops that host agent "
+                                   "and its procs") from None
+            raise
+        if status.get("build") != _core.build_id() and not status.get("allocations"):
+            # An idle agent from another build of xmesh: replace it, so that procs always run the
+            # code installed now.
+            self._replace(status.get("pid"), timeout)
+            status = self.request(Kind.Status, {}, timeout=timeout)
         self.host = status.get("host")
         self.pid = status.get("pid")
         rt.node.watch_host(self.addr)
         self._connected = True
         return self
+
+    def _replace(self, pid, timeout):
+        rt = get_runtime()
+        try:
+            rt.node.send(self.addr, int(Kind.Shutdown), {})
+        except Exception:
+            pass
+        deadline = time.monotonic() + timeout
+        while pid and _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._start(timeout)
 
     def request(self, kind, body, timeout=15.0):
         """Sends one request and returns the reply body; raises RuntimeError naming the problem."""

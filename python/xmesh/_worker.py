@@ -32,8 +32,8 @@ def main():
     host = rt.ensure_actor_host()
     rank = int(os.environ["XMESH_RANK"])
     rt.node.send(os.environ["XMESH_CONTROLLER_ADDR"], int(Kind.Reply),
-                 {"ok": True, "pid": os.getpid(), "host": _core.hostname()},
-                 corr=int(os.environ["XMESH_READY_CORR"]), index=rank)
+                 {"pid": os.getpid(), "host": _core.hostname()},
+                 corr=int(os.environ["XMESH_READY_CORR"]), index=rank, ok=True)
     # The main thread serves control messages (cancellations, supervision notices) and is
     # where Python runs signal handlers.
     while True:

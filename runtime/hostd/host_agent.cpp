@@ -415,6 +415,7 @@ json HostAgent::status() const {
   return {{"pid", getpid()},
           {"host", hostname()},
           {"version", version_string()},
+          {"build", build_id()},
           {"protocol", protocol_version()},
           {"runtime_dir", opts_.runtime_dir},
           {"allocations", allocs}};

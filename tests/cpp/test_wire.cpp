@@ -13,6 +13,7 @@ TEST_CASE("header round trip keeps every field", "[wire]") {
   h.seq = 42;
   h.corr = 7;
   h.index = 3;
+  h.ok = true;
   h.actor = "trainer.0a1b";
   h.method = "step";
   h.ctx = {{"cell", 5}, {"call", 9}};
@@ -27,6 +28,7 @@ TEST_CASE("header round trip keeps every field", "[wire]") {
   CHECK(d->seq == 42);
   CHECK(d->corr == 7);
   CHECK(d->index == 3);
+  CHECK(d->ok);
   CHECK(d->actor == "trainer.0a1b");
   CHECK(d->method == "step");
   CHECK(d->ctx == h.ctx);
@@ -111,4 +113,50 @@ TEST_CASE("decoder survives 20000 random and truncated frames", "[wire][fuzz]") 
   }
   CHECK(decoded + rejected == 20000);
   CHECK(rejected > 15000);
+}
+
+TEST_CASE("the fast decoder and the general one agree", "[wire]") {
+  std::vector<json> headers = {
+      {{"k", 10}, {"s", "a"}, {"q", 3}, {"m", "f"}, {"a", "x.1"}, {"c", 99}, {"r", 0}},
+      {{"s", "b"}, {"k", 11}, {"o", true}, {"c", 1ULL << 40}, {"r", 70000}, {"i", 18446744073709551615ULL}},
+      {{"k", 11}, {"s", "c"}, {"o", false}, {"b", {{"kind", "actor"}, {"text", "boom"}}}},
+      {{"k", 25}, {"s", std::string(300, 'z')}},
+      {{"k", 10}, {"s", "d"}, {"x", {{"cell", 3}}}},
+      {{"k", 10}, {"s", "e"}, {"zz", 1}},      // unknown key: general decoder (ignored there)
+      {{"k", 10}, {"s", "f"}, {"q", -1}},      // bad field: both refuse
+      {{"k", 10}, {"s", "g"}, {"o", 1}},       // 'o' not a boolean: both refuse
+      {{"k", 10}},                             // no sender: both refuse
+  };
+  for (auto& j : headers) {
+    auto bytes = json::to_cbor(j);
+    std::string e1, e2;
+    auto fast = decode_header(bytes.data(), bytes.size(), e1);
+    auto general = decode_header_general(bytes.data(), bytes.size(), e2);
+    INFO(j.dump());
+    REQUIRE(fast.has_value() == general.has_value());
+    if (!fast) continue;
+    CHECK(fast->kind == general->kind);
+    CHECK(fast->sender == general->sender);
+    CHECK(fast->incarnation == general->incarnation);
+    CHECK(fast->seq == general->seq);
+    CHECK(fast->corr == general->corr);
+    CHECK(fast->index == general->index);
+    CHECK(fast->ok == general->ok);
+    CHECK(fast->actor == general->actor);
+    CHECK(fast->method == general->method);
+    CHECK(fast->ctx == general->ctx);
+    CHECK(fast->body == general->body);
+  }
+  // What the encoder writes is what nlohmann would read back.
+  Header h;
+  h.kind = Kind::Reply;
+  h.sender = "s";
+  h.corr = 5;
+  h.ok = true;
+  h.body = {{"n", 1}};
+  auto bytes = encode_header(h);
+  json j = json::from_cbor(bytes);
+  CHECK(j["k"] == 11);
+  CHECK(j["o"] == true);
+  CHECK(j["b"]["n"] == 1);
 }
