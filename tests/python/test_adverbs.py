@@ -133,3 +133,22 @@ def test_actor_mesh_and_endpoint_reprs(counters):
     assert "Counter.get" in repr(counters.get)
     with pytest.raises(TypeError, match="adverb"):
         counters.get()
+
+
+def test_broadcast_exception_goes_to_the_fault_hook():
+    import os
+
+    from conftest import run_program
+
+    r = run_program(
+        "import sys, time\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        "from actors_for_tests import Counter\nfrom xmesh import this_host\n"
+        "pm = this_host().spawn_procs({'gpus': 2})\nc = pm.spawn('b', Counter)\n"
+        "c.fail.broadcast('nobody waits')\n"
+        "print('after broadcast:', list(c.incr.call().get().values()), flush=True)\n"
+        "time.sleep(0.5)\n")
+    assert r.returncode == 0, r.stderr
+    assert "after broadcast: [1, 1]" in r.stdout  # the actors lived on
+    assert r.stderr.count("broadcast to fail() raised, nobody waits for it") == 2
+    assert "ValueError: nobody waits on rank 1" in r.stderr

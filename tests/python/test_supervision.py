@@ -69,3 +69,22 @@ def test_proc_startup_failure_is_reported(tmp_path):
                                                    "PYTHONHOME": "/nonexistent"})
     with pytest.raises(SupervisionError, match="exited with code"):
         pm.initialized.get(timeout=30)
+
+
+def test_host_agent_killed_fails_calls_and_its_procs_die(fresh_rundir):
+    import xmesh
+    from conftest import pid_alive, wait_until
+
+    pm = xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 2})
+    c = pm.spawn("orphans", Counter)
+    pids = [v["pid"] for v in c.whoami.call().get(timeout=30).values()]
+    fut = c.spin.call(60)
+    hostd = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    os.kill(hostd, signal.SIGKILL)
+    # Procs die with their agent (parent-death signal); the controller learns it from the
+    # missing heartbeats (XMESH_HOSTD_TIMEOUT_MS) and fails the calls instead of hanging.
+    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10)
+    with pytest.raises(SupervisionError, match="stopped answering heartbeats"):
+        fut.get(timeout=30)
+    with pytest.raises(SupervisionError):
+        c.get.call().get(timeout=30)
