@@ -354,10 +354,24 @@ void Node::fail_calls_to(const std::string& addr, const json& error) {
 }
 
 void Node::mark_dead(const std::string& addr, const json& error) {
+  std::shared_ptr<OutPeer> peer;
   {
     std::lock_guard<std::mutex> g(mu_);
     dead_[addr] = error;
     subscribers_.erase(addr);
+    auto it = out_.find(addr);
+    if (it != out_.end()) {
+      peer = it->second;
+      out_.erase(it);
+    }
+  }
+  if (peer) {
+    // Nothing more goes to a dead peer: drop its queue and stop reconnecting to it.
+    std::lock_guard<std::mutex> g(peer->mu);
+    if (peer->sock) {
+      peer->sock->set(zmq::sockopt::linger, 0);
+      peer->sock.reset();
+    }
   }
   fail_calls_to(addr, error);
 }

@@ -390,6 +390,13 @@ void HostAgent::check_timers() {
       stop_allocation(a, false);
     }
   }
+  // Forget controllers that left (or went silent) and own nothing here any more.
+  for (auto it = controllers_.begin(); it != controllers_.end();) {
+    bool owns = false;
+    for (auto& kv : allocs_) owns = owns || kv.second->controller_addr == it->first;
+    bool gone = it->second.said_goodbye || now - it->second.last_seen_ms > grace_ms;
+    it = (gone && !owns) ? controllers_.erase(it) : std::next(it);
+  }
   // Idle exit.
   bool controller_recent = false;
   for (auto& kv : controllers_)
