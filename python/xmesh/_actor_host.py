@@ -4,7 +4,6 @@ thread waits for them, so each actor still handles one message at a time."""
 import asyncio
 import ctypes
 import os
-import sys
 import threading
 import traceback
 

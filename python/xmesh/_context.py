@@ -1,7 +1,6 @@
 """Who is running: the rank and shape of the current actor (set by the actor host for each
 message, in a contextvar so async endpoints see their own), else of this proc."""
 import contextvars
-import json
 import os
 
 from ._shape import Point
@@ -51,7 +50,3 @@ def current_size():
     ctx = _actor_context.get()
     shape = ctx.shape if ctx is not None else _proc_point().shape
     return dict(zip(shape.labels, shape.sizes))
-
-
-def proc_env_coords():
-    return json.loads(os.environ.get("XMESH_COORDS", "{}"))

@@ -150,22 +150,3 @@ class Future:
     def __repr__(self):
         state = "done" if self._done else f"{self._call.received}/{len(self._call)} answered"
         return f"<xmesh.Future {self._description}: {state}>"
-
-
-class ReadyFuture:
-    """A Future whose value is already known (for uniform APIs)."""
-
-    def __init__(self, value):
-        self._value = value
-
-    def get(self, timeout=None):
-        return self._value
-
-    result = get
-
-    def done(self):
-        return True
-
-    def __await__(self):
-        return self._value
-        yield  # pragma: no cover  (makes this a generator)

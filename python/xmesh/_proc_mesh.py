@@ -1,7 +1,6 @@
 """Host meshes, proc meshes and spawning: the controller's side of allocations."""
 import json
 import os
-import sys
 import threading
 import time
 
@@ -30,8 +29,12 @@ class Allocation:
         with self._cond:
             self.exited[body.get("rank")] = body
             self._cond.notify_all()
+            all_gone = len(self.exited) >= len(self.procs)
+        rt = get_runtime()
         if not self.stopped and not body.get("stopping"):
-            get_runtime()._diag(body.get("text", "a proc died"))
+            rt._diag(body.get("text", "a proc died"))
+        if all_gone:
+            rt.forget_alloc(self.id)
 
     def alive_ranks(self):
         with self._cond:

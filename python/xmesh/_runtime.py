@@ -35,28 +35,21 @@ class Runtime:
         self.role = role
         self.node = node
         self.job_cookie = job_cookie
-        self.host = _core.hostname()
         self._print_lock = threading.Lock()
-        self._allocs = {}  # alloc id -> ProcMesh allocation state (controller)
-        self._allocs_lock = threading.Condition()
+        self._allocs = {}  # alloc id -> Allocation with procs still running (controller)
+        self._lock = threading.Lock()
         self._actor_host = None
-        self._threads = []
         self._closed = False
         self.fault_hook = self._default_fault_hook
 
     # -- threads ---------------------------------------------------------------------------
-    def _start_thread(self, target, name):
-        t = threading.Thread(target=target, name=name, daemon=True)
-        t.start()
-        self._threads.append(t)
-
     def start_controller_threads(self):
-        self._start_thread(self._control_loop, "xmesh-control")
-        self._start_thread(self._log_loop, "xmesh-logs")
+        for target, name in ((self._control_loop, "xmesh-control"), (self._log_loop, "xmesh-logs")):
+            threading.Thread(target=target, name=name, daemon=True).start()
 
     def ensure_actor_host(self):
         """Lets this process host actors (procs always; a controller for this_proc())."""
-        with self._allocs_lock:
+        with self._lock:
             if self._actor_host is None:
                 from ._actor_host import ActorHost
 
@@ -66,11 +59,15 @@ class Runtime:
 
     # -- allocations (controller) ----------------------------------------------------------
     def register_alloc(self, alloc):
-        with self._allocs_lock:
+        with self._lock:
             self._allocs[alloc.id] = alloc
 
+    def forget_alloc(self, alloc_id):
+        with self._lock:
+            self._allocs.pop(alloc_id, None)
+
     def alloc(self, alloc_id):
-        with self._allocs_lock:
+        with self._lock:
             return self._allocs.get(alloc_id)
 
     def _control_loop(self):
@@ -142,7 +139,8 @@ class Runtime:
             return
         self._closed = True
         if self.role == "controller":
-            allocs = list(self._allocs.values())
+            with self._lock:
+                allocs = list(self._allocs.values())
             for a in allocs:
                 try:
                     a.request_stop(immediately=False)
@@ -173,8 +171,6 @@ def get_runtime():
         return _runtime
     with _runtime_lock:
         if _runtime is None:
-            if os.environ.get("XMESH_PROC_ADDR") and os.environ.get("XMESH_IS_PROC") == "1":
-                raise RuntimeError("proc runtime not initialized")
             _runtime = _make_controller()
     return _runtime
 
@@ -212,7 +208,6 @@ def proc_environment():
     """What a proc should know about its controller, from the controller's side."""
     rt = get_runtime()
     return {
-        "XMESH_IS_PROC": "1",
         "XMESH_CONTROLLER_ADDR": rt.node.addr,
         "XMESH_JOB_COOKIE": rt.job_cookie,
         "XMESH_SYS_PATH": json.dumps([p for p in sys.path if p and os.path.isdir(p)]),

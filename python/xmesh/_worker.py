@@ -26,6 +26,9 @@ def main():
         if p not in sys.path:
             sys.path.insert(1, p)
 
+    # Import the whole package now: a proc never imports code from a newer install later.
+    import xmesh  # noqa: F401
+
     from ._runtime import Kind, init_proc_runtime
 
     rt = init_proc_runtime()

@@ -12,10 +12,6 @@ from xmesh import _pickling
 MiB = 1 << 20
 
 
-class Summer:
-    pass
-
-
 @pytest.fixture(scope="module")
 def actor():
     pm = this_host().spawn_procs({"gpus": 2})
