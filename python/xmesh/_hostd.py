@@ -11,6 +11,15 @@ _agents = {}
 _agents_lock = threading.Lock()
 
 
+def _forget_agents_in_child():
+    global _agents_lock
+    _agents.clear()  # connections belong to the parent's node
+    _agents_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_agents_in_child)
+
+
 def hostd_executable():
     exe = os.environ.get("XMESH_HOSTD")
     if exe:

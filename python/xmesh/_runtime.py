@@ -175,6 +175,18 @@ def get_runtime():
     return _runtime
 
 
+def _forget_runtime_in_child():
+    # A forked child has a copy of the parent's node without its threads: it must neither use
+    # it nor shut it down at exit. It gets a runtime of its own if it uses xmesh.
+    global _runtime
+    if _runtime is not None:
+        _runtime._closed = True
+        _runtime = None
+
+
+os.register_at_fork(after_in_child=_forget_runtime_in_child)
+
+
 def _make_controller():
     rundir = _core.runtime_dir()
     os.makedirs(os.path.join(rundir, "c"), mode=0o700, exist_ok=True)

@@ -84,3 +84,19 @@ def test_garbage_bytes_to_the_agent_socket(rundir):
     pm = this_host().spawn_procs({"gpus": 1})
     pm.initialized.get(timeout=30)
     pm.stop()
+
+
+def test_forked_child_gets_its_own_runtime():
+    r = run_program(
+        "import os, sys\nfrom xmesh import this_host\n"
+        "pm = this_host().spawn_procs({'gpus': 1})\npm.initialized.get(timeout=30)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    child = this_host().spawn_procs({'gpus': 1})\n"
+        "    child.initialized.get(timeout=30)\n"
+        "    print('child ok', flush=True)\n"
+        "    sys.exit(0)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('parent ok', os.waitstatus_to_exitcode(status), flush=True)\n", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "child ok" in r.stdout and "parent ok 0" in r.stdout
