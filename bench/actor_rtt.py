@@ -35,9 +35,27 @@ def summary(samples_us):
 
 
 # ---- the floor ------------------------------------------------------------------------------
-def zmq_floor(n):
-    exe = os.environ.get("XMESH_BENCH_ZMQ") or shutil.which("xmesh_bench_zmq_pingpong") or os.path.join(
+def _zmq_exe():
+    return os.environ.get("XMESH_BENCH_ZMQ") or shutil.which("xmesh_bench_zmq_pingpong") or os.path.join(
         HERE, "..", "build", "bench", "xmesh_bench_zmq_pingpong")
+
+
+def zmq_fanout(k, reps):
+    """Raw ZeroMQ: k server processes, send to all then receive from all."""
+    exe = _zmq_exe()
+    prefix = f"ipc://{tempfile.mkdtemp(prefix='xf-')}/s"
+    servers = [subprocess.Popen([exe, "serve", f"{prefix}{i}"]) for i in range(k)]
+    try:
+        out = subprocess.run([exe, "fanout", prefix, str(k), str(reps)], capture_output=True, text=True,
+                             timeout=300).stdout
+    finally:
+        for s in servers:
+            s.wait(timeout=10)
+    return [float(x) for x in out.split()]
+
+
+def zmq_floor(n):
+    exe = _zmq_exe()
     addr = f"ipc://{tempfile.mkdtemp(prefix='xb-')}/pp"
     server = subprocess.Popen([exe, "serve", addr])
     try:
@@ -241,18 +259,20 @@ def main():
     sizes = [1, 2, 4, 8, 16]
     ipp_n = 4 if args.quick else 16
     cluster, rc, ipp_start16 = ipp_cluster(ipp_n)
-    rows.append(("call() fan-out to N actors (us, median)", "xmesh", "mp", "ipyparallel"))
+    rows.append(("call() fan-out to N actors (us, median)", "xmesh", "mp", "ipyparallel", "raw ZeroMQ"))
     fan = {}
     for k in sizes:
         x = statistics.median(xmesh_fanout(k, reps))
         m = statistics.median(mp_fanout(k, reps))
         i = statistics.median(ipp_fanout(rc, k, max(20, reps // 5))) if k <= ipp_n else float("nan")
-        fan[k] = (x, m, i)
-        rows.append((f"  N={k}", x, m, i))
+        z = statistics.median(zmq_fanout(k, reps))
+        fan[k] = (x, m, i, z)
+        rows.append((f"  N={k}", x, m, i, z))
     cluster.stop_cluster_sync()
-    x16, m16, i16 = fan[16]
+    x16, m16, i16, z16 = fan[16]
     ratios.append(f"call() to 16: xmesh / multiprocessing = {x16 / m16:.2f}x (target <= 2x); "
-                  f"ipyparallel / xmesh = {i16 / x16:.1f}x (target >= 20x)")
+                  f"ipyparallel / xmesh = {i16 / x16:.1f}x (target >= 20x); "
+                  f"raw ZeroMQ / multiprocessing = {z16 / m16:.2f}x, xmesh / raw ZeroMQ = {x16 / z16:.2f}x")
 
     xs = statistics.median(xmesh_spawn8(3 if args.quick else 5))
     ds = dask_spawn8()

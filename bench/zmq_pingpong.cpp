@@ -2,15 +2,18 @@
 // (REQ/REP, blocking receives, no extra threads of ours).
 //   zmq_pingpong serve ADDR         answers until it receives "stop"
 //   zmq_pingpong ping ADDR N        prints N round-trip times in microseconds, one per line
+//   zmq_pingpong fanout ADDR K N    K servers at ADDR0..ADDR{K-1}: sends to all, then receives
+//                                   from all; prints N such times in microseconds
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: zmq_pingpong serve ADDR | ping ADDR N\n");
+    std::fprintf(stderr, "usage: zmq_pingpong serve ADDR | ping ADDR N | fanout ADDR K N\n");
     return 2;
   }
   std::string mode = argv[1], addr = argv[2];
@@ -25,6 +28,36 @@ int main(int argc, char** argv) {
       s.send(m, zmq::send_flags::none);
       if (stop) return 0;
     }
+  }
+  if (mode == "fanout") {
+    int k = argc > 3 ? std::atoi(argv[3]) : 16;
+    int n = argc > 4 ? std::atoi(argv[4]) : 200;
+    std::vector<zmq::socket_t> socks;
+    for (int i = 0; i < k; ++i) {
+      socks.emplace_back(ctx, zmq::socket_type::req);
+      socks.back().set(zmq::sockopt::linger, 0);
+      socks.back().connect(addr + std::to_string(i));
+    }
+    for (int i = 0; i < n + 20; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (auto& s : socks) {
+        zmq::message_t m("ping", 4);
+        s.send(m, zmq::send_flags::none);
+      }
+      for (auto& s : socks) {
+        zmq::message_t r;
+        (void)s.recv(r);
+      }
+      auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 20) std::printf("%.1f\n", us);
+    }
+    for (auto& s : socks) {
+      zmq::message_t m("stop", 4);
+      s.send(m, zmq::send_flags::none);
+      zmq::message_t r;
+      (void)s.recv(r);
+    }
+    return 0;
   }
   int n = argc > 3 ? std::atoi(argv[3]) : 1000;
   zmq::socket_t s(ctx, zmq::socket_type::req);
