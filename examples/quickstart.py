@@ -22,6 +22,10 @@ class Trainer(Actor):
         return self.steps
 
     @endpoint
+    def whoami(self):
+        return self.rank
+
+    @endpoint
     def explode(self):
         raise RuntimeError(f"rank {self.rank} ran out of patience")
 
@@ -42,7 +46,7 @@ def main():
     print("steps per rank:", list(trainers.steps_done.call().get().values()))
 
     even_gpus = trainers.slice(gpus=slice(0, 4, 2))
-    print("even gpus:", even_gpus.sizes, [p.rank for p, _ in even_gpus.steps_done.call().get().items()])
+    print("even gpus:", even_gpus.sizes, "are ranks", list(even_gpus.whoami.call().get().values()))
     flat = trainers.flatten("rank")
     print("one actor:", flat.slice(rank=5).steps_done.call_one().get())
 

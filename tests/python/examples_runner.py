@@ -5,7 +5,7 @@ from conftest import EXAMPLES, run_program
 
 EXPECTED = {
     "quickstart.py": ["every __init__ ran", "steps per rank: [2, 2, 2, 2, 1, 1, 1, 1]",
-                      "even gpus: {'hosts': 2, 'gpus': 2} [0, 1, 2, 3]", "one actor: 1",
+                      "even gpus: {'hosts': 2, 'gpus': 2} are ranks [0, 2, 4, 6]", "one actor: 1",
                       "caught an actor error from rank 7 {'hosts': 1, 'gpus': 3}: rank 7 ran out of patience",
                       "the actor still serves: 1", "done"],
     "ping_pong.py": ["ping 0: ['hello from 0 -> answered by 0', 'hello from 0 -> answered by 1']",

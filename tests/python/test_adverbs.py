@@ -60,7 +60,6 @@ def test_choose_picks_one_actor_and_rotates(counters):
 
 
 def test_stream_yields_as_results_arrive(counters):
-    start = time.monotonic()
     order = []
     for rank in counters.sleep.stream(0.0):
         order.append(rank)
@@ -70,7 +69,6 @@ def test_stream_yields_as_results_arrive(counters):
     fast = counters.slice(gpus=0).sleep.call_one(0).get(timeout=30)
     assert fast == 0
     assert sorted(gen) == [1, 2, 3]
-    assert time.monotonic() - start >= 1.5
 
 
 def test_async_stream(counters):
@@ -111,7 +109,6 @@ def test_future_timeout_does_not_consume_and_result_is_cached(counters):
 
 
 def test_cancel_sync_and_async(counters):
-    t0 = time.monotonic()
     fut = counters.slice(gpus=2).asleep.call_one(30)
     time.sleep(0.2)
     assert fut.cancel()
@@ -122,10 +119,10 @@ def test_cancel_sync_and_async(counters):
     fut2.cancel()
     with pytest.raises(asyncio.CancelledError):
         fut2.get()
-    # The actors live on and answer promptly afterwards.
-    assert counters.slice(gpus=2).get.call_one().get(timeout=30) == 10
-    assert counters.slice(gpus=3).get.call_one().get(timeout=30) == 10
-    assert time.monotonic() - t0 < 25
+    # The actors live on and are free again: without the cancellation they would still be busy
+    # for 30 s and these calls would time out.
+    assert counters.slice(gpus=2).get.call_one().get(timeout=10) == 10
+    assert counters.slice(gpus=3).get.call_one().get(timeout=10) == 10
 
 
 def test_actor_mesh_and_endpoint_reprs(counters):
