@@ -137,6 +137,10 @@ struct Frame {
 py::list frames_to_py(std::vector<zmq::message_t>& frames) {
   py::list l;
   for (auto& f : frames) {
+    if (f.size() < kZeroCopyMin) {  // small: a bytes copy is cheaper than a Frame object
+      l.append(py::bytes(static_cast<const char*>(f.data()), f.size()));
+      continue;
+    }
     auto fr = std::make_unique<Frame>();
     fr->msg.move(f);
     l.append(py::cast(std::move(fr)));

@@ -100,7 +100,7 @@ class Runtime:
 
     def _print_log(self, msg):
         body = msg.body
-        data = b"".join(f.bytes() for f in msg.frames)
+        data = b"".join(bytes(f) for f in msg.frames)
         text = data.decode("utf-8", errors="replace")
         prefix = f"[{body.get('rank', '?')}] "
         out = sys.stderr if body.get("stream") == "stderr" else sys.stdout
