@@ -5,7 +5,7 @@ import threading
 import time
 
 from . import _core, _pickling
-from ._actor import ActorMesh, ActorMeshRef, endpoints_of
+from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._future import Future
 from ._hostd import agent
 from ._runtime import Kind, get_runtime, proc_environment
@@ -120,8 +120,8 @@ class ProcMesh(MeshTrait):
         first message, and a failing __init__ surfaces at the first call."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn() needs a name (a non-empty str) first, got {name!r}")
-        if not isinstance(actor_class, type):
-            raise TypeError(f"spawn() needs an Actor class, got {actor_class!r}")
+        if not isinstance(actor_class, type) or not issubclass(actor_class, Actor):
+            raise TypeError(f"spawn() needs a subclass of Actor, got {actor_class!r}")
         if self._alloc is not None and self._alloc.stopped:
             raise RuntimeError("cannot spawn on a proc mesh that was stopped")
         rt = get_runtime()

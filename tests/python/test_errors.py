@@ -87,6 +87,8 @@ def test_spawn_argument_errors(procs):
         procs.spawn(Counter)
     with pytest.raises(TypeError):
         procs.spawn("x", 3)
+    with pytest.raises(TypeError, match="subclass of Actor"):
+        procs.spawn("x", dict)
     with pytest.raises(ValueError):
         this_host().spawn_procs({"gpus": 0})
     with pytest.raises(ValueError):
