@@ -1,6 +1,7 @@
 """Runs the programs in examples/ as a user would and checks what they print."""
 import os
 
+import pytest
 from conftest import EXAMPLES, run_program
 
 EXPECTED = {
@@ -35,3 +36,18 @@ def check_example(name, tmp_path, package):
     for line in EXPECTED[name]:
         assert line in r.stdout, f"{name}: {line!r} not in output:\n{r.stdout}\n{r.stderr}"
     return r
+
+
+def make_tests(names):
+    """The two tests for a share of the examples (each test file takes a share, so that ctest
+    runs them on both cores): as written, and with xmesh imports."""
+
+    @pytest.mark.parametrize("name", names)
+    def test_example(name, tmp_path):
+        check_example(name, tmp_path, "monarch")
+
+    @pytest.mark.parametrize("name", names)
+    def test_example_with_xmesh_imports(name, tmp_path):
+        check_example(name, tmp_path, "xmesh")
+
+    return test_example, test_example_with_xmesh_imports

@@ -1,15 +1,4 @@
-"""examples/ as written (Monarch imports), first half."""
-import pytest
-from examples_runner import EXPECTED, check_example
+"""examples/ as written (Monarch imports) and with xmesh imports: first half."""
+from examples_runner import EXPECTED, make_tests
 
-NAMES = sorted(EXPECTED)[:5]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_example(name, tmp_path):
-    check_example(name, tmp_path, "monarch")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_example_with_xmesh_imports(name, tmp_path):
-    check_example(name, tmp_path, "xmesh")
+test_example, test_example_with_xmesh_imports = make_tests(sorted(EXPECTED)[:5])
