@@ -8,6 +8,7 @@ from . import _core, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._future import Future
 from ._hostd import agent
+from ._paths import PYTHON
 from ._runtime import Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
 
@@ -230,6 +231,8 @@ class HostMesh(MeshTrait):
     def spawn_procs(self, per_host=None, name=None, bootstrap=None, env=None):
         """Starts procs on every host: `per_host` gives their dimensions, e.g. {"gpus": 8}.
         Returns the ProcMesh at once; awaiting it (or .initialized) waits until every proc runs."""
+        if bootstrap is not None:
+            raise NotImplementedError("spawn_procs(bootstrap=...) is not supported by xmesh")
         per_host = dict(per_host or {"gpus": 1})
         if "hosts" in per_host and self._shape.ndim:
             raise ValueError("per_host must not name the 'hosts' dimension of a host mesh")
@@ -244,22 +247,18 @@ class HostMesh(MeshTrait):
         alloc_id = _core.random_hex(4)
         alloc = Allocation(alloc_id, name or "", shape, agents)
         n_local = local.size
-        ready_targets = []
         for h, a in enumerate(agents):
             for i in range(n_local):
                 rank = h * n_local + i
                 addr = f"ipc://{a.runtime_dir}/p/{alloc_id}.{rank}"
                 alloc.procs[rank] = {"addr": addr, "pid": None, "host": a.host, "agent": a}
-                ready_targets.append((addr, ""))
         # Readiness is a call answered by each proc once it listens; a proc that dies first
         # fails it through supervision.
-        ready_call = rt.node.expect([a for a, _ in ready_targets])
+        ready_call = rt.node.expect([alloc.procs[r]["addr"] for r in range(shape.size)])
         common_env = {k: v for k, v in os.environ.items() if isinstance(v, str)}
         common_env.update({str(k): str(v) for k, v in (env or {}).items()})
         common_env.update(proc_environment())
         common_env["XMESH_READY_CORR"] = str(ready_call.id)
-        from ._paths import PYTHON
-
         argv = [PYTHON, "-m", "xmesh._worker"]
         rt.register_alloc(alloc)
         for h, a in enumerate(agents):
@@ -284,9 +283,7 @@ class HostMesh(MeshTrait):
             for p in reply.get("procs", []):
                 alloc.procs[p["rank"]]["pid"] = p["pid"]
         described = [{"rank": r, "coords": dict(Point(r, shape)), "actor": "proc"} for r in range(shape.size)]
-
         mesh = ProcMesh(alloc, shape)
-
         mesh._ready = Future(ready_call, _all_ok_then(mesh), described, "proc startup")
         return mesh
 
