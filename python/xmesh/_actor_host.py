@@ -70,12 +70,16 @@ class ActorThread(threading.Thread):
     def run(self):
         for msg in messages(self.inbox):
             kind = msg.kind
-            if kind == _CALL:
-                self._call(msg)
-            elif kind == Kind.SpawnActor:
-                self._spawn(msg)
-            elif kind == Kind.StopActor:
-                break
+            try:
+                if kind == _CALL:
+                    self._call(msg)
+                elif kind == Kind.SpawnActor:
+                    self._spawn(msg)
+                elif kind == Kind.StopActor:
+                    break
+            except _RemoteCancel:
+                # A cancellation that landed just after its call finished: nothing to stop.
+                pass
         self.node.remove_actor(self.actor_id)
         self.host.forget(self.actor_id)
 
