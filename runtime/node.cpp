@@ -376,6 +376,11 @@ void Node::mark_dead(const std::string& addr, const json& error) {
   fail_calls_to(addr, error);
 }
 
+void Node::revive(const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  dead_.erase(addr);
+}
+
 bool Node::is_dead(const std::string& addr, json* error) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = dead_.find(addr);

@@ -90,6 +90,8 @@ class Node {
   // Supervision: fail every pending and later call to addr with this error.
   void mark_dead(const std::string& addr, const json& error);
   bool is_dead(const std::string& addr, json* error = nullptr) const;
+  // A new process now listens at addr (a host agent restarted): talk to it again.
+  void revive(const std::string& addr);
   // Procs whose death must be relayed (PeerDead) to every listed address.
   void add_supervision_subscriber(const std::string& addr);
   void remove_supervision_subscriber(const std::string& addr);

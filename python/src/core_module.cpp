@@ -395,6 +395,7 @@ PYBIND11_MODULE(_core, m) {
         if (!n.is_dead(addr, &e)) return py::none();
         return to_py(e);
       })
+      .def("revive", &Node::revive)
       .def("add_supervision_subscriber", &Node::add_supervision_subscriber)
       .def("remove_supervision_subscriber", &Node::remove_supervision_subscriber)
       .def("watch_host", &Node::watch_host)

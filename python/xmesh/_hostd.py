@@ -1,6 +1,7 @@
 """Finding, starting and talking to host agents (xmesh-hostd) from a controller."""
 import os
 import shutil
+import signal
 import threading
 import time
 
@@ -45,6 +46,19 @@ def _pid_alive(pid):
         return False
     except PermissionError:
         return True
+
+
+def _has_children(pid):
+    """Whether a process has children (a host agent's children are its procs)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        return True
+            except (OSError, ValueError, IndexError):
+                continue
+    return False
 
 
 def _read(path):
@@ -102,10 +116,19 @@ class HostAgent:
         try:
             status = self.request(Kind.Status, {}, timeout=timeout)
         except RuntimeError as e:
-            if "refused" in str(e):
+            if "refused" not in str(e):
+                raise
+            pid = self._running_pid()
+            if pid is None or _has_children(pid):
                 raise RuntimeError(f"{e}; `xmesh shutdown --runtime-dir {self.runtime_dir}` stops that host agent "
                                    "and its procs") from None
-            raise
+            # An agent of another protocol version that owns no procs: replace it.
+            os.kill(pid, signal.SIGTERM)
+            self._wait_gone(pid, timeout)
+            rt = get_runtime()
+            rt.node.revive(self.addr)
+            self._start(timeout)
+            status = self.request(Kind.Status, {}, timeout=timeout)
         if status.get("build") != _core.build_id() and not status.get("allocations"):
             # An idle agent from another build of xmesh: replace it, so that procs always run the
             # code installed now.
@@ -123,10 +146,14 @@ class HostAgent:
             rt.node.send(self.addr, int(Kind.Shutdown), {})
         except Exception:
             pass
+        self._wait_gone(pid, timeout)
+        self._start(timeout)
+
+    @staticmethod
+    def _wait_gone(pid, timeout):
         deadline = time.monotonic() + timeout
         while pid and _pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
-        self._start(timeout)
 
     def request(self, kind, body, timeout=15.0):
         """Sends one request and returns the reply body; raises RuntimeError naming the problem."""
