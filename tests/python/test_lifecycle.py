@@ -100,3 +100,19 @@ def test_forked_child_gets_its_own_runtime():
         "print('parent ok', os.waitstatus_to_exitcode(status), flush=True)\n", timeout=60)
     assert r.returncode == 0, r.stderr
     assert "child ok" in r.stdout and "parent ok 0" in r.stdout
+
+
+def test_an_idle_agent_that_refuses_is_replaced(fresh_rundir):
+    env = {"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_HOSTD_IDLE": "60"}
+    r = run_program(SPAWNER, env=env)
+    assert r.returncode == 0, r.stderr
+    old = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    assert pid_alive(old)
+    # The cookie changed underneath the running agent (say the directory was recreated): it now
+    # refuses this user's controllers. Idle, it is replaced rather than leaving the user stuck.
+    with open(os.path.join(fresh_rundir, "cookie"), "w") as f:
+        f.write("0" * 64)
+    r = run_program(SPAWNER, env=env)
+    assert r.returncode == 0, r.stderr
+    new = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    assert new != old and not pid_alive(old)
