@@ -38,7 +38,7 @@ void Inbox::clear_fd_locked() {
   signalled_ = false;
 }
 
-bool Inbox::push(Message m) {
+bool Inbox::push(Message&& m) {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (closed_) return false;

@@ -17,8 +17,8 @@ class Inbox {
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
 
-  // Returns false (and drops the message) once the inbox is closed.
-  bool push(Message m);
+  // Returns false once the inbox is closed, leaving m with the caller (to answer it).
+  bool push(Message&& m);
   // Waits up to timeout_ms (-1: forever) for a message; nullopt on timeout or when closed
   // and drained.
   std::optional<Message> pop(int timeout_ms);

@@ -333,6 +333,10 @@ void Node::remove_actor(const std::string& name) {
     removed_actors_.insert(name);
   }
   box->close();
+  // Calls queued behind the stop get an answer instead of waiting forever.
+  while (auto m = box->pop(0))
+    if (m->header.kind == Kind::Call && m->header.corr)
+      reply(*m, false, {{"kind", "no_actor"}, {"text", "no actor named '" + name + "' on this proc (it was stopped)"}}, {});
 }
 
 void Node::fail_calls_to(const std::string& addr, const json& error) {

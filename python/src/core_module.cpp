@@ -239,6 +239,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("version", []() { return version_string(); });
   m.def("build_id", []() { return build_id(); });
   m.def("runtime_dir", &runtime_dir);
+  m.def("ensure_private_dir", [](const std::string& path) {
+    try {
+      make_dirs(path, 0700);
+      check_private_dir(path);
+    } catch (const std::runtime_error& e) {
+      throw py::value_error(e.what());
+    }
+  }, "Creates path (0700) if needed; PermissionError if it belongs to another user.");
   m.def("hostname", &hostname);
   m.def("random_hex", &random_hex);
   m.def("drain_releases", &drain_releases);

@@ -104,11 +104,10 @@ class HostAgent:
         if self._connected:
             return self
         rt = get_runtime()
-        os.makedirs(self.runtime_dir, mode=0o700, exist_ok=True)
-        st = os.stat(self.runtime_dir)
-        if st.st_uid != os.geteuid():
-            raise PermissionError(f"runtime directory {self.runtime_dir} belongs to another user (uid {st.st_uid}); "
-                                  "set XMESH_RUNTIME_DIR to a directory of your own")
+        try:
+            _core.ensure_private_dir(self.runtime_dir)  # the same check as the default directory's
+        except ValueError as e:
+            raise PermissionError(str(e)) from None
         if self._running_pid() is None:
             self._start(timeout)
         cookie = _read(os.path.join(self.runtime_dir, "cookie"))

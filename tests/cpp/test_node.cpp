@@ -13,6 +13,18 @@ std::string tmp_addr(const std::string& tag) {
   return "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-" + tag;
 }
 
+// Two started nodes sharing the cookie "k": a caller (controller) and a proc.
+struct NodePair {
+  Node a, b;
+  explicit NodePair(const std::string& tag)
+      : a("controller", tmp_addr("a" + tag), "k"), b("proc", tmp_addr("b" + tag), "k") {
+    a.set_default_cookie("k");
+    b.set_default_cookie("k");
+    a.start();
+    b.start();
+  }
+};
+
 std::vector<zmq::message_t> frames_of(const std::string& s) {
   std::vector<zmq::message_t> f;
   f.emplace_back(s.data(), s.size());
@@ -63,12 +75,9 @@ struct RawPeer {
 }  // namespace
 
 TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]") {
-  Node a("controller", tmp_addr("a1"), "cookie");
-  Node b("proc", tmp_addr("b1"), "cookie");
-  a.set_default_cookie("cookie");
-  b.set_default_cookie("cookie");
-  a.start();
-  b.start();
+  NodePair n("1");
+  auto& a = n.a;
+  auto& b = n.b;
   Header spawn;
   spawn.kind = Kind::SpawnActor;
   auto sc = a.call({{b.addr(), "act"}}, spawn, frames_of("cls"), true);
@@ -118,11 +127,9 @@ TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]")
 
 TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
   setenv("XMESH_ACTOR_WAIT_MS", "200", 1);
-  Node a("controller", tmp_addr("a2"), "k");
-  Node b("proc", tmp_addr("b2"), "k");
-  a.set_default_cookie("k");
-  a.start();
-  b.start();
+  NodePair n("2");
+  auto& a = n.a;
+  auto& b = n.b;
   Header h;
   h.kind = Kind::Call;
   auto c = a.call({{b.addr(), "ghost"}}, h, {}, true);
@@ -165,11 +172,9 @@ TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
 }
 
 TEST_CASE("supervision fails pending and later calls at once", "[node]") {
-  Node a("controller", tmp_addr("a3"), "k");
-  Node b("proc", tmp_addr("b3"), "k");
-  a.set_default_cookie("k");
-  a.start();
-  b.start();
+  NodePair n("3");
+  auto& a = n.a;
+  auto& b = n.b;
   Header h;
   h.kind = Kind::Call;
   auto pending = a.call({{b.addr(), "x"}}, h, {}, true);

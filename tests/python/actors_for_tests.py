@@ -112,6 +112,17 @@ class Ponger(Actor):
         return f"pong {n} from {current_rank().rank}"
 
 
+class Spawner(Actor):
+    """Spawns a child actor on its own proc (this_proc) and calls it."""
+
+    @endpoint
+    def spawn_child_and_call(self, start):
+        from xmesh import this_proc
+
+        child = this_proc().spawn("child", Counter, start)
+        return child.incr.call_one(1).get(), child.whoami.call_one().get()["pid"], os.getpid()
+
+
 class Pinger(Actor):
     """Holds a handle to another mesh and calls it from here (actor to actor)."""
 

@@ -2,7 +2,8 @@
 their own proc (this_proc)."""
 import asyncio
 
-from actors_for_tests import Counter, Pinger, Ponger
+import pytest
+from actors_for_tests import Counter, Pinger, Ponger, Spawner
 
 from xmesh import this_host, this_proc
 
@@ -25,3 +26,23 @@ def test_this_proc_in_the_controller():
         return await local.aget.call_one()
 
     assert asyncio.run(main()) == 7
+
+
+def test_this_proc_inside_an_actor_spawns_on_the_same_proc():
+    pm = this_host().spawn_procs({"gpus": 2})
+    vm = pm.spawn("spawners", Spawner).spawn_child_and_call.call(41).get(timeout=30)
+    for value, child_pid, parent_pid in vm.values():
+        assert value == 42 and child_pid == parent_pid
+    pm.stop()
+
+
+def test_stopped_actor_mesh_fails_calls_clearly():
+    pm = this_host().spawn_procs({"gpus": 1})
+    c = pm.spawn("short_lived", Counter)
+    assert c.incr.call_one().get(timeout=30) == 1
+    c.stop()
+    with pytest.raises(Exception, match="no actor named 'short_lived"):
+        c.get.call_one().get(timeout=30)
+    # The proc lives on and hosts new actors.
+    assert pm.spawn("next", Counter, 5).get.call_one().get(timeout=30) == 5
+    pm.stop()
