@@ -5,7 +5,7 @@ import asyncio
 
 from . import _pickling
 from ._errors import ActorError, SupervisionError, describe_coords
-from ._runtime import get_runtime
+from ._runtime import Kind, get_runtime
 
 
 def _error_from(body, frames, target):
@@ -110,8 +110,6 @@ class Future:
         that error, and its other ranks stop. Returns False if nothing was running."""
         if not self._call.missing():
             return False
-        from ._runtime import Kind
-
         rt = get_runtime()
         for i in self._call.missing():
             addr = self._call.target_addr(i)
