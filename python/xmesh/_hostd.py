@@ -89,8 +89,13 @@ class HostAgent:
         env = dict(os.environ)
         env["XMESH_RUNTIME_DIR"] = self.runtime_dir
         exe = hostd_executable()
-        _core.spawn_detached([exe, "--daemon", "--runtime-dir", self.runtime_dir], env)
+        launcher = _core.spawn_detached([exe, "--daemon", "--runtime-dir", self.runtime_dir], env)
         deadline = time.monotonic() + timeout
+        try:
+            # The launcher exits as soon as the daemon has forked away: reap it (no zombie).
+            os.waitpid(launcher, 0)
+        except ChildProcessError:
+            pass
         sock = os.path.join(self.runtime_dir, "hostd.sock")
         while time.monotonic() < deadline:
             if self._running_pid() and os.path.exists(sock) and len(_read(os.path.join(self.runtime_dir, "cookie"))) >= 32:

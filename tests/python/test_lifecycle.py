@@ -116,3 +116,20 @@ def test_an_idle_agent_that_refuses_is_replaced(fresh_rundir):
     assert r.returncode == 0, r.stderr
     new = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
     assert new != old and not pid_alive(old)
+
+
+def test_starting_an_agent_leaves_no_zombie(fresh_rundir):
+    import xmesh
+
+    xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 1}).initialized.get(timeout=30)
+    me = os.getpid()
+    zombies = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if stat[0] == "Z" and int(stat[1]) == me:
+                zombies.append(entry)
+    assert zombies == []
