@@ -1,0 +1,28 @@
+// The xmesh kernel's interpreter: xeus-python's IPython-based interpreter with the xmesh
+// runtime wired in (python/xmesh/_kernel.py does the Python side).
+#pragma once
+#include "history_manager.hpp"
+#include "xeus-python/xinterpreter.hpp"
+
+namespace xmesh::kernel {
+
+class XmeshInterpreter : public xpyt::interpreter {
+ public:
+  explicit XmeshInterpreter(HistoryManager& history);
+  ~XmeshInterpreter() override;
+
+ protected:
+  void configure_impl() override;
+  nl::json execute_request_impl(int execution_count, const std::string& code, bool silent, bool store_history,
+                                nl::json user_expressions, bool allow_stdin) override;
+  nl::json kernel_info_request_impl() override;
+  void shutdown_request_impl() override;
+
+ private:
+  void record_history_output(int execution_count);
+
+  HistoryManager& history_;
+  py::object hooks_;  // the xmesh._kernel module
+};
+
+}  // namespace xmesh::kernel

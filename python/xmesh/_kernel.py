@@ -1,0 +1,45 @@
+"""The Python side of the xmesh Jupyter kernel. kernel/xmesh_interpreter.cpp calls `setup`
+once the IPython shell exists, `on_idle_interrupt` for an interrupt while no cell runs, and
+`shutdown` on a shutdown or restart request."""
+import threading
+
+_shell = None
+_interrupted = []          # futures whose wait the last interrupt broke, ranks still running
+_interrupted_lock = threading.Lock()
+
+
+def in_kernel():
+    return _shell is not None
+
+
+def setup(shell):
+    global _shell
+    _shell = shell
+
+
+def note_interrupted(future):
+    """A wait on `future` was interrupted: a second interrupt while idle cancels it."""
+    with _interrupted_lock:
+        _interrupted.append(future)
+
+
+def on_idle_interrupt():
+    """An interrupt while no cell runs (the "second interrupt"): cancel the calls that the
+    last interrupted wait left running."""
+    with _interrupted_lock:
+        pending = list(_interrupted)
+        _interrupted.clear()
+    for fut in pending:
+        try:
+            fut.cancel()
+        except Exception:
+            pass
+
+
+def shutdown():
+    """Shutdown or restart: unnamed meshes stop, named allocations stay for the next kernel."""
+    from ._runtime import runtime_if_started
+
+    rt = runtime_if_started()
+    if rt is not None:
+        rt.shutdown()
