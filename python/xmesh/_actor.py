@@ -1,11 +1,13 @@
 """Actors, endpoints and actor meshes: the user-facing calling API (Monarch's adverbs)."""
 import asyncio
 import functools
+import html
 import inspect
 import itertools
 import random
 
 from . import _pickling
+from ._display import html_table
 from ._errors import ActorError
 from ._future import Future
 from ._runtime import Kind, get_runtime
@@ -138,11 +140,40 @@ class ActorMesh(MeshTrait):
         targets, _ = self._targets()
         rt.node.call(targets, int(Kind.StopActor), "", {}, None, False)
 
+    def _summary(self):
+        return f"ActorMesh {self._ref.name!r} ({self._ref.class_name}) {self.sizes}"
+
     def __repr__(self):
-        return f"<ActorMesh {self._ref.name!r} ({self._ref.class_name}) {self.sizes}>"
+        return f"<{self._summary()}>"
 
     def _repr_html_(self):
-        return f"<b>ActorMesh</b> {self._ref.name!r} ({self._ref.class_name}) {self.sizes}"
+        """Per actor: coordinates, the proc hosting it and its state."""
+        ref = self._ref
+        proc_states = {}
+        pm = self._proc_mesh
+        if pm is not None and pm._alloc is not None:
+            proc_states = {g: (host, pid, state) for g, _, host, pid, state in
+                           pm._new_with_shape(pm._alloc.shape)._rank_states()}
+        init_state = "ready"
+        if self._initialized is not None:
+            try:
+                self._initialized.get(timeout=0)
+            except TimeoutError:
+                init_state = "starting"
+            except Exception:
+                init_state = "__init__ failed"
+        base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}
+        rows = []
+        for g in self._shape.ranks():
+            base = base_pos[g]
+            proc_rank = ref.proc_ranks[base]
+            host, pid, state = proc_states.get(proc_rank, ("", None, "running"))
+            p = Point(base, ref.base_shape)
+            rows.append([base] + [p[d] for d in ref.base_shape.labels] +
+                        [host, pid, init_state if state == "running" else f"proc {state}"])
+        note = "endpoints: " + ", ".join(ref.endpoints)
+        return html_table(html.escape(self._summary()), ["rank"] + list(ref.base_shape.labels) +
+                          ["host", "pid", "state"], rows, note)
 
     def __reduce__(self):
         return (_rebuild_actor_mesh, (self._ref, self._shape))

@@ -3,7 +3,7 @@ Ctrl-C through; a timeout does not consume the future; the outcome is cached; `a
 through the running asyncio loop (a file descriptor, no thread per future)."""
 import asyncio
 
-from . import _pickling
+from . import _kernel, _pickling
 from ._errors import ActorError, SupervisionError, describe_coords
 from ._runtime import Kind, get_runtime
 
@@ -87,9 +87,10 @@ class Future:
             try:
                 ready = self._call.wait(timeout)
             except KeyboardInterrupt:
+                _kernel.note_interrupted(self)
                 ranks = self.running_ranks()
                 raise KeyboardInterrupt(f"interrupted while waiting for {self._description}; ranks still running: "
-                                        f"{ranks} (fut.cancel() cancels them)") from None
+                                        f"{ranks} ({_kernel.cancel_hint()})") from None
             if not ready:
                 raise TimeoutError(f"{self._description} did not finish within {timeout} s; "
                                    f"ranks still running: {self.running_ranks()}")

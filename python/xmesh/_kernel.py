@@ -12,9 +12,33 @@ def in_kernel():
     return _shell is not None
 
 
+def cancel_hint():
+    if in_kernel():
+        return "interrupt again or fut.cancel() to cancel them"
+    return "fut.cancel() cancels them"
+
+
 def setup(shell):
     global _shell
     _shell = shell
+    _keep_meshes_out_of_the_output_cache(shell)
+
+
+def _keep_meshes_out_of_the_output_cache(shell):
+    """A mesh shown as a cell's result is displayed but not stored in Out / _ : the output
+    cache would otherwise keep every re-run's procs alive (unnamed allocations stop when their
+    last handle goes)."""
+    from ._actor import ActorMesh
+    from ._proc_mesh import ProcMesh
+
+    hook = shell.displayhook
+    store = hook.update_user_ns
+
+    def update_user_ns(result):
+        if not isinstance(result, (ProcMesh, ActorMesh)):
+            store(result)
+
+    hook.update_user_ns = update_user_ns
 
 
 def note_interrupted(future):

@@ -1,11 +1,14 @@
 """Host meshes, proc meshes and spawning: the controller's side of allocations."""
+import html
 import json
 import os
 import threading
 import time
+import weakref
 
 from . import _core, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
+from ._display import html_table
 from ._future import Future
 from ._hostd import agent
 from ._paths import PYTHON
@@ -62,17 +65,43 @@ class Allocation:
         return True
 
 
-def _all_ok_then(value):
-    """A Future converter: raise the first failed target's error, else resolve to value."""
+class _Lease:
+    """Held by every handle on an unnamed allocation (its ProcMeshes, through them its
+    ActorMeshes, and its readiness Future). When the last handle goes, the procs stop: a
+    notebook that re-runs a spawning cell does not pile up procs. Named allocations have no
+    lease: they outlive their handles and their controller."""
+
+    def __init__(self, alloc):
+        fin = weakref.finalize(self, _stop_unreferenced, alloc)
+        fin.atexit = False  # at exit the runtime stops everything itself
+
+
+def _stop_unreferenced(alloc):
+    if not alloc.stopped:
+        # Garbage collection can run anywhere: never block it on the host agents' replies.
+        threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True).start()
+
+
+def _all_ok_then(make_value):
+    """A Future converter: raise the first failed target's error, else resolve to
+    make_value(). The value is built on demand so that a mesh and its own readiness Future do
+    not reference each other (a cycle would keep an unreferenced allocation alive until the
+    cyclic garbage collector happens to run)."""
 
     def convert(results, fut):
         for index in sorted(results):
             ok, body, frames = results[index]
             if not ok:
                 raise fut.error_for(index, body, frames)
-        return value
+        return make_value()
 
     return convert
+
+
+def _live_or_rebuilt(mesh, rebuild):
+    """make_value for _all_ok_then: the mesh itself while it lives, else an equal handle."""
+    ref = weakref.ref(mesh)
+    return lambda: ref() or rebuild()
 
 
 def _rank_env(rank, coords, shape, per_host):
@@ -90,14 +119,15 @@ def _rank_env(rank, coords, shape, per_host):
 class ProcMesh(MeshTrait):
     """A mesh of procs (worker processes). Spawn actors on it with `spawn`."""
 
-    def __init__(self, alloc, shape, ready=None, local_addr=None):
+    def __init__(self, alloc, shape, ready=None, local_addr=None, lease=None):
         self._alloc = alloc
         self._shape = shape
         self._ready = ready
         self._local_addr = local_addr  # set for this_proc(): the process itself
+        self._lease = lease            # unnamed allocations: see _Lease
 
     def _new_with_shape(self, shape):
-        return ProcMesh(self._alloc, shape, self._ready, self._local_addr)
+        return ProcMesh(self._alloc, shape, self._ready, self._local_addr, self._lease)
 
     # -- readiness -------------------------------------------------------------------------
     @property
@@ -149,7 +179,9 @@ class ProcMesh(MeshTrait):
                            actor_shape, proc_ranks)
         mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
 
-        mesh._initialized = Future(call, _all_ok_then(mesh), described, f"spawn of {name!r}")
+        rebuild = lambda: ActorMesh(ref, actor_shape, mesh_init, self, actor_class)  # noqa: E731
+        mesh_init = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, f"spawn of {name!r}")
+        mesh._initialized = mesh_init
         return mesh
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -181,17 +213,44 @@ class ProcMesh(MeshTrait):
     def pids(self):
         return [self._alloc.procs[r]["pid"] for r in self._shape.ranks()] if self._alloc else [os.getpid()]
 
-    def __repr__(self):
+    def _rank_states(self):
+        """(rank, coords, host, pid, state) for each proc of this (possibly sliced) mesh."""
+        alloc = self._alloc
+        rows = []
+        for i, g in enumerate(self._shape.ranks()):
+            p = alloc.procs.get(g, {})
+            exited = alloc.exited.get(g)
+            if exited is not None:
+                state = "stopped" if exited.get("stopping") else "died (" + str(
+                    exited.get("signal") or f"exit code {exited.get('exit_code')}") + ")"
+            elif alloc.stopped:
+                state = "stopping"
+            elif p.get("pid") is None:
+                state = "starting"
+            else:
+                state = "running"
+            rows.append((g, dict(Point(i, self._shape)), p.get("host", ""), p.get("pid"), state))
+        return rows
+
+    def _summary(self):
         if self._alloc is None:
-            return "<ProcMesh this_proc>"
-        alive = set(self._alloc.alive_ranks())
-        ranks = list(self._shape.ranks())
-        state = "stopped" if self._alloc.stopped else f"{sum(r in alive for r in ranks)}/{len(ranks)} alive"
+            return "ProcMesh this_proc"
+        states = [r[4] for r in self._rank_states()]
+        running = states.count("running")
+        state = "stopped" if self._alloc.stopped else f"{running}/{len(states)} running"
         name = f" {self._alloc.name!r}" if self._alloc.name else ""
-        return f"<ProcMesh{name} {self.sizes} {state}>"
+        return f"ProcMesh{name} {self.sizes} {state}"
+
+    def __repr__(self):
+        return f"<{self._summary()}>"
 
     def _repr_html_(self):
-        return "<b>" + repr(self).replace("<", "&lt;").replace(">", "&gt;") + "</b>"
+        if self._alloc is None:
+            return f"<b>{html.escape(self._summary())}</b>"
+        rows = [[g] + [c[d] for d in self._shape.labels] + [host, pid, state]
+                for g, c, host, pid, state in self._rank_states()]
+        return html_table(html.escape(self._summary()), ["rank"] + list(self._shape.labels) + ["host", "pid", "state"],
+                          rows)
 
     def __reduce__(self):
         if self._alloc is None:
@@ -283,8 +342,11 @@ class HostMesh(MeshTrait):
             for p in reply.get("procs", []):
                 alloc.procs[p["rank"]]["pid"] = p["pid"]
         described = [{"rank": r, "coords": dict(Point(r, shape)), "actor": "proc"} for r in range(shape.size)]
-        mesh = ProcMesh(alloc, shape)
-        mesh._ready = Future(ready_call, _all_ok_then(mesh), described, "proc startup")
+        lease = None if name else _Lease(alloc)
+        mesh = ProcMesh(alloc, shape, lease=lease)
+        rebuild = lambda: ProcMesh(alloc, shape, ready, lease=lease)  # noqa: E731
+        ready = Future(ready_call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, "proc startup")
+        mesh._ready = ready
         return mesh
 
     def __repr__(self):

@@ -1,6 +1,7 @@
 """ValueMesh: the results of a call, one per actor, indexed like the mesh that was called."""
 import html
 
+from ._display import html_table
 from ._shape import MeshTrait, Point, slice_shape
 
 
@@ -54,13 +55,8 @@ class ValueMesh(MeshTrait):
         return "\n".join(lines)
 
     def _repr_html_(self):
-        head = "".join(f"<th>{html.escape(d)}</th>" for d in self._shape.labels) + "<th>value</th>"
-        rows = []
-        for p, v in self.items():
-            cells = "".join(f"<td>{c}</td>" for c in p.values())
-            rows.append(f"<tr>{cells}<td><code>{html.escape(repr(v))}</code></td></tr>")
-        return (f"<div><b>ValueMesh</b> {html.escape(str(self.sizes))}"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+        rows = [list(p.values()) + [repr(v)] for p, v in self.items()]
+        return html_table(f"ValueMesh {html.escape(str(self.sizes))}", list(self._shape.labels) + ["value"], rows)
 
     def __reduce__(self):
         return (ValueMesh, (self._shape, self._values))

@@ -2,7 +2,7 @@
 import os
 
 import pytest
-from conftest import EXAMPLES, run_program
+from xmesh_testing import EXAMPLES, run_program
 
 EXPECTED = {
     "quickstart.py": ["every __init__ ran", "steps per rank: [2, 2, 2, 2, 1, 1, 1, 1]",

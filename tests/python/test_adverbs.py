@@ -135,7 +135,7 @@ def test_actor_mesh_and_endpoint_reprs(counters):
 def test_broadcast_exception_goes_to_the_fault_hook():
     import os
 
-    from conftest import run_program
+    from xmesh_testing import run_program
 
     r = run_program(
         "import sys, time\n"

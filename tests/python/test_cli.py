@@ -2,7 +2,7 @@
 import json
 import subprocess
 
-from conftest import PYTHON
+from xmesh_testing import PYTHON
 
 from xmesh import this_host
 

@@ -48,7 +48,7 @@ def test_torch_64mib_round_trip(actor):
 
 
 def test_oversized_message_fails_at_the_sender():
-    from conftest import run_program
+    from xmesh_testing import run_program
 
     r = run_program(
         "import numpy as np\nfrom xmesh import this_host\nfrom actors_for_tests import Counter\n"

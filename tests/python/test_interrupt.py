@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from conftest import PYTHON
+from xmesh_testing import PYTHON
 
 PROGRAM = """
 import sys, time

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from conftest import PYTHON, pid_alive, run_program, wait_until
+from xmesh_testing import PYTHON, pid_alive, run_program, wait_until
 
 SPAWNER = """
 import json, sys

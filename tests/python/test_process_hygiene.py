@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from actors_for_tests import Counter
-from conftest import run_program
+from xmesh_testing import run_program
 
 from xmesh import this_host
 

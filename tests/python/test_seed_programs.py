@@ -2,7 +2,7 @@
 import os
 
 import pytest
-from conftest import EXAMPLES, run_program
+from xmesh_testing import EXAMPLES, run_program
 
 
 def run_seed(name, package, tmp_path):

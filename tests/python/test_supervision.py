@@ -73,7 +73,7 @@ def test_proc_startup_failure_is_reported(tmp_path):
 
 def test_host_agent_killed_fails_calls_and_its_procs_die(fresh_rundir):
     import xmesh
-    from conftest import pid_alive, wait_until
+    from xmesh_testing import pid_alive, wait_until
 
     pm = xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 2})
     c = pm.spawn("orphans", Counter)

@@ -1,0 +1,149 @@
+"""A kernel driven as a front end drives it: execute requests on shell, outputs from iopub,
+interrupts by signal, restarts and shutdowns through the KernelManager."""
+import os
+import time
+from queue import Empty
+
+from jupyter_client.manager import KernelManager
+
+
+class CellResult:
+    def __init__(self, reply, outputs):
+        self.reply = reply["content"]
+        self.outputs = outputs  # iopub messages of the cell, in order (not status/execute_input)
+
+    @property
+    def status(self):
+        return self.reply["status"]
+
+    def _stream(self, name):
+        return "".join(m["content"]["text"] for m in self.outputs
+                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+
+    @property
+    def stdout(self):
+        return self._stream("stdout")
+
+    @property
+    def stderr(self):
+        return self._stream("stderr")
+
+    @property
+    def data(self):
+        """The mime bundles of execute_result and display_data, in order."""
+        return [m["content"]["data"] for m in self.outputs if m["msg_type"] in ("execute_result", "display_data")]
+
+    @property
+    def text(self):
+        """text/plain of the execute_result, or None."""
+        for m in self.outputs:
+            if m["msg_type"] == "execute_result":
+                return m["content"]["data"].get("text/plain")
+        return None
+
+    @property
+    def error(self):
+        for m in self.outputs:
+            if m["msg_type"] == "error":
+                return m["content"]
+        return None
+
+    @property
+    def error_text(self):
+        e = self.error
+        if e is None:
+            return ""
+        return f"{e['ename']}: {e['evalue']}\n" + "\n".join(e["traceback"])
+
+    def __repr__(self):
+        return f"<cell {self.status} stdout={self.stdout!r} stderr={self.stderr!r} error={self.error_text!r}>"
+
+
+class KernelSession:
+    def __init__(self, rundir, env=None):
+        self.rundir = rundir
+        full_env = dict(os.environ)
+        full_env["XMESH_RUNTIME_DIR"] = rundir
+        full_env.update(env or {})
+        self.km = KernelManager(kernel_name="xmesh")
+        self.km.start_kernel(env=full_env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    @property
+    def pid(self):
+        return self.km.provisioner.process.pid
+
+    def send(self, code):
+        """Starts executing code; returns the request's msg_id (see collect)."""
+        return self.kc.execute(code, store_history=True, allow_stdin=False)
+
+    def collect(self, msg_id, timeout=60):
+        """Waits for the cell's reply and its idle status; returns a CellResult."""
+        deadline = time.monotonic() + timeout
+        outputs, reply, idle = [], None, False
+        while not (reply and idle):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s; outputs so far: {outputs}")
+            if reply is None:
+                try:
+                    msg = self.kc.get_shell_msg(timeout=min(left, 0.05))
+                    if msg["parent_header"].get("msg_id") == msg_id:
+                        reply = msg
+                except Empty:
+                    pass
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(max(left, 0.01), 0.05))
+            except Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status":
+                idle = idle or msg["content"]["execution_state"] == "idle"
+            elif msg["msg_type"] != "execute_input":
+                outputs.append(msg)
+        return CellResult(reply, outputs)
+
+    def run(self, code, timeout=60):
+        return self.collect(self.send(code), timeout)
+
+    def ok(self, code, timeout=60):
+        """Runs a cell that must succeed; returns its CellResult."""
+        r = self.run(code, timeout)
+        assert r.status == "ok", f"cell failed:\n{code}\n{r.error_text}\nstderr: {r.stderr}"
+        return r
+
+    def value(self, expr, timeout=60):
+        """The text/plain of an expression's result."""
+        return self.ok(expr, timeout).text
+
+    def wait_for_output(self, msg_id, pred, timeout=30):
+        """Reads iopub for msg_id until pred(accumulated stdout) holds (the cell keeps running)."""
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                text += msg["content"]["text"]
+                if pred(text):
+                    return text
+        raise TimeoutError(f"no matching output within {timeout} s; got {text!r}")
+
+    def interrupt(self):
+        self.km.interrupt_kernel()
+
+    def restart(self):
+        self.km.restart_kernel(now=False)
+        self.kc.wait_for_ready(timeout=60)
+
+    def close(self):
+        try:
+            self.kc.stop_channels()
+        finally:
+            if self.km.has_kernel:
+                self.km.shutdown_kernel(now=False)

@@ -1,0 +1,95 @@
+"""The xmesh kernel speaks the Jupyter protocol as xeus-python does: jupyter_kernel_test's
+whole suite (history included), the debugger's requests, and one libxmesh.so shared by the
+kernel and xmesh._core."""
+import os
+import unittest
+
+import jupyter_kernel_test as jkt
+from jupyter_client.manager import start_new_kernel
+
+
+class XmeshKernelTests(jkt.KernelTests):
+    kernel_name = "xmesh"
+    language_name = "python"
+    file_extension = ".py"
+    code_hello_world = "print('hello, world')"
+    code_stderr = "import sys; print('test', file=sys.stderr)"
+    completion_samples = [{"text": "zi", "matches": {"zip"}}]
+    complete_code_samples = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n\n"]
+    incomplete_code_samples = ["print('''hello", "def f(x):\n  x*2"]
+    invalid_code_samples = ["import = 7q"]
+    code_page_something = "zip?"
+    code_generate_error = "raise ValueError('boom')"
+    code_execute_result = [{"code": "1+2+3", "result": "6"},
+                           {"code": "[n*n for n in range(4)]", "result": "[0, 1, 4, 9]"}]
+    code_display_data = [{"code": "from IPython.display import HTML, display; display(HTML('<b>x</b>'))",
+                          "mime": "text/html"}]
+    code_history_pattern = "1?2*"
+    supported_history_operations = ("tail", "range", "search")
+    code_inspect_sample = "zip"
+    code_clear_output = "from IPython.display import clear_output; clear_output()"
+
+    def test_every_sample_is_configured(self):
+        # Guard against a sample being emptied: an empty sample makes its test skip silently.
+        for name in dir(self):
+            if name.startswith(("code_", "completion_samples", "complete_code", "incomplete_code", "invalid_code",
+                                "supported_history")):
+                self.assertTrue(getattr(self, name), f"{name} is empty: its jupyter_kernel_test test would skip")
+
+
+def test_jupyter_kernel_test_suite_passes_with_nothing_skipped():
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(XmeshKernelTests)
+    result = unittest.TestResult()
+    suite.run(result)
+    problems = [f"{t}: {tb}" for t, tb in result.failures + result.errors]
+    assert not problems, "\n".join(problems)
+    assert not result.skipped, result.skipped
+    assert result.testsRun >= 13
+
+
+def _control(kc, msg_type, content):
+    msg = kc.session.msg(msg_type, content)
+    kc.control_channel.send(msg)
+    while True:
+        reply = kc.get_control_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply
+
+
+def test_kernel_info_names_xmesh_and_the_debugger(kernel_rundir):
+    km, kc = start_new_kernel(kernel_name="xmesh", env=dict(os.environ, XMESH_RUNTIME_DIR=kernel_rundir))
+    try:
+        kc.kernel_info()
+        info = kc.get_shell_msg(timeout=30)["content"]
+        assert info["implementation"] == "xmesh"
+        assert info["language_info"]["name"] == "python"
+        assert info["debugger"] is True
+        assert "xmesh" in info["banner"]
+
+        init = _control(kc, "debug_request", {"type": "request", "seq": 1, "command": "initialize", "arguments": {
+            "clientID": "test", "clientName": "test", "adapterID": "", "pathFormat": "path", "linesStartAt1": True,
+            "columnsStartAt1": True, "supportsVariableType": True, "supportsVariablePaging": True,
+            "supportsRunInTerminalRequest": True, "locale": "en"}})
+        assert init["content"]["success"] is True, init["content"]
+        attach = _control(kc, "debug_request", {"type": "request", "seq": 2, "command": "attach", "arguments": {}})
+        assert attach["content"]["success"] is True, attach["content"]
+        info = _control(kc, "debug_request", {"type": "request", "seq": 3, "command": "debugInfo", "arguments": {}})
+        assert info["content"]["success"] is True and info["content"]["body"]["isStarted"] is True
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+
+
+def _mapped(pid, fragment):
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[-1] for line in f if fragment in line}
+
+
+def test_kernel_and_core_module_map_one_libxmesh(kernel):
+    core = kernel.value("import xmesh._core; xmesh._core.__file__").strip("'")
+    # _core is loaded into the kernel process, and the kernel still maps one libxmesh.so only:
+    # the module resolved its dependency to the very file the kernel linked.
+    assert _mapped(kernel.pid, os.path.basename(core)) == {os.path.realpath(core)}
+    mapped = _mapped(kernel.pid, "libxmesh.so")
+    assert len(mapped) == 1, mapped
+    assert os.path.exists(mapped.pop())

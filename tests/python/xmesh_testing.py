@@ -1,0 +1,70 @@
+"""Helpers shared by the pytest suites (tests/python, tests/kernel): paths, running programs as
+a user would, and waiting on processes."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+PYTHON = "/usr/bin/python3"
+SOURCE_DIR = os.environ.get("XMESH_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+EXAMPLES = os.path.join(SOURCE_DIR, "examples")
+
+
+def private_tmpdir(prefix):
+    """A 0700 directory with a short path (ipc socket paths must fit in 107 bytes)."""
+    d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(d, 0o700)
+    return d
+
+
+def stop_agent(rundir):
+    try:
+        pid = int(open(os.path.join(rundir, "hostd.pid")).read())
+    except (FileNotFoundError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+
+
+def run_program(source=None, path=None, env=None, timeout=60, args=()):
+    """Runs a Python program with Debian's python3 as a user would; returns CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    if path is None:
+        fd, path = tempfile.mkstemp(suffix=".py", prefix="xmprog-")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+    return subprocess.run([PYTHON, path, *args], env=full_env, capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(path))
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def wait_until(pred, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
