@@ -40,6 +40,18 @@ def _error_from(body, frames, target):
                       remote_traceback=tb)
 
 
+class WeakValue:
+    """A Future value that the Future does not keep alive: `get()` calls `make()` each time.
+    A mesh's readiness Future resolves to the mesh; holding it strongly would make a cycle
+    (mesh -> future -> mesh) that keeps an unreferenced allocation's procs running until the
+    cyclic garbage collector happens to run."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make):
+        self.make = make
+
+
 class Future:
     """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
     frames) into the value; targets describes each index (rank, coords, actor) for errors."""
@@ -97,9 +109,13 @@ class Future:
             self._finish()
         if self._error is not None:
             raise self._error
-        return self._value
+        return self._resolved()
 
     result = get
+
+    def _resolved(self):
+        v = self._value
+        return v.make() if isinstance(v, WeakValue) else v
 
     def done(self):
         return self._done or self._call.done or self._call.fatal
@@ -144,7 +160,7 @@ class Future:
             self._finish()
         if self._error is not None:
             raise self._error
-        return self._value
+        return self._resolved()
 
     def __repr__(self):
         state = "done" if self._done else f"{self._call.received}/{len(self._call)} answered"

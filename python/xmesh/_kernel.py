@@ -22,6 +22,17 @@ def setup(shell):
     global _shell
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
+    _name_errors_by_their_class(shell)
+
+
+def _name_errors_by_their_class(shell):
+    """An error's ename is its class name ("ActorError"), as ipykernel sends it; xeus-python
+    0.14 sends str(type) ("<class 'xmesh._errors.ActorError'>")."""
+
+    def _showtraceback(etype, evalue, stb):
+        shell.last_error = [getattr(etype, "__name__", str(etype)), str(evalue), stb]
+
+    shell._showtraceback = _showtraceback
 
 
 def _keep_meshes_out_of_the_output_cache(shell):

@@ -9,7 +9,7 @@ import weakref
 from . import _core, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._display import html_table
-from ._future import Future
+from ._future import Future, WeakValue
 from ._hostd import agent
 from ._paths import PYTHON
 from ._runtime import Kind, get_runtime, proc_environment
@@ -82,26 +82,24 @@ def _stop_unreferenced(alloc):
         threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True).start()
 
 
-def _all_ok_then(make_value):
-    """A Future converter: raise the first failed target's error, else resolve to
-    make_value(). The value is built on demand so that a mesh and its own readiness Future do
-    not reference each other (a cycle would keep an unreferenced allocation alive until the
-    cyclic garbage collector happens to run)."""
+def _all_ok_then(value):
+    """A Future converter: raise the first failed target's error, else resolve to value."""
 
     def convert(results, fut):
         for index in sorted(results):
             ok, body, frames = results[index]
             if not ok:
                 raise fut.error_for(index, body, frames)
-        return make_value()
+        return value
 
     return convert
 
 
 def _live_or_rebuilt(mesh, rebuild):
-    """make_value for _all_ok_then: the mesh itself while it lives, else an equal handle."""
+    """A readiness Future's value: the mesh itself while it lives, else an equal handle from
+    rebuild() (which must not reference the mesh or the Future: see WeakValue)."""
     ref = weakref.ref(mesh)
-    return lambda: ref() or rebuild()
+    return WeakValue(lambda: ref() or rebuild())
 
 
 def _rank_env(rank, coords, shape, per_host):
@@ -179,9 +177,10 @@ class ProcMesh(MeshTrait):
                            actor_shape, proc_ranks)
         mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
 
-        rebuild = lambda: ActorMesh(ref, actor_shape, mesh_init, self, actor_class)  # noqa: E731
-        mesh_init = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, f"spawn of {name!r}")
-        mesh._initialized = mesh_init
+        # Rebuilt only after a successful initialization, so it needs no initialized Future.
+        rebuild = lambda: ActorMesh(ref, actor_shape, None, self, actor_class)  # noqa: E731
+        mesh._initialized = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described,
+                                   f"spawn of {name!r}")
         return mesh
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -344,9 +343,8 @@ class HostMesh(MeshTrait):
         described = [{"rank": r, "coords": dict(Point(r, shape)), "actor": "proc"} for r in range(shape.size)]
         lease = None if name else _Lease(alloc)
         mesh = ProcMesh(alloc, shape, lease=lease)
-        rebuild = lambda: ProcMesh(alloc, shape, ready, lease=lease)  # noqa: E731
-        ready = Future(ready_call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, "proc startup")
-        mesh._ready = ready
+        rebuild = lambda: ProcMesh(alloc, shape, lease=lease)  # noqa: E731
+        mesh._ready = Future(ready_call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, "proc startup")
         return mesh
 
     def __repr__(self):

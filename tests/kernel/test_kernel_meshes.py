@@ -1,0 +1,168 @@
+"""Meshes in the kernel: they live across cells, errors render in the cell without killing
+the kernel, top-level await works, meshes display as tables, re-running a spawning cell does
+not leak procs, and shutdown / restart stop unnamed meshes."""
+import ast
+import os
+import time
+
+from xmesh_testing import pid_alive, wait_until
+
+COUNTER = '''
+import os, random
+from xmesh import Actor, endpoint, this_host, current_rank
+
+class Counter(Actor):
+    def __init__(self):
+        self.value = 0
+        self.token = random.random()
+
+    @endpoint
+    def incr(self):
+        self.value += 1
+        return self.value
+
+    @endpoint
+    def facts(self):
+        return {"pid": os.getpid(), "id": id(self), "token": self.token, "value": self.value}
+
+    @endpoint
+    def fail(self):
+        raise ValueError("bad value on rank %d" % current_rank().rank)
+
+    @endpoint
+    def die(self):
+        os._exit(7)
+
+    @endpoint
+    def spin(self, seconds):
+        import time
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+        return "spun"
+'''
+
+
+def _pids(kernel, expr="procs.pids"):
+    return ast.literal_eval(kernel.value(expr))
+
+
+def test_meshes_and_actor_state_persist_across_cells(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 4})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    first = ast.literal_eval(kernel.value("[v['pid'] for v in counters.facts.call().get().values()]"))
+    for i in range(1, 4):
+        values = kernel.value("list(counters.incr.call().get().values())")
+        assert ast.literal_eval(values) == [i] * 4
+    assert ast.literal_eval(kernel.value("[v['pid'] for v in counters.facts.call().get().values()]")) == first
+    assert _pids(kernel) == first
+    assert all(pid_alive(p) for p in first)
+
+
+def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)')
+    r = kernel.run("counters.fail.call().get()")
+    assert r.status == "error"
+    assert r.error["ename"] == "ActorError"
+    text = r.error_text
+    assert "rank 0" in text and "gpus=0" in text and "ValueError: bad value on rank 0" in text
+    assert "failed in endpoint fail()" in text and "Traceback" in text
+    assert ast.literal_eval(kernel.value("list(counters.incr.call().get().values())")) == [1, 1]
+
+    r = kernel.run("counters.slice(gpus=1).die.call_one().get()")
+    assert r.status == "error" and r.error["ename"] == "SupervisionError"
+    assert "rank 1" in r.error_text and "exited with code 7" in r.error_text
+    # The kernel and the other rank are fine.
+    assert kernel.value("counters.slice(gpus=0).incr.call_one().get()") == "2"
+    assert kernel.value("1 + 1") == "2"
+
+
+def test_top_level_await(kernel):
+    kernel.ok(COUNTER + 'procs = await this_host().spawn_procs({"gpus": 2})\n'
+                        'counters = await procs.spawn("c", Counter)')
+    assert ast.literal_eval(kernel.value("list((await counters.incr.call()).values())")) == [1, 1]
+    assert kernel.value("await counters.slice(gpus=1).incr.call_one()") == "2"
+
+
+def test_meshes_display_as_tables(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    pids = _pids(kernel)
+    html = kernel.ok("procs").data[0]["text/html"]
+    assert "ProcMesh" in html and "2/2 running" in html
+    for pid in pids:
+        assert f"<td>{pid}</td>" in html
+    html = kernel.ok("counters").data[0]["text/html"]
+    assert "ActorMesh" in html and "Counter" in html and "incr" in html and "ready" in html
+    html = kernel.ok("counters.incr.call().get()").data[0]["text/html"]
+    assert "ValueMesh" in html and "<th>gpus</th>" in html and "<td>1</td>" in html
+    plain = kernel.ok("counters.incr.call().get()").data[0]["text/plain"]
+    assert "ValueMesh({'gpus': 2})" in plain
+
+
+def test_rerunning_a_spawning_cell_does_not_leak_procs(kernel):
+    kernel.ok(COUNTER)
+    cell = 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n' \
+           'counters.initialized.get()\nprocs'
+    seen = set()
+    for _ in range(20):
+        r = kernel.ok(cell)
+        assert "ProcMesh" in r.data[0]["text/html"]  # displayed: IPython's output cache saw it
+        seen.update(_pids(kernel))
+    current = set(_pids(kernel))
+    assert len(seen) == 40
+    assert wait_until(lambda: not any(pid_alive(p) for p in seen - current), timeout=20), \
+        [p for p in seen - current if pid_alive(p)]
+    assert all(pid_alive(p) for p in current)
+
+
+def test_shutdown_and_restart_stop_unnamed_meshes(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\nprocs.initialized.get()')
+    before = _pids(kernel)
+    kernel.restart()
+    assert wait_until(lambda: not any(pid_alive(p) for p in before), timeout=15)
+    assert kernel.value("1 + 1") == "2"
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\nprocs.initialized.get()')
+    after = _pids(kernel)
+    kernel.close()
+    assert wait_until(lambda: not any(pid_alive(p) for p in after), timeout=15)
+
+
+def test_sigkill_of_the_kernel_stops_unnamed_meshes_after_the_grace(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\nprocs.initialized.get()')
+    pids = _pids(kernel)
+    os.kill(kernel.pid, 9)
+    time.sleep(1)
+    assert all(pid_alive(p) for p in pids)  # XMESH_ORPHAN_GRACE is 3 s in the tests
+    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=20)
+
+
+def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    msg_id = kernel.send("fut = counters.spin.call(60)\nprint('waiting', flush=True)\nfut.get()")
+    kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
+    time.sleep(0.3)
+    start = time.monotonic()
+    kernel.interrupt()
+    r = kernel.collect(msg_id, timeout=30)
+    assert time.monotonic() - start < 10
+    assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt"
+    assert "ranks still running: [0, 1]" in r.error["evalue"]
+    assert "interrupt again" in r.error["evalue"]
+    # The kernel lives; the ranks still spin.
+    assert kernel.value("fut.done()") == "False"
+    # A second interrupt (the kernel is idle now) cancels them.
+    kernel.interrupt()
+    r = kernel.run("fut.get(timeout=20)")
+    assert r.status == "error" and r.error["ename"] == "CancelledError", r.error_text
+    assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]
+
+
+def test_an_idle_interrupt_is_harmless(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 1})\ncounters = procs.spawn("c", Counter)')
+    for _ in range(3):
+        kernel.interrupt()
+        time.sleep(0.2)
+    assert kernel.value("counters.incr.call_one().get()") == "1"
+    assert kernel.value("1 + 1") == "2"
