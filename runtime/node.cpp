@@ -601,12 +601,34 @@ void Node::handle_hello(InPeer& in, const std::string& identity, const Message& 
   if (!addr.empty() && !reply_cookie.empty()) peer_cookies_.emplace(addr, reply_cookie);
 }
 
+void Node::refuse_calls_from(const std::string& addr, const json& error) {
+  std::lock_guard<std::mutex> g(mu_);
+  refused_callers_[addr] = error;
+  any_refused_ = true;
+}
+
+bool Node::refused_caller(const Message& m) {
+  if (!any_refused_.load()) return false;
+  Kind k = m.header.kind;
+  if (k != Kind::Call && k != Kind::SpawnActor && k != Kind::StopActor) return false;
+  json error;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = refused_callers_.find(m.sender_addr);
+    if (it == refused_callers_.end()) return false;
+    error = it->second;
+  }
+  if (m.header.corr) reply(m, false, std::move(error), {});
+  return true;
+}
+
 void Node::dispatch(InPeer& in, Message m) {
   (void)in;
   {
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.received;
   }
+  if (refused_caller(m)) return;
   const json& b = m.header.body;
   switch (m.header.kind) {
     case Kind::Reply: {

@@ -87,6 +87,10 @@ class Node {
   std::shared_ptr<Inbox> actor_inbox(const std::string& name);
   void remove_actor(const std::string& name);
 
+  // Calls (and spawns) arriving from addr are answered with this error instead of being run:
+  // a proc of a named allocation that another controller took over refuses its old owner.
+  void refuse_calls_from(const std::string& addr, const json& error);
+
   // Supervision: fail every pending and later call to addr with this error.
   void mark_dead(const std::string& addr, const json& error);
   bool is_dead(const std::string& addr, json* error = nullptr) const;
@@ -135,6 +139,7 @@ class Node {
   void handle_frames(std::vector<zmq::message_t>& parts);
   void handle_hello(InPeer& in, const std::string& identity, const Message& m);
   void dispatch(InPeer& in, Message m);
+  bool refused_caller(const Message& m);  // answers and drops it if its sender is refused
   void tick_heartbeats();
   void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
@@ -167,6 +172,8 @@ class Node {
   };
   std::unordered_map<std::string, Waiting> waiting_for_actor_;
   std::set<std::string> removed_actors_;
+  std::unordered_map<std::string, json> refused_callers_;
+  std::atomic<bool> any_refused_{false};
   std::set<std::string> subscribers_;
   std::map<std::string, WatchedHost> hosts_;
   std::atomic<uint64_t> next_corr_{1};

@@ -28,6 +28,8 @@ const char* kind_name(Kind k) {
     case Kind::PeerDead: return "peer-dead";
     case Kind::Fault: return "fault";
     case Kind::Cancel: return "cancel";
+    case Kind::Adopt: return "adopt";
+    case Kind::ProcInfo: return "proc-info";
     case Kind::SpawnProcs: return "spawn-procs";
     case Kind::ProcExited: return "proc-exited";
     case Kind::Log: return "log";
@@ -36,13 +38,14 @@ const char* kind_name(Kind k) {
     case Kind::HeartbeatAck: return "heartbeat-ack";
     case Kind::Goodbye: return "goodbye";
     case Kind::Status: return "status";
+    case Kind::Attach: return "attach";
     case Kind::Shutdown: return "shutdown";
   }
   return "unknown";
 }
 
 bool kind_known(int k) {
-  return (k == 1 || k == 3) || (k >= 10 && k <= 17) || (k == 20) || (k >= 22 && k <= 28) || k == 30;
+  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 30);
 }
 
 namespace {

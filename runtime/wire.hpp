@@ -31,6 +31,8 @@ enum class Kind : int {
   PeerDead = 15,    // supervision notice relayed to procs: a peer address died
   Fault = 16,       // an exception nobody waits for (broadcast), for the controller's fault hook
   Cancel = 17,      // cancel one target of a call (body: corr, index), to the proc's control inbox
+  Adopt = 18,       // controller -> proc of a named allocation it attached: it is the owner now
+  ProcInfo = 19,    // controller -> proc: its pid and live actors (answered with a Reply)
   SpawnProcs = 20,  // controller -> hostd; answered with a Reply
   ProcExited = 22,  // hostd -> controller, after the proc's pipes reached end of file
   Log = 23,         // hostd -> controller: complete lines of one proc stream
@@ -39,6 +41,7 @@ enum class Kind : int {
   HeartbeatAck = 26,
   Goodbye = 27,     // controller exits cleanly: stop its unnamed allocations now
   Status = 28,      // ask hostd for its allocations; answered with a Reply
+  Attach = 29,      // controller -> hostd: take over a live named allocation; answered with a Reply
   Shutdown = 30,    // ask hostd to exit (stops everything it owns)
 };
 const char* kind_name(Kind k);

@@ -272,6 +272,8 @@ PYBIND11_MODULE(_core, m) {
       .value("PeerDead", Kind::PeerDead)
       .value("Fault", Kind::Fault)
       .value("Cancel", Kind::Cancel)
+      .value("Adopt", Kind::Adopt)
+      .value("ProcInfo", Kind::ProcInfo)
       .value("SpawnProcs", Kind::SpawnProcs)
       .value("ProcExited", Kind::ProcExited)
       .value("Log", Kind::Log)
@@ -280,6 +282,7 @@ PYBIND11_MODULE(_core, m) {
       .value("HeartbeatAck", Kind::HeartbeatAck)
       .value("Goodbye", Kind::Goodbye)
       .value("Status", Kind::Status)
+      .value("Attach", Kind::Attach)
       .value("Shutdown", Kind::Shutdown);
 
   py::class_<Frame>(m, "Frame", py::buffer_protocol())
@@ -360,6 +363,8 @@ PYBIND11_MODULE(_core, m) {
       .def("set_peer_cookie", &Node::set_peer_cookie)
       .def("set_default_cookie", &Node::set_default_cookie)
       .def("add_accepted_cookie", &Node::add_accepted_cookie)
+      .def("refuse_calls_from",
+           [](Node& n, const std::string& addr, const py::object& err) { n.refuse_calls_from(addr, from_py(err)); })
       .def("send", [](Node& n, const std::string& addr, int kind, const py::object& body, const py::object& frames,
                       const std::string& actor, const std::string& method, uint64_t corr, int64_t index,
                       const py::object& ctx, bool ok) {

@@ -7,9 +7,10 @@
 from . import _core
 from ._actor import Actor, ActorMesh, Endpoint, endpoint
 from ._context import current_rank, current_size
-from ._errors import ActorError, SupervisionError
+from ._errors import ActorError, SupervisionError, TakenOverError
 from ._future import Future
-from ._proc_mesh import HostMesh, ProcMesh, hosts, proc_mesh, this_host, this_proc
+from ._named import allocations
+from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, this_host, this_proc
 from ._shape import Point
 from ._value_mesh import ValueMesh
 
@@ -17,6 +18,6 @@ __version__ = _core.version()
 
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Endpoint", "Future", "HostMesh", "Point", "ProcMesh",
-    "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "hosts",
-    "proc_mesh", "this_host", "this_proc",
+    "SupervisionError", "TakenOverError", "ValueMesh", "allocations", "attach", "current_rank", "current_size",
+    "endpoint", "hosts", "proc_mesh", "this_host", "this_proc",
 ]

@@ -5,11 +5,12 @@ import asyncio
 import ctypes
 import os
 import threading
+import time
 import traceback
 
 from . import _core, _pickling
 from ._context import ActorContext, set_actor_context
-from ._actor import EndpointProperty
+from ._actor import EndpointProperty, endpoints_of
 from ._runtime import Kind, messages
 from ._shape import Point
 
@@ -66,6 +67,7 @@ class ActorThread(threading.Thread):
         self.current_task = None
         self.cancelled = set()
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
+        self.record = None   # see _spawn
 
     def run(self):
         for msg in messages(self.inbox):
@@ -94,6 +96,10 @@ class ActorThread(threading.Thread):
                                     proc_rank)
             set_actor_context(self.ctx)
             cls, args, kwargs = _pickling.loads(msg.frames)
+            # What a controller that attaches later needs to call this actor without its class.
+            self.record = {"actor_id": self.actor_id, "name": body.get("name", "?"), "class": cls.__name__,
+                           "endpoints": endpoints_of(cls), "shape": body["shape"], "proc_ranks": ranks,
+                           "spawned": time.time()}
             self.instance = cls(*args, **kwargs)
             self.node.reply(msg, True, {"pid": os.getpid(), "host": _HOST})
         except BaseException as e:
@@ -206,6 +212,12 @@ class ActorHost:
             with self._lock:
                 self.actors[msg.actor] = t
             t.start()
+
+    def describe(self):
+        """Records of the live actors on this proc (see ActorThread._spawn)."""
+        with self._lock:
+            threads = list(self.actors.values())
+        return [dict(t.record, init_failed=t.init_error is not None) for t in threads if t.record]
 
     def forget(self, actor_id):
         with self._lock:

@@ -22,6 +22,11 @@ class SupervisionError(ActorError):
     """The proc hosting an actor died (signal or exit) or its host agent was lost."""
 
 
+class TakenOverError(RuntimeError):
+    """A named allocation this controller used was attached by another controller, which now
+    owns it; its procs refuse this one's calls."""
+
+
 def describe_coords(coords):
     if not coords:
         return ""

@@ -4,7 +4,7 @@ through the running asyncio loop (a file descriptor, no thread per future)."""
 import asyncio
 
 from . import _kernel, _pickling
-from ._errors import ActorError, SupervisionError, describe_coords
+from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
 from ._runtime import Kind, get_runtime
 
 
@@ -20,6 +20,8 @@ def _error_from(body, frames, target):
         info = body.get("info", {})
         return SupervisionError(f"{where}: {body.get('text', 'proc died')}", rank=rank, coords=coords,
                                 host=info.get("host"), actor=actor)
+    if kind == "taken_over":
+        return TakenOverError(f"{where}: {body.get('text', 'the allocation was taken over')}")
     if kind == "cancelled":
         return asyncio.CancelledError(f"{where}: cancelled")
     exc = None

@@ -69,6 +69,14 @@ def _read(path):
         return ""
 
 
+class HostdError(RuntimeError):
+    """The host agent refused a request; body is its reply (kind, text, ...)."""
+
+    def __init__(self, text, body):
+        super().__init__(text)
+        self.body = body
+
+
 class HostAgent:
     """A controller's handle on one xmesh-hostd, identified by its runtime directory."""
 
@@ -171,7 +179,7 @@ class HostAgent:
             rt.node.forget_call(call.id)
         _, ok, reply, _ = call.take()[0]
         if not ok:
-            raise RuntimeError(reply.get("text", "the host agent refused the request"))
+            raise HostdError(reply.get("text", "the host agent refused the request"), reply)
         return reply
 
     def status(self):

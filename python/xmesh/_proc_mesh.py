@@ -10,7 +10,8 @@ from . import _core, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._display import html_table
 from ._future import Future, WeakValue
-from ._hostd import agent
+from ._hostd import HostdError, agent
+from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._runtime import Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
@@ -183,6 +184,15 @@ class ProcMesh(MeshTrait):
                                    f"spawn of {name!r}")
         return mesh
 
+    def actors(self, name=None):
+        """The live actor meshes on these procs, as the procs report them: the one named `name`
+        (its latest spawn), or a dict of all of them by name. Works after attaching to a named
+        allocation from a new kernel, where the actor classes need not be defined: endpoints
+        are called by name."""
+        if self._alloc is None:
+            raise RuntimeError("actors() needs a proc mesh of spawned procs, not this_proc()")
+        return actors_of(self, name)
+
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self, timeout=None):
         """Stops every proc of the allocation (SIGTERM, then SIGKILL after the grace)."""
@@ -300,6 +310,11 @@ class HostMesh(MeshTrait):
         host_ranks = list(self._shape.ranks())
         sizes = ({"hosts": len(host_ranks)} if self._shape.ndim else {}) | per_host
         shape = dense_shape(sizes)
+        if name:
+            # A named allocation that is still alive is attached, not spawned again.
+            existing = attach_named(self, name, expected_shape=shape)
+            if existing is not None:
+                return existing
         rt = get_runtime()
         agents = [agent(self._dirs[h]) for h in host_ranks]
         alloc_id = _core.random_hex(4)
@@ -330,13 +345,18 @@ class HostMesh(MeshTrait):
                 rt.node.add_dependent(a.addr, alloc.procs[rank]["addr"])
                 rt.node.add_supervision_subscriber(alloc.procs[rank]["addr"])
             body = {"alloc": alloc_id, "name": name or "", "argv": argv, "env": common_env, "cwd": os.getcwd(),
-                    "ranks": ranks, "shape": json.loads(shape.to_json())}
+                    "ranks": ranks, "shape": json.loads(shape.to_json()), "controller_pid": os.getpid()}
             try:
                 reply = a.request(Kind.SpawnProcs, body, timeout=30)
-            except Exception:
+            except Exception as e:
                 alloc.request_stop(immediately=True)
                 ready_call.fail_all({"kind": "supervision", "text": "spawn failed"})
                 rt.node.forget_call(ready_call.id)
+                if isinstance(e, HostdError) and e.body.get("kind") == "name_taken" and h == 0:
+                    # Another controller spawned it meanwhile: attach to theirs.
+                    existing = attach_named(self, name, expected_shape=shape)
+                    if existing is not None:
+                        return existing
                 raise
             for p in reply.get("procs", []):
                 alloc.procs[p["rank"]]["pid"] = p["pid"]
@@ -349,6 +369,20 @@ class HostMesh(MeshTrait):
 
     def __repr__(self):
         return f"<HostMesh {self.sizes or 'this host'}>"
+
+
+def attach(name, hosts=None):
+    """The live named allocation `name` (spawned with spawn_procs(..., name=name) by this or an
+    earlier controller, a kernel before its restart say), as a ProcMesh. This controller becomes
+    its owner: another controller still using it gets TakenOverError. `hosts`: the HostMesh it
+    was spawned on (default this_host())."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"attach() needs the allocation's name, got {name!r}")
+    mesh = attach_named(hosts or this_host(), name)
+    if mesh is None:
+        live = [a["name"] for a in allocations([hosts._dirs[h] for h in hosts._shape.ranks()] if hosts else None)]
+        raise KeyError(f"no live allocation named {name!r}; live named allocations: {live or 'none'}")
+    return mesh
 
 
 def this_host():

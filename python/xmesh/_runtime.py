@@ -41,6 +41,10 @@ class Runtime:
         self._actor_host = None
         self._closed = False
         self.fault_hook = self._default_fault_hook
+        # Every cookie a proc of this controller may present: our own, and those of the named
+        # allocations we attached (their procs keep the cookie they were started with). Every
+        # proc we own accepts all of them, so any two can call each other.
+        self.cookies = [job_cookie]
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
@@ -140,7 +144,8 @@ class Runtime:
         self._closed = True
         if self.role == "controller":
             with self._lock:
-                allocs = list(self._allocs.values())
+                # Named allocations outlive their controller (the next one attaches by name).
+                allocs = [a for a in self._allocs.values() if not a.name]
             for a in allocs:
                 try:
                     a.request_stop(immediately=False)
@@ -207,6 +212,8 @@ def init_proc_runtime():
     cookie = os.environ["XMESH_JOB_COOKIE"]
     node = _core.Node("proc", os.environ["XMESH_PROC_ADDR"], cookie)
     node.set_default_cookie(cookie)
+    for other in json.loads(os.environ.get("XMESH_ACCEPT_COOKIES", "[]")):
+        node.add_accepted_cookie(other)
     node.start()
     _runtime = Runtime("proc", node, cookie)
     return _runtime
@@ -222,6 +229,7 @@ def proc_environment():
     return {
         "XMESH_CONTROLLER_ADDR": rt.node.addr,
         "XMESH_JOB_COOKIE": rt.job_cookie,
+        "XMESH_ACCEPT_COOKIES": json.dumps(rt.cookies),
         "XMESH_SYS_PATH": json.dumps([p for p in sys.path if p and os.path.isdir(p)]),
         "PYTHONUNBUFFERED": "1",
     }

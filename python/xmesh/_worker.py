@@ -45,9 +45,19 @@ def main():
             if rt.node.control.closed:
                 return
             continue
+        body = msg.body or {}
         if msg.kind == Kind.Cancel:
-            body = msg.body
             host.cancel(msg.actor, body.get("corr"), body.get("index"))
+        elif msg.kind == Kind.Adopt:
+            # A controller attached our (named) allocation, or shares a cookie of its procs.
+            for cookie in body.get("cookies", []):
+                rt.node.add_accepted_cookie(cookie)
+            for addr in body.get("refuse", []):
+                rt.node.refuse_calls_from(addr, {"kind": "taken_over", "text": body.get("refuse_text", "")})
+            if msg.corr:
+                rt.node.reply(msg, True, {"pid": os.getpid()})
+        elif msg.kind == Kind.ProcInfo:
+            rt.node.reply(msg, True, {"pid": os.getpid(), "actors": host.describe()})
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ def _status(args):
         alive = sum(p["alive"] for p in a["procs"])
         name = a["name"] or "(unnamed)"
         age = time.time() - a["created"]
-        print(f"  {a['alloc']}  {name:<16} shape {a['shape']}  {alive}/{len(a['procs'])} procs alive  "
+        shape = " x ".join(f"{k}={v}" for k, v in zip(a["shape"].get("labels", []), a["shape"].get("sizes", [])))
+        print(f"  {a['alloc']}  {name:<16} shape {shape or '-'}  {alive}/{len(a['procs'])} procs alive  "
               f"age {age:.0f} s  controller {a['controller']}")
     return 0
 
@@ -53,6 +54,64 @@ def _shutdown(args):
     return 1
 
 
+def _agent_running(runtime_dir):
+    from . import _core
+
+    rundir = os.path.abspath(runtime_dir or _core.runtime_dir())
+    try:
+        pid = int(open(os.path.join(rundir, "hostd.pid")).read())
+        os.kill(pid, 0)
+        return True
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return False
+
+
+def _format_age(seconds):
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _ls(args):
+    from ._named import allocations
+
+    dirs = args.runtime_dir or None
+    if not any(_agent_running(d) for d in (dirs or [None])):
+        rows = []
+    else:
+        rows = allocations(dirs)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no named allocations")
+        return 0
+    header = ("NAME", "SHAPE", "HOSTS", "AGE", "PROCS ALIVE", "CONTROLLER")
+    table = [header]
+    for a in rows:
+        shape = " x ".join(f"{k}={v}" for k, v in a["shape"].items()) or "-"
+        ctl = f"pid {a['controller_pid']} ({'attached' if a['attached'] else 'detached'})"
+        table.append((a["name"], shape, str(len(a["hosts"])), _format_age(a["age_s"]),
+                      f"{a['procs_alive']}/{a['procs']}", ctl))
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _stop(args):
+    from ._named import stop_named
+
+    if not any(_agent_running(d) for d in (args.runtime_dir or [None])) or \
+            not stop_named(args.name, args.runtime_dir or None):
+        print(f"xmesh: no live allocation named {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"stopping {args.name}")
+    return 0
+
+
 def main(argv=None):
     from . import _core
 
@@ -64,6 +123,14 @@ def main(argv=None):
     p.add_argument("--runtime-dir", help="runtime directory of the agent (default: this user's)")
     p.add_argument("--json", action="store_true", help="print the raw status as JSON")
     p.set_defaults(func=_status)
+    p = sub.add_parser("ls", help="list live named allocations (name, shape, hosts, age, procs, controller)")
+    p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_ls)
+    p = sub.add_parser("stop", help="stop a named allocation (its procs and actors)")
+    p.add_argument("name")
+    p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    p.set_defaults(func=_stop)
     p = sub.add_parser("shutdown", help="stop this user's host agent and every proc it owns")
     p.add_argument("--runtime-dir")
     p.set_defaults(func=_shutdown)

@@ -138,13 +138,23 @@ void HostAgent::handle(Message m) {
       spawn_procs(m);
       return;
     case Kind::StopProcs: {
-      std::string id = b.is_object() ? b.value("alloc", std::string()) : std::string();
-      auto it = allocs_.find(id);
-      if (it == allocs_.end()) return reply_error(m, "no allocation '" + id + "' on this host");
-      stop_allocation(*it->second, b.value("immediately", false));
-      node_->reply(m, true, {{"alloc", id}}, {});
+      if (!b.is_object()) return reply_error(m, "malformed stop request: no body");
+      Allocation* a = nullptr;
+      std::string id = b.value("alloc", std::string()), name = b.value("name", std::string());
+      if (!id.empty()) {
+        auto it = allocs_.find(id);
+        if (it == allocs_.end()) return reply_error(m, "no allocation '" + id + "' on this host");
+        a = it->second.get();
+      } else if (!(a = live_named(name))) {
+        return reply_error(m, "no live allocation named '" + name + "' on this host");
+      }
+      stop_allocation(*a, b.value("immediately", false));
+      node_->reply(m, true, {{"alloc", a->id}, {"name", a->name}}, {});
       return;
     }
+    case Kind::Attach:
+      attach(m);
+      return;
     case Kind::Goodbye: {
       c.said_goodbye = true;
       for (auto& kv : allocs_)
@@ -161,6 +171,41 @@ void HostAgent::handle(Message m) {
     default:
       return reply_error(m, std::string("the host agent does not handle '") + kind_name(m.header.kind) + "' messages");
   }
+}
+
+HostAgent::Allocation* HostAgent::live_named(const std::string& name) {
+  if (name.empty()) return nullptr;
+  for (auto& kv : allocs_)
+    if (kv.second->name == name && !kv.second->stopping) return kv.second.get();
+  return nullptr;
+}
+
+bool HostAgent::controller_attached(const Allocation& a, int64_t now) const {
+  auto c = controllers_.find(a.controller_addr);
+  return c != controllers_.end() && !c->second.said_goodbye && now - c->second.last_seen_ms < opts_.controller_timeout_ms;
+}
+
+// A controller takes over a live named allocation: it gets what it needs to talk to the procs
+// (their addresses and the cookie they accept) and becomes the owner.
+void HostAgent::attach(const Message& m) {
+  const json& b = m.header.body;
+  std::string name = b.is_object() ? b.value("name", std::string()) : std::string();
+  Allocation* a = live_named(name);
+  if (!a) return node_->reply(m, false, {{"kind", "no_allocation"}, {"text", "no live allocation named '" + name +
+                                                                                 "' on " + hostname()}}, {});
+  json procs = json::array();
+  for (auto& p : a->procs)
+    procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"addr", p->addr}, {"alive", !p->exited},
+                     {"coords", p->coords}});
+  json previous = {{"addr", a->controller_addr}, {"id", a->controller_id}, {"pid", a->controller_pid},
+                   {"attached", controller_attached(*a, now_ms()) && a->controller_addr != m.sender_addr}};
+  a->controller_addr = m.sender_addr;
+  a->controller_id = m.header.sender;
+  a->controller_pid = b.value("controller_pid", int64_t(0));
+  node_->reply(m, true,
+               {{"alloc", a->id}, {"name", a->name}, {"shape", a->shape}, {"created", a->created},
+                {"host", hostname()}, {"job_cookie", a->job_cookie}, {"procs", procs}, {"previous", previous}},
+               {});
 }
 
 void HostAgent::spawn_procs(const Message& m) {
@@ -184,11 +229,18 @@ void HostAgent::spawn_procs(const Message& m) {
     return reply_error(m, std::string("malformed spawn request: ") + e.what());
   }
   if (allocs_.count(id)) return reply_error(m, "allocation '" + id + "' already exists on this host");
+  if (Allocation* other = live_named(name))
+    return node_->reply(m, false, {{"kind", "name_taken"}, {"shape", other->shape},
+                                   {"text", "a live allocation named '" + name + "' already exists on " + hostname()}},
+                        {});
   auto a = std::make_unique<Allocation>();
   a->id = id;
   a->name = name;
   a->controller_addr = m.sender_addr;
   a->controller_id = m.header.sender;
+  a->controller_pid = b.value("controller_pid", int64_t(0));
+  auto cookie = env_common.find("XMESH_JOB_COOKIE");
+  if (cookie != env_common.end()) a->job_cookie = cookie->second;
   a->shape = b.value("shape", json::object());
   a->created = wall_time();
   std::string logdir = opts_.runtime_dir + "/logs/" + (name.empty() ? id : name + "-" + id);
@@ -414,6 +466,8 @@ json HostAgent::status() const {
     allocs.push_back({{"alloc", a.id},
                       {"name", a.name},
                       {"controller", a.controller_id},
+                      {"controller_pid", a.controller_pid},
+                      {"attached", controller_attached(a, now_ms())},
                       {"shape", a.shape},
                       {"created", a.created},
                       {"stopping", a.stopping},

@@ -3,6 +3,8 @@
 // into per-rank log files and forwards the lines to the owning controller, reaps them and
 // reports each exit (after its pipes are drained, so no line is lost), stops them on request,
 // on the controller's goodbye, or when the controller's heartbeats stop for the orphan grace.
+// Named allocations outlive their controller; another controller attaches to one by name and
+// becomes its owner (logs and exits go to it from then on).
 #pragma once
 #include <sys/types.h>
 
@@ -23,6 +25,7 @@ struct HostAgentOptions {
   double orphan_grace_s = 60;    // unnamed allocations outlive a silent controller this long
   int64_t stop_grace_ms = 3000;  // SIGTERM, then SIGKILL after this
   int64_t log_max_bytes = 32 << 20;
+  int64_t controller_timeout_ms = 10000;  // a controller silent this long shows as detached
 };
 
 class HostAgent {
@@ -56,6 +59,8 @@ class HostAgent {
   };
   struct Allocation {
     std::string id, name, controller_addr, controller_id;
+    int64_t controller_pid = 0;
+    std::string job_cookie;  // what its procs accept (named allocations: handed to attaching controllers)
     nlohmann::json shape;
     double created = 0;
     std::vector<std::unique_ptr<Proc>> procs;
@@ -68,6 +73,9 @@ class HostAgent {
 
   void handle(Message m);
   void spawn_procs(const Message& m);
+  void attach(const Message& m);
+  Allocation* live_named(const std::string& name);
+  bool controller_attached(const Allocation& a, int64_t now) const;
   void stop_allocation(Allocation& a, bool immediately);
   void reap();
   void pump(Proc& p, Stream& s, Allocation& a);

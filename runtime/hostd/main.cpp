@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     o.orphan_grace_s = env_seconds("XMESH_ORPHAN_GRACE", 60);
     o.stop_grace_ms = xmesh::env_int("XMESH_STOP_GRACE_MS", 3000);
     o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 32 << 20);
+    o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
     xmesh::HostAgent agent(o);
     xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());
     int rc = agent.run();

@@ -1,0 +1,170 @@
+"""Named allocations: procs that outlive their controller (DESIGN §6). A later controller (a
+restarted kernel) attaches by name and becomes the owner; the actors it finds are called by
+the endpoint names their procs report, with no need for the class."""
+import json
+import os
+import time
+
+from . import _core
+from ._actor import ActorMesh, ActorMeshRef
+from ._future import Future
+from ._hostd import HostdError, agent
+from ._runtime import Kind, get_runtime
+
+
+def shape_dict(shape):
+    return dict(zip(shape.labels, shape.sizes))
+
+
+def _shape_from_reply(reply):
+    return _core.Shape.from_json(json.dumps(reply["shape"]))
+
+
+def attach_named(host_mesh, name, expected_shape=None):
+    """Attaches this controller to the live allocation `name` on the hosts of host_mesh.
+    Returns its ProcMesh, or None if no host has it. Raises ValueError if expected_shape
+    differs from the live shape (naming both)."""
+    from ._proc_mesh import Allocation, ProcMesh, _all_ok_then, _live_or_rebuilt
+
+    rt = get_runtime()
+    host_ranks = list(host_mesh._shape.ranks())
+    agents = [agent(host_mesh._dirs[h]) for h in host_ranks]
+    replies = []
+    for a in agents:
+        try:
+            replies.append(a.request(Kind.Attach, {"name": name, "controller_pid": os.getpid()}))
+        except HostdError as e:
+            if e.body.get("kind") != "no_allocation":
+                raise
+            replies.append(None)
+    found = [r for r in replies if r is not None]
+    if not found:
+        return None
+    if len(found) != len(replies) or len({r["alloc"] for r in found}) != 1:
+        where = {a.runtime_dir: (r["alloc"] if r else None) for a, r in zip(agents, replies)}
+        raise RuntimeError(f"allocation {name!r} does not span exactly these hosts (allocation id per host: {where}); "
+                           f"attach with the HostMesh it was spawned on, or `xmesh stop {name}`")
+    shape = _shape_from_reply(found[0])
+    if expected_shape is not None and shape_dict(expected_shape) != shape_dict(shape):
+        raise ValueError(f"allocation {name!r} is live with shape {shape_dict(shape)}; this call asks for "
+                         f"{shape_dict(expected_shape)}. Use xmesh.attach({name!r}) to use it as it is, or stop it "
+                         f"first (procs.stop() or `xmesh stop {name}`)")
+
+    alloc = Allocation(found[0]["alloc"], name, shape, agents)
+    for a, r in zip(agents, replies):
+        for p in r["procs"]:
+            alloc.procs[p["rank"]] = {"addr": p["addr"], "pid": p["pid"], "host": r["host"], "agent": a}
+    cookie = found[0]["job_cookie"]
+    if cookie and cookie not in rt.cookies:
+        _share_cookie(rt, cookie)
+    rt.node.add_accepted_cookie(cookie)
+    for a, r in zip(agents, replies):
+        for p in r["procs"]:
+            addr = p["addr"]
+            rt.node.set_peer_cookie(addr, cookie)
+            rt.node.revive(addr)  # this process may have seen it die before: it is fresh now
+            rt.node.add_dependent(a.addr, addr)
+            rt.node.add_supervision_subscriber(addr)
+            if not p["alive"]:
+                alloc.exited[p["rank"]] = {"rank": p["rank"], "stopping": False}
+                rt.node.mark_dead(addr, {"kind": "supervision", "text": f"proc rank {p['rank']} of {name!r} is dead"})
+    rt.register_alloc(alloc)
+
+    # The procs take us as their owner and refuse the previous controller, whose calls then
+    # fail with a clear error instead of racing ours.
+    previous = sorted({r["previous"]["addr"] for r in found if r["previous"]["addr"] != rt.node.addr})
+    refuse_text = (f"allocation {name!r} was taken over by another controller (pid {os.getpid()} on "
+                   f"{_core.hostname()}); this handle no longer works here: xmesh.attach({name!r}) takes it back")
+    live = [r for r in sorted(alloc.procs) if r not in alloc.exited]
+    call = rt.node.call([(alloc.procs[r]["addr"], "") for r in live], int(Kind.Adopt), "",
+                        {"cookies": rt.cookies, "refuse": previous, "refuse_text": refuse_text}, None, True)
+    described = [{"rank": r, "coords": {}, "actor": "proc"} for r in live]
+    mesh = ProcMesh(alloc, shape)  # no lease: a named allocation outlives its handles
+    rebuild = lambda: ProcMesh(alloc, shape)  # noqa: E731
+    mesh._ready = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
+    mesh._ready.get(timeout=30)
+    return mesh
+
+
+def _share_cookie(rt, cookie):
+    """Procs we already own learn to accept the procs of a newly attached allocation."""
+    rt.cookies.append(cookie)
+    with rt._lock:
+        allocs = list(rt._allocs.values())
+    for alloc in allocs:
+        for rank in alloc.alive_ranks():
+            try:
+                rt.node.send(alloc.procs[rank]["addr"], int(Kind.Adopt), {"cookies": [cookie]})
+            except Exception:
+                pass
+
+
+def actors_of(proc_mesh, name=None, timeout=30):
+    """The live actor meshes on proc_mesh's procs, as reported by the procs: the one named
+    `name` (the latest spawn of that name), or a dict of all of them by name."""
+    rt = get_runtime()
+    alloc = proc_mesh._alloc
+    addrs = proc_mesh._addrs()
+    ranks = [r for r in proc_mesh._shape.ranks() if r not in alloc.exited]
+    call = rt.node.call([(addrs[r], "") for r in ranks], int(Kind.ProcInfo), "", {}, None, True)
+    try:
+        if not call.wait(timeout):
+            raise TimeoutError(f"procs {call.missing()} did not report their actors within {timeout} s")
+    finally:
+        rt.node.forget_call(call.id)
+    records = {}
+    for _, ok, body, _ in call.take():
+        if ok:
+            for rec in body.get("actors", []):
+                records.setdefault(rec["actor_id"], rec)
+    latest = {}
+    for rec in sorted(records.values(), key=lambda r: r["spawned"]):
+        latest[rec["name"]] = rec
+    from ._proc_mesh import addrs_list
+
+    def mesh_of(rec):
+        shape = _core.Shape.from_json(rec["shape"]) if isinstance(rec["shape"], str) else rec["shape"]
+        ref = ActorMeshRef(rec["actor_id"], rec["name"], rec["class"], rec["endpoints"], addrs_list(addrs), shape,
+                           rec["proc_ranks"])
+        return ActorMesh(ref, shape, None, proc_mesh, None)
+
+    if name is None:
+        return {n: mesh_of(rec) for n, rec in latest.items()}
+    if name not in latest:
+        raise KeyError(f"no live actor mesh named {name!r} on these procs; live ones: {sorted(latest)}")
+    return mesh_of(latest[name])
+
+
+def allocations(runtime_dirs=None):
+    """Live named allocations on this host (or on the agents of the given runtime
+    directories): name, shape, hosts, age, procs alive, and the controller attached."""
+    out = {}
+    for d in runtime_dirs or [_core.runtime_dir()]:
+        for a in agent(d).status().get("allocations", []):
+            if not a["name"] or a.get("stopping"):
+                continue
+            entry = out.setdefault(a["name"], {
+                "name": a["name"], "shape": _shape_dict_of(a["shape"]), "hosts": [], "age_s": time.time() - a["created"],
+                "procs": 0, "procs_alive": 0, "controller_pid": a.get("controller_pid"),
+                "attached": a.get("attached", False)})
+            entry["hosts"].append(d)
+            entry["procs"] += len(a["procs"])
+            entry["procs_alive"] += sum(p["alive"] for p in a["procs"])
+    return sorted(out.values(), key=lambda e: e["name"])
+
+
+def _shape_dict_of(shape_json):
+    return shape_dict(_core.Shape.from_json(json.dumps(shape_json)))
+
+
+def stop_named(name, runtime_dirs=None):
+    """Stops the live allocation `name` on each host that has it; returns how many hosts had it."""
+    stopped = 0
+    for d in runtime_dirs or [_core.runtime_dir()]:
+        try:
+            agent(d).request(Kind.StopProcs, {"name": name})
+            stopped += 1
+        except HostdError as e:
+            if "no live allocation" not in str(e):
+                raise
+    return stopped
