@@ -74,8 +74,10 @@ int main(int argc, char* argv[]) {
   }
   // Before any thread exists, so that every thread inherits the blocked SIGINT.
   xmesh::kernel::install_interrupt_handling();
-  // Jupyter launchers may close our std streams; writing diagnostics must not kill us.
+  // Jupyter launchers may close our std streams; writing diagnostics must not kill us. xeus's
+  // own chatter on std::clog ("Run with XEUS ...") would land in `xmesh run`'s output.
   signal(SIGPIPE, SIG_IGN);
+  if (std::getenv("JPY_PARENT_PID")) std::clog.setstate(std::ios_base::failbit);
 
   xeus::xconfiguration config;
   try {

@@ -112,6 +112,14 @@ def _stop(args):
     return 0
 
 
+def _run(args):
+    from ._run_notebook import run_notebook
+
+    code, _ = run_notebook(args.notebook, args.output, timeout=args.timeout, kernel_name=args.kernel,
+                           quiet=args.quiet)
+    return code
+
+
 def main(argv=None):
     from . import _core
 
@@ -131,6 +139,13 @@ def main(argv=None):
     p.add_argument("name")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     p.set_defaults(func=_stop)
+    p = sub.add_parser("run", help="execute a notebook headlessly on the xmesh kernel")
+    p.add_argument("notebook")
+    p.add_argument("-o", "--output", help="where to write the executed notebook (default: NAME.out.ipynb)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one cell may run (default 600)")
+    p.add_argument("--kernel", default="xmesh", help="kernelspec to run it on (default: xmesh)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print progress only, not the cells' outputs")
+    p.set_defaults(func=_run)
     p = sub.add_parser("shutdown", help="stop this user's host agent and every proc it owns")
     p.add_argument("--runtime-dir")
     p.set_defaults(func=_shutdown)
@@ -140,7 +155,7 @@ def main(argv=None):
         return 2
     try:
         return args.func(args)
-    except (RuntimeError, PermissionError, OSError) as e:
+    except (RuntimeError, PermissionError, OSError, ValueError) as e:
         print(f"xmesh: {e}", file=sys.stderr)
         return 1
 

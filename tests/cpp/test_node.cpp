@@ -141,6 +141,20 @@ TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
   unsetenv("XMESH_ACTOR_WAIT_MS");
 }
 
+TEST_CASE("a refused caller's calls are answered with the refusal and never reach the actor", "[node]") {
+  NodePair n("r");
+  n.b.refuse_calls_from(n.a.addr(), {{"kind", "taken_over"}, {"text", "taken over by another controller"}});
+  Header h;
+  h.kind = Kind::Call;
+  h.actor = "model";
+  auto c = n.a.call({{n.b.addr(), "model"}}, h, frames_of("args"), true);
+  REQUIRE(c->wait_done(3000));
+  auto taken = c->take();
+  CHECK_FALSE(taken.at(0).ok);
+  // Not "no_actor" after the wait for a spawn: refused on arrival.
+  CHECK(taken.at(0).body["kind"] == "taken_over");
+}
+
 TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
   Node ctl("controller", tmp_addr("a6"), "k");
   Node other("proc", tmp_addr("o6"), "k");

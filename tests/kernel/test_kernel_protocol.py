@@ -93,3 +93,33 @@ def test_kernel_and_core_module_map_one_libxmesh(kernel):
     mapped = _mapped(kernel.pid, "libxmesh.so")
     assert len(mapped) == 1, mapped
     assert os.path.exists(mapped.pop())
+
+
+def test_the_installed_kernelspec_runs_the_installed_kernel(kernel_rundir, monkeypatch):
+    """After scripts/setup.sh (which installs), `jupyter kernelspec list` shows the xmesh kernel
+    and it runs the installed package."""
+    import json
+    import subprocess
+
+    # Kernelspecs are looked up in this process: hide the build tree's.
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    env = dict(os.environ)
+    listed = subprocess.run(["jupyter", "kernelspec", "list", "--json"], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    specs = json.loads(listed.stdout)["kernelspecs"]
+    assert "xmesh" in specs, "the xmesh kernelspec is not installed: run scripts/setup.sh as root"
+    spec = specs["xmesh"]["spec"]
+    assert spec["display_name"] == "Python 3 (xmesh)" and spec["language"] == "python"
+    assert os.access(spec["argv"][0], os.X_OK)
+    env["XMESH_RUNTIME_DIR"] = kernel_rundir
+    km, kc = start_new_kernel(kernel_name="xmesh", env=env)
+    out = []
+    try:
+        kc.execute_interactive("import xmesh; print(xmesh.__file__)", timeout=60, output_hook=out.append)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+    assert text.startswith(os.path.dirname(os.path.dirname(spec["argv"][0])))  # e.g. /usr/local/...
