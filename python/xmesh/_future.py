@@ -2,6 +2,7 @@
 Ctrl-C through; a timeout does not consume the future; the outcome is cached; `await` waits
 through the running asyncio loop (a file descriptor, no thread per future)."""
 import asyncio
+import time
 
 from . import _kernel, _pickling
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
@@ -99,7 +100,7 @@ class Future:
         consuming the future, KeyboardInterrupt naming the ranks still running on Ctrl-C."""
         if not self._done:
             try:
-                ready = self._call.wait(timeout)
+                ready = self._wait_showing_output(timeout) if _kernel.in_kernel() else self._call.wait(timeout)
             except KeyboardInterrupt:
                 _kernel.note_interrupted(self)
                 ranks = self.running_ranks()
@@ -114,6 +115,17 @@ class Future:
         return self._resolved()
 
     result = get
+
+    def _wait_showing_output(self, timeout):
+        """In the kernel: waits in short slices, printing the procs' output as it comes (only
+        the main thread may print there)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+            ready = self._call.wait(left)
+            _kernel.drain_output()
+            if ready or (deadline is not None and time.monotonic() >= deadline):
+                return ready
 
     def _resolved(self):
         v = self._value
@@ -159,6 +171,7 @@ class Future:
                 yield from waiter.__await__()
             finally:
                 loop.remove_reader(fd)
+                _kernel.drain_output()
             self._finish()
         if self._error is not None:
             raise self._error

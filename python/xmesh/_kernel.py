@@ -1,6 +1,8 @@
 """The Python side of the xmesh Jupyter kernel. kernel/xmesh_interpreter.cpp calls `setup`
 once the IPython shell exists, `on_idle_interrupt` for an interrupt while no cell runs, and
 `shutdown` on a shutdown or restart request."""
+import queue
+import sys
 import threading
 
 _shell = None
@@ -23,6 +25,32 @@ def setup(shell):
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
+    from . import _runtime
+
+    _runtime.main_thread_output = queue.SimpleQueue()
+    shell.events.register("post_run_cell", lambda *_: drain_output())
+
+
+def drain_output():
+    """Prints the remote output queued by runtime threads, on the calling (main) thread: while
+    a cell waits on a future and when a cell ends. Output that arrives while no cell runs shows
+    at the end of the next one (routing it into the cell that caused it is the logs issue)."""
+    from . import _runtime
+
+    q = _runtime.main_thread_output
+    if q is None:
+        return
+    while True:
+        try:
+            stream, text = q.get_nowait()
+        except queue.Empty:
+            return
+        out = sys.stderr if stream == "stderr" else sys.stdout
+        try:
+            out.write(text)
+            out.flush()
+        except Exception:
+            pass
 
 
 def _name_errors_by_their_class(shell):

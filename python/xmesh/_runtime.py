@@ -107,12 +107,21 @@ class Runtime:
         data = b"".join(bytes(f) for f in msg.frames)
         text = data.decode("utf-8", errors="replace")
         prefix = f"[{body.get('rank', '?')}] "
-        out = sys.stderr if body.get("stream") == "stderr" else sys.stdout
         lines = text.splitlines(keepends=True)
         rendered = "".join(prefix + (ln if ln.endswith("\n") else ln + "\n") for ln in lines)
+        self._write("stderr" if body.get("stream") == "stderr" else "stdout", rendered)
+
+    def _write(self, stream, text):
+        """Prints on the controller's stdout or stderr. In the kernel, sys.stdout publishes on
+        the shell thread's socket, which no other thread may touch: the text is queued for the
+        main thread instead (see _kernel.drain_output)."""
+        if main_thread_output is not None and threading.current_thread() is not threading.main_thread():
+            main_thread_output.put((stream, text))
+            return
+        out = sys.stderr if stream == "stderr" else sys.stdout
         with self._print_lock:
             try:
-                out.write(rendered)
+                out.write(text)
                 out.flush()
             except Exception:
                 pass
@@ -130,12 +139,7 @@ class Runtime:
         self._diag(text)
 
     def _diag(self, text):
-        with self._print_lock:
-            try:
-                sys.stderr.write(f"[xmesh] {text}\n")
-                sys.stderr.flush()
-            except Exception:
-                pass
+        self._write("stderr", f"[xmesh] {text}\n")
 
     # -- shutdown --------------------------------------------------------------------------
     def shutdown(self):
@@ -167,6 +171,8 @@ class Runtime:
 
 _runtime = None
 _runtime_lock = threading.Lock()
+# Set by the kernel: output of runtime threads waits here for the main thread (see _write).
+main_thread_output = None
 
 
 def get_runtime():

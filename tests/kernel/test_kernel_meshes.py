@@ -3,6 +3,7 @@ the kernel, top-level await works, meshes display as tables, re-running a spawni
 not leak procs, and shutdown / restart stop unnamed meshes."""
 import ast
 import os
+import socket
 import time
 
 from xmesh_testing import pid_alive, wait_until
@@ -32,6 +33,11 @@ class Counter(Actor):
     @endpoint
     def die(self):
         os._exit(7)
+
+    @endpoint
+    def say(self, text):
+        print(text, current_rank().rank, flush=True)
+        return text
 
     @endpoint
     def spin(self, seconds):
@@ -67,14 +73,25 @@ def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(ker
     text = r.error_text
     assert "rank 0" in text and "gpus=0" in text and "ValueError: bad value on rank 0" in text
     assert "failed in endpoint fail()" in text and "Traceback" in text
+    assert f"on {socket.gethostname()}" in text
     assert ast.literal_eval(kernel.value("list(counters.incr.call().get().values())")) == [1, 1]
 
     r = kernel.run("counters.slice(gpus=1).die.call_one().get()")
     assert r.status == "error" and r.error["ename"] == "SupervisionError"
     assert "rank 1" in r.error_text and "exited with code 7" in r.error_text
+    assert f"on {socket.gethostname()}" in r.error_text
     # The kernel and the other rank are fine.
     assert kernel.value("counters.slice(gpus=0).incr.call_one().get()") == "2"
     assert kernel.value("1 + 1") == "2"
+
+
+def test_remote_output_reaches_the_waiting_cell(kernel):
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)')
+    r = kernel.ok("counters.say.call('hello from').get()\nimport time; time.sleep(0.5)")
+    assert "[0] hello from 0" in r.stdout and "[1] hello from 1" in r.stdout
+    r = kernel.ok("await counters.say.call('awaited')")
+    r2 = kernel.ok("pass")
+    assert "[0] awaited 0" in r.stdout + r2.stdout
 
 
 def test_top_level_await(kernel):

@@ -123,3 +123,23 @@ def test_the_installed_kernelspec_runs_the_installed_kernel(kernel_rundir, monke
         km.shutdown_kernel(now=False)
     text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
     assert text.startswith(os.path.dirname(os.path.dirname(spec["argv"][0])))  # e.g. /usr/local/...
+
+
+def test_comms_are_answered(kernel):
+    kc = kernel.kc
+    msg = kc.session.msg("comm_info_request", {})
+    kc.shell_channel.send(msg)
+    while True:
+        reply = kc.get_shell_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            break
+    assert reply["msg_type"] == "comm_info_reply" and reply["content"]["status"] == "ok"
+    # A comm target registered in a cell receives a front end's comm_open.
+    kernel.ok("opened = []\nget_ipython().kernel.comm_manager.register_target("
+              "'xmesh-test', lambda comm, msg: opened.append(msg['content']['data']))")
+    kc.shell_channel.send(kc.session.msg("comm_open", {"comm_id": "c1", "target_name": "xmesh-test",
+                                                       "data": {"hello": 1}}))
+    for _ in range(50):
+        if kernel.value("opened") == "[{'hello': 1}]":
+            break
+    assert kernel.value("opened") == "[{'hello': 1}]"
