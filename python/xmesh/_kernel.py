@@ -38,7 +38,7 @@ def drain_output():
     from . import _runtime
 
     q = _runtime.main_thread_output
-    if q is None:
+    if q is None or threading.current_thread() is not threading.main_thread():
         return
     while True:
         try:

@@ -16,8 +16,9 @@ def shape_dict(shape):
     return dict(zip(shape.labels, shape.sizes))
 
 
-def _shape_from_reply(reply):
-    return _core.Shape.from_json(json.dumps(reply["shape"]))
+def _shape_of(shape_json):
+    """A Shape from the JSON object a host agent keeps (labels, sizes, strides, offset)."""
+    return _core.Shape.from_json(json.dumps(shape_json))
 
 
 def attach_named(host_mesh, name, expected_shape=None):
@@ -44,7 +45,7 @@ def attach_named(host_mesh, name, expected_shape=None):
         where = {a.runtime_dir: (r["alloc"] if r else None) for a, r in zip(agents, replies)}
         raise RuntimeError(f"allocation {name!r} does not span exactly these hosts (allocation id per host: {where}); "
                            f"attach with the HostMesh it was spawned on, or `xmesh stop {name}`")
-    shape = _shape_from_reply(found[0])
+    shape = _shape_of(found[0]["shape"])
     if expected_shape is not None and shape_dict(expected_shape) != shape_dict(shape):
         raise ValueError(f"allocation {name!r} is live with shape {shape_dict(shape)}; this call asks for "
                          f"{shape_dict(expected_shape)}. Use xmesh.attach({name!r}) to use it as it is, or stop it "
@@ -89,9 +90,7 @@ def attach_named(host_mesh, name, expected_shape=None):
 def _share_cookie(rt, cookie):
     """Procs we already own learn to accept the procs of a newly attached allocation."""
     rt.cookies.append(cookie)
-    with rt._lock:
-        allocs = list(rt._allocs.values())
-    for alloc in allocs:
+    for alloc in rt.owned_allocs():
         for rank in alloc.alive_ranks():
             try:
                 rt.node.send(alloc.procs[rank]["addr"], int(Kind.Adopt), {"cookies": [cookie]})
@@ -144,17 +143,13 @@ def allocations(runtime_dirs=None):
             if not a["name"] or a.get("stopping"):
                 continue
             entry = out.setdefault(a["name"], {
-                "name": a["name"], "shape": _shape_dict_of(a["shape"]), "hosts": [], "age_s": time.time() - a["created"],
+                "name": a["name"], "shape": shape_dict(_shape_of(a["shape"])), "hosts": [], "age_s": time.time() - a["created"],
                 "procs": 0, "procs_alive": 0, "controller_pid": a.get("controller_pid"),
                 "attached": a.get("attached", False)})
             entry["hosts"].append(d)
             entry["procs"] += len(a["procs"])
             entry["procs_alive"] += sum(p["alive"] for p in a["procs"])
     return sorted(out.values(), key=lambda e: e["name"])
-
-
-def _shape_dict_of(shape_json):
-    return shape_dict(_core.Shape.from_json(json.dumps(shape_json)))
 
 
 def stop_named(name, runtime_dirs=None):

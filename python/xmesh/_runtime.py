@@ -70,6 +70,10 @@ class Runtime:
         with self._lock:
             self._allocs.pop(alloc_id, None)
 
+    def owned_allocs(self):
+        with self._lock:
+            return list(self._allocs.values())
+
     def alloc(self, alloc_id):
         with self._lock:
             return self._allocs.get(alloc_id)
@@ -147,9 +151,8 @@ class Runtime:
             return
         self._closed = True
         if self.role == "controller":
-            with self._lock:
-                # Named allocations outlive their controller (the next one attaches by name).
-                allocs = [a for a in self._allocs.values() if not a.name]
+            # Named allocations outlive their controller (the next one attaches by name).
+            allocs = [a for a in self.owned_allocs() if not a.name]
             for a in allocs:
                 try:
                     a.request_stop(immediately=False)
