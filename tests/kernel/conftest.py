@@ -2,23 +2,20 @@
 kernelspec (JUPYTER_PATH, see tests/CMakeLists.txt), each test with its own runtime directory
 (its own host agent)."""
 import os
-import shutil
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
-from xmesh_testing import private_tmpdir, stop_agent  # noqa: E402
+from xmesh_testing import runtime_dir_of_its_own  # noqa: E402
 from kernel_session import KernelSession  # noqa: E402
 
 
 @pytest.fixture
 def kernel_rundir():
-    d = private_tmpdir("xmk-")
-    yield d
-    stop_agent(d)
-    shutil.rmtree(d, ignore_errors=True)
+    with runtime_dir_of_its_own("xmk-") as d:
+        yield d
 
 
 @pytest.fixture

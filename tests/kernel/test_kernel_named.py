@@ -6,29 +6,13 @@ import os
 import subprocess
 import time
 
+from cells import COUNTER
 from kernel_session import KernelSession
 from xmesh_testing import PYTHON, pid_alive, wait_until
 
-SPAWN = '''
-import os, random
-from xmesh import Actor, endpoint, this_host
-
-class Model(Actor):
-    def __init__(self):
-        self.value = 0
-        self.token = random.random()
-
-    @endpoint
-    def incr(self):
-        self.value += 1
-        return self.value
-
-    @endpoint
-    def facts(self):
-        return {"pid": os.getpid(), "id": id(self), "token": self.token}
-
+SPAWN = COUNTER + '''
 procs = this_host().spawn_procs({"gpus": 2}, name="trainers")
-model = procs.spawn("model", Model)
+model = procs.spawn("model", Counter)
 for _ in range(5):
     model.incr.call().get()
 '''
@@ -55,7 +39,7 @@ def test_a_named_allocation_survives_a_restart_and_is_attached_by_name(kernel, k
     pids = [f[0] for f in before]
     kernel.restart()
     assert all(pid_alive(p) for p in pids)
-    r = kernel.run("Model")
+    r = kernel.run("Counter")
     assert r.status == "error" and r.error["ename"] == "NameError"  # a fresh kernel: the class is gone
     kernel.ok(ATTACH)
     assert _facts(kernel) == before

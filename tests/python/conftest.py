@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from xmesh_testing import private_tmpdir, stop_agent
+from xmesh_testing import private_tmpdir, runtime_dir_of_its_own, stop_agent
 
 _RUNDIR = private_tmpdir("xmt-")
 os.environ["XMESH_RUNTIME_DIR"] = _RUNDIR
@@ -25,7 +25,5 @@ def rundir():
 @pytest.fixture
 def fresh_rundir():
     """A runtime directory of its own (its own host agent), stopped and removed afterwards."""
-    d = private_tmpdir("xmf-")
-    yield d
-    stop_agent(d)
-    shutil.rmtree(d, ignore_errors=True)
+    with runtime_dir_of_its_own("xmf-") as d:
+        yield d

@@ -1,6 +1,8 @@
 """Helpers shared by the pytest suites (tests/python, tests/kernel): paths, running programs as
 a user would, and waiting on processes."""
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -16,6 +18,18 @@ def private_tmpdir(prefix):
     d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     os.chmod(d, 0o700)
     return d
+
+
+@contextlib.contextmanager
+def runtime_dir_of_its_own(prefix):
+    """A runtime directory (so a host agent) of its own; the agent is stopped and the directory
+    removed afterwards."""
+    d = private_tmpdir(prefix)
+    try:
+        yield d
+    finally:
+        stop_agent(d)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def stop_agent(rundir):

@@ -1,0 +1,41 @@
+"""Named allocations from a plain program: a clear error for bad names, for a missing
+allocation and a missing actor mesh; a named allocation outlives the program that spawned it."""
+import os
+import subprocess
+
+import pytest
+from xmesh_testing import PYTHON, pid_alive, run_program, wait_until
+
+import xmesh
+
+
+def test_bad_names_and_missing_allocations_are_named(fresh_rundir):
+    hosts = xmesh.hosts([fresh_rundir])
+    with pytest.raises(ValueError, match="needs the allocation's name"):
+        xmesh.attach("")
+    with pytest.raises(KeyError, match="no live allocation named 'ghost'"):
+        xmesh.attach("ghost", hosts=hosts)
+    with pytest.raises(ValueError, match="without '/'"):
+        hosts.spawn_procs({"gpus": 1}, name="a/b")
+    r = subprocess.run([PYTHON, "-m", "xmesh.cli", "stop", "ghost", "--runtime-dir", fresh_rundir],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "no live allocation named 'ghost'" in r.stderr
+
+
+def test_a_named_allocation_outlives_its_program_and_lists_its_actors(fresh_rundir):
+    env = {"XMESH_RUNTIME_DIR": fresh_rundir}
+    r = run_program("import sys\nsys.path.insert(0, %r)\n" % os.path.dirname(__file__) +
+                    "from xmesh import this_host\nfrom actors_for_tests import Counter\n"
+                    "procs = this_host().spawn_procs({'gpus': 2}, name='kept')\n"
+                    "procs.spawn('counter', Counter).incr.call().get()\nprint(procs.pids)\n", env=env)
+    assert r.returncode == 0, r.stderr
+    pids = eval(r.stdout.strip().splitlines()[-1])
+    assert all(pid_alive(p) for p in pids)
+    procs = xmesh.attach("kept", hosts=xmesh.hosts([fresh_rundir]))
+    assert sorted(procs.pids) == sorted(pids)
+    assert set(procs.actors()) == {"counter"}
+    assert list(procs.actors("counter").incr.call().get().values()) == [2, 2]
+    with pytest.raises(KeyError, match=r"no live actor mesh named 'nope'.*\['counter'\]"):
+        procs.actors("nope")
+    procs.stop()
+    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
