@@ -11,6 +11,7 @@
 #include "build_info.hpp"
 #include "history_manager.hpp"
 #include "interrupts.hpp"
+#include "iopub_side_channel.hpp"
 #include "pybind11/embed.h"
 #include "util.hpp"
 #include "xeus-python/xdebugger.hpp"
@@ -95,11 +96,15 @@ int main(int argc, char* argv[]) {
   debugger_config["python"] = kPython;
 
   {
-    xeus::xkernel kernel(config, xeus::get_user_name(),
-                         std::make_unique<xeus::xcontext_impl<zmq::context_t>>(), std::move(interpreter),
-                         xeus::make_xserver_shell_main, std::move(history), nullptr, xpyt::make_python_debugger,
-                         debugger_config);
+    auto context = xeus::make_context<zmq::context_t>();
+    zmq::context_t& zmq_context = context->m_context;
+    std::string user_name = xeus::get_user_name();
+    xeus::xkernel kernel(config, user_name, std::move(context), std::move(interpreter), xeus::make_xserver_shell_main,
+                         std::move(history), nullptr, xpyt::make_python_debugger, debugger_config);
+    // Late output of finished cells is published from runtime threads through this channel.
+    xmesh::kernel::make_iopub_side_channel(zmq_context, config.m_signature_scheme, config.m_key, user_name);
     kernel.start();
+    xmesh::kernel::close_iopub_side_channel();  // before the context goes with the kernel
   }
   xmesh::kernel::set_idle_interrupt_handler({});
   Py_Finalize();

@@ -34,11 +34,27 @@ nl::json XmeshInterpreter::execute_request_impl(int execution_count, const std::
   nl::json reply;
   {
     ExecutingScope executing;
+    call_hook("begin_cell", parent_header().dump());
     reply = xpyt::interpreter::execute_request_impl(execution_count, code, silent, store_history,
                                                     std::move(user_expressions), allow_stdin);
+    // The flush barrier and the cell's late-output slot, before the reply ends the cell.
+    call_hook("end_cell", "");
   }
   if (store_history && !silent) record_history_output(execution_count);
   return reply;
+}
+
+void XmeshInterpreter::call_hook(const char* name, const std::string& arg) {
+  py::gil_scoped_acquire acquire;
+  try {
+    if (arg.empty())
+      hooks_.attr(name)();
+    else
+      hooks_.attr(name)(arg);
+  } catch (py::error_already_set& e) {
+    // An interrupt landing in the hook, or a bug there: the cell itself is not affected.
+    if (!e.matches(PyExc_KeyboardInterrupt)) log_diag("kernel", std::string(name) + " failed: " + e.what());
+  }
 }
 
 void XmeshInterpreter::record_history_output(int execution_count) {

@@ -40,12 +40,14 @@ const char* kind_name(Kind k) {
     case Kind::Status: return "status";
     case Kind::Attach: return "attach";
     case Kind::Shutdown: return "shutdown";
+    case Kind::FlushOutput: return "flush-output";
+    case Kind::Configure: return "configure";
   }
   return "unknown";
 }
 
 bool kind_known(int k) {
-  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 30);
+  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 32);
 }
 
 namespace {

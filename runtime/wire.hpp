@@ -43,6 +43,8 @@ enum class Kind : int {
   Status = 28,      // ask hostd for its allocations; answered with a Reply
   Attach = 29,      // controller -> hostd: take over a live named allocation; answered with a Reply
   Shutdown = 30,    // ask hostd to exit (stops everything it owns)
+  FlushOutput = 31, // controller -> proc: write an output marker now; answered with its seq (body.m)
+  Configure = 32,   // controller -> proc: settings such as the Python logging level
 };
 const char* kind_name(Kind k);
 bool kind_known(int k);

@@ -12,7 +12,9 @@
 #include "call.hpp"
 #include "inbox.hpp"
 #include "line_splitter.hpp"
+#include "log_router.hpp"
 #include "node.hpp"
+#include "output_marker.hpp"
 #include "process.hpp"
 #include "shape.hpp"
 #include "util.hpp"
@@ -222,6 +224,34 @@ void translate_shape_error(const ShapeError& e) {
   }
 }
 
+// ---- Running a function on the main thread --------------------------------------------------
+// Py_AddPendingCall runs it between two bytecodes of the main thread, as for a signal handler:
+// the kernel prints remote output there while a cell computes (only the main thread may print).
+std::mutex g_main_call_mu;
+py::object* g_main_call = nullptr;  // the function to run; set and cleared with the GIL held
+bool g_main_call_scheduled = false;
+
+int run_main_call(void*) {
+  py::object* fn;
+  {
+    std::lock_guard<std::mutex> g(g_main_call_mu);
+    g_main_call_scheduled = false;
+    fn = g_main_call;
+  }
+  if (fn && !fn->is_none()) {
+    PyObject* r = PyObject_CallNoArgs(fn->ptr());
+    if (!r) PyErr_WriteUnraisable(fn->ptr());  // never raise into the user's code
+    Py_XDECREF(r);
+  }
+  return 0;
+}
+
+py::object decode_text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -283,7 +313,9 @@ PYBIND11_MODULE(_core, m) {
       .value("Goodbye", Kind::Goodbye)
       .value("Status", Kind::Status)
       .value("Attach", Kind::Attach)
-      .value("Shutdown", Kind::Shutdown);
+      .value("Shutdown", Kind::Shutdown)
+      .value("FlushOutput", Kind::FlushOutput)
+      .value("Configure", Kind::Configure);
 
   py::class_<Frame>(m, "Frame", py::buffer_protocol())
       .def_buffer([](Frame& f) {
@@ -453,6 +485,70 @@ PYBIND11_MODULE(_core, m) {
       .def("__repr__", &Shape::to_string)
       .def(py::pickle([](const Shape& s) { return s.to_json().dump(); },
                       [](const std::string& text) { return Shape::from_json(json::parse(text)); }));
+
+  m.def("write_output_marker", [](const std::string& cell, const std::string& actor) {
+    py::gil_scoped_release release;
+    return write_output_marker({cell, actor});
+  }, "Flushes C stdio and writes an output marker to fds 1 and 2; returns its seq.");
+  m.def("output_pending", &output_pending, "True when fd 1 or 2 is a pipe with unread bytes.");
+  m.def("written_bytes", &written_bytes, "Bytes this process passed to write(2) so far (/proc/self/io wchar).");
+  m.def("set_main_thread_call", [](py::object fn) {
+    std::lock_guard<std::mutex> g(g_main_call_mu);
+    if (!g_main_call) g_main_call = new py::object();  // never freed: pending calls may still run
+    *g_main_call = std::move(fn);
+  }, "Sets the function call_on_main_thread() schedules.");
+  m.def("call_on_main_thread", []() {
+    {
+      std::lock_guard<std::mutex> g(g_main_call_mu);
+      if (g_main_call_scheduled || !g_main_call) return;
+      g_main_call_scheduled = true;
+    }
+    if (Py_AddPendingCall(&run_main_call, nullptr) != 0) {
+      std::lock_guard<std::mutex> g(g_main_call_mu);
+      g_main_call_scheduled = false;
+    }
+  }, "Runs the function given to set_main_thread_call() on the main thread between two bytecodes.");
+
+  py::class_<LogRouter, std::shared_ptr<LogRouter>>(m, "LogRouter")
+      .def(py::init([](Node& node) { return std::make_shared<LogRouter>(node.logs()); }), py::keep_alive<1, 2>())
+      .def("start", &LogRouter::start)
+      .def("stop", &LogRouter::stop, py::call_guard<py::gil_scoped_release>())
+      .def("add_alloc", &LogRouter::add_alloc)
+      .def("add_proc", &LogRouter::add_proc)
+      .def("set_options", &LogRouter::set_options)
+      .def("set_default_window", &LogRouter::set_default_window)
+      .def("set_display_rate", &LogRouter::set_display_rate)
+      .def("wait_marks", [](LogRouter& r, const std::vector<std::pair<std::string, uint64_t>>& marks, double timeout) {
+        return wait_sliced([&](int ms) { return r.wait_marks(marks, ms); }, timeout);
+      })
+      .def("sync", [](LogRouter& r, double timeout) {
+        return wait_sliced([&](int ms) { return r.sync(ms); }, timeout);
+      })
+      .def("flush_windows", &LogRouter::flush_windows, py::call_guard<py::gil_scoped_release>())
+      .def("wait_output", [](LogRouter& r, double timeout) {
+        return wait_sliced([&](int ms) { return r.wait_output(ms); }, timeout);
+      })
+      .def("take_output", [](LogRouter& r) {
+        std::vector<LogChunk> chunks;
+        {
+          py::gil_scoped_release release;
+          chunks = r.take_output();
+        }
+        py::list out;
+        for (auto& c : chunks) out.append(py::make_tuple(c.cell, c.stream, decode_text(c.text)));
+        return out;
+      })
+      .def("stats", [](LogRouter& r) {
+        auto s = r.stats();
+        py::dict d;
+        d["messages"] = s.messages;
+        d["lines"] = s.lines;
+        d["bytes"] = s.bytes;
+        d["shown"] = s.shown;
+        d["held"] = s.held;
+        d["hidden"] = s.hidden;
+        return d;
+      });
 
   py::class_<LineSplitter>(m, "LineSplitter")
       .def(py::init<size_t>(), py::arg("max_line") = 64 * 1024)

@@ -4,9 +4,11 @@ import functools
 import html
 import inspect
 import itertools
+import logging
 import random
 
-from . import _pickling
+from . import _kernel, _pickling
+from ._context import current_cell
 from ._display import html_table
 from ._errors import ActorError
 from ._future import Future
@@ -134,6 +136,33 @@ class ActorMesh(MeshTrait):
                               "actor_id": ref.actor_id})
         return targets, described
 
+    def logging_option(self, stream_to_client=True, aggregate_window_sec=3, level=logging.INFO):
+        """How the output of the procs under this actor mesh is shown (see ProcMesh.logging_option)."""
+        return self._owning_proc_mesh("logging_option").logging_option(stream_to_client, aggregate_window_sec, level)
+
+    def logs(self, rank=None, stream=None, grep=None, tail=None):
+        """The output lines these actors printed, as LogRecords (see ProcMesh.logs); ranks are
+        numbered as in the actor mesh that was spawned (as errors name them)."""
+        pm = self._owning_proc_mesh("logs")
+        ref = self._ref
+        base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}
+        mine = {ref.proc_ranks[base_pos[g]]: base_pos[g] for g in self._shape.ranks()}
+        if rank is not None:
+            wanted = {p for p, a in mine.items() if a == rank}
+            if not wanted:
+                raise IndexError(f"rank {rank} is not in this actor mesh (ranks {sorted(mine.values())})")
+            mine = {p: a for p, a in mine.items() if p in wanted}
+        records = pm._read_logs(sorted(mine), stream, grep, None, actor=ref.name)
+        records = [r._replace(rank=mine[r.rank]) for r in records]
+        return records[-tail:] if tail else records
+
+    def _owning_proc_mesh(self, what):
+        pm = self._proc_mesh
+        if pm is None or pm._alloc is None:
+            raise RuntimeError(f"{what}() needs an actor mesh spawned on procs (not this_proc() or one passed to "
+                               "an actor)")
+        return pm
+
     def stop(self):
         """Stops these actors (their procs stay)."""
         rt = get_runtime()
@@ -237,7 +266,10 @@ class Endpoint:
     def _send(self, targets, described, args, kwargs, adverb, expect_reply=True):
         self._mesh._check_usable()
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
-        call = get_runtime().node.call(targets, _CALL, self._name, None, frames, expect_reply)
+        # The causal context (the cell) travels with the call: the procs' output is shown there.
+        call = get_runtime().node.call(targets, _CALL, self._name, None, frames, expect_reply, current_cell())
+        if _kernel.in_kernel():
+            _kernel.note_call(targets, call if expect_reply else None)
         return call, described
 
     def call(self, *args, **kwargs):
@@ -294,6 +326,10 @@ class _Stream:
         self._yielded = 0
 
     def _value_of(self, index, ok, body, frames):
+        rt = get_runtime()
+        if body and body.get("m") and rt.logs is not None:  # what it printed first is shown first
+            rt.logs.barrier([(self._call.target_addr(index), body["m"])])
+            _kernel.drain_output()
         if ok:
             return _pickling.loads(frames)
         raise self._fut.error_for(index, body, frames)

@@ -8,8 +8,8 @@ import threading
 import time
 import traceback
 
-from . import _core, _pickling
-from ._context import ActorContext, set_actor_context
+from . import _core, _pickling, _proc_output
+from ._context import ActorContext, set_actor_context, set_current_cell
 from ._actor import EndpointProperty, endpoints_of
 from ._runtime import Kind, messages
 from ._shape import Point
@@ -53,6 +53,14 @@ def _error_body(exc, ctx, method):
     return body, frames
 
 
+def _reply(node, msg, ok, body, frames, mark):
+    """Answers a call; mark (the seq of the output marker written after the call's output, if
+    any) lets the caller wait until that output has been shown."""
+    if mark:
+        body = dict(body or {}, m=mark)
+    node.reply(msg, ok, body, frames)
+
+
 class ActorThread(threading.Thread):
     def __init__(self, host, actor_id, inbox):
         super().__init__(name=f"xmesh-actor-{actor_id}", daemon=True)
@@ -68,6 +76,7 @@ class ActorThread(threading.Thread):
         self.cancelled = set()
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
         self.record = None   # see _spawn
+        self.actor_name = "?"
 
     def run(self):
         for msg in messages(self.inbox):
@@ -87,6 +96,9 @@ class ActorThread(threading.Thread):
 
     def _spawn(self, msg):
         body = msg.body
+        self.actor_name = body.get("name", "?")
+        out = _proc_output.begin(msg.ctx, self.actor_name)
+        set_current_cell(msg.ctx or "")
         try:
             shape = _core.Shape.from_json(body["shape"]) if isinstance(body["shape"], str) else body["shape"]
             proc_rank = int(os.environ.get("XMESH_RANK", "0"))
@@ -101,21 +113,42 @@ class ActorThread(threading.Thread):
                            "endpoints": endpoints_of(cls), "shape": body["shape"], "proc_ranks": ranks,
                            "spawned": time.time()}
             self.instance = cls(*args, **kwargs)
-            self.node.reply(msg, True, {"pid": os.getpid(), "host": _HOST})
+            ok, reply_body, frames = True, {"pid": os.getpid(), "host": _HOST}, None
         except BaseException as e:
             self.init_error = e
-            body, frames = _error_body(e, self.ctx, "__init__")
-            self.node.reply(msg, False, body, frames)
+            ok, (reply_body, frames) = False, _error_body(e, self.ctx, "__init__")
+        _reply(self.node, msg, ok, reply_body, frames, _proc_output.end(out))
 
     def _call(self, msg):
         method = msg.method
-        adverb = "broadcast" if msg.corr == 0 else "call"  # a broadcast carries no correlation id
+        broadcast = msg.corr == 0  # a broadcast carries no correlation id
         key = (msg.corr, msg.index)
         if key in self.cancelled:
             self.cancelled.discard(key)
-            if adverb != "broadcast":
+            if not broadcast:
                 self.node.reply(msg, False, {"kind": "cancelled"})
             return
+        cell = msg.ctx or ""
+        out = _proc_output.begin(cell, self.actor_name)
+        set_current_cell(cell)
+        ok, body, frames, exiting = self._run_call(msg, method, cell)
+        mark = _proc_output.end(out)
+        if not broadcast:
+            _reply(self.node, msg, ok, body, frames, mark)
+        elif not ok and body.get("kind") == "actor":
+            body["cell"] = cell
+            body["text"] = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
+                            f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{body['traceback']}")
+            try:
+                self.node.send(msg.sender_addr, int(Kind.Fault), body)
+            except Exception:
+                pass
+        if exiting is not None:
+            raise exiting
+
+    def _run_call(self, msg, method, cell):
+        """Runs one endpoint call: (ok, body, frames) of its reply, and the SystemExit it raised
+        (re-raised once the reply is sent)."""
         try:
             if self.init_error is not None:
                 raise RuntimeError(f"the actor's __init__ failed, so it cannot run {method}(): "
@@ -127,44 +160,32 @@ class ActorThread(threading.Thread):
                     raise AttributeError(f"{type(self.instance).__name__} has no endpoint {method!r}")
                 self.endpoints[method] = ep
             args, kwargs = _pickling.loads(msg.frames)
-            self.current = key
+            self.current = (msg.corr, msg.index)
             if ep.is_async:
-                result = self._run_async(ep.fn(self.instance, *args, **kwargs))
+                result = self._run_async(ep.fn(self.instance, *args, **kwargs), cell)
             else:
                 result = ep.fn(self.instance, *args, **kwargs)
             self.current = None
-            if adverb == "broadcast":
-                return
+            if msg.corr == 0:
+                return True, None, None, None
             try:
-                frames = _pickling.dumps(result)
+                return True, None, _pickling.dumps(result), None
             except Exception as e:
                 raise TypeError(f"the result of {method}() cannot be sent back: {type(e).__name__}: {e}") from e
-            self.node.reply(msg, True, None, frames)
         except BaseException as e:
             self.current = None
             if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
-                if adverb != "broadcast":
-                    self.node.reply(msg, False, {"kind": "cancelled"})
-                return
+                return False, {"kind": "cancelled"}, None, None
             body, frames = _error_body(e, self.ctx, method)
-            if adverb == "broadcast":
-                body["text"] = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
-                                f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{body['traceback']}")
-                try:
-                    self.node.send(msg.sender_addr, int(Kind.Fault), body)
-                except Exception:
-                    pass
-            else:
-                self.node.reply(msg, False, body, frames)
-            if isinstance(e, (SystemExit,)):
-                raise
+            return False, body, frames, e if isinstance(e, SystemExit) else None
 
-    def _run_async(self, coro):
+    def _run_async(self, coro, cell):
         loop = self.host.loop.get()
         ctx = self.ctx
 
         async def runner():
             set_actor_context(ctx)
+            set_current_cell(cell)
             return await coro
 
         fut = asyncio.run_coroutine_threadsafe(runner(), loop)

@@ -6,6 +6,20 @@ import os
 from ._shape import Point
 
 _actor_context = contextvars.ContextVar("xmesh_actor_context", default=None)
+# The causal context of the code running now: the controller cell whose call led here. In a
+# proc it is the cell of the message being handled (so actor-to-actor calls carry it on); in
+# the kernel the cell executing (set by _kernel); in a script "".
+_cell = contextvars.ContextVar("xmesh_cell", default=None)
+controller_cell = ""  # the kernel sets it while a cell executes
+
+
+def current_cell():
+    c = _cell.get()
+    return controller_cell if c is None else c
+
+
+def set_current_cell(cell):
+    return _cell.set(cell)
 
 
 class ActorContext:

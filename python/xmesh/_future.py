@@ -55,6 +55,29 @@ class WeakValue:
         self.make = make
 
 
+class Done:
+    """An awaitable that is already resolved (what a settings call such as logging_option
+    returns, so that `await mesh.logging_option(...)` works as in Monarch)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def get(self, timeout=None):
+        return self._value
+
+    result = get
+
+    def done(self):
+        return True
+
+    def __await__(self):
+        return self._value
+        yield  # noqa: unreachable; makes this a generator
+
+    def __repr__(self):
+        return "<xmesh.Future done>"
+
+
 class Future:
     """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
     frames) into the value; targets describes each index (rank, coords, actor) for errors."""
@@ -78,13 +101,26 @@ class Future:
         if self._done:
             return
         self._collect()
-        get_runtime().node.forget_call(self._call.id)
+        rt = get_runtime()
+        rt.node.forget_call(self._call.id)
+        self._wait_for_output(rt)
         try:
             self._value = self._convert(self._results, self)
         except BaseException as e:  # errors are cached like values
             self._error = e
         self._results = None
         self._done = True
+
+    def _wait_for_output(self, rt):
+        """The flush barrier: what the targets printed before they answered is shown before
+        the result is returned (replies of calls that printed carry their output marker)."""
+        if rt.logs is None:
+            return
+        marks = [(self._call.target_addr(i), body["m"]) for i, (ok, body, frames) in self._results.items()
+                 if body and body.get("m")]
+        if marks:
+            rt.logs.barrier(marks)
+            _kernel.drain_output()
 
     def target(self, index):
         return self._targets[index] if index < len(self._targets) else {}

@@ -1,9 +1,13 @@
 """The Python side of the xmesh Jupyter kernel. kernel/xmesh_interpreter.cpp calls `setup`
-once the IPython shell exists, `on_idle_interrupt` for an interrupt while no cell runs, and
-`shutdown` on a shutdown or restart request."""
-import queue
+once the IPython shell exists, `begin_cell` / `end_cell` around each execution,
+`on_idle_interrupt` for an interrupt while no cell runs, and `shutdown` on a shutdown or
+restart request."""
+import collections
+import itertools
+import json
 import sys
 import threading
+import time
 
 _shell = None
 _interrupted = []          # futures whose wait the last interrupt broke, ranks still running
@@ -25,32 +29,242 @@ def setup(shell):
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
-    from . import _runtime
+    from . import _core
 
-    _runtime.main_thread_output = queue.SimpleQueue()
-    shell.events.register("post_run_cell", lambda *_: drain_output())
+    _core.set_main_thread_call(drain_output)
+
+
+# -- cells and their output (DESIGN §6) ------------------------------------------------------
+# Remote output is tagged with the cell whose call produced it (the causal context travels
+# with every call). Output of the executing cell is written by the main thread, the only one
+# that may publish on xeus's shell socket, so it is ordered before the cell's reply: while the
+# cell waits on a future, between two bytecodes (a pending call), and at the end. Output of a
+# cell that already finished goes into that cell's output slot, a display_data with a
+# display_id made at its end when calls were still running, through update_display_data
+# published from the runtime's thread (kernel/iopub_side_channel.hpp).
+
+_cells_lock = threading.RLock()
+_current = None            # the _Cell executing now
+_recent = collections.OrderedDict()  # token -> finished _Cell with an output slot
+_RECENT_MAX = 200
+_main_queue = []           # (stream, text) for the executing cell, written by the main thread
+_waiting = []              # output that arrived with no cell to show it in: shown by the next one
+_draining = False
+_token_prefix = None
+_cell_numbers = itertools.count(1)
+_SLOT_MAX_CHARS = 200_000
+_SLOT_UPDATE_S = 0.1
+
+
+class _Cell:
+    def __init__(self, token, header):
+        self.token = token
+        self.header = header
+        self.targets = {}       # id(list) -> list of (addr, actor) the cell's calls went to
+        self.calls = []         # the Calls expecting replies
+        self.broadcasts = False
+        self.slot_id = None
+        self.late = []          # late output shown in the slot
+        self.late_chars = 0
+        self.dropped_chars = 0
+        self.last_publish = 0.0
+        self.dirty = False
+
+
+def _new_token():
+    global _token_prefix
+    if _token_prefix is None:
+        from . import _core
+
+        _token_prefix = _core.random_hex(3)  # tells this kernel's cells from an earlier kernel's
+    return f"{_token_prefix}.{next(_cell_numbers)}"
+
+
+def begin_cell(header_json):
+    """Called by the kernel (C++) before a cell executes."""
+    global _current
+    from . import _context
+
+    try:
+        header = json.loads(header_json)
+    except ValueError:
+        header = {}
+    cell = _Cell(_new_token(), header)
+    with _cells_lock:
+        _current = cell
+        if _waiting:
+            _main_queue.append((2, "[xmesh] output that arrived while no cell was running:\n"))
+            _main_queue.extend(_waiting)
+            _waiting.clear()
+    _context.controller_cell = cell.token
+    drain_output()
+
+
+def note_call(targets, call):
+    """A call or broadcast from the executing cell (call None for a broadcast)."""
+    cell = _current
+    if cell is None:
+        return
+    cell.targets[id(targets)] = targets
+    if call is None:
+        cell.broadcasts = True
+    else:
+        cell.calls.append(call)
+
+
+def end_cell():
+    """Called by the kernel (C++) after a cell executed, before its reply: the flush barrier,
+    then an output slot if the cell left calls running."""
+    global _current
+    from . import _context
+    from ._runtime import runtime_if_started
+
+    cell = _current
+    if cell is None:
+        return
+    rt = runtime_if_started()
+    try:
+        if rt is not None and rt.logs is not None:
+            _flush_barrier(rt, cell)
+    except KeyboardInterrupt:
+        pass
+    if cell.broadcasts or any(not (c.done or c.fatal) for c in cell.calls):
+        cell.slot_id = f"xmesh-output-{cell.token}"
+        _publish_slot(cell)
+    with _cells_lock:
+        _current = None
+        _context.controller_cell = ""
+        cell.calls = []
+        cell.targets = {}
+        if cell.slot_id:
+            _recent[cell.token] = cell
+            while len(_recent) > _RECENT_MAX:
+                _recent.popitem(last=False)
+    drain_output()
+
+
+def _flush_barrier(rt, cell):
+    """Every proc this cell called writes an output marker now; once those markers are through,
+    everything the procs printed so far is shown (aggregation windows end early)."""
+    from ._logs import BARRIER_TIMEOUT
+    from ._runtime import Kind
+
+    addrs = {addr for targets in cell.targets.values() for addr, _ in targets}
+    alive = sorted(a for a in addrs if rt.node.dead_reason(a) is None)
+    marks = []
+    if alive:
+        call = rt.node.call([(a, "") for a in alive], int(Kind.FlushOutput), "", {}, None, True)
+        call.wait(min(BARRIER_TIMEOUT, 2.0))  # a proc holding its GIL does not answer: not forever
+        for index, ok, body, _ in call.take():
+            if ok and body.get("m"):
+                marks.append((call.target_addr(index), body["m"]))
+        rt.node.forget_call(call.id)
+    if len(alive) < len(addrs):
+        rt.logs.router.sync(1.0)  # procs that died: their last lines came before the exit notice
+    rt.logs.barrier(marks)
+    drain_output()
+
+
+def _publish_slot(cell):
+    """The display that later output of this cell goes into (main thread, inside the cell)."""
+    try:
+        _shell.display_pub.publish(data={"text/plain": ""}, metadata={}, transient={"display_id": cell.slot_id})
+    except Exception:
+        cell.slot_id = None
+
+
+def route(chunks):
+    """The kernel's log sink (see _logs.LogOutput): each chunk (cell, stream, text) goes to the
+    cell it belongs to."""
+    from . import _core
+
+    publish = []
+    with _cells_lock:
+        cur = _current
+        for cell, stream, text in chunks:
+            if cur is not None and (cell == cur.token or not cell):
+                _main_queue.append((stream, text))
+                continue
+            late = _recent.get(cell)
+            if late is not None:
+                _add_late(late, text)
+                if late not in publish:
+                    publish.append(late)
+            elif cur is not None:  # a cell with no slot, or another kernel's: the running cell shows it
+                _main_queue.append((stream, text))
+            else:
+                _waiting.append((stream, text))
+        queued = bool(_main_queue)
+    if queued:
+        if threading.current_thread() is threading.main_thread():
+            drain_output()
+        else:
+            _core.call_on_main_thread()
+    for late in publish:
+        _publish_late(late)
+
+
+def _add_late(cell, text):
+    cell.late.append(text)
+    cell.late_chars += len(text)
+    while cell.late_chars > _SLOT_MAX_CHARS and len(cell.late) > 1:
+        dropped = cell.late.pop(0)
+        cell.late_chars -= len(dropped)
+        cell.dropped_chars += len(dropped)
+    cell.dirty = True
+
+
+def _publish_late(cell, force=False):
+    """update_display_data of the cell's slot, at most every _SLOT_UPDATE_S (a timer sends the
+    last one)."""
+    now = time.monotonic()
+    with _cells_lock:
+        if not cell.dirty:
+            return
+        if not force and now - cell.last_publish < _SLOT_UPDATE_S:
+            t = threading.Timer(_SLOT_UPDATE_S, _publish_late, (cell, True))
+            t.daemon = True
+            t.start()
+            return
+        cell.dirty = False
+        cell.last_publish = now
+        text = "".join(cell.late)
+        if cell.dropped_chars:
+            text = (f"[xmesh] {cell.dropped_chars} earlier characters are not shown here: mesh.logs() or "
+                    f"`xmesh logs NAME` have every line\n") + text
+        # nbclient applies display updates only while a cell runs, from messages of that cell.
+        parent = _current.header if _current is not None else cell.header
+    content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": cell.slot_id}}
+    try:
+        import xmesh_kernel_iopub
+
+        xmesh_kernel_iopub.publish("update_display_data", json.dumps(content), json.dumps(parent))
+    except Exception:
+        pass
 
 
 def drain_output():
-    """Prints the remote output queued by runtime threads, on the calling (main) thread: while
-    a cell waits on a future and when a cell ends. Output that arrives while no cell runs shows
-    at the end of the next one (routing it into the cell that caused it is the logs issue)."""
-    from . import _runtime
-
-    q = _runtime.main_thread_output
-    if q is None or threading.current_thread() is not threading.main_thread():
+    """Writes the executing cell's queued remote output, on the main thread (elsewhere: no-op)."""
+    global _draining
+    if threading.current_thread() is not threading.main_thread() or _draining:
         return
-    while True:
-        try:
-            stream, text = q.get_nowait()
-        except queue.Empty:
-            return
-        out = sys.stderr if stream == "stderr" else sys.stdout
-        try:
-            out.write(text)
-            out.flush()
-        except Exception:
-            pass
+    _draining = True
+    try:
+        while True:
+            with _cells_lock:
+                items = list(_main_queue)
+                _main_queue.clear()
+            if not items:
+                return
+            for stream, text in items:
+                out = sys.stderr if stream == 2 else sys.stdout
+                try:
+                    out.write(text)
+                    out.flush()
+                except Exception:
+                    pass
+    finally:
+        _draining = False
 
 
 def _name_errors_by_their_class(shell):

@@ -1,19 +1,21 @@
 """Host meshes, proc meshes and spawning: the controller's side of allocations."""
 import html
 import json
+import logging
 import os
 import threading
 import time
 import weakref
 
-from . import _core, _pickling
+from . import _core, _kernel, _logfiles, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
+from ._context import current_cell
 from ._display import html_table
-from ._future import Future, WeakValue
+from ._future import Done, Future, WeakValue
 from ._hostd import HostdError, agent
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
-from ._runtime import Kind, get_runtime, proc_environment
+from ._runtime import DEFAULT_PROC_LOG_LEVEL, Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
 
 
@@ -28,6 +30,7 @@ class Allocation:
         self.procs = {}                    # global rank -> {"addr", "pid", "host", "agent"}
         self.exited = {}                   # global rank -> exit body
         self.stopped = False
+        self.log_level = DEFAULT_PROC_LOG_LEVEL
         self._cond = threading.Condition()
 
     def on_proc_exited(self, body):
@@ -40,6 +43,10 @@ class Allocation:
             rt._diag(body.get("text", "a proc died"))
         if all_gone:
             rt.forget_alloc(self.id)
+
+    def logdir(self, agent):
+        """Where the host agent keeps this allocation's per-rank log files."""
+        return _logfiles.logdir(agent.runtime_dir, self.name, self.id)
 
     def alive_ranks(self):
         with self._cond:
@@ -171,7 +178,9 @@ class ProcMesh(MeshTrait):
         targets = [(addrs[r], actor_id) for r in proc_ranks]
         body = {"name": name, "class": actor_class.__qualname__, "shape": actor_shape.to_json(),
                 "proc_ranks": proc_ranks}
-        call = rt.node.call(targets, int(Kind.SpawnActor), "", body, frames, True)
+        call = rt.node.call(targets, int(Kind.SpawnActor), "", body, frames, True, current_cell())
+        if _kernel.in_kernel():
+            _kernel.note_call(targets, call)
         described = [{"rank": i, "coords": dict(Point(i, actor_shape)), "actor": f"{actor_class.__name__} {name!r}"}
                      for i in range(len(targets))]
         ref = ActorMeshRef(actor_id, name, actor_class.__name__, endpoints_of(actor_class), addrs_list(addrs),
@@ -192,6 +201,69 @@ class ProcMesh(MeshTrait):
         if self._alloc is None:
             raise RuntimeError("actors() needs a proc mesh of spawned procs, not this_proc()")
         return actors_of(self, name)
+
+    # -- output ----------------------------------------------------------------------------
+    def logging_option(self, stream_to_client=True, aggregate_window_sec=3, level=logging.INFO):
+        """How these procs' output is shown, from now on (Monarch's signature). stream_to_client:
+        show it in the cell / on this program's stdout (else only the log files keep it);
+        aggregate_window_sec: collapse the lines ranks print within this window (None: off);
+        level: the procs' Python logging level. Applies to the whole allocation. Returns an
+        awaitable that is already done, so `await mesh.logging_option(...)` works too."""
+        alloc = self._require_alloc("logging_option")
+        if not isinstance(stream_to_client, bool):
+            raise TypeError(f"stream_to_client must be True or False, got {stream_to_client!r}")
+        if aggregate_window_sec is not None and (isinstance(aggregate_window_sec, bool) or
+                                                 not isinstance(aggregate_window_sec, (int, float)) or
+                                                 aggregate_window_sec < 0):
+            raise ValueError(f"aggregate_window_sec must be a number of seconds >= 0 or None, got "
+                             f"{aggregate_window_sec!r}")
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 255:
+            raise ValueError(f"invalid logging level: {level!r} (an int from 0 to 255, such as logging.INFO)")
+        rt = get_runtime()
+        window_ms = -1 if aggregate_window_sec is None else int(aggregate_window_sec * 1000)
+        rt.logs.router.set_options(alloc.id, stream_to_client, window_ms)
+        live = alloc.alive_ranks()
+        if live and level != alloc.log_level:
+            call = rt.node.call([(alloc.procs[r]["addr"], "") for r in live], int(Kind.Configure), "",
+                                {"log_level": level}, None, True)
+            call.wait(10)
+            rt.node.forget_call(call.id)
+            alloc.log_level = level
+        return Done(None)
+
+    def logs(self, rank=None, stream=None, grep=None, tail=None):
+        """The lines these procs wrote, from the host agents' per-rank log files (every line,
+        also those the display held back or a restarted kernel never saw), as LogRecords with
+        host, pid, rank, coords, actor, stream, time and text, oldest first. rank: one rank (of
+        the allocation) or a list; stream: "stdout" or "stderr"; grep: a regular expression;
+        tail: only the last N records."""
+        self._require_alloc("logs")
+        ranks = list(self._shape.ranks())
+        if rank is not None:
+            wanted = [rank] if isinstance(rank, int) else list(rank)
+            missing = [r for r in wanted if r not in ranks]
+            if missing:
+                raise IndexError(f"rank(s) {missing} not in this proc mesh (ranks {ranks})")
+            ranks = wanted
+        return self._read_logs(ranks, stream, grep, tail)
+
+    def _read_logs(self, ranks, stream, grep, tail, actor=None):
+        alloc = self._alloc
+        dirs = {}
+        for r in ranks:
+            a = alloc.procs[r].get("agent")
+            if a is not None:
+                dirs.setdefault(alloc.logdir(a), []).append(r)
+        records = []
+        for d, rs in dirs.items():
+            records.extend(_logfiles.read_records(d, ranks=rs, stream=stream, grep=grep, actor=actor))
+        records.sort(key=lambda rec: (rec.time, rec.rank))
+        return records[-tail:] if tail else records
+
+    def _require_alloc(self, what):
+        if self._alloc is None:
+            raise RuntimeError(f"{what}() needs a proc mesh of spawned procs, not this_proc()")
+        return self._alloc
 
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self, timeout=None):

@@ -13,6 +13,9 @@ from . import _core
 Kind = _core.Kind
 
 
+DEFAULT_PROC_LOG_LEVEL = 20  # logging.INFO, as Monarch's procs
+
+
 def _env_seconds(name, default):
     try:
         return float(os.environ.get(name, default))
@@ -40,6 +43,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._actor_host = None
         self._closed = False
+        self.logs = None  # a controller's LogOutput (start_controller_threads)
         self.fault_hook = self._default_fault_hook
         # Every cookie a proc of this controller may present: our own, and those of the named
         # allocations we attached (their procs keep the cookie they were started with). Every
@@ -48,8 +52,11 @@ class Runtime:
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
-        for target, name in ((self._control_loop, "xmesh-control"), (self._log_loop, "xmesh-logs")):
-            threading.Thread(target=target, name=name, daemon=True).start()
+        from ._logs import LogOutput
+        from . import _kernel
+
+        self.logs = LogOutput(self.node, _kernel.in_kernel())
+        threading.Thread(target=self._control_loop, name="xmesh-control", daemon=True).start()
 
     def ensure_actor_host(self):
         """Lets this process host actors (procs always; a controller for this_proc())."""
@@ -65,6 +72,10 @@ class Runtime:
     def register_alloc(self, alloc):
         with self._lock:
             self._allocs[alloc.id] = alloc
+        # The log router labels its lines and knows its procs' addresses (flush barrier).
+        self.logs.router.add_alloc(alloc.id, alloc.name, f"xmesh logs {alloc.name or alloc.id}")
+        for rank, p in alloc.procs.items():
+            self.logs.router.add_proc(alloc.id, rank, p["addr"])
 
     def forget_alloc(self, alloc_id):
         with self._lock:
@@ -102,25 +113,11 @@ class Runtime:
         elif kind == Kind.Refuse:
             self._diag(body.get("reason", "a peer refused this controller"))
 
-    def _log_loop(self):
-        for msg in messages(self.node.logs):
-            self._print_log(msg)
-
-    def _print_log(self, msg):
-        body = msg.body
-        data = b"".join(bytes(f) for f in msg.frames)
-        text = data.decode("utf-8", errors="replace")
-        prefix = f"[{body.get('rank', '?')}] "
-        lines = text.splitlines(keepends=True)
-        rendered = "".join(prefix + (ln if ln.endswith("\n") else ln + "\n") for ln in lines)
-        self._write("stderr" if body.get("stream") == "stderr" else "stdout", rendered)
-
-    def _write(self, stream, text):
-        """Prints on the controller's stdout or stderr. In the kernel, sys.stdout publishes on
-        the shell thread's socket, which no other thread may touch: the text is queued for the
-        main thread instead (see _kernel.drain_output)."""
-        if main_thread_output is not None and threading.current_thread() is not threading.main_thread():
-            main_thread_output.put((stream, text))
+    def _write(self, stream, text, cell=""):
+        """Prints on the controller's stdout or stderr: through the log output (which knows
+        which cell, in the kernel, a line belongs to) in a controller, directly in a proc."""
+        if self.logs is not None:
+            self.logs.local(cell, stream, text)
             return
         out = sys.stderr if stream == "stderr" else sys.stdout
         with self._print_lock:
@@ -130,20 +127,12 @@ class Runtime:
             except Exception:
                 pass
 
-    def drain_logs(self):
-        """Prints every log message already received."""
-        while True:
-            msg = self.node.logs.pop(timeout=0)
-            if msg is None:
-                return
-            self._print_log(msg)
-
     def _default_fault_hook(self, body):
         text = body.get("text", "an actor failed with nobody waiting for the result")
-        self._diag(text)
+        self._diag(text, body.get("cell", ""))
 
-    def _diag(self, text):
-        self._write("stderr", f"[xmesh] {text}\n")
+    def _diag(self, text, cell=""):
+        self._write("stderr", f"[xmesh] {text}\n", cell)
 
     # -- shutdown --------------------------------------------------------------------------
     def shutdown(self):
@@ -161,21 +150,19 @@ class Runtime:
             deadline = time.monotonic() + _env_seconds("XMESH_EXIT_WAIT", 5.0)
             for a in allocs:
                 a.wait_exited(max(0.0, deadline - time.monotonic()))
-            # Last lines from the procs arrive before their exit notices: print them.
-            time.sleep(0.01)
-            self.drain_logs()
+            # The procs' last lines were sent before their exit notices: print them.
+            self.logs.sync(timeout=2.0)
             from ._hostd import connected_agents
 
             for agent in connected_agents():
                 agent.goodbye()
+            self.logs.stop()
         self.node.stop()
         _core.drain_releases()
 
 
 _runtime = None
 _runtime_lock = threading.Lock()
-# Set by the kernel: output of runtime threads waits here for the main thread (see _write).
-main_thread_output = None
 
 
 def get_runtime():
@@ -240,5 +227,6 @@ def proc_environment():
         "XMESH_JOB_COOKIE": rt.job_cookie,
         "XMESH_ACCEPT_COOKIES": json.dumps(rt.cookies),
         "XMESH_SYS_PATH": json.dumps([p for p in sys.path if p and os.path.isdir(p)]),
+        "XMESH_LOG_LEVEL": str(DEFAULT_PROC_LOG_LEVEL),
         "PYTHONUNBUFFERED": "1",
     }

@@ -29,7 +29,10 @@ def main():
     # Import the whole package now: a proc never imports code from a newer install later.
     import xmesh  # noqa: F401
 
+    from . import _proc_output
     from ._runtime import Kind, init_proc_runtime
+
+    _proc_output.install(os.environ.get("XMESH_LOG_LEVEL", "20"))
 
     rt = init_proc_runtime()
     host = rt.ensure_actor_host()
@@ -58,6 +61,14 @@ def main():
                 rt.node.reply(msg, True, {"pid": os.getpid()})
         elif msg.kind == Kind.ProcInfo:
             rt.node.reply(msg, True, {"pid": os.getpid(), "actors": host.describe()})
+        elif msg.kind == Kind.FlushOutput:
+            # The controller's flush barrier (end of a cell): everything written so far, then a marker.
+            rt.node.reply(msg, True, {"m": _proc_output.flush_marker()})
+        elif msg.kind == Kind.Configure:
+            if "log_level" in body:
+                _proc_output.set_log_level(body["log_level"])
+            if msg.corr:
+                rt.node.reply(msg, True, {})
 
 
 if __name__ == "__main__":

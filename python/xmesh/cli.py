@@ -112,6 +112,42 @@ def _stop(args):
     return 0
 
 
+def _logs(args):
+    from . import _core, _logfiles
+
+    dirs = [os.path.abspath(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
+    # The newest allocation of that name (or id) on each host.
+    found = [ds[-1] for ds in (_logfiles.find_logdirs(d, args.name) for d in dirs) if ds]
+    if not found:
+        print(f"xmesh: no logs of an allocation named {args.name!r} under "
+              f"{', '.join(os.path.join(d, 'logs') for d in dirs)}", file=sys.stderr)
+        return 1
+    ranks = set(args.rank) if args.rank else None
+    pattern = _logfiles.compile_grep(args.grep)
+
+    def emit(rec):
+        line = json.dumps(rec._asdict()) if args.json else _logfiles.format_record(rec)
+        sys.stdout.write(line + "\n")
+
+    records = []
+    for d in found:
+        records.extend(_logfiles.read_records(d, ranks=ranks, stream=args.stream, grep=args.grep))
+    records.sort(key=lambda r: (r.time, r.rank))
+    if args.tail is not None:
+        records = records[-args.tail:] if args.tail > 0 else []
+    for rec in records:
+        emit(rec)
+    sys.stdout.flush()
+    if args.follow:
+        if len(found) > 1:
+            raise ValueError("--follow reads one host's logs at a time: give one --runtime-dir")
+        try:
+            _logfiles.follow(found[0], ranks, args.stream, pattern, lambda rec: (emit(rec), sys.stdout.flush()))
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 def _run(args):
     from ._run_notebook import run_notebook
 
@@ -139,6 +175,18 @@ def main(argv=None):
     p.add_argument("name")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     p.set_defaults(func=_stop)
+    p = sub.add_parser("logs", help="print the output of an allocation's procs from the log files "
+                                    "(live or finished, also after a kernel restart)")
+    p.add_argument("name", help="the allocation's name (or id, for an unnamed one)")
+    p.add_argument("--rank", type=int, action="append", help="only this rank (repeat for several)")
+    p.add_argument("--tail", type=int, help="only the last N lines")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the procs end")
+    p.add_argument("--grep", help="only lines matching this regular expression")
+    p.add_argument("--stream", choices=("stdout", "stderr"), help="only this stream")
+    p.add_argument("--json", action="store_true", help="one JSON record per line (host, pid, rank, coords, actor, "
+                                                       "stream, time, text)")
+    p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    p.set_defaults(func=_logs)
     p = sub.add_parser("run", help="execute a notebook headlessly on the xmesh kernel")
     p.add_argument("notebook")
     p.add_argument("-o", "--output", help="where to write the executed notebook (default: NAME.out.ipynb)")

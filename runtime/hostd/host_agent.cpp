@@ -49,10 +49,9 @@ HostAgent::~HostAgent() {
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs) {
       if (!p->exited && p->pid > 0) kill(-p->pid, SIGKILL);
-      for (Stream* s : {&p->out, &p->err}) {
+      for (Stream* s : {&p->out, &p->err})
         if (s->fd >= 0) close(s->fd);
-        if (s->log) fclose(s->log);
-      }
+      if (p->log) fclose(p->log);
     }
   node_->stop();
   if (sigfd_ >= 0) close(sigfd_);
@@ -245,6 +244,7 @@ void HostAgent::spawn_procs(const Message& m) {
   a->created = wall_time();
   std::string logdir = opts_.runtime_dir + "/logs/" + (name.empty() ? id : name + "-" + id);
   json out_procs = json::array();
+  json meta_ranks = json::object();
   try {
     make_dirs(logdir, 0700);
     for (auto& r : ranks) {
@@ -271,11 +271,12 @@ void HostAgent::spawn_procs(const Message& m) {
       p->out.fd = sp.out_fd;
       p->err.fd = sp.err_fd;
       p->err.name = "stderr";
-      for (Stream* s : {&p->out, &p->err}) {
-        s->log_path = logdir + "/rank" + std::to_string(p->rank) + "." + (s == &p->out ? "out" : "err");
-        s->log = fopen(s->log_path.c_str(), "ae");
-      }
+      p->err.flag = 'e';
+      p->log_path = logdir + "/rank" + std::to_string(p->rank) + ".log";
+      p->log = fopen(p->log_path.c_str(), "ae");
+      if (p->log) p->log_bytes = ftell(p->log);
       out_procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"addr", p->addr}});
+      meta_ranks[std::to_string(p->rank)] = {{"pid", p->pid}, {"coords", p->coords}};
       a->procs.push_back(std::move(p));
     }
   } catch (const std::exception& e) {
@@ -283,6 +284,14 @@ void HostAgent::spawn_procs(const Message& m) {
     allocs_[id] = std::move(a);  // reaped and cleaned like any other
     allocs_[id]->stopping = true;
     return reply_error(m, e.what());
+  }
+  // What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.
+  json meta = {{"alloc", id}, {"name", name}, {"host", hostname()}, {"shape", a->shape}, {"created", a->created},
+               {"ranks", meta_ranks}};
+  try {
+    write_file_atomic(logdir + "/procs.json", meta.dump(), 0600);
+  } catch (const std::exception& e) {
+    log_diag("hostd", std::string("cannot write ") + logdir + "/procs.json: " + e.what());
   }
   allocs_[id] = std::move(a);
   node_->reply(m, true, {{"alloc", id}, {"host", hostname()}, {"procs", out_procs}, {"logdir", logdir}}, {});
@@ -303,25 +312,58 @@ void HostAgent::stop_allocation(Allocation& a, bool immediately) {
   }
 }
 
-void HostAgent::write_log(Stream& s, const std::string& text) {
-  if (!s.log) return;
-  fwrite(text.data(), 1, text.size(), s.log);
-  fflush(s.log);
-  s.log_bytes += static_cast<int64_t>(text.size());
-  if (s.log_bytes > opts_.log_max_bytes) {  // rotate: keep one previous file
-    fclose(s.log);
-    rename(s.log_path.c_str(), (s.log_path + ".1").c_str());
-    s.log = fopen(s.log_path.c_str(), "we");
-    s.log_bytes = 0;
+// Log records, one per line: "<epoch seconds>\t<flag>\t<actor>\t<text>\n", flag o/e (O/E when
+// the text had no newline of its own: a partial line or a piece of a long one).
+void HostAgent::write_log(Proc& p, const Stream& s, const std::string& text) {
+  if (!p.log) return;
+  char head[48];
+  int hn = snprintf(head, sizeof(head), "%.6f\t", wall_time());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    bool whole = nl != std::string::npos;
+    size_t end = whole ? nl : text.size();
+    fwrite(head, 1, static_cast<size_t>(hn), p.log);
+    char flag[2] = {whole ? s.flag : static_cast<char>(s.flag - 32), '\t'};
+    fwrite(flag, 1, 2, p.log);
+    fwrite(s.ctx.actor.data(), 1, s.ctx.actor.size(), p.log);
+    fputc('\t', p.log);
+    fwrite(text.data() + pos, 1, end - pos, p.log);
+    fputc('\n', p.log);
+    p.log_bytes += hn + 4 + static_cast<int64_t>(s.ctx.actor.size() + end - pos);
+    // The last lines, for the exit notice of a proc that dies.
+    p.tail.push_back(text.substr(pos, std::min<size_t>(end - pos, 1000)));
+    if (p.tail.size() > 20) p.tail.pop_front();
+    pos = whole ? nl + 1 : end;
   }
+  fflush(p.log);
+  if (p.log_bytes > opts_.log_max_bytes) rotate_log(p);
 }
 
-void HostAgent::forward(Allocation& a, Proc& p, Stream& s, std::string text) {
-  if (text.empty()) return;
-  write_log(s, text);
+// rank<r>.log -> rank<r>.log.1 -> ... -> rank<r>.log.<keep>; the oldest is dropped.
+void HostAgent::rotate_log(Proc& p) {
+  fclose(p.log);
+  for (int i = opts_.log_keep; i >= 1; --i) {
+    std::string from = i == 1 ? p.log_path : p.log_path + "." + std::to_string(i - 1);
+    std::string to = p.log_path + "." + std::to_string(i);
+    rename(from.c_str(), to.c_str());
+  }
+  if (opts_.log_keep < 1) unlink(p.log_path.c_str());
+  p.log = fopen(p.log_path.c_str(), "we");
+  p.log_bytes = 0;
+}
+
+// Sends text (whole lines, or a partial one) to the owning controller with the stream's
+// current context, and the last marker passed (carries_news: send even without text, so the
+// controller learns the new mark or the end of the stream).
+void HostAgent::forward(Allocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news) {
+  if (text.empty() && !carries_news) return;
+  write_log(p, s, text);
   Header h;
   h.kind = Kind::Log;
-  h.body = {{"alloc", a.id}, {"rank", p.rank}, {"pid", p.pid}, {"stream", s.name}, {"time", wall_time()}};
+  h.body = {{"alloc", a.id}, {"rank", p.rank}, {"pid", p.pid}, {"stream", s.name}, {"time", wall_time()},
+            {"cell", s.ctx.cell}, {"actor", s.ctx.actor}, {"mark", s.mark}};
+  if (s.fd < 0) h.body["eof"] = true;
   std::vector<zmq::message_t> frames;
   frames.emplace_back(text.data(), text.size());
   try {
@@ -331,19 +373,50 @@ void HostAgent::forward(Allocation& a, Proc& p, Stream& s, std::string text) {
   }
 }
 
+// Bytes read from a pipe: markers switch the context (and are passed on as the stream's mark
+// after the text written before them); a partial line is released at a marker, so that what
+// a call printed without a newline still arrives before its reply's barrier.
+void HostAgent::consume(Allocation& a, Proc& p, Stream& s, const char* data, size_t n) {
+  std::vector<MarkerScanner::Piece> pieces;
+  if (data) {
+    s.scanner.feed(data, n, pieces);
+  } else {
+    s.scanner.finish(pieces);
+  }
+  int64_t now = now_ms();
+  std::string batch;
+  for (auto& piece : pieces) {
+    if (!piece.is_marker) {
+      batch += s.lines.feed(piece.text.data(), piece.text.size(), now);
+      continue;
+    }
+    batch += s.lines.flush_partial(now, -1);
+    s.mark = piece.seq;
+    forward(a, p, s, batch, true);
+    batch.clear();
+    s.ctx = std::move(piece.ctx);
+  }
+  forward(a, p, s, batch, false);
+}
+
+// End of a stream: the rest (a held-back marker prefix, a partial line) goes out, flagged eof.
+void HostAgent::end_stream(Allocation& a, Proc& p, Stream& s) {
+  consume(a, p, s, nullptr, 0);
+  if (s.fd >= 0) close(s.fd);
+  s.fd = -1;
+  forward(a, p, s, s.lines.flush_partial(now_ms(), -1), true);
+}
+
 void HostAgent::pump(Proc& p, Stream& s, Allocation& a) {
   char buf[65536];
   for (int i = 0; i < 16; ++i) {
     ssize_t n = read(s.fd, buf, sizeof(buf));
     if (n > 0) {
-      forward(a, p, s, s.lines.feed(buf, static_cast<size_t>(n), now_ms()));
+      consume(a, p, s, buf, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    // End of file (or error): release the partial line and stop reading.
-    forward(a, p, s, s.lines.flush_partial(now_ms(), -1));
-    close(s.fd);
-    s.fd = -1;
+    end_stream(a, p, s);  // end of file (or error)
     return;
   }
 }
@@ -373,21 +446,19 @@ void HostAgent::report_exits() {
       bool drained = p->out.fd < 0 && p->err.fd < 0;
       if (!drained && now - p->exited_ms < 500) continue;
       for (Stream* s : {&p->out, &p->err}) {
-        if (s->fd >= 0) {
-          pump(*p, *s, a);
-          if (s->fd >= 0) {
-            forward(a, *p, *s, s->lines.flush_partial(now, -1));
-            close(s->fd);
-            s->fd = -1;
-          }
-        }
-        if (s->log) {
-          fclose(s->log);
-          s->log = nullptr;
-        }
+        if (s->fd >= 0) pump(*p, *s, a);
+        if (s->fd >= 0) end_stream(a, *p, *s);
+      }
+      if (p->log) {
+        fclose(p->log);
+        p->log = nullptr;
       }
       p->reported = true;
       std::string why = exit_text(p->status);
+      if (!a.stopping && !p->tail.empty()) {
+        why += "; its last output:";
+        for (auto& line : p->tail) why += "\n    " + line;
+      }
       Header h;
       h.kind = Kind::ProcExited;
       h.body = {{"alloc", a.id},
@@ -421,7 +492,7 @@ void HostAgent::check_timers() {
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs)
       for (Stream* s : {&p->out, &p->err})
-        if (s->fd >= 0 && s->lines.has_partial()) forward(*kv.second, *p, *s, s->lines.flush_partial(now, 200));
+        if (s->fd >= 0 && s->lines.has_partial()) forward(*kv.second, *p, *s, s->lines.flush_partial(now, 200), false);
   // Escalate stops that SIGTERM did not finish.
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs)

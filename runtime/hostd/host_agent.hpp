@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "../line_splitter.hpp"
 #include "../node.hpp"
+#include "../output_marker.hpp"
 
 namespace xmesh {
 
@@ -24,7 +26,8 @@ struct HostAgentOptions {
   double idle_timeout_s = 300;   // exit after this long with no procs and no controller
   double orphan_grace_s = 60;    // unnamed allocations outlive a silent controller this long
   int64_t stop_grace_ms = 3000;  // SIGTERM, then SIGKILL after this
-  int64_t log_max_bytes = 32 << 20;
+  int64_t log_max_bytes = 64 << 20;  // per rank log file, then rotated
+  int log_keep = 3;                   // rotated files kept per rank (rank<r>.log.1 ...)
   int64_t controller_timeout_ms = 10000;  // a controller silent this long shows as detached
 };
 
@@ -37,13 +40,16 @@ class HostAgent {
   const std::string& addr() const { return node_->addr(); }
 
  private:
+  // One of a proc's output pipes: markers are stripped (scanner), bytes cut into lines, and
+  // each run of lines is attributed to the context the last marker named.
   struct Stream {
     int fd = -1;
     const char* name = "stdout";
+    char flag = 'o';  // in log records: o/e, upper case for a line without its newline
+    MarkerScanner scanner;
     LineSplitter lines;
-    FILE* log = nullptr;
-    std::string log_path;
-    int64_t log_bytes = 0;
+    OutputContext ctx;
+    uint64_t mark = 0;  // last marker seq passed on
   };
   struct Proc {
     int64_t rank = 0;
@@ -51,6 +57,10 @@ class HostAgent {
     pid_t pid = -1;
     std::string addr;
     Stream out, err;
+    FILE* log = nullptr;  // rank<r>.log: both streams, one record per line
+    std::string log_path;
+    int64_t log_bytes = 0;
+    std::deque<std::string> tail;  // the last lines, shown with the exit notice
     bool exited = false, reported = false;
     int status = 0;
     int64_t exited_ms = 0;
@@ -79,8 +89,11 @@ class HostAgent {
   void stop_allocation(Allocation& a, bool immediately);
   void reap();
   void pump(Proc& p, Stream& s, Allocation& a);
-  void forward(Allocation& a, Proc& p, Stream& s, std::string text);
-  void write_log(Stream& s, const std::string& text);
+  void consume(Allocation& a, Proc& p, Stream& s, const char* data, size_t n);
+  void end_stream(Allocation& a, Proc& p, Stream& s);
+  void forward(Allocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news);
+  void write_log(Proc& p, const Stream& s, const std::string& text);
+  void rotate_log(Proc& p);
   void report_exits();
   void check_timers();
   void reply_error(const Message& m, const std::string& text);

@@ -31,7 +31,8 @@ void usage() {
   std::cerr << "usage: xmesh-hostd [--daemon] [--runtime-dir DIR]\n"
                "  Runs the xmesh host agent for this user. Normally started by xmesh itself.\n"
                "  environment: XMESH_RUNTIME_DIR, XMESH_HOSTD_IDLE (s), XMESH_ORPHAN_GRACE (s),\n"
-               "  XMESH_STOP_GRACE_MS, XMESH_HEARTBEAT_MS, XMESH_LOG_MAX_BYTES\n";
+               "  XMESH_STOP_GRACE_MS, XMESH_HEARTBEAT_MS, XMESH_LOG_MAX_BYTES,\n"
+               "  XMESH_LOG_KEEP (rotated log files kept per rank)\n";
 }
 
 void daemonize(const std::string& logfile) {
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
     o.idle_timeout_s = env_seconds("XMESH_HOSTD_IDLE", 300);
     o.orphan_grace_s = env_seconds("XMESH_ORPHAN_GRACE", 60);
     o.stop_grace_ms = xmesh::env_int("XMESH_STOP_GRACE_MS", 3000);
-    o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 32 << 20);
+    o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 64 << 20);
+    o.log_keep = static_cast<int>(xmesh::env_int("XMESH_LOG_KEEP", 3));
     o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
     xmesh::HostAgent agent(o);
     xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "node.hpp"
@@ -72,37 +74,69 @@ TEST_CASE("hostd answers status and reports proc output and exit codes", "[hostd
   CHECK(st["pid"] == agent.pid);
   CHECK(st["protocol"] == protocol_version());
 
+  // An output marker (runtime/output_marker.hpp) in the middle of stdout: stripped, the
+  // partial line before it released, the context after it attributed, its seq passed on.
   auto sp = request(ctl, agent.addr(), Kind::SpawnProcs,
-                    spawn_body(agent, "a1", "echo out-$XMESH_RANK; echo err-$XMESH_RANK >&2; exit 3", 2));
+                    spawn_body(agent, "a1",
+                               "echo out-$XMESH_RANK; printf 'tail\\033]xm;7;cellA;actorB\\007'; echo marked; "
+                               "echo err-$XMESH_RANK >&2; exit 3",
+                               2));
   REQUIRE(sp["__ok"] == true);
   REQUIRE(sp["procs"].size() == 2);
 
-  std::set<std::string> lines;
+  std::map<std::string, std::string> text;  // "rank:stream" -> everything received
+  std::map<std::string, uint64_t> marks;
+  std::set<std::string> attributed;         // "rank:line|cell|actor"
   std::set<int64_t> exited;
+  auto take_logs = [&] {
+    while (auto m = ctl.logs().pop(0)) {
+      auto& b = m->header.body;
+      std::string key = std::to_string(b["rank"].get<int64_t>()) + ":" + b["stream"].get<std::string>();
+      std::string t = m->frames.at(0).to_string();
+      text[key] += t;
+      marks[key] = std::max(marks[key], b["mark"].get<uint64_t>());
+      if (!t.empty()) attributed.insert(key + ":" + t + "|" + b["cell"].get<std::string>() + "|" + b["actor"].get<std::string>());
+    }
+  };
   int64_t deadline = now_ms() + 10000;
   while (exited.size() < 2 && now_ms() < deadline) {
-    while (auto m = ctl.logs().pop(0)) {
-      std::string text = m->frames.at(0).to_string();
-      lines.insert(m->header.body["stream"].get<std::string>() + ":" + text);
-    }
+    take_logs();
     if (auto m = ctl.control().pop(50)) {
       if (m->header.kind == Kind::ProcExited) {
         CHECK(m->header.body["exit_code"] == 3);
-        CHECK(m->header.body["text"].get<std::string>().find("exited with code 3") != std::string::npos);
+        std::string why = m->header.body["text"].get<std::string>();
+        CHECK(why.find("exited with code 3") != std::string::npos);
+        CHECK(why.find("its last output:\n    out-") != std::string::npos);  // the crash shows its last lines
         exited.insert(m->header.body["rank"].get<int64_t>());
       }
     }
   }
-  while (auto m = ctl.logs().pop(0)) lines.insert(m->header.body["stream"].get<std::string>() + ":" + m->frames.at(0).to_string());
+  take_logs();
   CHECK(exited == std::set<int64_t>{0, 1});
-  // Every line arrived before the exit notice (pipes drained first).
-  CHECK(lines.count("stdout:out-0\n"));
-  CHECK(lines.count("stdout:out-1\n"));
-  CHECK(lines.count("stderr:err-0\n"));
-  CHECK(lines.count("stderr:err-1\n"));
+  // Every byte arrived before the exit notice (pipes drained first), the marker stripped.
+  for (int r : {0, 1}) {
+    std::string rs = std::to_string(r);
+    CHECK(text[rs + ":stdout"] == "out-" + rs + "\ntailmarked\n");
+    CHECK(text[rs + ":stderr"] == "err-" + rs + "\n");
+    CHECK(marks[rs + ":stdout"] == 7);
+    CHECK(attributed.count(rs + ":stdout:marked\n|cellA|actorB"));
+  }
+  // The log file: one record per line, "time<TAB>flag<TAB>actor<TAB>text", the partial line
+  // before the marker flagged upper case.
   std::string logfile;
-  CHECK(read_file(agent.dir + "/logs/a1/rank1.out", logfile));
-  CHECK(logfile == "out-1\n");
+  REQUIRE(read_file(agent.dir + "/logs/a1/rank1.log", logfile));
+  std::vector<std::string> records;
+  for (size_t pos = 0; pos < logfile.size();) {
+    size_t nl = logfile.find('\n', pos);
+    std::string line = logfile.substr(pos, nl - pos);
+    records.push_back(line.substr(line.find('\t') + 1));  // without the time
+    pos = nl + 1;
+  }
+  std::set<std::string> got(records.begin(), records.end());
+  CHECK(got == std::set<std::string>{"o\t\tout-1", "O\t\ttail", "o\tactorB\tmarked", "e\t\terr-1"});
+  std::string meta;
+  REQUIRE(read_file(agent.dir + "/logs/a1/procs.json", meta));
+  CHECK(json::parse(meta)["ranks"]["1"]["pid"] == sp["procs"][1]["pid"]);
 }
 
 TEST_CASE("a killed proc is reported with its signal, and its address marked dead", "[hostd]") {

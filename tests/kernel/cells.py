@@ -40,3 +40,44 @@ class Counter(Actor):
             pass
         return "spun"
 '''
+
+LOGGER = '''
+import os, sys, time, traceback
+from xmesh import Actor, endpoint, this_host, current_rank
+
+class Logger(Actor):
+    @endpoint
+    def burst(self, n):
+        r = current_rank().rank
+        for i in range(n):
+            print(f"burst r={r} i={i}")
+        return n
+
+    @endpoint
+    def later(self, delay, text):
+        time.sleep(delay)
+        print(text, current_rank().rank, flush=True)
+        return text
+
+    @endpoint
+    def report(self):
+        print("epoch 3 done")
+        print(f"loss=0.1{current_rank().rank}")
+
+    @endpoint
+    def fail_loudly(self, hold):
+        print("before the traceback", flush=True)
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            traceback.print_exc()
+        time.sleep(hold)
+
+    @endpoint
+    def flood(self, n):
+        r = current_rank().rank
+        write = sys.stdout.write
+        for i in range(n):
+            write(f"r={r} seq={i}\\n")
+        return n
+'''

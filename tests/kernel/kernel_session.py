@@ -134,6 +134,20 @@ class KernelSession:
                     return text
         raise TimeoutError(f"no matching output within {timeout} s; got {text!r}")
 
+    def iopub_until(self, pred, timeout=30):
+        """Reads iopub messages of any cell until pred(message) holds; returns them all."""
+        deadline = time.monotonic() + timeout
+        msgs = []
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except Empty:
+                continue
+            msgs.append(msg)
+            if pred(msg):
+                return msgs
+        raise TimeoutError(f"no matching iopub message within {timeout} s; got {[m['msg_type'] for m in msgs]}")
+
     def interrupt(self):
         self.km.interrupt_kernel()
 

@@ -137,3 +137,46 @@ class Pinger(Actor):
     async def ping_one_async(self, n):
         r = current_rank().rank
         return await self.pongers.slice(gpus=r).ping.call_one(n)
+
+
+class Printer(Actor):
+    """Writes to fds 1 and 2 every way a proc can (the log tests)."""
+
+    @endpoint
+    def every_way(self, tag):
+        import ctypes
+        import subprocess
+        import sys
+
+        r = current_rank().rank
+        print(f"{tag} print {r}")
+        os.write(1, f"{tag} os.write {r}\n".encode())
+        libc = ctypes.CDLL(None)
+        libc.printf(f"{tag} printf {r}\n".encode())  # C stdio: flushed at the marker
+        subprocess.run(["echo", f"{tag} child {r}"], check=True)
+        print(f"{tag} stderr {r}", file=sys.stderr)
+        return r
+
+    @endpoint
+    def lines(self, n, text="line"):
+        r = current_rank().rank
+        for i in range(n):
+            print(f"{text} r={r} i={i}")
+        return n
+
+    @endpoint
+    def raw(self, data):
+        os.write(1, data)
+        return len(data)
+
+    @endpoint
+    def log(self):
+        import logging
+
+        logging.getLogger("trainer").info("info from %d", current_rank().rank)
+        logging.getLogger("trainer").warning("warning from %d", current_rank().rank)
+
+    @endpoint
+    def crash(self, text):
+        print(text, flush=True)
+        os._exit(9)

@@ -1,0 +1,229 @@
+"""Reading the per-rank log files host agents keep (runtime/hostd/host_agent.cpp): what
+`mesh.logs()` and `xmesh logs` show, for live and finished allocations alike.
+
+Layout: <runtime dir>/logs/<name>-<alloc id>/ (or <alloc id>/ when unnamed) holds procs.json
+(allocation, host, pid and coordinates per rank) and rank<r>.log, rotated by size into
+rank<r>.log.1 (newest) ... rank<r>.log.N. One record per line:
+    <epoch seconds>\\t<flag>\\t<actor>\\t<text>
+flag o / e for stdout / stderr, O / E when the text had no newline of its own (a partial line,
+or a piece of a line longer than 64 KiB)."""
+import collections
+import json
+import os
+import re
+import time
+
+LogRecord = collections.namedtuple("LogRecord", "host pid rank coords actor stream time text")
+
+_RANK_FILE = re.compile(r"^rank(\d+)\.log(?:\.(\d+))?$")
+_STREAMS = {"o": "stdout", "O": "stdout", "e": "stderr", "E": "stderr"}
+
+
+def logdir(runtime_dir, name, alloc_id):
+    return os.path.join(runtime_dir, "logs", f"{name}-{alloc_id}" if name else alloc_id)
+
+
+def read_meta(d):
+    try:
+        with open(os.path.join(d, "procs.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def find_logdirs(runtime_dir, name_or_id):
+    """The log directories of allocations named name_or_id (or with that id), oldest first."""
+    root = os.path.join(runtime_dir, "logs")
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return []
+    found = []
+    for e in entries:
+        d = os.path.join(root, e)
+        if e == name_or_id or re.fullmatch(re.escape(name_or_id) + r"-[0-9a-f]{1,16}", e):
+            meta = read_meta(d)
+            if e != name_or_id and meta and meta.get("name") != name_or_id:
+                continue  # "a-b-1f" is allocation "a-b", not "a"
+            found.append((meta.get("created", 0.0) or os.path.getmtime(d), d))
+    return [d for _, d in sorted(found)]
+
+
+def rank_files(d):
+    """{rank: [files oldest first]} in a log directory."""
+    files = {}
+    try:
+        entries = os.listdir(d)
+    except OSError:
+        return {}
+    for e in entries:
+        m = _RANK_FILE.match(e)
+        if m:
+            files.setdefault(int(m.group(1)), []).append((-int(m.group(2) or 0), os.path.join(d, e)))
+    return {r: [p for _, p in sorted(v)] for r, v in files.items()}
+
+
+def parse_record(line, rank, meta_rank, host):
+    """A LogRecord from one line of a log file (bytes, newline included), None if malformed."""
+    parts = line.rstrip(b"\n").split(b"\t", 3)
+    if len(parts) != 4:
+        return None
+    try:
+        t = float(parts[0])
+    except ValueError:
+        return None
+    stream = _STREAMS.get(parts[1].decode("ascii", "replace"))
+    if stream is None:
+        return None
+    return LogRecord(host, meta_rank.get("pid"), rank, meta_rank.get("coords", {}),
+                     parts[2].decode("utf-8", "replace"), stream, t, parts[3].decode("utf-8", "replace"))
+
+
+def compile_grep(grep):
+    if grep is None:
+        return None
+    try:
+        return re.compile(grep)
+    except re.error as e:
+        raise ValueError(f"grep pattern {grep!r} is not a valid regular expression: {e}") from None
+
+
+def _check_stream(stream):
+    if stream not in (None, "stdout", "stderr"):
+        raise ValueError(f"stream must be 'stdout', 'stderr' or None, got {stream!r}")
+
+
+def read_records(d, ranks=None, stream=None, grep=None, actor=None):
+    """Every record of the log directory d, filtered, per rank in file order."""
+    _check_stream(stream)
+    pattern = compile_grep(grep)
+    meta = read_meta(d)
+    host = meta.get("host")
+    out = []
+    for rank, files in sorted(rank_files(d).items()):
+        if ranks is not None and rank not in ranks:
+            continue
+        meta_rank = meta.get("ranks", {}).get(str(rank), {})
+        for path in files:
+            try:
+                f = open(path, "rb")
+            except OSError:
+                continue
+            with f:
+                for line in f:
+                    rec = parse_record(line, rank, meta_rank, host)
+                    if rec is None or (stream and rec.stream != stream) or (actor and rec.actor != actor):
+                        continue
+                    if pattern is not None and not pattern.search(rec.text):
+                        continue
+                    out.append(rec)
+    return out
+
+
+class Follower:
+    """Reads what is appended to a log directory's rank files, across rotations."""
+
+    def __init__(self, d, ranks=None):
+        self.d = d
+        self.ranks = ranks
+        self.open = {}  # rank -> (file, inode, pending partial bytes)
+        meta = read_meta(d)
+        self.host = meta.get("host")
+        self.meta_ranks = meta.get("ranks", {})
+
+    def start_at_end(self):
+        for rank, files in rank_files(self.d).items():
+            if self.ranks is None or rank in self.ranks:
+                self._open(rank, files[-1], at_end=True)
+
+    def _open(self, rank, path, at_end=False):
+        try:
+            f = open(path, "rb")
+        except OSError:
+            return
+        if at_end:
+            f.seek(0, os.SEEK_END)
+        self.open[rank] = (f, os.fstat(f.fileno()).st_ino, b"")
+
+    def poll(self):
+        """New records since the last poll, in time order."""
+        records = []
+        for rank, files in rank_files(self.d).items():
+            if self.ranks is not None and rank not in self.ranks:
+                continue
+            current = files[-1]
+            if rank not in self.open:
+                self._open(rank, current)
+            if rank not in self.open:
+                continue
+            f, ino, partial = self.open[rank]
+            try:  # before reading: once renamed aside, the old file gets no more writes
+                rotated = os.stat(current).st_ino != ino
+            except OSError:
+                rotated = False
+            data = partial + f.read()
+            lines = data.split(b"\n")
+            partial = lines.pop()
+            meta_rank = self.meta_ranks.get(str(rank), {})
+            for line in lines:
+                rec = parse_record(line, rank, meta_rank, self.host)
+                if rec is not None:
+                    records.append(rec)
+            if rotated:  # the file we read was renamed aside; its end is read, go on with the new one
+                f.close()
+                del self.open[rank]
+                self._open(rank, current)
+            else:
+                self.open[rank] = (f, ino, partial)
+        records.sort(key=lambda r: (r.time, r.rank))
+        return records
+
+    def close(self):
+        for f, _, _ in self.open.values():
+            f.close()
+        self.open.clear()
+
+
+def procs_alive(d):
+    """Whether any proc of the allocation logging into d still runs (pids from procs.json)."""
+    for info in read_meta(d).get("ranks", {}).values():
+        pid = info.get("pid")
+        if not pid:
+            continue
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            return True
+    return False
+
+
+def format_record(rec):
+    tag = f"{rec.rank}" if rec.stream == "stdout" else f"{rec.rank} stderr"
+    return f"[{tag}] {rec.text}"
+
+
+def follow(d, ranks, stream, pattern, emit, poll_s=0.2, stop_after_idle_s=1.0):
+    """Emits new records as they are written, until the allocation's procs are gone and
+    nothing new came for stop_after_idle_s (or forever while they run)."""
+    fol = Follower(d, ranks)
+    fol.start_at_end()
+    idle_since = None
+    try:
+        while True:
+            new = fol.poll()
+            for rec in new:
+                if (stream and rec.stream != stream) or (pattern is not None and not pattern.search(rec.text)):
+                    continue
+                emit(rec)
+            if new:
+                idle_since = None
+            elif not procs_alive(d):
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since >= stop_after_idle_s:
+                    return
+            time.sleep(poll_s)
+    finally:
+        fol.close()

@@ -1,0 +1,99 @@
+"""The controller's remote output: the C++ LogRouter (runtime/log_router.hpp) turns the host
+agents' Log messages into display chunks tagged with their cell; this module delivers them.
+
+A script prints them on its stdout/stderr from a thread of its own; the kernel installs a sink
+that sends each chunk to the cell it belongs to (_kernel). Delivery happens under one lock, so
+the flush barrier (`barrier`) can guarantee that every chunk produced before it has been
+delivered when it returns: a chunk taken from the router is always delivered before the lock
+is released."""
+import os
+import sys
+import threading
+
+from . import _core
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return float(default)
+
+
+BARRIER_TIMEOUT = _env_float("XMESH_LOG_BARRIER_S", 5.0)
+
+
+def write_to_std_streams(chunks):
+    """The script sink: chunks go to this process's stdout / stderr, in order."""
+    for _cell, stream, text in chunks:
+        out = sys.stderr if stream == 2 else sys.stdout
+        try:
+            out.write(text)
+            out.flush()
+        except Exception:
+            pass
+
+
+class LogOutput:
+    def __init__(self, node, in_kernel):
+        self.router = _core.LogRouter(node)
+        # Aggregation window for allocations without logging_option(): 3 s in the kernel (where
+        # a person reads the lines), off in scripts (where they may go to a file or a pipe).
+        default_window = _env_float("XMESH_LOG_WINDOW_S", 3.0 if in_kernel else -1.0)
+        self.router.set_default_window(int(default_window * 1000) if default_window >= 0 else -1)
+        rate = int(_env_float("XMESH_LOG_DISPLAY_RATE", 1000 if in_kernel else 0))
+        self.router.set_display_rate(rate, int(_env_float("XMESH_LOG_DISPLAY_BURST", 5 * rate)))
+        if in_kernel:
+            from . import _kernel
+
+            self.sink = _kernel.route  # each chunk to the cell it belongs to
+        else:
+            self.sink = write_to_std_streams
+        self.lock = threading.RLock()
+        self._stopped = False
+        self.router.start()
+        threading.Thread(target=self._pump, name="xmesh-log-output", daemon=True).start()
+
+    def _pump(self):
+        while not self._stopped:
+            try:
+                if not self.router.wait_output(0.5):
+                    continue
+                self.deliver_queued()
+            except Exception:  # the interpreter is finalizing, or a sink failed: keep going
+                if self._stopped:
+                    return
+
+    def deliver_queued(self):
+        with self.lock:
+            chunks = self.router.take_output()
+            if chunks:
+                self.sink(chunks)
+
+    def local(self, cell, stream, text):
+        """Output of the controller's own runtime (supervision notices, faults), delivered like
+        remote output so that it reaches the right cell."""
+        with self.lock:
+            self.sink([(cell, 2 if stream == "stderr" else 1, text)])
+
+    def barrier(self, marks, timeout=None):
+        """Waits until the output procs wrote before the markers in marks ([(addr, seq)]) has
+        arrived, then delivers everything (aggregation windows end early). Gives up after
+        timeout (a hung host agent must not hang the caller); returns whether all arrived."""
+        ok = True
+        if marks:
+            ok = self.router.wait_marks(list(marks), BARRIER_TIMEOUT if timeout is None else timeout)
+        self.router.flush_windows()
+        self.deliver_queued()
+        return ok
+
+    def sync(self, timeout=None):
+        """Delivers everything the host agents sent so far (at exit, after the procs ended)."""
+        self.router.sync(BARRIER_TIMEOUT if timeout is None else timeout)
+        self.router.flush_windows()
+        self.deliver_queued()
+
+    def stop(self):
+        self._stopped = True
+        self.router.stop()
+        self.deliver_queued()

@@ -1,0 +1,55 @@
+// Aggregation of the lines ranks print within one window (DESIGN §6): lines that are the same
+// on several ranks become one line with their rank set ("[ranks 0-6,9] epoch 3 done"); lines
+// that differ only in their numbers become one line that keeps the numbers visible (per rank
+// when few ranks differ, "{0.12,0.13}", else as the range "[0.12..0.19]"). A rank's own
+// repeated lines are never merged with each other: the k-th occurrence of a line shape on one
+// rank only joins the k-th occurrence on the others.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace xmesh {
+
+// A line with its numbers taken out: key has '\x01' where each number was.
+struct LineShape {
+  std::string key;
+  std::vector<std::string> numbers;
+};
+LineShape shape_of(std::string_view line);
+
+// "3" for one rank, "ranks 0-6,9" for several (sorted, duplicates removed).
+std::string describe_ranks(std::vector<int64_t> ranks);
+
+// The "[...] " prefix of a line: "[3] ", "[ranks 0-3] ", with the allocation's label first when
+// it has one ("[trainers 3] ").
+std::string rank_prefix(const std::string& label, const std::vector<int64_t>& ranks);
+
+class LineAggregator {
+ public:
+  // line: without its newline.
+  void add(int64_t rank, std::string_view line);
+  bool empty() const { return groups_.empty(); }
+  size_t groups() const { return groups_.size(); }
+  // One line per group, in order of first appearance, each ending in '\n'. ranks_of_line, if
+  // given, receives the ranks each rendered line stands for.
+  std::string render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line = nullptr) const;
+  void clear();
+
+ private:
+  struct Group {
+    std::string key;
+    std::string first_text;
+    bool identical = true;
+    std::vector<int64_t> ranks;
+    std::vector<std::vector<std::string>> numbers;  // per member, in arrival order
+  };
+  std::string render_group(const Group& g) const;
+  std::vector<Group> groups_;
+  std::unordered_map<std::string, size_t> index_;  // key + '\0' + occurrence -> group
+  std::unordered_map<int64_t, std::unordered_map<std::string, int>> occurrences_;
+};
+
+}  // namespace xmesh

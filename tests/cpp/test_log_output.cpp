@@ -1,0 +1,199 @@
+// Output markers, line aggregation and the controller's log router, without processes.
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "log_aggregator.hpp"
+#include "log_router.hpp"
+#include "output_marker.hpp"
+#include "util.hpp"
+
+using namespace xmesh;
+
+namespace {
+
+std::string scan_all(MarkerScanner& s, const std::string& data, std::vector<MarkerScanner::Piece>& markers,
+                     size_t step) {
+  std::vector<MarkerScanner::Piece> pieces;
+  for (size_t i = 0; i < data.size(); i += step) s.feed(data.data() + i, std::min(step, data.size() - i), pieces);
+  s.finish(pieces);
+  std::string text;
+  for (auto& p : pieces) {
+    if (p.is_marker)
+      markers.push_back(p);
+    else
+      text += p.text;
+  }
+  return text;
+}
+
+Message log_message(const std::string& alloc, int64_t rank, const std::string& stream, const std::string& cell,
+                    const std::string& text, uint64_t mark = 0, bool eof = false) {
+  Message m;
+  m.header.kind = Kind::Log;
+  m.header.body = {{"alloc", alloc}, {"rank", rank}, {"stream", stream}, {"cell", cell}, {"mark", mark}};
+  if (eof) m.header.body["eof"] = true;
+  m.frames.emplace_back(text.data(), text.size());
+  return m;
+}
+
+// Everything the router queued, per cell, waiting up to timeout_ms for at least `until` to appear.
+std::string output_of(LogRouter& r, const std::string& cell, const std::string& until = "", int timeout_ms = 3000) {
+  static std::map<std::string, std::string> seen;
+  int64_t deadline = now_ms() + timeout_ms;
+  do {
+    r.wait_output(50);
+    for (auto& c : r.take_output()) seen[c.cell] += c.text;
+  } while (!until.empty() && seen[cell].find(until) == std::string::npos && now_ms() < deadline);
+  std::string out;
+  out.swap(seen[cell]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("markers are stripped wherever read boundaries cut them", "[logs]") {
+  OutputContext ctx{"k1.3", "trainer"};
+  std::string data = "before \x1b[31mred\x1b[0m" + encode_marker(42, ctx) + "after\n" + encode_marker(43, {"", ""});
+  for (size_t step : {1, 2, 3, 5, 7, 64, 1000}) {
+    MarkerScanner s;
+    std::vector<MarkerScanner::Piece> markers;
+    CHECK(scan_all(s, data, markers, step) == "before \x1b[31mred\x1b[0mafter\n");
+    REQUIRE(markers.size() == 2);
+    CHECK(markers[0].seq == 42);
+    CHECK(markers[0].ctx == ctx);
+    CHECK(markers[1].seq == 43);
+    CHECK(markers[1].ctx.cell.empty());
+  }
+}
+
+TEST_CASE("what only looks like a marker stays text, and fields cannot break the format", "[logs]") {
+  MarkerScanner s;
+  std::vector<MarkerScanner::Piece> markers;
+  std::string fake = "\x1b]xm;no-digits;a;b\x07 and \x1b]xm;" + std::string(400, 'x') + "\x07 end \x1b]x";
+  CHECK(scan_all(s, fake, markers, 3) == fake);
+  CHECK(markers.empty());
+
+  std::string m = encode_marker(1, {"c;1\n", "act\x07or;" + std::string(500, 'z')});
+  CHECK(m.size() <= kMaxMarkerBytes);
+  MarkerScanner s2;
+  CHECK(scan_all(s2, m, markers, 1).empty());
+  REQUIRE(markers.size() == 1);
+  CHECK(markers[0].ctx.cell == "c_1_");
+  CHECK(markers[0].ctx.actor.substr(0, 7) == "act_or_");
+}
+
+TEST_CASE("line shapes take numbers out, but not digits inside words", "[logs]") {
+  auto s = shape_of("epoch 3 loss=0.125 lr=1e-4 step -2 on cuda0 v1.2 10px");
+  CHECK(s.numbers == std::vector<std::string>{"3", "0.125", "1e-4", "-2"});
+  CHECK(s.key == "epoch \x01 loss=\x01 lr=\x01 step \x01 on cuda0 v1.2 10px");
+  CHECK(describe_ranks({3}) == "3");
+  CHECK(describe_ranks({9, 0, 1, 2, 3, 4, 5, 6, 6}) == "ranks 0-6,9");
+  CHECK(rank_prefix("trainers", {1, 2}) == "[trainers ranks 1-2] ");
+}
+
+TEST_CASE("aggregation: same lines collapse, numbers stay visible, a rank's repeats stay apart", "[logs]") {
+  LineAggregator agg;
+  for (int r = 0; r < 8; ++r) agg.add(r, "epoch 3 done");
+  for (int r = 0; r < 8; ++r) agg.add(r, "loss=0.1" + std::to_string(2 + r) + " step 7");
+  for (int r = 0; r < 3; ++r) agg.add(r, "acc " + std::to_string(90 + r));
+  agg.add(5, "only five");
+  agg.add(5, "only five");
+  std::vector<std::vector<int64_t>> ranks;
+  std::string out = agg.render("", &ranks);
+  CHECK(out ==
+        "[ranks 0-7] epoch 3 done\n"
+        "[ranks 0-7] loss=[0.12..0.19] step 7\n"
+        "[ranks 0-2] acc {90,91,92}\n"
+        "[5] only five\n"
+        "[5] only five\n");
+  REQUIRE(ranks.size() == 5);
+  CHECK(ranks[0].size() == 8);
+  CHECK(ranks[4] == std::vector<int64_t>{5});
+  // The k-th "tick" of each rank goes together: two lines, each with both ranks.
+  LineAggregator ticks;
+  for (int i = 0; i < 2; ++i)
+    for (int r = 0; r < 2; ++r) ticks.add(r, "tick");
+  CHECK(ticks.render("") == "[ranks 0-1] tick\n[ranks 0-1] tick\n");
+}
+
+TEST_CASE("router: prefixes, cells, windows, tracebacks, progress bars", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("a1", "", "xmesh logs a1");
+  r.add_alloc("a2", "trainers", "xmesh logs trainers");
+  r.set_default_window(-1);
+  r.start();
+
+  inbox.push(log_message("a1", 3, "stdout", "c1", "hello\nworld\n"));
+  inbox.push(log_message("a2", 0, "stdout", "c2", "named\n"));
+  CHECK(output_of(r, "c1", "world") == "[3] hello\n[3] world\n");
+  CHECK(output_of(r, "c2", "named") == "[trainers 0] named\n");
+
+  // A progress bar keeps its prefix on every redraw, and is ended before other text.
+  inbox.push(log_message("a1", 1, "stdout", "c3", "\r 10%\r 20%"));
+  inbox.push(log_message("a1", 2, "stdout", "c3", "done\n"));
+  CHECK(output_of(r, "c3", "done") == "\r[1]  10%\r[1]  20%\n[2] done\n");
+
+  // With a window, lines wait for it; a traceback on stderr does not.
+  r.set_options("a1", true, 60000);
+  for (int rank = 0; rank < 4; ++rank) inbox.push(log_message("a1", rank, "stdout", "c4", "step 5\n"));
+  inbox.push(log_message("a1", 2, "stderr", "c4",
+                         "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                         "ValueError: boom\n"));
+  CHECK(output_of(r, "c4", "boom") ==
+        "[2] Traceback (most recent call last):\n[2]   File \"x.py\", line 1, in <module>\n[2] ValueError: boom\n");
+  r.flush_windows();
+  CHECK(output_of(r, "c4", "step") == "[ranks 0-3] step 5\n");
+
+  // Lines of an allocation not streamed to the client are counted, not shown.
+  r.set_options("a1", false, -1);
+  inbox.push(log_message("a1", 0, "stdout", "c5", "quiet\n"));
+  REQUIRE(r.sync(3000));
+  CHECK(output_of(r, "c5").empty());
+  CHECK(r.stats().hidden == 1);
+  r.stop();
+}
+
+TEST_CASE("router: the flush barrier waits for both streams' marks or their end", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("a", "", "");
+  r.add_proc("a", 0, "ipc://p0");
+  r.start();
+  CHECK_FALSE(r.wait_marks({{"ipc://p0", 5}}, 50));
+  inbox.push(log_message("a", 0, "stdout", "c", "out\n", 5));
+  CHECK_FALSE(r.wait_marks({{"ipc://p0", 5}}, 50));  // stderr has not passed mark 5 yet
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    inbox.push(log_message("a", 0, "stderr", "c", "", 0, true));  // stderr ended
+  });
+  CHECK(r.wait_marks({{"ipc://p0", 5}}, 5000));
+  late.join();
+  CHECK(output_of(r, "c", "out") == "[0] out\n");  // the text before the mark is out already
+  CHECK(r.wait_marks({{"ipc://unknown", 9}}, 0));     // not ours: nothing to wait for
+  r.stop();
+}
+
+TEST_CASE("router: a flood is held back past the display budget, every line accounted for", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("a", "", "xmesh logs a");
+  r.set_display_rate(10, 20);  // 20 lines at once, then 10 per second
+  r.start();
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string text;
+    for (int i = 0; i < 500; ++i) text += "line " + std::to_string(i) + "\n";
+    inbox.push(log_message("a", rank, "stdout", "c", text));
+  }
+  REQUIRE(r.sync(3000));
+  r.flush_windows();
+  std::string out = output_of(r, "c", "held back");
+  auto st = r.stats();
+  CHECK(st.lines == 1000);
+  CHECK(st.shown + st.held == 1000);
+  CHECK(st.held >= 900);
+  // The notice names the count per rank and where the lines are.
+  CHECK(out.find("[xmesh] held back " + std::to_string(st.held)) != std::string::npos);
+  CHECK(out.find("every line is in the log files: xmesh logs a") != std::string::npos);
+  r.stop();
+}

@@ -1,0 +1,125 @@
+"""Remote output in the kernel (DESIGN §6): each line in the cell whose call produced it, also
+after that cell ended (display updates, through jupyter_client and through nbclient); the
+flush barrier at the end of a cell; aggregation; tracebacks never delayed; a flood held back
+with every line accounted for."""
+import json
+import re
+
+import nbformat
+from cells import LOGGER
+from kernel_session import KernelSession
+from nbclient import NotebookClient
+
+import xmesh._logfiles as logfiles
+
+SPAWN = LOGGER + 'procs = this_host().spawn_procs({"gpus": 2})\nlogger = procs.spawn("log", Logger)\n' \
+                 'logger.initialized.get()\n'
+
+
+class Notebook:
+    """What a front end shows: each cell's outputs, with update_display_data applied to the
+    output carrying that display_id, in whichever cell it is."""
+
+    def __init__(self):
+        self.cells = {}  # msg_id -> list of [kind, text, display_id]
+
+    def add(self, msg_id, msgs):
+        outs = self.cells.setdefault(msg_id, [])
+        for m in msgs:
+            t, c = m["msg_type"], m["content"]
+            if t == "stream":
+                outs.append(["stream", c["text"], None])
+            elif t == "display_data":
+                outs.append(["display", c["data"].get("text/plain", ""), c.get("transient", {}).get("display_id")])
+            elif t == "update_display_data":
+                for cell in self.cells.values():
+                    for o in cell:
+                        if o[2] and o[2] == c["transient"]["display_id"]:
+                            o[1] = c["data"].get("text/plain", "")
+
+    def text(self, msg_id):
+        return "".join(o[1] for o in self.cells[msg_id])
+
+
+def test_late_output_lands_in_the_cell_that_made_the_call(kernel):
+    kernel.ok(SPAWN + "procs.logging_option(aggregate_window_sec=None)")
+    nb = Notebook()
+    c1 = kernel.send("fut = logger.later.call(1.5, 'late line')\nprint('cell one')")
+    r1 = kernel.collect(c1)
+    nb.add(c1, r1.outputs)
+    assert any(m["msg_type"] == "display_data" for m in r1.outputs)  # the slot for what comes later
+    c2 = kernel.send("import time; time.sleep(3); print('cell two')")
+    nb.add(c2, kernel.collect(c2).outputs)
+    assert "[0] late line 0" in nb.text(c1) and "[1] late line 1" in nb.text(c1)
+    assert "late line" not in nb.text(c2) and "cell two" in nb.text(c2)
+    assert kernel.value("list(fut.get().values())") == "['late line', 'late line']"
+    # While no cell runs, the update still comes, addressed to the cell that made the call.
+    c3 = kernel.send("fut2 = logger.later.call(1.0, 'idle line')")
+    nb.add(c3, kernel.collect(c3).outputs)
+    late = kernel.iopub_until(lambda m: m["msg_type"] == "update_display_data" and
+                              "idle line 1" in m["content"]["data"]["text/plain"], timeout=30)
+    assert late[-1]["parent_header"]["msg_id"] == c3
+    nb.add(c3, late)
+    assert "[0] idle line 0" in nb.text(c3)
+
+
+def test_the_flush_barrier_shows_every_line_before_the_cell_ends(kernel):
+    kernel.ok(SPAWN)
+    out = kernel.ok("logger.burst.call(1000).get()").stdout
+    for i in (0, 1, 500, 999):
+        assert f"[ranks 0-1] burst r={{0,1}} i={i}\n" in out
+    assert len(re.findall(r"^\[ranks 0-1\] burst", out, re.M)) == 1000
+    # A call the cell never waited for: its output is in by the end of the cell all the same.
+    out = kernel.ok("f = logger.burst.call(1000)\nwhile not f.done(): pass").stdout
+    assert len(re.findall(r"^\[ranks 0-1\] burst", out, re.M)) == 1000
+
+
+def test_aggregation_and_tracebacks_are_never_delayed(kernel):
+    kernel.ok(LOGGER + 'procs = this_host().spawn_procs({"gpus": 4})\nlogger = procs.spawn("log", Logger)')
+    out = kernel.ok("logger.report.call().get()").stdout
+    assert "[ranks 0-3] epoch 3 done\n" in out and "[ranks 0-3] loss={0.10,0.11,0.12,0.13}\n" in out
+    # A window of a minute: ordinary lines wait for it (or the end of the cell); the traceback
+    # shows while the cell still runs.
+    kernel.ok("procs.logging_option(aggregate_window_sec=60)")
+    msg_id = kernel.send("logger.fail_loudly.call(5).get()")
+    seen = kernel.wait_for_output(msg_id, lambda t: t.count("ValueError: boom") == 4, timeout=30)
+    assert "before the traceback" not in seen
+    assert "[2] Traceback (most recent call last):" in seen
+    r = kernel.collect(msg_id)
+    assert "[ranks 0-3] before the traceback" in r.stdout
+
+
+def test_a_flood_is_held_back_and_every_line_is_accounted_for(kernel_rundir):
+    n = 1_000_000
+    k = KernelSession(kernel_rundir, env={"XMESH_LOG_BARRIER_S": "60", "XMESH_LOG_MAX_BYTES": str(1 << 30)})
+    try:
+        k.ok(LOGGER + 'procs = this_host().spawn_procs({"gpus": 1}, name="flood")\n'
+                      'logger = procs.spawn("log", Logger)\nprocs.logging_option(aggregate_window_sec=None)')
+        r = k.ok(f"logger.flood.call({n}).get()", timeout=100)
+    finally:
+        k.close()
+    shown = re.findall(r"^\[flood 0\] r=0 seq=(\d+)$", r.stdout, re.M)
+    held = sum(int(x.replace(",", "")) for x in re.findall(r"held back [\d,]+ lines \(display limit \d+ lines/s\): "
+                                                           r"rank 0: ([\d,]+);", r.stderr))
+    assert len(shown) == len(set(shown))  # each shown once
+    assert len(shown) + held == n         # and the rest counted, exactly
+    assert 0 < len(shown) < n
+    d = logfiles.find_logdirs(kernel_rundir, "flood")[-1]
+    seqs = [int(rec.text.split("seq=")[1]) for rec in logfiles.read_records(d, ranks=[0]) if rec.text.startswith("r=0")]
+    assert seqs == list(range(n))         # the log file has every line, in order
+
+
+def test_late_output_through_nbclient(kernel_rundir, monkeypatch):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(SPAWN + "procs.logging_option(aggregate_window_sec=None)"),
+                nbformat.v4.new_code_cell("fut = logger.later.call(1.5, 'late line')"),
+                nbformat.v4.new_code_cell("import time\ntime.sleep(3)\nprint('cell three')")]
+    monkeypatch.setenv("XMESH_RUNTIME_DIR", kernel_rundir)
+    NotebookClient(nb, kernel_name="xmesh", timeout=60).execute()
+
+    def text(cell):
+        return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+
+    assert "[0] late line 0" in text(nb.cells[1]) and "[1] late line 1" in text(nb.cells[1])
+    assert "late line" not in text(nb.cells[2]) and "cell three" in text(nb.cells[2])
+    json.dumps(nb)  # the executed notebook stays valid
