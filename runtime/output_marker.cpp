@@ -83,6 +83,46 @@ uint64_t written_bytes() {
   return w ? strtoull(w + 6, nullptr, 10) : 0;
 }
 
+OutputTracker& output_tracker() {
+  static OutputTracker t;
+  return t;
+}
+
+uint64_t OutputTracker::mark_locked() {
+  written_ = effective();
+  return write_output_marker(written_);
+}
+
+uint64_t OutputTracker::begin(const OutputContext& ctx) {
+  if (!enabled_) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  uint64_t token = ++next_token_;
+  active_.push_back({token, ctx, 0});
+  if (effective() != written_) mark_locked();
+  active_.back().written_at_begin = written_bytes();
+  return token;
+}
+
+uint64_t OutputTracker::end(uint64_t token, bool python_wrote) {
+  if (!token) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  uint64_t at_begin = UINT64_MAX;
+  for (auto it = active_.begin(); it != active_.end(); ++it)
+    if (it->token == token) {
+      at_begin = it->written_at_begin;
+      active_.erase(it);
+      break;
+    }
+  if (python_wrote || effective() != written_ || written_bytes() != at_begin || output_pending()) return mark_locked();
+  return 0;
+}
+
+uint64_t OutputTracker::mark_now() {
+  if (!enabled_) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  return mark_locked();
+}
+
 void MarkerScanner::emit_text(const char* p, size_t n, std::vector<Piece>& out) {
   if (n == 0) return;
   if (!out.empty() && !out.back().is_marker) {

@@ -12,6 +12,7 @@
 // once both streams reported S.
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,39 @@ bool output_pending();
 // far: /proc/self/io's wchar. A call whose span leaves it unchanged wrote nothing to fds 1
 // and 2 at the C level (other writes only make the check err on the safe side).
 uint64_t written_bytes();
+
+// Proc side: which call the output written now belongs to. Calls begin and end (from any
+// thread); a marker is written when the context the host agent should attribute bytes to
+// changes, and at the end of a call that wrote something (Python said so, the process's
+// write(2) count moved during the call, or bytes are still in the pipes), so that calls which
+// wrote nothing cost no marker and no barrier. After the last running call ends, output
+// (threads it left behind) still goes to its context until another call begins.
+class OutputTracker {
+ public:
+  void enable() { enabled_ = true; }
+  bool enabled() const { return enabled_; }
+  // Returns a token for end() (0 when disabled).
+  uint64_t begin(const OutputContext& ctx);
+  // Returns the seq of the marker written after the call's output, or 0 if none was needed.
+  uint64_t end(uint64_t token, bool python_wrote);
+  // A marker now (the controller's flush barrier); 0 when disabled.
+  uint64_t mark_now();
+
+ private:
+  struct Active {
+    uint64_t token;
+    OutputContext ctx;
+    uint64_t written_at_begin;
+  };
+  const OutputContext& effective() const { return active_.empty() ? written_ : active_.back().ctx; }
+  uint64_t mark_locked();
+  std::mutex mu_;
+  bool enabled_ = false;
+  std::vector<Active> active_;
+  OutputContext written_;  // what the host agent was last told
+  uint64_t next_token_ = 0;
+};
+OutputTracker& output_tracker();  // the process's
 
 // Host agent side: splits a stream into text and markers, holding back a possible marker cut
 // by a read boundary. Bytes that look like the start of a marker but do not complete one

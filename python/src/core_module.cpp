@@ -486,12 +486,13 @@ PYBIND11_MODULE(_core, m) {
       .def(py::pickle([](const Shape& s) { return s.to_json().dump(); },
                       [](const std::string& text) { return Shape::from_json(json::parse(text)); }));
 
-  m.def("write_output_marker", [](const std::string& cell, const std::string& actor) {
-    py::gil_scoped_release release;
-    return write_output_marker({cell, actor});
-  }, "Flushes C stdio and writes an output marker to fds 1 and 2; returns its seq.");
-  m.def("output_pending", &output_pending, "True when fd 1 or 2 is a pipe with unread bytes.");
-  m.def("written_bytes", &written_bytes, "Bytes this process passed to write(2) so far (/proc/self/io wchar).");
+  // The proc's output tracker (runtime/output_marker.hpp), see _proc_output.py.
+  m.def("output_tracking_enable", []() { output_tracker().enable(); });
+  m.def("output_begin", [](const std::string& cell, const std::string& actor) {
+    return output_tracker().begin({cell, actor});
+  });
+  m.def("output_end", [](uint64_t token, bool python_wrote) { return output_tracker().end(token, python_wrote); });
+  m.def("output_mark_now", []() { return output_tracker().mark_now(); });
   m.def("set_main_thread_call", [](py::object fn) {
     std::lock_guard<std::mutex> g(g_main_call_mu);
     if (!g_main_call) g_main_call = new py::object();  // never freed: pending calls may still run

@@ -49,11 +49,11 @@ _recent = collections.OrderedDict()  # token -> finished _Cell with an output sl
 _RECENT_MAX = 200
 _main_queue = []           # (stream, text) for the executing cell, written by the main thread
 _waiting = []              # output that arrived with no cell to show it in: shown by the next one
-_draining = False
 _token_prefix = None
 _cell_numbers = itertools.count(1)
 _SLOT_MAX_CHARS = 200_000
 _SLOT_UPDATE_S = 0.1
+_UPDATE = object()         # a _main_queue item: (_UPDATE, cell) updates that cell's slot
 
 
 class _Cell:
@@ -69,6 +69,7 @@ class _Cell:
         self.dropped_chars = 0
         self.last_publish = 0.0
         self.dirty = False
+        self.queued = False     # an update waits in _main_queue
 
 
 def _new_token():
@@ -188,7 +189,11 @@ def route(chunks):
             late = _recent.get(cell)
             if late is not None:
                 _add_late(late, text)
-                if late not in publish:
+                if cur is not None:  # the running cell's main thread publishes it, ordered
+                    if not late.queued:
+                        late.queued = True
+                        _main_queue.append((_UPDATE, late))
+                elif late not in publish:
                     publish.append(late)
             elif cur is not None:  # a cell with no slot, or another kernel's: the running cell shows it
                 _main_queue.append((stream, text))
@@ -214,9 +219,31 @@ def _add_late(cell, text):
     cell.dirty = True
 
 
+def _slot_text(cell):
+    text = "".join(cell.late)
+    if cell.dropped_chars:
+        text = (f"[xmesh] {cell.dropped_chars} earlier characters are not shown here: mesh.logs() or "
+                f"`xmesh logs NAME` have every line\n") + text
+    return text
+
+
+def _update_slot_here(cell):
+    """While a cell runs: the update goes out on the main thread, like the cell's own output, so
+    it is ordered before the cell's reply (nbclient applies updates only until then)."""
+    with _cells_lock:
+        cell.queued = False
+        cell.dirty = False
+        text = _slot_text(cell)
+    try:
+        _shell.display_pub.publish(data={"text/plain": text}, metadata={}, transient={"display_id": cell.slot_id},
+                                   update=True)
+    except Exception:
+        pass
+
+
 def _publish_late(cell, force=False):
-    """update_display_data of the cell's slot, at most every _SLOT_UPDATE_S (a timer sends the
-    last one)."""
+    """While no cell runs: update_display_data of the cell's slot from this (runtime) thread
+    through the kernel's side channel, at most every _SLOT_UPDATE_S (a timer sends the last)."""
     now = time.monotonic()
     with _cells_lock:
         if not cell.dirty:
@@ -226,14 +253,18 @@ def _publish_late(cell, force=False):
             t.daemon = True
             t.start()
             return
+        if _current is not None:  # a cell started meanwhile: its main thread sends it
+            if not cell.queued:
+                cell.queued = True
+                _main_queue.append((_UPDATE, cell))
+                from . import _core
+
+                _core.call_on_main_thread()
+            return
         cell.dirty = False
         cell.last_publish = now
-        text = "".join(cell.late)
-        if cell.dropped_chars:
-            text = (f"[xmesh] {cell.dropped_chars} earlier characters are not shown here: mesh.logs() or "
-                    f"`xmesh logs NAME` have every line\n") + text
-        # nbclient applies display updates only while a cell runs, from messages of that cell.
-        parent = _current.header if _current is not None else cell.header
+        text = _slot_text(cell)
+        parent = cell.header
     content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": cell.slot_id}}
     try:
         import xmesh_kernel_iopub
@@ -244,27 +275,26 @@ def _publish_late(cell, force=False):
 
 
 def drain_output():
-    """Writes the executing cell's queued remote output, on the main thread (elsewhere: no-op)."""
-    global _draining
-    if threading.current_thread() is not threading.main_thread() or _draining:
+    """Writes the executing cell's queued remote output, on the main thread (elsewhere: no-op).
+    Items are taken one at a time, so a drain that starts inside another (a pending call
+    between two bytecodes) just carries on with the next item: nothing waits for a wake-up
+    that was spent."""
+    if threading.current_thread() is not threading.main_thread():
         return
-    _draining = True
-    try:
-        while True:
-            with _cells_lock:
-                items = list(_main_queue)
-                _main_queue.clear()
-            if not items:
+    while True:
+        with _cells_lock:
+            if not _main_queue:
                 return
-            for stream, text in items:
-                out = sys.stderr if stream == 2 else sys.stdout
-                try:
-                    out.write(text)
-                    out.flush()
-                except Exception:
-                    pass
-    finally:
-        _draining = False
+            stream, text = _main_queue.pop(0)
+        if stream is _UPDATE:
+            _update_slot_here(text)
+            continue
+        out = sys.stderr if stream == 2 else sys.stdout
+        try:
+            out.write(text)
+            out.flush()
+        except Exception:
+            pass
 
 
 def _name_errors_by_their_class(shell):

@@ -1,25 +1,19 @@
-"""A proc's side of output attribution (DESIGN §6, runtime/output_marker.hpp).
+"""A proc's side of output attribution (DESIGN §6; the logic is OutputTracker in
+runtime/output_marker.hpp).
 
 The host agent reads the proc's fds 1 and 2. So that it knows which call (notebook cell) and
 actor the bytes belong to, the proc writes an in-band marker whenever that changes, and at the
 end of a call that wrote anything; the marker's seq travels back in the reply (body "m") and
 makes the controller's flush barrier. Calls that wrote nothing cost nothing: no marker, no wait.
-"Wrote anything": Python wrote through sys.stdout / sys.stderr, or the process's write(2)
-byte count moved during the call (C-level writes, children it waited for), or bytes are still
-in the pipes (children still running)."""
+"Wrote anything": Python wrote through sys.stdout / sys.stderr (noted here), or the process's
+write(2) byte count moved during the call (C-level writes, children it waited for), or bytes
+are still in the pipes (children still running)."""
 import logging
 import sys
-import threading
 
 from . import _core
 
-enabled = False
-_lock = threading.Lock()
-_active = []              # (token, cell, actor) of the calls running now, oldest first
-_written = ("", "")       # the context the host agent was last told
-_dirty = False            # Python wrote to stdout/stderr since the last marker
-_next_token = 0
-_written_at_begin = {}    # token -> the process's write(2) byte count when the call began
+_python_wrote = False  # Python wrote to stdout/stderr since the last marker
 
 
 class _TrackedStream:
@@ -29,13 +23,13 @@ class _TrackedStream:
         object.__setattr__(self, "_stream", stream)
 
     def write(self, text):
-        global _dirty
-        _dirty = True
+        global _python_wrote
+        _python_wrote = True
         return self._stream.write(text)
 
     def writelines(self, lines):
-        global _dirty
-        _dirty = True
+        global _python_wrote
+        _python_wrote = True
         return self._stream.writelines(lines)
 
     def __getattr__(self, name):
@@ -47,7 +41,6 @@ class _TrackedStream:
 
 def install(log_level):
     """Called once by the proc's main, before any user code."""
-    global enabled
     sys.stdout = _TrackedStream(sys.stdout)
     sys.stderr = _TrackedStream(sys.stderr)
     root = logging.getLogger()
@@ -57,7 +50,7 @@ def install(log_level):
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
     set_log_level(log_level)
-    enabled = True
+    _core.output_tracking_enable()
 
 
 def set_log_level(level):
@@ -72,55 +65,26 @@ def _flush_python():
             pass
 
 
-def _effective():
-    return (_active[-1][1], _active[-1][2]) if _active else _written
-
-
-def _mark_locked(ctx):
-    global _written, _dirty
-    _flush_python()
-    _dirty = False
-    _written = ctx
-    return _core.write_output_marker(ctx[0], ctx[1])
-
-
 def begin(cell, actor):
     """A call starts: the bytes that follow belong to it. Returns a token for end()."""
-    global _next_token
-    if not enabled:
-        return None
-    with _lock:
-        _next_token += 1
-        token = _next_token
-        _active.append((token, cell or "", actor))
-        ctx = _effective()
-        if ctx != _written:
-            _mark_locked(ctx)
-        _written_at_begin[token] = _core.written_bytes()
-    return token
+    if _python_wrote:
+        _flush_python()  # what came before belongs to the previous context
+    return _core.output_begin(cell or "", actor)
 
 
 def end(token):
-    """A call ends: returns the seq of a marker written after its output, or 0 when it wrote
-    nothing (no barrier needed). Output after this, from threads it left behind, still goes
-    to its cell until another call starts."""
-    if token is None:
-        return 0
-    with _lock:
-        for i, entry in enumerate(_active):
-            if entry[0] == token:
-                del _active[i]
-                break
+    """A call ends: the seq of the marker written after its output, or 0 if it wrote nothing."""
+    global _python_wrote
+    wrote = _python_wrote
+    if wrote:
         _flush_python()
-        wrote = _core.written_bytes() != _written_at_begin.pop(token, -1)
-        if _dirty or wrote or _core.output_pending() or _effective() != _written:
-            return _mark_locked(_effective())
-    return 0
+        _python_wrote = False
+    return _core.output_end(token, wrote)
 
 
 def flush_marker():
     """A marker now (the controller's barrier at the end of a cell): its seq."""
-    if not enabled:
-        return 0
-    with _lock:
-        return _mark_locked(_effective())
+    global _python_wrote
+    _flush_python()
+    _python_wrote = False
+    return _core.output_mark_now()
