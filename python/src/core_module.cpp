@@ -11,7 +11,6 @@
 
 #include "call.hpp"
 #include "inbox.hpp"
-#include "line_splitter.hpp"
 #include "log_router.hpp"
 #include "node.hpp"
 #include "output_marker.hpp"
@@ -550,12 +549,4 @@ PYBIND11_MODULE(_core, m) {
         d["hidden"] = s.hidden;
         return d;
       });
-
-  py::class_<LineSplitter>(m, "LineSplitter")
-      .def(py::init<size_t>(), py::arg("max_line") = 64 * 1024)
-      .def("feed", [](LineSplitter& s, const py::bytes& b) {
-        std::string d = b;
-        return py::bytes(s.feed(d.data(), d.size(), now_ms()));
-      })
-      .def("flush", [](LineSplitter& s) { return py::bytes(s.flush_partial(now_ms(), -1)); });
 }
