@@ -242,12 +242,15 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
       continue;
     }
     stats_.shown += ranks.size();
-    bool& open = open_line_[{cell, stream}];
-    std::string piece;
     // A line left open (a progress bar without newline) is ended before unrelated text.
-    if (open && line[0] != '\r') piece.push_back('\n');
+    auto open = open_line_.find({cell, stream});
+    std::string piece;
+    if (open != open_line_.end() && line[0] != '\r') piece.push_back('\n');
     piece.append(line);
-    open = piece.back() != '\n';
+    if (piece.back() != '\n')
+      open_line_.insert({{cell, stream}, true});
+    else if (open != open_line_.end())
+      open_line_.erase(open);
     if (!pending_.empty() && pending_.back().cell == cell && pending_.back().stream == stream) {
       pending_.back().text += piece;
     } else {

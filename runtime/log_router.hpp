@@ -127,7 +127,7 @@ class LogRouter {
   double tokens_ = 0;
   int64_t tokens_at_ms_ = 0, last_notice_ms_ = 0;
   std::vector<LogChunk> pending_;  // emitted since the last publish, in order
-  std::map<std::pair<std::string, int>, bool> open_line_;  // last text emitted had no newline
+  std::map<std::pair<std::string, int>, bool> open_line_;  // (cell, stream) whose last text had no newline
   std::deque<LogChunk> out_;
   uint64_t sync_requested_ = 0, sync_done_ = 0;
   LogRouterStats stats_;

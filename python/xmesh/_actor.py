@@ -7,11 +7,11 @@ import itertools
 import logging
 import random
 
-from . import _kernel, _pickling
+from . import _kernel, _logfiles, _pickling
 from ._context import current_cell
 from ._display import html_table
 from ._errors import ActorError
-from ._future import Future
+from ._future import Future, show_output_of
 from ._runtime import Kind, get_runtime
 from ._shape import MeshTrait, Point
 from ._value_mesh import ValueMesh
@@ -153,8 +153,7 @@ class ActorMesh(MeshTrait):
                 raise IndexError(f"rank {rank} is not in this actor mesh (ranks {sorted(mine.values())})")
             mine = {p: a for p, a in mine.items() if p in wanted}
         records = pm._read_logs(sorted(mine), stream, grep, None, actor=ref.name)
-        records = [r._replace(rank=mine[r.rank]) for r in records]
-        return records[-tail:] if tail else records
+        return _logfiles.last([r._replace(rank=mine[r.rank]) for r in records], tail)
 
     def _owning_proc_mesh(self, what):
         pm = self._proc_mesh
@@ -326,10 +325,7 @@ class _Stream:
         self._yielded = 0
 
     def _value_of(self, index, ok, body, frames):
-        rt = get_runtime()
-        if body and body.get("m") and rt.logs is not None:  # what it printed first is shown first
-            rt.logs.barrier([(self._call.target_addr(index), body["m"])])
-            _kernel.drain_output()
+        show_output_of(get_runtime(), self._call, [(index, body)])  # what it printed first is shown first
         if ok:
             return _pickling.loads(frames)
         raise self._fut.error_for(index, body, frames)

@@ -55,6 +55,18 @@ class WeakValue:
         self.make = make
 
 
+def show_output_of(rt, call, replies):
+    """The flush barrier: what the targets printed before they answered is shown before their
+    results are returned. replies: (index, body) of answers; those of calls that printed carry
+    the seq of their output marker (body "m")."""
+    if rt.logs is None:  # a proc calling other actors: its own output is its host agent's
+        return
+    marks = [(call.target_addr(i), body["m"]) for i, body in replies if body and body.get("m")]
+    if marks:
+        rt.logs.barrier(marks)
+        _kernel.drain_output()
+
+
 class Done:
     """An awaitable that is already resolved (what a settings call such as logging_option
     returns, so that `await mesh.logging_option(...)` works as in Monarch)."""
@@ -112,15 +124,7 @@ class Future:
         self._done = True
 
     def _wait_for_output(self, rt):
-        """The flush barrier: what the targets printed before they answered is shown before
-        the result is returned (replies of calls that printed carry their output marker)."""
-        if rt.logs is None:
-            return
-        marks = [(self._call.target_addr(i), body["m"]) for i, (ok, body, frames) in self._results.items()
-                 if body and body.get("m")]
-        if marks:
-            rt.logs.barrier(marks)
-            _kernel.drain_output()
+        show_output_of(rt, self._call, ((i, body) for i, (ok, body, frames) in self._results.items()))
 
     def target(self, index):
         return self._targets[index] if index < len(self._targets) else {}

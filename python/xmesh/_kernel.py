@@ -5,7 +5,6 @@ restart request."""
 import collections
 import itertools
 import json
-import sys
 import threading
 import time
 
@@ -279,6 +278,8 @@ def drain_output():
     Items are taken one at a time, so a drain that starts inside another (a pending call
     between two bytecodes) just carries on with the next item: nothing waits for a wake-up
     that was spent."""
+    from ._logs import write_std
+
     if threading.current_thread() is not threading.main_thread():
         return
     while True:
@@ -289,12 +290,7 @@ def drain_output():
         if stream is _UPDATE:
             _update_slot_here(text)
             continue
-        out = sys.stderr if stream == 2 else sys.stdout
-        try:
-            out.write(text)
-            out.flush()
-        except Exception:
-            pass
+        write_std(stream, text)
 
 
 def _name_errors_by_their_class(shell):

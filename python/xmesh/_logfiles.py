@@ -88,6 +88,15 @@ def compile_grep(grep):
         raise ValueError(f"grep pattern {grep!r} is not a valid regular expression: {e}") from None
 
 
+def last(records, tail):
+    """The last `tail` records (all when tail is None); tail must be a whole number >= 0."""
+    if tail is None:
+        return records
+    if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+        raise ValueError(f"tail must be a whole number of records >= 0, got {tail!r}")
+    return records[-tail:] if tail else []
+
+
 def _check_stream(stream):
     if stream not in (None, "stdout", "stderr"):
         raise ValueError(f"stream must be 'stdout', 'stderr' or None, got {stream!r}")

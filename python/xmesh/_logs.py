@@ -23,15 +23,21 @@ def _env_float(name, default):
 BARRIER_TIMEOUT = _env_float("XMESH_LOG_BARRIER_S", 5.0)
 
 
+def write_std(stream, text):
+    """Writes text on this process's stdout (stream 1) or stderr (2), flushed; a closed or
+    broken stream does not raise."""
+    out = sys.stderr if stream == 2 else sys.stdout
+    try:
+        out.write(text)
+        out.flush()
+    except Exception:
+        pass
+
+
 def write_to_std_streams(chunks):
     """The script sink: chunks go to this process's stdout / stderr, in order."""
     for _cell, stream, text in chunks:
-        out = sys.stderr if stream == 2 else sys.stdout
-        try:
-            out.write(text)
-            out.flush()
-        except Exception:
-            pass
+        write_std(stream, text)
 
 
 class LogOutput:

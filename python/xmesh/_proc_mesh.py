@@ -258,7 +258,7 @@ class ProcMesh(MeshTrait):
         for d, rs in dirs.items():
             records.extend(_logfiles.read_records(d, ranks=rs, stream=stream, grep=grep, actor=actor))
         records.sort(key=lambda rec: (rec.time, rec.rank))
-        return records[-tail:] if tail else records
+        return _logfiles.last(records, tail)
 
     def _require_alloc(self, what):
         if self._alloc is None:

@@ -119,13 +119,10 @@ class Runtime:
         if self.logs is not None:
             self.logs.local(cell, stream, text)
             return
-        out = sys.stderr if stream == "stderr" else sys.stdout
+        from ._logs import write_std
+
         with self._print_lock:
-            try:
-                out.write(text)
-                out.flush()
-            except Exception:
-                pass
+            write_std(2 if stream == "stderr" else 1, text)
 
     def _default_fault_hook(self, body):
         text = body.get("text", "an actor failed with nobody waiting for the result")

@@ -124,6 +124,7 @@ def _logs(args):
         return 1
     ranks = set(args.rank) if args.rank else None
     pattern = _logfiles.compile_grep(args.grep)
+    _logfiles.last([], args.tail)  # a bad --tail is named before any file is read
 
     def emit(rec):
         line = json.dumps(rec._asdict()) if args.json else _logfiles.format_record(rec)
@@ -133,9 +134,7 @@ def _logs(args):
     for d in found:
         records.extend(_logfiles.read_records(d, ranks=ranks, stream=args.stream, grep=args.grep))
     records.sort(key=lambda r: (r.time, r.rank))
-    if args.tail is not None:
-        records = records[-args.tail:] if args.tail > 0 else []
-    for rec in records:
+    for rec in _logfiles.last(records, args.tail):
         emit(rec)
     sys.stdout.flush()
     if args.follow:

@@ -3,9 +3,7 @@ invalid UTF-8, mesh.logs() and `xmesh logs`, logging_option, crash tails."""
 import json
 import logging
 import os
-import re
 import subprocess
-import sys
 
 import pytest
 from xmesh_testing import PYTHON, run_program
@@ -75,6 +73,11 @@ def test_logs_records_and_filters(printers):
         procs.logs(stream="stdin")
     with pytest.raises(IndexError, match="not in this proc mesh"):
         procs.logs(rank=7)
+    with pytest.raises(ValueError, match="tail must be a whole number"):
+        procs.logs(tail=-1)
+    with pytest.raises(ValueError, match="tail must be a whole number"):
+        p.logs(tail=1.5)
+    assert procs.logs(tail=0) == []
 
 
 def test_logging_option_level_visibility_and_bad_input(printers, capfd):
@@ -151,5 +154,7 @@ def test_xmesh_logs_reads_live_and_finished_allocations(fresh_rundir):
     # After the allocation ended, the files still answer.
     r = logs("job", "--rank", "0", "--tail", "1", "--grep", "^late")
     assert r.stdout.splitlines() == ["[0] late r=0 i=1"]
+    r = logs("job", "--tail", "-2")
+    assert r.returncode == 1 and "tail must be a whole number" in r.stderr
     r = logs("nothing-here")
     assert r.returncode == 1 and "no logs of an allocation named 'nothing-here'" in r.stderr
