@@ -34,7 +34,7 @@ nl::json XmeshInterpreter::execute_request_impl(int execution_count, const std::
   nl::json reply;
   {
     ExecutingScope executing;
-    call_hook("begin_cell", parent_header().dump());
+    begin_cell(allow_stdin);
     reply = xpyt::interpreter::execute_request_impl(execution_count, code, silent, store_history,
                                                     std::move(user_expressions), allow_stdin);
     // The flush barrier and the cell's late-output slot, before the reply ends the cell.
@@ -42,6 +42,17 @@ nl::json XmeshInterpreter::execute_request_impl(int execution_count, const std::
   }
   if (store_history && !silent) record_history_output(execution_count);
   return reply;
+}
+
+void XmeshInterpreter::begin_cell(bool allow_stdin) {
+  py::gil_scoped_acquire acquire;
+  try {
+    // The request's header tags the cell's output; allow_stdin says whether the debugger may
+    // prompt (nbclient and nbconvert run cells without stdin).
+    hooks_.attr("begin_cell")(parent_header().dump(), allow_stdin);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_KeyboardInterrupt)) log_diag("kernel", std::string("begin_cell failed: ") + e.what());
+  }
 }
 
 void XmeshInterpreter::call_hook(const char* name, const std::string& arg) {

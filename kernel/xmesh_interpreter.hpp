@@ -21,6 +21,7 @@ class XmeshInterpreter : public xpyt::interpreter {
  private:
   void record_history_output(int execution_count);
   void call_hook(const char* name, const std::string& arg);  // a function of xmesh._kernel
+  void begin_cell(bool allow_stdin);
 
   HistoryManager& history_;
   py::object hooks_;  // the xmesh._kernel module

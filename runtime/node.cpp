@@ -100,6 +100,11 @@ void Node::set_peer_cookie(const std::string& addr, const std::string& cookie) {
   peer_cookies_[addr] = cookie;
 }
 
+void Node::set_stack_dumper(StackDumper dumper) {
+  std::lock_guard<std::mutex> g(mu_);
+  stack_dumper_ = std::move(dumper);
+}
+
 void Node::set_default_cookie(const std::string& cookie) {
   std::lock_guard<std::mutex> g(mu_);
   default_cookie_ = cookie;
@@ -734,6 +739,20 @@ void Node::dispatch(InPeer& in, Message m) {
       if (b.is_object() && b.contains("addr") && b["addr"].is_string())
         mark_dead(b["addr"].get<std::string>(), b.value("error", json::object()));
       control_.push(std::move(m));
+      return;
+    }
+    case Kind::DumpStacks: {
+      StackDumper dumper;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        dumper = stack_dumper_;
+      }
+      if (!m.header.corr) return;
+      if (!dumper) {
+        reply(m, false, {{"kind", "no_stacks"}, {"text", "this process cannot dump its stacks"}}, {});
+        return;
+      }
+      reply(m, true, dumper(), {});
       return;
     }
     case Kind::HeartbeatAck: {

@@ -11,6 +11,7 @@
 // identity that has not passed Hello is ever handed to Python.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,6 +109,12 @@ class Node {
   // The address of the node whose identity sent a message (learned from its Hello).
   std::string peer_addr(const std::string& identity) const;
   NodeStats stats() const;
+
+  // Answers DumpStacks from the I/O thread itself, without waiting for anything the rest of
+  // the process holds (a proc's GIL): the debugger's `where` must see a rank stuck in a C call
+  // or a deadlock. The Python module installs a dumper that reads every thread's frames.
+  using StackDumper = std::function<json()>;  // the reply body
+  void set_stack_dumper(StackDumper dumper);
   size_t max_message_bytes() const { return max_message_bytes_; }
 
  private:
@@ -178,6 +185,7 @@ class Node {
   std::map<std::string, WatchedHost> hosts_;
   std::atomic<uint64_t> next_corr_{1};
   NodeStats stats_;
+  StackDumper stack_dumper_;
 
   Inbox control_, logs_, actor_events_;
 };

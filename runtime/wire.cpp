@@ -42,12 +42,15 @@ const char* kind_name(Kind k) {
     case Kind::Shutdown: return "shutdown";
     case Kind::FlushOutput: return "flush-output";
     case Kind::Configure: return "configure";
+    case Kind::DebugEvent: return "debug-event";
+    case Kind::DebugCommand: return "debug-command";
+    case Kind::DumpStacks: return "dump-stacks";
   }
   return "unknown";
 }
 
 bool kind_known(int k) {
-  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 32);
+  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 35);
 }
 
 namespace {

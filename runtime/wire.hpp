@@ -45,6 +45,9 @@ enum class Kind : int {
   Shutdown = 30,    // ask hostd to exit (stops everything it owns)
   FlushOutput = 31, // controller -> proc: write an output marker now; answered with its seq (body.m)
   Configure = 32,   // controller -> proc: settings such as the Python logging level
+  DebugEvent = 33,  // proc -> controller: a debug session stopped, answered a command, or ended
+  DebugCommand = 34,  // controller -> proc: a pdb command (or continue) for one stopped session
+  DumpStacks = 35,  // controller -> proc: every thread's Python stack, answered by the I/O thread
 };
 const char* kind_name(Kind k);
 bool kind_known(int k);

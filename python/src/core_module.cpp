@@ -253,6 +253,8 @@ py::object decode_text(const std::string& s) {
 
 }  // namespace
 
+void bind_debugger(py::module_& m);  // debugger_bindings.cpp
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "xmesh runtime core (libxmesh)";
   py::register_exception<SendError>(m, "SendError", PyExc_RuntimeError);
@@ -314,7 +316,10 @@ PYBIND11_MODULE(_core, m) {
       .value("Attach", Kind::Attach)
       .value("Shutdown", Kind::Shutdown)
       .value("FlushOutput", Kind::FlushOutput)
-      .value("Configure", Kind::Configure);
+      .value("Configure", Kind::Configure)
+      .value("DebugEvent", Kind::DebugEvent)
+      .value("DebugCommand", Kind::DebugCommand)
+      .value("DumpStacks", Kind::DumpStacks);
 
   py::class_<Frame>(m, "Frame", py::buffer_protocol())
       .def_buffer([](Frame& f) {
@@ -549,4 +554,6 @@ PYBIND11_MODULE(_core, m) {
         d["hidden"] = s.hidden;
         return d;
       });
+
+  bind_debugger(m);
 }

@@ -7,6 +7,7 @@
 from . import _core
 from ._actor import Actor, ActorMesh, Endpoint, endpoint
 from ._context import current_rank, current_size
+from ._debug import debug
 from ._errors import ActorError, SupervisionError, TakenOverError
 from ._future import Future
 from ._named import allocations
@@ -19,5 +20,5 @@ __version__ = _core.version()
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Endpoint", "Future", "HostMesh", "Point", "ProcMesh",
     "SupervisionError", "TakenOverError", "ValueMesh", "allocations", "attach", "current_rank", "current_size",
-    "endpoint", "hosts", "proc_mesh", "this_host", "this_proc",
+    "debug", "endpoint", "hosts", "proc_mesh", "this_host", "this_proc",
 ]

@@ -8,7 +8,7 @@ import threading
 import time
 import traceback
 
-from . import _core, _pickling, _proc_output
+from . import _core, _debug_proc, _pickling, _proc_output
 from ._context import ActorContext, set_actor_context, set_current_cell
 from ._actor import EndpointProperty, endpoints_of
 from ._runtime import Kind, messages
@@ -93,6 +93,7 @@ class ActorThread(threading.Thread):
                 pass
         self.node.remove_actor(self.actor_id)
         self.host.forget(self.actor_id)
+        _core.label_thread(threading.get_ident(), "")
 
     def _spawn(self, msg):
         body = msg.body
@@ -105,8 +106,9 @@ class ActorThread(threading.Thread):
             ranks = body.get("proc_ranks") or [proc_rank]
             rank = ranks.index(proc_rank) if proc_rank in ranks else 0
             self.ctx = ActorContext(self.actor_id, f"{body.get('class', '?')} {body.get('name', '?')!r}", rank, shape,
-                                    proc_rank)
+                                    proc_rank, self.actor_name)
             set_actor_context(self.ctx)
+            _core.label_thread(threading.get_ident(), _debug_proc.thread_label(self.ctx))
             cls, args, kwargs = _pickling.loads(msg.frames)
             # What a controller that attaches later needs to call this actor without its class.
             self.record = {"actor_id": self.actor_id, "name": body.get("name", "?"), "class": cls.__name__,
@@ -132,6 +134,7 @@ class ActorThread(threading.Thread):
         out = _proc_output.begin(cell, self.actor_name)
         set_current_cell(cell)
         ok, body, frames, exiting = self._run_call(msg, method, cell)
+        _debug_proc.call_finished()
         mark = _proc_output.end(out)
         if not broadcast:
             _reply(self.node, msg, ok, body, frames, mark)
@@ -176,6 +179,7 @@ class ActorThread(threading.Thread):
             self.current = None
             if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
                 return False, {"kind": "cancelled"}, None, None
+            _debug_proc.post_mortem(e)
             body, frames = _error_body(e, self.ctx, method)
             return False, body, frames, e if isinstance(e, SystemExit) else None
 
@@ -186,7 +190,14 @@ class ActorThread(threading.Thread):
         async def runner():
             set_actor_context(ctx)
             set_current_cell(cell)
-            return await coro
+            try:
+                return await coro
+            except BaseException as e:
+                if not isinstance(e, asyncio.CancelledError):
+                    _debug_proc.post_mortem(e)  # on the loop's thread, where the frames are
+                raise
+            finally:
+                _debug_proc.call_finished()
 
         fut = asyncio.run_coroutine_threadsafe(runner(), loop)
         self.current_task = fut

@@ -23,14 +23,15 @@ def set_current_cell(cell):
 
 
 class ActorContext:
-    __slots__ = ("actor_id", "name", "rank", "shape", "proc_rank")
+    __slots__ = ("actor_id", "name", "rank", "shape", "proc_rank", "mesh_name")
 
-    def __init__(self, actor_id, name, rank, shape, proc_rank):
+    def __init__(self, actor_id, name, rank, shape, proc_rank, mesh_name="?"):
         self.actor_id = actor_id
-        self.name = name
+        self.name = name          # "Class 'mesh name'", for messages
         self.rank = rank
         self.shape = shape
         self.proc_rank = proc_rank
+        self.mesh_name = mesh_name
 
 
 def set_actor_context(ctx):

@@ -4,7 +4,7 @@ through the running asyncio loop (a file descriptor, no thread per future)."""
 import asyncio
 import time
 
-from . import _kernel, _pickling
+from . import _debug, _kernel, _pickling
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
 from ._runtime import Kind, get_runtime
 
@@ -140,7 +140,7 @@ class Future:
         consuming the future, KeyboardInterrupt naming the ranks still running on Ctrl-C."""
         if not self._done:
             try:
-                ready = self._wait_showing_output(timeout) if _kernel.in_kernel() else self._call.wait(timeout)
+                ready = self._wait(timeout)
             except KeyboardInterrupt:
                 _kernel.note_interrupted(self)
                 ranks = self.running_ranks()
@@ -156,16 +156,21 @@ class Future:
 
     result = get
 
-    def _wait_showing_output(self, timeout):
-        """In the kernel: waits in short slices, printing the procs' output as it comes (only
-        the main thread may print there)."""
+    def _wait(self, timeout):
+        """Waits in short slices (the GIL released in each): between them the kernel prints the
+        procs' output as it comes (only the main thread may print there), and actors that
+        stopped in pdb open the debugger prompt here (DESIGN §7)."""
+        in_kernel = _kernel.in_kernel()
+        step = 0.05 if in_kernel else 0.1
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+            left = step if deadline is None else max(0.0, min(step, deadline - time.monotonic()))
             ready = self._call.wait(left)
-            _kernel.drain_output()
+            if in_kernel:
+                _kernel.drain_output()
             if ready or (deadline is not None and time.monotonic() >= deadline):
                 return ready
+            _debug.on_wait(self._description)
 
     def _resolved(self):
         v = self._value
@@ -204,13 +209,26 @@ class Future:
                 if (self._call.done or self._call.fatal) and not waiter.done():
                     waiter.set_result(None)
 
+            def look_for_stops():
+                # Actors stopped in pdb open the debugger here, as in get().
+                if waiter.done():
+                    return
+                try:
+                    _debug.on_wait(self._description)
+                except BaseException as e:
+                    waiter.set_exception(e)
+                    return
+                checker[0] = loop.call_later(0.1, look_for_stops)
+
             loop.add_reader(fd, on_ready)
+            checker = [loop.call_later(0.1, look_for_stops)]
             try:
                 if self._call.done or self._call.fatal:
                     waiter.set_result(None)
                 yield from waiter.__await__()
             finally:
                 loop.remove_reader(fd)
+                checker[0].cancel()
                 _kernel.drain_output()
             self._finish()
         if self._error is not None:

@@ -5,6 +5,7 @@ restart request."""
 import collections
 import itertools
 import json
+import sys
 import threading
 import time
 
@@ -53,6 +54,8 @@ _cell_numbers = itertools.count(1)
 _SLOT_MAX_CHARS = 200_000
 _SLOT_UPDATE_S = 0.1
 _UPDATE = object()         # a _main_queue item: (_UPDATE, cell) updates that cell's slot
+_held = False              # the debugger prompt owns the cell: other output waits until it ends
+_stdin_allowed = False     # the executing request allows input_request (nbclient does not)
 
 
 class _Cell:
@@ -80,9 +83,10 @@ def _new_token():
     return f"{_token_prefix}.{next(_cell_numbers)}"
 
 
-def begin_cell(header_json):
+def begin_cell(header_json, allow_stdin=False):
     """Called by the kernel (C++) before a cell executes."""
-    global _current
+    global _current, _stdin_allowed
+    _stdin_allowed = bool(allow_stdin)
     from . import _context
 
     try:
@@ -284,13 +288,39 @@ def drain_output():
         return
     while True:
         with _cells_lock:
-            if not _main_queue:
+            if not _main_queue or _held:
                 return
             stream, text = _main_queue.pop(0)
         if stream is _UPDATE:
             _update_slot_here(text)
             continue
         write_std(stream, text)
+
+
+def hold_output(on):
+    """While the debugger prompt owns the cell, other remote output is kept back (so it does not
+    garble the prompt) and shown after it, in order."""
+    global _held
+    if not in_kernel():
+        return
+    with _cells_lock:
+        _held = bool(on)
+    if not on:
+        drain_output()
+
+
+def stdin_allowed():
+    return _stdin_allowed and _current is not None
+
+
+def input_request(prompt):
+    """A line from the Jupyter front end's input box (stdin channel), waited for without the
+    GIL; an interrupt raises KeyboardInterrupt."""
+    import xmesh_kernel_stdin
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return xmesh_kernel_stdin.input_request(prompt)
 
 
 def _name_errors_by_their_class(shell):

@@ -10,10 +10,20 @@ write(2) byte count moved during the call (C-level writes, children it waited fo
 are still in the pipes (children still running)."""
 import logging
 import sys
+import threading
 
 from . import _core
 
 _python_wrote = False  # Python wrote to stdout/stderr since the last marker
+_redirected = {}       # thread ident -> where that thread's prints go (a debugger session's relay)
+
+
+def redirect_thread(ident, target):
+    """While a pdb session runs a command, what its thread prints answers that command."""
+    if target is None:
+        _redirected.pop(ident, None)
+    else:
+        _redirected[ident] = target
 
 
 class _TrackedStream:
@@ -24,13 +34,16 @@ class _TrackedStream:
 
     def write(self, text):
         global _python_wrote
+        if _redirected:
+            target = _redirected.get(threading.get_ident())
+            if target is not None:
+                return target.write(text)
         _python_wrote = True
         return self._stream.write(text)
 
     def writelines(self, lines):
-        global _python_wrote
-        _python_wrote = True
-        return self._stream.writelines(lines)
+        for line in lines:
+            self.write(line)
 
     def __getattr__(self, name):
         return getattr(self._stream, name)

@@ -103,6 +103,15 @@ class Runtime:
             alloc = self.alloc(body.get("alloc"))
             if alloc is not None:
                 alloc.on_proc_exited(body)
+            from . import _debug
+
+            ctrl = _debug.controller_if_started()
+            if ctrl is not None:
+                ctrl.on_proc_exited(body.get("addr"), body.get("text", "the proc exited"))
+        elif kind == Kind.DebugEvent:
+            from . import _debug
+
+            _debug.controller().on_event(msg)
         elif kind == Kind.PeerDead:
             if body.get("host_lost"):
                 self._diag(body.get("error", {}).get("text", "a host agent was lost"))
@@ -226,4 +235,12 @@ def proc_environment():
         "XMESH_SYS_PATH": json.dumps([p for p in sys.path if p and os.path.isdir(p)]),
         "XMESH_LOG_LEVEL": str(DEFAULT_PROC_LOG_LEVEL),
         "PYTHONUNBUFFERED": "1",
+        "XMESH_POST_MORTEM": "1" if _post_mortem_on() else "0",
     }
+
+
+def _post_mortem_on():
+    from . import _debug
+
+    ctrl = _debug.controller_if_started()
+    return (ctrl is not None and ctrl.post_mortem) or os.environ.get("XMESH_POST_MORTEM") == "1"

@@ -29,12 +29,15 @@ def main():
     # Import the whole package now: a proc never imports code from a newer install later.
     import xmesh  # noqa: F401
 
-    from . import _proc_output
+    from . import _debug_proc, _proc_output
     from ._runtime import Kind, init_proc_runtime
 
     _proc_output.install(os.environ.get("XMESH_LOG_LEVEL", "20"))
+    _debug_proc.install()
+    _debug_proc.set_post_mortem(os.environ.get("XMESH_POST_MORTEM") == "1")
 
     rt = init_proc_runtime()
+    _core.enable_stack_dumps(rt.node)  # the debugger's `where`, answered without the GIL
     host = rt.ensure_actor_host()
     rank = int(os.environ["XMESH_RANK"])
     rt.node.send(os.environ["XMESH_CONTROLLER_ADDR"], int(Kind.Reply),
@@ -64,9 +67,13 @@ def main():
         elif msg.kind == Kind.FlushOutput:
             # The controller's flush barrier (end of a cell): everything written so far, then a marker.
             rt.node.reply(msg, True, {"m": _proc_output.flush_marker()})
+        elif msg.kind == Kind.DebugCommand:
+            _debug_proc.deliver(body)
         elif msg.kind == Kind.Configure:
             if "log_level" in body:
                 _proc_output.set_log_level(body["log_level"])
+            if "post_mortem" in body:
+                _debug_proc.set_post_mortem(body["post_mortem"])
             if msg.corr:
                 rt.node.reply(msg, True, {})
 

@@ -148,6 +148,10 @@ class KernelSession:
                 return msgs
         raise TimeoutError(f"no matching iopub message within {timeout} s; got {[m['msg_type'] for m in msgs]}")
 
+    def converse(self, code):
+        """Starts a cell that may ask for input (allow_stdin=True); see Conversation."""
+        return Conversation(self, self.kc.execute(code, store_history=True, allow_stdin=True))
+
     def interrupt(self):
         self.km.interrupt_kernel()
 
@@ -161,3 +165,96 @@ class KernelSession:
         finally:
             if self.km.has_kernel:
                 self.km.shutdown_kernel(now=False)
+
+
+class Conversation:
+    """A cell that talks through the stdin channel, as a person at the input box would:
+    `expect_prompt()` waits for the next input_request (collecting the cell's stdout meanwhile),
+    `answer(text)` replies, `finish()` waits for the end of the cell."""
+
+    def __init__(self, session, msg_id):
+        self.s = session
+        self.kc = session.kc
+        self.msg_id = msg_id
+        self.outputs = []
+        self.prompts = []
+        self.reply = None
+        self.idle = False
+        self.mark = 0  # stdout before this offset was already returned by expect_prompt
+
+    @property
+    def stdout(self):
+        return "".join(m["content"]["text"] for m in self.outputs
+                       if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
+
+    def _pump(self, timeout):
+        """Reads what is there on iopub and shell for this cell; returns an input_request prompt if one came."""
+        try:
+            msg = self.kc.get_stdin_msg(timeout=timeout)
+            if msg["msg_type"] == "input_request":
+                return msg["content"]["prompt"]
+        except Empty:
+            pass
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.01)
+            except Empty:
+                break
+            if msg["parent_header"].get("msg_id") != self.msg_id:
+                continue
+            if msg["msg_type"] == "status":
+                self.idle = self.idle or msg["content"]["execution_state"] == "idle"
+            elif msg["msg_type"] != "execute_input":
+                self.outputs.append(msg)
+        if self.reply is None:
+            try:
+                msg = self.kc.get_shell_msg(timeout=0.01)
+                if msg["parent_header"].get("msg_id") == self.msg_id:
+                    self.reply = msg
+            except Empty:
+                pass
+        return None
+
+    def expect_prompt(self, timeout=30):
+        """Waits for the next input_request: (its prompt, the stdout that came since the last one).
+        Output published just before the request may trail it on iopub: it is read until quiet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no input_request within {timeout} s; stdout: {self.stdout[self.mark:]!r}; "
+                                   f"reply: {self.reply and self.reply['content']}")
+            if self.reply is not None and self.idle:
+                raise AssertionError(f"the cell ended instead of prompting: {self.reply['content']}; "
+                                     f"stdout: {self.stdout[self.mark:]!r}")
+            prompt = self._pump(0.05)
+            if prompt is not None:
+                break
+        quiet_until = time.monotonic() + 0.2
+        while time.monotonic() < quiet_until:
+            n = len(self.outputs)
+            self._pump(0.02)
+            if len(self.outputs) != n:
+                quiet_until = time.monotonic() + 0.2
+        self.prompts.append(prompt)
+        text = self.stdout[self.mark:]
+        self.mark = len(self.stdout)
+        return prompt, text
+
+    def answer(self, text):
+        self.kc.input(text)
+
+    def say(self, text, timeout=30):
+        """Answers the pending prompt and waits for the next: (prompt, stdout in between)."""
+        self.answer(text)
+        return self.expect_prompt(timeout)
+
+    def finish(self, timeout=60):
+        """Waits for the cell's reply and idle; returns a CellResult with everything it output."""
+        deadline = time.monotonic() + timeout
+        while not (self.reply and self.idle):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cell did not finish within {timeout} s; stdout: {self.stdout!r}")
+            prompt = self._pump(0.05)
+            if prompt is not None:
+                raise AssertionError(f"unexpected input_request {prompt!r}; stdout: {self.stdout!r}")
+        return CellResult(self.reply, self.outputs)

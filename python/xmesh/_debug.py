@@ -1,0 +1,625 @@
+"""The controller side of the mesh-aware debugger (DESIGN §7; debugger/README.md).
+
+`DebugController` keeps the table of debug sessions the procs report (DebugEvent messages, see
+_debug_proc), sends them pdb commands (DebugCommand) and gathers stacks (DumpStacks, answered
+by each proc's I/O thread without its GIL). `DebugPrompt` is the `xmesh_dbg>` command loop; it
+talks to the user through a small I/O object: the notebook cell (Jupyter stdin channel), the
+terminal a script runs in, or an `xmesh debug` client. A `get()` / `await` that sees a new stop
+opens the prompt (`on_wait`)."""
+import linecache
+import os
+import shlex
+import sys
+import threading
+import time
+
+from . import _core
+
+RESUME_WAIT_S = 0.5    # after a command lets a rank run on, how long to wait for its next stop
+ANSWER_WAIT_S = 30.0   # how long a pdb command may take before the prompt comes back without it
+NOTICE_DELAY_S = 0.5   # a stop no waiting cell picked up by then gets a notice
+
+
+class DebuggerQuit(RuntimeError):
+    """`quit` left the debugger with actors still stopped in pdb."""
+
+
+class ActorsStopped(RuntimeError):
+    """Actors stopped in pdb where nobody can answer (XMESH_DEBUG=error, or no input)."""
+
+
+class Session:
+    def __init__(self, addr, sid):
+        self.addr, self.sid = addr, sid
+        self.actor, self.rank, self.coords, self.host, self.pid = "?", -1, {}, "?", 0
+        self.function, self.file, self.line, self.reason, self.cell = "?", "?", 0, "breakpoint", ""
+        self.sizes = {}          # the actor mesh's dimensions (for ranks(...) selectors)
+        self.stack = []
+        self.state = "stopped"   # stopped (waits for a command) / running / ended
+        self.out = []            # output since the user last saw it
+        self.events = 0
+        self.shown = False       # a prompt (or a notice) has shown this stop
+
+    @property
+    def key(self):
+        return (self.addr, self.sid)
+
+    def label(self):
+        return f"{self.actor} {self.rank}"
+
+    def take_output(self):
+        text = "".join(self.out)
+        self.out.clear()
+        return text
+
+
+def ranks_text(ranks):
+    """"rank 3" or "ranks 0-2,5"."""
+    text = _core.describe_ranks(list(ranks))
+    return text if text.startswith("ranks") else f"rank {text}"
+
+
+def coords_text(coords):
+    return ", ".join(f"{k}={v}" for k, v in coords.items()) or "-"
+
+
+def format_table(sessions):
+    rows = [("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.", "Reason")]
+    for s in sorted(sessions, key=lambda s: (s.actor, s.rank)):
+        rows.append((s.actor, str(s.rank), coords_text(s.coords), s.host, s.function, str(s.line), s.reason))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line]
+    for n, r in enumerate(rows):
+        out.append("|" + "|".join(f" {c:<{w}} " for c, w in zip(r, widths)) + "|")
+        if n == 0:
+            out.append(line.replace("-", "="))
+    out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _runtime_frame(file):
+    """Frames of the runtime itself (xmesh's package, threading), left out of user stacks."""
+    return os.path.basename(os.path.dirname(file)) == "xmesh" or file.endswith(("/threading.py", "/queue.py"))
+
+
+def _user_frames(frames):
+    """The frames from the endpoint inwards: the runtime's leading frames dropped."""
+    i = 0
+    while i < len(frames) and _runtime_frame(frames[i][0]):
+        i += 1
+    return list(frames[i:])
+
+
+def format_stack(frames, indent="    "):
+    out = []
+    for file, line, function in frames:
+        out.append(f'{indent}File "{file}", line {line}, in {function}\n')
+        src = linecache.getline(file, line).strip()
+        if src:
+            out.append(f"{indent}  {src}\n")
+    return "".join(out)
+
+
+class DebugController:
+    def __init__(self, rt):
+        self.rt = rt
+        self.cond = threading.Condition()
+        self.sessions = {}       # (addr, sid) -> Session, stopped or running
+        self.notes = []          # what the next prompt says first (ranks that died while stopped)
+        self.new_stop = False    # a stop that no prompt has shown yet
+        self.prompt_open = False
+        self.post_mortem = False
+
+    # -- events (the runtime's control thread) ------------------------------------------------
+    def on_event(self, msg):
+        body = msg.body or {}
+        addr = msg.sender_addr
+        ev = body.get("ev")
+        if ev == "sources":
+            self._send_sources(addr, body)
+            return
+        with self.cond:
+            key = (addr, body.get("sid"))
+            s = self.sessions.get(key)
+            if s is None and ev in ("running", "ended"):
+                return
+            if s is None:
+                s = self.sessions[key] = Session(*key)
+            s.events += 1
+            s.out.append(body.get("out", ""))
+            if ev == "prompt":
+                s.state = "stopped"
+                for f in ("actor", "rank", "coords", "sizes", "host", "pid", "cell", "reason", "function", "file",
+                          "line"):
+                    if f in body:
+                        setattr(s, f, body[f])
+                if body.get("stop"):
+                    s.stack = [tuple(f) for f in body.get("stack", [])]
+                    s.shown = False
+                    self.new_stop = True
+                    threading.Timer(NOTICE_DELAY_S, self._notice_if_unseen, (s,)).start()
+            elif ev == "running":
+                s.state = "running"
+            elif ev == "ended":
+                s.state = "ended"
+                del self.sessions[key]
+            self.cond.notify_all()
+
+    def _send_sources(self, addr, body):
+        sources = {}
+        for name in body.get("files", []):
+            lines = linecache.getlines(name)
+            sources[name] = "".join(lines) if lines else None
+        self._command(addr, {"sid": body.get("sid"), "sources": sources})
+
+    def _notice_if_unseen(self, s):
+        """A stop that no waiting cell turned into a prompt (after a broadcast, or a call nobody
+        waits on): say so where that call came from."""
+        with self.cond:
+            if s.shown or s.state != "stopped" or self.prompt_open:
+                return
+            s.shown = True
+        where = f"{os.path.basename(s.file)}:{s.line} in {s.function}()"
+        self.rt._diag(f"{s.actor} rank {s.rank} stopped in pdb at {where} ({s.reason}); no call waits for it: "
+                      f"xmesh.debug() (or %xmesh_debug) opens the debugger", s.cell)
+
+    def on_proc_exited(self, addr, text):
+        with self.cond:
+            gone = [s for s in self.sessions.values() if s.addr == addr]
+            for s in gone:
+                del self.sessions[s.key]
+                self.notes.append(f"{s.actor} rank {s.rank} died while stopped in pdb: {text}")
+            if gone:
+                self.cond.notify_all()
+
+    # -- queries --------------------------------------------------------------------------------
+    def stopped(self):
+        with self.cond:
+            return sorted((s for s in self.sessions.values() if s.state == "stopped"), key=lambda s: (s.actor, s.rank))
+
+    def take_notes(self):
+        with self.cond:
+            notes, self.notes = self.notes, []
+        return notes
+
+    def find(self, actor, rank):
+        with self.cond:
+            for s in self.sessions.values():
+                if s.actor == actor and s.rank == rank:
+                    return s
+        return None
+
+    def actors(self):
+        with self.cond:
+            return sorted({s.actor for s in self.sessions.values()})
+
+    # -- commands ---------------------------------------------------------------------------------
+    def _command(self, addr, body):
+        from ._runtime import Kind
+
+        try:
+            self.rt.node.send(addr, int(Kind.DebugCommand), body)
+            return True
+        except Exception:
+            return False
+
+    def send(self, sessions, cmd):
+        """Sends one pdb command to each session and waits for every answer: {session: text}.
+        A session that runs on (n, s, c...) is given RESUME_WAIT_S to stop again."""
+        before = {}
+        with self.cond:
+            for s in sessions:
+                before[s.key] = s.events
+                s.state = "waiting"
+                s.out.clear()  # the answer is what comes after this input
+        for s in sessions:
+            if not self._command(s.addr, {"sid": s.sid, "cmd": cmd}):
+                with self.cond:
+                    s.state = "ended"
+                    self.sessions.pop(s.key, None)
+        return self._answers(sessions, before, ANSWER_WAIT_S)
+
+    def _answers(self, sessions, before, timeout):
+        deadline = time.monotonic() + timeout
+        resumed_at = {}
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                pending = []
+                for s in sessions:
+                    if s.state == "running":
+                        resumed_at.setdefault(s.key, now)
+                        if now - resumed_at[s.key] < RESUME_WAIT_S:
+                            pending.append(s)
+                    elif s.state == "waiting" or s.events == before[s.key]:
+                        if s.key in self.sessions:
+                            pending.append(s)
+                if not pending or now >= deadline:
+                    break
+                self.cond.wait(0.05)
+            return {s: s.take_output() for s in sessions}
+
+    def continue_all(self, sessions=None):
+        """Clears breakpoints and continues the given (default: every stopped) session."""
+        sessions = self.stopped() if sessions is None else sessions
+        before = {}
+        with self.cond:
+            for s in sessions:
+                before[s.key] = s.events
+        for s in sessions:
+            self._command(s.addr, {"sid": s.sid, "continue": True})
+        deadline = time.monotonic() + 5.0
+        with self.cond:
+            while any(s.state == "stopped" and s.key in self.sessions for s in sessions):
+                if time.monotonic() >= deadline:
+                    break
+                self.cond.wait(0.05)
+        return sessions
+
+    def set_post_mortem(self, on):
+        """Post-mortem debugging for every proc of this controller, now and later."""
+        from ._runtime import Kind
+
+        self.post_mortem = bool(on)
+        for alloc in self.rt.owned_allocs():
+            for p in alloc.procs.values():
+                try:
+                    self.rt.node.send(p["addr"], int(Kind.Configure), {"post_mortem": self.post_mortem})
+                except Exception:
+                    pass
+
+    # -- stacks -------------------------------------------------------------------------------------
+    def stacks(self, timeout=2.0):
+        """Per actor mesh: [(rank, state, frames)] for every rank of every live actor, the
+        stopped ones from their pdb session, the others dumped by their proc without the GIL."""
+        from ._runtime import Kind
+
+        addrs = sorted({p["addr"] for a in self.rt.owned_allocs() for r, p in a.procs.items()
+                        if r in a.alive_ranks()})
+        stopped = {(s.actor, s.rank): s for s in self.stopped()}
+        by_mesh = {}
+        unanswered = []
+        if addrs:
+            call = self.rt.node.call([(a, "") for a in addrs], int(Kind.DumpStacks), "", {}, None, True)
+            call.wait(timeout)
+            answered = set()
+            for index, ok, body, _ in call.take():
+                answered.add(index)
+                if not ok:
+                    continue
+                labels = body.get("labels", {})
+                for ident, _current, frames in _core.parse_thread_dump(body.get("stacks", "")):
+                    label = labels.get(str(ident))
+                    if not label or "\t" not in label:
+                        continue
+                    actor, rank = label.split("\t", 1)
+                    rank = int(rank)
+                    if (actor, rank) in stopped:
+                        continue
+                    user = _user_frames(frames)
+                    by_mesh.setdefault(actor, []).append((rank, "running" if user else "idle", user))
+            self.rt.node.forget_call(call.id)
+            unanswered = [addrs[i] for i in range(len(addrs)) if i not in answered]
+        for (actor, rank), s in stopped.items():
+            by_mesh.setdefault(actor, []).append((rank, f"stopped in pdb ({s.reason})", s.stack))
+        return by_mesh, unanswered
+
+    def format_stacks(self):
+        by_mesh, unanswered = self.stacks()
+        if not by_mesh:
+            return "no live actors\n"
+        out = []
+        for actor in sorted(by_mesh):
+            ranks = by_mesh[actor]
+            out.append(f"{actor}: {len(ranks)} rank{'s' if len(ranks) != 1 else ''}\n")
+            for state, frames, group in _core.group_stacks(ranks):
+                n = len(group)
+                out.append(f"  {n} rank{'s' if n != 1 else ''} ({ranks_text(group)}) {state}"
+                           f"{':' if frames else ''}\n")
+                out.append(format_stack(frames, "      "))
+        if unanswered:
+            out.append(f"(no stacks from {len(unanswered)} proc(s) within 2 s: {', '.join(unanswered)})\n")
+        return "".join(out)
+
+
+# -- the prompt --------------------------------------------------------------------------------------
+HELP = """xmesh debugger commands:
+  list (l)                          the table of stopped actors
+  attach (a) <actor> <rank>         talk to that rank's pdb; `detach` comes back here
+  cast <actor> ranks(...) <cmd>     one pdb command to several ranks, answers grouped
+                                    ranks(3), ranks(1,4,6), ranks(2:8:2), ranks(gpus=0:4, hosts=(0,2))
+  continue (c)                      clear breakpoints and continue every stopped actor
+  where (w)                         stacks of every rank, stopped and running, merged into groups
+  help (h)                          this text
+  quit (q)                          leave with the actors still stopped (xmesh.debug() comes back)
+"""
+
+
+class DebugPrompt:
+    """The `xmesh_dbg>` loop. io: write(text) and read(prompt) (raising EOFError or
+    KeyboardInterrupt). Returns "resumed" when no session is stopped any more, "quit"."""
+
+    def __init__(self, ctrl, io):
+        self.ctrl = ctrl
+        self.io = io
+
+    def run(self, leave_when_resumed=True):
+        self._notes()
+        stopped = self.ctrl.stopped()
+        for s in stopped:
+            s.shown = True
+        self.io.write(format_table(stopped) if stopped else "[xmesh] no actors are stopped in pdb\n")
+        if not stopped and leave_when_resumed:
+            return "resumed"
+        while True:
+            try:
+                line = self.io.read("xmesh_dbg> ")
+            except EOFError:
+                return "quit"
+            outcome = self.handle(line)
+            if outcome == "quit":
+                return "quit"
+            self._notes()
+            if leave_when_resumed and not self.ctrl.stopped():
+                self.io.write("[xmesh] no actor is stopped any more; back to waiting for the call\n")
+                return "resumed"
+
+    def _notes(self):
+        for n in self.ctrl.take_notes():
+            self.io.write(f"[xmesh] {n}\n")
+
+    def handle(self, line):
+        line = line.strip()
+        if not line:
+            return None
+        word, _, rest = line.partition(" ")
+        rest = rest.strip()
+        try:
+            if word in ("list", "l"):
+                self.io.write(format_table(self.ctrl.stopped()))
+            elif word in ("attach", "a"):
+                self.attach(rest)
+            elif word == "cast":
+                self.cast(rest)
+            elif word in ("continue", "c"):
+                n = len(self.ctrl.continue_all())
+                self.io.write(f"[xmesh] continued {n} session{'s' if n != 1 else ''}\n")
+            elif word in ("where", "w", "bt"):
+                self.io.write(self.ctrl.format_stacks())
+            elif word in ("help", "h", "?"):
+                self.io.write(HELP)
+            elif word in ("quit", "q", "exit"):
+                return "quit"
+            elif word == "detach":
+                self.io.write("[xmesh] not attached to any rank\n")
+            else:
+                self.io.write(f"[xmesh] unknown command {word!r}; `help` lists the commands\n")
+        except _CommandError as e:
+            self.io.write(f"[xmesh] {e}\n")
+        return None
+
+    def _actor_and_rest(self, text, what):
+        actors = self.ctrl.actors()
+        parts = text.split(None, 1)
+        if parts and parts[0] in actors:
+            return parts[0], (parts[1] if len(parts) > 1 else "")
+        if len(actors) == 1 and parts and not parts[0].isidentifier():
+            return actors[0], text  # one actor mesh stopped: its name may be left out
+        if not actors:
+            raise _CommandError("no actors are stopped in pdb")
+        raise _CommandError(f"{what}: name the actor first, one of: {', '.join(actors)}"
+                            + (f" (got {parts[0]!r})" if parts else ""))
+
+    def attach(self, text):
+        actor, rest = self._actor_and_rest(text, "usage: attach <actor> <rank>")
+        try:
+            rank = int(rest.strip())
+        except ValueError:
+            raise _CommandError(f"usage: attach <actor> <rank>; {rest.strip()!r} is not a rank") from None
+        s = self.ctrl.find(actor, rank)
+        if s is None or s.state != "stopped":
+            ranks = [x.rank for x in self.ctrl.stopped() if x.actor == actor]
+            raise _CommandError(f"{actor} rank {rank} is not stopped in pdb (stopped ranks of {actor}: "
+                                f"{_core.describe_ranks(ranks) if ranks else 'none'})")
+        self.io.write(f"[xmesh] attached to {actor} rank {rank}; `detach` returns to xmesh_dbg>\n")
+        prompt = self._show(s.take_output())
+        while True:
+            cmd = self.io.read(f"[{actor} {rank}] {prompt}")
+            if cmd.strip() == "detach":
+                self.io.write(f"[xmesh] detached from {actor} rank {rank}\n")
+                return
+            answers = self.ctrl.send([s], cmd.rstrip("\n"))
+            prompt = self._show(answers[s])
+            if s.state != "stopped":
+                self.io.write(f"[xmesh] {actor} rank {rank} is {'running' if s.state != 'ended' else 'done'}; "
+                              f"detached\n")
+                return
+
+    def _show(self, text):
+        """Writes pdb's output, returning its trailing prompt ("(Pdb) ") for the input box."""
+        prompt = "(Pdb) "
+        if text.endswith(prompt):
+            text = text[: -len(prompt)]
+        if text:
+            self.io.write(text if text.endswith("\n") else text + "\n")
+        return prompt
+
+    def cast(self, text):
+        actor, rest = self._actor_and_rest(text, "usage: cast <actor> ranks(...) <pdb command>")
+        rest = rest.strip()
+        try:
+            end = _core.rank_selector_end(rest, 0)
+        except ValueError as e:
+            raise _CommandError(f"{e}; usage: cast <actor> ranks(...) <pdb command>") from None
+        selector, cmd = rest[:end], rest[end:].strip()
+        if not cmd:
+            raise _CommandError("cast needs a pdb command after the ranks, e.g. cast trainer ranks(0:2) p loss")
+        shape = self._shape_of(actor)
+        try:
+            ranks = _core.select_ranks(selector, *shape)
+        except ValueError as e:
+            raise _CommandError(str(e)) from None
+        stopped = {s.rank: s for s in self.ctrl.stopped() if s.actor == actor}
+        targets = [stopped[r] for r in ranks if r in stopped]
+        missing = [r for r in ranks if r not in stopped]
+        if not targets:
+            raise _CommandError(f"none of {actor} {ranks_text(ranks)} is stopped in pdb")
+        if missing:
+            self.io.write(f"[xmesh] not stopped, skipped: {actor} {ranks_text(missing)}\n")
+        answers = self.ctrl.send(targets, cmd)
+        groups = {}
+        for s, text in answers.items():
+            if text.endswith("(Pdb) "):
+                text = text[: -len("(Pdb) ")]
+            groups.setdefault(text, []).append(s.rank)
+        for text, rs in sorted(groups.items(), key=lambda kv: min(kv[1])):
+            if text and not text.endswith("\n"):
+                text += "\n"
+            self.io.write(f"[{actor} {ranks_text(rs)}]\n{text}")
+
+    def _shape_of(self, actor):
+        """(labels, sizes) of an actor mesh, as its sessions reported them."""
+        with self.ctrl.cond:
+            sizes = next((s.sizes for s in self.ctrl.sessions.values() if s.actor == actor and s.sizes), {})
+        return list(sizes), list(sizes.values())
+
+
+class _CommandError(Exception):
+    pass
+
+
+# -- I/O: where the prompt talks ------------------------------------------------------------------------
+class TerminalIO:
+    """A script run from a terminal: its own stdin and stdout."""
+
+    def write(self, text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def read(self, prompt):
+        return input(prompt)
+
+
+class KernelIO:
+    """A notebook cell: output in the cell, input through the Jupyter stdin channel."""
+
+    def write(self, text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def read(self, prompt):
+        from . import _kernel
+
+        return _kernel.input_request(prompt)
+
+
+_controller = None
+_controller_lock = threading.Lock()
+
+
+def controller():
+    global _controller
+    from ._runtime import get_runtime
+
+    with _controller_lock:
+        if _controller is None:
+            _controller = DebugController(get_runtime())
+        return _controller
+
+
+def controller_if_started():
+    return _controller
+
+
+def _input_possible():
+    from . import _kernel
+
+    if _kernel.in_kernel():
+        return _kernel.stdin_allowed()
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except Exception:
+        return False
+
+
+def on_wait(future_description):
+    """Called by a waiting get() / await on the main thread: opens the debugger when actors
+    stopped since the last look. Raises DebuggerQuit or ActorsStopped for the waiter."""
+    ctrl = _controller
+    if ctrl is None or not ctrl.new_stop or threading.current_thread() is not threading.main_thread():
+        return
+    ctrl.new_stop = False
+    if not ctrl.stopped():
+        return
+    open_prompt(waiting_for=future_description)
+
+
+def open_prompt(waiting_for=None):
+    ctrl = controller()
+    from . import _kernel
+
+    mode = os.environ.get("XMESH_DEBUG", "").lower()
+    io = KernelIO() if _kernel.in_kernel() else TerminalIO()
+    stopped = ctrl.stopped()
+    if mode == "error" and stopped:
+        raise ActorsStopped(_stopped_text(stopped, "XMESH_DEBUG=error"))
+    if not _input_possible():
+        if not stopped:
+            return
+        for s in stopped:
+            s.shown = True
+        io.write("[xmesh] actors stopped in pdb, and this run cannot take input (no stdin); "
+                 "showing where they are and continuing them (XMESH_DEBUG=error fails instead)\n")
+        io.write(format_table(stopped))
+        io.write(ctrl.format_stacks())
+        ctrl.continue_all(stopped)
+        return
+    ctrl.prompt_open = True
+    _kernel.hold_output(True)
+    try:
+        outcome = DebugPrompt(ctrl, io).run(leave_when_resumed=waiting_for is not None)
+    except KeyboardInterrupt:
+        ctrl.continue_all()
+        raise
+    finally:
+        ctrl.prompt_open = False
+        _kernel.hold_output(False)
+    if outcome == "quit" and waiting_for is not None:
+        left = ctrl.stopped()
+        if left:
+            raise DebuggerQuit(_stopped_text(left, "you left the debugger") +
+                               "; xmesh.debug() (or %xmesh_debug) opens it again")
+
+
+def _stopped_text(sessions, why):
+    by_actor = {}
+    for s in sessions:
+        by_actor.setdefault(s.actor, []).append(s.rank)
+    names = "; ".join(f"{a} {ranks_text(r)}" for a, r in sorted(by_actor.items()))
+    return f"{why} with actors stopped in pdb: {names}"
+
+
+class _DebugFunction:
+    """`xmesh.debug()`: opens the debugger prompt here (for actors stopped while no call waited
+    for them). `xmesh.debug.post_mortem(True)`: an unhandled exception in an endpoint stops that
+    rank in pdb at the raising frame."""
+
+    def __call__(self):
+        ctrl = controller()
+        ctrl.new_stop = False
+        open_prompt(waiting_for=None)
+
+    def post_mortem(self, on=True):
+        controller().set_post_mortem(on)
+
+    def sessions(self):
+        """The stopped sessions as dicts (actor, rank, coords, host, pid, function, file, line, reason)."""
+        return [{f: getattr(s, f) for f in ("actor", "rank", "coords", "host", "pid", "function", "file", "line",
+                                            "reason")} for s in controller().stopped()]
+
+    def __repr__(self):
+        return "<xmesh.debug: call it to open the debugger prompt>"
+
+
+debug = _DebugFunction()

@@ -1,0 +1,279 @@
+"""The proc side of the mesh-aware debugger (DESIGN §7; debugger/README.md).
+
+`breakpoint()` / `pdb.set_trace()` in an actor start a RemotePdb: a pdb whose stdin and stdout
+are a relay to the controller. Everything pdb writes is kept until it asks for its next
+command; then it goes to the controller as one DebugEvent ("prompt"), and the relay waits for
+one DebugCommand. So a pdb command costs one message each way, however many lines it prints.
+
+Events (body "ev"): "prompt" (the session waits for a command; with its location, its first
+prompt of a stop carries the whole table row and the stack), "running" (a command let the code
+run on), "ended" (the call finished: the session is gone), "sources" (files of the stack this
+host cannot read: the controller sends their text, so `l` works on notebook-defined code)."""
+import bdb
+import itertools
+import linecache
+import os
+import pdb
+import queue
+import sys
+import threading
+
+from . import _core, _proc_output
+from ._context import actor_context, current_cell, current_rank, current_size
+
+_HOST = _core.hostname()
+_sids = itertools.count(1)
+_sessions = {}             # sid -> RemotePdb (stopped or stepping)
+_by_thread = {}            # thread ident -> RemotePdb
+_lock = threading.Lock()
+_post_mortem = False
+# Frames of these modules are the runtime's, not the user's: pdb never stops in them.
+_SKIP = ["xmesh", "xmesh.*", "threading", "concurrent.futures.*", "asyncio.*", "bdb", "pdb"]
+_CONTINUE = object()       # the controller's `continue`: clear breakpoints, then `c`
+SOURCE_WAIT_S = 5.0
+
+
+def _controller():
+    from ._runtime import get_runtime
+
+    rt = get_runtime()
+    return rt, os.environ.get("XMESH_CONTROLLER_ADDR", "")
+
+
+def _send(body):
+    from ._runtime import Kind
+
+    rt, addr = _controller()
+    if not addr:
+        return
+    try:
+        rt.node.send(addr, int(Kind.DebugEvent), body)
+    except Exception:
+        pass  # the controller is gone: nobody to show this to
+
+
+class _Relay:
+    """pdb's stdin and stdout: output is kept until pdb reads its next command."""
+
+    def __init__(self, session):
+        self.session = session
+        self.out = []
+        self.commands = queue.Queue()
+        self.encoding = "utf-8"
+
+    def write(self, text):
+        self.out.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def take(self):
+        text = "".join(self.out)
+        self.out.clear()
+        return text
+
+    def readline(self):
+        self.session.prompting()
+        while True:
+            cmd = self.commands.get()
+            if cmd is _CONTINUE:
+                self.session.clear_all_breaks()
+                return "c\n"
+            if isinstance(cmd, dict):  # sources from the controller, then keep waiting
+                _install_sources(cmd)
+                continue
+            return cmd + "\n"
+
+
+def _install_sources(sources):
+    for name, text in sources.items():
+        if text is not None:
+            lines = text.splitlines(keepends=True)
+            linecache.cache[name] = (len(text), None, lines, name)
+
+
+class RemotePdb(pdb.Pdb):
+    def __init__(self, reason):
+        self.relay = _Relay(self)
+        super().__init__(stdin=self.relay, stdout=self.relay, skip=_SKIP, nosigint=True)
+        self.prompt = "(Pdb) "
+        self.reason = reason
+        self.sid = f"{os.getpid()}.{next(_sids)}"
+        self.thread = threading.get_ident()
+        self.announced = False
+        self.fresh_stop = True
+        self.cell = current_cell() or ""
+        ctx = actor_context()
+        self.actor = getattr(ctx, "mesh_name", None) or "proc"
+        point = current_rank()
+        self.rank = point.rank
+        try:
+            self.coords = dict(point)
+            self.sizes = current_size()
+        except Exception:
+            self.coords, self.sizes = {}, {}
+        with _lock:
+            _sessions[self.sid] = self
+            _by_thread[self.thread] = self
+
+    # -- pdb hooks ---------------------------------------------------------------------------
+    def interaction(self, frame, traceback):
+        self.fresh_stop = True
+        _proc_output.redirect_thread(self.thread, self.relay)  # `!print(x)` answers here too
+        try:
+            self._fetch_missing_sources(frame, traceback)
+            super().interaction(frame, traceback)
+        finally:
+            _proc_output.redirect_thread(self.thread, None)
+            if self.sid in _sessions:
+                _send({"ev": "running", "sid": self.sid, "out": self.relay.take()})
+
+    # -- the relay ---------------------------------------------------------------------------
+    def _location(self):
+        f = self.curframe
+        if f is None:
+            return {"function": "?", "file": "?", "line": 0}
+        return {"function": f.f_code.co_name, "file": f.f_code.co_filename, "line": self.curframe.f_lineno}
+
+    def _stack(self):
+        out = []
+        for f, lineno in self.stack:
+            if self.is_skipped_module(f.f_globals.get("__name__")):
+                continue
+            out.append((f.f_code.co_filename, lineno, f.f_code.co_name))
+        return out
+
+    def prompting(self):
+        body = {"ev": "prompt", "sid": self.sid, "out": self.relay.take(), **self._location()}
+        if self.fresh_stop:
+            self.fresh_stop = False
+            body.update(stop=True, stack=self._stack(), reason=self.reason)
+            if not self.announced:
+                self.announced = True
+                body.update(actor=self.actor, rank=self.rank, coords=self.coords, sizes=self.sizes, host=_HOST, pid=os.getpid(),
+                            cell=self.cell)
+        _send(body)
+
+    def _fetch_missing_sources(self, frame, tb):
+        """Files of the stack this host cannot read (code defined in notebook cells, files that
+        exist only on the controller's host): their text comes from the controller."""
+        names = set()
+        f = frame
+        while f is not None:
+            names.add(f.f_code.co_filename)
+            f = f.f_back
+        while tb is not None:
+            names.add(tb.tb_frame.f_code.co_filename)
+            tb = tb.tb_next
+        missing = sorted(n for n in names if not linecache.getlines(n))
+        if not missing:
+            return
+        _send({"ev": "sources", "sid": self.sid, "files": missing})
+        try:
+            cmd = self.relay.commands.get(timeout=SOURCE_WAIT_S)
+        except queue.Empty:
+            return
+        if isinstance(cmd, dict):
+            _install_sources(cmd)
+        else:
+            self.relay.commands.put(cmd)  # a command came first (cannot happen in order; keep it)
+
+    def end(self):
+        """The call this session stopped in is over (or the proc stops): forget it."""
+        with _lock:
+            if _sessions.pop(self.sid, None) is None:
+                return
+            _by_thread.pop(self.thread, None)
+        sys.settrace(None)
+        _send({"ev": "ended", "sid": self.sid, "out": self.relay.take()})
+
+
+# -- entry points ------------------------------------------------------------------------------
+def _session_for_this_thread(reason):
+    s = _by_thread.get(threading.get_ident())
+    if s is None:
+        s = RemotePdb(reason)
+    else:
+        s.reason = reason
+    return s
+
+
+def set_trace(frame=None, *, header=None):
+    """pdb.set_trace() in a proc."""
+    s = _session_for_this_thread("breakpoint")
+    if header is not None:
+        s.message(header)
+    s.set_trace(frame or sys._getframe().f_back)
+
+
+def breakpoint_hook(*args, **kwargs):
+    """sys.breakpointhook in a proc; PYTHONBREAKPOINT=0 still turns breakpoint() off."""
+    if os.environ.get("PYTHONBREAKPOINT") == "0":
+        return None
+    set_trace(sys._getframe().f_back)
+
+
+def install():
+    """Called once by the proc's main: breakpoint() and pdb.set_trace() stop remotely."""
+    sys.breakpointhook = breakpoint_hook
+    pdb.set_trace = set_trace
+
+
+def set_post_mortem(on):
+    global _post_mortem
+    _post_mortem = bool(on)
+
+
+def post_mortem(exc):
+    """An endpoint raised exc: with post-mortem on, stop in pdb at the raising frame first.
+    Returns once the session continues (the error is then returned as usual)."""
+    if not _post_mortem or isinstance(exc, (bdb.BdbQuit, KeyboardInterrupt, SystemExit)):
+        return
+    tb = exc.__traceback__
+    if tb is None:
+        return
+    s = _session_for_this_thread("exception")
+    s.reset()
+    s.message(f"{type(exc).__name__}: {exc}")
+    try:
+        s.interaction(None, tb)
+    except bdb.BdbQuit:
+        pass
+    finally:
+        s.end()
+
+
+def call_finished():
+    """The actor thread's call is over: a session it had ends (tracing stops with it)."""
+    s = _by_thread.get(threading.get_ident())
+    if s is not None:
+        s.end()
+
+
+def deliver(body):
+    """A DebugCommand from the controller (the proc's main thread calls this)."""
+    sid = body.get("sid")
+    if sid == "*":
+        targets = list(_sessions.values())
+    else:
+        s = _sessions.get(sid)
+        targets = [s] if s is not None else []
+    if not targets and "cmd" in body and sid != "*":
+        _send({"ev": "ended", "sid": sid, "out": "", "gone": True})  # the controller's view was stale
+        return
+    for s in targets:
+        if "sources" in body:
+            s.relay.commands.put(body["sources"])
+        if body.get("continue"):
+            s.relay.commands.put(_CONTINUE)
+        elif "cmd" in body:
+            s.relay.commands.put(str(body["cmd"]))
+
+
+def thread_label(ctx):
+    """What the controller's `where` calls the thread running this actor."""
+    return f"{ctx.mesh_name}\t{ctx.rank}"
