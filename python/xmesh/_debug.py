@@ -8,7 +8,6 @@ terminal a script runs in, or an `xmesh debug` client. A `get()` / `await` that 
 opens the prompt (`on_wait`)."""
 import linecache
 import os
-import shlex
 import sys
 import threading
 import time
@@ -18,6 +17,8 @@ from . import _core
 RESUME_WAIT_S = 0.5    # after a command lets a rank run on, how long to wait for its next stop
 ANSWER_WAIT_S = 30.0   # how long a pdb command may take before the prompt comes back without it
 NOTICE_DELAY_S = 0.5   # a stop no waiting cell picked up by then gets a notice
+SETTLE_QUIET_S = 0.15  # ranks that hit a breakpoint together: the table waits until stops pause
+SETTLE_MAX_S = 1.0
 
 
 class DebuggerQuit(RuntimeError):
@@ -110,6 +111,8 @@ class DebugController:
         self.new_stop = False    # a stop that no prompt has shown yet
         self.prompt_open = False
         self.post_mortem = False
+        self.commands_sent = 0   # DebugCommand messages (tests count them: one per command per rank)
+        self.last_stop_at = 0.0
 
     # -- events (the runtime's control thread) ------------------------------------------------
     def on_event(self, msg):
@@ -138,6 +141,7 @@ class DebugController:
                     s.stack = [tuple(f) for f in body.get("stack", [])]
                     s.shown = False
                     self.new_stop = True
+                    self.last_stop_at = time.monotonic()
                     threading.Timer(NOTICE_DELAY_S, self._notice_if_unseen, (s,)).start()
             elif ev == "running":
                 s.state = "running"
@@ -173,6 +177,18 @@ class DebugController:
             if gone:
                 self.cond.notify_all()
 
+    def settle(self):
+        """Waits until stops pause (SETTLE_QUIET_S without a new one, at most SETTLE_MAX_S): ranks
+        that reach a breakpoint together show up in one table."""
+        deadline = time.monotonic() + SETTLE_MAX_S
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                left = min(self.last_stop_at + SETTLE_QUIET_S, deadline) - now
+                if left <= 0:
+                    return
+                self.cond.wait(left)
+
     # -- queries --------------------------------------------------------------------------------
     def stopped(self):
         with self.cond:
@@ -200,6 +216,7 @@ class DebugController:
 
         try:
             self.rt.node.send(addr, int(Kind.DebugCommand), body)
+            self.commands_sent += 1
             return True
         except Exception:
             return False
@@ -362,7 +379,7 @@ class DebugPrompt:
                 return "quit"
             self._notes()
             if leave_when_resumed and not self.ctrl.stopped():
-                self.io.write("[xmesh] no actor is stopped any more; back to waiting for the call\n")
+                self.io.write("[xmesh] no actor is stopped in pdb any more\n")
                 return "resumed"
 
     def _notes(self):
@@ -561,6 +578,7 @@ def open_prompt(waiting_for=None):
 
     mode = os.environ.get("XMESH_DEBUG", "").lower()
     io = KernelIO() if _kernel.in_kernel() else TerminalIO()
+    ctrl.settle()
     stopped = ctrl.stopped()
     if mode == "error" and stopped:
         raise ActorsStopped(_stopped_text(stopped, "XMESH_DEBUG=error"))
@@ -578,7 +596,7 @@ def open_prompt(waiting_for=None):
     ctrl.prompt_open = True
     _kernel.hold_output(True)
     try:
-        outcome = DebugPrompt(ctrl, io).run(leave_when_resumed=waiting_for is not None)
+        outcome = DebugPrompt(ctrl, io).run()
     except KeyboardInterrupt:
         ctrl.continue_all()
         raise

@@ -29,6 +29,7 @@ def setup(shell):
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
+    _register_magics(shell)
     from . import _core
 
     _core.set_main_thread_call(drain_output)
@@ -321,6 +322,28 @@ def input_request(prompt):
     sys.stdout.flush()
     sys.stderr.flush()
     return xmesh_kernel_stdin.input_request(prompt)
+
+
+def _register_magics(shell):
+    """%xmesh_debug opens the debugger prompt (xmesh.debug()); `%xmesh_debug post_mortem on|off`
+    switches post-mortem stops for unhandled endpoint exceptions."""
+
+    def xmesh_debug(line):
+        from ._debug import debug
+
+        words = line.split()
+        if not words:
+            return debug()
+        if words[0] == "post_mortem" and len(words) == 2 and words[1] in ("on", "off"):
+            debug.post_mortem(words[1] == "on")
+            print(f"[xmesh] post-mortem debugging {words[1]}")
+            return None
+        raise ValueError(f"%xmesh_debug takes no argument or `post_mortem on|off`, got {line!r}")
+
+    try:
+        shell.register_magic_function(xmesh_debug, "line", "xmesh_debug")
+    except Exception:
+        pass
 
 
 def _name_errors_by_their_class(shell):

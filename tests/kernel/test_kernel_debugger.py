@@ -70,3 +70,86 @@ def test_breakpoints_on_several_ranks_make_the_cell_the_debugger(kernel):
     r = conv.finish()
     assert r.status == "ok", r.error_text
     assert "RESULT [20, 21, 22, 23]" in r.stdout
+
+
+def test_quit_fails_the_cell_and_the_magic_reopens_the_prompt(kernel):
+    kernel.ok(TRAINER)
+    kernel.ok("fut = trainer.step.call(1)")
+    conv = kernel.converse("fut.get()")
+    prompt, out = conv.expect_prompt()
+    assert "| trainer    | 3 " in out
+    conv.answer("quit")
+    r = conv.finish()
+    assert r.status == "error" and r.error["ename"] == "DebuggerQuit"
+    assert "trainer ranks 0,2-3" in r.error["evalue"]
+
+    conv = kernel.converse("%xmesh_debug")
+    prompt, out = conv.expect_prompt()
+    assert prompt == "xmesh_dbg> " and "| trainer    | 0 " in out
+    conv.answer("c")
+    r = conv.finish()
+    assert r.status == "ok" and "no actor is stopped in pdb any more" in r.stdout
+    assert kernel.value("sorted(fut.get().values())") == "[2, 3, 4, 5]"
+
+
+def test_interrupting_the_prompt_raises_keyboardinterrupt_and_continues(kernel):
+    kernel.ok(TRAINER)
+    conv = kernel.converse("fut = trainer.step.call(1)\nfut.get()")
+    conv.expect_prompt()
+    kernel.interrupt()
+    r = conv.finish()
+    assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r.error_text
+    # every session was continued: the call completes
+    assert kernel.value("sorted(fut.get().values())") == "[2, 3, 4, 5]"
+    assert kernel.value("__import__('xmesh').debug.sessions()") == "[]"
+
+
+def test_other_output_waits_while_the_prompt_owns_the_cell(kernel):
+    kernel.ok(TRAINER + '''
+class Chatty(Actor):
+    @endpoint
+    def chat(self, n):
+        for i in range(n):
+            print("chatter", i, flush=True)
+            time.sleep(0.05)
+
+chatty = procs.spawn("chatty", Chatty)
+chatty.initialized.get()
+''')
+    conv = kernel.converse("c = chatty.chat.call(20)\nr = trainer.step.call(1).get()\nc.get()\nprint('DONE')")
+    prompt, out = conv.expect_prompt()
+    # while the prompt is open the chatter keeps coming from the procs, but is held back
+    import time
+    time.sleep(1.2)
+    prompt, out = conv.say("list")
+    assert "chatter" not in out, out
+    conv.answer("c")
+    r = conv.finish()
+    assert r.status == "ok", r.error_text
+    after_prompt = r.stdout.split("no actor is stopped in pdb any more")[1]
+    assert all(f"chatter {i}\n" in after_prompt for i in range(20)), r.stdout
+
+
+def test_a_notebook_run_without_stdin_shows_the_stops_and_finishes(kernel_rundir, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(TRAINER),
+                nbformat.v4.new_code_cell("r = trainer.step.call(10).get()\nprint('RESULT', sorted(r.values()))")]
+    import os
+    env_rundir = os.environ.get("XMESH_RUNTIME_DIR")
+    os.environ["XMESH_RUNTIME_DIR"] = kernel_rundir
+    try:
+        NotebookClient(nb, kernel_name="xmesh", timeout=90).execute()
+    finally:
+        if env_rundir is None:
+            os.environ.pop("XMESH_RUNTIME_DIR", None)
+        else:
+            os.environ["XMESH_RUNTIME_DIR"] = env_rundir
+    text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert "cannot take input" in text
+    assert "| trainer    | 2    | gpus=2 |" in text
+    assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in text
+    assert "1 rank (rank 1) running:" in text
+    assert "RESULT [20, 21, 22, 23]" in text

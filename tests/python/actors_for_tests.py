@@ -180,3 +180,32 @@ class Printer(Actor):
     def crash(self, text):
         print(text, flush=True)
         os._exit(9)
+
+
+class Stopper(Actor):
+    """Stops in pdb on the ranks it is told to (the debugger tests)."""
+
+    @endpoint
+    def step(self, x, stop_ranks=(0,), sleep=1.0):
+        y = x * 2 + current_rank().rank
+        z = y + 1
+        if current_rank().rank in stop_ranks:
+            breakpoint()
+        else:
+            time.sleep(sleep)
+        return y + z - z
+
+    @endpoint
+    async def astep(self, x):
+        y = x + 100
+        breakpoint()
+        return y
+
+    @endpoint
+    def fail(self, x):
+        local_value = x * 3
+        raise ValueError(f"bad input {local_value}")
+
+    @endpoint
+    def pid(self):
+        return os.getpid()

@@ -50,7 +50,7 @@ def stop_agent(rundir):
     os.kill(pid, signal.SIGKILL)
 
 
-def run_program(source=None, path=None, env=None, timeout=60, args=()):
+def run_program(source=None, path=None, env=None, timeout=60, args=(), stdin=None):
     """Runs a Python program with Debian's python3 as a user would; returns CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -59,7 +59,7 @@ def run_program(source=None, path=None, env=None, timeout=60, args=()):
         with os.fdopen(fd, "w") as f:
             f.write(source)
     return subprocess.run([PYTHON, path, *args], env=full_env, capture_output=True, text=True, timeout=timeout,
-                          cwd=os.path.dirname(path))
+                          cwd=os.path.dirname(path), stdin=stdin)
 
 
 def pid_alive(pid):

@@ -1,0 +1,310 @@
+"""The mesh-aware debugger from scripts (DESIGN §7): the prompt on a real terminal (pexpect),
+headless runs, and the controller's relay driven in-process."""
+import linecache
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pexpect
+import pytest
+
+from actors_for_tests import Stopper
+from xmesh import ActorError, SupervisionError, this_host
+from xmesh import _debug
+from xmesh_testing import PYTHON, run_program, wait_until
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+PROGRAM = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {here!r})
+    from actors_for_tests import Stopper
+    from xmesh import this_host
+    import xmesh
+
+    procs = this_host().spawn_procs({{"gpus": 4}})
+    s = procs.spawn("stopper", Stopper)
+    s.initialized.get()
+    fut = s.step.call(10, stop_ranks=(0, 2, 3), sleep=2.0)
+    {body}
+''')
+
+
+def program(body):
+    return PROGRAM.format(here=HERE, body=textwrap.dedent(body).strip())
+
+
+def spawn_terminal(body, env=None):
+    path = os.path.join(HERE, f".dbg-prog-{os.getpid()}.py")
+    with open(path, "w") as f:
+        f.write(program(body))
+    full_env = dict(os.environ, **(env or {}))
+    child = pexpect.spawn(PYTHON, [path], env=full_env, encoding="utf-8", timeout=30, dimensions=(50, 200))
+    return child, path
+
+
+def test_the_terminal_a_script_runs_in_becomes_the_prompt():
+    child, path = spawn_terminal('''
+        print("RESULT", sorted(fut.get().values()))
+        breakpoint()  # the controller's own breakpoint(): plain pdb
+        print("after the controller's pdb")
+    ''')
+    try:
+        child.expect("xmesh_dbg> ")
+        table = child.before
+        for rank in (0, 2, 3):
+            assert f"| stopper    | {rank}    | gpus={rank} |" in table
+        assert "| stopper    | 1 " not in table
+        child.sendline("attach stopper 2")
+        child.expect(r"\[stopper 2\] \(Pdb\) ")
+        assert "-> return y + z - z" in child.before
+        child.sendline("p y, z")
+        child.expect(r"\[stopper 2\] \(Pdb\) ")
+        assert "(22, 23)" in child.before
+        child.sendline("detach")
+        child.expect("xmesh_dbg> ")
+        child.sendline("cast stopper ranks(0:4) p y")
+        child.expect("xmesh_dbg> ")
+        out = child.before.replace("\r\n", "\n")
+        assert "[stopper rank 0]\n20\n" in out and "[stopper rank 3]\n23\n" in out
+        assert "not stopped, skipped: stopper rank 1" in out
+        child.sendline("where")
+        child.expect("xmesh_dbg> ")
+        out = child.before.replace("\r\n", "\n")
+        assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in out
+        assert "1 rank (rank 1) running:" in out and "time.sleep(sleep)" in out  # in a C call, no GIL needed
+        child.sendline("help")
+        child.expect("xmesh_dbg> ")
+        assert "cast <actor> ranks(...) <cmd>" in child.before
+        child.sendline("continue")
+        child.expect(r"RESULT \[20, 21, 22, 23\]")
+        child.expect(r"\(Pdb\) ")  # the controller's breakpoint(): ordinary pdb on this terminal
+        child.sendline("c")
+        child.expect("after the controller's pdb")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+        os.unlink(path)
+
+
+def test_quit_leaves_ranks_stopped_and_debug_reopens_the_prompt():
+    child, path = spawn_terminal('''
+        try:
+            fut.get()
+        except Exception as e:
+            print("WAIT FAILED:", type(e).__name__, e)
+        xmesh.debug()
+        print("RESULT", sorted(fut.get().values()))
+    ''')
+    try:
+        child.expect("xmesh_dbg> ")
+        child.sendline("quit")
+        child.expect("WAIT FAILED: DebuggerQuit ([^\r\n]*)\r\n")
+        assert "stopper ranks 0,2-3" in child.match.group(1)
+        child.expect("xmesh_dbg> ")  # xmesh.debug()
+        assert "| stopper    | 0 " in child.before, (child.match.group(0), child.before)
+        child.sendline("c")
+        child.expect(r"RESULT \[20, 21, 22, 23\]")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+        os.unlink(path)
+
+
+def test_interrupting_the_prompt_continues_every_session():
+    child, path = spawn_terminal('''
+        try:
+            fut.get()
+        except KeyboardInterrupt as e:
+            print("INTERRUPTED:", e)
+        print("RESULT", sorted(fut.get().values()))
+    ''')
+    try:
+        child.expect("xmesh_dbg> ")
+        child.sendintr()
+        child.expect("INTERRUPTED: ")
+        child.expect(r"RESULT \[20, 21, 22, 23\]")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+        os.unlink(path)
+
+
+def test_a_run_without_input_shows_the_stops_and_continues():
+    r = run_program(program('print("RESULT", sorted(fut.get().values()))'),
+                    stdin=subprocess.DEVNULL, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "cannot take input" in r.stdout
+    assert "| stopper    | 3    | gpus=3 |" in r.stdout
+    assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in r.stdout
+    assert "RESULT [20, 21, 22, 23]" in r.stdout
+
+
+def test_xmesh_debug_error_fails_the_wait_naming_the_ranks():
+    body = '''
+        try:
+            fut.get()
+        except Exception as e:
+            print("FAILED:", type(e).__name__, e)
+    '''
+    r = run_program(program(body),
+                    stdin=subprocess.DEVNULL, env={"XMESH_DEBUG": "error"}, timeout=60)
+    assert "FAILED: ActorsStopped XMESH_DEBUG=error with actors stopped in pdb: stopper ranks 0,2-3" in r.stdout, \
+        r.stdout + r.stderr
+
+
+# -- in-process: this test process is the controller -------------------------------------------------
+class ScriptedIO:
+    """The user's side of a DebugPrompt: lines typed in order; everything shown is kept."""
+
+    def __init__(self, lines):
+        self.lines = list(lines)
+        self.shown = []
+
+    def write(self, text):
+        self.shown.append(text)
+
+    def read(self, prompt):
+        self.shown.append(prompt)
+        if not self.lines:
+            raise EOFError
+        line = self.lines.pop(0)
+        self.shown.append(line + "\n")
+        return line
+
+    @property
+    def text(self):
+        return "".join(self.shown)
+
+
+@pytest.fixture(scope="module")
+def stoppers():
+    procs = this_host().spawn_procs({"gpus": 2})
+    mesh = procs.spawn("stoppers", Stopper)
+    mesh.initialized.get()
+    yield procs, mesh
+    _debug.controller().continue_all()
+    procs.stop()
+
+
+def stopped_sessions(n):
+    ctrl = _debug.controller()
+    assert wait_until(lambda: len(ctrl.stopped()) == n, timeout=20), ctrl.stopped()
+    return ctrl.stopped()
+
+
+def test_one_message_each_way_per_pdb_command(stoppers):
+    procs, mesh = stoppers
+    fut = mesh.step.call(1, stop_ranks=(0, 1))
+    ctrl = _debug.controller()
+    s0, s1 = stopped_sessions(2)
+    events0, events1 = s0.events, s1.events
+    sent = ctrl.commands_sent
+    answers = ctrl.send([s0, s1], "!for i in range(200): print('line', i)")
+    assert ctrl.commands_sent - sent == 2  # one command per rank
+    assert s0.events - events0 == 1 and s1.events - events1 == 1  # one answer per rank, 200 lines each
+    for text in answers.values():
+        assert text.count("line ") == 200 and text.endswith("(Pdb) ")
+    ctrl.continue_all()
+    assert sorted(fut.get().values()) == [2, 3]
+
+
+def test_l_shows_code_that_only_the_controller_has(stoppers):
+    procs, mesh = stoppers
+    # Code compiled from a string under a made-up file name, as notebooks do with cells: its
+    # source exists only in the controller's linecache.
+    name = "<cell-only-on-the-controller-7>"
+    src = textwrap.dedent('''
+        from xmesh import Actor, endpoint
+
+        class FromACell(Actor):
+            @endpoint
+            def go(self):
+                marker = "the source came from the controller"
+                breakpoint()
+                return marker
+    ''')
+    linecache.cache[name] = (len(src), None, src.splitlines(keepends=True), name)
+    ns = {"__name__": "__main__"}
+    exec(compile(src, name, "exec"), ns)
+    actor = procs.slice(gpus=0).spawn("fromacell", ns["FromACell"])
+    fut = actor.go.call_one()
+    (s,) = stopped_sessions(1)
+    assert s.file == name and s.function == "go"
+    io = ScriptedIO(["attach fromacell 0", "ll", "detach", "c"])
+    assert _debug.DebugPrompt(_debug.controller(), io).run() == "resumed"
+    assert 'marker = "the source came from the controller"' in io.text
+    assert fut.get() == "the source came from the controller"
+
+
+def test_an_async_endpoint_stops_too(stoppers):
+    procs, mesh = stoppers
+    fut = mesh.slice(gpus=1).astep.call_one(5)
+    (s,) = stopped_sessions(1)
+    assert (s.actor, s.rank, s.function) == ("stoppers", 1, "astep")
+    assert _debug.controller().send([s], "p y")[s].startswith("105\n")
+    _debug.controller().continue_all()
+    assert fut.get() == 105
+
+
+def test_post_mortem_stops_at_the_raising_frame(stoppers):
+    procs, mesh = stoppers
+    _debug.debug.post_mortem(True)
+    try:
+        fut = mesh.slice(gpus=0).fail.call_one(5)
+        (s,) = stopped_sessions(1)
+        assert (s.reason, s.function) == ("exception", "fail")
+        assert _debug.controller().send([s], "p local_value")[s].startswith("15\n")
+        _debug.controller().continue_all()
+        with pytest.raises(ActorError, match="bad input 15"):
+            fut.get()
+    finally:
+        _debug.debug.post_mortem(False)
+    # Off again: the error comes straight back.
+    with pytest.raises(ActorError, match="bad input 6"):
+        mesh.slice(gpus=0).fail.call_one(2).get()
+
+
+def test_a_rank_that_dies_while_stopped_leaves_the_table_with_a_note():
+    procs = this_host().spawn_procs({"gpus": 2})
+    try:
+        mesh = procs.spawn("doomed", Stopper)
+        pids = mesh.pid.call().get()
+        fut = mesh.step.call(1, stop_ranks=(0, 1))
+        stopped_sessions(2)
+        os.kill(pids.item(gpus=0), signal.SIGKILL)
+        ctrl = _debug.controller()
+        assert wait_until(lambda: len(ctrl.stopped()) == 1, timeout=20)
+        io = ScriptedIO(["list", "c"])
+        _debug.DebugPrompt(ctrl, io).run()
+        assert "doomed rank 0 died while stopped in pdb" in io.text
+        assert "| doomed     | 1 " in io.text and "| doomed     | 0 " not in io.text
+        with pytest.raises(SupervisionError):
+            fut.get()
+    finally:
+        procs.stop()
+
+
+def test_bad_commands_keep_the_prompt(stoppers):
+    procs, mesh = stoppers
+    fut = mesh.step.call(1, stop_ranks=(1,))
+    stopped_sessions(1)
+    io = ScriptedIO(["attach stoppers 0", "attach stoppers x", "attach nobody 1", "cast stoppers ranks(1", "cast stoppers ranks(gpu=1) p y",
+                     "cast stoppers ranks(1)", "detach", "jump", "c"])
+    assert _debug.DebugPrompt(_debug.controller(), io).run() == "resumed"
+    text = io.text
+    assert "stoppers rank 0 is not stopped in pdb (stopped ranks of stoppers: 1)" in text
+    assert "'x' is not a rank" in text
+    assert "name the actor first, one of: stoppers (got 'nobody')" in text
+    assert "has no closing parenthesis" in text
+    assert "this mesh has no dimension 'gpu' (its dimensions: gpus)" in text
+    assert "cast needs a pdb command after the ranks" in text
+    assert "not attached to any rank" in text
+    assert "unknown command 'jump'" in text
+    assert sorted(fut.get().values()) == [2, 3]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
