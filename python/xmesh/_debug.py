@@ -594,6 +594,11 @@ def open_prompt(waiting_for=None):
         ctrl.continue_all(stopped)
         return
     ctrl.prompt_open = True
+    logs = ctrl.rt.logs
+    if logs is not None:
+        logs.deliver_queued()  # what came before the prompt is shown before it
+        logs.hold(True)
+    _kernel.drain_output()
     _kernel.hold_output(True)
     try:
         outcome = DebugPrompt(ctrl, io).run()
@@ -602,6 +607,8 @@ def open_prompt(waiting_for=None):
         raise
     finally:
         ctrl.prompt_open = False
+        if logs is not None:
+            logs.hold(False)
         _kernel.hold_output(False)
     if outcome == "quit" and waiting_for is not None:
         left = ctrl.stopped()

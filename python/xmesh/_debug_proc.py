@@ -233,6 +233,12 @@ def post_mortem(exc):
     Returns once the session continues (the error is then returned as usual)."""
     if not _post_mortem or isinstance(exc, (bdb.BdbQuit, KeyboardInterrupt, SystemExit)):
         return
+    if getattr(exc, "_xmesh_post_mortem_done", False):
+        return  # an async endpoint's error: already stopped on the loop's thread
+    try:
+        exc._xmesh_post_mortem_done = True
+    except Exception:
+        pass
     tb = exc.__traceback__
     if tb is None:
         return

@@ -9,6 +9,7 @@ is released."""
 import os
 import sys
 import threading
+import time
 
 from . import _core
 
@@ -57,12 +58,16 @@ class LogOutput:
             self.sink = write_to_std_streams
         self.lock = threading.RLock()
         self._stopped = False
+        self._held = False  # the debugger prompt is open: output waits in the router
         self.router.start()
         threading.Thread(target=self._pump, name="xmesh-log-output", daemon=True).start()
 
     def _pump(self):
         while not self._stopped:
             try:
+                if self._held:
+                    time.sleep(0.05)  # the output waits in the router until the prompt closes
+                    continue
                 if not self.router.wait_output(0.5):
                     continue
                 self.deliver_queued()
@@ -70,8 +75,18 @@ class LogOutput:
                 if self._stopped:
                     return
 
+    def hold(self, on):
+        """While the debugger prompt is open, remote output stays queued (it would garble the
+        prompt) and is delivered, in order, when the prompt closes."""
+        with self.lock:
+            self._held = bool(on)
+        if not on:
+            self.deliver_queued()
+
     def deliver_queued(self):
         with self.lock:
+            if self._held:
+                return
             chunks = self.router.take_output()
             if chunks:
                 self.sink(chunks)

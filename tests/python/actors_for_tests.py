@@ -209,3 +209,9 @@ class Stopper(Actor):
     @endpoint
     def pid(self):
         return os.getpid()
+
+    @endpoint
+    def chatter(self, n, gap):
+        for i in range(n):
+            print("chatter", i, flush=True)
+            time.sleep(gap)

@@ -89,6 +89,34 @@ def test_the_terminal_a_script_runs_in_becomes_the_prompt():
         os.unlink(path)
 
 
+def test_other_ranks_output_waits_until_the_prompt_closes():
+    child, path = spawn_terminal('''
+        chat = procs.spawn("chatty", Stopper)
+        chat.initialized.get()
+        c = chat.slice(gpus=1).chatter.call_one(30, 0.05)
+        print("RESULT", sorted(fut.get().values()))
+        c.get()
+    ''')
+    try:
+        child.expect("xmesh_dbg> ")
+        before_prompt = child.before.replace("\r\n", "\n")
+        import time
+        time.sleep(1.0)  # rank 1 of chatty prints meanwhile
+        child.sendline("list")
+        child.expect("xmesh_dbg> ")
+        assert "chatter" not in child.before
+        child.sendline("c")
+        child.expect(pexpect.EOF)
+        after = child.before.replace("\r\n", "\n")  # everything after the prompt
+        assert "RESULT [20, 21, 22, 23]" in after
+        # every line once, none while the prompt was open: some before it, the rest after it
+        assert all(f"[1] chatter {i}\n" in before_prompt + after for i in range(30)), before_prompt + after
+        assert "[1] chatter 29\n" in after
+    finally:
+        child.close(force=True)
+        os.unlink(path)
+
+
 def test_quit_leaves_ranks_stopped_and_debug_reopens_the_prompt():
     child, path = spawn_terminal('''
         try:
