@@ -518,12 +518,9 @@ class TerminalIO:
         return input(prompt)
 
 
-class KernelIO:
-    """A notebook cell: output in the cell, input through the Jupyter stdin channel."""
-
-    def write(self, text):
-        sys.stdout.write(text)
-        sys.stdout.flush()
+class KernelIO(TerminalIO):
+    """A notebook cell: output in the cell (the kernel's stdout), input through the Jupyter
+    stdin channel."""
 
     def read(self, prompt):
         from . import _kernel
