@@ -1,5 +1,6 @@
 """The mesh-aware debugger from scripts (DESIGN §7): the prompt on a real terminal (pexpect),
 headless runs, and the controller's relay driven in-process."""
+import contextlib
 import linecache
 import os
 import signal
@@ -36,22 +37,27 @@ def program(body):
     return PROGRAM.format(here=HERE, body=textwrap.dedent(body).strip())
 
 
-def spawn_terminal(body, env=None):
+@contextlib.contextmanager
+def terminal_program(body, env=None):
+    """The program with body at its end, running on a terminal of its own (pexpect)."""
     path = os.path.join(HERE, f".dbg-prog-{os.getpid()}.py")
     with open(path, "w") as f:
         f.write(program(body))
     full_env = dict(os.environ, **(env or {}))
     child = pexpect.spawn(PYTHON, [path], env=full_env, encoding="utf-8", timeout=30, dimensions=(50, 200))
-    return child, path
+    try:
+        yield child
+    finally:
+        child.close(force=True)
+        os.unlink(path)
 
 
 def test_the_terminal_a_script_runs_in_becomes_the_prompt():
-    child, path = spawn_terminal('''
+    with terminal_program('''
         print("RESULT", sorted(fut.get().values()))
         breakpoint()  # the controller's own breakpoint(): plain pdb
         print("after the controller's pdb")
-    ''')
-    try:
+    ''') as child:
         child.expect("xmesh_dbg> ")
         table = child.before
         for rank in (0, 2, 3):
@@ -84,20 +90,16 @@ def test_the_terminal_a_script_runs_in_becomes_the_prompt():
         child.sendline("c")
         child.expect("after the controller's pdb")
         child.expect(pexpect.EOF)
-    finally:
-        child.close(force=True)
-        os.unlink(path)
 
 
 def test_other_ranks_output_waits_until_the_prompt_closes():
-    child, path = spawn_terminal('''
+    with terminal_program('''
         chat = procs.spawn("chatty", Stopper)
         chat.initialized.get()
         c = chat.slice(gpus=1).chatter.call_one(30, 0.05)
         print("RESULT", sorted(fut.get().values()))
         c.get()
-    ''')
-    try:
+    ''') as child:
         child.expect("xmesh_dbg> ")
         before_prompt = child.before.replace("\r\n", "\n")
         import time
@@ -112,21 +114,17 @@ def test_other_ranks_output_waits_until_the_prompt_closes():
         # every line once, none while the prompt was open: some before it, the rest after it
         assert all(f"[1] chatter {i}\n" in before_prompt + after for i in range(30)), before_prompt + after
         assert "[1] chatter 29\n" in after
-    finally:
-        child.close(force=True)
-        os.unlink(path)
 
 
 def test_quit_leaves_ranks_stopped_and_debug_reopens_the_prompt():
-    child, path = spawn_terminal('''
+    with terminal_program('''
         try:
             fut.get()
         except Exception as e:
             print("WAIT FAILED:", type(e).__name__, e)
         xmesh.debug()
         print("RESULT", sorted(fut.get().values()))
-    ''')
-    try:
+    ''') as child:
         child.expect("xmesh_dbg> ")
         child.sendline("quit")
         child.expect("WAIT FAILED: DebuggerQuit ([^\r\n]*)\r\n")
@@ -136,28 +134,21 @@ def test_quit_leaves_ranks_stopped_and_debug_reopens_the_prompt():
         child.sendline("c")
         child.expect(r"RESULT \[20, 21, 22, 23\]")
         child.expect(pexpect.EOF)
-    finally:
-        child.close(force=True)
-        os.unlink(path)
 
 
 def test_interrupting_the_prompt_continues_every_session():
-    child, path = spawn_terminal('''
+    with terminal_program('''
         try:
             fut.get()
         except KeyboardInterrupt as e:
             print("INTERRUPTED:", e)
         print("RESULT", sorted(fut.get().values()))
-    ''')
-    try:
+    ''') as child:
         child.expect("xmesh_dbg> ")
         child.sendintr()
         child.expect("INTERRUPTED: ")
         child.expect(r"RESULT \[20, 21, 22, 23\]")
         child.expect(pexpect.EOF)
-    finally:
-        child.close(force=True)
-        os.unlink(path)
 
 
 def test_a_run_without_input_shows_the_stops_and_continues():
