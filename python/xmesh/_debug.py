@@ -8,6 +8,7 @@ terminal a script runs in, or an `xmesh debug` client. A `get()` / `await` that 
 opens the prompt (`on_wait`)."""
 import linecache
 import os
+import signal
 import sys
 import threading
 import time
@@ -27,6 +28,10 @@ class DebuggerQuit(RuntimeError):
 
 class ActorsStopped(RuntimeError):
     """Actors stopped in pdb where nobody can answer (XMESH_DEBUG=error, or no input)."""
+
+
+class TakenOver(Exception):
+    """An `xmesh debug` client took the debugger over from this prompt."""
 
 
 class Session:
@@ -109,7 +114,9 @@ class DebugController:
         self.sessions = {}       # (addr, sid) -> Session, stopped or running
         self.notes = []          # what the next prompt says first (ranks that died while stopped)
         self.new_stop = False    # a stop that no prompt has shown yet
-        self.prompt_open = False
+        self.prompt_open = False  # a prompt in this process (cell or terminal) owns the main thread
+        self.driver = None        # the `xmesh debug` client that drives the debugger, if one does
+        self.command_lock = threading.RLock()  # one driver's command at a time reaches the ranks
         self.post_mortem = False
         self.commands_sent = 0   # DebugCommand messages (tests count them: one per command per rank)
         self.last_stop_at = 0.0
@@ -161,9 +168,15 @@ class DebugController:
         """A stop that no waiting cell turned into a prompt (after a broadcast, or a call nobody
         waits on): say so where that call came from."""
         with self.cond:
-            if s.shown or s.state != "stopped" or self.prompt_open:
+            driver = self.driver
+            if s.shown or s.state != "stopped" or (self.prompt_open and driver is None):
                 return
-            s.shown = True
+            fresh = [x for x in self.sessions.values() if x.state == "stopped" and not x.shown]
+            for x in fresh:
+                x.shown = True
+        if driver is not None:  # the client in a terminal hears of every stop
+            driver.write("\n[xmesh] stopped in pdb:\n" + format_table(fresh))
+            return
         where = f"{os.path.basename(s.file)}:{s.line} in {s.function}()"
         self.rt._diag(f"{s.actor} rank {s.rank} stopped in pdb at {where} ({s.reason}); no call waits for it: "
                       f"xmesh.debug() (or %xmesh_debug) opens the debugger", s.cell)
@@ -210,6 +223,42 @@ class DebugController:
         with self.cond:
             return sorted({s.actor for s in self.sessions.values()})
 
+    # -- who drives --------------------------------------------------------------------------------
+    def take_over(self, client):
+        """An `xmesh debug` client becomes the driver: the previous client is told and let go,
+        a prompt open in this process is interrupted (its call keeps waiting)."""
+        with self.cond:
+            previous, self.driver = self.driver, client
+            local = self.prompt_open and previous is None
+        if previous is not None:
+            previous.close(f"[xmesh] another `xmesh debug` (pid {client.pid}) took over this debugger\n")
+        if local:
+            self._interrupt_local_prompt()
+
+    def release(self, client):
+        """The client left; returns the sessions still stopped. A waiting call takes the
+        prompt back if any are."""
+        with self.cond:
+            if self.driver is not client:
+                return []
+            self.driver = None
+            left = [s for s in self.sessions.values() if s.state == "stopped"]
+            if left:
+                self.new_stop = True
+            return left
+
+    def _interrupt_local_prompt(self):
+        # The prompt waits in input() or the kernel's stdin recv on the main thread: a signal
+        # makes it return EINTR and run _on_takeover_signal. Sent again until the prompt is
+        # gone, in case the first one landed just before the wait began.
+        if not _takeover_handler_installed:
+            return
+        deadline = time.monotonic() + 3.0
+        with self.cond:
+            while self.prompt_open and time.monotonic() < deadline:
+                signal.pthread_kill(threading.main_thread().ident, TAKEOVER_SIGNAL)
+                self.cond.wait(0.1)
+
     # -- commands ---------------------------------------------------------------------------------
     def _command(self, addr, body):
         from ._runtime import Kind
@@ -224,6 +273,10 @@ class DebugController:
     def send(self, sessions, cmd):
         """Sends one pdb command to each session and waits for every answer: {session: text}.
         A session that runs on (n, s, c...) is given RESUME_WAIT_S to stop again."""
+        with self.command_lock:
+            return self._send(sessions, cmd)
+
+    def _send(self, sessions, cmd):
         before = {}
         with self.cond:
             for s in sessions:
@@ -255,11 +308,16 @@ class DebugController:
                 if not pending or now >= deadline:
                     break
                 self.cond.wait(0.05)
+            for s in sessions:
+                s.shown = True  # the answer shows where it stopped now
             return {s: s.take_output() for s in sessions}
 
     def continue_all(self, sessions=None):
         """Clears breakpoints and continues the given (default: every stopped) session."""
-        sessions = self.stopped() if sessions is None else sessions
+        with self.command_lock:
+            return self._continue(self.stopped() if sessions is None else sessions)
+
+    def _continue(self, sessions):
         before = {}
         with self.cond:
             for s in sessions:
@@ -355,13 +413,23 @@ HELP = """xmesh debugger commands:
 
 class DebugPrompt:
     """The `xmesh_dbg>` loop. io: write(text) and read(prompt) (raising EOFError or
-    KeyboardInterrupt). Returns "resumed" when no session is stopped any more, "quit"."""
+    KeyboardInterrupt). Returns "resumed" when no session is stopped any more, "quit". owner:
+    the `xmesh debug` client this prompt serves (None: this process's own prompt); the prompt
+    raises TakenOver when another one drives."""
 
-    def __init__(self, ctrl, io):
+    def __init__(self, ctrl, io, owner=None):
         self.ctrl = ctrl
         self.io = io
+        self.owner = owner
 
-    def run(self, leave_when_resumed=True):
+    def _read(self, prompt):
+        if self.ctrl.driver is not self.owner:
+            raise TakenOver()
+        return self.io.read(prompt)
+
+    def run(self, leave_when_resumed=True, greeting=""):
+        if greeting:
+            self.io.write(greeting)
         self._notes()
         stopped = self.ctrl.stopped()
         for s in stopped:
@@ -371,7 +439,7 @@ class DebugPrompt:
             return "resumed"
         while True:
             try:
-                line = self.io.read("xmesh_dbg> ")
+                line = self._read("xmesh_dbg> ")
             except EOFError:
                 return "quit"
             outcome = self.handle(line)
@@ -442,7 +510,7 @@ class DebugPrompt:
         self.io.write(f"[xmesh] attached to {actor} rank {rank}; `detach` returns to xmesh_dbg>\n")
         prompt = self._show(s.take_output())
         while True:
-            cmd = self.io.read(f"[{actor} {rank}] {prompt}")
+            cmd = self._read(f"[{actor} {rank}] {prompt}")
             if cmd.strip() == "detach":
                 self.io.write(f"[xmesh] detached from {actor} rank {rank}\n")
                 return
@@ -507,6 +575,25 @@ class _CommandError(Exception):
 
 
 # -- I/O: where the prompt talks ------------------------------------------------------------------------
+TAKEOVER_SIGNAL = signal.SIGRTMIN + 5   # interrupts this process's own prompt (see take_over)
+_takeover_handler_installed = False
+_local_reading = False                  # this process's own prompt waits for a line
+
+
+def _on_takeover_signal(signum, frame):
+    if _local_reading:
+        raise TakenOver()
+
+
+def _install_takeover_handler():
+    """Once, from the main thread; the handler stays (a signal that comes late finds it there
+    and does nothing)."""
+    global _takeover_handler_installed
+    if not _takeover_handler_installed and threading.current_thread() is threading.main_thread():
+        signal.signal(TAKEOVER_SIGNAL, _on_takeover_signal)
+        _takeover_handler_installed = True
+
+
 class TerminalIO:
     """A script run from a terminal: its own stdin and stdout."""
 
@@ -515,6 +602,14 @@ class TerminalIO:
         sys.stdout.flush()
 
     def read(self, prompt):
+        global _local_reading
+        _local_reading = True
+        try:
+            return self._wait_for_line(prompt)
+        finally:
+            _local_reading = False
+
+    def _wait_for_line(self, prompt):
         return input(prompt)
 
 
@@ -522,7 +617,7 @@ class KernelIO(TerminalIO):
     """A notebook cell: output in the cell (the kernel's stdout), input through the Jupyter
     stdin channel."""
 
-    def read(self, prompt):
+    def _wait_for_line(self, prompt):
         from . import _kernel
 
         return _kernel.input_request(prompt)
@@ -561,7 +656,8 @@ def on_wait(future_description):
     """Called by a waiting get() / await on the main thread: opens the debugger when actors
     stopped since the last look. Raises DebuggerQuit or ActorsStopped for the waiter."""
     ctrl = _controller
-    if ctrl is None or not ctrl.new_stop or threading.current_thread() is not threading.main_thread():
+    if ctrl is None or not ctrl.new_stop or ctrl.driver is not None or \
+            threading.current_thread() is not threading.main_thread():
         return
     ctrl.new_stop = False
     if not ctrl.stopped():
@@ -576,6 +672,11 @@ def open_prompt(waiting_for=None):
     mode = os.environ.get("XMESH_DEBUG", "").lower()
     io = KernelIO() if _kernel.in_kernel() else TerminalIO()
     ctrl.settle()
+    driver = ctrl.driver
+    if driver is not None:  # an `xmesh debug` client drives; it has heard of these stops
+        if waiting_for is None:
+            io.write(f"[xmesh] the debugger is driven by `xmesh debug` (pid {driver.pid}) from another terminal\n")
+        return
     stopped = ctrl.stopped()
     if mode == "error" and stopped:
         raise ActorsStopped(_stopped_text(stopped, "XMESH_DEBUG=error"))
@@ -590,7 +691,9 @@ def open_prompt(waiting_for=None):
         io.write(ctrl.format_stacks())
         ctrl.continue_all(stopped)
         return
-    ctrl.prompt_open = True
+    _install_takeover_handler()
+    with ctrl.cond:
+        ctrl.prompt_open = True
     logs = ctrl.rt.logs
     if logs is not None:
         logs.deliver_queued()  # what came before the prompt is shown before it
@@ -599,14 +702,25 @@ def open_prompt(waiting_for=None):
     _kernel.hold_output(True)
     try:
         outcome = DebugPrompt(ctrl, io).run()
+    except TakenOver:
+        outcome = "taken over"
     except KeyboardInterrupt:
         ctrl.continue_all()
         raise
     finally:
-        ctrl.prompt_open = False
+        with ctrl.cond:
+            ctrl.prompt_open = False
+            ctrl.cond.notify_all()
         if logs is not None:
             logs.hold(False)
         _kernel.hold_output(False)
+    if outcome == "taken over":
+        driver = ctrl.driver
+        who = f"pid {driver.pid}" if driver is not None else "a client that already left"
+        io.write(f"\n[xmesh] `xmesh debug` ({who}) took over the debugger from another terminal; "
+                 f"{'this cell' if _kernel.in_kernel() else 'this program'} waits for its call and takes the "
+                 f"prompt back when that client leaves\n")
+        return
     if outcome == "quit" and waiting_for is not None:
         left = ctrl.stopped()
         if left:

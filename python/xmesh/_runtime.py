@@ -146,6 +146,9 @@ class Runtime:
             return
         self._closed = True
         if self.role == "controller":
+            from . import _debug_remote
+
+            _debug_remote.stop_serving()
             # Named allocations outlive their controller (the next one attaches by name).
             allocs = [a for a in self.owned_allocs() if not a.name]
             for a in allocs:
@@ -204,6 +207,9 @@ def _make_controller():
     node.start()
     rt = Runtime("controller", node, cookie)
     rt.start_controller_threads()
+    from . import _debug_remote
+
+    _debug_remote.serve(rundir)  # `xmesh debug` reaches this controller's debugger
     atexit.register(rt.shutdown)
     return rt
 

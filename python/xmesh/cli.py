@@ -147,6 +147,37 @@ def _logs(args):
     return 0
 
 
+def _debug(args):
+    from . import _core, _debug_remote
+
+    rundir = os.path.abspath(args.runtime_dir or _core.runtime_dir())
+    live = _debug_remote.live_controllers(rundir)
+    if args.pid is not None:
+        pid = args.pid
+        if pid not in live:
+            raise RuntimeError(f"pid {pid} is no xmesh program or kernel with a debugger under {rundir}")
+    elif args.name:
+        from ._named import allocations
+
+        named = {a["name"]: a for a in allocations([rundir])} if _agent_running(rundir) else {}
+        if args.name not in named:
+            raise RuntimeError(f"no live allocation named {args.name!r} under {rundir}"
+                               + (f" (live: {', '.join(sorted(named))})" if named else ""))
+        pid = named[args.name]["controller_pid"]
+        if pid not in live:
+            raise RuntimeError(f"allocation {args.name!r} has no live controller (pid {pid} is gone): attach it from "
+                               f"a new kernel or program with xmesh.attach({args.name!r}) first")
+    elif len(live) == 1:
+        pid = next(iter(live))
+    elif not live:
+        raise RuntimeError(f"no xmesh program or kernel of yours runs with this runtime directory ({rundir})")
+    else:
+        lines = "\n".join(f"  pid {p}: {_debug_remote.describe_process(p)}" for p in sorted(live))
+        raise RuntimeError(f"{len(live)} xmesh programs or kernels run here; name one with --pid "
+                           f"(or an allocation NAME):\n{lines}")
+    return _debug_remote.run_client(live[pid])
+
+
 def _run(args):
     from ._run_notebook import run_notebook
 
@@ -186,6 +217,12 @@ def main(argv=None):
                                                        "stream, time, text)")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     p.set_defaults(func=_logs)
+    p = sub.add_parser("debug", help="drive the debugger of a running kernel or program from this terminal "
+                                     "(list, attach, cast, continue, where...)")
+    p.add_argument("name", nargs="?", help="the allocation whose controller to reach (default: the only one running)")
+    p.add_argument("--pid", type=int, help="the controller's pid (see the list printed when several run)")
+    p.add_argument("--runtime-dir", help="runtime directory of the agent (default: this user's)")
+    p.set_defaults(func=_debug)
     p = sub.add_parser("run", help="execute a notebook headlessly on the xmesh kernel")
     p.add_argument("notebook")
     p.add_argument("-o", "--output", help="where to write the executed notebook (default: NAME.out.ipynb)")

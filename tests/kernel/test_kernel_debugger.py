@@ -153,3 +153,37 @@ def test_a_notebook_run_without_stdin_shows_the_stops_and_finishes(kernel_rundir
     assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in text
     assert "1 rank (rank 1) running:" in text
     assert "RESULT [20, 21, 22, 23]" in text
+
+
+def test_xmesh_debug_from_a_terminal_takes_over_the_cells_prompt(kernel):
+    import os
+    import pexpect
+
+    kernel.ok(TRAINER)
+    conv = kernel.converse("r = trainer.step.call(10).get()\nprint('RESULT', sorted(r.values()))")
+    prompt, out = conv.expect_prompt()
+    assert prompt == "xmesh_dbg> "
+    client = pexpect.spawn("/usr/bin/python3", ["-m", "xmesh.cli", "debug"], encoding="utf-8", timeout=30,
+                           env=dict(os.environ, XMESH_RUNTIME_DIR=kernel.rundir))
+    try:
+        client.expect("xmesh_dbg> ")
+        assert f"attached to the debugger of kernel pid {kernel.pid}" in client.before
+        assert "| trainer    | 2    | gpus=2 |" in client.before
+        client.sendline("attach trainer 3")
+        client.expect(r"\[trainer 3\] \(Pdb\) ")
+        client.sendline("p y")
+        client.expect(r"\[trainer 3\] \(Pdb\) ")
+        assert "23" in client.before
+        client.sendline("detach")
+        client.expect("xmesh_dbg> ")
+        client.sendline("c")
+        client.expect("continued 3 sessions")
+        # the cell's input box gave way; the call completes and the cell ends with its result
+        r = conv.finish()
+        assert r.status == "ok", r.error_text
+        assert f"`xmesh debug` (pid {client.pid}) took over the debugger" in r.stdout
+        assert "RESULT [20, 21, 22, 23]" in r.stdout
+        client.sendline("quit")
+        client.expect(pexpect.EOF)
+    finally:
+        client.close(force=True)

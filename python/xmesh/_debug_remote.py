@@ -1,0 +1,276 @@
+"""`xmesh debug`: a controller's debugger driven from another terminal (DESIGN §7).
+
+Every controller (kernel or script) listens on a unix socket, `<runtime dir>/c/<pid>.debug`:
+mode 0600 inside the 0700 directory its node's own socket lives in, and each connecting peer's
+uid is checked (SO_PEERCRED), so only the same user gets in. The wire is JSON lines:
+controller -> client `{"out": text}` (print it) and `{"read": prompt}` (ask for a line);
+client -> controller `{"line": text}`; closing the connection leaves the debugger.
+
+One driver at a time: a client that connects takes over from the previous client (told so and
+disconnected) and from a prompt open in a notebook cell or the script's own terminal
+(interrupted; its call goes on waiting). When the client leaves, a waiting call takes the
+prompt back. The client side is `run_client`, a select loop that prints what comes and sends
+what is typed."""
+import glob
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+
+SUFFIX = ".debug"
+
+
+def socket_path(rundir, pid):
+    return os.path.join(rundir, "c", f"{pid}{SUFFIX}")
+
+
+# -- controller side ----------------------------------------------------------------------------------
+class RemoteIO:
+    """The DebugPrompt's I/O over one client connection."""
+
+    def __init__(self, conn, pid):
+        self.conn = conn
+        self.pid = pid
+        self._rfile = conn.makefile("rb")
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def _send(self, msg):
+        data = (json.dumps(msg) + "\n").encode()
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                self.conn.sendall(data)
+            except OSError:
+                self.closed = True
+
+    def write(self, text):
+        self._send({"out": text})
+
+    def read(self, prompt):
+        self._send({"read": prompt})
+        while True:
+            try:
+                raw = self._rfile.readline()
+            except (OSError, ValueError):
+                raw = b""
+            if not raw:
+                raise EOFError
+            try:
+                return str(json.loads(raw)["line"])
+            except (ValueError, KeyError, TypeError):
+                self.write("[xmesh] the client sent a line this debugger cannot read; ignored\n")
+
+    def close(self, text=None):
+        if text:
+            self.write(text)
+        with self._lock:
+            self.closed = True
+            try:
+                self.conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _peer_credentials(conn):
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+    return pid, uid
+
+
+class DebugServer:
+    def __init__(self, rundir):
+        self.path = socket_path(rundir, os.getpid())
+        self._sock = None
+        self._clients = set()
+        self._lock = threading.Lock()
+
+    def start(self):
+        """Listens; returns False (with the reason on stderr) where the path cannot be bound."""
+        try:
+            if os.path.exists(self.path):
+                os.unlink(self.path)  # a pid's earlier process that died without cleaning up
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)  # the socket is created 0600, never briefly wider
+            try:
+                sock.bind(self.path)
+            finally:
+                os.umask(old)
+            sock.listen(4)
+        except OSError as e:
+            sys.stderr.write(f"[xmesh] `xmesh debug` cannot reach this program: cannot listen on {self.path}: {e}\n")
+            return False
+        self._sock = sock
+        threading.Thread(target=self._accept_loop, name="xmesh-debug-server", daemon=True).start()
+        return True
+
+    def stop(self):
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            client.close(f"[xmesh] pid {os.getpid()} is exiting; the debugger closed\n")
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+    def _accept_loop(self):
+        while self._sock is not None:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            pid, uid = _peer_credentials(conn)
+            if uid != os.getuid():
+                conn.close()  # another user: the directory's mode should have kept them out already
+                continue
+            threading.Thread(target=self._serve, args=(conn, pid), name="xmesh-debug-client", daemon=True).start()
+
+    def _serve(self, conn, pid):
+        from . import _debug
+
+        client = RemoteIO(conn, pid)
+        with self._lock:
+            self._clients.add(client)
+        ctrl = _debug.controller()
+        ctrl.take_over(client)
+        try:
+            _debug.DebugPrompt(ctrl, client, owner=client).run(leave_when_resumed=False, greeting=self._greeting())
+        except (_debug.TakenOver, EOFError, KeyboardInterrupt):
+            pass
+        except Exception as e:  # the client must learn why, and the controller must live on
+            client.write(f"[xmesh] the debugger failed: {e!r}\n")
+        finally:
+            left = ctrl.release(client)
+            client.close(f"[xmesh] left the debugger{_still_stopped(left)}\n")
+            conn.close()
+            with self._lock:
+                self._clients.discard(client)
+
+    @staticmethod
+    def _greeting():
+        from . import _kernel
+
+        what = "kernel" if _kernel.in_kernel() else "program"
+        argv = " ".join(sys.argv) if not _kernel.in_kernel() else ""
+        return f"[xmesh] attached to the debugger of {what} pid {os.getpid()}{f' ({argv})' if argv else ''}\n"
+
+
+def _still_stopped(sessions):
+    if not sessions:
+        return ""
+    n = len(sessions)
+    return f"; {n} actor{'s' if n != 1 else ''} still stopped in pdb, for the program's own prompt or a new client"
+
+
+_server = None
+
+
+def serve(rundir):
+    global _server
+    server = DebugServer(rundir)
+    if server.start():
+        _server = server
+
+
+def stop_serving():
+    if _server is not None:
+        _server.stop()
+
+
+# -- client side ----------------------------------------------------------------------------------------
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def live_controllers(rundir):
+    """{pid: socket path} of the controllers of this runtime directory that serve a debugger;
+    sockets left by controllers that died are removed."""
+    out = {}
+    for path in glob.glob(os.path.join(rundir, "c", f"*{SUFFIX}")):
+        try:
+            pid = int(os.path.basename(path)[: -len(SUFFIX)])
+        except ValueError:
+            continue
+        if _alive(pid):
+            out[pid] = path
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return out
+
+
+def describe_process(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def run_client(path, stdin=None, stdout=None):
+    """Talks to the debugger at `path` until either side leaves. Returns an exit status."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as e:
+        raise RuntimeError(f"cannot connect to the debugger at {path}: {e}") from None
+    buf = b""
+    prompt = None  # the prompt shown and not yet answered
+    try:
+        while True:
+            wait_for = [sock] + ([stdin] if prompt is not None else [])
+            ready, _, _ = select.select(wait_for, [], [])
+            if sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    if prompt is not None:
+                        stdout.write("\n")
+                    stdout.flush()
+                    return 0
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    msg = json.loads(raw)
+                    if "out" in msg:
+                        if prompt is not None:  # news while the user types: on its own line, prompt again
+                            stdout.write("\n" + msg["out"] + prompt)
+                        else:
+                            stdout.write(msg["out"])
+                    elif "read" in msg:
+                        prompt = msg["read"]
+                        stdout.write(prompt)
+                stdout.flush()
+            if prompt is not None and stdin in ready:
+                line = stdin.readline()
+                if not line:  # end of input: leave
+                    return 0
+                prompt = None
+                sock.sendall((json.dumps({"line": line.rstrip("\n")}) + "\n").encode())
+    except KeyboardInterrupt:
+        stdout.write("\n")
+        return 0
+    finally:
+        sock.close()
