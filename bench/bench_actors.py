@@ -55,3 +55,99 @@ class LogFlood(Actor):
     @endpoint
     def stamped(self, k, gap):
         stamped_lines(k, gap)
+
+
+# ---- the debugger (debug_bench.py) ------------------------------------------------------------------
+class DebugTarget(Actor):
+    @endpoint
+    def stop_here(self):
+        x = 1
+        breakpoint()  # xmesh's remote pdb: one message each way per command
+        return x
+
+    @endpoint
+    def stop_with_rpc_per_write(self, sessions):
+        """The same stop through the design Monarch uses: a plain pdb whose every write is a
+        blocking call to a session actor in the controller and whose every read is a call that
+        returns the next command. sessions: one SimDebugSession mesh per rank."""
+        import pdb
+        import sys
+
+        from xmesh import current_rank
+
+        session = sessions[current_rank().rank]
+        session.start.call_one().get()
+        debugger = pdb.Pdb(stdin=_RpcStdin(session), stdout=_RpcStdout(session), nosigint=True, readrc=False)
+        x = 1
+        debugger.set_trace(sys._getframe())
+        return x
+
+
+class _RpcStdout:
+    def __init__(self, session):
+        self.session = session
+
+    def write(self, text):
+        self.session.write.call_one(text).get()
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+class _RpcStdin:
+    def __init__(self, session):
+        self.session = session
+
+    def readline(self):
+        return self.session.read.call_one().get() + "\n"
+
+
+SIM_SESSIONS = {}  # key -> SimDebugSession living in the benchmark's own process
+
+
+class SimDebugSession(Actor):
+    """The controller end of one rank's simulated session (spawned on the benchmark's own proc,
+    one actor per rank so that one rank's pending read does not hold up another's writes)."""
+
+    def __init__(self, key):
+        import queue
+        import threading
+
+        self.cond = threading.Condition()
+        self.commands = queue.Queue()
+        self.out = []
+        self.started = self.reading = False
+        SIM_SESSIONS[key] = self
+
+    @endpoint
+    def start(self):
+        with self.cond:
+            self.started = True
+            self.cond.notify_all()
+
+    @endpoint
+    def write(self, text):
+        with self.cond:
+            self.out.append(text)
+
+    @endpoint
+    def read(self):
+        with self.cond:
+            self.reading = True
+            self.cond.notify_all()
+        cmd = self.commands.get()
+        return cmd
+
+    # the benchmark's side (its main thread)
+    def send(self, cmd):
+        with self.cond:
+            self.reading = False
+            self.out.clear()
+        self.commands.put(cmd)
+
+    def wait_reading(self, timeout=30.0):
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.reading, timeout):
+                raise TimeoutError("a simulated pdb session did not ask for its next command")
+            return "".join(self.out)
