@@ -33,11 +33,13 @@ _CONTINUE = object()       # the controller's `continue`: clear breakpoints, the
 SOURCE_WAIT_S = 5.0
 
 
+_controller_addr = os.environ.get("XMESH_CONTROLLER_ADDR", "")  # where debug events go (the owner)
+
+
 def _controller():
     from ._runtime import get_runtime
 
-    rt = get_runtime()
-    return rt, os.environ.get("XMESH_CONTROLLER_ADDR", "")
+    return get_runtime(), _controller_addr
 
 
 def _send(body):
@@ -60,6 +62,7 @@ class _Relay:
         self.out = []
         self.commands = queue.Queue()
         self.encoding = "utf-8"
+        self.waiting = False  # pdb waits for its next command
 
     def write(self, text):
         self.out.append(text)
@@ -77,6 +80,13 @@ class _Relay:
         return text
 
     def readline(self):
+        self.waiting = True
+        try:
+            return self._next_command()
+        finally:
+            self.waiting = False
+
+    def _next_command(self):
         self.session.prompting()
         while True:
             cmd = self.commands.get()
@@ -154,9 +164,17 @@ class RemotePdb(pdb.Pdb):
             body.update(stop=True, stack=self._stack(), reason=self.reason)
             if not self.announced:
                 self.announced = True
-                body.update(actor=self.actor, rank=self.rank, coords=self.coords, sizes=self.sizes, host=_HOST, pid=os.getpid(),
-                            cell=self.cell)
+                body.update(self._row())
         _send(body)
+
+    def _row(self):
+        return dict(actor=self.actor, rank=self.rank, coords=self.coords, sizes=self.sizes, host=_HOST,
+                    pid=os.getpid(), cell=self.cell)
+
+    def announce_again(self):
+        """A new controller took this proc over while pdb waits: it learns of the stop whole."""
+        _send({"ev": "prompt", "sid": self.sid, "out": "", **self._location(), "stop": True, "stack": self._stack(),
+               "reason": self.reason, **self._row(), "cell": ""})
 
     def _fetch_missing_sources(self, frame, tb):
         """Files of the stack this host cannot read (code defined in notebook cells, files that
@@ -258,6 +276,19 @@ def call_finished():
     s = _by_thread.get(threading.get_ident())
     if s is not None:
         s.end()
+
+
+def adopted_by(addr):
+    """A controller attached this proc's allocation (after a kernel restart): debug events go
+    to it from now on, and the sessions stopped in pdb are announced to it."""
+    global _controller_addr
+    if addr == _controller_addr:
+        return
+    _controller_addr = addr
+    with _lock:
+        waiting = [s for s in _sessions.values() if s.relay.waiting]
+    for s in waiting:
+        s.announce_again()
 
 
 def deliver(body):

@@ -60,6 +60,7 @@ def main():
                 rt.node.add_accepted_cookie(cookie)
             for addr in body.get("refuse", []):
                 rt.node.refuse_calls_from(addr, {"kind": "taken_over", "text": body.get("refuse_text", "")})
+            _debug_proc.adopted_by(msg.sender_addr)
             if msg.corr:
                 rt.node.reply(msg, True, {"pid": os.getpid()})
         elif msg.kind == Kind.ProcInfo:

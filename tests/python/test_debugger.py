@@ -161,6 +161,46 @@ def test_a_run_without_input_shows_the_stops_and_continues():
     assert "RESULT [20, 21, 22, 23]" in r.stdout
 
 
+def test_a_controller_that_attaches_later_finds_the_ranks_stopped_in_pdb():
+    """A kernel restart: the controller that started the call is gone, its named allocation
+    lives on with ranks stopped in pdb; the next controller to attach is told of them."""
+    first = textwrap.dedent(f'''
+        import sys, time
+        sys.path.insert(0, {HERE!r})
+        from actors_for_tests import Stopper
+        from xmesh import this_host, _debug
+
+        procs = this_host().spawn_procs({{"gpus": 2}}, name="dbg-survivor")
+        s = procs.spawn("stopper", Stopper)
+        s.initialized.get()
+        fut = s.step.call(7, stop_ranks=(1,))
+        while not _debug.controller().stopped():
+            time.sleep(0.05)
+        print("STOPPED", [x["rank"] for x in _debug.debug.sessions()])
+    ''')
+    r = run_program(first, stdin=subprocess.DEVNULL, timeout=60)
+    assert "STOPPED [1]" in r.stdout, r.stdout + r.stderr
+    second = textwrap.dedent('''
+        import time
+        import xmesh
+        from xmesh import _debug
+
+        procs = xmesh.attach("dbg-survivor")
+        deadline = time.monotonic() + 20
+        while not xmesh.debug.sessions() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("SESSIONS", [(x["actor"], x["rank"], x["function"], x["coords"]) for x in xmesh.debug.sessions()])
+        xmesh.debug()  # no terminal here: shows the table and the stacks, and continues
+        print("LEFT", xmesh.debug.sessions())
+        procs.stop()
+    ''')
+    r = run_program(second, stdin=subprocess.DEVNULL, timeout=60)
+    assert "SESSIONS [('stopper', 1, 'step', {'gpus': 1})]" in r.stdout, r.stdout + r.stderr
+    assert "| stopper    | 1    | gpus=1 |" in r.stdout
+    assert "1 rank (rank 1) stopped in pdb (breakpoint):" in r.stdout
+    assert "LEFT []" in r.stdout
+
+
 def test_xmesh_debug_error_fails_the_wait_naming_the_ranks():
     body = '''
         try:
