@@ -73,6 +73,7 @@ class ActorThread(threading.Thread):
         self.ctx = None
         self.current = None  # (corr, index) of the message being handled
         self.current_task = None
+        self.current_coro = None  # the async endpoint being awaited (its frames for `where`)
         self.cancelled = set()
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
         self.record = None   # see _spawn
@@ -200,11 +201,11 @@ class ActorThread(threading.Thread):
                 _debug_proc.call_finished()
 
         fut = asyncio.run_coroutine_threadsafe(runner(), loop)
-        self.current_task = fut
+        self.current_task, self.current_coro = fut, coro
         try:
             return fut.result()
         finally:
-            self.current_task = None
+            self.current_task = self.current_coro = None
 
     def cancel(self, corr, index):
         key = (corr, index)
@@ -251,6 +252,18 @@ class ActorHost:
             threads = list(self.actors.values())
         return [dict(t.record, init_failed=t.init_error is not None) for t in threads if t.record]
 
+    def async_stacks(self):
+        """{"mesh\trank": frames} of the actors awaiting an async endpoint: the chain of
+        suspended coroutines, outermost first (a thread dump shows only the loop's select)."""
+        with self._lock:
+            threads = list(self.actors.values())
+        out = {}
+        for t in threads:
+            coro = t.current_coro
+            if coro is not None and t.ctx is not None:
+                out[_debug_proc.thread_label(t.ctx)] = coroutine_frames(coro)
+        return out
+
     def forget(self, actor_id):
         with self._lock:
             self.actors.pop(actor_id, None)
@@ -260,3 +273,15 @@ class ActorHost:
             t = self.actors.get(actor_id)
         if t is not None:
             t.cancel(corr, index)
+
+
+def coroutine_frames(coro):
+    """(file, line, function) of coro and of each coroutine it awaits, outermost first."""
+    frames = []
+    while coro is not None and len(frames) < 200:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames

@@ -356,8 +356,20 @@ class DebugController:
         by_mesh = {}
         unanswered = []
         if addrs:
-            call = self.rt.node.call([(a, "") for a in addrs], int(Kind.DumpStacks), "", {}, None, True)
+            deadline = time.monotonic() + timeout
+            targets = [(a, "") for a in addrs]
+            call = self.rt.node.call(targets, int(Kind.DumpStacks), "", {}, None, True)
+            # What async endpoints await is in their suspended coroutines, which only Python
+            # can walk (with the GIL): asked beside the GIL-free dump, used where it answers.
+            tasks = self.rt.node.call(targets, int(Kind.ProcInfo), "", {"async_stacks": True}, None, True)
             call.wait(timeout)
+            tasks.wait(max(0.0, deadline - time.monotonic()))
+            awaiting = {}
+            for _index, ok, body, _ in tasks.take():
+                for label, frames in (body.get("async_stacks", {}) if ok else {}).items():
+                    actor, rank = label.split("\t", 1)
+                    awaiting[(actor, int(rank))] = [tuple(f) for f in frames]
+            self.rt.node.forget_call(tasks.id)
             answered = set()
             for index, ok, body, _ in call.take():
                 answered.add(index)
@@ -371,6 +383,9 @@ class DebugController:
                     actor, rank = label.split("\t", 1)
                     rank = int(rank)
                     if (actor, rank) in stopped:
+                        continue
+                    if (actor, rank) in awaiting:
+                        by_mesh.setdefault(actor, []).append((rank, "awaiting", awaiting[(actor, rank)]))
                         continue
                     user = _user_frames(frames)
                     by_mesh.setdefault(actor, []).append((rank, "running" if user else "idle", user))

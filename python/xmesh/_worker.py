@@ -64,7 +64,10 @@ def main():
             if msg.corr:
                 rt.node.reply(msg, True, {"pid": os.getpid()})
         elif msg.kind == Kind.ProcInfo:
-            rt.node.reply(msg, True, {"pid": os.getpid(), "actors": host.describe()})
+            info = {"pid": os.getpid(), "actors": host.describe()}
+            if body.get("async_stacks"):  # the debugger's `where`: what async endpoints await
+                info["async_stacks"] = host.async_stacks()
+            rt.node.reply(msg, True, info)
         elif msg.kind == Kind.FlushOutput:
             # The controller's flush barrier (end of a cell): everything written so far, then a marker.
             rt.node.reply(msg, True, {"m": _proc_output.flush_marker()})

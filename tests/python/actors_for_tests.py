@@ -202,6 +202,14 @@ class Stopper(Actor):
         return y
 
     @endpoint
+    async def await_nap(self, seconds):
+        await self._nap(seconds)
+        return current_rank().rank
+
+    async def _nap(self, seconds):
+        await asyncio.sleep(seconds)
+
+    @endpoint
     def fail(self, x):
         local_value = x * 3
         raise ValueError(f"bad input {local_value}")

@@ -308,6 +308,25 @@ def test_an_async_endpoint_stops_too(stoppers):
     assert fut.get() == 105
 
 
+def test_where_shows_what_an_async_endpoint_awaits(stoppers):
+    """A thread dump shows an awaiting endpoint only as the loop's select(); `where` shows
+    its chain of suspended coroutines beside the ranks stopped in pdb."""
+    procs, mesh = stoppers
+    napping = mesh.slice(gpus=1).await_nap.call_one(3.0)
+    stopped = mesh.slice(gpus=0).step.call_one(4, stop_ranks=(0,))
+    stopped_sessions(1)
+    ctrl = _debug.controller()
+    assert wait_until(lambda: "awaiting" in ctrl.format_stacks(), timeout=10)
+    text = ctrl.format_stacks()
+    assert "1 rank (rank 0) stopped in pdb (breakpoint):" in text
+    awaiting = text.split("1 rank (rank 1) awaiting:\n")[1]
+    lines = awaiting.splitlines()
+    assert "in await_nap" in lines[0] and "await self._nap(seconds)" in lines[1]
+    assert "in _nap" in lines[2] and "await asyncio.sleep(seconds)" in lines[3]
+    ctrl.continue_all()
+    assert stopped.get() == 8 and napping.get() == 1
+
+
 def test_post_mortem_stops_at_the_raising_frame(stoppers):
     procs, mesh = stoppers
     _debug.debug.post_mortem(True)
