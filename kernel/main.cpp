@@ -19,6 +19,7 @@
 #include "xeus/xkernel.hpp"
 #include "xeus/xkernel_configuration.hpp"
 #include "xeus/xserver_shell_main.hpp"
+#include "stdin_channel.hpp"
 #include "xmesh_interpreter.hpp"
 
 namespace py = pybind11;
@@ -99,8 +100,11 @@ int main(int argc, char* argv[]) {
     auto context = xeus::make_context<zmq::context_t>();
     zmq::context_t& zmq_context = context->m_context;
     std::string user_name = xeus::get_user_name();
-    xeus::xkernel kernel(config, user_name, std::move(context), std::move(interpreter), xeus::make_xserver_shell_main,
-                         std::move(history), nullptr, xpyt::make_python_debugger, debugger_config);
+    auto& interpreter_ref = *interpreter;
+    xeus::xkernel kernel(config, user_name, std::move(context), std::move(interpreter),
+                         xmesh::kernel::make_stdin_guarded_server, std::move(history), nullptr,
+                         xpyt::make_python_debugger, debugger_config);
+    static_cast<xmesh::kernel::StdinGuardedServer&>(kernel.get_server()).route_replies_to(interpreter_ref);
     // Late output of finished cells is published from runtime threads through this channel.
     xmesh::kernel::make_iopub_side_channel(zmq_context, config.m_signature_scheme, config.m_key, user_name);
     kernel.start();

@@ -735,6 +735,8 @@ def open_prompt(waiting_for=None):
         io.write(f"\n[xmesh] `xmesh debug` ({who}) took over the debugger from another terminal; "
                  f"{'this cell' if _kernel.in_kernel() else 'this program'} waits for its call and takes the "
                  f"prompt back when that client leaves\n")
+        if _kernel.in_kernel():  # the front end keeps the input box it was given (see README)
+            io.write("[xmesh] the input box above is no longer read: press Enter in it to close it\n")
         return
     if outcome == "quit" and waiting_for is not None:
         left = ctrl.stopped()

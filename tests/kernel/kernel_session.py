@@ -181,6 +181,7 @@ class Conversation:
         self.reply = None
         self.idle = False
         self.mark = 0  # stdout before this offset was already returned by expect_prompt
+        self.request = None  # the header of the last input_request (answers carry it, as JupyterLab's do)
 
     @property
     def stdout(self):
@@ -192,6 +193,7 @@ class Conversation:
         try:
             msg = self.kc.get_stdin_msg(timeout=timeout)
             if msg["msg_type"] == "input_request":
+                self.request = msg["header"]
                 return msg["content"]["prompt"]
         except Empty:
             pass
@@ -240,8 +242,11 @@ class Conversation:
         self.mark = len(self.stdout)
         return prompt, text
 
-    def answer(self, text):
-        self.kc.input(text)
+    def answer(self, text, request=None):
+        """Replies to the last input_request (or to `request`, a header), naming it as the
+        parent as JupyterLab does."""
+        reply = self.kc.session.msg("input_reply", {"value": text}, parent=request or self.request)
+        self.kc.stdin_channel.send(reply)
 
     def say(self, text, timeout=30):
         """Answers the pending prompt and waits for the next: (prompt, stdout in between)."""

@@ -104,6 +104,26 @@ def test_interrupting_the_prompt_raises_keyboardinterrupt_and_continues(kernel):
     assert kernel.value("__import__('xmesh').debug.sessions()") == "[]"
 
 
+def test_an_answer_typed_late_into_an_interrupted_prompt_is_not_taken_by_the_next(kernel):
+    """The front end keeps the input box of an interrupted prompt; what the user types there
+    later answers a request that is gone, and must not become the next prompt's command."""
+    kernel.ok(TRAINER)
+    conv = kernel.converse("fut = trainer.step.call(1)\nfut.get()")
+    conv.expect_prompt()
+    abandoned = conv.request
+    kernel.interrupt()
+    assert conv.finish().error["ename"] == "KeyboardInterrupt"
+    conv.answer("frobnicate", request=abandoned)  # typed into the old box, after the fact
+    conv = kernel.converse("fut = trainer.step.call(2)\nprint('RESULT', sorted(fut.get().values()))")
+    prompt, out = conv.expect_prompt()
+    prompt, out = conv.say("list")
+    assert "| trainer    | 3 " in out
+    conv.answer("c")
+    r = conv.finish()
+    assert r.status == "ok", r.error_text
+    assert "frobnicate" not in r.stdout and "RESULT [4, 5, 6, 7]" in r.stdout
+
+
 def test_other_output_waits_while_the_prompt_owns_the_cell(kernel):
     kernel.ok(TRAINER + '''
 class Chatty(Actor):
