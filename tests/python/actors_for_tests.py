@@ -202,6 +202,13 @@ class Stopper(Actor):
         return y
 
     @endpoint
+    def hold_gil(self, seconds):
+        import ctypes
+
+        ctypes.PyDLL(None).sleep(int(seconds))  # libc sleep() called with the GIL held
+        return current_rank().rank
+
+    @endpoint
     async def await_nap(self, seconds):
         await self._nap(seconds)
         return current_rank().rank

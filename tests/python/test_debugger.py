@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pexpect
 import pytest
@@ -325,6 +326,27 @@ def test_where_shows_what_an_async_endpoint_awaits(stoppers):
     assert "in _nap" in lines[2] and "await asyncio.sleep(seconds)" in lines[3]
     ctrl.continue_all()
     assert stopped.get() == 8 and napping.get() == 1
+
+
+def test_where_sees_a_rank_whose_proc_holds_the_gil_and_stops_outlive_supervision(stoppers):
+    """Rank 1's proc holds its GIL in a C call: its stack still comes (dumped by the proc's I/O
+    thread), and rank 0 stays stopped past the host timeout with nothing declared dead."""
+    procs, mesh = stoppers
+    stopped = mesh.slice(gpus=0).step.call_one(3, stop_ranks=(0,))
+    stopped_sessions(1)
+    holding = mesh.slice(gpus=1).hold_gil.call_one(4)
+    time.sleep(0.5)  # rank 1 is inside sleep() now
+    text = _debug.controller().format_stacks()
+    assert "1 rank (rank 0) stopped in pdb (breakpoint):" in text
+    held = text.split("1 rank (rank 1) running:\n")[1]
+    assert "in hold_gil" in held and "ctypes.PyDLL(None).sleep(int(seconds))" in held, text
+    timeout_s = int(os.environ.get("XMESH_HOSTD_TIMEOUT_MS", "10000")) / 1000
+    time.sleep(timeout_s + 0.5)  # longer than supervision waits for a silent host
+    assert holding.get() == 1
+    (s,) = stopped_sessions(1)
+    assert s.rank == 0 and _debug.controller().send([s], "p x * 3")[s].startswith("9\n")
+    _debug.controller().continue_all()
+    assert stopped.get() == 6
 
 
 def test_post_mortem_stops_at_the_raising_frame(stoppers):
