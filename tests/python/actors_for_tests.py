@@ -202,6 +202,15 @@ class Stopper(Actor):
         return y
 
     @endpoint
+    def walk(self):
+        a = 1
+        breakpoint()
+        b = a + 1
+        c = b * 10
+        d = c + 1
+        return d
+
+    @endpoint
     def hold_gil(self, seconds):
         import ctypes
 

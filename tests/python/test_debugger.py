@@ -299,6 +299,27 @@ def test_l_shows_code_that_only_the_controller_has(stoppers):
     assert fut.get() == "the source came from the controller"
 
 
+def test_attached_pdb_steps_breaks_and_continues(stoppers):
+    import inspect
+
+    procs, mesh = stoppers
+    fut = mesh.slice(gpus=0).walk.call_one()
+    stopped_sessions(1)
+    src, first = inspect.getsourcelines(Stopper.walk)
+    ret_line = first + next(i for i, line in enumerate(src) if "return d" in line)
+    io = ScriptedIO(["attach stoppers 0", "n", "p b", "n", "p c", f"b actors_for_tests.py:{ret_line}", "c",
+                     "p d", "c", "c"])
+    assert _debug.DebugPrompt(_debug.controller(), io).run() == "resumed"
+    text = io.text.replace("[stoppers 0] (Pdb) ", "(Pdb) ")
+    assert "-> b = a + 1" in text          # where it stopped, replayed on attach
+    assert "n\n> " in text and "-> c = b * 10" in text and "p b\n2\n" in text
+    assert "-> d = c + 1" in text and "p c\n20\n" in text
+    assert "Breakpoint 1 at " in text and f"actors_for_tests.py:{ret_line}" in text
+    assert "-> return d" in text and "p d\n21\n" in text
+    assert "stoppers rank 0 is" in text    # the last `c` let it run: back at xmesh_dbg>
+    assert fut.get() == 21
+
+
 def test_an_async_endpoint_stops_too(stoppers):
     procs, mesh = stoppers
     fut = mesh.slice(gpus=1).astep.call_one(5)
