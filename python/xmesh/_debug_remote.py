@@ -132,7 +132,11 @@ class DebugServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            pid, uid = _peer_credentials(conn)
+            try:
+                pid, uid = _peer_credentials(conn)
+            except OSError:
+                conn.close()
+                continue
             if uid != os.getuid():
                 conn.close()  # another user: the directory's mode should have kept them out already
                 continue
