@@ -20,6 +20,8 @@ import struct
 import sys
 import threading
 
+from ._hostd import pid_alive
+
 SUFFIX = ".debug"
 
 
@@ -195,16 +197,6 @@ def stop_serving():
 
 
 # -- client side ----------------------------------------------------------------------------------------
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def live_controllers(rundir):
     """{pid: socket path} of the controllers of this runtime directory that serve a debugger;
     sockets left by controllers that died are removed."""
@@ -214,7 +206,7 @@ def live_controllers(rundir):
             pid = int(os.path.basename(path)[: -len(SUFFIX)])
         except ValueError:
             continue
-        if _alive(pid):
+        if pid_alive(pid):
             out[pid] = path
         else:
             try:

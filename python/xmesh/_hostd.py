@@ -38,7 +38,7 @@ def hostd_executable():
     return found
 
 
-def _pid_alive(pid):
+def pid_alive(pid):
     try:
         os.kill(pid, 0)
         return True
@@ -89,7 +89,7 @@ class HostAgent:
 
     def _running_pid(self):
         text = _read(os.path.join(self.runtime_dir, "hostd.pid"))
-        if text.isdigit() and _pid_alive(int(text)):
+        if text.isdigit() and pid_alive(int(text)):
             return int(text)
         return None
 
@@ -164,7 +164,7 @@ class HostAgent:
     @staticmethod
     def _wait_gone(pid, timeout):
         deadline = time.monotonic() + timeout
-        while pid and _pid_alive(pid) and time.monotonic() < deadline:
+        while pid and pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def request(self, kind, body, timeout=15.0):

@@ -7,7 +7,7 @@ import textwrap
 
 import pexpect
 
-from test_debugger import HERE, terminal_program
+from test_debugger import HERE, attach_cast_where, terminal_program
 from xmesh_testing import PYTHON, wait_until
 
 
@@ -35,21 +35,7 @@ def test_a_client_takes_over_a_scripts_prompt_and_drives_it():
         # the program's own prompt gave way and says to whom
         child.expect(rf"`xmesh debug` \(pid {client.pid}\) took over the debugger")
 
-        client.sendline("attach stopper 2")
-        client.expect(r"\[stopper 2\] \(Pdb\) ")
-        assert "-> return y + z - z" in client.before
-        client.sendline("p y * 100 + z")
-        client.expect(r"\[stopper 2\] \(Pdb\) ")
-        assert "2223" in client.before
-        client.sendline("detach")
-        client.expect("xmesh_dbg> ")
-        client.sendline("cast stopper ranks(0,3) p y")
-        client.expect("xmesh_dbg> ")
-        out = client.before.replace("\r\n", "\n")
-        assert "[stopper rank 0]\n20\n" in out and "[stopper rank 3]\n23\n" in out
-        client.sendline("where")
-        client.expect("xmesh_dbg> ")
-        assert "1 rank (rank 1) running:" in client.before and "time.sleep(sleep)" in client.before
+        attach_cast_where(client)
         client.sendline("continue")
         child.expect(r"RESULT \[20, 21, 22, 23\]")
         child.expect(pexpect.EOF)

@@ -53,6 +53,35 @@ def terminal_program(body, env=None):
         os.unlink(path)
 
 
+def attach_cast_where(term):
+    """One session at an `xmesh_dbg>` prompt (a program's own terminal or an `xmesh debug`
+    client) with stopper ranks 0, 2, 3 stopped: attach and print, cast, where."""
+    term.sendline("attach stopper 2")
+    term.expect(r"\[stopper 2\] \(Pdb\) ")
+    assert "-> return y + z - z" in term.before
+    term.sendline("p y, z")
+    term.expect(r"\[stopper 2\] \(Pdb\) ")
+    assert "(22, 23)" in term.before
+    term.sendline("p y * 100 + z")
+    term.expect(r"\[stopper 2\] \(Pdb\) ")
+    assert "2223" in term.before
+    term.sendline("detach")
+    term.expect("xmesh_dbg> ")
+    for selector in ("ranks(0:4)", "ranks(0,3)"):
+        term.sendline(f"cast stopper {selector} p y")
+        term.expect("xmesh_dbg> ")
+        out = term.before.replace("\r\n", "\n")
+        assert "[stopper rank 0]\n20\n" in out and "[stopper rank 3]\n23\n" in out
+    term.sendline("cast stopper ranks(0:2) p y")
+    term.expect("xmesh_dbg> ")
+    assert "not stopped, skipped: stopper rank 1" in term.before
+    term.sendline("where")
+    term.expect("xmesh_dbg> ")
+    out = term.before.replace("\r\n", "\n")
+    assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in out
+    assert "1 rank (rank 1) running:" in out and "time.sleep(sleep)" in out  # in a C call, no GIL needed
+
+
 def test_the_terminal_a_script_runs_in_becomes_the_prompt():
     with terminal_program('''
         print("RESULT", sorted(fut.get().values()))
@@ -64,24 +93,7 @@ def test_the_terminal_a_script_runs_in_becomes_the_prompt():
         for rank in (0, 2, 3):
             assert f"| stopper    | {rank}    | gpus={rank} |" in table
         assert "| stopper    | 1 " not in table
-        child.sendline("attach stopper 2")
-        child.expect(r"\[stopper 2\] \(Pdb\) ")
-        assert "-> return y + z - z" in child.before
-        child.sendline("p y, z")
-        child.expect(r"\[stopper 2\] \(Pdb\) ")
-        assert "(22, 23)" in child.before
-        child.sendline("detach")
-        child.expect("xmesh_dbg> ")
-        child.sendline("cast stopper ranks(0:4) p y")
-        child.expect("xmesh_dbg> ")
-        out = child.before.replace("\r\n", "\n")
-        assert "[stopper rank 0]\n20\n" in out and "[stopper rank 3]\n23\n" in out
-        assert "not stopped, skipped: stopper rank 1" in out
-        child.sendline("where")
-        child.expect("xmesh_dbg> ")
-        out = child.before.replace("\r\n", "\n")
-        assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in out
-        assert "1 rank (rank 1) running:" in out and "time.sleep(sleep)" in out  # in a C call, no GIL needed
+        attach_cast_where(child)
         child.sendline("help")
         child.expect("xmesh_dbg> ")
         assert "cast <actor> ranks(...) <cmd>" in child.before
