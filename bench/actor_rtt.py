@@ -23,11 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench_actors is importable by the procs too
 
 import bench_actors  # noqa: E402
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+from bench_stats import pct  # noqa: E402
 
 
 def summary(samples_us):

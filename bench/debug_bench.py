@@ -27,15 +27,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYT
 import pexpect  # noqa: E402
 
 import bench_actors  # noqa: E402
+from bench_stats import samples_row  # noqa: E402
 from xmesh import _debug, this_host, this_proc  # noqa: E402
 
 RANKS = 16
 PYTHON = "/usr/bin/python3"
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
 
 
 class ScriptIO:
@@ -202,7 +198,7 @@ def local_pdb(n):
 
 # -- report -------------------------------------------------------------------------------------------
 def row(name, ms):
-    return f"  {name:<26}{len(ms):>6}{statistics.median(ms):>10.2f}{pct(ms, 90):>10.2f}{max(ms):>10.2f}"
+    return samples_row(name, ms, 90, name_width=26, count_width=6)
 
 
 def main():

@@ -11,12 +11,16 @@ tree's with JUPYTER_PATH=build/share/jupyter) and "python3" (python3-ipykernel).
 """
 import argparse
 import os
+import sys
 import statistics
 import tempfile
 import time
 from queue import Empty
 
 from jupyter_client.manager import KernelManager
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_stats import pct  # noqa: E402
 
 ACTOR = '''
 from xmesh import Actor, endpoint, this_host
@@ -25,11 +29,6 @@ class Worker(Actor):
     def ping(self):
         return 1
 '''
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
 
 
 def start(name, env):

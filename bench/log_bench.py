@@ -31,14 +31,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYT
 os.environ.setdefault("XMESH_LOG_BARRIER_S", "120")
 
 import bench_actors  # noqa: E402
+from bench_stats import samples_row  # noqa: E402
 
 PROCS = 8
 LINE = re.compile(r"step (\d+) loss ")
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
 
 
 def check_lines(text_by_rank, n):
@@ -221,7 +217,7 @@ def flood_row(name, r):
 
 
 def latency_row(name, delays):
-    return f"  {name:<14}{len(delays):>8}{statistics.median(delays):>10.2f}{pct(delays, 99):>10.2f}{max(delays):>10.2f}"
+    return samples_row(name, delays, 99)
 
 
 def main():
