@@ -337,12 +337,15 @@ class DebugController:
         from ._runtime import Kind
 
         self.post_mortem = bool(on)
-        for alloc in self.rt.owned_allocs():
-            for p in alloc.procs.values():
-                try:
-                    self.rt.node.send(p["addr"], int(Kind.Configure), {"post_mortem": self.post_mortem})
-                except Exception:
-                    pass
+        addrs = sorted({a.procs[r]["addr"] for a in self.rt.owned_allocs() for r in a.alive_ranks()})
+        if not addrs:
+            return
+        # Wait for the acknowledgements: procs apply it on their control thread, and a call sent
+        # right after must not beat it to the actor loop (the setting would come too late for it).
+        call = self.rt.node.call([(a, "") for a in addrs], int(Kind.Configure), "",
+                                 {"post_mortem": self.post_mortem}, None, True)
+        call.wait(10)  # a proc holding its GIL in C answers late: not forever
+        self.rt.node.forget_call(call.id)
 
     # -- stacks -------------------------------------------------------------------------------------
     def stacks(self, timeout=2.0):
