@@ -45,12 +45,14 @@ const char* kind_name(Kind k) {
     case Kind::DebugEvent: return "debug-event";
     case Kind::DebugCommand: return "debug-command";
     case Kind::DumpStacks: return "dump-stacks";
+    case Kind::Sync: return "sync";
+    case Kind::Reload: return "reload";
   }
   return "unknown";
 }
 
 bool kind_known(int k) {
-  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 35);
+  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 37);
 }
 
 namespace {

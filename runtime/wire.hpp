@@ -48,6 +48,8 @@ enum class Kind : int {
   DebugEvent = 33,  // proc -> controller: a debug session stopped, answered a command, or ended
   DebugCommand = 34,  // controller -> proc: a pdb command (or continue) for one stopped session
   DumpStacks = 35,  // controller -> proc: every thread's Python stack, answered by the I/O thread
+  Sync = 36,        // controller -> hostd: one step of a workspace sync (body.op); answered with a Reply
+  Reload = 37,      // controller -> proc: reload the modules of these synced files; answered with a Reply
 };
 const char* kind_name(Kind k);
 bool kind_known(int k);

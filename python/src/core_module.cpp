@@ -254,6 +254,7 @@ py::object decode_text(const std::string& s) {
 }  // namespace
 
 void bind_debugger(py::module_& m);  // debugger_bindings.cpp
+void bind_workspace(py::module_& m);  // workspace_bindings.cpp
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "xmesh runtime core (libxmesh)";
@@ -319,7 +320,9 @@ PYBIND11_MODULE(_core, m) {
       .value("Configure", Kind::Configure)
       .value("DebugEvent", Kind::DebugEvent)
       .value("DebugCommand", Kind::DebugCommand)
-      .value("DumpStacks", Kind::DumpStacks);
+      .value("DumpStacks", Kind::DumpStacks)
+      .value("Sync", Kind::Sync)
+      .value("Reload", Kind::Reload);
 
   py::class_<Frame>(m, "Frame", py::buffer_protocol())
       .def_buffer([](Frame& f) {
@@ -556,4 +559,5 @@ PYBIND11_MODULE(_core, m) {
       });
 
   bind_debugger(m);
+  bind_workspace(m);
 }

@@ -14,11 +14,12 @@ from ._named import allocations
 from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, this_host, this_proc
 from ._shape import Point
 from ._value_mesh import ValueMesh
+from ._workspace import SyncReport, Workspace
 
 __version__ = _core.version()
 
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Endpoint", "Future", "HostMesh", "Point", "ProcMesh",
-    "SupervisionError", "TakenOverError", "ValueMesh", "allocations", "attach", "current_rank", "current_size",
+    "SupervisionError", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "attach", "current_rank", "current_size",
     "debug", "endpoint", "hosts", "proc_mesh", "this_host", "this_proc",
 ]

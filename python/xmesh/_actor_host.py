@@ -246,6 +246,13 @@ class ActorHost:
                 self.actors[msg.actor] = t
             t.start()
 
+    def forget_endpoint_cache(self):
+        """After a reload updated classes in place: endpoints are looked up again."""
+        with self._lock:
+            threads = list(self.actors.values())
+        for t in threads:
+            t.endpoints = {}
+
     def describe(self):
         """Records of the live actors on this proc (see ActorThread._spawn)."""
         with self._lock:

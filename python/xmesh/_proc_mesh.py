@@ -17,6 +17,7 @@ from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
+from ._workspace import DEFAULT_MAX_FILE_SIZE, sync_workspace
 
 
 class Allocation:
@@ -266,6 +267,27 @@ class ProcMesh(MeshTrait):
         return self._alloc
 
     # -- lifecycle -------------------------------------------------------------------------
+    def sync_workspace(self, workspace=".", *, dest=None, exclude=(), auto_reload=False,
+                       max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
+        """Pushes a local directory (or a Workspace) to each host of these procs, once per host:
+        only what changed travels; `import` in an actor picks up the synced code
+        ($XMESH_WORKSPACE is first on each proc's sys.path). `dest`: where under that root
+        (default: the root itself). `exclude`: gitignore-style patterns (.gitignore and
+        .xmeshignore apply too). Files over `max_file_size` bytes are refused (None: no limit).
+        `auto_reload=True`: these procs reload the modules whose files changed. `watch=True`:
+        keep syncing on local changes; returns a WorkspaceWatcher (stop() it). Returns a
+        SyncReport (what moved, to which hosts, bytes, time)."""
+        alloc = self._require_alloc("sync_workspace")
+        ranks = list(self._shape.ranks())
+        agents = list({alloc.procs[r]["agent"].runtime_dir: alloc.procs[r]["agent"] for r in ranks}.values())
+
+        def procs_of():
+            alive = set(alloc.alive_ranks())
+            return [(r, alloc.procs[r]["addr"], alloc.procs[r]["agent"]) for r in ranks if r in alive]
+
+        return sync_workspace(agents, procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
+                              max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
+
     def stop(self, timeout=None):
         """Stops every proc of the allocation (SIGTERM, then SIGKILL after the grace)."""
         if self._alloc is None:
@@ -438,6 +460,22 @@ class HostMesh(MeshTrait):
         rebuild = lambda: ProcMesh(alloc, shape, lease=lease)  # noqa: E731
         mesh._ready = Future(ready_call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, "proc startup")
         return mesh
+
+    def sync_workspace(self, workspace=".", *, dest=None, exclude=(), auto_reload=False,
+                       max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
+        """Pushes a local directory (or a Workspace) to every host of this mesh, concurrently and
+        once per host; with auto_reload=True every proc this program runs on those hosts reloads
+        the changed modules. See ProcMesh.sync_workspace for the arguments; returns a SyncReport."""
+        dirs = [self._dirs[h] for h in self._shape.ranks()]
+        agents = [agent(d) for d in dirs]
+
+        def procs_of():
+            rt = get_runtime()
+            return [(r, a.procs[r]["addr"], a.procs[r]["agent"]) for a in rt.owned_allocs()
+                    for r in a.alive_ranks() if a.procs[r]["agent"].runtime_dir in dirs]
+
+        return sync_workspace(agents, procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
+                              max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
 
     def __repr__(self):
         return f"<HostMesh {self.sizes or 'this host'}>"

@@ -25,6 +25,10 @@ def main():
     for p in reversed(json.loads(os.environ.get("XMESH_SYS_PATH", "[]"))):
         if p not in sys.path:
             sys.path.insert(1, p)
+    # The host's copy of the synced workspace comes first: `import mymodule` gets the synced code.
+    workspace = os.environ.get("XMESH_WORKSPACE")
+    if workspace:
+        sys.path.insert(0, workspace)
 
     # Import the whole package now: a proc never imports code from a newer install later.
     import xmesh  # noqa: F401
@@ -73,6 +77,14 @@ def main():
             rt.node.reply(msg, True, {"m": _proc_output.flush_marker()})
         elif msg.kind == Kind.DebugCommand:
             _debug_proc.deliver(body)
+        elif msg.kind == Kind.Reload:
+            # A sync changed these files: reload their modules here, between two messages of
+            # no particular actor (the GIL makes each reload whole).
+            from . import _reload
+
+            result = _reload.reload_files(body.get("files", []))
+            host.forget_endpoint_cache()
+            rt.node.reply(msg, True, result)
         elif msg.kind == Kind.Configure:
             if "log_level" in body:
                 _proc_output.set_log_level(body["log_level"])

@@ -40,6 +40,8 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (opts_.workspace_root.empty()) opts_.workspace_root = opts_.runtime_dir + "/workspace";
+  sync_ = std::make_unique<ws::SyncReceiver>(opts_.workspace_root, opts_.sync_timeout_ms);
   node_ = std::make_unique<Node>("hostd", "ipc://" + opts_.runtime_dir + "/hostd.sock", cookie_);
   node_->start();
   idle_since_ms_ = now_ms();
@@ -167,8 +169,26 @@ void HostAgent::handle(Message m) {
     case Kind::Shutdown:
       quit_ = true;
       return;
+    case Kind::Sync:
+      sync_step(m);
+      return;
     default:
       return reply_error(m, std::string("the host agent does not handle '") + kind_name(m.header.kind) + "' messages");
+  }
+}
+
+// One step of a workspace sync from an authenticated controller (the node dropped anything
+// from a peer that did not pass Hello with this agent's cookie).
+void HostAgent::sync_step(const Message& m) {
+  std::vector<std::string_view> frames;
+  for (auto& f : m.frames) frames.emplace_back(static_cast<const char*>(f.data()), f.size());
+  try {
+    auto r = sync_->handle(m.header.body, frames, now_ms());
+    std::vector<zmq::message_t> out;
+    for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
+    node_->reply(m, true, std::move(r.body), std::move(out));
+  } catch (const std::exception& e) {
+    node_->reply(m, false, {{"kind", "sync"}, {"text", e.what()}}, {});
   }
 }
 
@@ -266,6 +286,7 @@ void HostAgent::spawn_procs(const Message& m) {
       env["XMESH_HOSTD_PID"] = std::to_string(getpid());
       env["XMESH_HOST"] = hostname();
       env["XMESH_RUNTIME_DIR"] = opts_.runtime_dir;
+      env["XMESH_WORKSPACE"] = opts_.workspace_root;
       auto sp = spawn_proc(argv, env, cwd);
       p->pid = sp.pid;
       p->out.fd = sp.out_fd;
@@ -488,6 +509,7 @@ void HostAgent::report_exits() {
 
 void HostAgent::check_timers() {
   int64_t now = now_ms();
+  sync_->expire_idle(now);
   // Partial lines (prompts, progress bars without newline) go out after a short wait.
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs)
@@ -550,6 +572,8 @@ json HostAgent::status() const {
           {"build", build_id()},
           {"protocol", protocol_version()},
           {"runtime_dir", opts_.runtime_dir},
+          {"workspace", opts_.workspace_root},
+          {"sync_bytes_received", sync_->bytes_received()},
           {"allocations", allocs}};
 }
 

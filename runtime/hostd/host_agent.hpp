@@ -18,6 +18,7 @@
 #include "../line_splitter.hpp"
 #include "../node.hpp"
 #include "../output_marker.hpp"
+#include "receiver.hpp"
 
 namespace xmesh {
 
@@ -29,6 +30,8 @@ struct HostAgentOptions {
   int64_t log_max_bytes = 64 << 20;  // per rank log file, then rotated
   int log_keep = 3;                   // rotated files kept per rank (rank<r>.log.1 ...)
   int64_t controller_timeout_ms = 10000;  // a controller silent this long shows as detached
+  std::string workspace_root;             // synced workspaces ($XMESH_WORKSPACE of every proc)
+  int64_t sync_timeout_ms = 120000;       // an unfinished sync idle this long is dropped
 };
 
 class HostAgent {
@@ -97,12 +100,14 @@ class HostAgent {
   void report_exits();
   void check_timers();
   void reply_error(const Message& m, const std::string& text);
+  void sync_step(const Message& m);
   nlohmann::json status() const;
   int live_procs() const;
 
   HostAgentOptions opts_;
   std::string cookie_;
   std::unique_ptr<Node> node_;
+  std::unique_ptr<ws::SyncReceiver> sync_;
   int sigfd_ = -1;
   std::map<std::string, std::unique_ptr<Allocation>> allocs_;
   std::map<std::string, Controller> controllers_;

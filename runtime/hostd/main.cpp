@@ -32,7 +32,8 @@ void usage() {
                "  Runs the xmesh host agent for this user. Normally started by xmesh itself.\n"
                "  environment: XMESH_RUNTIME_DIR, XMESH_HOSTD_IDLE (s), XMESH_ORPHAN_GRACE (s),\n"
                "  XMESH_STOP_GRACE_MS, XMESH_HEARTBEAT_MS, XMESH_LOG_MAX_BYTES,\n"
-               "  XMESH_LOG_KEEP (rotated log files kept per rank)\n";
+               "  XMESH_LOG_KEEP (rotated log files kept per rank), XMESH_WORKSPACE_ROOT (synced\n"
+               "  workspaces; default RUNTIME_DIR/workspace), XMESH_SYNC_TIMEOUT_MS\n";
 }
 
 void daemonize(const std::string& logfile) {
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
     std::cerr << "xmesh-hostd: another host agent already runs for " << dir << "\n";
     return 0;
   }
+  char cwd_buf[4096];
+  std::string cwd = getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
   if (daemon) daemonize(dir + "/hostd.log");
   std::string pidline = std::to_string(getpid()) + "\n";
   xmesh::write_file_atomic(dir + "/hostd.pid", pidline, 0600);
@@ -103,6 +106,9 @@ int main(int argc, char** argv) {
     o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 64 << 20);
     o.log_keep = static_cast<int>(xmesh::env_int("XMESH_LOG_KEEP", 3));
     o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
+    if (const char* w = std::getenv("XMESH_WORKSPACE_ROOT")) o.workspace_root = w;
+    if (!o.workspace_root.empty() && o.workspace_root[0] != '/') o.workspace_root = cwd + "/" + o.workspace_root;
+    o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);
     xmesh::HostAgent agent(o);
     xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());
     int rc = agent.run();

@@ -1,0 +1,382 @@
+"""sync_workspace (DESIGN §8): push local directories to every host agent of a mesh, incrementally,
+and optionally reload the changed modules in live actors. The work is C++ (workspace_sync/):
+this module picks the hosts and the procs, and turns the outcome into a report."""
+import hashlib
+import html
+import json
+import os
+import threading
+import time
+
+from . import _core
+from ._display import html_table
+from ._runtime import Kind, get_runtime
+
+DEFAULT_MAX_FILE_SIZE = 100 * 2**20
+
+
+class Workspace:
+    """One or more local directories to sync (Monarch's `Workspace`). `dirs`: a list of paths
+    (each lands in a directory of its own name under every host's workspace root, $XMESH_WORKSPACE),
+    or a dict {local path: destination relative to that root}."""
+
+    def __init__(self, dirs=None, env=None):
+        if dirs is None:
+            dirs = [os.getcwd()]
+        if isinstance(dirs, (str, os.PathLike)):
+            dirs = [dirs]
+        if isinstance(dirs, dict):
+            pairs = [(os.fspath(k), os.fspath(v)) for k, v in dirs.items()]
+        else:
+            pairs = []
+            for d in dirs:
+                path = os.path.abspath(os.fspath(d))
+                pairs.append((d, os.path.basename(path.rstrip("/")) or ""))
+        self.dirs = {os.path.abspath(local): dest.strip("/") for local, dest in pairs}
+        self.env = env
+        dests = list(self.dirs.values())
+        if len(set(dests)) != len(dests):
+            raise ValueError(f"two workspace directories would land in the same place on the hosts: {self.dirs}")
+
+    def __repr__(self):
+        return f"Workspace({self.dirs!r})"
+
+
+def _targets(workspace, dest):
+    """[(local directory, destination)] for the forms sync_workspace accepts."""
+    if isinstance(workspace, Workspace):
+        if dest is not None:
+            raise ValueError("dest= goes with a single directory; a Workspace names its destinations itself")
+        return list(workspace.dirs.items())
+    if isinstance(workspace, (list, tuple, dict)):
+        return _targets(Workspace(workspace), dest)
+    if not isinstance(workspace, (str, os.PathLike)):
+        raise TypeError(f"sync_workspace() takes a directory, a list of them or a Workspace, got {workspace!r}")
+    return [(os.path.abspath(os.fspath(workspace)), (os.fspath(dest) if dest is not None else "").strip("/"))]
+
+
+def _cache_path(local):
+    """The local manifest cache of a tree (hashes reused under the racy-file rule)."""
+    directory = os.path.join(_core.runtime_dir(), "sync")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return os.path.join(directory, hashlib.sha1(local.encode()).hexdigest()[:20] + ".manifest")
+
+
+def _label(agent, agents):
+    """A host's name in messages: its hostname, with the runtime directory when several agents
+    run on one machine."""
+    same_host = [a for a in agents if a.host == agent.host]
+    return f"{agent.host}:{agent.runtime_dir}" if len(same_host) > 1 else str(agent.host)
+
+
+def human_bytes(n):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _check_local(local):
+    if not os.path.exists(local):
+        raise FileNotFoundError(f"sync_workspace: {local} does not exist")
+    if not os.path.isdir(local):
+        raise NotADirectoryError(f"sync_workspace: {local} is not a directory")
+
+
+def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_FILE_SIZE, compress="auto",
+         ignore_files=True):
+    """Syncs to every agent (once each, concurrently). Returns a SyncReport (without reloads)."""
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    exclude = [str(p) for p in exclude]
+    if max_file_size is not None and (not isinstance(max_file_size, int) or max_file_size <= 0):
+        raise ValueError(f"max_file_size must be a positive number of bytes or None, got {max_file_size!r}")
+    rt = get_runtime()
+    unique = list({a.runtime_dir: a.connect() for a in agents}.values())
+    hosts = [(a.addr, _label(a, unique)) for a in unique]
+    parts = []
+    start = time.monotonic()
+    for local, target in _targets(workspace, dest):
+        _check_local(local)
+        options = {"dest": target, "exclude": exclude, "max_file_size": max_file_size or 0,
+                   "cache_path": _cache_path(local), "compress": compress, "ignore_files": ignore_files,
+                   "step_timeout_ms": int(float(os.environ.get("XMESH_SYNC_STEP_TIMEOUT", "60")) * 1000)}
+        report = json.loads(_core.workspace_push(rt.node, local, hosts, json.dumps(options)))
+        report["local"] = local
+        report["dest"] = target
+        for h, a in zip(report["hosts"], unique):
+            h["agent"] = a
+        parts.append(report)
+    return SyncReport(parts, time.monotonic() - start)
+
+
+def reload_procs(report, procs):
+    """Asks procs [(rank, addr, agent)] to reload the modules of the files the sync changed on
+    their host; fills report.reloads."""
+    rt = get_runtime()
+    changed_by_host = {}
+    for part in report.parts:
+        for h in part["hosts"]:
+            if h.get("same"):
+                continue
+            files = [os.path.join(h["dir"], p) for key in ("changed_paths", "added_paths", "deleted_paths")
+                     for p in h.get(key, []) if p.endswith(".py")]
+            changed_by_host.setdefault(h["agent"].runtime_dir, []).extend(files)
+    calls = []
+    for rank, addr, agent in procs:
+        files = changed_by_host.get(agent.runtime_dir)
+        if files and rt.node.dead_reason(addr) is None:
+            calls.append((rank, rt.node.call([(addr, "")], int(Kind.Reload), "", {"files": files}, None, True)))
+    for rank, call in calls:
+        try:
+            if not call.wait(30):
+                report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", "no answer within 30 s"]]})
+                continue
+            _, ok, body, _ = call.take()[0]
+            if ok:
+                report.reloads.append(dict(body, rank=rank))
+            else:
+                report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", body.get("text", "failed")]]})
+        finally:
+            rt.node.forget_call(call.id)
+
+
+def _ranges(ranks):
+    ranks = sorted(ranks)
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def sync_workspace(agents, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,
+                   max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
+    """The body of HostMesh.sync_workspace and ProcMesh.sync_workspace: agents are the hosts,
+    procs_of() the [(rank, addr, agent)] to reload in (asked after each sync)."""
+    if conda:
+        raise NotImplementedError("sync_workspace(conda=True) is not supported by xmesh: it syncs directories; "
+                                  "sync an environment's site-packages directory with Workspace(dirs=...) instead")
+
+    def once():
+        report = push(agents, workspace, dest=dest, exclude=exclude, max_file_size=max_file_size, compress=compress)
+        if auto_reload and not report.up_to_date:
+            reload_procs(report, procs_of())
+        return report
+
+    first = once()
+    if not watch:
+        return first
+    watcher = WorkspaceWatcher(once, [local for local, _ in _targets(workspace, dest)], on_report=_print_report)
+    watcher.reports.append(first)
+    return watcher
+
+
+def _print_report(report, error):
+    print(f"xmesh sync failed: {error}" if error is not None else report.summary(), flush=True)
+
+
+class SyncReport:
+    """What a sync_workspace did: per host the files added / changed / deleted / unchanged and
+    the bytes sent and received, the largest files and directories sent, what was skipped, and
+    with auto_reload the modules reloaded per rank. Awaitable (for code written against
+    Monarch's async API): awaiting it returns itself."""
+
+    def __init__(self, parts, seconds):
+        self.parts = parts
+        self.seconds = seconds
+        self.reloads = []
+
+    def __await__(self):
+        if False:
+            yield
+        return self
+
+    # -- figures -----------------------------------------------------------------------------
+    def _sum(self, key):
+        """Per directory synced, the most of any host (hosts usually move alike), summed."""
+        return sum(max((h.get(key, 0) for h in p["hosts"]), default=0) for p in self.parts)
+
+    @property
+    def added(self):
+        return self._sum("added")
+
+    @property
+    def changed(self):
+        return self._sum("changed")
+
+    @property
+    def deleted(self):
+        return self._sum("deleted")
+
+    @property
+    def unchanged(self):
+        total = 0
+        for p in self.parts:
+            counts = [h["unchanged"] for h in p["hosts"] if "unchanged" in h]
+            total += min(counts) if counts else p["scan"]["files"] + p["scan"]["symlinks"]
+        return total
+
+    @property
+    def bytes_sent(self):
+        return sum(h.get("bytes_sent", 0) for p in self.parts for h in p["hosts"])
+
+    @property
+    def bytes_received(self):
+        """What the host agents counted (all hosts)."""
+        return sum(h.get("bytes_received", 0) for p in self.parts for h in p["hosts"])
+
+    @property
+    def hosts(self):
+        """Per host: label, directory, whether it was already equal, counts and bytes."""
+        out = {}
+        for p in self.parts:
+            for h in p["hosts"]:
+                e = out.setdefault(h["label"], {"host": h["label"], "dirs": [], "same": True, "added": 0, "changed": 0,
+                                                "deleted": 0, "bytes_sent": 0, "bytes_received": 0})
+                e["dirs"].append(h.get("dir", ""))
+                e["same"] = e["same"] and bool(h.get("same"))
+                for k in ("added", "changed", "deleted", "bytes_sent", "bytes_received"):
+                    e[k] += h.get(k, 0)
+        return list(out.values())
+
+    @property
+    def files_sent(self):
+        """[(path, size, bytes sent)] of the content that travelled, largest first."""
+        rows = []
+        for p in self.parts:
+            prefix = (p["dest"] + "/") if p["dest"] else ""
+            rows += [(prefix + path, size, stored) for path, size, stored in p["sent"]]
+        return sorted(rows, key=lambda r: -r[1])
+
+    @property
+    def dirs_sent(self):
+        """[(top-level directory, bytes)] of the content that travelled, largest first."""
+        totals = {}
+        for path, size, _ in self.files_sent:
+            top = path.split("/", 1)[0] + "/" if "/" in path else "./"
+            totals[top] = totals.get(top, 0) + size
+        return sorted(totals.items(), key=lambda kv: -kv[1])
+
+    @property
+    def skipped(self):
+        return [(p["local"], path, why) for p in self.parts for path, why in p["scan"]["skipped"]]
+
+    @property
+    def up_to_date(self):
+        return all(h.get("same") for p in self.parts for h in p["hosts"])
+
+    # -- display -------------------------------------------------------------------------------
+    def _reload_lines(self):
+        lines = []
+        by_modules = {}
+        for r in self.reloads:
+            by_modules.setdefault(tuple(r.get("reloaded", [])), []).append(r["rank"])
+        for mods, ranks in sorted(by_modules.items(), key=lambda kv: min(kv[1])):
+            what = ", ".join(mods) if mods else "nothing (no changed module was loaded)"
+            lines.append(f"reloaded on ranks {_ranges(ranks)}: {what}")
+        for r in sorted(self.reloads, key=lambda r: r["rank"]):
+            for mod, err in r.get("failed", []):
+                lines.append(f"rank {r['rank']} could not reload {mod}: {err}")
+        return lines
+
+    def summary(self):
+        dirs = ", ".join(p["local"] + (f" -> {p['dest']}" if p["dest"] else "") for p in self.parts)
+        n_hosts = len(self.hosts)
+        if self.up_to_date:
+            return (f"workspace {dirs}: {n_hosts} host{'s' if n_hosts != 1 else ''} already up to date "
+                    f"({self.unchanged} files; {self.seconds * 1000:.0f} ms)")
+        return (f"workspace {dirs} -> {n_hosts} host{'s' if n_hosts != 1 else ''}: {self.added} added, "
+                f"{self.changed} changed, {self.deleted} deleted, {self.unchanged} unchanged; sent "
+                f"{human_bytes(self.bytes_sent)}, host agents received {human_bytes(self.bytes_received)}; "
+                f"{self.seconds:.2f} s")
+
+    def __repr__(self):
+        lines = [self.summary()]
+        hosts = self.hosts
+        if len(hosts) > 1 or not self.up_to_date:
+            for h in hosts:
+                state = "already up to date" if h["same"] else (
+                    f"{h['added']} added, {h['changed']} changed, {h['deleted']} deleted, "
+                    f"received {human_bytes(h['bytes_received'])}")
+                lines.append(f"  {h['host']}: {', '.join(h['dirs'])}: {state}")
+        files = self.files_sent
+        if files:
+            lines.append("  largest files sent: " + ", ".join(f"{p} ({human_bytes(s)})" for p, s, _ in files[:5]))
+            lines.append("  largest directories sent: " + ", ".join(f"{d} ({human_bytes(s)})"
+                                                                    for d, s in self.dirs_sent[:5]))
+        for local, path, why in self.skipped[:10]:
+            lines.append(f"  skipped {path}: {why}")
+        lines += ["  " + line for line in self._reload_lines()]
+        return "\n".join(lines)
+
+    def _repr_html_(self):
+        rows = [[h["host"], ", ".join(h["dirs"]), "up to date" if h["same"] else str(h["added"]),
+                 "" if h["same"] else str(h["changed"]), "" if h["same"] else str(h["deleted"]),
+                 human_bytes(h["bytes_received"])] for h in self.hosts]
+        parts = [f"<div><b>{html.escape(self.summary())}</b></div>",
+                 html_table(["Host", "Directory", "Added", "Changed", "Deleted", "Received"], rows)]
+        files = self.files_sent
+        if files:
+            parts.append(html_table(["Largest files sent", "Size"], [[p, human_bytes(s)] for p, s, _ in files[:5]]))
+            parts.append(html_table(["Largest directories sent", "Size"],
+                                    [[d, human_bytes(s)] for d, s in self.dirs_sent[:5]]))
+        extra = [f"skipped {path}: {why}" for _, path, why in self.skipped[:10]] + self._reload_lines()
+        if extra:
+            parts.append("<pre>" + html.escape("\n".join(extra)) + "</pre>")
+        return "\n".join(parts)
+
+
+class WorkspaceWatcher:
+    """Keeps syncing a workspace on local changes (inotify) until stop(). `reports` holds the
+    report of every sync, `errors` the failures (a failed sync is retried on the next change)."""
+
+    def __init__(self, sync_once, locals_, on_report=None, quiet_ms=200):
+        self._sync_once = sync_once
+        self._watchers = [_core.TreeWatcher(d) for d in locals_]
+        self._stop = threading.Event()
+        self._on_report = on_report
+        self._quiet_ms = quiet_ms
+        self.reports = []
+        self.errors = []
+        self._thread = threading.Thread(target=self._run, name="xmesh-workspace-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            changed = False
+            for w in self._watchers:
+                changed = w.wait(100 if not changed else 0, self._quiet_ms) or changed
+            if not changed or self._stop.is_set():
+                continue
+            try:
+                report = self._sync_once()
+            except Exception as e:  # noqa: BLE001 - shown, and the next change tries again
+                self.errors.append(e)
+                if self._on_report:
+                    self._on_report(None, e)
+                continue
+            self.reports.append(report)
+            if self._on_report:
+                self._on_report(report, None)
+
+    @property
+    def running(self):
+        return self._thread.is_alive()
+
+    def stop(self, timeout=5.0):
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = "watching" if self.running else "stopped"
+        return f"<WorkspaceWatcher {state}: {len(self.reports)} syncs, {len(self.errors)} errors>"

@@ -1,0 +1,153 @@
+#include "fs_ops.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace xmesh::ws {
+
+namespace {
+std::string err(const std::string& what) { return what + ": " + std::strerror(errno); }
+}  // namespace
+
+int open_dir_nofollow(int dirfd, const std::string& rel, bool create) {
+  int cur = dup(dirfd);
+  if (cur < 0) throw std::runtime_error(err("dup"));
+  size_t pos = 0;
+  while (pos < rel.size()) {
+    size_t slash = rel.find('/', pos);
+    std::string part = rel.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+    pos = slash == std::string::npos ? rel.size() : slash + 1;
+    int next = openat(cur, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT && create) {
+      if (mkdirat(cur, part.c_str(), 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        close(cur);
+        errno = e;
+        throw std::runtime_error(err("cannot create directory " + rel.substr(0, pos)));
+      }
+      next = openat(cur, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (next < 0) {
+      int e = errno;
+      close(cur);
+      if (e == ELOOP || e == ENOTDIR)
+        throw std::runtime_error("refused: " + rel.substr(0, pos) + " on the host is a symlink or a file, not a directory");
+      errno = e;
+      throw std::runtime_error(err("cannot open directory " + rel.substr(0, pos)));
+    }
+    close(cur);
+    cur = next;
+  }
+  return cur;
+}
+
+void copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst) {
+  int in = openat(srcdir, src.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) throw std::runtime_error(err("cannot read " + src));
+  int out = openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) {
+    int e = errno;
+    close(in);
+    errno = e;
+    throw std::runtime_error(err("cannot create " + dst));
+  }
+  std::vector<char> buf(1 << 20);
+  while (true) {
+    ssize_t n = read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      close(in);
+      if (n < 0) {
+        close(out);
+        errno = e;
+        throw std::runtime_error(err("cannot read " + src));
+      }
+      break;
+    }
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(out, buf.data() + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        int e = errno;
+        close(in);
+        close(out);
+        errno = e;
+        throw std::runtime_error(err("cannot write " + dst));
+      }
+      off += w;
+    }
+  }
+  close(out);
+}
+
+void remove_tree(const std::string& path) {
+  DIR* d = opendir(path.c_str());
+  if (!d) {
+    unlink(path.c_str());
+    return;
+  }
+  std::vector<std::string> names;
+  while (dirent* de = readdir(d))
+    if (std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..")) names.push_back(de->d_name);
+  closedir(d);
+  for (auto& n : names) {
+    std::string p = path + "/" + n;
+    struct stat st;
+    if (lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      remove_tree(p);
+    else
+      unlink(p.c_str());
+  }
+  rmdir(path.c_str());
+}
+
+void make_dirs_path(const std::string& path) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos == path.size() || path[pos] == '/') {
+      std::string part = path.substr(0, pos);
+      if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) throw std::runtime_error(err("cannot create " + part));
+    }
+  }
+}
+
+bool read_whole_file(const std::string& path, std::string& out) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out.clear();
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return n == 0;
+}
+
+void write_file_replacing(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error(err("cannot write " + tmp));
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = write(fd, data.data() + off, data.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      int e = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      errno = e;
+      throw std::runtime_error(err("cannot write " + tmp));
+    }
+    off += static_cast<size_t>(w);
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(err("cannot replace " + path));
+}
+
+}  // namespace xmesh::ws

@@ -1,0 +1,21 @@
+// File-system steps of the receiving side, all relative to directory descriptors and never
+// following a symlink on the way (a link placed on the host cannot redirect a write).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace xmesh::ws {
+
+// Opens directory `rel` ("" = dirfd itself, duplicated) under dirfd one component at a time
+// with O_NOFOLLOW; with create, missing components are made (mode 0755 before umask). Throws
+// std::runtime_error naming the path (a component that is a symlink or a file is refused).
+int open_dir_nofollow(int dirfd, const std::string& rel, bool create);
+// Copies regular file src (relative to srcdir, not followed if a link) to a new file dst in dstdir.
+void copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst);
+// Removes a directory tree given by absolute path (the staging area); errors are ignored.
+void remove_tree(const std::string& path);
+void make_dirs_path(const std::string& path);  // mkdir -p, mode 0700 for state directories
+bool read_whole_file(const std::string& path, std::string& out);
+void write_file_replacing(const std::string& path, const std::string& data);  // write aside, then rename
+
+}  // namespace xmesh::ws

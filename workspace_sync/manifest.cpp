@@ -1,0 +1,238 @@
+#include "manifest.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+namespace xmesh::ws {
+
+std::string Hash128::hex() const {
+  char buf[33];
+  snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(hi), static_cast<unsigned long long>(lo));
+  return buf;
+}
+
+bool Hash128::from_hex(const std::string& s, Hash128& out) {
+  if (s.size() != 32 || s.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  out.hi = std::stoull(s.substr(0, 16), nullptr, 16);
+  out.lo = std::stoull(s.substr(16), nullptr, 16);
+  return true;
+}
+
+Hash128 hash_bytes(const void* data, size_t n) {
+  XXH128_hash_t h = XXH3_128bits(data, n);
+  return {h.low64, h.high64};
+}
+
+Hash128 hash_file(int dirfd, const std::string& name, const std::string& display_path, uint64_t* size,
+                  int64_t* mtime_ns, int64_t* ctime_ns, uint64_t* ino) {
+  int fd = openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot read " + display_path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    throw std::system_error(e, std::generic_category(), "cannot stat " + display_path);
+  }
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  static thread_local std::vector<char> buf(1 << 20);
+  uint64_t total = 0;
+  while (true) {
+    ssize_t n = read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      XXH3_freeState(state);
+      throw std::system_error(e, std::generic_category(), "cannot read " + display_path);
+    }
+    if (n == 0) break;
+    XXH3_128bits_update(state, buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  close(fd);
+  *size = total;
+  *mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  *ctime_ns = int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  *ino = st.st_ino;
+  return {h.low64, h.high64};
+}
+
+void Manifest::sort() {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.path < b.path; });
+}
+
+const Entry* Manifest::find(const std::string& path) const {
+  auto it = std::lower_bound(entries.begin(), entries.end(), path,
+                             [](const Entry& e, const std::string& p) { return e.path < p; });
+  return it != entries.end() && it->path == path ? &*it : nullptr;
+}
+
+uint64_t Manifest::file_bytes() const {
+  uint64_t n = 0;
+  for (auto& e : entries)
+    if (e.type == EntryType::File) n += e.size;
+  return n;
+}
+
+namespace {
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
+
+void put_str(std::string& out, const std::string& s) {
+  put_varint(out, s.size());
+  out += s;
+}
+
+struct Reader {
+  const std::string& s;
+  size_t pos = 0;
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos >= s.size()) throw std::runtime_error("manifest is truncated");
+      uint8_t b = static_cast<uint8_t>(s[pos++]);
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    throw std::runtime_error("manifest has a malformed number");
+  }
+  uint64_t u64() {
+    if (pos + 8 > s.size()) throw std::runtime_error("manifest is truncated");
+    uint64_t v;
+    std::memcpy(&v, s.data() + pos, 8);
+    pos += 8;
+    return v;
+  }
+  std::string str(size_t max) {
+    uint64_t n = varint();
+    if (n > max) throw std::runtime_error("manifest has a string of " + std::to_string(n) + " bytes (at most " +
+                                          std::to_string(max) + ")");
+    if (pos + n > s.size()) throw std::runtime_error("manifest is truncated");
+    std::string out = s.substr(pos, n);
+    pos += n;
+    return out;
+  }
+  char byte() {
+    if (pos >= s.size()) throw std::runtime_error("manifest is truncated");
+    return s[pos++];
+  }
+};
+
+constexpr char kWireMagic[] = "XMW1";
+constexpr char kCacheMagic[] = "XMC1";
+constexpr size_t kMaxPath = 4096;
+constexpr uint64_t kMaxEntries = 10000000;
+
+void put_wire_entry(std::string& out, const Entry& e) {
+  put_str(out, e.path);
+  out.push_back(static_cast<char>(e.type));
+  put_varint(out, e.mode);
+  put_varint(out, e.size);
+  put_u64(out, e.hash.lo);
+  put_u64(out, e.hash.hi);
+  put_str(out, e.target);
+}
+
+Entry read_wire_entry(Reader& r) {
+  Entry e;
+  e.path = r.str(kMaxPath);
+  char t = r.byte();
+  if (t != 'f' && t != 'd' && t != 'l')
+    throw std::runtime_error("manifest entry '" + e.path + "' has unknown type '" + std::string(1, t) + "'");
+  e.type = static_cast<EntryType>(t);
+  e.mode = static_cast<uint32_t>(r.varint());
+  e.size = r.varint();
+  e.hash.lo = r.u64();
+  e.hash.hi = r.u64();
+  e.target = r.str(kMaxPath);
+  return e;
+}
+
+}  // namespace
+
+std::string Manifest::encode_wire() const {
+  std::string out(kWireMagic, 4);
+  out.reserve(entries.size() * 64);
+  put_varint(out, entries.size());
+  for (auto& e : entries) put_wire_entry(out, e);
+  return out;
+}
+
+Hash128 Manifest::digest() const {
+  std::string w = encode_wire();
+  return hash_bytes(w.data(), w.size());
+}
+
+Manifest Manifest::decode_wire(const std::string& bytes) {
+  if (bytes.compare(0, 4, kWireMagic) != 0) throw std::runtime_error("not an xmesh workspace manifest");
+  Reader r{bytes, 4};
+  uint64_t n = r.varint();
+  if (n > kMaxEntries) throw std::runtime_error("manifest claims " + std::to_string(n) + " entries");
+  Manifest m;
+  m.entries.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) m.entries.push_back(read_wire_entry(r));
+  if (r.pos != bytes.size()) throw std::runtime_error("manifest has trailing bytes");
+  for (size_t i = 1; i < m.entries.size(); ++i)
+    if (!(m.entries[i - 1].path < m.entries[i].path))
+      throw std::runtime_error("manifest paths are not sorted and unique (at '" + m.entries[i].path + "')");
+  return m;
+}
+
+std::string Manifest::encode_cache() const {
+  std::string out(kCacheMagic, 4);
+  out.reserve(entries.size() * 80);
+  put_u64(out, static_cast<uint64_t>(scan_ns));
+  put_varint(out, entries.size());
+  for (auto& e : entries) {
+    put_wire_entry(out, e);
+    put_u64(out, static_cast<uint64_t>(e.mtime_ns));
+    put_u64(out, static_cast<uint64_t>(e.ctime_ns));
+    put_u64(out, e.ino);
+  }
+  return out;
+}
+
+bool Manifest::decode_cache(const std::string& bytes, Manifest& out) {
+  try {
+    if (bytes.compare(0, 4, kCacheMagic) != 0) return false;
+    Reader r{bytes, 4};
+    Manifest m;
+    m.scan_ns = static_cast<int64_t>(r.u64());
+    uint64_t n = r.varint();
+    if (n > kMaxEntries) return false;
+    m.entries.reserve(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      Entry e = read_wire_entry(r);
+      e.mtime_ns = static_cast<int64_t>(r.u64());
+      e.ctime_ns = static_cast<int64_t>(r.u64());
+      e.ino = r.u64();
+      m.entries.push_back(std::move(e));
+    }
+    if (r.pos != bytes.size()) return false;
+    out = std::move(m);
+    return true;
+  } catch (const std::exception&) {
+    return false;  // a damaged cache only costs a re-hash
+  }
+}
+
+}  // namespace xmesh::ws

@@ -1,0 +1,69 @@
+// The manifest of a workspace tree: one entry per file, directory and symlink, with the content
+// hash of every file (XXH3-128). The controller scans its local tree into one; each host agent
+// keeps the manifest of what it holds. Comparing them says what must travel.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace xmesh::ws {
+
+struct Hash128 {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const Hash128& o) const { return lo == o.lo && hi == o.hi; }
+  bool operator!=(const Hash128& o) const { return !(*this == o); }
+  bool operator<(const Hash128& o) const { return hi != o.hi ? hi < o.hi : lo < o.lo; }
+  std::string hex() const;
+  static bool from_hex(const std::string& s, Hash128& out);
+};
+struct Hash128Hasher {
+  size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ULL)); }
+};
+
+enum class EntryType : char { File = 'f', Dir = 'd', Symlink = 'l' };
+
+struct Entry {
+  std::string path;  // relative to the root, '/'-separated, no leading or trailing '/'
+  EntryType type = EntryType::File;
+  uint32_t mode = 0;   // permission bits (st_mode & 07777)
+  uint64_t size = 0;   // files: bytes; symlinks: length of the target
+  Hash128 hash;        // files: the content; otherwise zero
+  std::string target;  // symlinks: what the link says
+  // Local change detection only (never sent): the stat values the hash was taken with.
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  uint64_t ino = 0;
+
+  // Same content and metadata as far as a host cares (type, mode, hash, target).
+  bool same_as(const Entry& o) const {
+    return type == o.type && mode == o.mode && size == o.size && hash == o.hash && target == o.target;
+  }
+};
+
+struct Manifest {
+  std::vector<Entry> entries;  // sorted by path (byte order)
+  int64_t scan_ns = 0;         // wall-clock start of the scan that produced it
+
+  void sort();
+  const Entry* find(const std::string& path) const;  // binary search
+  uint64_t file_bytes() const;
+  // XXH3-128 over what a host reproduces (paths, types, modes, sizes, hashes, targets): two
+  // trees with equal digests need nothing moved.
+  Hash128 digest() const;
+
+  // The wire form (what a host receives): no stat values. decode_wire validates the framing,
+  // not the paths (see path_safety.hpp); it throws std::runtime_error naming the problem.
+  std::string encode_wire() const;
+  static Manifest decode_wire(const std::string& bytes);
+  // The local cache form, with stat values and the scan time.
+  std::string encode_cache() const;
+  static bool decode_cache(const std::string& bytes, Manifest& out);
+};
+
+Hash128 hash_bytes(const void* data, size_t n);
+// Hashes a file's content; also returns the fstat values of the opened file (so the recorded
+// stat is that of what was read). Throws std::system_error naming the path.
+Hash128 hash_file(int dirfd, const std::string& name, const std::string& display_path, uint64_t* size,
+                  int64_t* mtime_ns, int64_t* ctime_ns, uint64_t* ino);
+
+}  // namespace xmesh::ws

@@ -1,0 +1,77 @@
+#include "path_safety.hpp"
+
+#include <vector>
+
+namespace xmesh::ws {
+
+namespace {
+std::vector<std::string> split(const std::string& p) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    size_t slash = p.find('/', pos);
+    out.push_back(p.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos));
+    if (slash == std::string::npos) return out;
+    pos = slash + 1;
+  }
+}
+}  // namespace
+
+bool valid_relative_path(const std::string& path, std::string* why, bool allow_empty) {
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (path.empty()) return allow_empty ? true : fail("is empty");
+  if (path.size() > 4096) return fail("is longer than 4096 bytes");
+  if (path.find('\0') != std::string::npos) return fail("contains a NUL byte");
+  if (path[0] == '/') return fail("is absolute");
+  auto parts = split(path);
+  for (auto& c : parts) {
+    if (c.empty()) return fail("has an empty component");
+    if (c == "." || c == "..") return fail("has a '" + c + "' component");
+    if (c.size() > 255) return fail("has a component longer than 255 bytes");
+  }
+  if (parts[0] == kStateDirName) return fail(std::string("is inside ") + kStateDirName + ", the copy's own state");
+  return true;
+}
+
+bool symlink_stays_inside(const std::string& link_path, const std::string& target, std::string* why) {
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (target.empty()) return fail("is empty");
+  if (target.find('\0') != std::string::npos) return fail("contains a NUL byte");
+  if (target[0] == '/') return fail("points outside the workspace (absolute)");
+  // Depth of the link's directory, then walk the target's components.
+  auto link_parts = split(link_path);
+  long depth = static_cast<long>(link_parts.size()) - 1;
+  for (auto& c : split(target)) {
+    if (c.empty() || c == ".") continue;
+    if (c == "..") {
+      if (--depth < 0) return fail("points outside the workspace");
+    } else {
+      ++depth;
+    }
+  }
+  return true;
+}
+
+void check_manifest(const Manifest& m) {
+  for (auto& e : m.entries) {
+    std::string why;
+    if (!valid_relative_path(e.path, &why)) throw PathError("refused manifest entry '" + e.path + "': the path " + why);
+    if (e.type == EntryType::Symlink && !symlink_stays_inside(e.path, e.target, &why))
+      throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
+    size_t slash = e.path.rfind('/');
+    if (slash != std::string::npos) {
+      const Entry* parent = m.find(e.path.substr(0, slash));
+      if (!parent || parent->type != EntryType::Dir)
+        throw PathError("refused manifest entry '" + e.path + "': its parent '" + e.path.substr(0, slash) +
+                        (parent ? "' is not a directory" : "' is not in the manifest"));
+    }
+  }
+}
+
+}  // namespace xmesh::ws

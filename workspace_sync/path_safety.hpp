@@ -1,0 +1,30 @@
+// What a host accepts from a manifest: relative paths that stay inside the workspace copy, and
+// only files, directories and symlinks whose targets stay inside too. Used by the receiving side
+// on every manifest (a malicious or broken one is refused as a whole, naming the entry) and by
+// the scanner to skip local symlinks that point out of the workspace.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+#include "manifest.hpp"
+
+namespace xmesh::ws {
+
+// Where a host copy keeps its state (manifests, staged files); never a synced path.
+constexpr const char* kStateDirName = ".xmesh-sync";
+
+struct PathError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A relative '/'-separated path with no empty, "." or ".." component, no NUL, not absolute, not
+// under the state directory. `allow_empty` admits "" (the workspace root, for a destination).
+bool valid_relative_path(const std::string& path, std::string* why, bool allow_empty = false);
+// The target of a symlink at link_path, resolved lexically from the link's directory, stays
+// inside the workspace (absolute targets never do).
+bool symlink_stays_inside(const std::string& link_path, const std::string& target, std::string* why);
+// Every entry of a received manifest: valid paths, targets inside, each parent present as a
+// directory entry (so no path reaches through a symlink or a file). Throws PathError.
+void check_manifest(const Manifest& m);
+
+}  // namespace xmesh::ws

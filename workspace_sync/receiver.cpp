@@ -1,0 +1,601 @@
+#include "receiver.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+#include "diff.hpp"
+#include "fs_ops.hpp"
+#include "path_safety.hpp"
+#include "scan.hpp"
+
+namespace xmesh::ws {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t kRacyWindowNs = 1000000000;
+
+int64_t ns(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+std::string sys_error(const std::string& what, int e) { return what + ": " + std::strerror(e); }
+
+std::string parent_of(const std::string& p) {
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? std::string() : p.substr(0, slash);
+}
+
+std::string base_of(const std::string& p) {
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+// Directory descriptors by relative path, opened without following links, closed at the end.
+class DirCache {
+ public:
+  explicit DirCache(int base) : base_(base) {}
+  ~DirCache() {
+    for (auto& kv : fds_) close(kv.second);
+  }
+  int get(const std::string& rel) {
+    auto it = fds_.find(rel);
+    if (it != fds_.end()) return it->second;
+    int fd = open_dir_nofollow(base_, rel, false);
+    fds_[rel] = fd;
+    return fd;
+  }
+  void forget(const std::string& rel) {  // a directory that was removed
+    for (auto it = fds_.begin(); it != fds_.end();) {
+      if (it->first == rel || it->first.compare(0, rel.size() + 1, rel + "/") == 0) {
+        close(it->second);
+        it = fds_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+ private:
+  int base_;
+  std::unordered_map<std::string, int> fds_;
+};
+
+// Removes the compiled caches of a Python source, so a proc never runs bytecode of the old text.
+void drop_pycache(DirCache& dirs, const std::string& path) {
+  if (path.size() < 4 || path.compare(path.size() - 3, 3, ".py") != 0) return;
+  std::string stem = base_of(path).substr(0, base_of(path).size() - 3) + ".";
+  int parent;
+  try {
+    parent = dirs.get(parent_of(path));
+  } catch (const std::exception&) {
+    return;
+  }
+  int cache = openat(parent, "__pycache__", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (cache < 0) return;
+  int fd2 = dup(cache);
+  DIR* d = fd2 >= 0 ? fdopendir(fd2) : nullptr;
+  if (d) {
+    std::vector<std::string> victims;
+    while (dirent* de = readdir(d))
+      if (std::strncmp(de->d_name, stem.c_str(), stem.size()) == 0) victims.push_back(de->d_name);
+    closedir(d);
+    for (auto& v : victims) unlinkat(cache, v.c_str(), 0);
+  } else if (fd2 >= 0) {
+    close(fd2);
+  }
+  close(cache);
+}
+
+}  // namespace
+
+struct SyncReceiver::Session {
+  struct Object {
+    Hash128 hash;
+    uint64_t size = 0, written = 0;
+    std::string path;  // a path that has it (for messages)
+    int fd = -1;
+    XXH3_state_t* state = nullptr;
+    bool done = false;
+    bool staged = false;  // the staged file still sits under its hash name
+  };
+  std::string sid, dest, stage_dir;
+  int64_t last_ms = 0;
+  Manifest host, incoming;
+  bool planned = false;
+  std::vector<Object> need;
+  uint64_t bytes = 0;
+
+  ~Session() {
+    for (auto& o : need) {
+      if (o.fd >= 0) close(o.fd);
+      if (o.state) XXH3_freeState(o.state);
+    }
+  }
+};
+
+SyncReceiver::SyncReceiver(std::string root, int64_t session_timeout_ms)
+    : root_(std::move(root)), state_dir_(root_ + "/" + kStateDirName), timeout_ms_(session_timeout_ms) {
+  make_dirs_path(root_);
+  make_dirs_path(state_dir_ + "/m");
+  // Staging left by an agent that was killed mid-sync: nothing of it was switched in.
+  remove_tree(state_dir_ + "/stage");
+  make_dirs_path(state_dir_ + "/stage");
+}
+
+SyncReceiver::~SyncReceiver() {
+  std::vector<std::string> sids;
+  for (auto& kv : sessions_) sids.push_back(kv.first);
+  for (auto& sid : sids) drop(sid);
+}
+
+void SyncReceiver::drop(const std::string& sid) {
+  auto it = sessions_.find(sid);
+  if (it == sessions_.end()) return;
+  std::string dir = it->second->stage_dir;
+  sessions_.erase(it);
+  remove_tree(dir);
+}
+
+void SyncReceiver::expire_idle(int64_t now_ms) {
+  std::vector<std::string> idle;
+  for (auto& kv : sessions_)
+    if (now_ms - kv.second->last_ms > timeout_ms_) idle.push_back(kv.first);
+  for (auto& sid : idle) drop(sid);
+}
+
+std::string SyncReceiver::manifest_path(const std::string& dest) const {
+  XXH64_hash_t h = XXH64(dest.data(), dest.size(), 0);
+  char buf[17];
+  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return state_dir_ + "/m/" + buf;
+}
+
+// Two destinations on one host must not nest: their manifests would fight over the same files.
+void SyncReceiver::check_overlap(const std::string& dest) const {
+  DIR* d = opendir((state_dir_ + "/m").c_str());
+  if (!d) return;
+  std::vector<std::string> others;
+  while (dirent* de = readdir(d)) {
+    std::string n = de->d_name;
+    if (n.size() > 5 && n.compare(n.size() - 5, 5, ".dest") == 0) {
+      std::string other;
+      if (read_whole_file(state_dir_ + "/m/" + n, other)) others.push_back(other);
+    }
+  }
+  closedir(d);
+  for (auto& other : others) {
+    if (other == dest) continue;
+    bool nested = other.empty() || dest.empty() || dest.compare(0, other.size() + 1, other + "/") == 0 ||
+                  other.compare(0, dest.size() + 1, dest + "/") == 0;
+    if (nested) {
+      auto name = [](const std::string& d) { return d.empty() ? std::string("the workspace root") : "'" + d + "'"; };
+      throw SyncRefused("destination " + name(dest) + " overlaps " + name(other) +
+                        ", which another workspace was synced to on this host; choose a destination beside it");
+    }
+  }
+}
+
+// The manifest this host saved for dest, checked against the disk: entries whose stat changed
+// (or whose mtime is racy) are re-hashed, vanished ones dropped. Saved again when it changed.
+Manifest SyncReceiver::load_and_verify(const std::string& dest) {
+  Manifest stored;
+  std::string bytes;
+  if (!read_whole_file(manifest_path(dest) + ".manifest", bytes) || !Manifest::decode_cache(bytes, stored))
+    return Manifest{};
+  std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
+  int destfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (destfd < 0) return Manifest{};
+  Manifest out;
+  out.scan_ns = wall_ns();
+  bool changed = false;
+  for (auto& e : stored.entries) {
+    struct stat st;
+    if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      changed = true;
+      continue;
+    }
+    Entry v = e;
+    if (e.type == EntryType::Dir) {
+      if (!S_ISDIR(st.st_mode)) {
+        changed = true;
+        continue;
+      }
+      v.mode = st.st_mode & 07777;
+    } else if (e.type == EntryType::Symlink) {
+      char buf[4097];
+      ssize_t n = S_ISLNK(st.st_mode) ? readlinkat(destfd, e.path.c_str(), buf, sizeof(buf) - 1) : -1;
+      if (n < 0 || std::string(buf, static_cast<size_t>(n)) != e.target) {
+        changed = true;
+        continue;
+      }
+    } else {
+      if (!S_ISREG(st.st_mode)) {
+        changed = true;
+        continue;
+      }
+      v.mode = st.st_mode & 07777;
+      int64_t mtime = ns(st.st_mtim);
+      bool fresh = e.size == uint64_t(st.st_size) && e.mtime_ns == mtime && e.ctime_ns == ns(st.st_ctim) &&
+                   e.ino == st.st_ino && mtime < stored.scan_ns - kRacyWindowNs;
+      if (!fresh) {
+        try {
+          v.hash = hash_file(destfd, e.path, e.path, &v.size, &v.mtime_ns, &v.ctime_ns, &v.ino);
+        } catch (const std::exception&) {
+          changed = true;
+          continue;
+        }
+        changed = true;
+      }
+    }
+    if (v.mode != e.mode) changed = true;
+    out.entries.push_back(std::move(v));
+  }
+  close(destfd);
+  if (changed) {
+    try {
+      write_file_replacing(manifest_path(dest) + ".manifest", out.encode_cache());
+    } catch (const std::exception&) {
+    }
+  } else {
+    out.scan_ns = stored.scan_ns;  // nothing re-checked by content: the old racy window still applies
+  }
+  return out;
+}
+
+Manifest SyncReceiver::verified_manifest(const std::string& dest) { return load_and_verify(dest); }
+
+SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std::string_view>& frames, int64_t now_ms) {
+  if (!body.is_object()) throw SyncRefused("malformed sync request: no body");
+  for (auto& f : frames) bytes_received_ += f.size();
+  std::string op = body.value("op", std::string());
+  if (op == "begin") return begin(body, now_ms);
+  std::string sid = body.value("sid", std::string());
+  auto it = sessions_.find(sid);
+  if (it == sessions_.end())
+    throw SyncRefused("no sync session '" + sid + "' on this host (it expired, was aborted, or a newer sync of the "
+                      "same destination replaced it)");
+  Session& s = *it->second;
+  s.last_ms = now_ms;
+  for (auto& f : frames) s.bytes += f.size();
+  if (op == "abort") {
+    drop(sid);
+    return {{{"aborted", true}}, {}};
+  }
+  try {
+    if (op == "plan") return plan(s, frames);
+    if (op == "data") return data(s, body, frames);
+    if (op == "commit") {
+      Reply r = commit(s);
+      drop(sid);
+      return r;
+    }
+  } catch (...) {
+    drop(sid);  // a failed step leaves the copy as it was; the next sync starts over
+    throw;
+  }
+  throw SyncRefused("unknown sync step '" + op + "'");
+}
+
+SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
+  std::string sid = body.value("sid", std::string());
+  std::string dest = body.value("dest", std::string());
+  std::string digest = body.value("digest", std::string());
+  if (sid.empty() || sid.size() > 32 || sid.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw SyncRefused("sync session id must be 1-32 lowercase hex digits");
+  std::string why;
+  if (!valid_relative_path(dest, &why, true)) throw SyncRefused("refused destination '" + dest + "': the path " + why);
+  check_overlap(dest);
+  // A newer sync of the same destination replaces an unfinished one (its controller may be dead).
+  std::vector<std::string> stale;
+  for (auto& kv : sessions_)
+    if (kv.second->dest == dest) stale.push_back(kv.first);
+  for (auto& s : stale) drop(s);
+
+  Manifest host = load_and_verify(dest);
+  std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
+  if (host.digest().hex() == digest && (host.entries.empty() ? access(dir.c_str(), F_OK) == 0 : true))
+    return {{{"same", true}, {"dir", dir}, {"entries", host.entries.size()}}, {}};
+  auto s = std::make_unique<Session>();
+  s->sid = sid;
+  s->dest = dest;
+  s->last_ms = now_ms;
+  s->host = std::move(host);
+  s->stage_dir = state_dir_ + "/stage/" + sid;
+  remove_tree(s->stage_dir);
+  if (mkdir(s->stage_dir.c_str(), 0700) != 0) throw SyncRefused(sys_error("cannot create " + s->stage_dir, errno));
+  sessions_[sid] = std::move(s);
+  return {{{"same", false}, {"dir", dir}}, {}};
+}
+
+SyncReceiver::Reply SyncReceiver::plan(Session& s, const std::vector<std::string_view>& frames) {
+  if (s.planned) throw SyncRefused("sync session '" + s.sid + "' was already planned");
+  if (frames.empty()) throw SyncRefused("sync plan without a manifest");
+  s.incoming = Manifest::decode_wire(std::string(frames[0]));
+  check_manifest(s.incoming);
+  s.planned = true;
+  // Content the host has already (unchanged, renamed or copied files) is not asked for.
+  std::unordered_map<Hash128, bool, Hash128Hasher> have;
+  for (auto& e : s.host.entries)
+    if (e.type == EntryType::File) have[e.hash] = true;
+  std::unordered_map<Hash128, size_t, Hash128Hasher> asked;
+  std::string hashes;
+  int stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
+  for (auto& e : s.incoming.entries) {
+    if (e.type != EntryType::File || have.count(e.hash) || asked.count(e.hash)) continue;
+    Session::Object o;
+    o.hash = e.hash;
+    o.size = e.size;
+    o.path = e.path;
+    if (e.size == 0) {  // nothing to send: stage the empty file now
+      int fd = openat(stagefd, e.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        close(stagefd);
+        throw SyncRefused(sys_error("cannot stage " + e.path, errno));
+      }
+      close(fd);
+      o.done = o.staged = true;
+      asked[e.hash] = s.need.size();
+      s.need.push_back(std::move(o));
+      continue;
+    }
+    asked[e.hash] = s.need.size();
+    hashes.append(reinterpret_cast<const char*>(&e.hash.lo), 8);
+    hashes.append(reinterpret_cast<const char*>(&e.hash.hi), 8);
+    s.need.push_back(std::move(o));
+  }
+  close(stagefd);
+  // The reply lists the non-empty objects in order; their position is the index pieces use.
+  std::vector<Session::Object> reordered;
+  for (auto& o : s.need)
+    if (!o.done) reordered.push_back(std::move(o));
+  for (auto& o : s.need)
+    if (o.done) reordered.push_back(std::move(o));
+  s.need = std::move(reordered);
+  size_t sending = hashes.size() / 16;
+  return {{{"need", sending}}, {hashes}};
+}
+
+SyncReceiver::Reply SyncReceiver::data(Session& s, const json& body, const std::vector<std::string_view>& frames) {
+  if (!s.planned) throw SyncRefused("sync data before its plan");
+  const json& pieces = body.at("pieces");
+  std::string_view payload = frames.empty() ? std::string_view() : frames[0];
+  size_t at = 0;
+  std::vector<char> raw;
+  int stagefd = -1;
+  auto stage = [&]() {
+    if (stagefd < 0) stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
+    return stagefd;
+  };
+  struct Closer {
+    int& fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } closer{stagefd};
+  for (auto& p : pieces) {
+    size_t idx = p.at(0).get<size_t>();
+    uint64_t offset = p.at(1).get<uint64_t>(), raw_len = p.at(2).get<uint64_t>(), stored = p.at(3).get<uint64_t>();
+    bool z = p.at(4).get<int>() != 0;
+    if (idx >= s.need.size() || s.need[idx].done) throw SyncRefused("sync data names an object the host did not ask for");
+    auto& o = s.need[idx];
+    if (offset != o.written || raw_len > o.size - o.written || at + stored > payload.size() || (!z && stored != raw_len))
+      throw SyncRefused("sync data for " + o.path + " is out of order or malformed");
+    const char* bytes = payload.data() + at;
+    if (z) {
+      raw.resize(raw_len);
+      size_t n = ZSTD_decompress(raw.data(), raw.size(), bytes, stored);
+      if (ZSTD_isError(n) || n != raw_len) throw SyncRefused("sync data for " + o.path + " does not decompress");
+      bytes = raw.data();
+    }
+    at += stored;
+    if (o.fd < 0) {
+      o.fd = openat(stage(), o.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path, errno));
+      o.state = XXH3_createState();
+      XXH3_128bits_reset(o.state);
+    }
+    for (uint64_t off = 0; off < raw_len;) {
+      ssize_t w = write(o.fd, bytes + off, raw_len - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
+      off += static_cast<uint64_t>(w);
+    }
+    XXH3_128bits_update(o.state, bytes, raw_len);
+    o.written += raw_len;
+    if (o.written == o.size) {
+      XXH128_hash_t h = XXH3_128bits_digest(o.state);
+      XXH3_freeState(o.state);
+      o.state = nullptr;
+      close(o.fd);
+      o.fd = -1;
+      if (Hash128{h.low64, h.high64} != o.hash)
+        throw SyncRefused("the content of " + o.path + " does not match its manifest (it changed while being sent); "
+                          "sync again");
+      o.done = o.staged = true;
+    }
+  }
+  return {{{"received", s.bytes}}, {}};
+}
+
+SyncReceiver::Reply SyncReceiver::commit(Session& s) {
+  if (!s.planned) throw SyncRefused("sync commit before its plan");
+  size_t missing = 0;
+  for (auto& o : s.need) missing += !o.done;
+  if (missing) throw SyncRefused(std::to_string(missing) + " files of this sync did not arrive (first: " +
+                                 std::find_if(s.need.begin(), s.need.end(), [](auto& o) { return !o.done; })->path + ")");
+  Diff d = diff_manifests(s.host, s.incoming);
+  std::string dir = s.dest.empty() ? root_ : root_ + "/" + s.dest;
+  int rootfd = open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) throw SyncRefused(sys_error("cannot open " + root_, errno));
+  int destfd = -1, stagefd = -1;
+  struct Closer {
+    int* fds[3];
+    ~Closer() {
+      for (int* f : fds)
+        if (*f >= 0) close(*f);
+    }
+  } closer{{&rootfd, &destfd, &stagefd}};
+  destfd = open_dir_nofollow(rootfd, s.dest, true);
+  stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
+  DirCache dirs(destfd);
+
+  std::unordered_map<Hash128, size_t, Hash128Hasher> object_of;
+  for (size_t i = 0; i < s.need.size(); ++i) object_of[s.need[i].hash] = i;
+  std::unordered_map<Hash128, std::string, Hash128Hasher> staged_as;  // hash -> staged name already used
+  std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;
+  for (auto& e : s.host.entries)
+    if (e.type == EntryType::File) on_host.emplace(e.hash, &e);
+
+  // 1. Prepare every new or changed file and symlink aside (nothing visible changes yet).
+  struct Move {
+    const Entry* e;
+    std::string staged;
+  };
+  std::vector<Move> moves;
+  std::vector<const Entry*> chmods;
+  std::vector<const Entry*> touched;
+  for (auto* list : {&d.added, &d.changed})
+    for (const Entry* e : *list) touched.push_back(e);
+  std::sort(touched.begin(), touched.end(), [](const Entry* a, const Entry* b) { return a->path < b->path; });
+  size_t n = 0;
+  for (const Entry* e : touched) {
+    const Entry* old = s.host.find(e->path);
+    if (e->type == EntryType::Dir) continue;
+    if (e->type == EntryType::File && old && old->type == EntryType::File && old->hash == e->hash && old->size == e->size) {
+      chmods.push_back(e);  // only the mode changed
+      continue;
+    }
+    std::string name = "p" + std::to_string(n++);
+    if (e->type == EntryType::Symlink) {
+      if (symlinkat(e->target.c_str(), stagefd, name.c_str()) != 0) throw SyncRefused(sys_error("cannot stage " + e->path, errno));
+      moves.push_back({e, name});
+      continue;
+    }
+    auto obj = object_of.find(e->hash);
+    auto used = staged_as.find(e->hash);
+    if (used != staged_as.end()) {
+      copy_file_at(stagefd, used->second, stagefd, name);
+    } else if (obj != object_of.end() && s.need[obj->second].staged) {
+      if (renameat(stagefd, e->hash.hex().c_str(), stagefd, name.c_str()) != 0)
+        throw SyncRefused(sys_error("cannot stage " + e->path, errno));
+      s.need[obj->second].staged = false;
+    } else {
+      auto src = on_host.find(e->hash);
+      if (src == on_host.end()) throw SyncRefused("the content of " + e->path + " is neither staged nor on the host");
+      copy_file_at(dirs.get(parent_of(src->second->path)), base_of(src->second->path), stagefd, name);
+    }
+    staged_as[e->hash] = name;
+    int fd = openat(stagefd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) throw SyncRefused(sys_error("cannot open staged " + e->path, errno));
+    fchmod(fd, e->mode & 0777);
+    // Python trusts a .pyc while the source's size and mtime (whole seconds) match: the new
+    // text must not share the old one's second.
+    struct stat old_st, new_st;
+    if (old && fstatat(dirs.get(parent_of(e->path)), base_of(e->path).c_str(), &old_st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        fstat(fd, &new_st) == 0 && old_st.st_mtim.tv_sec == new_st.st_mtim.tv_sec) {
+      timespec t[2] = {{0, UTIME_OMIT}, {old_st.st_mtim.tv_sec + 1, 0}};
+      futimens(fd, t);
+    }
+    close(fd);
+    moves.push_back({e, name});
+  }
+
+  // 2. The switch. Deletions deepest first (and old entries whose type changes to or from a
+  //    directory), then new directories parents first, then every staged file renamed in.
+  std::vector<std::pair<std::string, EntryType>> removals;
+  for (const Entry* e : d.deleted) removals.emplace_back(e->path, e->type);
+  for (const Entry* e : d.changed) {
+    const Entry* old = s.host.find(e->path);
+    if (old && old->type != e->type && (old->type == EntryType::Dir || e->type == EntryType::Dir))
+      removals.emplace_back(old->path, old->type);
+  }
+  std::sort(removals.begin(), removals.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  json kept = json::array();
+  for (auto& [path, type] : removals) {
+    int parent;
+    try {
+      parent = dirs.get(parent_of(path));
+    } catch (const std::exception&) {
+      continue;  // its directory is gone already
+    }
+    if (type == EntryType::Dir) {
+      dirs.forget(path);
+      if (unlinkat(parent, base_of(path).c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+        if (s.incoming.find(path)) throw SyncRefused(sys_error("cannot replace directory " + path + " on the host", errno));
+        kept.push_back(path + " (" + std::strerror(errno) + ")");
+      }
+    } else {
+      if (type == EntryType::File) drop_pycache(dirs, path);
+      unlinkat(parent, base_of(path).c_str(), 0);
+    }
+  }
+  for (const Entry* e : touched) {
+    if (e->type != EntryType::Dir) continue;
+    int parent = dirs.get(parent_of(e->path));
+    if (mkdirat(parent, base_of(e->path).c_str(), e->mode & 0777) != 0 && errno != EEXIST)
+      throw SyncRefused(sys_error("cannot create directory " + e->path + " on the host", errno));
+    fchmodat(parent, base_of(e->path).c_str(), e->mode & 0777, 0);
+  }
+  for (auto& m : moves) {
+    int parent = dirs.get(parent_of(m.e->path));
+    if (renameat(stagefd, m.staged.c_str(), parent, base_of(m.e->path).c_str()) != 0)
+      throw SyncRefused(sys_error("cannot move " + m.e->path + " into place", errno));
+    if (m.e->type == EntryType::File) drop_pycache(dirs, m.e->path);
+  }
+  for (const Entry* e : chmods) fchmodat(dirs.get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
+
+  // 3. The host manifest: the new entries with the stat values of the files as written.
+  Manifest saved;
+  saved.entries = s.incoming.entries;
+  for (auto& e : saved.entries) {
+    if (e.type != EntryType::File) continue;
+    struct stat st;
+    if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      e.mtime_ns = ns(st.st_mtim);
+      e.ctime_ns = ns(st.st_ctim);
+      e.ino = st.st_ino;
+    }
+  }
+  saved.scan_ns = wall_ns();
+  write_file_replacing(manifest_path(s.dest) + ".manifest", saved.encode_cache());
+  write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
+
+  auto paths = [](const std::vector<const Entry*>& list) {
+    json out = json::array();
+    for (const Entry* e : list)
+      if (e->type != EntryType::Dir) out.push_back(e->path);
+    return out;
+  };
+  size_t added = 0, changed = 0, deleted = 0;
+  for (const Entry* e : d.added) added += e->type != EntryType::Dir;
+  for (const Entry* e : d.changed) changed += e->type != EntryType::Dir;
+  for (const Entry* e : d.deleted) deleted += e->type != EntryType::Dir;
+  size_t unchanged = 0;
+  for (auto& e : s.incoming.entries) unchanged += e.type != EntryType::Dir;
+  unchanged -= added + changed;
+  return {{{"dir", dir},
+           {"added", added},
+           {"changed", changed},
+           {"deleted", deleted},
+           {"unchanged", unchanged},
+           {"bytes_received", s.bytes},
+           {"added_paths", paths(d.added)},
+           {"changed_paths", paths(d.changed)},
+           {"deleted_paths", paths(d.deleted)},
+           {"kept", kept}},
+          {}};
+}
+
+}  // namespace xmesh::ws

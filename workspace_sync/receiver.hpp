@@ -1,0 +1,66 @@
+// SyncReceiver: the host agent's side of a workspace sync (DESIGN §8). It owns the host's
+// workspace root ($XMESH_WORKSPACE of every proc it starts). One sync is a session driven by the
+// controller through `Sync` messages:
+//   begin  {sid, dest, digest}   -> {same: true} when the host copy already equals it (only the
+//                                   digest travelled), else the session opens
+//   plan   {sid} + manifest      -> the content hashes the host lacks (renamed or copied files
+//                                   are found on the host by hash and do not travel)
+//   data   {sid, pieces} + bytes -> staged aside under <root>/.xmesh-sync/stage/<sid>/, each
+//                                   object's XXH3-128 checked when complete
+//   commit {sid}                 -> every staged file renamed into place in one batch, deletions
+//                                   applied, the host manifest saved; counts and paths returned
+//   abort  {sid}                 -> staging removed, nothing changed
+// The host manifest is checked against the disk at each begin (stat, with the racy-file rule),
+// so an interrupted commit or a hand edit on the host is seen and repaired by the next sync.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "manifest.hpp"
+
+namespace xmesh::ws {
+
+struct SyncRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class SyncReceiver {
+ public:
+  SyncReceiver(std::string root, int64_t session_timeout_ms);
+  ~SyncReceiver();
+  struct Reply {
+    nlohmann::json body;
+    std::vector<std::string> frames;
+  };
+  // Throws SyncRefused (or std::runtime_error) with a message for the controller.
+  Reply handle(const nlohmann::json& body, const std::vector<std::string_view>& frames, int64_t now_ms);
+  void expire_idle(int64_t now_ms);
+  const std::string& root() const { return root_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+  // The host manifest of dest as it is on disk now (for tests and `status`).
+  Manifest verified_manifest(const std::string& dest);
+
+ private:
+  struct Session;
+  Reply begin(const nlohmann::json& body, int64_t now_ms);
+  Reply plan(Session& s, const std::vector<std::string_view>& frames);
+  Reply data(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
+  Reply commit(Session& s);
+  void drop(const std::string& sid);
+  std::string manifest_path(const std::string& dest) const;
+  Manifest load_and_verify(const std::string& dest);
+  void check_overlap(const std::string& dest) const;
+
+  std::string root_, state_dir_;
+  int64_t timeout_ms_;
+  uint64_t bytes_received_ = 0;
+  std::map<std::string, std::unique_ptr<Session>> sessions_;
+};
+
+}  // namespace xmesh::ws

@@ -1,0 +1,46 @@
+// The controller's side of a workspace sync: scan the local tree (reusing the previous
+// manifest's hashes under the racy-file rule), then drive every host's SyncReceiver through
+// the Sync steps concurrently: begin (digest only), plan (the manifest), data (only the content
+// each host lacks, zstd-compressed where that helps, each byte sent once per host, hosts that
+// lack the same content sharing one stream), commit. Any failure or interrupt aborts the hosts'
+// sessions, which leaves every host copy as it was.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "scan.hpp"
+
+namespace xmesh {
+class Node;
+}
+
+namespace xmesh::ws {
+
+struct PushOptions {
+  std::string dest;              // where on each host, relative to its workspace root ("" = the root)
+  ScanOptions scan;
+  std::string cache_path;        // the local manifest cache ("" = none)
+  std::string compress = "auto";  // auto: only for hosts not on this machine (ipc://); always; never
+  int zstd_level = 1;
+  size_t batch_bytes = 4u << 20;  // raw bytes per data message
+  int window = 4;                 // data messages in flight per group of hosts
+  int step_timeout_ms = 60000;    // a host silent this long during one step fails the sync
+};
+
+struct PushHost {
+  std::string addr, label;
+};
+
+// Raised (as std::runtime_error) with a message naming the host and the problem.
+// check_interrupt is called between waits; it throws to stop the sync (the hosts are aborted).
+// Returns the report: scan figures, per host outcome (same, counts, bytes), what was sent.
+nlohmann::json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts,
+                              const PushOptions& opts, const std::function<void()>& check_interrupt);
+
+// The local scan alone (with the manifest cache), for `watch` and tests.
+ScanResult scan_with_cache(const std::string& root, const PushOptions& opts);
+
+}  // namespace xmesh::ws

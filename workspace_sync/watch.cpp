@@ -1,0 +1,96 @@
+#include "watch.hpp"
+
+#include <dirent.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "path_safety.hpp"
+
+namespace xmesh::ws {
+
+namespace {
+constexpr uint32_t kMask = IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |
+                           IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
+}
+
+TreeWatcher::TreeWatcher(const std::string& root) {
+  fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
+  try {
+    add_tree(root);
+  } catch (...) {
+    close(fd_);
+    throw;
+  }
+}
+
+TreeWatcher::~TreeWatcher() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void TreeWatcher::add_tree(const std::string& path) {
+  int wd = inotify_add_watch(fd_, path.c_str(), kMask);
+  if (wd < 0) {
+    if (errno == ENOSPC)
+      throw std::runtime_error("cannot watch " + path + ": the inotify watch limit is reached (raise "
+                               "fs.inotify.max_user_watches, or exclude large directories)");
+    if (errno == ENOENT || errno == ENOTDIR) return;  // gone meanwhile
+    throw std::runtime_error("cannot watch " + path + ": " + std::strerror(errno));
+  }
+  dirs_[wd] = path;
+  DIR* d = opendir(path.c_str());
+  if (!d) return;
+  std::vector<std::string> subdirs;
+  while (dirent* de = readdir(d)) {
+    if (!std::strcmp(de->d_name, ".") || !std::strcmp(de->d_name, "..") || !std::strcmp(de->d_name, kStateDirName))
+      continue;
+    std::string p = path + "/" + de->d_name;
+    struct stat st;
+    if (lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) subdirs.push_back(p);
+  }
+  closedir(d);
+  for (auto& s : subdirs) add_tree(s);
+}
+
+// Reads what is queued (waiting up to timeout_ms for the first event). True if any arrived.
+bool TreeWatcher::drain(int timeout_ms) {
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) <= 0) return false;
+  alignas(inotify_event) char buf[16384];
+  bool any = false;
+  while (true) {
+    ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n <= 0) break;
+    for (char* at = buf; at < buf + n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(at);
+      at += sizeof(inotify_event) + ev->len;
+      if (ev->mask & IN_IGNORED) {
+        dirs_.erase(ev->wd);
+        continue;
+      }
+      any = true;
+      if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR) && ev->len) {
+        auto it = dirs_.find(ev->wd);
+        if (it != dirs_.end()) add_tree(it->second + "/" + ev->name);
+      }
+    }
+  }
+  return any;
+}
+
+bool TreeWatcher::wait(int timeout_ms, int quiet_ms) {
+  if (!drain(timeout_ms)) return false;
+  while (drain(quiet_ms)) {
+  }
+  return true;
+}
+
+}  // namespace xmesh::ws
