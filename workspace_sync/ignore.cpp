@@ -151,7 +151,8 @@ int IgnoreRules::verdict(const std::string& path, bool is_dir) const {
 }
 
 bool IgnoreStack::ignored(const std::string& path, bool is_dir) const {
-  for (const IgnoreRules* rules : {&user, &files, &defaults}) {
+  for (const IgnoreRules* rules : {user, files, defaults}) {
+    if (!rules) continue;
     int v = rules->verdict(path, is_dir);
     if (v >= 0) return v == 1;
   }

@@ -18,7 +18,6 @@ class IgnoreRules {
   void add_line(const std::string& base, const std::string& line);
   void add_text(const std::string& base, const std::string& text);
   size_t size() const { return rules_.size(); }
-  void truncate(size_t n) { rules_.resize(n); }  // drop the rules of a directory left behind
   // The verdict of the last rule matching `path` (relative to the root): 1 ignored,
   // 0 re-included by a `!` rule, -1 no rule matched.
   int verdict(const std::string& path, bool is_dir) const;
@@ -34,7 +33,9 @@ class IgnoreRules {
 // What the scanner applies: the user's excludes first (they have the last word), then the
 // rule files found in the tree, then the defaults (compiled Python files).
 struct IgnoreStack {
-  IgnoreRules user, files, defaults;
+  const IgnoreRules* user = nullptr;
+  const IgnoreRules* files = nullptr;  // the rule files of this directory and its ancestors
+  const IgnoreRules* defaults = nullptr;
   bool ignored(const std::string& path, bool is_dir) const;
 };
 

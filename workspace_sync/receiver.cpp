@@ -186,7 +186,34 @@ void SyncReceiver::check_overlap(const std::string& dest) const {
 
 // The manifest this host saved for dest, checked against the disk: entries whose stat changed
 // (or whose mtime is racy) are re-hashed, vanished ones dropped. Saved again when it changed.
+std::unique_ptr<TreeWatcher> SyncReceiver::watch(const std::string& dest) const {
+  try {
+    return std::make_unique<TreeWatcher>(dest.empty() ? root_ : root_ + "/" + dest);
+  } catch (const std::exception&) {
+    return nullptr;  // no inotify (or its limit): every sync checks the copy by stat instead
+  }
+}
+
+void SyncReceiver::remember(const std::string& dest, const Manifest& m, std::unique_ptr<TreeWatcher> watcher) {
+  if (!watcher) {
+    known_.erase(dest);
+    return;
+  }
+  known_[dest] = Known{m, std::move(watcher)};
+}
+
 Manifest SyncReceiver::load_and_verify(const std::string& dest) {
+  auto known = known_.find(dest);
+  if (known != known_.end() && !known->second.watcher->wait(0, 0)) return known->second.manifest;
+  known_.erase(dest);
+  // Watch first, then look: a change made while we look shows up as an event next time.
+  auto watcher = watch(dest);
+  Manifest m = check_on_disk(dest);
+  remember(dest, m, std::move(watcher));
+  return m;
+}
+
+Manifest SyncReceiver::check_on_disk(const std::string& dest) {
   Manifest stored;
   std::string bytes;
   if (!read_whole_file(manifest_path(dest) + ".manifest", bytes) || !Manifest::decode_cache(bytes, stored))
@@ -561,6 +588,13 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   saved.entries = s.incoming.entries;
   for (auto& e : saved.entries) {
     if (e.type != EntryType::File) continue;
+    const Entry* before = s.host.find(e.path);
+    if (before && before->same_as(e)) {  // untouched by this sync: its stat values stand
+      e.mtime_ns = before->mtime_ns;
+      e.ctime_ns = before->ctime_ns;
+      e.ino = before->ino;
+      continue;
+    }
     struct stat st;
     if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       e.mtime_ns = ns(st.st_mtim);
@@ -571,6 +605,13 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   saved.scan_ns = wall_ns();
   write_file_replacing(manifest_path(s.dest) + ".manifest", saved.encode_cache());
   write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
+  auto known = known_.find(s.dest);
+  if (known != known_.end()) {
+    known->second.watcher->wait(0, 0);  // the events of this commit (new directories get watched)
+    known->second.manifest = std::move(saved);
+  } else {
+    remember(s.dest, saved, watch(s.dest));
+  }
 
   auto paths = [](const std::vector<const Entry*>& list) {
     json out = json::array();

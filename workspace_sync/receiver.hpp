@@ -10,8 +10,9 @@
 //   commit {sid}                 -> every staged file renamed into place in one batch, deletions
 //                                   applied, the host manifest saved; counts and paths returned
 //   abort  {sid}                 -> staging removed, nothing changed
-// The host manifest is checked against the disk at each begin (stat, with the racy-file rule),
-// so an interrupted commit or a hand edit on the host is seen and repaired by the next sync.
+// The host manifest is checked against the disk at each begin (stat, with the racy-file rule)
+// unless an inotify watch on the copy has seen nothing since it was last checked or written, so
+// an interrupted commit or a hand edit on the host is seen and repaired by the next sync.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "manifest.hpp"
+#include "watch.hpp"
 
 namespace xmesh::ws {
 
@@ -55,12 +57,22 @@ class SyncReceiver {
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;
   Manifest load_and_verify(const std::string& dest);
+  Manifest check_on_disk(const std::string& dest);
   void check_overlap(const std::string& dest) const;
 
   std::string root_, state_dir_;
   int64_t timeout_ms_;
   uint64_t bytes_received_ = 0;
   std::map<std::string, std::unique_ptr<Session>> sessions_;
+  // Per destination: its manifest as last verified or written, trusted while an inotify watch
+  // set up before that moment reports nothing (a no-op sync then costs this host no stat calls).
+  struct Known {
+    Manifest manifest;
+    std::unique_ptr<TreeWatcher> watcher;
+  };
+  std::map<std::string, Known> known_;
+  void remember(const std::string& dest, const Manifest& m, std::unique_ptr<TreeWatcher> watcher);
+  std::unique_ptr<TreeWatcher> watch(const std::string& dest) const;
 };
 
 }  // namespace xmesh::ws

@@ -31,7 +31,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // The previous manifest per cache file, kept in memory too: a notebook re-syncing the same
 // tree does not even read the cache file.
 std::mutex g_cache_mu;
-std::map<std::string, Manifest> g_cache;
+std::map<std::string, std::shared_ptr<const Manifest>> g_cache;
 
 std::string human_bytes(uint64_t n) {
   char buf[32];
@@ -104,30 +104,30 @@ zmq::message_t frame_of(const std::string& s) { return zmq::message_t(s.data(), 
 }  // namespace
 
 ScanResult scan_with_cache(const std::string& root, const PushOptions& opts) {
-  Manifest previous;
-  bool have = false;
+  std::shared_ptr<const Manifest> previous;
   if (!opts.cache_path.empty()) {
     std::lock_guard<std::mutex> g(g_cache_mu);
     auto it = g_cache.find(opts.cache_path);
-    if (it != g_cache.end()) {
-      previous = it->second;
-      have = true;
+    if (it != g_cache.end()) previous = it->second;
+  }
+  if (!previous && !opts.cache_path.empty()) {
+    std::string bytes;
+    auto m = std::make_shared<Manifest>();
+    if (read_whole_file(opts.cache_path, bytes) && Manifest::decode_cache(bytes, *m)) {
+      previous = m;
     }
   }
-  if (!have && !opts.cache_path.empty()) {
-    std::string bytes;
-    have = read_whole_file(opts.cache_path, bytes) && Manifest::decode_cache(bytes, previous);
-  }
-  ScanResult r = scan_tree(root, opts.scan, have ? &previous : nullptr);
+  ScanResult r = scan_tree(root, opts.scan, previous.get());
   if (!opts.cache_path.empty()) {
-    bool changed = r.hashed_files > 0 || !have || previous.entries.size() != r.manifest.entries.size();
+    auto current = std::make_shared<const Manifest>(r.manifest);
     {
       std::lock_guard<std::mutex> g(g_cache_mu);
-      g_cache[opts.cache_path] = r.manifest;
+      g_cache[opts.cache_path] = current;
     }
-    if (changed) {
+    // The file serves the next process; rewrite it only when it would say something new.
+    if (r.hashed_files > 0 || !previous || previous->entries.size() != r.manifest.entries.size()) {
       try {
-        write_file_replacing(opts.cache_path, r.manifest.encode_cache());
+        write_file_replacing(opts.cache_path, current->encode_cache());
       } catch (const std::exception&) {
         // Only a cache: the next process re-hashes.
       }

@@ -17,6 +17,10 @@
 namespace xmesh::ws {
 
 namespace {
+// Not changes of the tree: xmesh's own state, and the bytecode Python writes next to sources
+// (procs importing synced modules would otherwise make every host copy look edited).
+bool unwatched(const char* name) { return !std::strcmp(name, kStateDirName) || !std::strcmp(name, "__pycache__"); }
+
 constexpr uint32_t kMask = IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |
                            IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
 }
@@ -50,11 +54,11 @@ void TreeWatcher::add_tree(const std::string& path) {
   if (!d) return;
   std::vector<std::string> subdirs;
   while (dirent* de = readdir(d)) {
-    if (!std::strcmp(de->d_name, ".") || !std::strcmp(de->d_name, "..") || !std::strcmp(de->d_name, kStateDirName))
-      continue;
+    if (!std::strcmp(de->d_name, ".") || !std::strcmp(de->d_name, "..") || unwatched(de->d_name)) continue;
     std::string p = path + "/" + de->d_name;
     struct stat st;
-    if (lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) subdirs.push_back(p);
+    if (de->d_type == DT_DIR || (de->d_type == DT_UNKNOWN && lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+      subdirs.push_back(p);
   }
   closedir(d);
   for (auto& s : subdirs) add_tree(s);
@@ -76,6 +80,7 @@ bool TreeWatcher::drain(int timeout_ms) {
         dirs_.erase(ev->wd);
         continue;
       }
+      if (ev->len && unwatched(ev->name)) continue;
       any = true;
       if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR) && ev->len) {
         auto it = dirs_.find(ev->wd);
