@@ -1,0 +1,442 @@
+// The workspace sync core (workspace_sync/): manifests, diffs, ignore rules, the racy-file rule,
+// path safety, and the receiving side applying real trees.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "diff.hpp"
+#include "fs_ops.hpp"
+#include "ignore.hpp"
+#include "path_safety.hpp"
+#include "receiver.hpp"
+#include "scan.hpp"
+
+using namespace xmesh::ws;
+using json = nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/xmesh-ws-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { remove_tree(path); }
+};
+
+void write(const std::string& path, const std::string& text) {
+  size_t slash = path.rfind('/');
+  make_dirs_path(path.substr(0, slash));
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> paths(const Manifest& m) {
+  std::vector<std::string> out;
+  for (auto& e : m.entries) out.push_back(e.path);
+  return out;
+}
+
+Entry file_entry(const std::string& path, const std::string& content, uint32_t mode = 0644) {
+  Entry e;
+  e.path = path;
+  e.type = EntryType::File;
+  e.mode = mode;
+  e.size = content.size();
+  e.hash = hash_bytes(content.data(), content.size());
+  return e;
+}
+
+Entry dir_entry(const std::string& path) {
+  Entry e;
+  e.path = path;
+  e.type = EntryType::Dir;
+  e.mode = 0755;
+  return e;
+}
+
+// Drives a receiver through one whole sync of the local tree src, as the controller would
+// (content sent in 7-byte pieces, alternately zstd-compressed, to exercise both paths).
+json push_tree(SyncReceiver& r, const std::string& src, const std::string& dest, const std::string& sid = "ab12") {
+  ScanResult s = scan_tree(src, {}, nullptr);
+  auto begin = r.handle({{"op", "begin"}, {"sid", sid}, {"dest", dest}, {"digest", s.manifest.digest().hex()}}, {}, 0);
+  if (begin.body.value("same", false)) return begin.body;
+  std::string wire = s.manifest.encode_wire();
+  auto plan = r.handle({{"op", "plan"}, {"sid", sid}}, {wire}, 0);
+  const std::string& need = plan.frames.at(0);
+  for (size_t i = 0; i * 16 < need.size(); ++i) {
+    Hash128 h;
+    std::memcpy(&h.lo, need.data() + i * 16, 8);
+    std::memcpy(&h.hi, need.data() + i * 16 + 8, 8);
+    const Entry* e = nullptr;
+    for (auto& x : s.manifest.entries)
+      if (x.type == EntryType::File && x.hash == h) e = &x;
+    REQUIRE(e);
+    std::string content = read(src + "/" + e->path);
+    for (size_t off = 0; off < content.size(); off += 7) {
+      std::string piece = content.substr(off, 7);
+      std::string stored = piece;
+      int z = 0;
+      if ((off / 7) % 2) {
+        stored.resize(ZSTD_compressBound(piece.size()));
+        stored.resize(ZSTD_compress(stored.data(), stored.size(), piece.data(), piece.size(), 1));
+        z = 1;
+      }
+      r.handle({{"op", "data"}, {"sid", sid}, {"pieces", json::array({json::array({i, off, piece.size(), stored.size(), z})})}},
+               {stored}, 0);
+    }
+  }
+  return r.handle({{"op", "commit"}, {"sid", sid}}, {}, 0).body;
+}
+
+}  // namespace
+
+TEST_CASE("manifests round-trip and their digest covers what a host reproduces", "[workspace]") {
+  Manifest m;
+  m.entries = {dir_entry("pkg"), file_entry("pkg/a.py", "x = 1\n"), file_entry("run.sh", "echo\n", 0755)};
+  Entry l;
+  l.path = "z";
+  l.type = EntryType::Symlink;
+  l.target = "pkg/a.py";
+  l.size = l.target.size();
+  m.entries.push_back(l);
+  m.sort();
+  Manifest back = Manifest::decode_wire(m.encode_wire());
+  REQUIRE(back.entries.size() == 4);
+  CHECK(back.digest() == m.digest());
+  CHECK(back.entries[3].target == "pkg/a.py");
+
+  m.scan_ns = 123;
+  m.entries[1].mtime_ns = 5;
+  Manifest cached;
+  REQUIRE(Manifest::decode_cache(m.encode_cache(), cached));
+  CHECK(cached.scan_ns == 123);
+  CHECK(cached.entries[1].mtime_ns == 5);
+  CHECK_FALSE(Manifest::decode_cache("garbage", cached));
+
+  Manifest other = m;
+  other.entries[2].mode = 0644;  // the executable bit matters
+  CHECK(other.digest() != m.digest());
+  other = m;
+  other.entries[1].hash = hash_bytes("y", 1);
+  CHECK(other.digest() != m.digest());
+  other = m;
+  other.entries[3].target = "run.sh";
+  CHECK(other.digest() != m.digest());
+  other = m;
+  other.entries[1].mtime_ns = 999;  // local stat values are not part of it
+  CHECK(other.digest() == m.digest());
+}
+
+TEST_CASE("malformed manifests are refused with a reason", "[workspace]") {
+  Manifest m;
+  m.entries = {file_entry("a", "1"), file_entry("b", "2")};
+  std::string wire = m.encode_wire();
+  CHECK_THROWS_WITH(Manifest::decode_wire(wire.substr(0, wire.size() - 3)), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(Manifest::decode_wire("nope"), Catch::Contains("not an xmesh workspace manifest"));
+  std::swap(m.entries[0], m.entries[1]);
+  CHECK_THROWS_WITH(Manifest::decode_wire(m.encode_wire()), Catch::Contains("not sorted"));
+  // Device files (or any other type) cannot be expressed: the type byte is refused.
+  Manifest dev;
+  dev.entries = {file_entry("dev", "")};
+  for (char t : {'c', 'b', 'p'}) {
+    std::string w = dev.encode_wire();
+    w[4 + 1 + 1 + 3] = t;  // magic, count, path length, "dev", then the type
+    CHECK_THROWS_WITH(Manifest::decode_wire(w), Catch::Contains("unknown type"));
+  }
+}
+
+TEST_CASE("diff sorts entries into added, changed, deleted and unchanged", "[workspace]") {
+  Manifest a, b;
+  a.entries = {file_entry("keep", "1"), file_entry("mode", "2"), file_entry("edit", "3"), file_entry("gone", "4")};
+  b.entries = {file_entry("keep", "1"), file_entry("mode", "2", 0755), file_entry("edit", "33"), file_entry("new", "5")};
+  a.sort();
+  b.sort();
+  Diff d = diff_manifests(a, b);
+  REQUIRE(d.added.size() == 1);
+  CHECK(d.added[0]->path == "new");
+  REQUIRE(d.changed.size() == 2);
+  CHECK(d.changed[0]->path == "edit");
+  CHECK(d.changed[1]->path == "mode");
+  REQUIRE(d.deleted.size() == 1);
+  CHECK(d.deleted[0]->path == "gone");
+  CHECK(d.unchanged == 1);
+  CHECK(diff_manifests(a, a).empty());
+}
+
+TEST_CASE("glob patterns follow gitignore's rules", "[workspace]") {
+  CHECK(glob_match("*.py", "a.py"));
+  CHECK_FALSE(glob_match("*.py", "dir/a.py"));  // '*' stays within a component
+  CHECK(glob_match("**/a.py", "a.py"));
+  CHECK(glob_match("**/a.py", "x/y/a.py"));
+  CHECK(glob_match("x/**", "x/y/z"));
+  CHECK_FALSE(glob_match("x/**", "x"));
+  CHECK(glob_match("a/**/b", "a/b"));
+  CHECK(glob_match("a/**/b", "a/x/y/b"));
+  CHECK(glob_match("file?.txt", "file1.txt"));
+  CHECK_FALSE(glob_match("file?.txt", "file/.txt"));
+  CHECK(glob_match("[a-c]*.log", "b1.log"));
+  CHECK_FALSE(glob_match("[!a-c]*.log", "b1.log"));
+  CHECK(glob_match("\\*star", "*star"));
+  CHECK_FALSE(glob_match("\\*star", "xstar"));
+}
+
+TEST_CASE("ignore rules: anchoring, directories only, re-includes, nesting, excludes win", "[workspace]") {
+  IgnoreRules files;
+  files.add_text("", "# comment\n*.log\n!keep.log\n/build\ndata/\ndocs/*.tmp\n");
+  files.add_text("sub", "local.txt\n/anchored.txt\n");
+  IgnoreRules user;
+  user.add_line("", "keep.log");
+  IgnoreStack s{nullptr, &files, nullptr};
+  CHECK(s.ignored("x.log", false));
+  CHECK(s.ignored("deep/x.log", false));
+  CHECK_FALSE(s.ignored("keep.log", false));
+  CHECK(s.ignored("build", true));
+  CHECK_FALSE(s.ignored("src/build", true));  // anchored to the root
+  CHECK(s.ignored("data", true));
+  CHECK_FALSE(s.ignored("data", false));  // dir-only pattern, and this is a file
+  CHECK(s.ignored("docs/a.tmp", false));
+  CHECK_FALSE(s.ignored("docs/x/a.tmp", false));
+  CHECK(s.ignored("sub/local.txt", false));
+  CHECK(s.ignored("sub/deeper/local.txt", false));
+  CHECK_FALSE(s.ignored("local.txt", false));  // a rule file applies below its own directory
+  CHECK(s.ignored("sub/anchored.txt", false));
+  CHECK_FALSE(s.ignored("sub/deeper/anchored.txt", false));
+  IgnoreStack with_user{&user, &files, nullptr};
+  CHECK(with_user.ignored("keep.log", false));  // the caller's exclude wins over a file's '!'
+}
+
+TEST_CASE("the scanner applies rule files, skips what cannot travel, and lists large files", "[workspace]") {
+  TempDir t;
+  write(t.path + "/.gitignore", "*.log\nbuild/\n");
+  write(t.path + "/a.py", "a");
+  write(t.path + "/x.log", "log");
+  write(t.path + "/build/out.o", "o");
+  write(t.path + "/sub/.xmeshignore", "secret.txt\n");
+  write(t.path + "/sub/secret.txt", "s");
+  write(t.path + "/sub/b.py", "b");
+  write(t.path + "/sub/__pycache__/b.cpython-311.pyc", "pyc");
+  write(t.path + "/big.bin", std::string(5000, 'x'));
+  REQUIRE(symlink("a.py", (t.path + "/inside").c_str()) == 0);
+  REQUIRE(symlink("../../etc/passwd", (t.path + "/sub/escape").c_str()) == 0);
+  REQUIRE(symlink("/etc/passwd", (t.path + "/absolute").c_str()) == 0);
+  REQUIRE(mkfifo((t.path + "/pipe").c_str(), 0600) == 0);
+  ScanOptions o;
+  o.max_file_size = 4096;
+  o.excludes = {"sub/b.py"};
+  ScanResult r = scan_tree(t.path, o, nullptr);
+  CHECK(paths(r.manifest) == std::vector<std::string>{".gitignore", "a.py", "inside", "sub", "sub/.xmeshignore"});
+  REQUIRE(r.too_large.size() == 1);
+  CHECK(r.too_large[0].first == "big.bin");
+  std::map<std::string, std::string> skipped(r.skipped.begin(), r.skipped.end());
+  CHECK_THAT(skipped["pipe"], Catch::Contains("named pipe"));
+  CHECK_THAT(skipped["absolute"], Catch::Contains("outside the workspace"));
+  CHECK_THAT(skipped["sub/escape"], Catch::Contains("outside the workspace"));
+  CHECK_THROWS_WITH(scan_tree(t.path + "/missing", o, nullptr), Catch::Contains("cannot open workspace"));
+}
+
+TEST_CASE("the racy-file rule: a stat match within a second of the previous scan is re-hashed", "[workspace]") {
+  TempDir t;
+  write(t.path + "/f", "new!");
+  ScanResult now = scan_tree(t.path, {}, nullptr);
+  REQUIRE(now.manifest.entries.size() == 1);
+  const Entry& real = now.manifest.entries[0];
+  // A previous scan that saw the same size, mtime, ctime and inode but other content: the edit
+  // happened in the same timestamp tick, right after that scan looked.
+  Manifest previous = now.manifest;
+  previous.entries[0].hash = hash_bytes("old!", 4);
+  previous.scan_ns = real.mtime_ns + 200000000;  // 0.2 s after the file's mtime
+  ScanResult again = scan_tree(t.path, {}, &previous);
+  CHECK(again.hashed_files == 1);
+  CHECK(again.manifest.entries[0].hash == real.hash);  // the edit is seen
+  // The same stat values with the previous scan well after the mtime: the hash is trusted.
+  previous.scan_ns = real.mtime_ns + 3000000000LL;
+  ScanResult trusted = scan_tree(t.path, {}, &previous);
+  CHECK(trusted.reused == 1);
+  CHECK(trusted.manifest.entries[0].hash == hash_bytes("old!", 4));
+  // Any stat difference (here the inode) re-hashes regardless of the time.
+  previous.entries[0].ino += 1;
+  CHECK(scan_tree(t.path, {}, &previous).hashed_files == 1);
+}
+
+TEST_CASE("path safety refuses escapes, absolute paths and the state directory", "[workspace]") {
+  std::string why;
+  CHECK(valid_relative_path("a/b.py", &why));
+  CHECK(valid_relative_path("", &why, true));
+  CHECK_FALSE(valid_relative_path("", &why));
+  CHECK_FALSE(valid_relative_path("../x", &why));
+  CHECK(why == "has a '..' component");
+  CHECK_FALSE(valid_relative_path("a/../../x", &why));
+  CHECK_FALSE(valid_relative_path("/etc/passwd", &why));
+  CHECK(why == "is absolute");
+  CHECK_FALSE(valid_relative_path("a//b", &why));
+  CHECK_FALSE(valid_relative_path("a/./b", &why));
+  CHECK_FALSE(valid_relative_path(std::string("a\0b", 3), &why));
+  CHECK_FALSE(valid_relative_path(".xmesh-sync/m/x", &why));
+  CHECK(symlink_stays_inside("a/l", "../b", &why));
+  CHECK(symlink_stays_inside("a/b/l", "../../c/./d", &why));
+  CHECK_FALSE(symlink_stays_inside("a/l", "../../etc/passwd", &why));
+  CHECK_FALSE(symlink_stays_inside("l", "/etc/passwd", &why));
+  CHECK_FALSE(symlink_stays_inside("a/l", "x/../../../y", &why));
+
+  auto refused = [](std::vector<Entry> entries) {
+    Manifest m;
+    m.entries = std::move(entries);
+    m.sort();
+    try {
+      check_manifest(m);
+    } catch (const PathError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  Entry up = file_entry("../x", "boom");
+  CHECK_THAT(refused({up}), Catch::Contains("'..'"));
+  CHECK_THAT(refused({file_entry("/etc/cron.d/x", "boom")}), Catch::Contains("absolute"));
+  Entry link;
+  link.path = "l";
+  link.type = EntryType::Symlink;
+  link.target = "../../home";
+  CHECK_THAT(refused({link}), Catch::Contains("outside the workspace"));
+  // A path reaching through a symlink or a file of the same manifest.
+  Entry into = file_entry("l/x", "boom");
+  link.target = "sub";
+  CHECK_THAT(refused({link, into, dir_entry("sub")}), Catch::Contains("is not a directory"));
+  CHECK_THAT(refused({file_entry("nodir/x", "boom")}), Catch::Contains("is not in the manifest"));
+  CHECK(refused({dir_entry("d"), file_entry("d/x", "ok")}).empty());
+}
+
+TEST_CASE("the receiver applies a tree, then only changes, and refuses malicious manifests", "[workspace]") {
+  TempDir src, host;
+  write(src.path + "/pkg/mod.py", "VALUE = 1\n");
+  write(src.path + "/pkg/__init__.py", "");
+  write(src.path + "/run.sh", "#!/bin/sh\necho hi\n");
+  chmod((src.path + "/run.sh").c_str(), 0755);
+  write(src.path + "/data/big.txt", std::string(100, 'z'));
+  REQUIRE(symlink("pkg/mod.py", (src.path + "/alias.py").c_str()) == 0);
+  SyncReceiver r(host.path + "/root", 60000);
+  std::string root = host.path + "/root";
+
+  json first = push_tree(r, src.path, "");
+  CHECK(first["added"] == 5);
+  CHECK(read(root + "/pkg/mod.py") == "VALUE = 1\n");
+  CHECK(read(root + "/pkg/__init__.py").empty());
+  struct stat st;
+  REQUIRE(stat((root + "/run.sh").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0755);
+  char target[64] = {0};
+  REQUIRE(readlink((root + "/alias.py").c_str(), target, sizeof(target)) > 0);
+  CHECK(std::string(target) == "pkg/mod.py");
+
+  // No change: only the digest is compared.
+  CHECK(push_tree(r, src.path, "", "cd34")["same"] == true);
+
+  // Edit, delete, rename, chmod: the renamed file's content is found on the host (not asked for).
+  write(src.path + "/pkg/mod.py", "VALUE = 2\n");
+  make_dirs_path(root + "/pkg/__pycache__");
+  write(root + "/pkg/__pycache__/mod.cpython-311.pyc", "stale bytecode");
+  unlink((src.path + "/run.sh").c_str());
+  rename((src.path + "/data/big.txt").c_str(), (src.path + "/data/moved.txt").c_str());
+  chmod((src.path + "/pkg/__init__.py").c_str(), 0700);
+  ScanResult s = scan_tree(src.path, {}, nullptr);
+  r.handle({{"op", "begin"}, {"sid", "ef56"}, {"dest", ""}, {"digest", s.manifest.digest().hex()}}, {}, 0);
+  auto plan = r.handle({{"op", "plan"}, {"sid", "ef56"}}, {s.manifest.encode_wire()}, 0);
+  CHECK(plan.body["need"] == 1);  // only mod.py's new text travels
+  r.handle({{"op", "abort"}, {"sid", "ef56"}}, {}, 0);
+  CHECK(read(root + "/pkg/mod.py") == "VALUE = 1\n");  // aborted: nothing changed
+  json second = push_tree(r, src.path, "", "ef57");
+  CHECK(second["added"] == 1);
+  CHECK(second["changed"] == 2);
+  CHECK(second["deleted"] == 2);
+  CHECK(read(root + "/pkg/mod.py") == "VALUE = 2\n");
+  CHECK_FALSE(exists(root + "/pkg/__pycache__/mod.cpython-311.pyc"));  // no stale bytecode
+  CHECK_FALSE(exists(root + "/run.sh"));
+  CHECK_FALSE(exists(root + "/data/big.txt"));
+  CHECK(read(root + "/data/moved.txt") == std::string(100, 'z'));
+  REQUIRE(stat((root + "/pkg/__init__.py").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK_FALSE(exists(root + "/.xmesh-sync/stage/ef57"));
+
+  // A hand edit on the host is seen at the next begin and repaired.
+  write(root + "/pkg/mod.py", "VALUE = 666\n");
+  json repaired = push_tree(r, src.path, "", "ab99");
+  CHECK(repaired["changed"] == 1);
+  CHECK(read(root + "/pkg/mod.py") == "VALUE = 2\n");
+
+  // Malicious manifests: refused whole, nothing written outside (or inside) the copy.
+  for (auto& bad : std::vector<std::vector<Entry>>{
+           {file_entry("../escape.txt", "pwned")},
+           {file_entry("/tmp/xmesh-absolute.txt", "pwned")},
+           {[] {
+             Entry l;
+             l.path = "evil";
+             l.type = EntryType::Symlink;
+             l.target = "../../../../etc";
+             l.size = l.target.size();
+             return l;
+           }()},
+           {file_entry(".xmesh-sync/m/0000000000000000.manifest", "pwned")}}) {
+    Manifest m;
+    m.entries = bad;
+    r.handle({{"op", "begin"}, {"sid", "bad0"}, {"dest", ""}, {"digest", m.digest().hex()}}, {}, 0);
+    CHECK_THROWS_AS(r.handle({{"op", "plan"}, {"sid", "bad0"}}, {m.encode_wire()}, 0), PathError);
+  }
+  CHECK_FALSE(exists(host.path + "/escape.txt"));
+  CHECK_FALSE(exists("/tmp/xmesh-absolute.txt"));
+  CHECK_FALSE(exists(root + "/evil"));
+  CHECK_THROWS_WITH(r.handle({{"op", "begin"}, {"sid", "bad1"}, {"dest", "../up"}, {"digest", ""}}, {}, 0),
+                    Catch::Contains("refused destination"));
+  // A symlink placed on the host where a directory is expected is not followed.
+  remove_tree(root + "/data");
+  REQUIRE(symlink(host.path.c_str(), (root + "/data").c_str()) == 0);
+  CHECK_THROWS_WITH(push_tree(r, src.path, "", "ab98"), Catch::Contains("symlink or a file"));
+  CHECK_FALSE(exists(host.path + "/moved.txt"));
+}
+
+TEST_CASE("the receiver checks every piece and refuses content that does not match", "[workspace]") {
+  TempDir src, host;
+  write(src.path + "/a.txt", "hello world");
+  SyncReceiver r(host.path, 60000);
+  ScanResult s = scan_tree(src.path, {}, nullptr);
+  r.handle({{"op", "begin"}, {"sid", "aa"}, {"dest", "w"}, {"digest", s.manifest.digest().hex()}}, {}, 0);
+  r.handle({{"op", "plan"}, {"sid", "aa"}}, {s.manifest.encode_wire()}, 0);
+  // Out of order (offset 3 first).
+  CHECK_THROWS_WITH(r.handle({{"op", "data"}, {"sid", "aa"}, {"pieces", json::array({json::array({0, 3, 2, 2, 0})})}},
+                             {std::string("lo")}, 0),
+                    Catch::Contains("out of order"));
+  // The failure dropped the session: the next step names it as unknown.
+  CHECK_THROWS_WITH(r.handle({{"op", "commit"}, {"sid", "aa"}}, {}, 0), Catch::Contains("no sync session"));
+  r.handle({{"op", "begin"}, {"sid", "bb"}, {"dest", "w"}, {"digest", s.manifest.digest().hex()}}, {}, 0);
+  r.handle({{"op", "plan"}, {"sid", "bb"}}, {s.manifest.encode_wire()}, 0);
+  CHECK_THROWS_WITH(r.handle({{"op", "commit"}, {"sid", "bb"}}, {}, 0), Catch::Contains("did not arrive"));
+  r.handle({{"op", "begin"}, {"sid", "cc"}, {"dest", "w"}, {"digest", s.manifest.digest().hex()}}, {}, 0);
+  r.handle({{"op", "plan"}, {"sid", "cc"}}, {s.manifest.encode_wire()}, 0);
+  CHECK_THROWS_WITH(r.handle({{"op", "data"}, {"sid", "cc"}, {"pieces", json::array({json::array({0, 0, 11, 11, 0})})}},
+                             {std::string("HELLO WORLD")}, 0),
+                    Catch::Contains("does not match its manifest"));
+  CHECK_FALSE(exists(host.path + "/w/a.txt"));
+  // Destinations must not nest.
+  CHECK(push_tree(r, src.path, "w")["added"] == 1);
+  CHECK_THROWS_WITH(push_tree(r, src.path, "w/inner"), Catch::Contains("overlaps"));
+  CHECK_THROWS_WITH(push_tree(r, src.path, ""), Catch::Contains("overlaps"));
+  CHECK(push_tree(r, src.path, "w2")["added"] == 1);
+}
