@@ -317,12 +317,13 @@ class SyncReport:
         rows = [[h["host"], ", ".join(h["dirs"]), "up to date" if h["same"] else str(h["added"]),
                  "" if h["same"] else str(h["changed"]), "" if h["same"] else str(h["deleted"]),
                  human_bytes(h["bytes_received"])] for h in self.hosts]
-        parts = [f"<div><b>{html.escape(self.summary())}</b></div>",
-                 html_table(["Host", "Directory", "Added", "Changed", "Deleted", "Received"], rows)]
+        parts = [html_table(html.escape(self.summary()), ["Host", "Directory", "Added", "Changed", "Deleted",
+                                                          "Received"], rows)]
         files = self.files_sent
         if files:
-            parts.append(html_table(["Largest files sent", "Size"], [[p, human_bytes(s)] for p, s, _ in files[:5]]))
-            parts.append(html_table(["Largest directories sent", "Size"],
+            parts.append(html_table("Largest files sent", ["File", "Size"],
+                                    [[p, human_bytes(s)] for p, s, _ in files[:5]]))
+            parts.append(html_table("Largest directories sent", ["Directory", "Size"],
                                     [[d, human_bytes(s)] for d, s in self.dirs_sent[:5]]))
         extra = [f"skipped {path}: {why}" for _, path, why in self.skipped[:10]] + self._reload_lines()
         if extra:

@@ -178,12 +178,68 @@ def _debug(args):
     return _debug_remote.run_client(live[pid])
 
 
+def _sync(args):
+    from . import _core, _workspace
+    from ._hostd import agent
+    from ._named import allocations
+    from ._runtime import Kind, get_runtime
+
+    dirs = [os.path.abspath(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
+    named = {a["name"]: a for a in allocations([d for d in dirs if _agent_running(d)])} \
+        if any(_agent_running(d) for d in dirs) else {}
+    if args.name not in named:
+        raise RuntimeError(f"no live allocation named {args.name!r}"
+                           + (f" (live: {', '.join(sorted(named))})" if named else ""))
+    agents = [agent(d) for d in named[args.name]["hosts"]]
+
+    def procs_of():
+        # The procs of the allocation, reached with the cookie they accept; nobody is taken over.
+        rt = get_runtime()
+        out = []
+        for a in agents:
+            reply = a.request(Kind.Attach, {"name": args.name, "observe": True})
+            for p in reply["procs"]:
+                if p["alive"]:
+                    rt.node.set_peer_cookie(p["addr"], reply["job_cookie"])
+                    out.append((p["rank"], p["addr"], a))
+        return out
+
+    def once():
+        report = _workspace.push(agents, args.path, dest=args.dest, exclude=args.exclude or (),
+                                 max_file_size=args.max_file_size or None)
+        if args.reload and not report.up_to_date:
+            _workspace.reload_procs(report, procs_of())
+        return report
+
+    print(repr(once()), flush=True)
+    if not args.watch:
+        return 0
+    watcher = _workspace.WorkspaceWatcher(
+        once, [os.path.abspath(args.path)],
+        on_report=lambda r, e: print(f"xmesh sync failed: {e}" if e else repr(r), flush=True))
+    print(f"watching {os.path.abspath(args.path)} (Ctrl-C stops)", flush=True)
+    try:
+        while watcher.running:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+    return 0
+
+
 def _run(args):
     from ._run_notebook import run_notebook
 
     code, _ = run_notebook(args.notebook, args.output, timeout=args.timeout, kernel_name=args.kernel,
                            quiet=args.quiet)
     return code
+
+
+def _workspace_default_limit():
+    from ._workspace import DEFAULT_MAX_FILE_SIZE
+
+    return DEFAULT_MAX_FILE_SIZE
 
 
 def main(argv=None):
@@ -223,6 +279,19 @@ def main(argv=None):
     p.add_argument("--pid", type=int, help="the controller's pid (see the list printed when several run)")
     p.add_argument("--runtime-dir", help="runtime directory of the agent (default: this user's)")
     p.set_defaults(func=_debug)
+    p = sub.add_parser("sync", help="push a local directory to every host of a named allocation (only what "
+                                    "changed travels); --watch keeps syncing on changes")
+    p.add_argument("name", help="the allocation whose hosts receive the workspace")
+    p.add_argument("path", nargs="?", default=".", help="the local directory (default: the current one)")
+    p.add_argument("--dest", default="", help="where under each host's workspace root ($XMESH_WORKSPACE); "
+                                              "default: the root itself")
+    p.add_argument("--exclude", action="append", help="a gitignore-style pattern to leave out (repeat)")
+    p.add_argument("--max-file-size", type=int, default=_workspace_default_limit(),
+                   help="refuse files larger than this many bytes (default 100 MiB; 0: no limit)")
+    p.add_argument("--reload", action="store_true", help="reload the changed modules in the allocation's live actors")
+    p.add_argument("--watch", action="store_true", help="keep syncing on local changes (inotify) until Ctrl-C")
+    p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    p.set_defaults(func=_sync)
     p = sub.add_parser("run", help="execute a notebook headlessly on the xmesh kernel")
     p.add_argument("notebook")
     p.add_argument("-o", "--output", help="where to write the executed notebook (default: NAME.out.ipynb)")

@@ -218,9 +218,12 @@ void HostAgent::attach(const Message& m) {
                      {"coords", p->coords}});
   json previous = {{"addr", a->controller_addr}, {"id", a->controller_id}, {"pid", a->controller_pid},
                    {"attached", controller_attached(*a, now_ms()) && a->controller_addr != m.sender_addr}};
-  a->controller_addr = m.sender_addr;
-  a->controller_id = m.header.sender;
-  a->controller_pid = b.value("controller_pid", int64_t(0));
+  // observe: what `xmesh sync --reload` needs to reach the procs, without taking them over.
+  if (!b.value("observe", false)) {
+    a->controller_addr = m.sender_addr;
+    a->controller_id = m.header.sender;
+    a->controller_pid = b.value("controller_pid", int64_t(0));
+  }
   node_->reply(m, true,
                {{"alloc", a->id}, {"name", a->name}, {"shape", a->shape}, {"created", a->created},
                 {"host", hostname()}, {"job_cookie", a->job_cookie}, {"procs", procs}, {"previous", previous}},

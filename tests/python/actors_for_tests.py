@@ -1,7 +1,9 @@
 """Actor classes used by the tests (an importable module without side effects, so procs can
 unpickle them by reference)."""
 import asyncio
+import importlib
 import os
+import sys
 import time
 
 from xmesh import Actor, current_rank, current_size, endpoint
@@ -239,3 +241,29 @@ class Stopper(Actor):
         for i in range(n):
             print("chatter", i, flush=True)
             time.sleep(gap)
+
+
+class WorkspaceUser(Actor):
+    """Imports code from the synced workspace ($XMESH_WORKSPACE first on sys.path) and keeps an
+    instance of one of its classes alive across syncs."""
+
+    def __init__(self, module):
+        self.module = module
+        self.obj = None
+
+    @endpoint
+    def where(self):
+        return os.environ.get("XMESH_WORKSPACE"), sys.path[0]
+
+    @endpoint
+    def value(self):
+        return importlib.import_module(self.module).value()
+
+    @endpoint
+    def keep_instance(self):
+        self.obj = importlib.import_module(self.module).Thing()
+        return self.obj.describe()
+
+    @endpoint
+    def describe_kept(self):
+        return self.obj.describe()

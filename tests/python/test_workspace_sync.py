@@ -1,0 +1,261 @@
+"""sync_workspace with real host agents and procs: initial sync, no-op, changes, deletions,
+renames, modes, symlinks, ignore rules, the size limit, an interrupted sync, several hosts,
+auto_reload in live actors, watch mode and `xmesh sync`."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from actors_for_tests import WorkspaceUser
+from xmesh_testing import PYTHON, runtime_dir_of_its_own, wait_until
+
+import xmesh
+from xmesh._hostd import agent
+
+
+def write(path, text, mode=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    if mode is not None:
+        os.chmod(path, mode)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def received(rundir):
+    return agent(rundir).status()["sync_bytes_received"]
+
+
+def test_initial_noop_change_delete_rename_modes_symlinks_and_ignores(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/wsmod_a.py", "def value():\n    return 1\n")
+    write(f"{src}/pkg/__init__.py", "")
+    write(f"{src}/pkg/data.txt", "x" * 5000)
+    write(f"{src}/run.sh", "#!/bin/sh\n", mode=0o755)
+    write(f"{src}/.gitignore", "*.log\nscratch/\n")
+    write(f"{src}/debug.log", "ignored")
+    write(f"{src}/scratch/tmp.txt", "ignored")
+    write(f"{src}/notes/private.txt", "excluded")
+    os.symlink("wsmod_a.py", f"{src}/alias.py")
+    os.symlink("/etc/passwd", f"{src}/outside")
+    host = xmesh.hosts([fresh_rundir])
+    procs = host.spawn_procs({"gpus": 2})
+    users = procs.spawn("users", WorkspaceUser, "wsmod_a")
+
+    report = host.sync_workspace(src, exclude=["notes/"])
+    root = os.path.join(fresh_rundir, "workspace")
+    assert report.added == 6 and report.changed == 0 and report.deleted == 0, report
+    assert report.bytes_received > 5000 and report.bytes_received == received(fresh_rundir)
+    assert ("outside", "symlink to /etc/passwd points outside the workspace (absolute)") in \
+        [(p, why) for _, p, why in report.skipped]
+    assert report.files_sent[0][0] == "pkg/data.txt" and report.dirs_sent[0][0] == "pkg/"
+    assert "largest files sent: pkg/data.txt" in repr(report) and "<table" in report._repr_html_()
+    assert sorted(os.listdir(root)) == [".gitignore", ".xmesh-sync", "alias.py", "pkg", "run.sh", "wsmod_a.py"]
+    assert os.stat(f"{root}/run.sh").st_mode & 0o777 == 0o755
+    assert os.readlink(f"{root}/alias.py") == "wsmod_a.py"
+    # Each proc knows where its host's copy is, first on sys.path: imports get the synced code.
+    assert set(users.where.call().get(timeout=30).values()) == {(root, root)}
+    assert list(users.value.call().get(timeout=30).values()) == [1, 1]
+
+    # No change: only the digest travels (the agent received nothing).
+    before = received(fresh_rundir)
+    again = host.sync_workspace(src, exclude=["notes/"])
+    assert again.up_to_date and again.bytes_sent == 0 and received(fresh_rundir) == before
+    assert "already up to date" in again.summary()
+
+    # An edit that keeps the size, right after the previous scan (the racy-file case).
+    write(f"{src}/wsmod_a.py", "def value():\n    return 2\n")
+    edit = host.sync_workspace(src, exclude=["notes/"])
+    assert (edit.added, edit.changed, edit.deleted) == (0, 1, 0)
+    assert read(f"{root}/wsmod_a.py").endswith("return 2\n")
+
+    # Delete, rename (its content is on the host already: it does not travel), chmod.
+    os.unlink(f"{src}/run.sh")
+    os.rename(f"{src}/pkg/data.txt", f"{src}/pkg/renamed.txt")
+    os.chmod(f"{src}/wsmod_a.py", 0o700)
+    before = received(fresh_rundir)
+    moved = host.sync_workspace(src, exclude=["notes/"])
+    assert (moved.added, moved.changed, moved.deleted) == (1, 1, 2), moved
+    assert received(fresh_rundir) - before < 5000 and moved.files_sent == []
+    assert not os.path.exists(f"{root}/run.sh") and not os.path.exists(f"{root}/pkg/data.txt")
+    assert read(f"{root}/pkg/renamed.txt") == "x" * 5000
+    assert os.stat(f"{root}/wsmod_a.py").st_mode & 0o777 == 0o700
+    procs.stop()
+
+
+def test_bad_input_is_named(fresh_rundir, tmp_path):
+    host = xmesh.hosts([fresh_rundir])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        host.sync_workspace(str(tmp_path / "missing"))
+    write(str(tmp_path / "file"), "x")
+    with pytest.raises(NotADirectoryError, match="is not a directory"):
+        host.sync_workspace(str(tmp_path / "file"))
+    src = str(tmp_path / "src")
+    write(f"{src}/small.txt", "ok")
+    with open(f"{src}/big.bin", "wb") as f:
+        f.truncate(3 * 2**20)
+    with pytest.raises(ValueError, match=r"1 file is over the size limit of 1.0 MiB: big.bin \(3.0 MiB\)"):
+        host.sync_workspace(src, max_file_size=2**20)
+    assert not os.path.exists(os.path.join(fresh_rundir, "workspace", "small.txt"))  # nothing was sent
+    assert host.sync_workspace(src, max_file_size=None).added == 2
+    with pytest.raises(RuntimeError, match="refused destination '../up'"):
+        host.sync_workspace(src, dest="../up")
+    with pytest.raises(RuntimeError, match="overlaps the workspace root"):
+        host.sync_workspace(src, dest="inner")
+    with pytest.raises(TypeError, match="takes a directory"):
+        host.sync_workspace(42)
+    with pytest.raises(NotImplementedError, match="conda"):
+        host.sync_workspace(src, conda=True)
+
+
+def test_workspace_dirs_and_several_hosts_get_each_byte_once(fresh_rundir, tmp_path):
+    a, b = str(tmp_path / "proj_a"), str(tmp_path / "proj_b")
+    write(f"{a}/one.txt", "1" * 20000)
+    write(f"{b}/two.txt", "2" * 30000)
+    with runtime_dir_of_its_own("xws-") as other:
+        host = xmesh.hosts([fresh_rundir, other])
+        report = host.sync_workspace(xmesh.Workspace(dirs=[a, b]))
+        assert len(report.hosts) == 2 and report.added == 2
+        for d in (fresh_rundir, other):
+            root = os.path.join(d, "workspace")
+            assert read(f"{root}/proj_a/one.txt") == "1" * 20000 and read(f"{root}/proj_b/two.txt") == "2" * 30000
+            # Each agent counted what it received: every byte once, plus two manifests.
+            assert 50000 <= received(d) < 51000
+        mapped = host.sync_workspace(xmesh.Workspace(dirs={a: "elsewhere/a"}))
+        assert mapped.added == 1 and os.path.exists(os.path.join(other, "workspace", "elsewhere", "a", "one.txt"))
+
+
+INTERRUPTED = """
+import sys, xmesh
+xmesh.hosts([sys.argv[1]]).sync_workspace(sys.argv[2], compress="always")
+print("finished")
+"""
+
+
+def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/version.txt", "old")
+    host = xmesh.hosts([fresh_rundir])
+    host.sync_workspace(src)
+    root = os.path.join(fresh_rundir, "workspace")
+    write(f"{src}/version.txt", "new")
+    for i in range(60):  # enough that the transfer takes a while
+        with open(f"{src}/blob{i:02d}.bin", "wb") as f:
+            f.write(os.urandom(2**20))
+    script = tmp_path / "sync.py"
+    script.write_text(INTERRUPTED)
+    child = subprocess.Popen([PYTHON, str(script), fresh_rundir, src], env=dict(os.environ),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    stage = os.path.join(root, ".xmesh-sync", "stage")
+    try:
+        assert wait_until(lambda: any(os.listdir(os.path.join(stage, s)) for s in os.listdir(stage)), timeout=60)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert b"finished" not in child.stdout.read()
+    # Nothing was switched in: every file is the old one.
+    assert read(f"{root}/version.txt") == "old"
+    assert not any(n.startswith("blob") for n in os.listdir(root))
+    done = host.sync_workspace(src)
+    assert done.added == 60 and done.changed == 1
+    assert read(f"{root}/version.txt") == "new" and len(os.listdir(stage)) == 0
+
+
+def test_auto_reload_runs_new_code_in_live_actors(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/wsmod_helper.py", "def base():\n    return 10\n")
+    write(f"{src}/wsmod_main.py", "from wsmod_helper import base\n\n\ndef value():\n    return base() + 1\n\n\n"
+                                  "class Thing:\n    def describe(self):\n        return 'thing v1'\n")
+    write(f"{src}/wsmod_worker.py", "from xmesh import Actor, endpoint\n\n\nclass Worker(Actor):\n    @endpoint\n"
+                                    "    def version(self):\n        return 'worker v1'\n")
+    host = xmesh.hosts([fresh_rundir])
+    procs = host.spawn_procs({"gpus": 2})
+    host.sync_workspace(src)
+    users = procs.spawn("users", WorkspaceUser, "wsmod_main")
+    assert list(users.value.call().get(timeout=30).values()) == [11, 11]
+    assert set(users.keep_instance.call().get(timeout=30).values()) == {"thing v1"}
+    sys.path.insert(0, src)  # the controller pickles the actor class by reference
+    try:
+        import wsmod_worker
+        workers = procs.spawn("workers", wsmod_worker.Worker)
+        assert set(workers.version.call().get(timeout=30).values()) == {"worker v1"}
+
+        write(f"{src}/wsmod_helper.py", "def base():\n    return 20\n")
+        write(f"{src}/wsmod_main.py", read(f"{src}/wsmod_main.py").replace("+ 1", "+ 2").replace("v1", "v2"))
+        write(f"{src}/wsmod_worker.py", read(f"{src}/wsmod_worker.py").replace("v1", "v2"))
+        report = host.sync_workspace(src, auto_reload=True)
+        # Dependencies first: wsmod_main's value() sees the new base().
+        assert list(users.value.call().get(timeout=30).values()) == [22, 22]
+        # An instance made before the reload runs the new method; so does the live actor itself.
+        assert set(users.describe_kept.call().get(timeout=30).values()) == {"thing v2"}
+        assert set(workers.version.call().get(timeout=30).values()) == {"worker v2"}
+        assert sorted(r["rank"] for r in report.reloads) == [0, 1]
+        # Dependencies before the modules that use them (then name order).
+        assert all(r["reloaded"] == ["wsmod_helper", "wsmod_worker", "wsmod_main"] for r in report.reloads), \
+            report.reloads
+        assert "reloaded on ranks 0-1: wsmod_helper, wsmod_worker, wsmod_main" in repr(report)
+
+        # A module that no longer compiles is reported per rank; the old code keeps running.
+        write(f"{src}/wsmod_helper.py", "def base(:\n")
+        broken = procs.sync_workspace(src, auto_reload=True)
+        assert [f[0] for r in broken.reloads for f in r["failed"]] == ["wsmod_helper", "wsmod_helper"]
+        assert "rank 0 could not reload wsmod_helper: SyntaxError" in repr(broken)
+        assert list(users.value.call().get(timeout=30).values()) == [22, 22]
+    finally:
+        sys.path.remove(src)
+        sys.modules.pop("wsmod_worker", None)
+        procs.stop()
+
+
+def test_watch_keeps_syncing_until_stopped(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/a.txt", "1")
+    host = xmesh.hosts([fresh_rundir])
+    watcher = host.sync_workspace(src, watch=True)
+    root = os.path.join(fresh_rundir, "workspace")
+    try:
+        assert len(watcher.reports) == 1 and read(f"{root}/a.txt") == "1"
+        write(f"{src}/a.txt", "2")
+        write(f"{src}/sub/b.txt", "new dir")
+        assert wait_until(lambda: os.path.exists(f"{root}/sub/b.txt") and read(f"{root}/a.txt") == "2", timeout=30)
+        write(f"{src}/sub/c.txt", "inside a directory created after the watch began")
+        assert wait_until(lambda: os.path.exists(f"{root}/sub/c.txt"), timeout=30)
+    finally:
+        watcher.stop()
+    assert not watcher.running and not watcher.errors
+    write(f"{src}/a.txt", "3")
+    time.sleep(1.0)
+    assert read(f"{root}/a.txt") == "2"  # stopped: no more syncs
+
+
+def test_cli_sync_of_a_named_allocation_with_reload(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/wsmod_cli.py", "def value():\n    return 'cli v1'\n")
+    host = xmesh.hosts([fresh_rundir])
+    procs = host.spawn_procs({"gpus": 1}, name="wsync-cli")
+    try:
+        env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
+        cli = [PYTHON, "-m", "xmesh.cli", "sync"]
+        out = subprocess.run(cli + ["wsync-cli", src], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "1 added" in out.stdout
+        users = procs.spawn("users", WorkspaceUser, "wsmod_cli")
+        assert users.value.call_one().get(timeout=30) == "cli v1"
+        write(f"{src}/wsmod_cli.py", "def value():\n    return 'cli v2'\n")
+        out = subprocess.run(cli + ["wsync-cli", src, "--reload"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "reloaded on ranks 0: wsmod_cli" in out.stdout
+        # This program still owns the allocation (the CLI did not take it over).
+        assert users.value.call_one().get(timeout=30) == "cli v2"
+        out = subprocess.run(cli + ["no-such-name", src], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1 and "no live allocation named 'no-such-name'" in out.stderr
+    finally:
+        procs.stop()
