@@ -1,0 +1,1 @@
+"""Monarch's tools.config namespace (see monarch.tools.config.workspace)."""
