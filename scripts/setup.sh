@@ -12,7 +12,7 @@ APT_PACKAGES=(
   python3-cloudpickle python3-numpy python3-torch
   python3-pytest python3-pytest-timeout python3-pexpect
   python3-ipyparallel python3-distributed
-  procps iproute2
+  procps iproute2 rsync
   # the kernel (xeus 2.4 + xeus-python 0.14) and the Jupyter tools around it
   xeus-dev xeus-python-dev python3-xeus-python-shell python3-ipython python3-debugpy
   python3-jupyter-client jupyter-client python3-jupyter-kernel-test python3-nbclient python3-nbformat
