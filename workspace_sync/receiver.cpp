@@ -329,7 +329,7 @@ SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
 
   Manifest host = load_and_verify(dest);
   std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
-  if (host.digest().hex() == digest && (host.entries.empty() ? access(dir.c_str(), F_OK) == 0 : true))
+  if (host.digest().hex() == digest && access(dir.c_str(), F_OK) == 0)
     return {{{"same", true}, {"dir", dir}, {"entries", host.entries.size()}}, {}};
   auto s = std::make_unique<Session>();
   s->sid = sid;

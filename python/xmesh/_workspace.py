@@ -9,6 +9,7 @@ import threading
 import time
 
 from . import _core
+from ._debug import ranks_text
 from ._display import html_table
 from ._runtime import Kind, get_runtime
 
@@ -141,18 +142,6 @@ def reload_procs(report, procs):
             rt.node.forget_call(call.id)
 
 
-def _ranges(ranks):
-    ranks = sorted(ranks)
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def sync_workspace(agents, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,
                    max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
     """The body of HostMesh.sync_workspace and ProcMesh.sync_workspace: agents are the hosts,
@@ -277,7 +266,7 @@ class SyncReport:
             by_modules.setdefault(tuple(r.get("reloaded", [])), []).append(r["rank"])
         for mods, ranks in sorted(by_modules.items(), key=lambda kv: min(kv[1])):
             what = ", ".join(mods) if mods else "nothing (no changed module was loaded)"
-            lines.append(f"reloaded on ranks {_ranges(ranks)}: {what}")
+            lines.append(f"reloaded on {ranks_text(ranks)}: {what}")
         for r in sorted(self.reloads, key=lambda r: r["rank"]):
             for mod, err in r.get("failed", []):
                 lines.append(f"rank {r['rank']} could not reload {mod}: {err}")

@@ -252,7 +252,7 @@ def test_cli_sync_of_a_named_allocation_with_reload(fresh_rundir, tmp_path):
         write(f"{src}/wsmod_cli.py", "def value():\n    return 'cli v2'\n")
         out = subprocess.run(cli + ["wsync-cli", src, "--reload"], env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert "reloaded on ranks 0: wsmod_cli" in out.stdout
+        assert "reloaded on rank 0: wsmod_cli" in out.stdout
         # This program still owns the allocation (the CLI did not take it over).
         assert users.value.call_one().get(timeout=30) == "cli v2"
         out = subprocess.run(cli + ["no-such-name", src], env=env, capture_output=True, text=True, timeout=60)
