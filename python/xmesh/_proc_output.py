@@ -54,6 +54,14 @@ class _TrackedStream:
 
 def install(log_level):
     """Called once by the proc's main, before any user code."""
+    for stream in (sys.stdout, sys.stderr):
+        # PYTHONUNBUFFERED makes print() one write(2) per piece ("chatter", " ", "0", "\n"); a
+        # proc stalled between pieces then shows a line cut in two. Line buffering writes each
+        # line whole, at once; partial lines still go out at flush() and at every marker.
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except (AttributeError, ValueError):
+            pass
     sys.stdout = _TrackedStream(sys.stdout)
     sys.stderr = _TrackedStream(sys.stderr)
     root = logging.getLogger()

@@ -167,6 +167,17 @@ class Printer(Actor):
         return n
 
     @endpoint
+    def slow_line(self, parts, pause):
+        """One line printed in pieces, pausing between them longer than the host agent waits
+        before it sends a partial line on."""
+        import time
+
+        for part in parts:
+            print(part, end="")
+            time.sleep(pause)
+        print()
+
+    @endpoint
     def raw(self, data):
         os.write(1, data)
         return len(data)

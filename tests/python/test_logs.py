@@ -53,6 +53,15 @@ def test_long_lines_are_split_and_garbage_is_replaced(printers, capfd):
     assert "".join(r.text for r in recs[-4:]) == long
 
 
+def test_a_line_printed_in_pieces_stays_one_line(printers, capfd):
+    """print() in a proc is line-buffered, as on a terminal: a line written in pieces, with
+    pauses between them, is one line in the output, not a partial line sent on early."""
+    procs, p = printers
+    p.slice(gpus=0).slow_line.call_one(["left", " middle", " right"], 0.3).get()
+    out = capfd.readouterr().out
+    assert "[printers 0] left middle right" in out.splitlines(), out
+
+
 def test_logs_records_and_filters(printers):
     procs, p = printers
     p.lines.call(5, text="rec").get()
