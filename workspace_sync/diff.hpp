@@ -16,4 +16,15 @@ struct Diff {
 
 Diff diff_manifests(const Manifest& old_m, const Manifest& new_m);
 
+// A manifest as the change from one a host already holds: the entries added or changed
+// (upserts) and the paths deleted, each a sorted manifest of its own, so a small edit to a large
+// tree sends a few entries instead of the whole manifest.
+struct ManifestDelta {
+  Manifest upserts, deleted;  // deleted: only the paths matter
+};
+ManifestDelta make_delta(const Manifest& base, const Manifest& target);
+// base with the delta applied. Throws std::runtime_error when the delta does not fit base (it
+// deletes a path base lacks); the caller checks the result's digest against the one expected.
+Manifest apply_delta(const Manifest& base, const ManifestDelta& delta);
+
 }  // namespace xmesh::ws

@@ -1,5 +1,6 @@
 #include "path_safety.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace xmesh::ws {
@@ -58,20 +59,44 @@ bool symlink_stays_inside(const std::string& link_path, const std::string& targe
   return true;
 }
 
-void check_manifest(const Manifest& m) {
-  for (auto& e : m.entries) {
-    std::string why;
-    if (!valid_relative_path(e.path, &why)) throw PathError("refused manifest entry '" + e.path + "': the path " + why);
-    if (e.type == EntryType::Symlink && !symlink_stays_inside(e.path, e.target, &why))
-      throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
-    size_t slash = e.path.rfind('/');
-    if (slash != std::string::npos) {
-      const Entry* parent = m.find(e.path.substr(0, slash));
-      if (!parent || parent->type != EntryType::Dir)
-        throw PathError("refused manifest entry '" + e.path + "': its parent '" + e.path.substr(0, slash) +
-                        (parent ? "' is not a directory" : "' is not in the manifest"));
-    }
+namespace {
+
+void check_entry(const Manifest& m, const Entry& e) {
+  std::string why;
+  if (!valid_relative_path(e.path, &why)) throw PathError("refused manifest entry '" + e.path + "': the path " + why);
+  if (e.type == EntryType::Symlink && !symlink_stays_inside(e.path, e.target, &why))
+    throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
+  size_t slash = e.path.rfind('/');
+  if (slash != std::string::npos) {
+    const Entry* parent = m.find(e.path.substr(0, slash));
+    if (!parent || parent->type != EntryType::Dir)
+      throw PathError("refused manifest entry '" + e.path + "': its parent '" + e.path.substr(0, slash) +
+                      (parent ? "' is not a directory" : "' is not in the manifest"));
   }
+}
+
+// No entry of m lies under path (entries are sorted, so they would follow path + "/").
+void check_nothing_under(const Manifest& m, const std::string& path) {
+  std::string prefix = path + "/";
+  auto it = std::lower_bound(m.entries.begin(), m.entries.end(), prefix,
+                             [](const Entry& e, const std::string& p) { return e.path < p; });
+  if (it != m.entries.end() && it->path.compare(0, prefix.size(), prefix) == 0)
+    throw PathError("refused manifest entry '" + it->path + "': its parent '" + path +
+                    (m.find(path) ? "' is not a directory" : "' is not in the manifest"));
+}
+
+}  // namespace
+
+void check_manifest_change(const Manifest& result, const Manifest& upserts, const Manifest& deleted) {
+  for (auto& e : upserts.entries) {
+    check_entry(result, e);
+    if (e.type != EntryType::Dir) check_nothing_under(result, e.path);
+  }
+  for (auto& e : deleted.entries) check_nothing_under(result, e.path);
+}
+
+void check_manifest(const Manifest& m) {
+  for (auto& e : m.entries) check_entry(m, e);
 }
 
 }  // namespace xmesh::ws

@@ -26,5 +26,9 @@ bool symlink_stays_inside(const std::string& link_path, const std::string& targe
 // Every entry of a received manifest: valid paths, targets inside, each parent present as a
 // directory entry (so no path reaches through a symlink or a file). Throws PathError.
 void check_manifest(const Manifest& m);
+// The same guarantee for `result`, a manifest that passed check_manifest before with upserts
+// applied and deleted paths removed, at the cost of the change: each upsert is checked as above,
+// and no entry of result may sit under a deleted path or under an upsert that is not a directory.
+void check_manifest_change(const Manifest& result, const Manifest& upserts, const Manifest& deleted);
 
 }  // namespace xmesh::ws

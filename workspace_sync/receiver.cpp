@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "diff.hpp"
 #include "fs_ops.hpp"
@@ -109,7 +110,9 @@ struct SyncReceiver::Session {
   };
   std::string sid, dest, stage_dir;
   int64_t last_ms = 0;
-  Manifest host, incoming;
+  std::shared_ptr<const Manifest> host;  // what the host holds (shared with known_)
+  Manifest incoming;
+  std::string host_digest, incoming_digest;  // hex
   bool planned = false;
   std::vector<Object> need;
   uint64_t bytes = 0;
@@ -194,23 +197,24 @@ std::unique_ptr<TreeWatcher> SyncReceiver::watch(const std::string& dest) const 
   }
 }
 
-void SyncReceiver::remember(const std::string& dest, const Manifest& m, std::unique_ptr<TreeWatcher> watcher) {
+void SyncReceiver::remember(const std::string& dest, const HostCopy& copy, std::unique_ptr<TreeWatcher> watcher) {
   if (!watcher) {
     known_.erase(dest);
     return;
   }
-  known_[dest] = Known{m, std::move(watcher)};
+  known_[dest] = Known{copy, std::move(watcher)};
 }
 
-Manifest SyncReceiver::load_and_verify(const std::string& dest) {
+SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest) {
   auto known = known_.find(dest);
-  if (known != known_.end() && !known->second.watcher->wait(0, 0)) return known->second.manifest;
+  if (known != known_.end() && !known->second.watcher->wait(0, 0)) return known->second.copy;
   known_.erase(dest);
   // Watch first, then look: a change made while we look shows up as an event next time.
   auto watcher = watch(dest);
-  Manifest m = check_on_disk(dest);
-  remember(dest, m, std::move(watcher));
-  return m;
+  auto m = std::make_shared<const Manifest>(check_on_disk(dest));
+  HostCopy copy{m, m->digest().hex()};
+  remember(dest, copy, std::move(watcher));
+  return copy;
 }
 
 Manifest SyncReceiver::check_on_disk(const std::string& dest) {
@@ -278,7 +282,7 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
   return out;
 }
 
-Manifest SyncReceiver::verified_manifest(const std::string& dest) { return load_and_verify(dest); }
+Manifest SyncReceiver::verified_manifest(const std::string& dest) { return *load_and_verify(dest).manifest; }
 
 SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std::string_view>& frames, int64_t now_ms) {
   if (!body.is_object()) throw SyncRefused("malformed sync request: no body");
@@ -298,7 +302,7 @@ SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std
     return {{{"aborted", true}}, {}};
   }
   try {
-    if (op == "plan") return plan(s, frames);
+    if (op == "plan") return plan(s, body, frames);
     if (op == "data") return data(s, body, frames);
     if (op == "commit") {
       Reply r = commit(s);
@@ -327,37 +331,62 @@ SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
     if (kv.second->dest == dest) stale.push_back(kv.first);
   for (auto& s : stale) drop(s);
 
-  Manifest host = load_and_verify(dest);
+  HostCopy host = load_and_verify(dest);
   std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
-  if (host.digest().hex() == digest && access(dir.c_str(), F_OK) == 0)
-    return {{{"same", true}, {"dir", dir}, {"entries", host.entries.size()}}, {}};
+  std::string have = host.digest;
+  if (have == digest && access(dir.c_str(), F_OK) == 0)
+    return {{{"same", true}, {"dir", dir}, {"entries", host.manifest->entries.size()}}, {}};
   auto s = std::make_unique<Session>();
   s->sid = sid;
   s->dest = dest;
   s->last_ms = now_ms;
-  s->host = std::move(host);
+  s->host = std::move(host.manifest);
+  s->host_digest = have;
   s->stage_dir = state_dir_ + "/stage/" + sid;
   remove_tree(s->stage_dir);
   if (mkdir(s->stage_dir.c_str(), 0700) != 0) throw SyncRefused(sys_error("cannot create " + s->stage_dir, errno));
   sessions_[sid] = std::move(s);
-  return {{{"same", false}, {"dir", dir}}, {}};
+  // "have" lets the controller send the plan as a delta against a manifest it knows.
+  return {{{"same", false}, {"dir", dir}, {"have", have}}, {}};
 }
 
-SyncReceiver::Reply SyncReceiver::plan(Session& s, const std::vector<std::string_view>& frames) {
+SyncReceiver::Reply SyncReceiver::plan(Session& s, const json& body, const std::vector<std::string_view>& frames) {
   if (s.planned) throw SyncRefused("sync session '" + s.sid + "' was already planned");
   if (frames.empty()) throw SyncRefused("sync plan without a manifest");
-  s.incoming = Manifest::decode_wire(std::string(frames[0]));
-  check_manifest(s.incoming);
+  ManifestDelta delta;
+  const std::vector<Entry>* candidates = nullptr;  // the entries that may need content
+  if (body.contains("base")) {
+    // A delta against the manifest the host holds: it must fit, and the result must be the
+    // manifest the controller scanned (its digest), else the controller sends it whole.
+    if (frames.size() < 2) throw SyncRefused("sync plan delta without its deleted paths");
+    if (body.value("base", std::string()) != s.host_digest) return {{{"full", true}}, {}};
+    delta.upserts = Manifest::decode_wire(std::string(frames[0]));
+    delta.deleted = Manifest::decode_wire(std::string(frames[1]));
+    try {
+      s.incoming = apply_delta(*s.host, delta);
+    } catch (const std::runtime_error&) {
+      return {{{"full", true}}, {}};
+    }
+    s.incoming_digest = s.incoming.digest().hex();
+    if (s.incoming_digest != body.value("digest", std::string())) return {{{"full", true}}, {}};
+    check_manifest_change(s.incoming, delta.upserts, delta.deleted);  // the rest was checked before
+    candidates = &delta.upserts.entries;
+  } else {
+    s.incoming = Manifest::decode_wire(std::string(frames[0]));
+    check_manifest(s.incoming);
+    s.incoming_digest = s.incoming.digest().hex();
+    candidates = &s.incoming.entries;
+  }
   s.planned = true;
   // Content the host has already (unchanged, renamed or copied files) is not asked for.
-  std::unordered_map<Hash128, bool, Hash128Hasher> have;
-  for (auto& e : s.host.entries)
-    if (e.type == EntryType::File) have[e.hash] = true;
+  std::unordered_set<Hash128, Hash128Hasher> have;
+  for (auto& e : s.host->entries)
+    if (e.type == EntryType::File) have.insert(e.hash);
   std::unordered_map<Hash128, size_t, Hash128Hasher> asked;
   std::string hashes;
   int stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
-  for (auto& e : s.incoming.entries) {
+  for (auto& e : *candidates) {
     if (e.type != EntryType::File || have.count(e.hash) || asked.count(e.hash)) continue;
     Session::Object o;
     o.hash = e.hash;
@@ -461,7 +490,8 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   for (auto& o : s.need) missing += !o.done;
   if (missing) throw SyncRefused(std::to_string(missing) + " files of this sync did not arrive (first: " +
                                  std::find_if(s.need.begin(), s.need.end(), [](auto& o) { return !o.done; })->path + ")");
-  Diff d = diff_manifests(s.host, s.incoming);
+  const Manifest& host = *s.host;
+  Diff d = diff_manifests(host, s.incoming);
   std::string dir = s.dest.empty() ? root_ : root_ + "/" + s.dest;
   int rootfd = open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0) throw SyncRefused(sys_error("cannot open " + root_, errno));
@@ -481,9 +511,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   std::unordered_map<Hash128, size_t, Hash128Hasher> object_of;
   for (size_t i = 0; i < s.need.size(); ++i) object_of[s.need[i].hash] = i;
   std::unordered_map<Hash128, std::string, Hash128Hasher> staged_as;  // hash -> staged name already used
-  std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;
-  for (auto& e : s.host.entries)
-    if (e.type == EntryType::File) on_host.emplace(e.hash, &e);
+  std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;  // built when first needed
 
   // 1. Prepare every new or changed file and symlink aside (nothing visible changes yet).
   struct Move {
@@ -498,7 +526,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   std::sort(touched.begin(), touched.end(), [](const Entry* a, const Entry* b) { return a->path < b->path; });
   size_t n = 0;
   for (const Entry* e : touched) {
-    const Entry* old = s.host.find(e->path);
+    const Entry* old = host.find(e->path);
     if (e->type == EntryType::Dir) continue;
     if (e->type == EntryType::File && old && old->type == EntryType::File && old->hash == e->hash && old->size == e->size) {
       chmods.push_back(e);  // only the mode changed
@@ -519,6 +547,9 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
         throw SyncRefused(sys_error("cannot stage " + e->path, errno));
       s.need[obj->second].staged = false;
     } else {
+      if (on_host.empty())
+        for (auto& h : host.entries)
+          if (h.type == EntryType::File) on_host.emplace(h.hash, &h);
       auto src = on_host.find(e->hash);
       if (src == on_host.end()) throw SyncRefused("the content of " + e->path + " is neither staged nor on the host");
       copy_file_at(dirs.get(parent_of(src->second->path)), base_of(src->second->path), stagefd, name);
@@ -544,7 +575,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   std::vector<std::pair<std::string, EntryType>> removals;
   for (const Entry* e : d.deleted) removals.emplace_back(e->path, e->type);
   for (const Entry* e : d.changed) {
-    const Entry* old = s.host.find(e->path);
+    const Entry* old = host.find(e->path);
     if (old && old->type != e->type && (old->type == EntryType::Dir || e->type == EntryType::Dir))
       removals.emplace_back(old->path, old->type);
   }
@@ -583,36 +614,8 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   }
   for (const Entry* e : chmods) fchmodat(dirs.get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
 
-  // 3. The host manifest: the new entries with the stat values of the files as written.
-  Manifest saved;
-  saved.entries = s.incoming.entries;
-  for (auto& e : saved.entries) {
-    if (e.type != EntryType::File) continue;
-    const Entry* before = s.host.find(e.path);
-    if (before && before->same_as(e)) {  // untouched by this sync: its stat values stand
-      e.mtime_ns = before->mtime_ns;
-      e.ctime_ns = before->ctime_ns;
-      e.ino = before->ino;
-      continue;
-    }
-    struct stat st;
-    if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      e.mtime_ns = ns(st.st_mtim);
-      e.ctime_ns = ns(st.st_ctim);
-      e.ino = st.st_ino;
-    }
-  }
-  saved.scan_ns = wall_ns();
-  write_file_replacing(manifest_path(s.dest) + ".manifest", saved.encode_cache());
-  write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
-  auto known = known_.find(s.dest);
-  if (known != known_.end()) {
-    known->second.watcher->wait(0, 0);  // the events of this commit (new directories get watched)
-    known->second.manifest = std::move(saved);
-  } else {
-    remember(s.dest, saved, watch(s.dest));
-  }
-
+  // 3. The reply, then the host manifest: the new entries with the stat values of the files
+  //    as written (entries this sync did not touch keep theirs).
   auto paths = [](const std::vector<const Entry*>& list) {
     json out = json::array();
     for (const Entry* e : list)
@@ -626,17 +629,48 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   size_t unchanged = 0;
   for (auto& e : s.incoming.entries) unchanged += e.type != EntryType::Dir;
   unchanged -= added + changed;
-  return {{{"dir", dir},
-           {"added", added},
-           {"changed", changed},
-           {"deleted", deleted},
-           {"unchanged", unchanged},
-           {"bytes_received", s.bytes},
-           {"added_paths", paths(d.added)},
-           {"changed_paths", paths(d.changed)},
-           {"deleted_paths", paths(d.deleted)},
-           {"kept", kept}},
-          {}};
+  json reply = {{"dir", dir},
+                {"added", added},
+                {"changed", changed},
+                {"deleted", deleted},
+                {"unchanged", unchanged},
+                {"bytes_received", s.bytes},
+                {"added_paths", paths(d.added)},
+                {"changed_paths", paths(d.changed)},
+                {"deleted_paths", paths(d.deleted)},
+                {"kept", kept}};
+
+  auto saved = std::make_shared<Manifest>(std::move(s.incoming));
+  size_t i = 0;
+  for (auto& e : saved->entries) {  // both sorted by path: one walk
+    if (e.type != EntryType::File) continue;
+    while (i < host.entries.size() && host.entries[i].path < e.path) ++i;
+    const Entry* before = i < host.entries.size() && host.entries[i].path == e.path ? &host.entries[i] : nullptr;
+    if (before && before->same_as(e)) {
+      e.mtime_ns = before->mtime_ns;
+      e.ctime_ns = before->ctime_ns;
+      e.ino = before->ino;
+      continue;
+    }
+    struct stat st;
+    if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      e.mtime_ns = ns(st.st_mtim);
+      e.ctime_ns = ns(st.st_ctim);
+      e.ino = st.st_ino;
+    }
+  }
+  saved->scan_ns = wall_ns();
+  write_file_replacing(manifest_path(s.dest) + ".manifest", saved->encode_cache());
+  write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
+  HostCopy copy{saved, s.incoming_digest};
+  auto known = known_.find(s.dest);
+  if (known != known_.end()) {
+    known->second.watcher->wait(0, 0);  // the events of this commit (new directories get watched)
+    known->second.copy = copy;
+  } else {
+    remember(s.dest, copy, watch(s.dest));
+  }
+  return {reply, {}};
 }
 
 }  // namespace xmesh::ws

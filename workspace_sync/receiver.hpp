@@ -2,9 +2,13 @@
 // workspace root ($XMESH_WORKSPACE of every proc it starts). One sync is a session driven by the
 // controller through `Sync` messages:
 //   begin  {sid, dest, digest}   -> {same: true} when the host copy already equals it (only the
-//                                   digest travelled), else the session opens
+//                                   digest travelled), else the session opens: {have: the
+//                                   digest of the host's manifest}
 //   plan   {sid} + manifest      -> the content hashes the host lacks (renamed or copied files
 //                                   are found on the host by hash and do not travel)
+//   plan   {sid, base, digest} + upserts + deleted
+//                                -> the same, from a delta against the host manifest `base`;
+//                                   {full: true} when it does not fit (send the manifest whole)
 //   data   {sid, pieces} + bytes -> staged aside under <root>/.xmesh-sync/stage/<sid>/, each
 //                                   object's XXH3-128 checked when complete
 //   commit {sid}                 -> every staged file renamed into place in one batch, deletions
@@ -48,15 +52,21 @@ class SyncReceiver {
   // The host manifest of dest as it is on disk now (for tests and `status`).
   Manifest verified_manifest(const std::string& dest);
 
+  // A destination's manifest with its digest (hex), shared between the cache and sessions.
+  struct HostCopy {
+    std::shared_ptr<const Manifest> manifest;
+    std::string digest;
+  };
+
  private:
   struct Session;
   Reply begin(const nlohmann::json& body, int64_t now_ms);
-  Reply plan(Session& s, const std::vector<std::string_view>& frames);
+  Reply plan(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
   Reply data(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
   Reply commit(Session& s);
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;
-  Manifest load_and_verify(const std::string& dest);
+  HostCopy load_and_verify(const std::string& dest);
   Manifest check_on_disk(const std::string& dest);
   void check_overlap(const std::string& dest) const;
 
@@ -67,11 +77,11 @@ class SyncReceiver {
   // Per destination: its manifest as last verified or written, trusted while an inotify watch
   // set up before that moment reports nothing (a no-op sync then costs this host no stat calls).
   struct Known {
-    Manifest manifest;
+    HostCopy copy;
     std::unique_ptr<TreeWatcher> watcher;
   };
   std::map<std::string, Known> known_;
-  void remember(const std::string& dest, const Manifest& m, std::unique_ptr<TreeWatcher> watcher);
+  void remember(const std::string& dest, const HostCopy& copy, std::unique_ptr<TreeWatcher> watcher);
   std::unique_ptr<TreeWatcher> watch(const std::string& dest) const;
 };
 

@@ -17,9 +17,12 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <set>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "fs_ops.hpp"
 #include "path_safety.hpp"
 
 namespace xmesh::ws {
@@ -51,6 +54,7 @@ struct DirTask {
   int fd = -1;
   std::string rel;
   std::shared_ptr<const IgnoreRules> rules;
+  bool walk = true;  // queue the subdirectories (else only those the previous manifest lacks)
 };
 
 // The walk runs on a few threads (stat calls dominate a no-change scan; hashing a new tree):
@@ -71,7 +75,18 @@ class Scanner {
   }
 
   ScanResult run(int rootfd) {
-    queue_.push_back({rootfd, "", std::make_shared<IgnoreRules>()});
+    std::vector<DirTask> start;
+    start.push_back({rootfd, "", std::make_shared<IgnoreRules>()});
+    return run(std::move(start));
+  }
+
+  // Walks from the given directories (their descriptors are closed, except the root's); a
+  // listing that comes upon one of them leaves it to its own task.
+  ScanResult run(std::vector<DirTask> start) {
+    for (auto& t : start) {
+      starts_.insert(t.rel);
+      queue_.push_back(std::move(t));
+    }
     unsigned n = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
     std::vector<ScanResult> parts(n);
     std::vector<std::thread> threads;
@@ -167,7 +182,11 @@ class Scanner {
         e.type = EntryType::Dir;
         e.mode = st.st_mode & 07777;
         out.manifest.entries.push_back(std::move(e));
-        subdirs.push_back({sub, rel, rules});
+        if ((task.walk || !was_dir(rel)) && !starts_.count(rel)) {
+          subdirs.push_back({sub, rel, rules, true});
+        } else {
+          close(sub);  // unchanged below: the caller keeps what the previous scan found there
+        }
       } else if (S_ISREG(st.st_mode)) {
         try {
           add_file(task.fd, name, rel, st, out);
@@ -238,8 +257,55 @@ class Scanner {
     out.manifest.entries.push_back(std::move(e));
   }
 
+  bool was_dir(const std::string& rel) const {
+    auto it = previous_.find(rel);
+    return it != previous_.end() && it->second->type == EntryType::Dir;
+  }
+
+ public:
+  // The rules of the ignore files above directory rel (not its own) and whether rel or one of
+  // its ancestors is ignored, read as a walk from the root would.
+  std::shared_ptr<const IgnoreRules> rules_above(int rootfd, const std::string& rel, bool* ignored) {
+    auto rules = std::make_shared<IgnoreRules>();
+    *ignored = false;
+    if (rel.empty()) return rules;
+    size_t from = 0;
+    std::string at;  // the directory whose ignore files apply next
+    while (true) {
+      if (opts_.use_ignore_files) {
+        int fd = at.empty() ? dup(rootfd) : -1;
+        if (!at.empty()) {
+          try {
+            fd = open_dir_nofollow(rootfd, at, false);
+          } catch (const std::exception&) {
+            fd = -1;
+          }
+        }
+        if (fd >= 0) {
+          for (const char* f : {".gitignore", ".xmeshignore"}) {
+            std::string text;
+            if (read_small_file(fd, f, text)) rules->add_text(at, text);
+          }
+          close(fd);
+        }
+      }
+      size_t slash = rel.find('/', from);
+      std::string next = rel.substr(0, slash);
+      IgnoreStack ignore{&user_, rules.get(), &defaults_};
+      if ((at.empty() && next == kStateDirName) || ignore.ignored(next, true)) {
+        *ignored = true;
+        return rules;
+      }
+      if (slash == std::string::npos) return rules;
+      at = next;
+      from = slash + 1;
+    }
+  }
+
+ private:
   const ScanOptions& opts_;
   std::unordered_map<std::string_view, const Entry*> previous_;
+  std::set<std::string> starts_;
   int64_t previous_scan_ns_ = 0;
   IgnoreRules user_, defaults_;
   std::mutex mu_;
@@ -249,7 +315,117 @@ class Scanner {
   std::exception_ptr error_;
 };
 
+std::string_view parent_of(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+}
+
+// path lies strictly under one of roots (a set of directories, never "").
+bool strictly_under(std::string_view path, const std::set<std::string, std::less<>>& roots) {
+  if (roots.empty()) return false;
+  for (size_t slash = path.find('/'); slash != std::string_view::npos; slash = path.find('/', slash + 1))
+    if (roots.count(path.substr(0, slash))) return true;
+  return false;
+}
+
 }  // namespace
+
+ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const Manifest& previous,
+                       const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns) {
+  if (changes.everything || changes.walked.count("")) return scan_tree(root, opts, &previous);
+  Scanner s(opts, &previous);
+  int rootfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) throw std::runtime_error("cannot open workspace " + root + ": " + std::strerror(errno));
+  std::set<std::string, std::less<>> walked, listed;  // what this rescan replaces
+  std::vector<DirTask> tasks;
+  auto start = [&](const std::string& rel, bool walk) {
+    bool ignored = false;
+    auto rules = s.rules_above(rootfd, rel, &ignored);
+    (walk ? walked : listed).insert(rel);  // an ignored or vanished directory: its entries go too
+    if (ignored) return;
+    int fd = rel.empty() ? rootfd : -1;
+    if (!rel.empty()) {
+      try {
+        fd = open_dir_nofollow(rootfd, rel, false);
+      } catch (const std::exception&) {
+        return;
+      }
+    }
+    tasks.push_back({fd, rel, rules, walk});
+  };
+  for (auto& w : changes.walked)
+    if (!strictly_under(w, walked)) start(w, true);  // sorted: an outer tree comes first
+  for (auto& l : changes.listed) {
+    if (walked.count(l) || strictly_under(l, walked)) continue;
+    const Entry* before = l.empty() ? nullptr : previous.find(l);
+    start(l, !l.empty() && !(before && before->type == EntryType::Dir));
+  }
+  ScanResult fresh;
+  try {
+    fresh = s.run(std::move(tasks));
+  } catch (...) {
+    close(rootfd);
+    throw;
+  }
+  close(rootfd);
+  fresh.manifest.sort();
+
+  // What the fresh look replaces: the entries of listed directories and everything below walked
+  // ones (a walked directory's own entry comes from its parent's listing, if that was listed).
+  auto replaced = [&](std::string_view path) { return listed.count(parent_of(path)) || strictly_under(path, walked); };
+  ScanResult out;
+  out.hashed_files = fresh.hashed_files;
+  out.hashed_bytes = fresh.hashed_bytes;
+  auto& merged = out.manifest.entries;
+  std::vector<char> kept;  // per merged entry: taken over from previous
+  merged.reserve(previous.entries.size() + fresh.manifest.entries.size());
+  const auto& a = previous.entries;
+  auto& b = fresh.manifest.entries;
+  size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    if (i < a.size() && replaced(a[i].path)) {
+      ++i;
+      continue;
+    }
+    if (j == b.size() || (i < a.size() && a[i].path < b[j].path)) {
+      merged.push_back(a[i++]);
+      kept.push_back(1);
+    } else {
+      if (i < a.size() && a[i].path == b[j].path) ++i;  // the fresh look wins
+      merged.push_back(std::move(b[j++]));
+      kept.push_back(0);
+    }
+  }
+  // Entries whose parent directory is gone (removed, or now a file) go with it. Parents sort
+  // before their children, so one pass sees each parent first.
+  std::unordered_set<std::string_view> dirs;
+  size_t n = 0;
+  out.reused = fresh.reused;
+  for (size_t k = 0; k < merged.size(); ++k) {
+    std::string_view parent = parent_of(merged[k].path);
+    if (!parent.empty() && !dirs.count(parent)) {
+      continue;
+    }
+    if (n != k) merged[n] = std::move(merged[k]);
+    if (merged[n].type == EntryType::Dir) dirs.insert(merged[n].path);
+    if (kept[k] && merged[n].type == EntryType::File) ++out.reused;
+    ++n;
+  }
+  merged.resize(n);
+  auto carry = [&](const auto& before, const auto& now, auto& into) {
+    for (auto& item : before) {
+      std::string_view parent = parent_of(item.first);
+      if (!replaced(item.first) && (parent.empty() || dirs.count(parent))) into.push_back(item);
+    }
+    into.insert(into.end(), now.begin(), now.end());
+    std::sort(into.begin(), into.end());
+  };
+  carry(notes.skipped, fresh.skipped, out.skipped);
+  carry(notes.too_large, fresh.too_large, out.too_large);
+  out.incremental = true;
+  out.manifest.scan_ns = started_ns;
+  return out;
+}
 
 ScanResult scan_tree(const std::string& root, const ScanOptions& opts, const Manifest* previous) {
   Scanner s(opts, previous);

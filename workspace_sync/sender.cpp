@@ -14,8 +14,10 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "diff.hpp"
 #include "fs_ops.hpp"
 #include "node.hpp"
+#include "scan_cache.hpp"
 #include "util.hpp"
 
 namespace xmesh::ws {
@@ -28,10 +30,31 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The previous manifest per cache file, kept in memory too: a notebook re-syncing the same
-// tree does not even read the cache file.
-std::mutex g_cache_mu;
-std::map<std::string, std::shared_ptr<const Manifest>> g_cache;
+// Manifests this process scanned lately, newest first: a host whose manifest is one of them
+// (its digest answers `begin`) gets the plan as a delta against it.
+constexpr size_t kRecentManifests = 8;
+std::mutex g_recent_mu;
+std::deque<std::pair<Hash128, std::shared_ptr<const Manifest>>> g_recent;
+
+void remember_scanned(const Hash128& digest, std::shared_ptr<const Manifest> m) {
+  std::lock_guard<std::mutex> g(g_recent_mu);
+  for (auto it = g_recent.begin(); it != g_recent.end(); ++it)
+    if (it->first == digest) {
+      g_recent.erase(it);
+      break;
+    }
+  g_recent.emplace_front(digest, std::move(m));
+  if (g_recent.size() > kRecentManifests) g_recent.pop_back();
+}
+
+std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
+  Hash128 d;
+  if (!Hash128::from_hex(digest_hex, d)) return nullptr;
+  std::lock_guard<std::mutex> g(g_recent_mu);
+  for (auto& [digest, m] : g_recent)
+    if (digest == d) return m;
+  return nullptr;
+}
 
 std::string human_bytes(uint64_t n) {
   char buf[32];
@@ -104,42 +127,16 @@ zmq::message_t frame_of(const std::string& s) { return zmq::message_t(s.data(), 
 }  // namespace
 
 ScanResult scan_with_cache(const std::string& root, const PushOptions& opts) {
-  std::shared_ptr<const Manifest> previous;
-  if (!opts.cache_path.empty()) {
-    std::lock_guard<std::mutex> g(g_cache_mu);
-    auto it = g_cache.find(opts.cache_path);
-    if (it != g_cache.end()) previous = it->second;
-  }
-  if (!previous && !opts.cache_path.empty()) {
-    std::string bytes;
-    auto m = std::make_shared<Manifest>();
-    if (read_whole_file(opts.cache_path, bytes) && Manifest::decode_cache(bytes, *m)) {
-      previous = m;
-    }
-  }
-  ScanResult r = scan_tree(root, opts.scan, previous.get());
-  if (!opts.cache_path.empty()) {
-    auto current = std::make_shared<const Manifest>(r.manifest);
-    {
-      std::lock_guard<std::mutex> g(g_cache_mu);
-      g_cache[opts.cache_path] = current;
-    }
-    // The file serves the next process; rewrite it only when it would say something new.
-    if (r.hashed_files > 0 || !previous || previous->entries.size() != r.manifest.entries.size()) {
-      try {
-        write_file_replacing(opts.cache_path, current->encode_cache());
-      } catch (const std::exception&) {
-        // Only a cache: the next process re-hashes.
-      }
-    }
-  }
+  ScanResult r;
+  r.manifest = *scan_cached(root, opts.cache_path, opts.scan, opts.incremental, r);
   return r;
 }
 
 json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
                     const std::function<void()>& check_interrupt) {
   auto t0 = std::chrono::steady_clock::now();
-  ScanResult scan = scan_with_cache(root, opts);
+  ScanResult scan;
+  std::shared_ptr<const Manifest> scanned = scan_cached(root, opts.cache_path, opts.scan, opts.incremental, scan);
   double scan_s = seconds_since(t0);
   if (!scan.too_large.empty()) {
     std::sort(scan.too_large.begin(), scan.too_large.end(), [](auto& a, auto& b) { return a.second > b.second; });
@@ -152,8 +149,9 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
                                 human_bytes(opts.scan.max_file_size) + ": " + list +
                                 "; exclude them (exclude=[...] or .xmeshignore) or raise max_file_size");
   }
-  const Manifest& m = scan.manifest;
+  const Manifest& m = *scanned;
   Hash128 digest = m.digest();
+  remember_scanned(digest, scanned);
   std::string sid = random_hex(16);
   Pusher p(node, hosts, opts, check_interrupt);
   json report_hosts = json::array();
@@ -163,27 +161,65 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
 
   std::vector<size_t> differ;
   json sent = json::array();
+  auto count_sent = [&](const std::vector<size_t>& targets, uint64_t n) {
+    for (size_t h : targets) report_hosts[h]["bytes_sent"] = report_hosts[h]["bytes_sent"].get<uint64_t>() + n;
+  };
   try {
     // 1. begin: only the digest travels; equal hosts are done.
     Step begin = p.send(all, {{"op", "begin"}, {"sid", sid}, {"dest", opts.dest}, {"digest", digest.hex()}}, {});
+    std::map<std::string, std::vector<size_t>> by_base;  // the host's manifest digest -> hosts
     for (auto& [h, r] : p.wait(begin, "begin")) {
       report_hosts[h]["same"] = r.body.value("same", false);
       report_hosts[h]["dir"] = r.body.value("dir", std::string());
-      if (!r.body.value("same", false)) differ.push_back(h);
+      if (!r.body.value("same", false)) {
+        differ.push_back(h);
+        by_base[r.body.value("have", std::string())].push_back(h);
+      }
     }
     if (!differ.empty()) {
-      // 2. plan: the manifest; each host answers with the content it lacks.
-      std::string wire = m.encode_wire();
-      Step plan = p.send(differ, {{"op", "plan"}, {"sid", sid}}, [&] {
+      // 2. plan: each host answers with the content it lacks. A host holding a manifest this
+      //    process scanned gets only the entries that differ from it; the others (and a host
+      //    whose copy turns out not to fit the delta) get the whole manifest.
+      std::vector<Step> plans;
+      std::vector<size_t> whole;
+      for (auto& [have, targets] : by_base) {
+        std::shared_ptr<const Manifest> base = recent_manifest(have);
+        if (!base) {
+          whole.insert(whole.end(), targets.begin(), targets.end());
+          continue;
+        }
+        ManifestDelta delta = make_delta(*base, m);
+        std::string up = delta.upserts.encode_wire(), del = delta.deleted.encode_wire();
+        count_sent(targets, up.size() + del.size());
+        for (size_t h : targets) report_hosts[h]["manifest"] = "delta";
+        std::vector<zmq::message_t> f;
+        f.push_back(frame_of(up));
+        f.push_back(frame_of(del));
+        plans.push_back(p.send(targets, {{"op", "plan"}, {"sid", sid}, {"base", have}, {"digest", digest.hex()}},
+                               std::move(f)));
+      }
+      std::string wire;
+      auto send_whole = [&](const std::vector<size_t>& targets) {
+        if (wire.empty()) wire = m.encode_wire();
+        count_sent(targets, wire.size());
+        for (size_t h : targets) report_hosts[h]["manifest"] = "whole";
         std::vector<zmq::message_t> f;
         f.push_back(frame_of(wire));
-        return f;
-      }());
+        plans.push_back(p.send(targets, {{"op", "plan"}, {"sid", sid}}, std::move(f)));
+      };
+      if (!whole.empty()) send_whole(whole);
       std::map<std::string, std::vector<size_t>> groups;  // need list -> hosts
-      for (auto& [h, r] : p.wait(plan, "plan")) {
-        report_hosts[h]["bytes_sent"] = report_hosts[h]["bytes_sent"].get<uint64_t>() + wire.size();
-        std::string need = r.frames.empty() ? std::string() : r.frames[0].to_string();
-        groups[need].push_back(h);
+      for (size_t i = 0; i < plans.size(); ++i) {
+        std::vector<size_t> refit;
+        for (auto& [h, r] : p.wait(plans[i], "plan")) {
+          if (r.body.value("full", false)) {
+            refit.push_back(h);
+            continue;
+          }
+          std::string need = r.frames.empty() ? std::string() : r.frames[0].to_string();
+          groups[need].push_back(h);
+        }
+        if (!refit.empty()) send_whole(refit);  // appended: this loop waits for it too
       }
       std::unordered_map<Hash128, const Entry*, Hash128Hasher> local;
       for (auto& e : m.entries)
@@ -205,8 +241,7 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
         size_t raw_in_batch = 0;
         auto flush = [&]() {
           if (pieces.empty()) return;
-          for (size_t h : targets)
-            report_hosts[h]["bytes_sent"] = report_hosts[h]["bytes_sent"].get<uint64_t>() + payload.size();
+          count_sent(targets, payload.size());
           std::vector<zmq::message_t> f;
           f.push_back(frame_of(payload));
           inflight.push_back(p.send(targets, {{"op", "data"}, {"sid", sid}, {"pieces", pieces}}, std::move(f)));
@@ -318,6 +353,7 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
             {"hashed_files", scan.hashed_files},
             {"hashed_bytes", scan.hashed_bytes},
             {"reused", scan.reused},
+            {"incremental", scan.incremental},
             {"skipped", skipped},
             {"seconds", scan_s}}},
           {"digest", digest.hex()},

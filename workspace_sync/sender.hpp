@@ -23,6 +23,7 @@ struct PushOptions {
   std::string dest;              // where on each host, relative to its workspace root ("" = the root)
   ScanOptions scan;
   std::string cache_path;        // the local manifest cache ("" = none)
+  bool incremental = true;       // rescan only what a watch saw change (scan_cache.hpp)
   std::string compress = "auto";  // auto: only for hosts not on this machine (ipc://); always; never
   int zstd_level = 1;
   size_t batch_bytes = 4u << 20;  // raw bytes per data message

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,10 +23,31 @@ namespace {
 bool unwatched(const char* name) { return !std::strcmp(name, kStateDirName) || !std::strcmp(name, "__pycache__"); }
 
 constexpr uint32_t kMask = IN_CREATE | IN_DELETE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |
-                           IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
+                           IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+
+bool is_ignore_file(const char* name) { return !std::strcmp(name, ".gitignore") || !std::strcmp(name, ".xmeshignore"); }
+
+// File systems whose every change reaches inotify (not network or FUSE ones, where another
+// machine's writes go unseen).
+bool local_file_system(const std::string& path) {
+  struct statfs fs;
+  if (statfs(path.c_str(), &fs) != 0) return false;
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case 0xEF53:      // ext2/3/4
+    case 0x58465342:  // xfs
+    case 0x9123683E:  // btrfs
+    case 0x01021994:  // tmpfs
+    case 0x794C7630:  // overlayfs
+    case 0x2FC12FC1:  // zfs
+    case 0xF2F52010:  // f2fs
+      return true;
+    default:
+      return false;
+  }
+}
 }
 
-TreeWatcher::TreeWatcher(const std::string& root) {
+TreeWatcher::TreeWatcher(const std::string& root) : root_(root) {
   fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd_ < 0) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
   try {
@@ -50,6 +72,7 @@ void TreeWatcher::add_tree(const std::string& path) {
     throw std::runtime_error("cannot watch " + path + ": " + std::strerror(errno));
   }
   dirs_[wd] = path;
+  if (local_only_ && !local_file_system(path)) local_only_ = false;
   DIR* d = opendir(path.c_str());
   if (!d) return;
   std::vector<std::string> subdirs;
@@ -64,7 +87,13 @@ void TreeWatcher::add_tree(const std::string& path) {
   for (auto& s : subdirs) add_tree(s);
 }
 
-// Reads what is queued (waiting up to timeout_ms for the first event). True if any arrived.
+std::string TreeWatcher::relative(const std::string& path) const {
+  if (path.size() <= root_.size()) return "";
+  return path.substr(root_.size() + 1);
+}
+
+// Reads what is queued (waiting up to timeout_ms for the first event), noting the directories
+// it concerns in pending_. True if any arrived.
 bool TreeWatcher::drain(int timeout_ms) {
   pollfd p{fd_, POLLIN, 0};
   if (poll(&p, 1, timeout_ms) <= 0) return false;
@@ -76,22 +105,44 @@ bool TreeWatcher::drain(int timeout_ms) {
     for (char* at = buf; at < buf + n;) {
       auto* ev = reinterpret_cast<inotify_event*>(at);
       at += sizeof(inotify_event) + ev->len;
+      if (ev->mask & IN_Q_OVERFLOW) {
+        any = pending_.everything = true;
+        continue;
+      }
+      auto it = dirs_.find(ev->wd);
       if (ev->mask & IN_IGNORED) {
         dirs_.erase(ev->wd);
         continue;
       }
       if (ev->len && unwatched(ev->name)) continue;
       any = true;
-      if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR) && ev->len) {
-        auto it = dirs_.find(ev->wd);
-        if (it != dirs_.end()) add_tree(it->second + "/" + ev->name);
+      if (it == dirs_.end()) continue;
+      std::string dir = relative(it->second);
+      if ((ev->mask & IN_MOVE_SELF) && it->second == root_) pending_.everything = true;
+      if (!ev->len) continue;  // about the watched directory itself: its parent hears it too
+      std::string child = dir.empty() ? std::string(ev->name) : dir + "/" + ev->name;
+      if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR)) {
+        add_tree(it->second + "/" + ev->name);
+        pending_.walked.insert(child);
       }
+      if (is_ignore_file(ev->name))
+        pending_.walked.insert(dir);  // the rules of the whole subtree may differ now
+      else
+        pending_.listed.insert(dir);
     }
   }
   return any;
 }
 
+ChangedDirs TreeWatcher::take_changes() {
+  drain(0);
+  ChangedDirs out = std::move(pending_);
+  pending_ = ChangedDirs{};
+  return out;
+}
+
 bool TreeWatcher::wait(int timeout_ms, int quiet_ms) {
+  pending_ = ChangedDirs{};  // a waiter wants to know whether, not where
   if (!drain(timeout_ms)) return false;
   while (drain(quiet_ms)) {
   }

@@ -1,8 +1,12 @@
 // TreeWatcher: inotify on every directory of a workspace tree (new directories are added as they
-// appear), for `sync_workspace(watch=True)` and `xmesh sync --watch`.
+// appear), for `sync_workspace(watch=True)`, `xmesh sync --watch`, the receiver's trust in its
+// manifest, and the controller's incremental rescans (it says which directories changed).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <unordered_map>
+
+#include "scan.hpp"
 
 namespace xmesh::ws {
 
@@ -17,13 +21,25 @@ class TreeWatcher {
   // until quiet_ms pass without another (one save in an editor is several events). True when
   // something changed.
   bool wait(int timeout_ms, int quiet_ms);
+  // What changed since the last call (reading what is queued, without waiting): directories
+  // whose entries changed, trees that appeared or whose ignore files changed, or everything
+  // (the event queue overflowed, the root itself moved). Paths are relative to the root.
+  ChangedDirs take_changes();
   size_t watched_dirs() const { return dirs_.size(); }
+  // Every watched directory is on a local file system (ext4, xfs, btrfs, tmpfs...), where
+  // inotify sees every change made through the file system; on NFS and the like it sees only
+  // this machine's.
+  bool local_only() const { return local_only_; }
 
  private:
   void add_tree(const std::string& path);
   bool drain(int timeout_ms);
+  std::string relative(const std::string& path) const;
   int fd_ = -1;
+  std::string root_;
   std::unordered_map<int, std::string> dirs_;  // watch descriptor -> directory
+  ChangedDirs pending_;
+  bool local_only_ = true;
 };
 
 }  // namespace xmesh::ws

@@ -101,7 +101,8 @@ def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_
         _check_local(local)
         options = {"dest": target, "exclude": exclude, "max_file_size": max_file_size or 0,
                    "cache_path": _cache_path(local), "compress": compress, "ignore_files": ignore_files,
-                   "step_timeout_ms": int(float(os.environ.get("XMESH_SYNC_STEP_TIMEOUT", "60")) * 1000)}
+                   "step_timeout_ms": int(float(os.environ.get("XMESH_SYNC_STEP_TIMEOUT", "60")) * 1000),
+                   "incremental": os.environ.get("XMESH_SYNC_INCREMENTAL", "1") != "0"}
         report = json.loads(_core.workspace_push(rt.node, local, hosts, json.dumps(options)))
         report["local"] = local
         report["dest"] = target

@@ -131,6 +131,43 @@ def test_workspace_dirs_and_several_hosts_get_each_byte_once(fresh_rundir, tmp_p
         assert mapped.added == 1 and os.path.exists(os.path.join(other, "workspace", "elsewhere", "a", "one.txt"))
 
 
+def test_small_edits_send_a_delta_and_a_host_that_drifted_gets_the_whole_manifest(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    for i in range(2000):
+        write(f"{src}/pkg{i // 100:02d}/mod{i % 100:02d}.py", f"x = {i}\n")
+    with runtime_dir_of_its_own("xws-") as other:
+        host = xmesh.hosts([fresh_rundir, other])
+        first = host.sync_workspace(src)
+        assert first.added == 2000 and not first.parts[0]["scan"]["incremental"]
+        whole_manifest = min(h["bytes_sent"] for h in first.parts[0]["hosts"]) - 2000 * 8
+        assert whole_manifest > 50000  # 2,000 entries
+
+        # One edit: the local scan revisits one directory (the watch saw it), each host gets the
+        # changed entry against the manifest it holds, and only that file's bytes.
+        write(f"{src}/pkg07/mod42.py", "x = 'edited'\n")
+        edit = host.sync_workspace(src)
+        # (the directory's other files were written within a second of the first scan: the racy
+        # rule re-hashes them, but no other directory is looked at)
+        assert edit.parts[0]["scan"]["incremental"] and 1 <= edit.parts[0]["scan"]["hashed_files"] <= 100
+        assert [h["manifest"] for h in edit.parts[0]["hosts"]] == ["delta", "delta"]
+        assert all(h["bytes_sent"] < 1000 for h in edit.parts[0]["hosts"]), edit.parts[0]["hosts"]
+        for d in (fresh_rundir, other):
+            assert read(os.path.join(d, "workspace", "pkg07", "mod42.py")) == "x = 'edited'\n"
+
+        # A hand edit on one host: its manifest is none the controller knows, so that host gets the
+        # whole manifest (and the file repaired); the other still gets a delta.
+        write(os.path.join(other, "workspace", "pkg01", "mod01.py"), "tampered\n")
+        os.unlink(f"{src}/pkg03/mod03.py")
+        mixed = host.sync_workspace(src)
+        by_dir = {h["dir"]: h for h in mixed.parts[0]["hosts"]}
+        assert by_dir[os.path.join(fresh_rundir, "workspace")]["manifest"] == "delta"
+        assert by_dir[os.path.join(other, "workspace")]["manifest"] == "whole"
+        for d in (fresh_rundir, other):
+            assert read(os.path.join(d, "workspace", "pkg01", "mod01.py")) == "x = 101\n"
+            assert not os.path.exists(os.path.join(d, "workspace", "pkg03", "mod03.py"))
+        assert host.sync_workspace(src).up_to_date
+
+
 INTERRUPTED = """
 import sys, xmesh
 xmesh.hosts([sys.argv[1]]).sync_workspace(sys.argv[2], compress="always")

@@ -1,0 +1,195 @@
+// Incremental workspace sync: the controller's watched rescan (scan_cache.hpp) must find exactly
+// what a whole scan finds after every kind of edit, and a host must take a plan as a delta
+// against its manifest, refusing deltas that do not fit or that would break path safety.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <functional>
+
+#include "diff.hpp"
+#include "path_safety.hpp"
+#include "scan_cache.hpp"
+#include "workspace_helpers.hpp"
+
+namespace {
+
+// One step of the edit script: what it does to the tree, by name (shown when a check fails).
+struct Edit {
+  const char* what;
+  std::function<void(const std::string& root)> apply;
+};
+
+// One line per entry: path, type, content hash, link target, mode.
+std::string listing(const Manifest& m) {
+  std::string out;
+  for (auto& e : m.entries)
+    out += e.path + " " + char(e.type) + " " + e.hash.hex() + " " + e.target + " " + std::to_string(e.mode) + "\n";
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a watched rescan finds what a whole scan finds, after every kind of edit", "[workspace]") {
+  TempDir tree, state;
+  std::string root = tree.path + "/ws";
+  std::string cache = state.path + "/scan.manifest";
+  for (int d = 0; d < 4; ++d)
+    for (int f = 0; f < 5; ++f) write(root + "/pkg" + std::to_string(d) + "/sub/m" + std::to_string(f) + ".py", "x\n");
+  write(root + "/top.py", "top\n");
+  ScanOptions opts;
+  opts.max_file_size = 1000;
+  std::vector<Edit> edits = {
+      {"nothing", [](const std::string&) {}},
+      {"same size, same second", [](const std::string& r) { write(r + "/top.py", "TOP\n"); }},
+      {"a new file deep down", [](const std::string& r) { write(r + "/pkg0/sub/new.py", "new\n"); }},
+      {"a file deleted", [](const std::string& r) { unlink((r + "/pkg1/sub/m0.py").c_str()); }},
+      {"a new directory filled at once",
+       [](const std::string& r) {
+         make_dirs_path(r + "/fresh/a/b");
+         write(r + "/fresh/a/b/deep.py", "deep\n");
+         write(r + "/fresh/x.py", "x\n");
+       }},
+      {"a directory renamed", [](const std::string& r) { rename((r + "/pkg2").c_str(), (r + "/fresh/pkg2").c_str()); }},
+      {"a tree removed", [](const std::string& r) { remove_tree(r + "/pkg3"); }},
+      {"a directory replaced by a file",
+       [](const std::string& r) {
+         remove_tree(r + "/pkg1/sub");
+         write(r + "/pkg1/sub", "now a file\n");
+       }},
+      {"modes changed",
+       [](const std::string& r) {
+         chmod((r + "/top.py").c_str(), 0755);
+         chmod((r + "/pkg0/sub").c_str(), 0700);
+       }},
+      {"a .gitignore hides a directory", [](const std::string& r) { write(r + "/fresh/.gitignore", "a/\n"); }},
+      {"a file in the ignored directory", [](const std::string& r) { write(r + "/fresh/a/b/more.py", "more\n"); }},
+      {"the .gitignore goes again", [](const std::string& r) { unlink((r + "/fresh/.gitignore").c_str()); }},
+      {"symlinks in and out, a fifo",
+       [](const std::string& r) {
+         REQUIRE(symlink("../top.py", (r + "/pkg0/link.py").c_str()) == 0);
+         REQUIRE(symlink("/etc/passwd", (r + "/pkg0/out").c_str()) == 0);
+         REQUIRE(mkfifo((r + "/pkg0/pipe").c_str(), 0600) == 0);
+       }},
+      {"a file over the size limit", [](const std::string& r) { write(r + "/fresh/big.bin", std::string(2000, 'b')); }},
+      {"bytecode written by Python", [](const std::string& r) { write(r + "/pkg0/__pycache__/m0.cpython-311.pyc", "pyc"); }},
+      {"the large file and the fifo go", [](const std::string& r) {
+         unlink((r + "/fresh/big.bin").c_str());
+         unlink((r + "/pkg0/pipe").c_str());
+       }},
+  };
+  ScanResult first;
+  scan_cached(root, cache, opts, true, first);
+  CHECK_FALSE(first.incremental);
+  for (auto& edit : edits) {
+    INFO("after: " << edit.what);
+    edit.apply(root);
+    ScanResult rescan;
+    auto m = scan_cached(root, cache, opts, true, rescan);
+    ScanResult whole = scan_tree(root, opts, nullptr);
+    CHECK(rescan.incremental);
+    CHECK(listing(*m) == listing(whole.manifest));
+    CHECK(m->digest() == whole.manifest.digest());
+    CHECK(rescan.skipped == whole.skipped);
+    CHECK(rescan.too_large == whole.too_large);
+  }
+  // Other options, or the root replaced by another directory: a whole scan again.
+  ScanOptions other = opts;
+  other.excludes = {"*.bin"};
+  ScanResult r1;
+  scan_cached(root, cache, other, true, r1);
+  CHECK_FALSE(r1.incremental);
+  rename(root.c_str(), (tree.path + "/old").c_str());
+  write(root + "/only.py", "only\n");
+  ScanResult r2;
+  auto m2 = scan_cached(root, cache, other, true, r2);
+  CHECK_FALSE(r2.incremental);
+  CHECK(paths(*m2) == std::vector<std::string>{"only.py"});
+  // Incremental scans turned off: every scan is whole.
+  ScanResult r3;
+  scan_cached(root, cache, other, false, r3);
+  CHECK_FALSE(r3.incremental);
+}
+
+TEST_CASE("a manifest delta applied to its base gives the target", "[workspace]") {
+  Manifest base, target;
+  base.entries = {dir_entry("a"), file_entry("a/x.py", "1"), file_entry("a/y.py", "2"), dir_entry("b"),
+                  file_entry("b/z.py", "3"), file_entry("top", "t")};
+  target.entries = {dir_entry("a"), file_entry("a/x.py", "1 changed"), file_entry("a/new.py", "n"),
+                    file_entry("b", "b is a file now"), file_entry("top", "t", 0755)};
+  target.sort();
+  ManifestDelta d = make_delta(base, target);
+  CHECK(paths(d.upserts) == std::vector<std::string>{"a/new.py", "a/x.py", "b", "top"});
+  CHECK(paths(d.deleted) == std::vector<std::string>{"a/y.py", "b/z.py"});
+  Manifest got = apply_delta(base, d);
+  CHECK(got.digest() == target.digest());
+  CHECK_NOTHROW(check_manifest_change(got, d.upserts, d.deleted));
+  // A delta made for another base does not fit.
+  ManifestDelta stale;
+  stale.deleted.entries = {file_entry("a/gone.py", "")};
+  CHECK_THROWS_WITH(apply_delta(base, stale), Catch::Contains("a/gone.py"));
+}
+
+TEST_CASE("a host takes a plan as a delta, falls back to the whole manifest, refuses unsafe deltas", "[workspace]") {
+  TempDir src, host;
+  write(src.path + "/pkg/mod.py", "VALUE = 1\n");
+  write(src.path + "/pkg/util.py", "U = 1\n");
+  write(src.path + "/run.sh", "echo\n");
+  std::string root = host.path + "/root";
+  SyncReceiver r(root, 60000);
+  push_tree(r, src.path, "");
+  Manifest base = scan_tree(src.path, {}, nullptr).manifest;
+
+  write(src.path + "/pkg/mod.py", "VALUE = 2\n");
+  unlink((src.path + "/run.sh").c_str());
+  Manifest now = scan_tree(src.path, {}, nullptr).manifest;
+  ManifestDelta d = make_delta(base, now);
+  auto begin = r.handle({{"op", "begin"}, {"sid", "d1"}, {"dest", ""}, {"digest", now.digest().hex()}}, {}, 0);
+  CHECK(begin.body["have"] == base.digest().hex());
+  json delta_plan = {{"op", "plan"}, {"sid", "d1"}, {"base", base.digest().hex()}, {"digest", now.digest().hex()}};
+  auto plan = r.handle(delta_plan, {d.upserts.encode_wire(), d.deleted.encode_wire()}, 0);
+  CHECK(plan.body["need"] == 1);
+  json done = send_and_commit(r, src.path, now, "d1", plan.frames.at(0));
+  CHECK(done["changed"] == 1);
+  CHECK(done["deleted"] == 1);
+  CHECK(read(root + "/pkg/mod.py") == "VALUE = 2\n");
+  CHECK_FALSE(exists(root + "/run.sh"));
+  CHECK(push_tree(r, src.path, "", "d2")["same"] == true);  // the host's manifest is the target's
+
+  // A delta against another base, or whose result is not the promised manifest: "send it whole".
+  write(src.path + "/pkg/util.py", "U = 2\n");
+  Manifest next = scan_tree(src.path, {}, nullptr).manifest;
+  ManifestDelta d2 = make_delta(now, next);
+  r.handle({{"op", "begin"}, {"sid", "d3"}, {"dest", ""}, {"digest", next.digest().hex()}}, {}, 0);
+  auto wrong_base = r.handle({{"op", "plan"}, {"sid", "d3"}, {"base", base.digest().hex()}, {"digest", next.digest().hex()}},
+                             {d2.upserts.encode_wire(), d2.deleted.encode_wire()}, 0);
+  CHECK(wrong_base.body["full"] == true);
+  auto wrong_digest = r.handle({{"op", "plan"}, {"sid", "d3"}, {"base", now.digest().hex()}, {"digest", base.digest().hex()}},
+                               {d2.upserts.encode_wire(), d2.deleted.encode_wire()}, 0);
+  CHECK(wrong_digest.body["full"] == true);
+  auto whole = r.handle({{"op", "plan"}, {"sid", "d3"}}, {next.encode_wire()}, 0);
+  CHECK(send_and_commit(r, src.path, next, "d3", whole.frames.at(0))["changed"] == 1);
+  CHECK(read(root + "/pkg/util.py") == "U = 2\n");
+
+  // Deltas whose result would break path safety are refused whole, even with a matching digest:
+  // a directory deleted under its files, a directory turned into a symlink above them, an escape.
+  Entry link;
+  link.path = "pkg";
+  link.type = EntryType::Symlink;
+  link.target = ".";
+  link.size = 1;
+  Entry escape = link;
+  escape.path = "evil";
+  escape.target = "../../etc";
+  escape.size = escape.target.size();
+  for (auto& bad : std::vector<ManifestDelta>{{{}, {{dir_entry("pkg")}}}, {{{link}}, {}}, {{{escape}}, {}}}) {
+    Manifest result = apply_delta(next, bad);
+    r.handle({{"op", "begin"}, {"sid", "d4"}, {"dest", ""}, {"digest", result.digest().hex()}}, {}, 0);
+    CHECK_THROWS_AS(r.handle({{"op", "plan"}, {"sid", "d4"}, {"base", next.digest().hex()}, {"digest", result.digest().hex()}},
+                             {bad.upserts.encode_wire(), bad.deleted.encode_wire()}, 0),
+                    PathError);
+  }
+  CHECK(read(root + "/pkg/util.py") == "U = 2\n");
+  CHECK_FALSE(exists(root + "/evil"));
+}

@@ -1,0 +1,119 @@
+// Helpers of the workspace sync tests: temporary trees, files, manifest entries, and a
+// receiver driven through whole syncs as the controller would drive it.
+#pragma once
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <zstd.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fs_ops.hpp"
+#include "manifest.hpp"
+#include "receiver.hpp"
+#include "scan.hpp"
+
+namespace xmesh::ws::testing {
+
+using json = nlohmann::json;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/xmesh-ws-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { remove_tree(path); }
+};
+
+inline void write(const std::string& path, const std::string& text) {
+  size_t slash = path.rfind('/');
+  make_dirs_path(path.substr(0, slash));
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+inline std::string read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline bool exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+inline std::vector<std::string> paths(const Manifest& m) {
+  std::vector<std::string> out;
+  for (auto& e : m.entries) out.push_back(e.path);
+  return out;
+}
+
+inline Entry file_entry(const std::string& path, const std::string& content, uint32_t mode = 0644) {
+  Entry e;
+  e.path = path;
+  e.type = EntryType::File;
+  e.mode = mode;
+  e.size = content.size();
+  e.hash = hash_bytes(content.data(), content.size());
+  return e;
+}
+
+inline Entry dir_entry(const std::string& path) {
+  Entry e;
+  e.path = path;
+  e.type = EntryType::Dir;
+  e.mode = 0755;
+  return e;
+}
+
+// Sends the content a plan asked for, as the controller would (in 7-byte pieces, alternately
+// zstd-compressed, to exercise both paths), then commits; returns the commit's reply.
+inline json send_and_commit(SyncReceiver& r, const std::string& src, const Manifest& m, const std::string& sid,
+                     const std::string& need) {
+  for (size_t i = 0; i * 16 < need.size(); ++i) {
+    Hash128 h;
+    std::memcpy(&h.lo, need.data() + i * 16, 8);
+    std::memcpy(&h.hi, need.data() + i * 16 + 8, 8);
+    const Entry* e = nullptr;
+    for (auto& x : m.entries)
+      if (x.type == EntryType::File && x.hash == h) e = &x;
+    REQUIRE(e);
+    std::string content = read(src + "/" + e->path);
+    for (size_t off = 0; off < content.size(); off += 7) {
+      std::string piece = content.substr(off, 7);
+      std::string stored = piece;
+      int z = 0;
+      if ((off / 7) % 2) {
+        stored.resize(ZSTD_compressBound(piece.size()));
+        stored.resize(ZSTD_compress(stored.data(), stored.size(), piece.data(), piece.size(), 1));
+        z = 1;
+      }
+      r.handle({{"op", "data"}, {"sid", sid}, {"pieces", json::array({json::array({i, off, piece.size(), stored.size(), z})})}},
+               {stored}, 0);
+    }
+  }
+  return r.handle({{"op", "commit"}, {"sid", sid}}, {}, 0).body;
+}
+
+// Drives a receiver through one whole sync of the local tree src.
+inline json push_tree(SyncReceiver& r, const std::string& src, const std::string& dest, const std::string& sid = "ab12") {
+  ScanResult s = scan_tree(src, {}, nullptr);
+  auto begin = r.handle({{"op", "begin"}, {"sid", sid}, {"dest", dest}, {"digest", s.manifest.digest().hex()}}, {}, 0);
+  if (begin.body.value("same", false)) return begin.body;
+  auto plan = r.handle({{"op", "plan"}, {"sid", sid}}, {s.manifest.encode_wire()}, 0);
+  return send_and_commit(r, src, s.manifest, sid, plan.frames.at(0));
+}
+
+}  // namespace xmesh::ws::testing
+
+using namespace xmesh::ws;
+using namespace xmesh::ws::testing;

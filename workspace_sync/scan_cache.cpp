@@ -1,0 +1,115 @@
+#include "scan_cache.hpp"
+
+#include <sys/stat.h>
+
+#include <map>
+#include <mutex>
+
+#include "fs_ops.hpp"
+#include "watch.hpp"
+
+namespace xmesh::ws {
+
+namespace {
+
+struct TreeState {
+  std::mutex mu;  // one scan of a tree at a time
+  std::shared_ptr<const Manifest> manifest;
+  ScanResult notes;  // that scan's skipped and too_large lists
+  ScanOptions opts;
+  std::string root;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::unique_ptr<TreeWatcher> watcher;  // up since before that scan began; null: scan whole
+};
+
+std::mutex g_mu;
+std::map<std::string, std::shared_ptr<TreeState>> g_trees;
+
+std::shared_ptr<TreeState> state_of(const std::string& cache_path) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto& s = g_trees[cache_path];
+  if (!s) s = std::make_shared<TreeState>();
+  return s;
+}
+
+bool identity(const std::string& root, dev_t* dev, ino_t* ino) {
+  struct stat st;
+  if (stat(root.c_str(), &st) != 0) return false;
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::string& cache_path,
+                                            const ScanOptions& opts, bool incremental, ScanResult& figures) {
+  if (cache_path.empty()) {
+    figures = scan_tree(root, opts, nullptr);
+    auto m = std::make_shared<const Manifest>(std::move(figures.manifest));
+    figures.manifest = Manifest{};
+    return m;
+  }
+  std::shared_ptr<TreeState> state = state_of(cache_path);
+  std::lock_guard<std::mutex> g(state->mu);
+  std::shared_ptr<const Manifest> previous = state->manifest;
+  if (!previous) {
+    std::string bytes;
+    auto m = std::make_shared<Manifest>();
+    if (read_whole_file(cache_path, bytes) && Manifest::decode_cache(bytes, *m)) previous = m;
+  }
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool same_root = identity(root, &dev, &ino) && dev == state->dev && ino == state->ino && root == state->root;
+  int64_t started = wall_ns();  // before the changes are taken: the racy rule counts from here
+  if (incremental && state->watcher && state->manifest && same_root && state->opts == opts) {
+    ChangedDirs changes = state->watcher->take_changes();
+    if (changes.everything) {
+      state->watcher.reset();  // below: a new watch, then the whole scan
+    } else {
+      try {
+        figures = rescan_tree(root, opts, *state->manifest, state->notes, changes, started);
+      } catch (...) {
+        state->watcher.reset();  // the changes taken are lost with this scan: the next is whole
+        throw;
+      }
+    }
+  }
+  if (!figures.incremental) {
+    // Watch first, then look: a change made while we look is an event for the next scan.
+    state->watcher.reset();
+    std::unique_ptr<TreeWatcher> watcher;
+    // The watch ignores __pycache__ (Python's own writes); a scan that includes it cannot use it.
+    if (incremental && opts.default_excludes) {
+      try {
+        watcher = std::make_unique<TreeWatcher>(root);
+        if (!watcher->local_only()) watcher.reset();
+      } catch (const std::exception&) {
+        // no inotify or its limit reached: every scan is whole
+      }
+    }
+    figures = scan_tree(root, opts, previous.get());
+    state->watcher = std::move(watcher);
+  }
+  auto current = std::make_shared<const Manifest>(std::move(figures.manifest));
+  figures.manifest = Manifest{};
+  bool changed = figures.hashed_files > 0 || !previous || previous->entries.size() != current->entries.size();
+  state->manifest = current;
+  state->notes = figures;
+  state->opts = opts;
+  state->root = root;
+  state->dev = dev;
+  state->ino = ino;
+  // The file serves the next process; rewrite it only when it would say something new.
+  if (changed) {
+    try {
+      write_file_replacing(cache_path, current->encode_cache());
+    } catch (const std::exception&) {
+      // Only a cache: the next process re-hashes.
+    }
+  }
+  return current;
+}
+
+}  // namespace xmesh::ws
