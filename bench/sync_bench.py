@@ -144,6 +144,11 @@ def main():
     print("  bytes per host agent, 4 hosts (changed content; what each agent counted, manifest included):")
     for label, content, per_host, rep in received[-2:] + received[:1]:
         print(f"    {label}: content {content} B; received {per_host}")
+    # This controller goes first (so it does not report the agents going quiet), then the agents.
+    from xmesh._runtime import runtime_if_started
+
+    if runtime_if_started() is not None:
+        runtime_if_started().shutdown()
     for d in dirs:
         subprocess.run([sys.executable, "-m", "xmesh.cli", "shutdown", "--runtime-dir", d], capture_output=True)
     shutil.rmtree(base, ignore_errors=True)
