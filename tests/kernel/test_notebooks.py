@@ -75,6 +75,19 @@ def test_nbclient_runs_a_notebook_whose_cells_share_live_actors(kernel_rundir, m
     assert "items ['a', 'b']" in text
 
 
+def test_a_notebook_syncs_its_workspace_and_live_actors_run_the_edit(kernel_rundir, monkeypatch):
+    monkeypatch.setenv("XMESH_RUNTIME_DIR", kernel_rundir)
+    nb = nbformat.read(os.path.join(NOTEBOOKS, "workspace_sync.ipynb"), as_version=4)
+    NotebookClient(nb, timeout=60, kernel_name="xmesh").execute()
+    first, second = nb.cells[2].outputs, nb.cells[4].outputs
+    html = [o.data["text/html"] for o in first if o.output_type == "execute_result"]
+    assert html and "<table" in html[0] and "1 added" in html[0], first  # the report, as a table
+    text = _outputs_text(nb)
+    assert "before [1, 1]" in text and "after [2, 2]" in text, text
+    reloaded = [o.data["text/plain"] for o in second if o.output_type == "execute_result"]
+    assert reloaded and "1 changed" in reloaded[0] and "reloaded on ranks 0-1: nbsync_model" in reloaded[0], second
+
+
 def test_nbconvert_execute_works(kernel_rundir, tmp_path):
     src = tmp_path / "persistence.ipynb"
     shutil.copy(os.path.join(NOTEBOOKS, "persistence.ipynb"), src)
