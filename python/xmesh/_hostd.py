@@ -114,9 +114,15 @@ class HostAgent:
                            + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
 
     def connect(self, timeout=15.0):
-        if self._connected:
-            return self
         rt = get_runtime()
+        if self._connected:
+            if rt.node.dead_reason(self.addr) is None:
+                return self
+            # The agent was lost (killed, its machine rebooted): whatever it ran is gone with it
+            # (its meshes say so), and new work goes to a new agent in the same directory.
+            self._connected = False
+            rt.node.unwatch_host(self.addr)
+            rt.node.revive(self.addr)
         try:
             _core.ensure_private_dir(self.runtime_dir)  # the same check as the default directory's
         except ValueError as e:

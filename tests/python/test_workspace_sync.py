@@ -1,10 +1,12 @@
 """sync_workspace with real host agents and procs: initial sync, no-op, changes, deletions,
-renames, modes, symlinks, ignore rules, the size limit, an interrupted sync, several hosts,
-auto_reload in live actors, watch mode and `xmesh sync`."""
+renames, modes, symlinks, ignore rules, the size limit, several hosts, manifest deltas, syncs
+cut short (sender killed, host agent killed, a write failing on the host), auto_reload in live
+actors, watch mode and `xmesh sync`."""
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -204,6 +206,76 @@ def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_r
     done = host.sync_workspace(src)
     assert done.added == 60 and done.changed == 1
     assert read(f"{root}/version.txt") == "new" and len(os.listdir(stage)) == 0
+
+
+def test_a_host_agent_killed_mid_sync_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
+    src = str(tmp_path / "src")
+    write(f"{src}/version.txt", "old")
+    host = xmesh.hosts([fresh_rundir])
+    host.sync_workspace(src)
+    root = os.path.join(fresh_rundir, "workspace")
+    write(f"{src}/version.txt", "new")
+    for i in range(60):
+        with open(f"{src}/blob{i:02d}.bin", "wb") as f:
+            f.write(os.urandom(2**20))
+    outcome = {}
+
+    def sync():
+        try:
+            outcome["report"] = host.sync_workspace(src)
+        except Exception as e:  # noqa: BLE001 - the test looks at what the user would see
+            outcome["error"] = e
+
+    t = threading.Thread(target=sync)
+    t.start()
+    stage = os.path.join(root, ".xmesh-sync", "stage")
+    try:
+        assert wait_until(lambda: any(os.listdir(os.path.join(stage, s)) for s in os.listdir(stage)), timeout=60)
+        os.kill(int(read(os.path.join(fresh_rundir, "hostd.pid"))), signal.SIGKILL)
+    finally:
+        t.join(timeout=60)
+    assert "report" not in outcome and "error" in outcome
+    assert "host agent" in str(outcome["error"]), outcome["error"]
+    assert read(f"{root}/version.txt") == "old"
+    assert not any(n.startswith("blob") for n in os.listdir(root))
+    # The next sync starts a new agent, which drops the dead one's staging, and completes.
+    done = xmesh.hosts([fresh_rundir]).sync_workspace(src)
+    assert done.added == 60 and done.changed == 1
+    assert read(f"{root}/version.txt") == "new" and os.listdir(stage) == []
+
+
+LIMITED_HOSTD = """#!{python}
+# The host agent with writes limited to {limit} bytes per file (EFBIG past it, as on a full disk).
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+os.execv({hostd!r}, [{hostd!r}] + sys.argv[1:])
+"""
+
+
+def test_a_write_failure_on_the_host_aborts_the_sync_and_leaves_the_old_tree(tmp_path, monkeypatch):
+    from xmesh._hostd import hostd_executable
+
+    wrapper = tmp_path / "hostd-limited"
+    wrapper.write_text(LIMITED_HOSTD.format(python=PYTHON, limit=2**21, hostd=os.path.abspath(hostd_executable())))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("XMESH_HOSTD", str(wrapper))
+    src = str(tmp_path / "src")
+    write(f"{src}/small.txt", "old")
+    with runtime_dir_of_its_own("xws-") as d:
+        host = xmesh.hosts([d])
+        host.sync_workspace(src)
+        root = os.path.join(d, "workspace")
+        write(f"{src}/small.txt", "new")
+        with open(f"{src}/big.bin", "wb") as f:
+            f.write(os.urandom(3 * 2**20))
+        with pytest.raises(RuntimeError, match="cannot write big.bin on the host: File too large"):
+            host.sync_workspace(src)
+        assert read(f"{root}/small.txt") == "old" and not os.path.exists(f"{root}/big.bin")
+        assert os.listdir(os.path.join(root, ".xmesh-sync", "stage")) == []
+        os.unlink(f"{src}/big.bin")
+        done = host.sync_workspace(src)
+        assert (done.added, done.changed) == (0, 1) and read(f"{root}/small.txt") == "new"
 
 
 def test_auto_reload_runs_new_code_in_live_actors(fresh_rundir, tmp_path):
