@@ -70,31 +70,55 @@ class DirCache {
   std::unordered_map<std::string, int> fds_;
 };
 
-// Removes the compiled caches of a Python source, so a proc never runs bytecode of the old text.
-void drop_pycache(DirCache& dirs, const std::string& path) {
-  if (path.size() < 4 || path.compare(path.size() - 3, 3, ".py") != 0) return;
-  std::string stem = base_of(path).substr(0, base_of(path).size() - 3) + ".";
-  int parent;
-  try {
-    parent = dirs.get(parent_of(path));
-  } catch (const std::exception&) {
-    return;
+// Removes the compiled caches of Python sources, so a proc never runs bytecode of an old text.
+// Each directory's __pycache__ is listed once per commit (most have none).
+class PycacheDropper {
+ public:
+  explicit PycacheDropper(DirCache& dirs) : dirs_(dirs) {}
+  ~PycacheDropper() {
+    for (auto& kv : caches_)
+      if (kv.second.fd >= 0) close(kv.second.fd);
   }
-  int cache = openat(parent, "__pycache__", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (cache < 0) return;
-  int fd2 = dup(cache);
-  DIR* d = fd2 >= 0 ? fdopendir(fd2) : nullptr;
-  if (d) {
-    std::vector<std::string> victims;
+  void drop(const std::string& path) {
+    if (path.size() < 4 || path.compare(path.size() - 3, 3, ".py") != 0) return;
+    Cache& c = cache_of(parent_of(path));
+    if (c.fd < 0) return;
+    std::string stem = base_of(path).substr(0, base_of(path).size() - 3) + ".";
+    for (auto& name : c.names)
+      if (name.compare(0, stem.size(), stem) == 0) unlinkat(c.fd, name.c_str(), 0);
+  }
+
+ private:
+  struct Cache {
+    int fd = -1;
+    std::vector<std::string> names;
+  };
+  Cache& cache_of(const std::string& dir) {
+    auto it = caches_.find(dir);
+    if (it != caches_.end()) return it->second;
+    Cache& c = caches_[dir];
+    int parent;
+    try {
+      parent = dirs_.get(dir);
+    } catch (const std::exception&) {
+      return c;
+    }
+    c.fd = openat(parent, "__pycache__", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (c.fd < 0) return c;
+    int fd2 = dup(c.fd);
+    DIR* d = fd2 >= 0 ? fdopendir(fd2) : nullptr;
+    if (!d) {
+      if (fd2 >= 0) close(fd2);
+      return c;
+    }
     while (dirent* de = readdir(d))
-      if (std::strncmp(de->d_name, stem.c_str(), stem.size()) == 0) victims.push_back(de->d_name);
+      if (de->d_name[0] != '.') c.names.push_back(de->d_name);
     closedir(d);
-    for (auto& v : victims) unlinkat(cache, v.c_str(), 0);
-  } else if (fd2 >= 0) {
-    close(fd2);
+    return c;
   }
-  close(cache);
-}
+  DirCache& dirs_;
+  std::unordered_map<std::string, Cache> caches_;
+};
 
 }  // namespace
 
@@ -103,6 +127,7 @@ struct SyncReceiver::Session {
     Hash128 hash;
     uint64_t size = 0, written = 0;
     std::string path;  // a path that has it (for messages)
+    uint32_t mode = 0600;  // that path's permission bits, given to the staged file
     int fd = -1;
     XXH3_state_t* state = nullptr;
     bool done = false;
@@ -392,12 +417,14 @@ SyncReceiver::Reply SyncReceiver::plan(Session& s, const json& body, const std::
     o.hash = e.hash;
     o.size = e.size;
     o.path = e.path;
+    o.mode = e.mode & 0777;
     if (e.size == 0) {  // nothing to send: stage the empty file now
       int fd = openat(stagefd, e.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (fd < 0) {
         close(stagefd);
         throw SyncRefused(sys_error("cannot stage " + e.path, errno));
       }
+      fchmod(fd, o.mode);
       close(fd);
       o.done = o.staged = true;
       asked[e.hash] = s.need.size();
@@ -458,6 +485,7 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const json& body, const std::
     if (o.fd < 0) {
       o.fd = openat(stage(), o.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path, errno));
+      fchmod(o.fd, o.mode);  // the mode of the first path that wants it (not subject to the umask)
       o.state = XXH3_createState();
       XXH3_128bits_reset(o.state);
     }
@@ -507,6 +535,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
   DirCache dirs(destfd);
+  PycacheDropper pycache(dirs);
 
   std::unordered_map<Hash128, size_t, Hash128Hasher> object_of;
   for (size_t i = 0; i < s.need.size(); ++i) object_of[s.need[i].hash] = i;
@@ -540,12 +569,14 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
     }
     auto obj = object_of.find(e->hash);
     auto used = staged_as.find(e->hash);
+    bool ready = false;  // the received object itself, already with this entry's mode
     if (used != staged_as.end()) {
       copy_file_at(stagefd, used->second, stagefd, name);
     } else if (obj != object_of.end() && s.need[obj->second].staged) {
-      if (renameat(stagefd, e->hash.hex().c_str(), stagefd, name.c_str()) != 0)
-        throw SyncRefused(sys_error("cannot stage " + e->path, errno));
-      s.need[obj->second].staged = false;
+      auto& o = s.need[obj->second];
+      name = o.hash.hex();  // moved into place under the name it arrived with
+      o.staged = false;
+      ready = o.mode == (e->mode & 0777);
     } else {
       if (on_host.empty())
         for (auto& h : host.entries)
@@ -555,6 +586,10 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
       copy_file_at(dirs.get(parent_of(src->second->path)), base_of(src->second->path), stagefd, name);
     }
     staged_as[e->hash] = name;
+    if (ready && !old) {  // a new path: no mode to fix, no old text's second to avoid
+      moves.push_back({e, name});
+      continue;
+    }
     int fd = openat(stagefd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) throw SyncRefused(sys_error("cannot open staged " + e->path, errno));
     fchmod(fd, e->mode & 0777);
@@ -595,7 +630,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
         kept.push_back(path + " (" + std::strerror(errno) + ")");
       }
     } else {
-      if (type == EntryType::File) drop_pycache(dirs, path);
+      if (type == EntryType::File) pycache.drop(path);
       unlinkat(parent, base_of(path).c_str(), 0);
     }
   }
@@ -610,7 +645,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
     int parent = dirs.get(parent_of(m.e->path));
     if (renameat(stagefd, m.staged.c_str(), parent, base_of(m.e->path).c_str()) != 0)
       throw SyncRefused(sys_error("cannot move " + m.e->path + " into place", errno));
-    if (m.e->type == EntryType::File) drop_pycache(dirs, m.e->path);
+    if (m.e->type == EntryType::File) pycache.drop(m.e->path);
   }
   for (const Entry* e : chmods) fchmodat(dirs.get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
 
@@ -653,7 +688,12 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
       continue;
     }
     struct stat st;
-    if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    int parent = -1;
+    try {
+      parent = dirs.get(parent_of(e.path));
+    } catch (const std::exception&) {
+    }
+    if (parent >= 0 && fstatat(parent, base_of(e.path).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       e.mtime_ns = ns(st.st_mtim);
       e.ctime_ns = ns(st.st_ctim);
       e.ino = st.st_ino;
