@@ -63,20 +63,23 @@ std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::
   ino_t ino = 0;
   bool same_root = identity(root, &dev, &ino) && dev == state->dev && ino == state->ino && root == state->root;
   int64_t started = wall_ns();  // before the changes are taken: the racy rule counts from here
+  bool scanned = false;
   if (incremental && state->watcher && state->manifest && same_root && state->opts == opts) {
     ChangedDirs changes = state->watcher->take_changes();
     if (changes.everything) {
       state->watcher.reset();  // below: a new watch, then the whole scan
     } else {
       try {
+        // (a change of the root's ignore files makes this a whole scan, under the same watch)
         figures = rescan_tree(root, opts, *state->manifest, state->notes, changes, started);
+        scanned = true;
       } catch (...) {
         state->watcher.reset();  // the changes taken are lost with this scan: the next is whole
         throw;
       }
     }
   }
-  if (!figures.incremental) {
+  if (!scanned) {
     // Watch first, then look: a change made while we look is an event for the next scan.
     state->watcher.reset();
     std::unique_ptr<TreeWatcher> watcher;
