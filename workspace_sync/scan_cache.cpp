@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
+#include <vector>
 #include <mutex>
 
 #include "fs_ops.hpp"
@@ -23,14 +25,30 @@ struct TreeState {
   std::unique_ptr<TreeWatcher> watcher;  // up since before that scan began; null: scan whole
 };
 
+// inotify instances are few per user (128 by default) and shared with the user's other
+// programs: only the trees synced most recently keep their watch.
+constexpr size_t kWatchedTrees = 8;
+
 std::mutex g_mu;
 std::map<std::string, std::shared_ptr<TreeState>> g_trees;
+std::vector<std::shared_ptr<TreeState>> g_recent;  // most recently scanned first
 
 std::shared_ptr<TreeState> state_of(const std::string& cache_path) {
   std::lock_guard<std::mutex> g(g_mu);
   auto& s = g_trees[cache_path];
   if (!s) s = std::make_shared<TreeState>();
   return s;
+}
+
+// Marks s as just scanned; returns the tree that falls out of the watched few, if any.
+std::shared_ptr<TreeState> touch(const std::shared_ptr<TreeState>& s) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_recent.erase(std::remove(g_recent.begin(), g_recent.end(), s), g_recent.end());
+  g_recent.insert(g_recent.begin(), s);
+  if (g_recent.size() <= kWatchedTrees) return nullptr;
+  auto out = g_recent.back();
+  g_recent.pop_back();
+  return out;
 }
 
 bool identity(const std::string& root, dev_t* dev, ino_t* ino) {
@@ -52,6 +70,10 @@ std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::
     return m;
   }
   std::shared_ptr<TreeState> state = state_of(cache_path);
+  if (auto evicted = touch(state)) {
+    std::lock_guard<std::mutex> g(evicted->mu);
+    evicted->watcher.reset();  // its next scan is whole, and sets up a new watch
+  }
   std::lock_guard<std::mutex> g(state->mu);
   std::shared_ptr<const Manifest> previous = state->manifest;
   if (!previous) {

@@ -115,6 +115,24 @@ TEST_CASE("a watched rescan finds what a whole scan finds, after every kind of e
   CHECK_FALSE(r3.incremental);
 }
 
+TEST_CASE("only the trees scanned most recently keep their watch", "[workspace]") {
+  TempDir base;
+  std::vector<std::string> roots;
+  for (int i = 0; i < 9; ++i) {  // one more than are watched
+    roots.push_back(base.path + "/t" + std::to_string(i));
+    write(roots.back() + "/f.py", "x\n");
+  }
+  auto scan = [&](int i) {
+    ScanResult r;
+    scan_cached(roots[i], roots[i] + ".manifest", {}, true, r);
+    return r.incremental;
+  };
+  for (int i = 0; i < 9; ++i) CHECK_FALSE(scan(i));
+  CHECK(scan(8));        // still watched
+  CHECK_FALSE(scan(0));  // its watch went to make room: a whole scan, which watches it again
+  CHECK(scan(0));
+}
+
 TEST_CASE("a manifest delta applied to its base gives the target", "[workspace]") {
   Manifest base, target;
   base.entries = {dir_entry("a"), file_entry("a/x.py", "1"), file_entry("a/y.py", "2"), dir_entry("b"),
