@@ -122,7 +122,11 @@ bool TreeWatcher::drain(int timeout_ms) {
       if (!ev->len) continue;  // about the watched directory itself: its parent hears it too
       std::string child = dir.empty() ? std::string(ev->name) : dir + "/" + ev->name;
       if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR)) {
-        add_tree(it->second + "/" + ev->name);
+        try {
+          add_tree(it->second + "/" + ev->name);
+        } catch (const std::exception&) {
+          pending_.everything = true;  // part of the tree goes unwatched (the watch limit): look at all
+        }
         pending_.walked.insert(child);
       }
       if (is_ignore_file(ev->name))
