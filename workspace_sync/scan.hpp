@@ -31,6 +31,7 @@ struct ScanResult {
   std::vector<std::pair<std::string, uint64_t>> too_large;   // path, size
   uint64_t hashed_files = 0, hashed_bytes = 0, reused = 0;
   bool incremental = false;  // only the directories a watch saw change were looked at
+  uint64_t watched_dirs = 0;  // directories under the controller's watch after the scan
 };
 
 // Throws std::runtime_error naming the root when it is not a readable directory.

@@ -59,6 +59,13 @@ bool identity(const std::string& root, dev_t* dev, ino_t* ino) {
   return true;
 }
 
+std::vector<std::string> directories(const Manifest& m) {
+  std::vector<std::string> out;
+  for (auto& e : m.entries)
+    if (e.type == EntryType::Dir) out.push_back(e.path);
+  return out;
+}
+
 }  // namespace
 
 std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::string& cache_path,
@@ -102,21 +109,31 @@ std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::
     }
   }
   if (!scanned) {
-    // Watch first, then look: a change made while we look is an event for the next scan.
+    // Watch first, then look: a change made while we look is an event for the next scan. The
+    // watch covers the directories the previous scan kept (ignored trees cost no watches); the
+    // ones this scan finds beyond them are added after it, to be walked at the next rescan.
     state->watcher.reset();
     std::unique_ptr<TreeWatcher> watcher;
     // The watch ignores __pycache__ (Python's own writes); a scan that includes it cannot use it.
     if (incremental && opts.default_excludes) {
       try {
-        watcher = std::make_unique<TreeWatcher>(root);
-        if (!watcher->local_only()) watcher.reset();
+        watcher = std::make_unique<TreeWatcher>(root, previous ? directories(*previous) : std::vector<std::string>{});
       } catch (const std::exception&) {
         // no inotify or its limit reached: every scan is whole
       }
     }
     figures = scan_tree(root, opts, previous.get());
+    if (watcher) {
+      try {
+        watcher->watch_new(directories(figures.manifest));
+        if (!watcher->local_only()) watcher.reset();
+      } catch (const std::exception&) {
+        watcher.reset();
+      }
+    }
     state->watcher = std::move(watcher);
   }
+  figures.watched_dirs = state->watcher ? state->watcher->watched_dirs() : 0;
   auto current = std::make_shared<const Manifest>(std::move(figures.manifest));
   figures.manifest = Manifest{};
   bool changed = figures.hashed_files > 0 || !previous || previous->entries.size() != current->entries.size();

@@ -354,6 +354,7 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
             {"hashed_bytes", scan.hashed_bytes},
             {"reused", scan.reused},
             {"incremental", scan.incremental},
+            {"watched_dirs", scan.watched_dirs},
             {"skipped", skipped},
             {"seconds", scan_s}}},
           {"digest", digest.hex()},

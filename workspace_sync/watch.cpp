@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <set>
 #include <vector>
 
 #include "path_safety.hpp"
@@ -62,17 +63,35 @@ TreeWatcher::~TreeWatcher() {
   if (fd_ >= 0) close(fd_);
 }
 
-void TreeWatcher::add_tree(const std::string& path) {
-  int wd = inotify_add_watch(fd_, path.c_str(), kMask);
+TreeWatcher::TreeWatcher(const std::string& root, const std::vector<std::string>& dirs) : root_(root) {
+  fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
+  try {
+    add_dir(root);
+    for (auto& d : dirs) add_dir(root + "/" + d);
+  } catch (...) {
+    close(fd_);
+    throw;
+  }
+}
+
+int TreeWatcher::add_dir(const std::string& path) {
+  // Below the root, a directory replaced by a symlink is not followed out of the tree.
+  int wd = inotify_add_watch(fd_, path.c_str(), path == root_ ? kMask : kMask | IN_DONT_FOLLOW);
   if (wd < 0) {
     if (errno == ENOSPC)
       throw std::runtime_error("cannot watch " + path + ": the inotify watch limit is reached (raise "
                                "fs.inotify.max_user_watches, or exclude large directories)");
-    if (errno == ENOENT || errno == ENOTDIR) return;  // gone meanwhile
+    if (errno == ENOENT || errno == ENOTDIR) return -1;  // gone meanwhile
     throw std::runtime_error("cannot watch " + path + ": " + std::strerror(errno));
   }
   dirs_[wd] = path;
   if (local_only_ && !local_file_system(path)) local_only_ = false;
+  return wd;
+}
+
+void TreeWatcher::add_tree(const std::string& path) {
+  if (add_dir(path) < 0) return;
   DIR* d = opendir(path.c_str());
   if (!d) return;
   std::vector<std::string> subdirs;
@@ -85,6 +104,17 @@ void TreeWatcher::add_tree(const std::string& path) {
   }
   closedir(d);
   for (auto& s : subdirs) add_tree(s);
+}
+
+void TreeWatcher::watch_new(const std::vector<std::string>& dirs) {
+  std::set<std::string> watched;
+  for (auto& kv : dirs_) watched.insert(kv.second);
+  for (auto& d : dirs) {
+    std::string path = root_ + "/" + d;
+    if (watched.count(path)) continue;
+    add_dir(path);
+    pending_.walked.insert(d);  // it went unwatched for a while: walk it at the next rescan
+  }
 }
 
 std::string TreeWatcher::relative(const std::string& path) const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "scan.hpp"
 
@@ -14,6 +15,12 @@ class TreeWatcher {
  public:
   // Throws std::runtime_error naming the problem (no inotify, the watch limit reached).
   explicit TreeWatcher(const std::string& root);
+  // Watches root and exactly these directories (relative to it: the ones a scan kept, so that
+  // ignored trees cost no watches); directories created later are watched whole.
+  TreeWatcher(const std::string& root, const std::vector<std::string>& dirs);
+  // Adds the directories among these that are not watched yet (a scan found them after the
+  // watch was set up) and reports them as `walked` changes, since they went unwatched a while.
+  void watch_new(const std::vector<std::string>& dirs);
   ~TreeWatcher();
   TreeWatcher(const TreeWatcher&) = delete;
   TreeWatcher& operator=(const TreeWatcher&) = delete;
@@ -33,6 +40,7 @@ class TreeWatcher {
 
  private:
   void add_tree(const std::string& path);
+  int add_dir(const std::string& path);  // the watch descriptor, or -1 when the directory is gone
   bool drain(int timeout_ms);
   std::string relative(const std::string& path) const;
   int fd_ = -1;

@@ -115,6 +115,27 @@ TEST_CASE("a watched rescan finds what a whole scan finds, after every kind of e
   CHECK_FALSE(r3.incremental);
 }
 
+TEST_CASE("the watch covers the directories a scan keeps, not ignored trees", "[workspace]") {
+  TempDir tree;
+  std::string root = tree.path + "/ws";
+  write(root + "/.gitignore", ".venv/\n");
+  write(root + "/src/pkg/m.py", "m\n");
+  for (int i = 0; i < 30; ++i) write(root + "/.venv/lib/p" + std::to_string(i) + "/x.py", "x\n");
+  ScanResult first, second, third;
+  scan_cached(root, tree.path + "/scan.manifest", {}, true, first);
+  CHECK(first.watched_dirs == 3);  // the root, src, src/pkg
+  write(root + "/.venv/lib/p0/y.py", "y\n");  // unwatched, and ignored anyway
+  write(root + "/src/pkg/n.py", "n\n");
+  auto m = scan_cached(root, tree.path + "/scan.manifest", {}, true, second);
+  CHECK(second.incremental);
+  CHECK(paths(*m) == std::vector<std::string>{".gitignore", "src", "src/pkg", "src/pkg/m.py", "src/pkg/n.py"});
+  make_dirs_path(root + "/src/new");  // a new directory is watched from its creation on
+  auto m3 = scan_cached(root, tree.path + "/scan.manifest", {}, true, third);
+  CHECK(third.incremental);
+  CHECK(third.watched_dirs == 4);
+  CHECK(m3->find("src/new"));
+}
+
 TEST_CASE("only the trees scanned most recently keep their watch", "[workspace]") {
   TempDir base;
   std::vector<std::string> roots;

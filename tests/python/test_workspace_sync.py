@@ -143,6 +143,9 @@ def test_small_edits_send_a_delta_and_a_host_that_drifted_gets_the_whole_manifes
         assert first.added == 2000 and not first.parts[0]["scan"]["incremental"]
         whole_manifest = min(h["bytes_sent"] for h in first.parts[0]["hosts"]) - 2000 * 8
         assert whole_manifest > 50000  # 2,000 entries
+        # A tree never synced before was watched only at its root during that first scan: the
+        # next sync walks the directories the scan found; from then on only what changed.
+        assert host.sync_workspace(src).up_to_date
 
         # One edit: the local scan revisits one directory (the watch saw it), each host gets the
         # changed entry against the manifest it holds, and only that file's bytes.
