@@ -55,7 +55,14 @@ void set_idle_interrupt_handler(std::function<void()> handler) {
 ExecutingScope::ExecutingScope() {
   sigset_t s = sigint_set();
   timespec zero{0, 0};
-  while (sigtimedwait(&s, nullptr, &zero) == SIGINT) {
+  // A SIGINT still pending here came while no cell ran: it is an idle interrupt, which the
+  // watcher thread had not picked up yet (a front end that interrupts, then at once runs a
+  // cell). Dropping it would lose the "second interrupt cancels" the user asked for.
+  int idle_interrupts = 0;
+  while (sigtimedwait(&s, nullptr, &zero) == SIGINT) ++idle_interrupts;
+  if (idle_interrupts) {
+    std::lock_guard<std::mutex> lock(g_handler_mutex);
+    if (g_idle_handler) g_idle_handler();
   }
   g_executing.store(true);
   pthread_sigmask(SIG_UNBLOCK, &s, nullptr);

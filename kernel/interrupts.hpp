@@ -16,13 +16,15 @@ namespace xmesh::kernel {
 // watcher. Call first thing in main(), before xeus or Python start threads.
 void install_interrupt_handling();
 
-// What an interrupt does while no cell executes. Runs on the watcher thread; set to an empty
-// function before the interpreter finalizes.
+// What an interrupt does while no cell executes. Runs on the watcher thread (or on the main
+// thread, for one the watcher had not taken yet when a cell began); set to an empty function
+// before the interpreter finalizes.
 void set_idle_interrupt_handler(std::function<void()> handler);
 
-// While alive, the calling (main) thread accepts SIGINT. A SIGINT still pending from before is
-// dropped first, and one that tripped Python's handler too late to interrupt the cell is
-// discarded at the end, so it never surfaces in the next request.
+// While alive, the calling (main) thread accepts SIGINT. A SIGINT still pending from before came
+// while the kernel was idle: it runs the idle handler (it does not interrupt the new cell); one
+// that tripped Python's handler too late to interrupt the cell is discarded at the end, so it
+// never surfaces in the next request.
 class ExecutingScope {
  public:
   ExecutingScope();

@@ -58,7 +58,9 @@ def test_late_output_lands_in_the_cell_that_made_the_call(kernel):
     # While no cell runs, the update still comes, addressed to the cell that made the call.
     c3 = kernel.send("fut2 = logger.later.call(1.0, 'idle line')")
     nb.add(c3, kernel.collect(c3).outputs)
+    # (the two ranks print at the same moment, in either order: wait for the slot to hold both)
     late = kernel.iopub_until(lambda m: m["msg_type"] == "update_display_data" and
+                              "idle line 0" in m["content"]["data"]["text/plain"] and
                               "idle line 1" in m["content"]["data"]["text/plain"], timeout=30)
     assert late[-1]["parent_header"]["msg_id"] == c3
     nb.add(c3, late)
