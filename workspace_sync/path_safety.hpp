@@ -5,10 +5,17 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "manifest.hpp"
 
 namespace xmesh::ws {
+
+// The directory part of a relative path ("" for a top-level entry).
+inline std::string_view parent_dir(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+}
 
 // Where a host copy keeps its state (manifests, staged files); never a synced path.
 constexpr const char* kStateDirName = ".xmesh-sync";

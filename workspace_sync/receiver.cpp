@@ -30,10 +30,7 @@ int64_t ns(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nse
 
 std::string sys_error(const std::string& what, int e) { return what + ": " + std::strerror(e); }
 
-std::string parent_of(const std::string& p) {
-  size_t slash = p.rfind('/');
-  return slash == std::string::npos ? std::string() : p.substr(0, slash);
-}
+std::string parent_of(const std::string& p) { return std::string(parent_dir(p)); }
 
 std::string base_of(const std::string& p) {
   size_t slash = p.rfind('/');

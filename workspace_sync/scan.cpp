@@ -273,13 +273,10 @@ class Scanner {
     std::string at;  // the directory whose ignore files apply next
     while (true) {
       if (opts_.use_ignore_files) {
-        int fd = at.empty() ? dup(rootfd) : -1;
-        if (!at.empty()) {
-          try {
-            fd = open_dir_nofollow(rootfd, at, false);
-          } catch (const std::exception&) {
-            fd = -1;
-          }
+        int fd = -1;
+        try {
+          fd = open_dir_nofollow(rootfd, at, false);  // "" gives the root, duplicated
+        } catch (const std::exception&) {
         }
         if (fd >= 0) {
           for (const char* f : {".gitignore", ".xmeshignore"}) {
@@ -314,11 +311,6 @@ class Scanner {
   int busy_ = 0;
   std::exception_ptr error_;
 };
-
-std::string_view parent_of(std::string_view path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
-}
 
 // path lies strictly under one of roots (a set of directories, never "").
 bool strictly_under(std::string_view path, const std::set<std::string, std::less<>>& roots) {
@@ -372,7 +364,7 @@ ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const M
 
   // What the fresh look replaces: the entries of listed directories and everything below walked
   // ones (a walked directory's own entry comes from its parent's listing, if that was listed).
-  auto replaced = [&](std::string_view path) { return listed.count(parent_of(path)) || strictly_under(path, walked); };
+  auto replaced = [&](std::string_view path) { return listed.count(parent_dir(path)) || strictly_under(path, walked); };
   ScanResult out;
   out.hashed_files = fresh.hashed_files;
   out.hashed_bytes = fresh.hashed_bytes;
@@ -402,7 +394,7 @@ ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const M
   size_t n = 0;
   out.reused = fresh.reused;
   for (size_t k = 0; k < merged.size(); ++k) {
-    std::string_view parent = parent_of(merged[k].path);
+    std::string_view parent = parent_dir(merged[k].path);
     if (!parent.empty() && !dirs.count(parent)) {
       continue;
     }
@@ -414,7 +406,7 @@ ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const M
   merged.resize(n);
   auto carry = [&](const auto& before, const auto& now, auto& into) {
     for (auto& item : before) {
-      std::string_view parent = parent_of(item.first);
+      std::string_view parent = parent_dir(item.first);
       if (!replaced(item.first) && (parent.empty() || dirs.count(parent))) into.push_back(item);
     }
     into.insert(into.end(), now.begin(), now.end());

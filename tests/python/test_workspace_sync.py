@@ -180,23 +180,33 @@ print("finished")
 """
 
 
-def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
+def synced_then_grown(rundir, tmp_path):
+    """A tree synced once, then edited and grown by 60 MiB (so that the next sync takes a while):
+    (host mesh, source, the host's copy, its staging directory)."""
     src = str(tmp_path / "src")
     write(f"{src}/version.txt", "old")
-    host = xmesh.hosts([fresh_rundir])
+    host = xmesh.hosts([rundir])
     host.sync_workspace(src)
-    root = os.path.join(fresh_rundir, "workspace")
     write(f"{src}/version.txt", "new")
-    for i in range(60):  # enough that the transfer takes a while
+    for i in range(60):
         with open(f"{src}/blob{i:02d}.bin", "wb") as f:
             f.write(os.urandom(2**20))
+    root = os.path.join(rundir, "workspace")
+    return host, src, root, os.path.join(root, ".xmesh-sync", "stage")
+
+
+def staging_has_data(stage):
+    return any(os.listdir(os.path.join(stage, s)) for s in os.listdir(stage))
+
+
+def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
+    host, src, root, stage = synced_then_grown(fresh_rundir, tmp_path)
     script = tmp_path / "sync.py"
     script.write_text(INTERRUPTED)
     child = subprocess.Popen([PYTHON, str(script), fresh_rundir, src], env=dict(os.environ),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    stage = os.path.join(root, ".xmesh-sync", "stage")
     try:
-        assert wait_until(lambda: any(os.listdir(os.path.join(stage, s)) for s in os.listdir(stage)), timeout=60)
+        assert wait_until(lambda: staging_has_data(stage), timeout=60)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:
@@ -212,15 +222,7 @@ def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_r
 
 
 def test_a_host_agent_killed_mid_sync_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
-    src = str(tmp_path / "src")
-    write(f"{src}/version.txt", "old")
-    host = xmesh.hosts([fresh_rundir])
-    host.sync_workspace(src)
-    root = os.path.join(fresh_rundir, "workspace")
-    write(f"{src}/version.txt", "new")
-    for i in range(60):
-        with open(f"{src}/blob{i:02d}.bin", "wb") as f:
-            f.write(os.urandom(2**20))
+    host, src, root, stage = synced_then_grown(fresh_rundir, tmp_path)
     outcome = {}
 
     def sync():
@@ -231,9 +233,8 @@ def test_a_host_agent_killed_mid_sync_leaves_the_old_tree_and_the_next_sync_comp
 
     t = threading.Thread(target=sync)
     t.start()
-    stage = os.path.join(root, ".xmesh-sync", "stage")
     try:
-        assert wait_until(lambda: any(os.listdir(os.path.join(stage, s)) for s in os.listdir(stage)), timeout=60)
+        assert wait_until(lambda: staging_has_data(stage), timeout=60)
         os.kill(int(read(os.path.join(fresh_rundir, "hostd.pid"))), signal.SIGKILL)
     finally:
         t.join(timeout=60)
