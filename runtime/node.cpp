@@ -1,5 +1,6 @@
 #include "node.hpp"
 
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,7 +68,10 @@ Node::~Node() { stop(); }
 
 void Node::start() {
   if (running_.exchange(true)) return;
-  io_ = std::thread([this] { io_loop(); });
+  io_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "xmesh-io");  // shows in top -H, perf, gdb
+    io_loop();
+  });
 }
 
 void Node::stop() {

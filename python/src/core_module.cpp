@@ -7,6 +7,7 @@
 #include <chrono>
 #include <mutex>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "call.hpp"
@@ -280,6 +281,9 @@ PYBIND11_MODULE(_core, m) {
     }
   }, "Creates path (0700) if needed; PermissionError if it belongs to another user.");
   m.def("hostname", &hostname);
+  m.def("name_os_thread", [](const std::string& name) {
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());  // Linux keeps 15 bytes
+  }, "Names the calling thread for top -H, perf and gdb (Python 3.11 does not).");
   m.def("random_hex", &random_hex);
   m.def("drain_releases", &drain_releases);
   m.def("libxmesh_path", []() {

@@ -80,6 +80,7 @@ class ActorThread(threading.Thread):
         self.actor_name = "?"
 
     def run(self):
+        _core.name_os_thread("xmesh-actor")
         for msg in messages(self.inbox):
             kind = msg.kind
             try:

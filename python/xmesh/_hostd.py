@@ -6,6 +6,7 @@ import threading
 import time
 
 from . import _core
+from ._pids import pid_alive
 from ._runtime import Kind, get_runtime
 
 _agents = {}
@@ -36,16 +37,6 @@ def hostd_executable():
     if not found:
         raise RuntimeError("xmesh-hostd not found: run scripts/setup.sh (it installs it on PATH) or set XMESH_HOSTD")
     return found
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _has_children(pid):

@@ -13,6 +13,8 @@ import os
 import re
 import time
 
+from ._pids import pid_alive
+
 LogRecord = collections.namedtuple("LogRecord", "host pid rank coords actor stream time text")
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.log(?:\.(\d+))?$")
@@ -199,12 +201,7 @@ def procs_alive(d):
         pid = info.get("pid")
         if not pid:
             continue
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            continue
-        except PermissionError:
+        if pid_alive(pid):
             return True
     return False
 

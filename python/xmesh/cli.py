@@ -38,15 +38,18 @@ def _shutdown(args):
     except (FileNotFoundError, ValueError):
         print(f"no host agent runs for {rundir}")
         return 0
+    from ._pids import pid_alive
+
+    if not pid_alive(pid):
+        print(f"no host agent runs for {rundir}")
+        return 0
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         print(f"no host agent runs for {rundir}")
         return 0
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             print(f"stopped host agent {pid}")
             return 0
         time.sleep(0.05)
@@ -56,14 +59,14 @@ def _shutdown(args):
 
 def _agent_running(runtime_dir):
     from . import _core
+    from ._pids import pid_alive
 
     rundir = os.path.abspath(runtime_dir or _core.runtime_dir())
     try:
         pid = int(open(os.path.join(rundir, "hostd.pid")).read())
-        os.kill(pid, 0)
-        return True
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+    except (FileNotFoundError, ValueError):
         return False
+    return pid_alive(pid)
 
 
 def _format_age(seconds):

@@ -133,3 +133,22 @@ def test_starting_an_agent_leaves_no_zombie(fresh_rundir):
             if stat[0] == "Z" and int(stat[1]) == me:
                 zombies.append(entry)
     assert zombies == []
+
+
+def test_a_pid_file_naming_a_zombie_starts_a_new_agent(fresh_rundir):
+    # A SIGKILLed agent stays a zombie where the container's init reaps late; its pid file
+    # remains. The next controller must start a new agent, not wait on the dead one's socket.
+    zombie = subprocess.Popen(["true"])
+    assert wait_until(lambda: open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+    try:
+        with open(os.path.join(fresh_rundir, "hostd.pid"), "w") as f:
+            f.write(f"{zombie.pid}\n")
+        from xmesh._pids import pid_alive as product_pid_alive
+
+        assert not product_pid_alive(zombie.pid)
+        r = run_program(SPAWNER, env={"XMESH_RUNTIME_DIR": fresh_rundir})
+        assert r.returncode == 0, r.stderr
+        new = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+        assert new != zombie.pid and pid_alive(new)
+    finally:
+        zombie.wait()
