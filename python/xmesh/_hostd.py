@@ -156,6 +156,10 @@ class HostAgent:
         except Exception:
             pass
         self._wait_gone(pid, timeout)
+        # The connection to the old agent said Hello to it, not to its successor at the same
+        # address (which drops whatever an unauthenticated peer sends): start a new one.
+        rt.node.mark_dead(self.addr, {"kind": "supervision", "text": "the host agent was replaced"})
+        rt.node.revive(self.addr)
         self._start(timeout)
 
     @staticmethod

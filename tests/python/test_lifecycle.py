@@ -152,3 +152,18 @@ def test_a_pid_file_naming_a_zombie_starts_a_new_agent(fresh_rundir):
         assert new != zombie.pid and pid_alive(new)
     finally:
         zombie.wait()
+
+
+def test_an_idle_agent_of_another_build_is_replaced_and_answers(fresh_rundir):
+    # After an upgrade, the idle agent left running is another build: the controller replaces
+    # it and talks to the new one over a new connection (a new Hello), without waiting.
+    env = {"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_HOSTD_IDLE": "60"}
+    r = run_program(SPAWNER, env=env)
+    assert r.returncode == 0, r.stderr
+    old = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    r = run_program("from xmesh import _core\n_core.build_id = lambda: 'an-older-build'\n" + SPAWNER, env=env,
+                    timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout.strip().splitlines()[-1])) == 2
+    new = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    assert new != old and not pid_alive(old)
