@@ -801,18 +801,34 @@ void Node::tick_heartbeats() {
     } catch (const SendError&) {
     }
   }
-  for (auto& l : lost) {
-    std::string text = "host agent at " + l.first + " stopped answering heartbeats for " +
-                       std::to_string(timeout_ms) + " ms";
-    json err = {{"kind", "supervision"}, {"text", text}};
-    mark_dead(l.first, err);
-    for (auto& d : l.second) mark_dead(d, err);
-    Message m;
-    m.header.kind = Kind::PeerDead;
-    m.header.sender = id_;
-    m.header.body = {{"addr", l.first}, {"error", err}, {"host_lost", true}};
-    control_.push(std::move(m));
+  for (auto& l : lost)
+    fail_host(l.first, l.second,
+              "host agent at " + l.first + " stopped answering heartbeats for " + std::to_string(timeout_ms) + " ms");
+}
+
+void Node::lose_host(const std::string& hostd_addr, const std::string& text) {
+  std::set<std::string> dependents;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = hosts_.find(hostd_addr);
+    if (it != hosts_.end()) {
+      if (it->second.dead) return;  // already failed (heartbeats)
+      it->second.dead = true;
+      dependents = it->second.dependents;
+    }
   }
+  fail_host(hostd_addr, dependents, text);
+}
+
+void Node::fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text) {
+  json err = {{"kind", "supervision"}, {"text", text}};
+  mark_dead(hostd_addr, err);
+  for (auto& d : dependents) mark_dead(d, err);
+  Message m;
+  m.header.kind = Kind::PeerDead;
+  m.header.sender = id_;
+  m.header.body = {{"addr", hostd_addr}, {"error", err}, {"host_lost", true}};
+  control_.push(std::move(m));
 }
 
 }  // namespace xmesh

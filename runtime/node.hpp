@@ -105,6 +105,9 @@ class Node {
   void watch_host(const std::string& hostd_addr);
   void unwatch_host(const std::string& hostd_addr);
   void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
+  // The host agent is known gone (its pid ended) before its heartbeats time out: fail it and
+  // its dependent procs now, as the heartbeat timeout would (once; text names the cause).
+  void lose_host(const std::string& hostd_addr, const std::string& text);
 
   // The address of the node whose identity sent a message (learned from its Hello).
   std::string peer_addr(const std::string& identity) const;
@@ -150,6 +153,7 @@ class Node {
   void tick_heartbeats();
   void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
+  void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
 
   std::string role_, addr_, id_;
   uint64_t incarnation_;

@@ -457,6 +457,7 @@ PYBIND11_MODULE(_core, m) {
       .def("watch_host", &Node::watch_host)
       .def("unwatch_host", &Node::unwatch_host)
       .def("add_dependent", &Node::add_dependent)
+      .def("lose_host", &Node::lose_host)
       .def("stats", &Node::stats);
 
   py::class_<Shape>(m, "Shape")

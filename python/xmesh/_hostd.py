@@ -107,8 +107,15 @@ class HostAgent:
     def connect(self, timeout=15.0):
         rt = get_runtime()
         if self._connected:
+            running = self._running_pid()
             if rt.node.dead_reason(self.addr) is None:
-                return self
+                if running == self.pid:
+                    return self
+                # Stopped (`xmesh shutdown`), killed or replaced since we last talked: say so
+                # now rather than when its heartbeats time out, and talk to its successor
+                # over a new connection (the old one's Hello went to the old agent).
+                rt.node.lose_host(self.addr, f"host agent {self.pid} at {self.addr} is gone"
+                                             + (f" (agent {running} runs there now)" if running else ""))
             # The agent was lost (killed, its machine rebooted): whatever it ran is gone with it
             # (its meshes say so), and new work goes to a new agent in the same directory.
             self._connected = False

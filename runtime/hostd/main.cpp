@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -34,6 +35,22 @@ void usage() {
                "  XMESH_STOP_GRACE_MS, XMESH_HEARTBEAT_MS, XMESH_LOG_MAX_BYTES,\n"
                "  XMESH_LOG_KEEP (rotated log files kept per rank), XMESH_WORKSPACE_ROOT (synced\n"
                "  workspaces; default RUNTIME_DIR/workspace), XMESH_SYNC_TIMEOUT_MS\n";
+}
+
+std::string read_pid(const std::string& path) {
+  std::string text;
+  if (!xmesh::read_file(path, text)) return "?";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "?" : text;
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  std::string l = line + "\n";
+  ssize_t n = write(fd, l.data(), l.size());
+  (void)n;
+  close(fd);
 }
 
 void daemonize(const std::string& logfile) {
@@ -89,7 +106,12 @@ int main(int argc, char** argv) {
   std::string lockpath = dir + "/hostd.lock";
   int lockfd = open(lockpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
-    std::cerr << "xmesh-hostd: another host agent already runs for " << dir << "\n";
+    std::string text = lockfd < 0 ? "cannot open " + lockpath + ": " + strerror(errno)
+                                  : "another host agent (pid " + read_pid(dir + "/hostd.pid") + ") holds " + lockpath;
+    std::cerr << "xmesh-hostd: " << text << "\n";
+    // A daemon's stderr is /dev/null: leave the reason where a controller that waits for this
+    // agent looks when it gives up (the end of hostd.log).
+    if (daemon) append_line(dir + "/hostd.log", "[xmesh hostd] pid " + std::to_string(getpid()) + " not started: " + text);
     return 0;
   }
   char cwd_buf[4096];

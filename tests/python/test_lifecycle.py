@@ -167,3 +167,57 @@ def test_an_idle_agent_of_another_build_is_replaced_and_answers(fresh_rundir):
     assert len(json.loads(r.stdout.strip().splitlines()[-1])) == 2
     new = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
     assert new != old and not pid_alive(old)
+
+
+AGENT_GOES_AWAY = """
+import os, signal, subprocess, sys, time
+from xmesh import Actor, ActorError, endpoint, this_host
+
+class Echo(Actor):
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+pm = this_host().spawn_procs({"gpus": 1})
+old = pm.spawn("old", Echo)
+old.pid.call_one().get(timeout=30)
+rundir = os.environ["XMESH_RUNTIME_DIR"]
+agent = int(open(os.path.join(rundir, "hostd.pid")).read())
+if sys.argv[1] == "shutdown":
+    r = subprocess.run([sys.executable, "-m", "xmesh.cli", "shutdown", "--runtime-dir", rundir])
+    assert r.returncode == 0
+else:
+    os.kill(agent, signal.SIGKILL)
+    while open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX":
+        time.sleep(0.01)
+t0 = time.monotonic()
+pm2 = this_host().spawn_procs({"gpus": 1})
+print("new mesh", pm2.spawn("new", Echo).pid.call_one().get(timeout=30) > 0, flush=True)
+try:
+    old.pid.call_one().get(timeout=30)
+    print("old mesh answered")
+except ActorError as e:
+    print("old mesh:", e)
+print("took", round(time.monotonic() - t0), "s")
+"""
+
+
+def _agent_goes_away(fresh_rundir, how):
+    # Heartbeats would notice only after a minute: the controller must see the agent gone itself.
+    env = {"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_HOSTD_TIMEOUT_MS": "60000"}
+    r = run_program(AGENT_GOES_AWAY, env=env, args=(how,), timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert "new mesh True" in r.stdout, r.stdout + r.stderr
+    assert "old mesh answered" not in r.stdout
+    return r
+
+
+def test_a_controller_spawns_again_after_its_agent_was_shut_down(fresh_rundir):
+    r = _agent_goes_away(fresh_rundir, "shutdown")
+    assert "old mesh:" in r.stdout
+
+
+def test_a_controller_spawns_again_after_its_agent_was_killed(fresh_rundir):
+    r = _agent_goes_away(fresh_rundir, "kill")
+    # The old mesh's procs died with their agent: its calls fail naming the agent, not hang.
+    assert "host agent" in r.stdout.split("old mesh:", 1)[1], r.stdout
