@@ -90,17 +90,24 @@ class HostAgent:
         exe = hostd_executable()
         launcher = _core.spawn_detached([exe, "--daemon", "--runtime-dir", self.runtime_dir], env)
         deadline = time.monotonic() + timeout
+        status = 0
         try:
             # The launcher exits as soon as the daemon has forked away: reap it (no zombie).
-            os.waitpid(launcher, 0)
+            status = os.waitpid(launcher, 0)[1]
         except ChildProcessError:
             pass
+        log_path = os.path.join(self.runtime_dir, "hostd.log")
+        if status != 0:  # it could not even start (it says why at the end of its log)
+            log = _read(log_path)
+            raise RuntimeError(f"the host agent for {self.runtime_dir} failed to start "
+                               f"(exit status {os.waitstatus_to_exitcode(status)})"
+                               + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
         sock = os.path.join(self.runtime_dir, "hostd.sock")
         while time.monotonic() < deadline:
             if self._running_pid() and os.path.exists(sock) and len(_read(os.path.join(self.runtime_dir, "cookie"))) >= 32:
                 return
             time.sleep(0.01)
-        log = _read(os.path.join(self.runtime_dir, "hostd.log"))
+        log = _read(log_path)
         raise RuntimeError(f"the host agent for {self.runtime_dir} did not start within {timeout:.0f} s"
                            + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
 

@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
     dir = xmesh::runtime_dir();
   } catch (const std::exception& e) {
     std::cerr << "xmesh-hostd: " << e.what() << "\n";
+    if (daemon && !dir.empty())
+      append_line(dir + "/hostd.log", "[xmesh hostd] pid " + std::to_string(getpid()) + " not started: " + e.what());
     return 1;
   }
   umask(077);

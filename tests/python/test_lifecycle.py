@@ -221,3 +221,14 @@ def test_a_controller_spawns_again_after_its_agent_was_killed(fresh_rundir):
     r = _agent_goes_away(fresh_rundir, "kill")
     # The old mesh's procs died with their agent: its calls fail naming the agent, not hang.
     assert "host agent" in r.stdout.split("old mesh:", 1)[1], r.stdout
+
+
+def test_an_agent_that_cannot_start_fails_the_spawn_at_once(fresh_rundir, tmp_path):
+    # An agent binary that exits at once (here a stand-in writing its reason to the log, as
+    # xmesh-hostd does): the controller says so with the log's end, without a 15 s wait.
+    fake = tmp_path / "broken-hostd"
+    fake.write_text("#!/bin/sh\necho '[xmesh hostd] not started: the disk is on fire' >> \"$3/hostd.log\"\nexit 7\n")
+    fake.chmod(0o755)
+    r = run_program(SPAWNER, env={"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_HOSTD": str(fake)}, timeout=30)
+    assert r.returncode != 0
+    assert "failed to start (exit status 7)" in r.stderr and "the disk is on fire" in r.stderr, r.stderr
