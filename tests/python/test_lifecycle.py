@@ -188,7 +188,12 @@ if sys.argv[1] == "shutdown":
     assert r.returncode == 0
 else:
     os.kill(agent, signal.SIGKILL)
-    while open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX":
+    def state():
+        try:
+            return open(f"/proc/{agent}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"  # already reaped
+    while state() not in ("Z", "X", "gone"):
         time.sleep(0.01)
 t0 = time.monotonic()
 pm2 = this_host().spawn_procs({"gpus": 1})
