@@ -379,6 +379,16 @@ def _rebuild_local_proc_mesh(addr):
     return ProcMesh(None, _core.Shape([], 0, [], []), local_addr=addr)
 
 
+def max_procs_per_host():
+    """How many procs one spawn may start per host (XMESH_MAX_PROCS_PER_HOST, default 1024): a
+    mistyped size must fail at once, not fork until the machine gives out."""
+    value = os.environ.get("XMESH_MAX_PROCS_PER_HOST", "1024")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"XMESH_MAX_PROCS_PER_HOST must be an integer, got {value!r}") from None
+
+
 class HostMesh(MeshTrait):
     """Hosts to spawn procs on. this_host() is one host with no dimension; xmesh.hosts([...])
     has a `hosts` dimension."""
@@ -395,12 +405,18 @@ class HostMesh(MeshTrait):
         Returns the ProcMesh at once; awaiting it (or .initialized) waits until every proc runs."""
         if bootstrap is not None:
             raise NotImplementedError("spawn_procs(bootstrap=...) is not supported by xmesh")
+        if per_host is not None and not isinstance(per_host, dict):
+            raise TypeError(f"per_host must be a dict of dimension sizes such as {{'gpus': 8}}, got {per_host!r}")
         per_host = dict(per_host or {"gpus": 1})
         if "hosts" in per_host and self._shape.ndim:
             raise ValueError("per_host must not name the 'hosts' dimension of a host mesh")
         if name is not None and (not isinstance(name, str) or not name or "/" in name):
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
         local = dense_shape(per_host)
+        limit = max_procs_per_host()
+        if local.size > limit:
+            raise ValueError(f"spawn_procs({per_host}) asks for {local.size:,} procs per host; at most {limit:,} "
+                             "(XMESH_MAX_PROCS_PER_HOST)")
         host_ranks = list(self._shape.ranks())
         sizes = ({"hosts": len(host_ranks)} if self._shape.ndim else {}) | per_host
         shape = dense_shape(sizes)

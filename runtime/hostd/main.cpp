@@ -37,11 +37,12 @@ void usage() {
                "  workspaces; default RUNTIME_DIR/workspace), XMESH_SYNC_TIMEOUT_MS\n";
 }
 
+// " (pid N)" from a pid file, or "" while it is not written yet (the other agent is starting).
 std::string read_pid(const std::string& path) {
   std::string text;
-  if (!xmesh::read_file(path, text)) return "?";
+  if (!xmesh::read_file(path, text)) return "";
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text.empty() ? "?" : text;
+  return text.empty() ? "" : " (pid " + text + ")";
 }
 
 void append_line(const std::string& path, const std::string& line) {
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
   int lockfd = open(lockpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
     std::string text = lockfd < 0 ? "cannot open " + lockpath + ": " + strerror(errno)
-                                  : "another host agent (pid " + read_pid(dir + "/hostd.pid") + ") holds " + lockpath;
+                                  : "another host agent" + read_pid(dir + "/hostd.pid") + " holds " + lockpath;
     std::cerr << "xmesh-hostd: " << text << "\n";
     // A daemon's stderr is /dev/null: leave the reason where a controller that waits for this
     // agent looks when it gives up (the end of hostd.log).

@@ -93,3 +93,8 @@ def test_spawn_argument_errors(procs):
         this_host().spawn_procs({"gpus": 0})
     with pytest.raises(ValueError):
         this_host().spawn_procs({"bad name": 1})
+    with pytest.raises(TypeError, match="per_host must be a dict"):
+        this_host().spawn_procs([2])
+    # A mistyped size fails at once instead of forking until the machine gives out.
+    with pytest.raises(ValueError, match="1,000,000,000 procs per host; at most 1,024"):
+        this_host().spawn_procs({"gpus": 10**9})
