@@ -67,6 +67,16 @@ def show_output_of(rt, call, replies):
         _kernel.drain_output()
 
 
+def check_timeout(timeout):
+    """A timeout is None (no limit) or a number of seconds >= 0."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if not timeout >= 0:  # also NaN
+        raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+
+
 class Done:
     """An awaitable that is already resolved (what a settings call such as logging_option
     returns, so that `await mesh.logging_option(...)` works as in Monarch)."""
@@ -139,6 +149,7 @@ class Future:
         """Waits for the result (seconds; None: no limit). Raises TimeoutError without
         consuming the future, KeyboardInterrupt naming the ranks still running on Ctrl-C."""
         if not self._done:
+            check_timeout(timeout)
             try:
                 ready = self._wait(timeout)
             except KeyboardInterrupt:

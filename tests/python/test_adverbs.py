@@ -108,6 +108,15 @@ def test_future_timeout_does_not_consume_and_result_is_cached(counters):
     assert fut.done()
 
 
+def test_future_rejects_a_timeout_that_is_not_seconds(counters):
+    fut = counters.slice(gpus=0).get.call_one()
+    with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0 or None, got -1"):
+        fut.get(timeout=-1)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds or None, got '5'"):
+        fut.get(timeout="5")
+    assert isinstance(fut.get(timeout=30), int)  # the future is intact
+
+
 def test_cancel_sync_and_async(counters):
     fut = counters.slice(gpus=2).asleep.call_one(30)
     time.sleep(0.2)
