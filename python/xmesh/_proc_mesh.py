@@ -379,6 +379,23 @@ def _rebuild_local_proc_mesh(addr):
     return ProcMesh(None, _core.Shape([], 0, [], []), local_addr=addr)
 
 
+def checked_env(env):
+    """spawn_procs(env=...) as the procs' environment entries: names are non-empty strings
+    without '=', values strings or numbers (4 becomes "4")."""
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of environment variables, got {env!r}")
+    out = {}
+    for k, v in env.items():
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+            raise ValueError(f"env names must be non-empty strings without '=', got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)) or "\0" in str(v):
+            raise ValueError(f"env[{k!r}] must be a string or a number, got {v!r}")
+        out[k] = str(v)
+    return out
+
+
 def max_procs_per_host():
     """How many procs one spawn may start per host (XMESH_MAX_PROCS_PER_HOST, default 1024): a
     mistyped size must fail at once, not fork until the machine gives out."""
@@ -413,6 +430,7 @@ class HostMesh(MeshTrait):
         if name is not None and (not isinstance(name, str) or not name or "/" in name):
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
         local = dense_shape(per_host)
+        checked_env(env)  # before anything starts
         limit = max_procs_per_host()
         if local.size > limit:
             raise ValueError(f"spawn_procs({per_host}) asks for {local.size:,} procs per host; at most {limit:,} "
@@ -439,7 +457,7 @@ class HostMesh(MeshTrait):
         # fails it through supervision.
         ready_call = rt.node.expect([alloc.procs[r]["addr"] for r in range(shape.size)])
         common_env = {k: v for k, v in os.environ.items() if isinstance(v, str)}
-        common_env.update({str(k): str(v) for k, v in (env or {}).items()})
+        common_env.update(checked_env(env))
         common_env.update(proc_environment())
         common_env["XMESH_READY_CORR"] = str(ready_call.id)
         argv = [PYTHON, "-m", "xmesh._worker"]

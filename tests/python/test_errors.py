@@ -98,3 +98,9 @@ def test_spawn_argument_errors(procs):
     # A mistyped size fails at once instead of forking until the machine gives out.
     with pytest.raises(ValueError, match="1,000,000,000 procs per host; at most 1,024"):
         this_host().spawn_procs({"gpus": 10**9})
+    with pytest.raises(TypeError, match="env must be a dict"):
+        this_host().spawn_procs({"gpus": 1}, env=3)
+    with pytest.raises(ValueError, match=r"env\['A'\] must be a string or a number, got None"):
+        this_host().spawn_procs({"gpus": 1}, env={"A": None})
+    with pytest.raises(ValueError, match="env names must be non-empty strings without '='"):
+        this_host().spawn_procs({"gpus": 1}, env={"A=B": "1"})
