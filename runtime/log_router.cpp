@@ -235,6 +235,7 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
     pos = end;
     ++line_no;
     if (!take_token(now)) {
+      if (held_.empty()) held_since_ms_ = now;  // the notice comes a second later, with the count
       Held& h = held_[{cell, alloc_id}];
       for (auto r : ranks) ++h.by_rank[r];
       h.total += ranks.size();
@@ -274,13 +275,12 @@ void LogRouter::expire_windows(int64_t now) {
     if (!kv.second.agg.empty() && kv.second.deadline_ms <= now) flush_bucket(kv.second);
   for (auto it = buckets_.begin(); it != buckets_.end();)
     it = it->second.agg.empty() ? buckets_.erase(it) : std::next(it);
-  if (!held_.empty() && now - last_notice_ms_ >= 1000) emit_held_notices();
+  if (!held_.empty() && now - held_since_ms_ >= 1000) emit_held_notices();
 }
 
 // "[xmesh] held back 12,000 lines (display limit 1000 lines/s): ranks 0-3: 3,000 each; every
 // line is in the log files: xmesh logs NAME" (on stderr, into the cell the lines belong to).
 void LogRouter::emit_held_notices() {
-  last_notice_ms_ = now_ms();
   for (auto& kv : held_) {
     const Held& h = kv.second;
     const Alloc& a = alloc_of(kv.first.second);

@@ -125,7 +125,7 @@ class LogRouter {
   int64_t default_window_ms_ = -1;
   int64_t rate_ = 0, burst_ = 0;
   double tokens_ = 0;
-  int64_t tokens_at_ms_ = 0, last_notice_ms_ = 0;
+  int64_t tokens_at_ms_ = 0, held_since_ms_ = 0;  // held_since: when held_ became non-empty
   std::vector<LogChunk> pending_;  // emitted since the last publish, in order
   std::map<std::pair<std::string, int>, bool> open_line_;  // (cell, stream) whose last text had no newline
   std::deque<LogChunk> out_;
