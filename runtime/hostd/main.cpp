@@ -45,11 +45,13 @@ std::string read_pid(const std::string& path) {
   return text.empty() ? "" : " (pid " + text + ")";
 }
 
-void append_line(const std::string& path, const std::string& line) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+// Why this agent did not start, for a daemon whose stderr is /dev/null: at the end of
+// hostd.log, where a controller that waits for the agent looks when it gives up.
+void log_not_started(const std::string& dir, const std::string& why) {
+  int fd = open((dir + "/hostd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return;
-  std::string l = line + "\n";
-  ssize_t n = write(fd, l.data(), l.size());
+  std::string line = "[xmesh hostd] pid " + std::to_string(getpid()) + " not started: " + why + "\n";
+  ssize_t n = write(fd, line.data(), line.size());
   (void)n;
   close(fd);
 }
@@ -100,8 +102,7 @@ int main(int argc, char** argv) {
     dir = xmesh::runtime_dir();
   } catch (const std::exception& e) {
     std::cerr << "xmesh-hostd: " << e.what() << "\n";
-    if (daemon && !dir.empty())
-      append_line(dir + "/hostd.log", "[xmesh hostd] pid " + std::to_string(getpid()) + " not started: " + e.what());
+    if (daemon && !dir.empty()) log_not_started(dir, e.what());
     return 1;
   }
   umask(077);
@@ -112,9 +113,7 @@ int main(int argc, char** argv) {
     std::string text = lockfd < 0 ? "cannot open " + lockpath + ": " + strerror(errno)
                                   : "another host agent" + read_pid(dir + "/hostd.pid") + " holds " + lockpath;
     std::cerr << "xmesh-hostd: " << text << "\n";
-    // A daemon's stderr is /dev/null: leave the reason where a controller that waits for this
-    // agent looks when it gives up (the end of hostd.log).
-    if (daemon) append_line(dir + "/hostd.log", "[xmesh hostd] pid " + std::to_string(getpid()) + " not started: " + text);
+    if (daemon) log_not_started(dir, text);
     return 0;
   }
   char cwd_buf[4096];
