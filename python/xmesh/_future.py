@@ -148,8 +148,8 @@ class Future:
     def get(self, timeout=None):
         """Waits for the result (seconds; None: no limit). Raises TimeoutError without
         consuming the future, KeyboardInterrupt naming the ranks still running on Ctrl-C."""
+        check_timeout(timeout)
         if not self._done:
-            check_timeout(timeout)
             try:
                 ready = self._wait(timeout)
             except KeyboardInterrupt:

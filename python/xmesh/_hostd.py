@@ -6,7 +6,7 @@ import threading
 import time
 
 from . import _core
-from ._pids import pid_alive
+from ._pids import pid_alive, running_agent_pid
 from ._runtime import Kind, get_runtime
 
 _agents = {}
@@ -79,10 +79,7 @@ class HostAgent:
         self._connected = False
 
     def _running_pid(self):
-        text = _read(os.path.join(self.runtime_dir, "hostd.pid"))
-        if text.isdigit() and pid_alive(int(text)):
-            return int(text)
-        return None
+        return running_agent_pid(self.runtime_dir)
 
     def _start(self, timeout):
         env = dict(os.environ)
@@ -114,8 +111,8 @@ class HostAgent:
     def connect(self, timeout=15.0):
         rt = get_runtime()
         if self._connected:
-            running = self._running_pid()
             if rt.node.dead_reason(self.addr) is None:
+                running = self._running_pid()
                 if running == self.pid:
                     return self
                 # Stopped (`xmesh shutdown`), killed or replaced since we last talked: say so

@@ -18,3 +18,13 @@ def pid_alive(pid):
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
+
+
+def running_agent_pid(runtime_dir):
+    """The pid of the host agent that runs for runtime_dir (its pid file), or None."""
+    try:
+        with open(os.path.join(runtime_dir, "hostd.pid")) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and pid_alive(int(text)) else None

@@ -430,7 +430,7 @@ class HostMesh(MeshTrait):
         if name is not None and (not isinstance(name, str) or not name or "/" in name):
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
         local = dense_shape(per_host)
-        checked_env(env)  # before anything starts
+        user_env = checked_env(env)  # before anything starts
         limit = max_procs_per_host()
         if local.size > limit:
             raise ValueError(f"spawn_procs({per_host}) asks for {local.size:,} procs per host; at most {limit:,} "
@@ -457,7 +457,7 @@ class HostMesh(MeshTrait):
         # fails it through supervision.
         ready_call = rt.node.expect([alloc.procs[r]["addr"] for r in range(shape.size)])
         common_env = {k: v for k, v in os.environ.items() if isinstance(v, str)}
-        common_env.update(checked_env(env))
+        common_env.update(user_env)
         common_env.update(proc_environment())
         common_env["XMESH_READY_CORR"] = str(ready_call.id)
         argv = [PYTHON, "-m", "xmesh._worker"]

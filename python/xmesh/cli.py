@@ -31,16 +31,11 @@ def _status(args):
 
 def _shutdown(args):
     from . import _core
+    from ._pids import pid_alive, running_agent_pid
 
     rundir = os.path.abspath(args.runtime_dir or _core.runtime_dir())
-    try:
-        pid = int(open(os.path.join(rundir, "hostd.pid")).read())
-    except (FileNotFoundError, ValueError):
-        print(f"no host agent runs for {rundir}")
-        return 0
-    from ._pids import pid_alive
-
-    if not pid_alive(pid):
+    pid = running_agent_pid(rundir)
+    if pid is None:
         print(f"no host agent runs for {rundir}")
         return 0
     try:
@@ -59,14 +54,9 @@ def _shutdown(args):
 
 def _agent_running(runtime_dir):
     from . import _core
-    from ._pids import pid_alive
+    from ._pids import running_agent_pid
 
-    rundir = os.path.abspath(runtime_dir or _core.runtime_dir())
-    try:
-        pid = int(open(os.path.join(rundir, "hostd.pid")).read())
-    except (FileNotFoundError, ValueError):
-        return False
-    return pid_alive(pid)
+    return running_agent_pid(os.path.abspath(runtime_dir or _core.runtime_dir())) is not None
 
 
 def _format_age(seconds):

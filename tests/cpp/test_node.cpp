@@ -263,3 +263,29 @@ TEST_CASE("strangers are refused and never dispatched", "[node][security]") {
     CHECK(b.stats().malformed >= 150);
   }
 }
+
+TEST_CASE("a host known gone fails with its dependent procs at once, once", "[node]") {
+  Node a("controller", tmp_addr("lh"), "k");
+  a.set_default_cookie("k");
+  a.start();
+  const std::string host = "ipc:///tmp/xmesh-nobody-host-" + std::to_string(getpid());
+  const std::string proc = "ipc:///tmp/xmesh-nobody-proc-" + std::to_string(getpid());
+  a.watch_host(host);
+  a.add_dependent(host, proc);
+  Header h;
+  h.kind = Kind::Call;
+  auto pending = a.call({{proc, "x"}}, h, {}, true);
+  CHECK_FALSE(pending->done());
+  a.lose_host(host, "host agent 42 is gone");
+  REQUIRE(pending->wait_done(100));  // no heartbeat timeout to sit out
+  CHECK(pending->take().at(0).body["text"] == "host agent 42 is gone");
+  auto notice = a.control().pop(1000);
+  REQUIRE(notice);
+  CHECK(notice->header.kind == Kind::PeerDead);
+  CHECK(notice->header.body["host_lost"] == true);
+  a.lose_host(host, "again");  // already failed: no second notice
+  CHECK_FALSE(a.control().pop(100));
+  json err;
+  REQUIRE(a.is_dead(proc, &err));
+  CHECK(err["text"] == "host agent 42 is gone");
+}
