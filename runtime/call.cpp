@@ -91,6 +91,36 @@ bool Call::wait_any(int timeout_ms) {
   return !untaken_.empty();
 }
 
+WaitOutcome Call::wait_for(bool any, int timeout_ms) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto ready = [&] { return any ? !untaken_.empty() || received_ == have_.size() : received_ == have_.size() || fatal_; };
+  auto outcome = [&] {
+    if (ready()) return WaitOutcome::Ready;
+    if (woken_) {
+      woken_ = false;
+      return WaitOutcome::Woken;
+    }
+    return WaitOutcome::Timeout;
+  };
+  if (timeout_ms == 0 || ready() || woken_) return outcome();
+  if (any) ++any_waiters_;
+  auto stop = [&] { return ready() || woken_; };
+  if (timeout_ms < 0)
+    cv_.wait(g, stop);
+  else
+    cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), stop);
+  if (any) --any_waiters_;
+  return outcome();
+}
+
+void Call::wake() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
+
 std::vector<CallResult> Call::take() {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<CallResult> out;

@@ -19,6 +19,9 @@ struct CallResult {
   std::vector<zmq::message_t> frames;
 };
 
+// Why a wait_for returned.
+enum class WaitOutcome { Ready, Woken, Timeout };
+
 class Call {
  public:
   Call(uint64_t id, std::vector<std::string> target_addrs);
@@ -42,6 +45,12 @@ class Call {
   bool wait_done(int timeout_ms);
   // Waits until a result not yet taken exists or the call is done. True if one exists.
   bool wait_any(int timeout_ms);
+  // The one wait behind every Future and stream: until the call is done or fatal (any=false)
+  // or a result not yet taken exists (any=true), or wake() is called (Woken: the waiter has
+  // something else to do, such as showing output or a debugger stop), up to timeout_ms (-1:
+  // forever). A wake() that came before the wait makes it return Woken at once.
+  WaitOutcome wait_for(bool any, int timeout_ms);
+  void wake();
   // Moves out the results that arrived since the last take, in arrival order.
   std::vector<CallResult> take();
   std::vector<int64_t> missing() const;
@@ -57,6 +66,7 @@ class Call {
   std::vector<bool> have_;
   size_t received_ = 0;
   bool fatal_ = false;
+  bool woken_ = false;
   int any_waiters_ = 0;  // threads in wait_any(): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
   int efd_ = -1;

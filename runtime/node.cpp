@@ -36,6 +36,7 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie)
   heartbeat_ms_ = env_int("XMESH_HEARTBEAT_MS", 1000);
   hostd_timeout_ms_ = env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
   actor_wait_ms_ = env_int("XMESH_ACTOR_WAIT_MS", 10000);
+  max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
 
   if (bind_addr.rfind("ipc://", 0) == 0) {
@@ -437,7 +438,9 @@ std::string Node::peer_addr(const std::string& identity) const {
 
 NodeStats Node::stats() const {
   std::lock_guard<std::mutex> g(mu_);
-  return stats_;
+  NodeStats s = stats_;
+  s.peers = in_.size();
+  return s;
 }
 
 void Node::send_refusal(const std::string& to_addr, const std::string& reason) {
@@ -478,6 +481,10 @@ void Node::io_loop() {
     int64_t now = now_ms();
     if (now >= next_tick) {
       next_tick = now + poll_ms;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!gone_addrs_.empty()) forget_gone_peers();
+      }
       tick_heartbeats();
       expire_waiting_for_actor();
     }
@@ -528,13 +535,7 @@ void Node::handle_frames(std::vector<zmq::message_t>& parts) {
   m.frames.reserve(parts.size() - 2);
   for (size_t i = 2; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
 
-  // in_ is touched only by this thread, but peer_addr() reads it: guard the lookup.
-  InPeer* in;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (in_.size() > 100000) in_.clear();  // bound memory against identity floods
-    in = &in_[identity];
-  }
+  InPeer* in = &in_peer(identity);
   if (in->refused) return;
   if (!in->authed) {
     if (m.header.kind == Kind::Hello) {
@@ -571,6 +572,45 @@ void Node::handle_frames(std::vector<zmq::message_t>& parts) {
   dispatch(*in, std::move(m));
 }
 
+Node::InPeer& Node::in_peer(const std::string& identity) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!gone_addrs_.empty()) forget_gone_peers();
+  auto it = in_.find(identity);
+  if (it != in_.end()) return it->second;
+  if (pending_peers_ >= max_pending_peers_) {
+    // An identity flood (or a peer that never says Hello): drop the strangers, never a peer
+    // that authenticated, whose Hello will not come again.
+    for (auto e = in_.begin(); e != in_.end();) {
+      if (e->second.authed) {
+        ++e;
+      } else {
+        e = in_.erase(e);
+        ++stats_.evicted;
+      }
+    }
+    pending_peers_ = 0;
+  }
+  ++pending_peers_;
+  return in_[identity];
+}
+
+void Node::forget_peer(const std::string& addr) {
+  if (addr.empty()) return;
+  std::lock_guard<std::mutex> g(mu_);
+  gone_addrs_.push_back(addr);
+}
+
+void Node::forget_gone_peers() {
+  std::set<std::string> gone(gone_addrs_.begin(), gone_addrs_.end());
+  gone_addrs_.clear();
+  for (auto e = in_.begin(); e != in_.end();) {
+    if (e->second.authed && gone.count(e->second.addr))
+      e = in_.erase(e);
+    else
+      ++e;
+  }
+}
+
 void Node::handle_hello(InPeer& in, const std::string& identity, const Message& m) {
   (void)identity;
   const json& b = m.header.body;
@@ -604,6 +644,7 @@ void Node::handle_hello(InPeer& in, const std::string& identity, const Message& 
   std::string reply_cookie = str("reply_cookie");
   std::lock_guard<std::mutex> g(mu_);
   in.authed = true;
+  if (pending_peers_ > 0) --pending_peers_;
   in.addr = addr;
   in.node_id = m.header.sender;
   in.seq.accept(m.header.incarnation, m.header.seq);
@@ -721,6 +762,7 @@ void Node::dispatch(InPeer& in, Message m) {
       if (!addr.empty()) {
         json err = {{"kind", "supervision"}, {"text", b.value("text", std::string("proc died"))}, {"info", b}};
         mark_dead(addr, err);
+        forget_peer(addr);  // the process ended: its connections will say nothing more
         std::set<std::string> subs;
         {
           std::lock_guard<std::mutex> g(mu_);
@@ -740,8 +782,10 @@ void Node::dispatch(InPeer& in, Message m) {
       return;
     }
     case Kind::PeerDead: {
-      if (b.is_object() && b.contains("addr") && b["addr"].is_string())
+      if (b.is_object() && b.contains("addr") && b["addr"].is_string()) {
         mark_dead(b["addr"].get<std::string>(), b.value("error", json::object()));
+        forget_peer(b["addr"].get<std::string>());
+      }
       control_.push(std::move(m));
       return;
     }

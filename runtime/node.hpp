@@ -39,6 +39,8 @@ struct Target {
 
 struct NodeStats {
   uint64_t sent = 0, received = 0, rejected = 0, malformed = 0, gaps = 0, duplicates = 0;
+  uint64_t peers = 0;    // inbound connections known now (authenticated or not)
+  uint64_t evicted = 0;  // unauthenticated identities dropped to bound memory
 };
 
 class Node {
@@ -111,6 +113,11 @@ class Node {
 
   // The address of the node whose identity sent a message (learned from its Hello).
   std::string peer_addr(const std::string& identity) const;
+  // The peer at addr is gone for good (its process ended, it said goodbye): forget what its
+  // inbound connections authenticated, so that memory stays bounded by the live peers. Only
+  // gone peers are forgotten: a peer says Hello once per connection, so a live one that was
+  // forgotten would be muted. A ProcExited or PeerDead notice forgets that address too.
+  void forget_peer(const std::string& addr);
   NodeStats stats() const;
 
   // Answers DumpStacks from the I/O thread itself, without waiting for anything the rest of
@@ -153,6 +160,8 @@ class Node {
   void tick_heartbeats();
   void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
+  InPeer& in_peer(const std::string& identity);  // I/O thread only
+  void forget_gone_peers();                       // I/O thread only
   void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
 
   std::string role_, addr_, id_;
@@ -167,7 +176,12 @@ class Node {
 
   mutable std::mutex mu_;  // guards everything below
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
-  std::unordered_map<std::string, InPeer> in_;  // by ZeroMQ routing id (I/O thread only)
+  // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
+  // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
+  // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.
+  std::unordered_map<std::string, InPeer> in_;
+  size_t pending_peers_ = 0, max_pending_peers_ = 0;
+  std::vector<std::string> gone_addrs_;  // forget_peer() requests, applied by the I/O thread
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
   std::string default_cookie_;

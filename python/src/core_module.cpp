@@ -14,6 +14,7 @@
 #include "inbox.hpp"
 #include "log_router.hpp"
 #include "node.hpp"
+#include "waker.hpp"
 #include "output_marker.hpp"
 #include "process.hpp"
 #include "shape.hpp"
@@ -362,6 +363,14 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("closed", &Inbox::closed)
       .def("__len__", &Inbox::size);
 
+  py::enum_<WaitOutcome>(m, "WaitOutcome")
+      .value("Ready", WaitOutcome::Ready)
+      .value("Woken", WaitOutcome::Woken)
+      .value("Timeout", WaitOutcome::Timeout);
+  m.def("wake_main", []() { main_waker().notify(); },
+        "Wakes the main thread's wait (output to show, a debugger stop); kept if nobody waits.");
+  m.def("take_wake", []() { return main_waker().take(); }, "True if wake_main() came since the last take.");
+  m.def("wake_fd", []() { return main_waker().fd(); }, "An fd readable while a wake_main() is pending.");
   py::class_<Call, std::shared_ptr<Call>>(m, "Call")
       .def_property_readonly("id", &Call::id)
       .def("__len__", &Call::size)
@@ -372,6 +381,21 @@ PYBIND11_MODULE(_core, m) {
       .def("wait", [](Call& c, const py::object& timeout) {
         return wait_sliced([&](int ms) { return c.wait_done(ms); }, opt_timeout(timeout));
       }, py::arg("timeout") = py::none())
+      .def("wait_for", [](const std::shared_ptr<Call>& c, const py::object& timeout, bool any, bool wakeable) {
+        // wakeable: the main thread's wait, which main_waker().notify() interrupts (Woken).
+        struct Leave {
+          bool on;
+          ~Leave() { if (on) main_waker().leave(); }
+        } leave{wakeable};
+        if (wakeable) main_waker().enter(c);
+        WaitOutcome out = WaitOutcome::Timeout;
+        bool ended = wait_sliced([&](int ms) {
+          out = c->wait_for(any, ms);
+          return out != WaitOutcome::Timeout;
+        }, opt_timeout(timeout));
+        return ended ? out : WaitOutcome::Timeout;
+      }, py::arg("timeout"), py::arg("any") = false, py::arg("wakeable") = false,
+         "The one wait (see runtime/call.hpp wait_for): Ready, Woken or Timeout.")
       .def("wait_any", [](Call& c, const py::object& timeout) {
         return wait_sliced([&](int ms) { return c.wait_any(ms) || c.done(); }, opt_timeout(timeout));
       }, py::arg("timeout") = py::none())
@@ -511,6 +535,7 @@ PYBIND11_MODULE(_core, m) {
     *g_main_call = std::move(fn);
   }, "Sets the function call_on_main_thread() schedules.");
   m.def("call_on_main_thread", []() {
+    main_waker().notify();  // a main thread waiting on a call (without the GIL) runs it now
     {
       std::lock_guard<std::mutex> g(g_main_call_mu);
       if (g_main_call_scheduled || !g_main_call) return;

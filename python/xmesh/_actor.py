@@ -1,5 +1,4 @@
 """Actors, endpoints and actor meshes: the user-facing calling API (Monarch's adverbs)."""
-import asyncio
 import functools
 import html
 import inspect
@@ -7,7 +6,7 @@ import itertools
 import logging
 import random
 
-from . import _kernel, _logfiles, _pickling
+from . import _kernel, _logfiles, _pickling, _wait
 from ._context import current_cell
 from ._display import html_table
 from ._errors import ActorError
@@ -155,6 +154,12 @@ class ActorMesh(MeshTrait):
         records = pm._read_logs(sorted(mine), stream, grep, None, actor=ref.name)
         return _logfiles.last([r._replace(rank=mine[r.rank]) for r in records], tail)
 
+    def _lease(self):
+        """The lease of the unnamed allocation under these actors (None when named or local):
+        a call in flight holds it, so its procs outlive the call's temporaries."""
+        pm = self._proc_mesh
+        return pm._lease if pm is not None else None
+
     def _owning_proc_mesh(self, what):
         pm = self._proc_mesh
         if pm is None or pm._alloc is None:
@@ -275,7 +280,8 @@ class Endpoint:
         """Calls every actor; a Future of the ValueMesh of results."""
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "call")
-        return Future(call, _convert_values(self._mesh._shape), described, f"{self._name}.call()")
+        return Future(call, _convert_values(self._mesh._shape), described, f"{self._name}.call()",
+                      self._mesh._lease())
 
     def call_one(self, *args, **kwargs):
         """Calls the single actor of this mesh; a Future of its result."""
@@ -284,7 +290,7 @@ class Endpoint:
                              f"{self._mesh.sizes}: slice it first, or use call() or choose()")
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "call_one")
-        return Future(call, _convert_one, described, f"{self._name}.call_one()")
+        return Future(call, _convert_one, described, f"{self._name}.call_one()", self._mesh._lease())
 
     def choose(self, *args, **kwargs):
         """Calls one actor of the mesh (rotating through them); a Future of its result."""
@@ -293,13 +299,13 @@ class Endpoint:
             raise ValueError("choose() on an empty mesh")
         i = next(self._mesh._choose_counter) % len(targets)
         call, described = self._send([targets[i]], [described[i]], args, kwargs, "choose")
-        return Future(call, _convert_one, described, f"{self._name}.choose()")
+        return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease())
 
     def stream(self, *args, **kwargs):
         """Calls every actor and yields results as they arrive (in arrival order)."""
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "stream")
-        return _Stream(call, described, self._name)
+        return _Stream(call, described, self._name, self._mesh._lease())
 
     def broadcast(self, *args, **kwargs):
         """Sends to every actor without waiting; an exception goes to the fault hook (printed by
@@ -318,8 +324,8 @@ class Endpoint:
 class _Stream:
     """Results of a stream(): iterate for values as they arrive, or `async for`."""
 
-    def __init__(self, call, described, name):
-        self._fut = Future(call, lambda r, f: None, described, f"{name}.stream()")
+    def __init__(self, call, described, name, keepalive=None):
+        self._fut = Future(call, lambda r, f: None, described, f"{name}.stream()", keepalive)
         self._call = call
         self._pending = []
         self._yielded = 0
@@ -331,39 +337,39 @@ class _Stream:
         raise self._fut.error_for(index, body, frames)
 
     def __iter__(self):
+        description = self._fut._description
         while self._yielded < len(self._call):
             if not self._pending:
                 try:
-                    self._call.wait_any(None)
+                    _wait.wait_call(self._call, None, description, any_result=True)
                 except KeyboardInterrupt:
-                    raise KeyboardInterrupt(f"interrupted stream; ranks still running: {self._fut.running_ranks()}") from None
+                    _wait.interrupted(self._fut)
+                    raise KeyboardInterrupt(f"interrupted stream; ranks still running: {self._fut.running_ranks()} "
+                                            f"({_wait.cancel_hint()})") from None
                 self._pending.extend(self._call.take())
                 continue
             index, ok, body, frames = self._pending.pop(0)
             self._yielded += 1
             yield self._value_of(index, ok, body, frames)
+        self._finished()
+
+    def _finished(self):
         get_runtime().node.forget_call(self._call.id)
+        self._fut._keepalive = None  # the allocation may stop once its last handle goes
 
     def __aiter__(self):
         return self._agen()
 
     async def _agen(self):
-        loop = asyncio.get_running_loop()
-        fd = self._call.fileno()
         try:
             while self._yielded < len(self._call):
                 if not self._pending:
                     self._pending.extend(self._call.take())
                     if not self._pending:
-                        waiter = loop.create_future()
-                        loop.add_reader(fd, lambda: waiter.done() or waiter.set_result(None))
-                        try:
-                            await waiter
-                        finally:
-                            loop.remove_reader(fd)
+                        await _wait.wait_call_async(self._call, self._fut._description, any_result=True)
                     continue
                 index, ok, body, frames = self._pending.pop(0)
                 self._yielded += 1
                 yield self._value_of(index, ok, body, frames)
         finally:
-            get_runtime().node.forget_call(self._call.id)
+            self._finished()

@@ -234,7 +234,45 @@ class ActorHost:
         self._lock = threading.Lock()
 
     def start(self):
+        self._serve_control(self.rt.control)
         threading.Thread(target=self._events, name="xmesh-actor-host", daemon=True).start()
+
+    def _serve_control(self, table):
+        """The control messages of a process that hosts actors (a proc, or a controller with
+        this_proc() actors): every such process answers them the same way."""
+        node = self.rt.node
+        table.on(Kind.Cancel, lambda msg: self.cancel(msg.actor, msg.body.get("corr"), msg.body.get("index")))
+        # The controller's flush barrier (end of a cell): everything written so far, then a
+        # marker (seq 0 where no host agent reads this process's output: nothing to wait for).
+        table.on(Kind.FlushOutput, lambda msg: node.reply(msg, True, {"m": _proc_output.flush_marker()}))
+        table.on(Kind.ProcInfo, self._proc_info)
+        table.on(Kind.Reload, self._reload)
+        table.on(Kind.Configure, self._configure)
+        table.on(Kind.DebugCommand, lambda msg: _debug_proc.deliver(msg.body or {}))
+
+    def _proc_info(self, msg):
+        info = {"pid": os.getpid(), "actors": self.describe()}
+        if (msg.body or {}).get("async_stacks"):  # the debugger's `where`: what async endpoints await
+            info["async_stacks"] = self.async_stacks()
+        self.rt.node.reply(msg, True, info)
+
+    def _reload(self, msg):
+        """A sync changed these files: reload their modules here, between two messages of no
+        particular actor (the GIL makes each reload whole)."""
+        from . import _reload
+
+        result = _reload.reload_files((msg.body or {}).get("files", []))
+        self.forget_endpoint_cache()
+        self.rt.node.reply(msg, True, result)
+
+    def _configure(self, msg):
+        body = msg.body or {}
+        if "log_level" in body:
+            _proc_output.set_log_level(body["log_level"])
+        if "post_mortem" in body:
+            _debug_proc.set_post_mortem(body["post_mortem"])
+        if msg.corr:
+            self.rt.node.reply(msg, True, {})
 
     def _events(self):
         node = self.rt.node

@@ -14,6 +14,7 @@ import threading
 import time
 
 from . import _core
+from ._wait import Request, request
 
 RESUME_WAIT_S = 0.5    # after a command lets a rank run on, how long to wait for its next stop
 ANSWER_WAIT_S = 30.0   # how long a pdb command may take before the prompt comes back without it
@@ -148,6 +149,7 @@ class DebugController:
                     s.stack = [tuple(f) for f in body.get("stack", [])]
                     s.shown = False
                     self.new_stop = True
+                    _core.wake_main()  # a waiting get() / await / stream opens the prompt now
                     self.last_stop_at = time.monotonic()
                     threading.Timer(NOTICE_DELAY_S, self._notice_if_unseen, (s,)).start()
             elif ev == "running":
@@ -245,6 +247,7 @@ class DebugController:
             left = [s for s in self.sessions.values() if s.state == "stopped"]
             if left:
                 self.new_stop = True
+                _core.wake_main()
             return left
 
     def _interrupt_local_prompt(self):
@@ -342,10 +345,9 @@ class DebugController:
             return
         # Wait for the acknowledgements: procs apply it on their control thread, and a call sent
         # right after must not beat it to the actor loop (the setting would come too late for it).
-        call = self.rt.node.call([(a, "") for a in addrs], int(Kind.Configure), "",
-                                 {"post_mortem": self.post_mortem}, None, True)
-        call.wait(10)  # a proc holding its GIL in C answers late: not forever
-        self.rt.node.forget_call(call.id)
+        # (a proc holding its GIL in C answers late: not forever)
+        request(self.rt.node, addrs, Kind.Configure, {"post_mortem": self.post_mortem}, timeout=10,
+                description="post-mortem setting")
 
     # -- stacks -------------------------------------------------------------------------------------
     def stacks(self, timeout=2.0):
@@ -360,21 +362,19 @@ class DebugController:
         unanswered = []
         if addrs:
             deadline = time.monotonic() + timeout
-            targets = [(a, "") for a in addrs]
-            call = self.rt.node.call(targets, int(Kind.DumpStacks), "", {}, None, True)
+            dumping = Request(self.rt.node, addrs, Kind.DumpStacks)
             # What async endpoints await is in their suspended coroutines, which only Python
             # can walk (with the GIL): asked beside the GIL-free dump, used where it answers.
-            tasks = self.rt.node.call(targets, int(Kind.ProcInfo), "", {"async_stacks": True}, None, True)
-            call.wait(timeout)
-            tasks.wait(max(0.0, deadline - time.monotonic()))
+            asking = Request(self.rt.node, addrs, Kind.ProcInfo, {"async_stacks": True})
+            dumps = dumping.answers(timeout, "`where`")
+            tasks = asking.answers(max(0.0, deadline - time.monotonic()), "`where`")
             awaiting = {}
-            for _index, ok, body, _ in tasks.take():
+            for ok, body, _ in tasks.values():
                 for label, frames in (body.get("async_stacks", {}) if ok else {}).items():
                     actor, rank = label.split("\t", 1)
                     awaiting[(actor, int(rank))] = [tuple(f) for f in frames]
-            self.rt.node.forget_call(tasks.id)
             answered = set()
-            for index, ok, body, _ in call.take():
+            for index, (ok, body, _) in dumps.items():
                 answered.add(index)
                 if not ok:
                     continue
@@ -392,7 +392,6 @@ class DebugController:
                         continue
                     user = _user_frames(frames)
                     by_mesh.setdefault(actor, []).append((rank, "running" if user else "idle", user))
-            self.rt.node.forget_call(call.id)
             unanswered = [addrs[i] for i in range(len(addrs)) if i not in answered]
         for (actor, rank), s in stopped.items():
             by_mesh.setdefault(actor, []).append((rank, f"stopped in pdb ({s.reason})", s.stack))
@@ -779,3 +778,28 @@ class _DebugFunction:
 
 
 debug = _DebugFunction()
+
+
+def _serve_controller(rt):
+    """What the controller runtime hears for the debugger: stops, answers and ends of pdb
+    sessions, and procs that died (their sessions leave the table)."""
+    from ._runtime import Kind
+
+    def on_proc_exited(msg):
+        ctrl = controller_if_started()
+        if ctrl is not None:
+            ctrl.on_proc_exited(msg.body.get("addr"), msg.body.get("text", "the proc exited"))
+
+    rt.control.on(Kind.DebugEvent, lambda msg: controller().on_event(msg))
+    rt.control.on(Kind.ProcExited, on_proc_exited)
+
+
+def _register():
+    from ._runtime import on_controller_start
+    from ._wait import add_wake_hook
+
+    on_controller_start(_serve_controller)
+    add_wake_hook(on_wait)  # a waiting get(), await or stream opens the prompt for new stops
+
+
+_register()

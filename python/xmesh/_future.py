@@ -1,10 +1,9 @@
-"""Future: the result of a call. `get(timeout)` waits without the GIL, in slices that let
-Ctrl-C through; a timeout does not consume the future; the outcome is cached; `await` waits
-through the running asyncio loop (a file descriptor, no thread per future)."""
+"""Future: the result of a call. `get(timeout)` and `await` go through the one wait (_wait.py):
+without the GIL, woken by the call, by output or debugger stops for the main thread, or by
+Ctrl-C; a timeout does not consume the future; the outcome is cached."""
 import asyncio
-import time
 
-from . import _debug, _kernel, _pickling
+from . import _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
 from ._runtime import Kind, get_runtime
 
@@ -64,7 +63,7 @@ def show_output_of(rt, call, replies):
     marks = [(call.target_addr(i), body["m"]) for i, body in replies if body and body.get("m")]
     if marks:
         rt.logs.barrier(marks)
-        _kernel.drain_output()
+        _wait.show_output()
 
 
 def check_timeout(timeout):
@@ -104,8 +103,11 @@ class Future:
     """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
     frames) into the value; targets describes each index (rank, coords, actor) for errors."""
 
-    def __init__(self, call, convert, targets=None, description="call"):
+    def __init__(self, call, convert, targets=None, description="call", keepalive=None):
         self._call = call
+        # What the call needs alive until it finishes: the lease of an unnamed allocation,
+        # whose procs would otherwise stop under the call when its meshes were temporaries.
+        self._keepalive = keepalive
         self._convert = convert
         self._targets = targets or []
         self._description = description
@@ -132,6 +134,7 @@ class Future:
             self._error = e
         self._results = None
         self._done = True
+        self._keepalive = None
 
     def _wait_for_output(self, rt):
         show_output_of(rt, self._call, ((i, body) for i, (ok, body, frames) in self._results.items()))
@@ -153,10 +156,10 @@ class Future:
             try:
                 ready = self._wait(timeout)
             except KeyboardInterrupt:
-                _kernel.note_interrupted(self)
+                _wait.interrupted(self)
                 ranks = self.running_ranks()
                 raise KeyboardInterrupt(f"interrupted while waiting for {self._description}; ranks still running: "
-                                        f"{ranks} ({_kernel.cancel_hint()})") from None
+                                        f"{ranks} ({_wait.cancel_hint()})") from None
             if not ready:
                 raise TimeoutError(f"{self._description} did not finish within {timeout} s; "
                                    f"ranks still running: {self.running_ranks()}")
@@ -168,20 +171,9 @@ class Future:
     result = get
 
     def _wait(self, timeout):
-        """Waits in short slices (the GIL released in each): between them the kernel prints the
-        procs' output as it comes (only the main thread may print there), and actors that
-        stopped in pdb open the debugger prompt here (DESIGN §7)."""
-        in_kernel = _kernel.in_kernel()
-        step = 0.05 if in_kernel else 0.1
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = step if deadline is None else max(0.0, min(step, deadline - time.monotonic()))
-            ready = self._call.wait(left)
-            if in_kernel:
-                _kernel.drain_output()
-            if ready or (deadline is not None and time.monotonic() >= deadline):
-                return ready
-            _debug.on_wait(self._description)
+        """The one wait (_wait.wait_call): on the main thread it also shows the procs' output
+        as it comes and opens the debugger prompt for actors that stopped in pdb (DESIGN §7)."""
+        return _wait.wait_call(self._call, timeout, self._description)
 
     def _resolved(self):
         v = self._value
@@ -212,35 +204,7 @@ class Future:
 
     def __await__(self):
         if not self._done:
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
-            fd = self._call.fileno()
-
-            def on_ready():
-                if (self._call.done or self._call.fatal) and not waiter.done():
-                    waiter.set_result(None)
-
-            def look_for_stops():
-                # Actors stopped in pdb open the debugger here, as in get().
-                if waiter.done():
-                    return
-                try:
-                    _debug.on_wait(self._description)
-                except BaseException as e:
-                    waiter.set_exception(e)
-                    return
-                checker[0] = loop.call_later(0.1, look_for_stops)
-
-            loop.add_reader(fd, on_ready)
-            checker = [loop.call_later(0.1, look_for_stops)]
-            try:
-                if self._call.done or self._call.fatal:
-                    waiter.set_result(None)
-                yield from waiter.__await__()
-            finally:
-                loop.remove_reader(fd)
-                checker[0].cancel()
-                _kernel.drain_output()
+            yield from _wait.wait_call_async(self._call, self._description).__await__()
             self._finish()
         if self._error is not None:
             raise self._error

@@ -8,6 +8,7 @@ import time
 from . import _core
 from ._pids import pid_alive, running_agent_pid
 from ._runtime import Kind, get_runtime
+from ._wait import request
 
 _agents = {}
 _agents_lock = threading.Lock()
@@ -181,15 +182,12 @@ class HostAgent:
 
     def request(self, kind, body, timeout=15.0):
         """Sends one request and returns the reply body; raises RuntimeError naming the problem."""
-        rt = get_runtime()
-        call = rt.node.call([(self.addr, "")], int(kind), "", body, None, True)
-        try:
-            if not call.wait(timeout):
-                raise RuntimeError(f"the host agent at {self.addr} did not answer a "
-                                   f"{Kind(kind).name} request within {timeout:.0f} s")
-        finally:
-            rt.node.forget_call(call.id)
-        _, ok, reply, _ = call.take()[0]
+        answers = request(get_runtime().node, [self.addr], kind, body, timeout=timeout,
+                          description=f"{Kind(kind).name} request to the host agent")
+        if not answers:
+            raise RuntimeError(f"the host agent at {self.addr} did not answer a "
+                               f"{Kind(kind).name} request within {timeout:.0f} s")
+        ok, reply, _ = answers[0]
         if not ok:
             raise HostdError(reply.get("text", "the host agent refused the request"), reply)
         return reply

@@ -19,9 +19,7 @@ def in_kernel():
 
 
 def cancel_hint():
-    if in_kernel():
-        return "interrupt again or fut.cancel() to cancel them"
-    return "fut.cancel() cancels them"
+    return "interrupt again or fut.cancel() to cancel them"
 
 
 def setup(shell):
@@ -30,9 +28,14 @@ def setup(shell):
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
     _register_magics(shell)
-    from . import _core
+    from . import _core, _wait
 
     _core.set_main_thread_call(drain_output)
+    # The one wait shows the cell's remote output whenever it is woken for it, and remembers
+    # an interrupted wait (a second interrupt cancels its calls).
+    _wait.add_output_hook(drain_output)
+    _wait.add_interrupt_hook(note_interrupted)
+    _wait.set_cancel_hint(cancel_hint)
 
 
 # -- cells and their output (DESIGN §6) ------------------------------------------------------
@@ -153,17 +156,16 @@ def _flush_barrier(rt, cell):
     everything the procs printed so far is shown (aggregation windows end early)."""
     from ._logs import BARRIER_TIMEOUT
     from ._runtime import Kind
+    from ._wait import request
 
     addrs = {addr for targets in cell.targets.values() for addr, _ in targets}
     alive = sorted(a for a in addrs if rt.node.dead_reason(a) is None)
     marks = []
     if alive:
-        call = rt.node.call([(a, "") for a in alive], int(Kind.FlushOutput), "", {}, None, True)
-        call.wait(min(BARRIER_TIMEOUT, 2.0))  # a proc holding its GIL does not answer: not forever
-        for index, ok, body, _ in call.take():
-            if ok and body.get("m"):
-                marks.append((call.target_addr(index), body["m"]))
-        rt.node.forget_call(call.id)
+        # A proc holding its GIL does not answer: not forever.
+        answers = request(rt.node, alive, Kind.FlushOutput, timeout=min(BARRIER_TIMEOUT, 2.0),
+                          description="the output barrier")
+        marks = [(alive[i], body["m"]) for i, (ok, body, _) in answers.items() if ok and body.get("m")]
     if len(alive) < len(addrs):
         rt.logs.router.sync(1.0)  # procs that died: their last lines came before the exit notice
     rt.logs.barrier(marks)

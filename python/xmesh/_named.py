@@ -10,6 +10,7 @@ from ._actor import ActorMesh, ActorMeshRef
 from ._future import Future
 from ._hostd import HostdError, agent
 from ._runtime import Kind, get_runtime
+from ._wait import request
 
 
 def shape_dict(shape):
@@ -105,14 +106,13 @@ def actors_of(proc_mesh, name=None, timeout=30):
     alloc = proc_mesh._alloc
     addrs = proc_mesh._addrs()
     ranks = [r for r in proc_mesh._shape.ranks() if r not in alloc.exited]
-    call = rt.node.call([(addrs[r], "") for r in ranks], int(Kind.ProcInfo), "", {}, None, True)
-    try:
-        if not call.wait(timeout):
-            raise TimeoutError(f"procs {call.missing()} did not report their actors within {timeout} s")
-    finally:
-        rt.node.forget_call(call.id)
+    answers = request(rt.node, [addrs[r] for r in ranks], Kind.ProcInfo, timeout=timeout,
+                      description="the procs' actors")
+    if len(answers) < len(ranks):
+        missing = [r for i, r in enumerate(ranks) if i not in answers]
+        raise TimeoutError(f"procs {missing} did not report their actors within {timeout} s")
     records = {}
-    for _, ok, body, _ in call.take():
+    for ok, body, _ in answers.values():
         if ok:
             for rec in body.get("actors", []):
                 records.setdefault(rec["actor_id"], rec)

@@ -17,6 +17,7 @@ from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
+from ._wait import request
 from ._workspace import DEFAULT_MAX_FILE_SIZE, sync_workspace
 
 
@@ -225,10 +226,8 @@ class ProcMesh(MeshTrait):
         rt.logs.router.set_options(alloc.id, stream_to_client, window_ms)
         live = alloc.alive_ranks()
         if live and level != alloc.log_level:
-            call = rt.node.call([(alloc.procs[r]["addr"], "") for r in live], int(Kind.Configure), "",
-                                {"log_level": level}, None, True)
-            call.wait(10)
-            rt.node.forget_call(call.id)
+            request(rt.node, [alloc.procs[r]["addr"] for r in live], Kind.Configure, {"log_level": level},
+                    timeout=10, description="logging_option")
             alloc.log_level = level
         return Done(None)
 

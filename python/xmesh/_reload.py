@@ -45,6 +45,30 @@ def dependency_order(modules):
     return ordered
 
 
+def _functions_in(value):
+    """The plain functions an attribute holds: itself, or those wrapped by a staticmethod,
+    classmethod, property or @endpoint."""
+    for attr in ("__func__", "fget", "fset", "fdel", "fn"):
+        inner = getattr(value, attr, None)
+        if inner is not None and inner is not value:
+            yield from _functions_in(inner)
+    if hasattr(value, "__code__") and hasattr(value, "__closure__"):
+        yield value
+
+
+def _rebind_class_cell(value, new, old):
+    """Methods that use zero-argument super() (or __class__) close over the class they were
+    defined in: point them at `old`, the class live instances have, or super() would fail."""
+    for fn in _functions_in(value):
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            if name == "__class__":
+                try:
+                    if cell.cell_contents is new:
+                        cell.cell_contents = old
+                except ValueError:  # an empty cell
+                    pass
+
+
 def _update_class(old, new):
     """Gives class `old` the attributes of `new` (methods, endpoints, class attributes), so that
     existing instances of `old` run the new code. Returns False if Python refused."""
@@ -52,6 +76,7 @@ def _update_class(old, new):
     for key, value in list(new.__dict__.items()):
         if key in ("__dict__", "__weakref__", "__module__", "__qualname__"):
             continue
+        _rebind_class_cell(value, new, old)
         try:
             setattr(old, key, value)
         except (AttributeError, TypeError):
@@ -93,6 +118,9 @@ def reload_files(paths):
             if isinstance(old, type) and isinstance(new, type) and new is not old \
                     and old.__module__ == module.__name__:
                 if _update_class(old, new):
+                    # The module keeps the class live instances have, so the next reload
+                    # updates that class again (and `type(obj) is module.Cls` stays true).
+                    setattr(module, name, old)
                     classes += 1
                 else:
                     failed.append([f"{module.__name__}.{name}", "Python refused to update some attributes of the "

@@ -9,6 +9,7 @@ import threading
 import time
 
 from . import _core
+from ._control import ControlTable
 
 Kind = _core.Kind
 
@@ -49,6 +50,7 @@ class Runtime:
         # allocations we attached (their procs keep the cookie they were started with). Every
         # proc we own accepts all of them, so any two can call each other.
         self.cookies = [job_cookie]
+        self.control = ControlTable(node, role, self._diag)
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
@@ -56,7 +58,14 @@ class Runtime:
         from . import _kernel
 
         self.logs = LogOutput(self.node, _kernel.in_kernel())
-        threading.Thread(target=self._control_loop, name="xmesh-control", daemon=True).start()
+        self.control.on(Kind.ProcExited, self._on_proc_exited)
+        self.control.on(Kind.PeerDead, self._on_peer_dead)
+        self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.body))
+        self.control.on(Kind.Refuse, lambda msg: self._diag(msg.body.get("reason", "a peer refused this controller")))
+        for hook in _controller_start_hooks:
+            hook(self)
+        threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
+                         daemon=True).start()
 
     def ensure_actor_host(self):
         """Lets this process host actors (procs always; a controller for this_proc())."""
@@ -89,38 +98,14 @@ class Runtime:
         with self._lock:
             return self._allocs.get(alloc_id)
 
-    def _control_loop(self):
-        for msg in messages(self.node.control):
-            try:
-                self._handle_control(msg)
-            except Exception as e:  # never let the dispatcher die
-                self._diag(f"error handling a {msg!r}: {e!r}")
+    def _on_proc_exited(self, msg):
+        alloc = self.alloc(msg.body.get("alloc"))
+        if alloc is not None:
+            alloc.on_proc_exited(msg.body)
 
-    def _handle_control(self, msg):
-        kind = msg.kind
-        body = msg.body
-        if kind == Kind.ProcExited:
-            alloc = self.alloc(body.get("alloc"))
-            if alloc is not None:
-                alloc.on_proc_exited(body)
-            from . import _debug
-
-            ctrl = _debug.controller_if_started()
-            if ctrl is not None:
-                ctrl.on_proc_exited(body.get("addr"), body.get("text", "the proc exited"))
-        elif kind == Kind.DebugEvent:
-            from . import _debug
-
-            _debug.controller().on_event(msg)
-        elif kind == Kind.PeerDead:
-            if body.get("host_lost"):
-                self._diag(body.get("error", {}).get("text", "a host agent was lost"))
-        elif kind == Kind.Fault:
-            self.fault_hook(body)
-        elif kind == Kind.Cancel and self._actor_host is not None:
-            self._actor_host.cancel(msg.actor, body.get("corr"), body.get("index"))
-        elif kind == Kind.Refuse:
-            self._diag(body.get("reason", "a peer refused this controller"))
+    def _on_peer_dead(self, msg):
+        if msg.body.get("host_lost"):
+            self._diag(msg.body.get("error", {}).get("text", "a host agent was lost"))
 
     def _write(self, stream, text, cell=""):
         """Prints on the controller's stdout or stderr: through the log output (which knows
@@ -172,6 +157,15 @@ class Runtime:
 
 _runtime = None
 _runtime_lock = threading.Lock()
+_controller_start_hooks = []
+
+
+def on_controller_start(hook):
+    """Upper layers (the debugger) register here what a controller runtime needs from them,
+    such as control-message handlers: hook(runtime) runs when the controller runtime starts."""
+    _controller_start_hooks.append(hook)
+    if _runtime is not None and _runtime.role == "controller" and _runtime.logs is not None:
+        hook(_runtime)
 
 
 def get_runtime():

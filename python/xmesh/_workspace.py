@@ -12,6 +12,7 @@ from . import _core
 from ._debug import ranks_text
 from ._display import html_table
 from ._runtime import Kind, get_runtime
+from ._wait import Request
 
 DEFAULT_MAX_FILE_SIZE = 100 * 2**20
 
@@ -124,23 +125,23 @@ def reload_procs(report, procs):
             files = [os.path.join(h["dir"], p) for key in ("changed_paths", "added_paths", "deleted_paths")
                      for p in h.get(key, []) if p.endswith(".py")]
             changed_by_host.setdefault(h["agent"].runtime_dir, []).extend(files)
-    calls = []
+    by_host = {}
     for rank, addr, agent in procs:
-        files = changed_by_host.get(agent.runtime_dir)
-        if files and rt.node.dead_reason(addr) is None:
-            calls.append((rank, rt.node.call([(addr, "")], int(Kind.Reload), "", {"files": files}, None, True)))
-    for rank, call in calls:
-        try:
-            if not call.wait(30):
-                report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", "no answer within 30 s"]]})
-                continue
-            _, ok, body, _ = call.take()[0]
+        if changed_by_host.get(agent.runtime_dir) and rt.node.dead_reason(addr) is None:
+            by_host.setdefault(agent.runtime_dir, []).append((rank, addr))
+    asked = [(members, Request(rt.node, [addr for _, addr in members], Kind.Reload,
+                               {"files": changed_by_host[host]}))
+             for host, members in by_host.items()]
+    deadline = time.monotonic() + 30
+    for members, req in asked:
+        answers = req.answers(max(0.0, deadline - time.monotonic()), "the procs' reloads")
+        for i, (rank, _) in enumerate(members):
+            ok, body, _ = answers.get(i, (False, {"text": "no answer within 30 s"}, None))
             if ok:
                 report.reloads.append(dict(body, rank=rank))
             else:
                 report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", body.get("text", "failed")]]})
-        finally:
-            rt.node.forget_call(call.id)
+    report.reloads.sort(key=lambda r: r["rank"])
 
 
 def sync_workspace(agents, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,

@@ -543,6 +543,9 @@ void HostAgent::check_timers() {
     bool owns = false;
     for (auto& kv : allocs_) owns = owns || kv.second->controller_addr == it->first;
     bool gone = it->second.said_goodbye || now - it->second.last_seen_ms > grace_ms;
+    // Its connection is forgotten only when it said goodbye (it exited): one merely silent
+    // may come back, and it would not say Hello again.
+    if (gone && !owns && it->second.said_goodbye) node_->forget_peer(it->first);
     it = (gone && !owns) ? controllers_.erase(it) : std::next(it);
   }
   // Idle exit.

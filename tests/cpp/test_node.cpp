@@ -289,3 +289,63 @@ TEST_CASE("a host known gone fails with its dependent procs at once, once", "[no
   REQUIRE(a.is_dead(proc, &err));
   CHECK(err["text"] == "host agent 42 is gone");
 }
+
+TEST_CASE("an identity flood never mutes a peer that authenticated", "[node]") {
+  // Defect: the node forgot every authenticated peer once 100,000 identities had come; a peer
+  // says Hello once per connection, so live peers were muted for good.
+  setenv("XMESH_MAX_PENDING_PEERS", "20", 1);
+  NodePair n("flood");
+  unsetenv("XMESH_MAX_PENDING_PEERS");
+  Header h;
+  h.kind = Kind::Configure;
+  n.a.send(n.b.addr(), h, {});
+  REQUIRE(n.b.control().pop(5000));
+  // 100 strangers, each a connection of its own that never says Hello.
+  zmq::context_t ctx;
+  std::vector<std::unique_ptr<zmq::socket_t>> strangers;
+  for (int i = 0; i < 100; ++i) {
+    auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+    s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::routing_id, "stranger-" + std::to_string(i));
+    s->connect(n.b.addr());
+    Header junk;
+    junk.kind = Kind::Call;
+    junk.sender = "stranger";
+    auto bytes = encode_header(junk);
+    zmq::message_t m(bytes.data(), bytes.size());
+    (void)s->send(m, zmq::send_flags::none);
+    strangers.push_back(std::move(s));
+  }
+  for (int i = 0; i < 200 && n.b.stats().rejected < 100; ++i) usleep(10000);
+  CHECK(n.b.stats().rejected >= 100);
+  CHECK(n.b.stats().evicted >= 80);
+  CHECK(n.b.stats().peers <= 21);
+  // The peer that authenticated before the flood is still heard.
+  n.a.send(n.b.addr(), h, {});
+  REQUIRE(n.b.control().pop(5000));
+}
+
+TEST_CASE("a peer whose process ended is forgotten; the others stay", "[node]") {
+  Node c("controller", tmp_addr("gone-c"), "k"), p1("proc", tmp_addr("gone-1"), "k"), p2("proc", tmp_addr("gone-2"), "k");
+  for (Node* x : {&c, &p1, &p2}) {
+    x->set_default_cookie("k");
+    x->start();
+  }
+  Header h;
+  h.kind = Kind::Configure;
+  p1.send(c.addr(), h, {});
+  p2.send(c.addr(), h, {});
+  REQUIRE(c.control().pop(5000));
+  REQUIRE(c.control().pop(5000));
+  CHECK(c.stats().peers == 2);
+  // The host agent reports p1's exit: c forgets p1's connection, keeps p2's.
+  Header exited;
+  exited.kind = Kind::ProcExited;
+  exited.body = {{"addr", p1.addr()}, {"text", "exited with code 0"}};
+  p2.send(c.addr(), exited, {});
+  REQUIRE(c.control().pop(5000));
+  for (int i = 0; i < 100 && c.stats().peers != 1; ++i) usleep(10000);
+  CHECK(c.stats().peers == 1);
+  p2.send(c.addr(), h, {});
+  REQUIRE(c.control().pop(5000));
+}

@@ -74,6 +74,21 @@ def test_breakpoints_on_several_ranks_make_the_cell_the_debugger(kernel):
     assert "RESULT [20, 21, 22, 23]" in r.stdout
 
 
+@pytest.mark.parametrize("loop", ["for", "async for"])
+def test_a_cell_iterating_a_stream_becomes_the_debugger_too(kernel, loop):
+    """Defect: only get() and await ran the debugger; a stream over stopped ranks hung."""
+    kernel.ok(TRAINER)
+    code = (f"r = [v {loop} v in trainer.step.stream(10)]\nprint('RESULT', sorted(r))")
+    conv = kernel.converse(code)
+    prompt, out = conv.expect_prompt()
+    assert prompt == "xmesh_dbg> "
+    assert sorted(int(r[1]) for r in table_rows(out)) == [0, 2, 3]
+    conv.answer("continue")
+    r = conv.finish()
+    assert r.status == "ok", r.error_text
+    assert "RESULT [20, 21, 22, 23]" in r.stdout
+
+
 def test_quit_fails_the_cell_and_the_magic_reopens_the_prompt(kernel):
     kernel.ok(TRAINER)
     kernel.ok("fut = trainer.step.call(1)")

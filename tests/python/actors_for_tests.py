@@ -278,3 +278,7 @@ class WorkspaceUser(Actor):
     @endpoint
     def describe_kept(self):
         return self.obj.describe()
+
+    @endpoint
+    def kept_is_current_class(self):
+        return type(self.obj) is importlib.import_module(self.module).Thing

@@ -28,6 +28,42 @@ def test_this_proc_in_the_controller():
     assert asyncio.run(main()) == 7
 
 
+def test_a_controller_hosting_actors_answers_the_output_barrier():
+    """Defect: the end-of-cell flush barrier to the controller's own node (this_proc() actors)
+    went unanswered, so every such notebook cell waited out the barrier's 2 s at its end. A
+    controller hosting actors answers every control message a proc answers."""
+    from xmesh._runtime import Kind, get_runtime
+
+    local = this_proc().spawn("barrier_local", Counter, 1)
+    assert local.incr.call_one(1).get(timeout=30) == 2
+    rt = get_runtime()
+    for kind, body in ((Kind.FlushOutput, {}), (Kind.ProcInfo, {})):
+        call = rt.node.call([(rt.node.addr, "")], int(kind), "", body, None, True)
+        assert call.wait(30), f"the controller did not answer {kind.name}"
+        (index, ok, body, _), = call.take()
+        assert ok, body
+        if kind == Kind.FlushOutput:
+            assert body.get("m", 0) == 0  # no host agent reads its output: nothing to wait for
+        else:
+            assert "barrier_local" in [a["name"] for a in body["actors"]]
+        rt.node.forget_call(call.id)
+
+
+def test_a_control_message_nobody_handles_is_answered_with_an_error():
+    from xmesh._runtime import Kind, get_runtime
+
+    pm = this_host().spawn_procs({"gpus": 1})
+    pm.initialized.get(timeout=30)
+    rt = get_runtime()
+    addr = pm._alloc.procs[0]["addr"]
+    call = rt.node.call([(addr, "")], int(Kind.Status), "", {}, None, True)
+    assert call.wait(30), "a proc left a request it does not serve unanswered"
+    (_, ok, body, _), = call.take()
+    assert not ok and body["kind"] == "unsupported" and "Status" in body["text"], body
+    rt.node.forget_call(call.id)
+    pm.stop()
+
+
 def test_this_proc_inside_an_actor_spawns_on_the_same_proc():
     pm = this_host().spawn_procs({"gpus": 2})
     vm = pm.spawn("spawners", Spawner).spawn_child_and_call.call(41).get(timeout=30)

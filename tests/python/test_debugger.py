@@ -174,6 +174,26 @@ def test_a_run_without_input_shows_the_stops_and_continues():
     assert "RESULT [20, 21, 22, 23]" in r.stdout
 
 
+def test_streams_honour_the_debugger_like_get():
+    """Defect: stream() and `async for` waited forever on ranks stopped in breakpoint(): only
+    get() and await ran the debugger. Every wait goes through the one wait now."""
+    r = run_program(program('''
+        print("STREAM", sorted(s.step.stream(10, stop_ranks=(0, 2, 3), sleep=0.5)))
+        import asyncio
+
+        async def main():
+            return sorted([v async for v in s.step.stream(10, stop_ranks=(1,), sleep=0.5)])
+
+        print("ASYNC", asyncio.run(main()))
+        print("FUT", sorted(fut.get().values()))
+    '''), stdin=subprocess.DEVNULL, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert "STREAM [20, 21, 22, 23]" in r.stdout, r.stdout
+    assert "ASYNC [20, 21, 22, 23]" in r.stdout, r.stdout
+    assert "FUT [20, 21, 22, 23]" in r.stdout, r.stdout
+    assert "| stopper    | 1    | gpus=1 |" in r.stdout  # the async stream's stop was shown
+
+
 def test_a_controller_that_attaches_later_finds_the_ranks_stopped_in_pdb():
     """A kernel restart: the controller that started the call is gone, its named allocation
     lives on with ranks stopped in pdb; the next controller to attach is told of them."""

@@ -237,3 +237,19 @@ def test_an_agent_that_cannot_start_fails_the_spawn_at_once(fresh_rundir, tmp_pa
     r = run_program(SPAWNER, env={"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_HOSTD": str(fake)}, timeout=30)
     assert r.returncode != 0
     assert "failed to start (exit status 7)" in r.stderr and "the disk is on fire" in r.stderr, r.stderr
+
+
+def test_a_call_in_flight_keeps_its_unnamed_allocation_alive():
+    """Defect: written as one expression, the allocation's handles were temporaries gone before
+    the reply, so the procs stopped under the call (SupervisionError ... SIGTERM)."""
+    from actors_for_tests import Counter, Stopper
+
+    import xmesh
+
+    assert xmesh.this_host().spawn_procs({"gpus": 1}).spawn("c", Counter, 3).incr.call_one(2).get(timeout=30) == 5
+    assert sorted(xmesh.this_host().spawn_procs({"gpus": 2}).spawn("c", Counter, 1).incr.stream(1)) == [2, 2]
+    fut = xmesh.this_host().spawn_procs({"gpus": 1}).spawn("p", Stopper).pid.call()
+    pid, = fut.get(timeout=30).values()
+    # Once the call finished, the future no longer holds the allocation: it stops as its last
+    # handle went.
+    assert wait_until(lambda: not pid_alive(pid), timeout=20)

@@ -328,6 +328,45 @@ def test_auto_reload_runs_new_code_in_live_actors(fresh_rundir, tmp_path):
         procs.stop()
 
 
+def test_every_reload_reaches_live_actors_and_instances(fresh_rundir, tmp_path):
+    """Defect: from the second reload on, live instances kept the first-reloaded code."""
+    src = str(tmp_path / "src")
+    main = ("class Base:\n    def tag(self):\n        return 'base'\n\n\n"
+            "class Thing(Base):\n    def describe(self):\n        return super().tag() + ' thing v1'\n\n\n"
+            "def value():\n    return 1\n")
+    worker = ("from xmesh import Actor, endpoint\n\n\nclass Worker(Actor):\n    @endpoint\n"
+              "    def version(self):\n        return 'worker v1'\n")
+    write(f"{src}/wsre_main.py", main)
+    write(f"{src}/wsre_worker.py", worker)
+    host = xmesh.hosts([fresh_rundir])
+    procs = host.spawn_procs({"gpus": 2})
+    host.sync_workspace(src)
+    users = procs.spawn("users", WorkspaceUser, "wsre_main")
+    assert set(users.keep_instance.call().get(timeout=30).values()) == {"base thing v1"}
+    sys.path.insert(0, src)  # the controller pickles the actor class by reference
+    try:
+        import wsre_worker
+        workers = procs.spawn("workers", wsre_worker.Worker)
+        assert set(workers.version.call().get(timeout=30).values()) == {"worker v1"}
+        for version in ("v2", "v3", "v4"):
+            main = main.replace(f"v{int(version[1]) - 1}", version)
+            worker = worker.replace(f"v{int(version[1]) - 1}", version)
+            write(f"{src}/wsre_main.py", main)
+            write(f"{src}/wsre_worker.py", worker)
+            report = host.sync_workspace(src, auto_reload=True)
+            assert all(sorted(r["reloaded"]) == ["wsre_main", "wsre_worker"] and not r["failed"]
+                       for r in report.reloads), report.reloads
+            # The live actor, and an instance made before the first reload, run this edit's code
+            # (zero-argument super() included), and the instance's class is the module's class.
+            assert set(workers.version.call().get(timeout=30).values()) == {f"worker {version}"}
+            assert set(users.describe_kept.call().get(timeout=30).values()) == {f"base thing {version}"}
+            assert set(users.kept_is_current_class.call().get(timeout=30).values()) == {True}
+    finally:
+        sys.path.remove(src)
+        sys.modules.pop("wsre_worker", None)
+        procs.stop()
+
+
 def test_watch_keeps_syncing_until_stopped(fresh_rundir, tmp_path):
     src = str(tmp_path / "src")
     write(f"{src}/a.txt", "1")

@@ -1,0 +1,189 @@
+"""The one wait: every blocking or awaiting path on a call (`Future.get`, `await`, `stream` and
+`async for`, the waits of the debugger, of sync reloads and of requests) goes through here.
+
+A wait sleeps without the GIL on the call itself (`Call.wait_for`) and wakes for one of three
+things: the call (done, or a result for a stream), `_core.wake_main()` (someone has work for the
+main thread: output to show in the running notebook cell, an actor stopped in pdb), or a signal
+(Ctrl-C raises KeyboardInterrupt in the waiter). Only the main thread is woken by
+`wake_main()`; it then runs the wake hooks that upper layers registered, the way xeus injects
+its publisher: the kernel its output drain, the debugger its prompt. This module imports
+neither of them.
+
+`await` does the same on the running asyncio loop: readers on the call's eventfd and, on the
+main thread, on the waker's eventfd. Nothing polls."""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import _core
+
+WakeHook = Callable[[str], None]
+InterruptHook = Callable[[object], None]
+
+_output_hooks: List[Callable[[], None]] = []
+_wake_hooks: List[WakeHook] = []
+_interrupt_hooks: List[InterruptHook] = []
+_cancel_hint: List[Callable[[], str]] = []
+Ready, Woken = _core.WaitOutcome.Ready, _core.WaitOutcome.Woken
+
+
+def add_wake_hook(hook: WakeHook) -> None:
+    """hook(description) runs on the main thread whenever its wait is woken (and once before
+    each wait starts): show pending output, open the debugger for new stops. It may raise to end
+    the wait (DebuggerQuit, KeyboardInterrupt)."""
+    _wake_hooks.append(hook)
+
+
+def add_output_hook(hook: Callable[[], None]) -> None:
+    """hook() shows the output queued for the main thread (the kernel's drain): it runs at every
+    wake, and after a flush barrier so that a call's output is shown before its result."""
+    _output_hooks.append(hook)
+
+
+def show_output() -> None:
+    if on_main_thread():
+        for hook in _output_hooks:
+            hook()
+
+
+def add_interrupt_hook(hook: InterruptHook) -> None:
+    """hook(future) runs when Ctrl-C broke the wait on that future (the kernel remembers it so
+    that a second interrupt cancels it)."""
+    _interrupt_hooks.append(hook)
+
+
+def set_cancel_hint(hint: Callable[[], str]) -> None:
+    """The text telling the user how to cancel calls left running by an interrupt."""
+    _cancel_hint[:] = [hint]
+
+
+def cancel_hint() -> str:
+    return _cancel_hint[0]() if _cancel_hint else "fut.cancel() cancels them"
+
+
+def interrupted(future) -> None:
+    for hook in _interrupt_hooks:
+        hook(future)
+
+
+def on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def run_wake_hooks(description: str) -> None:
+    _core.take_wake()
+    for hook in _output_hooks:
+        hook()
+    for hook in _wake_hooks:
+        hook(description)
+
+
+def _run_output_hooks(description: str) -> None:
+    _core.take_wake()
+    for hook in _output_hooks:
+        hook()
+
+
+def wait_call(call, timeout: Optional[float], description: str, any_result: bool = False,
+              debugger: bool = True) -> bool:
+    """Waits until the call is done or fatal (any_result: until a result is there to take), for
+    at most timeout seconds (None: no limit). True if it is; False on timeout. debugger=False:
+    a wait of the runtime's own (a request) shows output when woken but never opens the
+    debugger prompt, which may be what is waiting."""
+    main = on_main_thread()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    hooks = run_wake_hooks if debugger else _run_output_hooks
+    if call.wait_for(0, any_result, False) == Ready:
+        if main:
+            show_output()
+        return True
+    if main:
+        hooks(description)  # what came before this wait: output, actors already stopped
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        outcome = call.wait_for(left, any_result, main)
+        if outcome == Ready:
+            if main:
+                show_output()
+            return True
+        if outcome == Woken and main:
+            hooks(description)
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+
+
+def call_is_ready(call, any_result: bool) -> bool:
+    return call.wait_for(0, any_result, False) == Ready
+
+
+def _drain_eventfd(fd: int) -> None:
+    try:
+        os.read(fd, 8)
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+async def wait_call_async(call, description: str, any_result: bool = False) -> None:
+    """The same on the running asyncio loop: wakes on the call's eventfd and, on the main
+    thread, on the waker's (the wake hooks then run on the loop)."""
+    if call_is_ready(call, any_result):
+        return
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    call_fd = call.fileno()
+    wake_fd = _core.wake_fd() if on_main_thread() else None
+
+    def on_call():
+        _drain_eventfd(call_fd)  # level-triggered: read it, or a call of N targets spins
+        if call_is_ready(call, any_result) and not waiter.done():
+            waiter.set_result(None)
+
+    def on_wake():
+        if waiter.done():
+            return
+        try:
+            run_wake_hooks(description)
+        except BaseException as e:
+            waiter.set_exception(e)
+
+    loop.add_reader(call_fd, on_call)
+    if wake_fd is not None:
+        loop.add_reader(wake_fd, on_wake)
+        on_wake()  # stops and output that came before this wait
+    try:
+        on_call()
+        await waiter
+    finally:
+        loop.remove_reader(call_fd)
+        if wake_fd is not None:
+            loop.remove_reader(wake_fd)
+        show_output()
+
+
+class Request:
+    """One request to each address (a Call expecting replies), sent at once; `answers()` waits
+    for them through the one wait (without the debugger's prompt). Several Requests sent
+    before their answers are awaited run concurrently."""
+
+    def __init__(self, node, addrs: Sequence[str], kind, body: Optional[dict] = None, actor: str = ""):
+        self._node = node
+        self._call = node.call([(a, actor) for a in addrs], int(kind), "", body or {}, None, True)
+
+    def answers(self, timeout: Optional[float], description: str) -> Dict[int, Tuple[bool, dict, list]]:
+        """{index: (ok, body, frames)} of the targets that answered within timeout seconds."""
+        try:
+            wait_call(self._call, timeout, description, debugger=False)
+            return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
+        finally:
+            self._node.forget_call(self._call.id)
+
+
+def request(node, addrs: Sequence[str], kind, body: Optional[dict] = None, *, timeout: Optional[float],
+            description: str, actor: str = "") -> Dict[int, Tuple[bool, dict, list]]:
+    """Request(...).answers(...): the answers by target index; those not in time are absent."""
+    return Request(node, addrs, kind, body, actor).answers(timeout, description)
