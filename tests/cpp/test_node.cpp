@@ -325,7 +325,7 @@ TEST_CASE("an identity flood never mutes a peer that authenticated", "[node]") {
   REQUIRE(n.b.control().pop(5000));
 }
 
-TEST_CASE("a peer whose process ended is forgotten; the others stay", "[node]") {
+TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "[node]") {
   Node c("controller", tmp_addr("gone-c"), "k"), p1("proc", tmp_addr("gone-1"), "k"), p2("proc", tmp_addr("gone-2"), "k");
   for (Node* x : {&c, &p1, &p2}) {
     x->set_default_cookie("k");
