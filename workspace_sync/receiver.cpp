@@ -170,6 +170,29 @@ void SyncReceiver::drop(const std::string& sid) {
   remove_tree(dir);
 }
 
+void SyncReceiver::forget_space(const std::string& space) {
+  auto under = [&](const std::string& d) { return d == space || d.compare(0, space.size() + 1, space + "/") == 0; };
+  std::vector<std::string> sids;
+  for (auto& kv : sessions_)
+    if (under(kv.second->dest)) sids.push_back(kv.first);
+  for (auto& sid : sids) drop(sid);
+  for (auto it = known_.begin(); it != known_.end();) it = under(it->first) ? known_.erase(it) : std::next(it);
+  DIR* d = opendir((state_dir_ + "/m").c_str());
+  std::vector<std::string> gone;
+  while (dirent* de = d ? readdir(d) : nullptr) {
+    std::string n = de->d_name, dest;
+    if (n.size() > 5 && n.compare(n.size() - 5, 5, ".dest") == 0 && read_whole_file(state_dir_ + "/m/" + n, dest) &&
+        under(dest))
+      gone.push_back(state_dir_ + "/m/" + n.substr(0, n.size() - 5));
+  }
+  if (d) closedir(d);
+  for (auto& base : gone) {
+    unlink((base + ".manifest").c_str());
+    unlink((base + ".dest").c_str());
+  }
+  remove_tree(root_ + "/" + space);
+}
+
 void SyncReceiver::expire_idle(int64_t now_ms) {
   std::vector<std::string> idle;
   for (auto& kv : sessions_)
@@ -185,7 +208,8 @@ std::string SyncReceiver::manifest_path(const std::string& dest) const {
 }
 
 // Two destinations on one host must not nest: their manifests would fight over the same files.
-void SyncReceiver::check_overlap(const std::string& dest) const {
+// Messages name them as the user did (relative to the space).
+void SyncReceiver::check_overlap(const std::string& dest, const std::string& space) const {
   DIR* d = opendir((state_dir_ + "/m").c_str());
   if (!d) return;
   std::vector<std::string> others;
@@ -202,7 +226,10 @@ void SyncReceiver::check_overlap(const std::string& dest) const {
     bool nested = other.empty() || dest.empty() || dest.compare(0, other.size() + 1, other + "/") == 0 ||
                   other.compare(0, dest.size() + 1, dest + "/") == 0;
     if (nested) {
-      auto name = [](const std::string& d) { return d.empty() ? std::string("the workspace root") : "'" + d + "'"; };
+      auto name = [&](const std::string& d) {
+        if (d == space || d.empty()) return std::string("the workspace root");
+        return "'" + (space.empty() ? d : d.substr(space.size() + 1)) + "'";
+      };
       throw SyncRefused("destination " + name(dest) + " overlaps " + name(other) +
                         ", which another workspace was synced to on this host; choose a destination beside it");
     }
@@ -340,13 +367,20 @@ SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std
 
 SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
   std::string sid = body.value("sid", std::string());
-  std::string dest = body.value("dest", std::string());
+  std::string user_dest = body.value("dest", std::string());
+  std::string space = body.value("space", std::string());
   std::string digest = body.value("digest", std::string());
   if (sid.empty() || sid.size() > 32 || sid.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw SyncRefused("sync session id must be 1-32 lowercase hex digits");
   std::string why;
-  if (!valid_relative_path(dest, &why, true)) throw SyncRefused("refused destination '" + dest + "': the path " + why);
-  check_overlap(dest);
+  if (!valid_relative_path(user_dest, &why, true))
+    throw SyncRefused("refused destination '" + user_dest + "': the path " + why);
+  if (!space.empty() && !valid_relative_path(space, &why, false))
+    throw SyncRefused("refused workspace space '" + space + "': the path " + why);
+  // Within a space (one allocation owner's workspace) destinations must not nest; two spaces
+  // never meet, so another program's tree never refuses this one.
+  std::string dest = space.empty() ? user_dest : user_dest.empty() ? space : space + "/" + user_dest;
+  check_overlap(dest, space);
   // A newer sync of the same destination replaces an unfinished one (its controller may be dead).
   std::vector<std::string> stale;
   for (auto& kv : sessions_)

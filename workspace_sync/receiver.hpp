@@ -1,9 +1,12 @@
 // SyncReceiver: the host agent's side of a workspace sync (DESIGN §8). It owns the host's
 // workspace root ($XMESH_WORKSPACE of every proc it starts). One sync is a session driven by the
 // controller through `Sync` messages:
-//   begin  {sid, dest, digest}   -> {same: true} when the host copy already equals it (only the
+//   begin  {sid, space, dest, digest}
+//                                -> {same: true} when the host copy already equals it (only the
 //                                   digest travelled), else the session opens: {have: the
-//                                   digest of the host's manifest}
+//                                   digest of the host's manifest}. dest is relative to the
+//                                   space, a top-level directory of the root that the host
+//                                   agent chose (one per allocation owner)
 //   plan   {sid} + manifest      -> the content hashes the host lacks (renamed or copied files
 //                                   are found on the host by hash and do not travel)
 //   plan   {sid, base, digest} + upserts + deleted
@@ -47,6 +50,9 @@ class SyncReceiver {
   // Throws SyncRefused (or std::runtime_error) with a message for the controller.
   Reply handle(const nlohmann::json& body, const std::vector<std::string_view>& frames, int64_t now_ms);
   void expire_idle(int64_t now_ms);
+  // Removes a space (a top-level directory of the root: one allocation owner's workspace),
+  // its manifests and its unfinished sessions.
+  void forget_space(const std::string& space);
   const std::string& root() const { return root_; }
   uint64_t bytes_received() const { return bytes_received_; }
   // The host manifest of dest as it is on disk now (for tests and `status`).
@@ -68,7 +74,7 @@ class SyncReceiver {
   std::string manifest_path(const std::string& dest) const;
   HostCopy load_and_verify(const std::string& dest);
   Manifest check_on_disk(const std::string& dest);
-  void check_overlap(const std::string& dest) const;
+  void check_overlap(const std::string& dest, const std::string& space) const;
 
   std::string root_, state_dir_;
   int64_t timeout_ms_;

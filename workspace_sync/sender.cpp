@@ -166,7 +166,9 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
   };
   try {
     // 1. begin: only the digest travels; equal hosts are done.
-    Step begin = p.send(all, {{"op", "begin"}, {"sid", sid}, {"dest", opts.dest}, {"digest", digest.hex()}}, {});
+    json begin_body = {{"op", "begin"}, {"sid", sid}, {"dest", opts.dest}, {"digest", digest.hex()}};
+    if (!opts.space_for.empty()) begin_body["for"] = opts.space_for;  // the agent picks the space
+    Step begin = p.send(all, std::move(begin_body), {});
     std::map<std::string, std::vector<size_t>> by_base;  // the host's manifest digest -> hosts
     for (auto& [h, r] : p.wait(begin, "begin")) {
       report_hosts[h]["same"] = r.body.value("same", false);

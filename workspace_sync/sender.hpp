@@ -21,6 +21,7 @@ namespace xmesh::ws {
 
 struct PushOptions {
   std::string dest;              // where on each host, relative to its workspace root ("" = the root)
+  std::string space_for;         // the named allocation whose workspace this is ("" = the controller's)
   ScanOptions scan;
   std::string cache_path;        // the local manifest cache ("" = none)
   bool incremental = true;       // rescan only what a watch saw change (scan_cache.hpp)

@@ -13,6 +13,7 @@
 #include "call.hpp"
 #include "inbox.hpp"
 #include "log_router.hpp"
+#include "layout.hpp"
 #include "node.hpp"
 #include "waker.hpp"
 #include "output_marker.hpp"
@@ -367,6 +368,19 @@ PYBIND11_MODULE(_core, m) {
       .value("Ready", WaitOutcome::Ready)
       .value("Woken", WaitOutcome::Woken)
       .value("Timeout", WaitOutcome::Timeout);
+  // The runtime directory's layout (runtime/layout.hpp), defined once in C++.
+  m.def("layout_workspace_root", &layout::workspace_root, py::arg("runtime_dir"));
+  m.def("layout_named_space", &layout::named_space, py::arg("name"));
+  m.def("layout_controller_space", &layout::controller_space, py::arg("controller_id"));
+  m.def("layout_hostd_socket", &layout::hostd_socket, py::arg("runtime_dir"));
+  m.def("layout_hostd_pid_file", &layout::hostd_pid_file, py::arg("runtime_dir"));
+  m.def("layout_hostd_log", &layout::hostd_log, py::arg("runtime_dir"));
+  m.def("layout_cookie_file", &layout::cookie_file, py::arg("runtime_dir"));
+  m.def("layout_proc_address", &layout::proc_address, py::arg("runtime_dir"), py::arg("alloc"), py::arg("rank"));
+  m.def("layout_controller_dir", &layout::controller_dir, py::arg("runtime_dir"));
+  m.def("layout_logs_root", &layout::logs_root, py::arg("runtime_dir"));
+  m.def("layout_log_dir", &layout::log_dir, py::arg("runtime_dir"), py::arg("name"), py::arg("alloc"));
+  m.def("layout_sync_cache_dir", &layout::sync_cache_dir, py::arg("runtime_dir"));
   m.def("wake_main", []() { main_waker().notify(); },
         "Wakes the main thread's wait (output to show, a debugger stop); kept if nobody waits.");
   m.def("take_wake", []() { return main_waker().take(); }, "True if wake_main() came since the last take.");

@@ -28,6 +28,7 @@ ws::PushOptions options_from(const std::string& text) {
   p.scan.default_excludes = o.value("default_excludes", true);
   p.scan.max_file_size = o.value("max_file_size", uint64_t(0));
   p.cache_path = o.value("cache_path", std::string());
+  p.space_for = o.value("space_for", std::string());
   p.incremental = o.value("incremental", true);
   p.compress = o.value("compress", std::string("auto"));
   p.zstd_level = o.value("zstd_level", 1);

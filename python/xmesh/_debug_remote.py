@@ -20,13 +20,14 @@ import struct
 import sys
 import threading
 
+from . import _core
 from ._hostd import pid_alive
 
 SUFFIX = ".debug"
 
 
 def socket_path(rundir, pid):
-    return os.path.join(rundir, "c", f"{pid}{SUFFIX}")
+    return os.path.join(_core.layout_controller_dir(rundir), f"{pid}{SUFFIX}")
 
 
 # -- controller side ----------------------------------------------------------------------------------
@@ -201,7 +202,7 @@ def live_controllers(rundir):
     """{pid: socket path} of the controllers of this runtime directory that serve a debugger;
     sockets left by controllers that died are removed."""
     out = {}
-    for path in glob.glob(os.path.join(rundir, "c", f"*{SUFFIX}")):
+    for path in glob.glob(os.path.join(_core.layout_controller_dir(rundir), f"*{SUFFIX}")):
         try:
             pid = int(os.path.basename(path)[: -len(SUFFIX)])
         except ValueError:

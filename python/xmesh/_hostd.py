@@ -74,7 +74,7 @@ class HostAgent:
 
     def __init__(self, runtime_dir):
         self.runtime_dir = runtime_dir
-        self.addr = f"ipc://{runtime_dir}/hostd.sock"
+        self.addr = "ipc://" + _core.layout_hostd_socket(runtime_dir)
         self.host = None
         self.pid = None
         self._connected = False
@@ -94,15 +94,15 @@ class HostAgent:
             status = os.waitpid(launcher, 0)[1]
         except ChildProcessError:
             pass
-        log_path = os.path.join(self.runtime_dir, "hostd.log")
+        log_path = _core.layout_hostd_log(self.runtime_dir)
         if status != 0:  # it could not even start (it says why at the end of its log)
             log = _read(log_path)
             raise RuntimeError(f"the host agent for {self.runtime_dir} failed to start "
                                f"(exit status {os.waitstatus_to_exitcode(status)})"
                                + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
-        sock = os.path.join(self.runtime_dir, "hostd.sock")
+        sock = _core.layout_hostd_socket(self.runtime_dir)
         while time.monotonic() < deadline:
-            if self._running_pid() and os.path.exists(sock) and len(_read(os.path.join(self.runtime_dir, "cookie"))) >= 32:
+            if self._running_pid() and os.path.exists(sock) and len(_read(_core.layout_cookie_file(self.runtime_dir))) >= 32:
                 return
             time.sleep(0.01)
         log = _read(log_path)
@@ -132,7 +132,7 @@ class HostAgent:
             raise PermissionError(str(e)) from None
         if self._running_pid() is None:
             self._start(timeout)
-        cookie = _read(os.path.join(self.runtime_dir, "cookie"))
+        cookie = _read(_core.layout_cookie_file(self.runtime_dir))
         rt.node.set_peer_cookie(self.addr, cookie)
         try:
             status = self.request(Kind.Status, {}, timeout=timeout)

@@ -13,6 +13,7 @@ import os
 import re
 import time
 
+from . import _core
 from ._pids import pid_alive
 
 LogRecord = collections.namedtuple("LogRecord", "host pid rank coords actor stream time text")
@@ -22,7 +23,7 @@ _STREAMS = {"o": "stdout", "O": "stdout", "e": "stderr", "E": "stderr"}
 
 
 def logdir(runtime_dir, name, alloc_id):
-    return os.path.join(runtime_dir, "logs", f"{name}-{alloc_id}" if name else alloc_id)
+    return _core.layout_log_dir(runtime_dir, name or "", alloc_id)
 
 
 def read_meta(d):
@@ -35,7 +36,7 @@ def read_meta(d):
 
 def find_logdirs(runtime_dir, name_or_id):
     """The log directories of allocations named name_or_id (or with that id), oldest first."""
-    root = os.path.join(runtime_dir, "logs")
+    root = _core.layout_logs_root(runtime_dir)
     try:
         entries = os.listdir(root)
     except OSError:

@@ -1,6 +1,8 @@
 """Whether a process runs, for the pid files and logs that name host agents and procs."""
 import os
 
+from . import _core
+
 
 def pid_alive(pid):
     """True while pid runs. A zombie is dead: where the container's init reaps late (or never),
@@ -23,7 +25,7 @@ def pid_alive(pid):
 def running_agent_pid(runtime_dir):
     """The pid of the host agent that runs for runtime_dir (its pid file), or None."""
     try:
-        with open(os.path.join(runtime_dir, "hostd.pid")) as f:
+        with open(_core.layout_hostd_pid_file(runtime_dir)) as f:
             text = f.read().strip()
     except OSError:
         return None

@@ -18,7 +18,7 @@ from ._paths import PYTHON
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
 from ._wait import request
-from ._workspace import DEFAULT_MAX_FILE_SIZE, sync_workspace
+from ._workspace import DEFAULT_MAX_FILE_SIZE, seed_named_workspace, sync_workspace
 
 
 class Allocation:
@@ -279,12 +279,13 @@ class ProcMesh(MeshTrait):
         alloc = self._require_alloc("sync_workspace")
         ranks = list(self._shape.ranks())
         agents = list({alloc.procs[r]["agent"].runtime_dir: alloc.procs[r]["agent"] for r in ranks}.values())
+        space_for = alloc.name or None  # a named allocation's own workspace, else this controller's
 
         def procs_of():
             alive = set(alloc.alive_ranks())
-            return [(r, alloc.procs[r]["addr"], alloc.procs[r]["agent"]) for r in ranks if r in alive]
+            return [(r, alloc.procs[r]["addr"], alloc.procs[r]["agent"], space_for) for r in ranks if r in alive]
 
-        return sync_workspace(agents, procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
+        return sync_workspace([(space_for, agents)], procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
                               max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
 
     def stop(self, timeout=None):
@@ -444,13 +445,15 @@ class HostMesh(MeshTrait):
                 return existing
         rt = get_runtime()
         agents = [agent(self._dirs[h]) for h in host_ranks]
+        if name:  # its own workspace starts with what this controller synced to these hosts
+            seed_named_workspace(agents, name)
         alloc_id = _core.random_hex(4)
         alloc = Allocation(alloc_id, name or "", shape, agents)
         n_local = local.size
         for h, a in enumerate(agents):
             for i in range(n_local):
                 rank = h * n_local + i
-                addr = f"ipc://{a.runtime_dir}/p/{alloc_id}.{rank}"
+                addr = _core.layout_proc_address(a.runtime_dir, alloc_id, rank)
                 alloc.procs[rank] = {"addr": addr, "pid": None, "host": a.host, "agent": a}
         # Readiness is a call answered by each proc once it listens; a proc that dies first
         # fails it through supervision.
@@ -501,13 +504,20 @@ class HostMesh(MeshTrait):
         the changed modules. See ProcMesh.sync_workspace for the arguments; returns a SyncReport."""
         dirs = [self._dirs[h] for h in self._shape.ranks()]
         agents = [agent(d) for d in dirs]
+        # This controller's workspace on these hosts, and that of every named allocation it owns
+        # there (each named allocation has its own, which outlives this controller).
+        spaces = [(None, agents)]
+        for a in get_runtime().owned_allocs():
+            named_agents = list({x.runtime_dir: x for x in a.agents if x.runtime_dir in dirs}.values())
+            if a.name and named_agents:
+                spaces.append((a.name, named_agents))
 
         def procs_of():
             rt = get_runtime()
-            return [(r, a.procs[r]["addr"], a.procs[r]["agent"]) for a in rt.owned_allocs()
+            return [(r, a.procs[r]["addr"], a.procs[r]["agent"], a.name or None) for a in rt.owned_allocs()
                     for r in a.alive_ranks() if a.procs[r]["agent"].runtime_dir in dirs]
 
-        return sync_workspace(agents, procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
+        return sync_workspace(spaces, procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
                               max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
 
     def __repr__(self):

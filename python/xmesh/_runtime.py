@@ -193,10 +193,10 @@ os.register_at_fork(after_in_child=_forget_runtime_in_child)
 
 def _make_controller():
     rundir = _core.runtime_dir()
-    os.makedirs(os.path.join(rundir, "c"), mode=0o700, exist_ok=True)
+    os.makedirs(_core.layout_controller_dir(rundir), mode=0o700, exist_ok=True)
     cookie = _core.random_hex(32)
     tag = _core.random_hex(4)
-    node = _core.Node("controller", f"ipc://{rundir}/c/{os.getpid()}-{tag}", cookie)
+    node = _core.Node("controller", f"ipc://{_core.layout_controller_dir(rundir)}/{os.getpid()}-{tag}", cookie)
     node.set_default_cookie(cookie)
     node.start()
     rt = Runtime("controller", node, cookie)

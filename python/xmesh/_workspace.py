@@ -44,6 +44,14 @@ class Workspace:
         return f"Workspace({self.dirs!r})"
 
 
+def workspace_dir(runtime_dir, space_for=None):
+    """Where the host agent of runtime_dir keeps this controller's synced workspace, or that of
+    the named allocation space_for: the $XMESH_WORKSPACE of their procs there."""
+    space = _core.layout_named_space(space_for) if space_for else \
+        _core.layout_controller_space(get_runtime().node.id)
+    return os.path.join(_core.layout_workspace_root(runtime_dir), space)
+
+
 def _targets(workspace, dest):
     """[(local directory, destination)] for the forms sync_workspace accepts."""
     if isinstance(workspace, Workspace):
@@ -59,7 +67,7 @@ def _targets(workspace, dest):
 
 def _cache_path(local):
     """The local manifest cache of a tree (hashes reused under the racy-file rule)."""
-    directory = os.path.join(_core.runtime_dir(), "sync")
+    directory = _core.layout_sync_cache_dir(_core.runtime_dir())
     os.makedirs(directory, mode=0o700, exist_ok=True)
     return os.path.join(directory, hashlib.sha1(local.encode()).hexdigest()[:20] + ".manifest")
 
@@ -86,8 +94,9 @@ def _check_local(local):
 
 
 def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_FILE_SIZE, compress="auto",
-         ignore_files=True):
-    """Syncs to every agent (once each, concurrently). Returns a SyncReport (without reloads)."""
+         ignore_files=True, space_for=None):
+    """Syncs to every agent (once each, concurrently) into the workspace of the named
+    allocation `space_for`, or of this controller (None). Returns a SyncReport (no reloads)."""
     if isinstance(exclude, str):
         exclude = [exclude]
     exclude = [str(p) for p in exclude]
@@ -95,7 +104,8 @@ def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_
         raise ValueError(f"max_file_size must be a positive number of bytes or None, got {max_file_size!r}")
     rt = get_runtime()
     unique = list({a.runtime_dir: a.connect() for a in agents}.values())
-    hosts = [(a.addr, _label(a, unique)) for a in unique]
+    suffix = f" [{space_for}]" if space_for else ""
+    hosts = [(a.addr, _label(a, unique) + suffix) for a in unique]
     parts = []
     start = time.monotonic()
     for local, target in _targets(workspace, dest):
@@ -103,10 +113,12 @@ def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_
         options = {"dest": target, "exclude": exclude, "max_file_size": max_file_size or 0,
                    "cache_path": _cache_path(local), "compress": compress, "ignore_files": ignore_files,
                    "step_timeout_ms": int(float(os.environ.get("XMESH_SYNC_STEP_TIMEOUT", "60")) * 1000),
+                   "space_for": space_for or "",
                    "incremental": os.environ.get("XMESH_SYNC_INCREMENTAL", "1") != "0"}
         report = json.loads(_core.workspace_push(rt.node, local, hosts, json.dumps(options)))
         report["local"] = local
         report["dest"] = target
+        report["space_for"] = space_for
         for h, a in zip(report["hosts"], unique):
             h["agent"] = a
         parts.append(report)
@@ -114,8 +126,8 @@ def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_
 
 
 def reload_procs(report, procs):
-    """Asks procs [(rank, addr, agent)] to reload the modules of the files the sync changed on
-    their host; fills report.reloads."""
+    """Asks procs [(rank, addr, agent, space_for)] to reload the modules of the files the sync
+    changed in their workspace (their host's copy for their allocation); fills report.reloads."""
     rt = get_runtime()
     changed_by_host = {}
     for part in report.parts:
@@ -124,11 +136,12 @@ def reload_procs(report, procs):
                 continue
             files = [os.path.join(h["dir"], p) for key in ("changed_paths", "added_paths", "deleted_paths")
                      for p in h.get(key, []) if p.endswith(".py")]
-            changed_by_host.setdefault(h["agent"].runtime_dir, []).extend(files)
+            changed_by_host.setdefault((h["agent"].runtime_dir, part.get("space_for")), []).extend(files)
     by_host = {}
-    for rank, addr, agent in procs:
-        if changed_by_host.get(agent.runtime_dir) and rt.node.dead_reason(addr) is None:
-            by_host.setdefault(agent.runtime_dir, []).append((rank, addr))
+    for rank, addr, agent, space_for in procs:
+        key = (agent.runtime_dir, space_for)
+        if changed_by_host.get(key) and rt.node.dead_reason(addr) is None:
+            by_host.setdefault(key, []).append((rank, addr))
     asked = [(members, Request(rt.node, [addr for _, addr in members], Kind.Reload,
                                {"files": changed_by_host[host]}))
              for host, members in by_host.items()]
@@ -144,16 +157,24 @@ def reload_procs(report, procs):
     report.reloads.sort(key=lambda r: r["rank"])
 
 
-def sync_workspace(agents, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,
+def sync_workspace(spaces, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,
                    max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
-    """The body of HostMesh.sync_workspace and ProcMesh.sync_workspace: agents are the hosts,
-    procs_of() the [(rank, addr, agent)] to reload in (asked after each sync)."""
+    """The body of HostMesh.sync_workspace and ProcMesh.sync_workspace. spaces: [(space_for,
+    agents)], the workspaces to sync (this controller's: None; a named allocation's: its name)
+    and their hosts; procs_of() the [(rank, addr, agent, space_for)] to reload in (asked after
+    each sync)."""
     if conda:
         raise NotImplementedError("sync_workspace(conda=True) is not supported by xmesh: it syncs directories; "
                                   "sync an environment's site-packages directory with Workspace(dirs=...) instead")
+    spec = dict(dest=dest, exclude=exclude, max_file_size=max_file_size, compress=compress)
 
     def once():
-        report = push(agents, workspace, dest=dest, exclude=exclude, max_file_size=max_file_size, compress=compress)
+        parts, start = [], time.monotonic()
+        for space_for, agents in spaces:
+            parts += push(agents, workspace, space_for=space_for, **spec).parts
+            if space_for is None:
+                _remember_host_sync(agents, workspace, spec)
+        report = SyncReport(parts, time.monotonic() - start)
         if auto_reload and not report.up_to_date:
             reload_procs(report, procs_of())
         return report
@@ -164,6 +185,30 @@ def sync_workspace(agents, procs_of, workspace=".", *, dest=None, exclude=(), au
     watcher = WorkspaceWatcher(once, [local for local, _ in _targets(workspace, dest)], on_report=_print_report)
     watcher.reports.append(first)
     return watcher
+
+
+# What this controller synced into its own workspace on each host (runtime dir -> {targets:
+# (workspace, spec)}): a named allocation spawned there later starts from the same files.
+_host_syncs = {}
+_host_syncs_lock = threading.Lock()
+
+
+def _remember_host_sync(agents, workspace, spec):
+    key = tuple(_targets(workspace, spec["dest"]))
+    with _host_syncs_lock:
+        for a in agents:
+            _host_syncs.setdefault(a.runtime_dir, {})[key] = (workspace, spec)
+
+
+def seed_named_workspace(agents, name):
+    """Before a named allocation's procs start: its workspace on each host gets what this
+    controller synced to its own workspace there (a named allocation has a workspace of its
+    own, which outlives this controller)."""
+    with _host_syncs_lock:
+        todo = {a.runtime_dir: (a, list(_host_syncs.get(a.runtime_dir, {}).values())) for a in agents}
+    for a, syncs in todo.values():
+        for workspace, spec in syncs:
+            push([a], workspace, space_for=name, **spec)
 
 
 def _print_report(report, error):
@@ -187,9 +232,24 @@ class SyncReport:
         return self
 
     # -- figures -----------------------------------------------------------------------------
+    def _trees(self):
+        """The host rows of each local directory synced (and its destination), whatever the
+        workspaces (this controller's, named allocations') it went to."""
+        trees = {}
+        for p in self.parts:
+            trees.setdefault((p["local"], p["dest"]), []).extend(p["hosts"])
+        return trees
+
+    def _first_parts(self):
+        """One part per directory synced (the others are the same scan, for other workspaces)."""
+        first = {}
+        for p in self.parts:
+            first.setdefault((p["local"], p["dest"]), p)
+        return list(first.values())
+
     def _sum(self, key):
         """Per directory synced, the most of any host (hosts usually move alike), summed."""
-        return sum(max((h.get(key, 0) for h in p["hosts"]), default=0) for p in self.parts)
+        return sum(max((h.get(key, 0) for h in hosts), default=0) for hosts in self._trees().values())
 
     @property
     def added(self):
@@ -206,9 +266,10 @@ class SyncReport:
     @property
     def unchanged(self):
         total = 0
-        for p in self.parts:
-            counts = [h["unchanged"] for h in p["hosts"] if "unchanged" in h]
-            total += min(counts) if counts else p["scan"]["files"] + p["scan"]["symlinks"]
+        scans = {(p["local"], p["dest"]): p["scan"] for p in self.parts}
+        for tree, hosts in self._trees().items():
+            counts = [h["unchanged"] for h in hosts if "unchanged" in h]
+            total += min(counts) if counts else scans[tree]["files"] + scans[tree]["symlinks"]
         return total
 
     @property
@@ -238,7 +299,7 @@ class SyncReport:
     def files_sent(self):
         """[(path, size, bytes sent)] of the content that travelled, largest first."""
         rows = []
-        for p in self.parts:
+        for p in self._first_parts():
             prefix = (p["dest"] + "/") if p["dest"] else ""
             rows += [(prefix + path, size, stored) for path, size, stored in p["sent"]]
         return sorted(rows, key=lambda r: -r[1])
@@ -254,7 +315,7 @@ class SyncReport:
 
     @property
     def skipped(self):
-        return [(p["local"], path, why) for p in self.parts for path, why in p["scan"]["skipped"]]
+        return [(p["local"], path, why) for p in self._first_parts() for path, why in p["scan"]["skipped"]]
 
     @property
     def up_to_date(self):
@@ -275,8 +336,8 @@ class SyncReport:
         return lines
 
     def summary(self):
-        dirs = ", ".join(p["local"] + (f" -> {p['dest']}" if p["dest"] else "") for p in self.parts)
-        n_hosts = len(self.hosts)
+        dirs = ", ".join(local + (f" -> {dest}" if dest else "") for local, dest in self._trees())
+        n_hosts = len({h["agent"].runtime_dir for p in self.parts for h in p["hosts"]})
         if self.up_to_date:
             return (f"workspace {dirs}: {n_hosts} host{'s' if n_hosts != 1 else ''} already up to date "
                     f"({self.unchanged} files; {self.seconds * 1000:.0f} ms)")

@@ -194,12 +194,12 @@ def _sync(args):
             for p in reply["procs"]:
                 if p["alive"]:
                     rt.node.set_peer_cookie(p["addr"], reply["job_cookie"])
-                    out.append((p["rank"], p["addr"], a))
+                    out.append((p["rank"], p["addr"], a, args.name))
         return out
 
     def once():
         report = _workspace.push(agents, args.path, dest=args.dest, exclude=args.exclude or (),
-                                 max_file_size=args.max_file_size or None)
+                                 max_file_size=args.max_file_size or None, space_for=args.name)
         if args.reload and not report.up_to_date:
             _workspace.reload_procs(report, procs_of())
         return report

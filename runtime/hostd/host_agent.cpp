@@ -1,5 +1,7 @@
 #include "host_agent.hpp"
 
+#include <dirent.h>
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "../layout.hpp"
 #include "../util.hpp"
 #include "../process.hpp"
 
@@ -28,7 +31,7 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   make_dirs(opts_.runtime_dir + "/p", 0700);
   make_dirs(opts_.runtime_dir + "/logs", 0700);
   // The cookie file is the credential: whoever can read it (this user) may drive this agent.
-  std::string path = opts_.runtime_dir + "/cookie";
+  std::string path = layout::cookie_file(opts_.runtime_dir);
   if (!read_file(path, cookie_) || cookie_.size() < 32) {
     cookie_ = random_hex(32);
     write_file_atomic(path, cookie_, 0600);
@@ -40,9 +43,15 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (opts_.workspace_root.empty()) opts_.workspace_root = opts_.runtime_dir + "/workspace";
+  if (opts_.workspace_root.empty()) opts_.workspace_root = layout::workspace_root(opts_.runtime_dir);
   sync_ = std::make_unique<ws::SyncReceiver>(opts_.workspace_root, opts_.sync_timeout_ms);
-  node_ = std::make_unique<Node>("hostd", "ipc://" + opts_.runtime_dir + "/hostd.sock", cookie_);
+  // Spaces an earlier agent left (it was killed): removed once unused for the keep time.
+  if (DIR* d = opendir(opts_.workspace_root.c_str())) {
+    while (dirent* de = readdir(d))
+      if (layout::is_space(de->d_name)) spaces_[de->d_name] = now_ms();
+    closedir(d);
+  }
+  node_ = std::make_unique<Node>("hostd", "ipc://" + layout::hostd_socket(opts_.runtime_dir), cookie_);
   node_->start();
   idle_since_ms_ = now_ms();
 }
@@ -114,6 +123,10 @@ int HostAgent::run() {
     report_exits();
     usleep(20000);
   }
+  // Every proc is gone with this agent: so is the use of every synced workspace.
+  std::vector<std::string> spaces;
+  for (auto& kv : spaces_) spaces.push_back(kv.first);
+  for (auto& sp : spaces) drop_space(sp, "the host agent exits");
   return 0;
 }
 
@@ -124,6 +137,7 @@ void HostAgent::reply_error(const Message& m, const std::string& text) {
 void HostAgent::handle(Message m) {
   auto& c = controllers_[m.sender_addr];
   c.last_seen_ms = now_ms();
+  c.id = m.header.sender;
   const json& b = m.header.body;
   switch (m.header.kind) {
     case Kind::Heartbeat: {
@@ -183,12 +197,59 @@ void HostAgent::sync_step(const Message& m) {
   std::vector<std::string_view> frames;
   for (auto& f : m.frames) frames.emplace_back(static_cast<const char*>(f.data()), f.size());
   try {
-    auto r = sync_->handle(m.header.body, frames, now_ms());
+    json body = m.header.body;
+    if (body.is_object() && body.value("op", std::string()) == "begin") {
+      // Whose workspace: a named allocation's ("for": its name), else the sender's own.
+      const json& f = body.contains("for") ? body["for"] : json();
+      if (!f.is_null() && (!f.is_string() || f.get<std::string>().empty()))
+        return reply_error(m, "a sync's 'for' must name an allocation");
+      std::string space = space_for(m, f.is_string() ? f.get<std::string>() : "");
+      make_dirs(opts_.workspace_root + "/" + space, 0700);
+      spaces_[space] = now_ms();
+      body["space"] = space;
+    } else if (body.is_object()) {
+      body.erase("space");  // only begin names it; the session keeps it
+    }
+    auto r = sync_->handle(body, frames, now_ms());
     std::vector<zmq::message_t> out;
     for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
     node_->reply(m, true, std::move(r.body), std::move(out));
   } catch (const std::exception& e) {
     node_->reply(m, false, {{"kind", "sync"}, {"text", e.what()}}, {});
+  }
+}
+
+std::string HostAgent::space_for(const Message& m, const std::string& alloc_name) {
+  return alloc_name.empty() ? layout::controller_space(m.header.sender) : layout::named_space(alloc_name);
+}
+
+bool HostAgent::space_in_use(const std::string& space) const {
+  for (auto& kv : allocs_)
+    if (kv.second->space == space) return true;
+  for (auto& kv : controllers_)
+    if (!kv.second.said_goodbye && layout::controller_space(kv.second.id) == space) return true;
+  return false;
+}
+
+void HostAgent::expire_spaces(int64_t now) {
+  std::vector<std::string> idle;
+  for (auto& [space, last] : spaces_) {
+    if (space_in_use(space))
+      last = now;
+    else if (now - last > opts_.workspace_keep_ms)
+      idle.push_back(space);
+  }
+  for (auto& sp : idle)
+    drop_space(sp, "unused for " + std::to_string(opts_.workspace_keep_ms / 1000) + " s (XMESH_WORKSPACE_KEEP)");
+}
+
+void HostAgent::drop_space(const std::string& space, const std::string& why) {
+  spaces_.erase(space);
+  try {
+    sync_->forget_space(space);
+    log_diag("hostd", "removed the synced workspace " + opts_.workspace_root + "/" + space + ": " + why);
+  } catch (const std::exception& e) {
+    log_diag("hostd", "cannot remove the synced workspace " + space + ": " + e.what());
   }
 }
 
@@ -265,17 +326,20 @@ void HostAgent::spawn_procs(const Message& m) {
   if (cookie != env_common.end()) a->job_cookie = cookie->second;
   a->shape = b.value("shape", json::object());
   a->created = wall_time();
-  std::string logdir = opts_.runtime_dir + "/logs/" + (name.empty() ? id : name + "-" + id);
+  a->space = space_for(m, name);
+  spaces_[a->space] = now_ms();
+  std::string logdir = layout::log_dir(opts_.runtime_dir, name, id);
   json out_procs = json::array();
   json meta_ranks = json::object();
   try {
     make_dirs(logdir, 0700);
+    make_dirs(opts_.workspace_root + "/" + a->space, 0700);
     for (auto& r : ranks) {
       auto p = std::make_unique<Proc>();
       p->rank = r.at("rank").get<int64_t>();
       p->coords = r.value("coords", json::object());
-      std::string dir = "ipc://" + opts_.runtime_dir + "/p/";
-      p->addr = r.value("addr", dir + id + "." + std::to_string(p->rank));
+      std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
+      p->addr = r.value("addr", layout::proc_address(opts_.runtime_dir, id, p->rank));
       if (p->addr.rfind(dir, 0) != 0 || p->addr.find("/", dir.size()) != std::string::npos)
         throw std::runtime_error("proc address " + p->addr + " is not under " + dir);
       if (p->addr.size() - 6 > 107)
@@ -289,7 +353,7 @@ void HostAgent::spawn_procs(const Message& m) {
       env["XMESH_HOSTD_PID"] = std::to_string(getpid());
       env["XMESH_HOST"] = hostname();
       env["XMESH_RUNTIME_DIR"] = opts_.runtime_dir;
-      env["XMESH_WORKSPACE"] = opts_.workspace_root;
+      env["XMESH_WORKSPACE"] = opts_.workspace_root + "/" + a->space;
       auto sp = spawn_proc(argv, env, cwd);
       p->pid = sp.pid;
       p->out.fd = sp.out_fd;
@@ -513,6 +577,7 @@ void HostAgent::report_exits() {
 void HostAgent::check_timers() {
   int64_t now = now_ms();
   sync_->expire_idle(now);
+  expire_spaces(now);
   // Partial lines (prompts, progress bars without newline) go out after a short wait.
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs)

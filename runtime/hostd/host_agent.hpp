@@ -32,6 +32,7 @@ struct HostAgentOptions {
   int64_t controller_timeout_ms = 10000;  // a controller silent this long shows as detached
   std::string workspace_root;             // synced workspaces ($XMESH_WORKSPACE of every proc)
   int64_t sync_timeout_ms = 120000;       // an unfinished sync idle this long is dropped
+  int64_t workspace_keep_ms = 600000;     // a workspace space nobody uses is removed after this
 };
 
 class HostAgent {
@@ -78,8 +79,10 @@ class HostAgent {
     double created = 0;
     std::vector<std::unique_ptr<Proc>> procs;
     bool stopping = false;
+    std::string space;  // its synced workspace: <workspace root>/<space> (layout.hpp)
   };
   struct Controller {
+    std::string id;  // its node id
     int64_t last_seen_ms = 0;
     bool said_goodbye = false;
   };
@@ -101,6 +104,12 @@ class HostAgent {
   void check_timers();
   void reply_error(const Message& m, const std::string& text);
   void sync_step(const Message& m);
+  // Workspace spaces (layout.hpp): one per allocation owner, removed once nobody used them
+  // for workspace_keep_ms, and all at exit.
+  std::string space_for(const Message& m, const std::string& alloc_name);
+  bool space_in_use(const std::string& space) const;
+  void expire_spaces(int64_t now);
+  void drop_space(const std::string& space, const std::string& why);
   nlohmann::json status() const;
   int live_procs() const;
 
@@ -111,6 +120,7 @@ class HostAgent {
   int sigfd_ = -1;
   std::map<std::string, std::unique_ptr<Allocation>> allocs_;
   std::map<std::string, Controller> controllers_;
+  std::map<std::string, int64_t> spaces_;  // space -> last use (ms)
   int64_t idle_since_ms_ = 0;
   bool quit_ = false;
 };

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <string>
 
+#include "../layout.hpp"
 #include "../util.hpp"
 #include "../wire.hpp"
 #include "host_agent.hpp"
@@ -48,7 +49,7 @@ std::string read_pid(const std::string& path) {
 // Why this agent did not start, for a daemon whose stderr is /dev/null: at the end of
 // hostd.log, where a controller that waits for the agent looks when it gives up.
 void log_not_started(const std::string& dir, const std::string& why) {
-  int fd = open((dir + "/hostd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int fd = open(xmesh::layout::hostd_log(dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return;
   std::string line = "[xmesh hostd] pid " + std::to_string(getpid()) + " not started: " + why + "\n";
   ssize_t n = write(fd, line.data(), line.size());
@@ -107,20 +108,20 @@ int main(int argc, char** argv) {
   }
   umask(077);
   // One agent per runtime directory.
-  std::string lockpath = dir + "/hostd.lock";
+  std::string lockpath = xmesh::layout::hostd_lock_file(dir);
   int lockfd = open(lockpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
     std::string text = lockfd < 0 ? "cannot open " + lockpath + ": " + strerror(errno)
-                                  : "another host agent" + read_pid(dir + "/hostd.pid") + " holds " + lockpath;
+                                  : "another host agent" + read_pid(xmesh::layout::hostd_pid_file(dir)) + " holds " + lockpath;
     std::cerr << "xmesh-hostd: " << text << "\n";
     if (daemon) log_not_started(dir, text);
     return 0;
   }
   char cwd_buf[4096];
   std::string cwd = getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
-  if (daemon) daemonize(dir + "/hostd.log");
+  if (daemon) daemonize(xmesh::layout::hostd_log(dir));
   std::string pidline = std::to_string(getpid()) + "\n";
-  xmesh::write_file_atomic(dir + "/hostd.pid", pidline, 0600);
+  xmesh::write_file_atomic(xmesh::layout::hostd_pid_file(dir), pidline, 0600);
   try {
     xmesh::HostAgentOptions o;
     o.runtime_dir = dir;
@@ -133,10 +134,11 @@ int main(int argc, char** argv) {
     if (const char* w = std::getenv("XMESH_WORKSPACE_ROOT")) o.workspace_root = w;
     if (!o.workspace_root.empty() && o.workspace_root[0] != '/') o.workspace_root = cwd + "/" + o.workspace_root;
     o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);
+    o.workspace_keep_ms = xmesh::env_int("XMESH_WORKSPACE_KEEP", 600) * 1000;
     xmesh::HostAgent agent(o);
     xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());
     int rc = agent.run();
-    unlink((dir + "/hostd.pid").c_str());
+    unlink(xmesh::layout::hostd_pid_file(dir).c_str());
     return rc;
   } catch (const std::exception& e) {
     xmesh::log_diag("hostd", std::string("fatal: ") + e.what());

@@ -11,23 +11,12 @@ import time
 
 import pytest
 from actors_for_tests import WorkspaceUser
-from xmesh_testing import PYTHON, runtime_dir_of_its_own, wait_until
+from xmesh_testing import PYTHON, read, runtime_dir_of_its_own, wait_until, write
 
 import xmesh
+from xmesh import _core
 from xmesh._hostd import agent
-
-
-def write(path, text, mode=None):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    if mode is not None:
-        os.chmod(path, mode)
-
-
-def read(path):
-    with open(path) as f:
-        return f.read()
+from xmesh._workspace import push, workspace_dir
 
 
 def received(rundir):
@@ -51,14 +40,14 @@ def test_initial_noop_change_delete_rename_modes_symlinks_and_ignores(fresh_rund
     users = procs.spawn("users", WorkspaceUser, "wsmod_a")
 
     report = host.sync_workspace(src, exclude=["notes/"])
-    root = os.path.join(fresh_rundir, "workspace")
+    root = workspace_dir(fresh_rundir)
     assert report.added == 6 and report.changed == 0 and report.deleted == 0, report
     assert report.bytes_received > 5000 and report.bytes_received == received(fresh_rundir)
     assert ("outside", "symlink to /etc/passwd points outside the workspace (absolute)") in \
         [(p, why) for _, p, why in report.skipped]
     assert report.files_sent[0][0] == "pkg/data.txt" and report.dirs_sent[0][0] == "pkg/"
     assert "largest files sent: pkg/data.txt" in repr(report) and "<table" in report._repr_html_()
-    assert sorted(os.listdir(root)) == [".gitignore", ".xmesh-sync", "alias.py", "pkg", "run.sh", "wsmod_a.py"]
+    assert sorted(os.listdir(root)) == [".gitignore", "alias.py", "pkg", "run.sh", "wsmod_a.py"]
     assert os.stat(f"{root}/run.sh").st_mode & 0o777 == 0o755
     assert os.readlink(f"{root}/alias.py") == "wsmod_a.py"
     # Each proc knows where its host's copy is, first on sys.path: imports get the synced code.
@@ -104,7 +93,7 @@ def test_bad_input_is_named(fresh_rundir, tmp_path):
         f.truncate(3 * 2**20)
     with pytest.raises(ValueError, match=r"1 file is over the size limit of 1.0 MiB: big.bin \(3.0 MiB\)"):
         host.sync_workspace(src, max_file_size=2**20)
-    assert not os.path.exists(os.path.join(fresh_rundir, "workspace", "small.txt"))  # nothing was sent
+    assert not os.path.exists(os.path.join(workspace_dir(fresh_rundir), "small.txt"))  # nothing was sent
     assert host.sync_workspace(src, max_file_size=None).added == 2
     with pytest.raises(RuntimeError, match="refused destination '../up'"):
         host.sync_workspace(src, dest="../up")
@@ -125,12 +114,12 @@ def test_workspace_dirs_and_several_hosts_get_each_byte_once(fresh_rundir, tmp_p
         report = host.sync_workspace(xmesh.Workspace(dirs=[a, b]))
         assert len(report.hosts) == 2 and report.added == 2
         for d in (fresh_rundir, other):
-            root = os.path.join(d, "workspace")
+            root = workspace_dir(d)
             assert read(f"{root}/proj_a/one.txt") == "1" * 20000 and read(f"{root}/proj_b/two.txt") == "2" * 30000
             # Each agent counted what it received: every byte once, plus two manifests.
             assert 50000 <= received(d) < 51000
         mapped = host.sync_workspace(xmesh.Workspace(dirs={a: "elsewhere/a"}))
-        assert mapped.added == 1 and os.path.exists(os.path.join(other, "workspace", "elsewhere", "a", "one.txt"))
+        assert mapped.added == 1 and os.path.exists(os.path.join(workspace_dir(other), "elsewhere", "a", "one.txt"))
 
 
 def test_small_edits_send_a_delta_and_a_host_that_drifted_gets_the_whole_manifest(fresh_rundir, tmp_path):
@@ -157,42 +146,50 @@ def test_small_edits_send_a_delta_and_a_host_that_drifted_gets_the_whole_manifes
         assert [h["manifest"] for h in edit.parts[0]["hosts"]] == ["delta", "delta"]
         assert all(h["bytes_sent"] < 1000 for h in edit.parts[0]["hosts"]), edit.parts[0]["hosts"]
         for d in (fresh_rundir, other):
-            assert read(os.path.join(d, "workspace", "pkg07", "mod42.py")) == "x = 'edited'\n"
+            assert read(os.path.join(workspace_dir(d), "pkg07", "mod42.py")) == "x = 'edited'\n"
 
         # A hand edit on one host: its manifest is none the controller knows, so that host gets the
         # whole manifest (and the file repaired); the other still gets a delta.
-        write(os.path.join(other, "workspace", "pkg01", "mod01.py"), "tampered\n")
+        write(os.path.join(workspace_dir(other), "pkg01", "mod01.py"), "tampered\n")
         os.unlink(f"{src}/pkg03/mod03.py")
         mixed = host.sync_workspace(src)
         by_dir = {h["dir"]: h for h in mixed.parts[0]["hosts"]}
-        assert by_dir[os.path.join(fresh_rundir, "workspace")]["manifest"] == "delta"
-        assert by_dir[os.path.join(other, "workspace")]["manifest"] == "whole"
+        assert by_dir[workspace_dir(fresh_rundir)]["manifest"] == "delta"
+        assert by_dir[workspace_dir(other)]["manifest"] == "whole"
         for d in (fresh_rundir, other):
-            assert read(os.path.join(d, "workspace", "pkg01", "mod01.py")) == "x = 101\n"
-            assert not os.path.exists(os.path.join(d, "workspace", "pkg03", "mod03.py"))
+            assert read(os.path.join(workspace_dir(d), "pkg01", "mod01.py")) == "x = 101\n"
+            assert not os.path.exists(os.path.join(workspace_dir(d), "pkg03", "mod03.py"))
         assert host.sync_workspace(src).up_to_date
 
 
 INTERRUPTED = """
-import sys, xmesh
-xmesh.hosts([sys.argv[1]]).sync_workspace(sys.argv[2], compress="always")
+import sys
+from xmesh._hostd import agent
+from xmesh._workspace import push
+# Into the workspace of the allocation named argv[3], which the test's own program synced first.
+push([agent(sys.argv[1])], sys.argv[2], compress="always", space_for=sys.argv[3])
 print("finished")
 """
 
 
-def synced_then_grown(rundir, tmp_path):
-    """A tree synced once, then edited and grown by 60 MiB (so that the next sync takes a while):
+def stage_of(rundir):
+    """Where the host agent stages syncs (beside the workspaces, under their root)."""
+    return os.path.join(_core.layout_workspace_root(rundir), ".xmesh-sync", "stage")
+
+
+def synced_then_grown(rundir, tmp_path, space_for=None):
+    """A tree synced once (into this program's workspace, or that of the allocation named
+    space_for), then edited and grown by 60 MiB (so that the next sync takes a while):
     (host mesh, source, the host's copy, its staging directory)."""
     src = str(tmp_path / "src")
     write(f"{src}/version.txt", "old")
     host = xmesh.hosts([rundir])
-    host.sync_workspace(src)
+    push([agent(rundir)], src, space_for=space_for)
     write(f"{src}/version.txt", "new")
     for i in range(60):
         with open(f"{src}/blob{i:02d}.bin", "wb") as f:
             f.write(os.urandom(2**20))
-    root = os.path.join(rundir, "workspace")
-    return host, src, root, os.path.join(root, ".xmesh-sync", "stage")
+    return host, src, workspace_dir(rundir, space_for), stage_of(rundir)
 
 
 def staging_has_data(stage):
@@ -200,10 +197,10 @@ def staging_has_data(stage):
 
 
 def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
-    host, src, root, stage = synced_then_grown(fresh_rundir, tmp_path)
+    host, src, root, stage = synced_then_grown(fresh_rundir, tmp_path, space_for="wskill")
     script = tmp_path / "sync.py"
     script.write_text(INTERRUPTED)
-    child = subprocess.Popen([PYTHON, str(script), fresh_rundir, src], env=dict(os.environ),
+    child = subprocess.Popen([PYTHON, str(script), fresh_rundir, src, "wskill"], env=dict(os.environ),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert wait_until(lambda: staging_has_data(stage), timeout=60)
@@ -216,7 +213,7 @@ def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_r
     # Nothing was switched in: every file is the old one.
     assert read(f"{root}/version.txt") == "old"
     assert not any(n.startswith("blob") for n in os.listdir(root))
-    done = host.sync_workspace(src)
+    done = push([agent(fresh_rundir)], src, space_for="wskill")
     assert done.added == 60 and done.changed == 1
     assert read(f"{root}/version.txt") == "new" and len(os.listdir(stage)) == 0
 
@@ -269,14 +266,14 @@ def test_a_write_failure_on_the_host_aborts_the_sync_and_leaves_the_old_tree(tmp
     with runtime_dir_of_its_own("xws-") as d:
         host = xmesh.hosts([d])
         host.sync_workspace(src)
-        root = os.path.join(d, "workspace")
+        root = workspace_dir(d)
         write(f"{src}/small.txt", "new")
         with open(f"{src}/big.bin", "wb") as f:
             f.write(os.urandom(3 * 2**20))
         with pytest.raises(RuntimeError, match="cannot write big.bin on the host: File too large"):
             host.sync_workspace(src)
         assert read(f"{root}/small.txt") == "old" and not os.path.exists(f"{root}/big.bin")
-        assert os.listdir(os.path.join(root, ".xmesh-sync", "stage")) == []
+        assert os.listdir(stage_of(d)) == []
         os.unlink(f"{src}/big.bin")
         done = host.sync_workspace(src)
         assert (done.added, done.changed) == (0, 1) and read(f"{root}/small.txt") == "new"
@@ -372,7 +369,7 @@ def test_watch_keeps_syncing_until_stopped(fresh_rundir, tmp_path):
     write(f"{src}/a.txt", "1")
     host = xmesh.hosts([fresh_rundir])
     watcher = host.sync_workspace(src, watch=True)
-    root = os.path.join(fresh_rundir, "workspace")
+    root = workspace_dir(fresh_rundir)
     try:
         assert len(watcher.reports) == 1 and read(f"{root}/a.txt") == "1"
         write(f"{src}/a.txt", "2")
@@ -411,3 +408,4 @@ def test_cli_sync_of_a_named_allocation_with_reload(fresh_rundir, tmp_path):
         assert out.returncode == 1 and "no live allocation named 'no-such-name'" in out.stderr
     finally:
         procs.stop()
+

@@ -82,3 +82,16 @@ def wait_until(pred, timeout=10.0, interval=0.05):
             return True
         time.sleep(interval)
     return pred()
+
+
+def write(path, text, mode=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    if mode is not None:
+        os.chmod(path, mode)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
