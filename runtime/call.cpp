@@ -21,7 +21,7 @@ bool Call::deliver(CallResult r) {
     if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
     have_[r.index] = true;
     ++received_;
-    if (!r.ok && r.body.is_object() && r.body.value("kind", std::string()) == "supervision") fatal_ = true;
+    if (!r.ok && error_kind_of(r.body) == ErrorKind::Supervision) fatal_ = true;
     untaken_.push_back(std::move(r));
     if (efd_ >= 0) {
       uint64_t one = 1;

@@ -38,6 +38,7 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie)
   actor_wait_ms_ = env_int("XMESH_ACTOR_WAIT_MS", 10000);
   max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
+  register_builtin_handlers();
 
   if (bind_addr.rfind("ipc://", 0) == 0) {
     std::string path = bind_addr.substr(6);
@@ -189,17 +190,17 @@ void Node::send_locked(OutPeer& p, const std::string& addr, Header& h, std::vect
   ++stats_.sent;
 }
 
-static size_t total_bytes(const std::vector<zmq::message_t>& frames) {
+void Node::check_size(const std::vector<zmq::message_t>& frames) const {
   size_t n = 0;
   for (auto& f : frames) n += f.size();
-  return n;
+  if (n > max_message_bytes_)
+    throw SendError("message of " + std::to_string(n) + " bytes exceeds the maximum message size of " +
+                        std::to_string(max_message_bytes_) + " bytes (XMESH_MAX_MESSAGE_BYTES)",
+                    /*too_large=*/true);
 }
 
 void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> frames) {
-  size_t n = total_bytes(frames);
-  if (n > max_message_bytes_)
-    throw SendError("message of " + std::to_string(n) + " bytes exceeds the maximum message size of " +
-                    std::to_string(max_message_bytes_) + " bytes (XMESH_MAX_MESSAGE_BYTES)");
+  check_size(frames);
   json err;
   if (is_dead(addr, &err)) throw SendError("peer " + addr + " is dead: " + err.value("text", std::string("unknown")));
   auto p = out_peer(addr);
@@ -209,10 +210,7 @@ void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> f
 
 std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl, std::vector<zmq::message_t> frames,
                                  bool expect_reply) {
-  size_t n = total_bytes(frames);
-  if (n > max_message_bytes_)
-    throw SendError("message of " + std::to_string(n) + " bytes exceeds the maximum message size of " +
-                    std::to_string(max_message_bytes_) + " bytes (XMESH_MAX_MESSAGE_BYTES)");
+  check_size(frames);
   std::vector<std::string> addrs;
   addrs.reserve(targets.size());
   for (auto& t : targets) addrs.push_back(t.addr);
@@ -253,7 +251,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     } catch (const SendError& e) {
       CallResult r;
       r.index = static_cast<int64_t>(i);
-      r.body = {{"kind", "send"}, {"text", e.what()}};
+      r.body = error_body(ErrorKind::Send, e.what());
       c->deliver(std::move(r));
     }
   }
@@ -294,13 +292,13 @@ void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::m
   try {
     send(call_msg.sender_addr, std::move(h), std::move(frames));
   } catch (const SendError& e) {
-    if (std::string(e.what()).find("exceeds the maximum") != std::string::npos) {
+    if (e.too_large) {
       // A result too large to send still gets an answer: the error, naming both sizes.
       Header eh;
       eh.kind = Kind::Reply;
       eh.corr = call_msg.header.corr;
       eh.index = call_msg.header.index;
-      eh.body = {{"kind", "send"}, {"text", std::string("result could not be sent: ") + e.what()}};
+      eh.body = error_body(ErrorKind::Send, std::string("result could not be sent: ") + e.what());
       try {
         send(call_msg.sender_addr, std::move(eh), {});
       } catch (const SendError&) {
@@ -346,7 +344,7 @@ void Node::remove_actor(const std::string& name) {
   // Calls queued behind the stop get an answer instead of waiting forever.
   while (auto m = box->pop(0))
     if (m->header.kind == Kind::Call && m->header.corr)
-      reply(*m, false, {{"kind", "no_actor"}, {"text", "no actor named '" + name + "' on this proc (it was stopped)"}}, {});
+      reply(*m, false, error_body(ErrorKind::NoActor, "no actor named '" + name + "' on this proc (it was stopped)"), {});
 }
 
 void Node::fail_calls_to(const std::string& addr, const json& error) {
@@ -509,8 +507,7 @@ void Node::expire_waiting_for_actor() {
   for (auto& m : expired)
     if (m.header.kind == Kind::Call && m.header.corr)
       reply(m, false,
-            {{"kind", "no_actor"},
-             {"text", "no actor named '" + m.header.actor + "' on this proc (it was never spawned here)"}},
+            error_body(ErrorKind::NoActor, "no actor named '" + m.header.actor + "' on this proc (it was never spawned here)"),
             {});
 }
 
@@ -546,7 +543,7 @@ void Node::handle_frames(std::vector<zmq::message_t>& parts) {
                                ? b["reason"].get<std::string>()
                                : std::string("connection refused");
       std::string who = b.is_object() && b.contains("addr") && b["addr"].is_string() ? b["addr"].get<std::string>() : "";
-      if (!who.empty()) mark_dead(who, {{"kind", "refused"}, {"text", reason}});
+      if (!who.empty()) mark_dead(who, error_body(ErrorKind::Refused, reason));
       m.sender_addr = who;
       control_.push(std::move(m));
     } else {
@@ -672,147 +669,165 @@ bool Node::refused_caller(const Message& m) {
   return true;
 }
 
+void Node::on(Kind kind, Handler handler) {
+  if (running_) throw std::logic_error("Node::on: register handlers before start()");
+  std::lock_guard<std::mutex> g(mu_);
+  handlers_[static_cast<int>(kind)] = std::move(handler);
+}
+
+// The node's own concerns: replies complete their calls (transport), actor messages reach the
+// actor directory, supervision notices mark addresses dead, DumpStacks is answered here.
+void Node::register_builtin_handlers() {
+  handlers_[static_cast<int>(Kind::Reply)] = [this](Message& m) { on_reply(m); };
+  handlers_[static_cast<int>(Kind::Call)] = [this](Message& m) { on_actor_message(m); };
+  handlers_[static_cast<int>(Kind::StopActor)] = [this](Message& m) { on_actor_message(m); };
+  handlers_[static_cast<int>(Kind::SpawnActor)] = [this](Message& m) { on_spawn_actor(m); };
+  handlers_[static_cast<int>(Kind::Log)] = [this](Message& m) { logs_.push(std::move(m)); };
+  handlers_[static_cast<int>(Kind::ProcExited)] = [this](Message& m) { on_proc_exited(m); };
+  handlers_[static_cast<int>(Kind::PeerDead)] = [this](Message& m) { on_peer_dead(m); };
+  handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
+  handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = hosts_.find(m.sender_addr);
+    if (it != hosts_.end()) it->second.last_ack_ms = now_ms();
+  };
+}
+
+// Every authenticated message: its kind's handler, or the control inbox.
 void Node::dispatch(InPeer& in, Message m) {
   (void)in;
+  Handler* handler = nullptr;
   {
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.received;
+    auto it = handlers_.find(static_cast<int>(m.header.kind));
+    if (it != handlers_.end()) handler = &it->second;  // entries are never erased
   }
   if (refused_caller(m)) return;
-  const json& b = m.header.body;
-  switch (m.header.kind) {
-    case Kind::Reply: {
-      std::shared_ptr<Call> c;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        auto it = calls_.find(m.header.corr);
-        if (it != calls_.end()) c = it->second.lock();
-      }
-      if (!c) return;  // a late reply for a forgotten call
-      CallResult r;
-      r.index = m.header.index;
-      r.ok = m.header.ok;
-      r.body = b;
-      r.frames = std::move(m.frames);
-      c->deliver(std::move(r));
-      if (c->done()) forget_call(c->id());
-      return;
-    }
-    case Kind::Call:
-    case Kind::StopActor: {
-      auto box = actor_inbox(m.header.actor);
-      if (box && box->push(std::move(m))) return;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!box && !removed_actors_.count(m.header.actor)) {
-          auto& w = waiting_for_actor_[m.header.actor];
-          if (w.msgs.empty()) w.deadline_ms = now_ms() + actor_wait_ms_;
-          w.msgs.push_back(std::move(m));
-          return;
-        }
-      }
-      if (m.header.kind == Kind::Call && m.header.corr)
-        reply(m, false,
-              {{"kind", "no_actor"},
-               {"text", "no actor named '" + m.header.actor + "' on this proc (it was stopped or never spawned)"}},
-              {});
-      return;
-    }
-    case Kind::SpawnActor: {
-      std::shared_ptr<Inbox> box;
-      bool exists = false;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        auto it = actors_.find(m.header.actor);
-        if (it != actors_.end()) {
-          exists = true;
-        } else {
-          box = std::make_shared<Inbox>();
-          actors_[m.header.actor] = box;
-        }
-      }
-      if (exists) {
-        if (m.header.corr)
-          reply(m, false,
-                {{"kind", "spawn"}, {"text", "an actor named '" + m.header.actor + "' already exists on this proc"}},
-                {});
-        return;
-      }
-      Message notice;
-      notice.header = m.header;
-      notice.sender_addr = m.sender_addr;
-      std::string name = m.header.actor;
-      box->push(std::move(m));
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        auto w = waiting_for_actor_.find(name);
-        if (w != waiting_for_actor_.end()) {
-          for (auto& held : w->second.msgs) box->push(std::move(held));
-          waiting_for_actor_.erase(w);
-        }
-      }
-      actor_events_.push(std::move(notice));
-      return;
-    }
-    case Kind::Log:
-      logs_.push(std::move(m));
-      return;
-    case Kind::ProcExited: {
-      std::string addr = b.is_object() ? b.value("addr", std::string()) : std::string();
-      if (!addr.empty()) {
-        json err = {{"kind", "supervision"}, {"text", b.value("text", std::string("proc died"))}, {"info", b}};
-        mark_dead(addr, err);
-        forget_peer(addr);  // the process ended: its connections will say nothing more
-        std::set<std::string> subs;
-        {
-          std::lock_guard<std::mutex> g(mu_);
-          subs = subscribers_;
-        }
-        for (auto& s : subs) {
-          Header h;
-          h.kind = Kind::PeerDead;
-          h.body = {{"addr", addr}, {"error", err}};
-          try {
-            send(s, std::move(h), {});
-          } catch (const SendError&) {
-          }
-        }
-      }
-      control_.push(std::move(m));
-      return;
-    }
-    case Kind::PeerDead: {
-      if (b.is_object() && b.contains("addr") && b["addr"].is_string()) {
-        mark_dead(b["addr"].get<std::string>(), b.value("error", json::object()));
-        forget_peer(b["addr"].get<std::string>());
-      }
-      control_.push(std::move(m));
-      return;
-    }
-    case Kind::DumpStacks: {
-      StackDumper dumper;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        dumper = stack_dumper_;
-      }
-      if (!m.header.corr) return;
-      if (!dumper) {
-        reply(m, false, {{"kind", "no_stacks"}, {"text", "this process cannot dump its stacks"}}, {});
-        return;
-      }
-      reply(m, true, dumper(), {});
-      return;
-    }
-    case Kind::HeartbeatAck: {
-      std::lock_guard<std::mutex> g(mu_);
-      auto it = hosts_.find(m.sender_addr);
-      if (it != hosts_.end()) it->second.last_ack_ms = now_ms();
-      return;
-    }
-    default:
-      control_.push(std::move(m));
-      return;
+  if (handler)
+    (*handler)(m);
+  else
+    control_.push(std::move(m));
+}
+
+void Node::on_reply(Message& m) {
+  std::shared_ptr<Call> c;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = calls_.find(m.header.corr);
+    if (it != calls_.end()) c = it->second.lock();
   }
+  if (!c) return;  // a late reply for a forgotten call
+  CallResult r;
+  r.index = m.header.index;
+  r.ok = m.header.ok;
+  r.body = std::move(m.header.body);
+  r.frames = std::move(m.frames);
+  c->deliver(std::move(r));
+  if (c->done()) forget_call(c->id());
+}
+
+void Node::on_actor_message(Message& m) {
+  auto box = actor_inbox(m.header.actor);
+  if (box && box->push(std::move(m))) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!box && !removed_actors_.count(m.header.actor)) {
+      auto& w = waiting_for_actor_[m.header.actor];
+      if (w.msgs.empty()) w.deadline_ms = now_ms() + actor_wait_ms_;
+      w.msgs.push_back(std::move(m));
+      return;
+    }
+  }
+  if (m.header.kind == Kind::Call && m.header.corr)
+    reply(m, false,
+          error_body(ErrorKind::NoActor,
+                     "no actor named '" + m.header.actor + "' on this proc (it was stopped or never spawned)"),
+          {});
+}
+
+void Node::on_spawn_actor(Message& m) {
+  std::shared_ptr<Inbox> box;
+  bool exists = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = actors_.find(m.header.actor);
+    if (it != actors_.end()) {
+      exists = true;
+    } else {
+      box = std::make_shared<Inbox>();
+      actors_[m.header.actor] = box;
+    }
+  }
+  if (exists) {
+    if (m.header.corr)
+      reply(m, false,
+            error_body(ErrorKind::Spawn, "an actor named '" + m.header.actor + "' already exists on this proc"), {});
+    return;
+  }
+  Message notice;
+  notice.header = m.header;
+  notice.sender_addr = m.sender_addr;
+  std::string name = m.header.actor;
+  box->push(std::move(m));
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto w = waiting_for_actor_.find(name);
+    if (w != waiting_for_actor_.end()) {
+      for (auto& held : w->second.msgs) box->push(std::move(held));
+      waiting_for_actor_.erase(w);
+    }
+  }
+  actor_events_.push(std::move(notice));
+}
+
+void Node::on_proc_exited(Message& m) {
+  const json& b = m.header.body;
+  std::string addr = b.is_object() ? b.value("addr", std::string()) : std::string();
+  if (!addr.empty()) {
+    json err = error_body(ErrorKind::Supervision, b.value("text", std::string("proc died")));
+    err["info"] = b;
+    mark_dead(addr, err);
+    forget_peer(addr);  // the process ended: its connections will say nothing more
+    std::set<std::string> subs;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      subs = subscribers_;
+    }
+    for (auto& s : subs) {
+      Header h;
+      h.kind = Kind::PeerDead;
+      h.body = {{"addr", addr}, {"error", err}};
+      try {
+        send(s, std::move(h), {});
+      } catch (const SendError&) {
+      }
+    }
+  }
+  control_.push(std::move(m));
+}
+
+void Node::on_peer_dead(Message& m) {
+  const json& b = m.header.body;
+  if (b.is_object() && b.contains("addr") && b["addr"].is_string()) {
+    mark_dead(b["addr"].get<std::string>(), b.value("error", json::object()));
+    forget_peer(b["addr"].get<std::string>());
+  }
+  control_.push(std::move(m));
+}
+
+void Node::on_dump_stacks(Message& m) {
+  StackDumper dumper;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    dumper = stack_dumper_;
+  }
+  if (!m.header.corr) return;
+  if (!dumper) {
+    reply(m, false, error_body(ErrorKind::NoStacks, "this process cannot dump its stacks"), {});
+    return;
+  }
+  reply(m, true, dumper(), {});
 }
 
 void Node::tick_heartbeats() {
@@ -865,7 +880,7 @@ void Node::lose_host(const std::string& hostd_addr, const std::string& text) {
 }
 
 void Node::fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text) {
-  json err = {{"kind", "supervision"}, {"text", text}};
+  json err = error_body(ErrorKind::Supervision, text);
   mark_dead(hostd_addr, err);
   for (auto& d : dependents) mark_dead(d, err);
   Message m;

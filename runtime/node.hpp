@@ -29,7 +29,9 @@
 namespace xmesh {
 
 struct SendError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit SendError(const std::string& what, bool too_large = false)
+      : std::runtime_error(what), too_large(too_large) {}
+  bool too_large;  // the message exceeds XMESH_MAX_MESSAGE_BYTES (else: peer dead, closed, timed out)
 };
 
 struct Target {
@@ -57,6 +59,12 @@ class Node {
   const std::string& role() const { return role_; }
   uint64_t incarnation() const { return incarnation_; }
   zmq::context_t& context() { return ctx_; }
+
+  // A handler for one kind of message, run on the I/O thread (it must not block). The node
+  // registers its own (replies, actor messages, supervision, DumpStacks, heartbeats); a kind
+  // with no handler goes to the control inbox. Register before start().
+  using Handler = std::function<void(Message&)>;
+  void on(Kind kind, Handler handler);
 
   void start();
   // Stops the I/O thread, closes every socket (bounded linger) and every inbox.
@@ -156,10 +164,18 @@ class Node {
   void handle_frames(std::vector<zmq::message_t>& parts);
   void handle_hello(InPeer& in, const std::string& identity, const Message& m);
   void dispatch(InPeer& in, Message m);
+  void register_builtin_handlers();
+  void on_reply(Message& m);
+  void on_actor_message(Message& m);  // Call, StopActor: the actor's inbox (held until its spawn)
+  void on_spawn_actor(Message& m);
+  void on_proc_exited(Message& m);    // supervision: mark dead, relay PeerDead, then control
+  void on_peer_dead(Message& m);
+  void on_dump_stacks(Message& m);
   bool refused_caller(const Message& m);  // answers and drops it if its sender is refused
   void tick_heartbeats();
   void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
+  void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
   InPeer& in_peer(const std::string& identity);  // I/O thread only
   void forget_gone_peers();                       // I/O thread only
   void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
@@ -204,6 +220,7 @@ class Node {
   std::atomic<uint64_t> next_corr_{1};
   NodeStats stats_;
   StackDumper stack_dumper_;
+  std::unordered_map<int, Handler> handlers_;  // by kind; filled before start(), never erased
 
   Inbox control_, logs_, actor_events_;
 };

@@ -162,4 +162,17 @@ void log_diag(const std::string& who, const std::string& text) {
   (void)ignored;
 }
 
+std::string format_bytes(uint64_t n) {
+  char buf[32];
+  if (n >= (uint64_t(1) << 30))
+    snprintf(buf, sizeof(buf), "%.1f GiB", n / 1073741824.0);
+  else if (n >= (1u << 20))
+    snprintf(buf, sizeof(buf), "%.1f MiB", n / 1048576.0);
+  else if (n >= 1024)
+    snprintf(buf, sizeof(buf), "%.1f KiB", n / 1024.0);
+  else
+    snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
+  return buf;
+}
+
 }  // namespace xmesh

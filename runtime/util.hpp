@@ -33,6 +33,9 @@ bool read_file(const std::string& path, std::string& out);
 // Writes a file atomically (temp file + rename) with the given mode.
 void write_file_atomic(const std::string& path, const std::string& data, unsigned mode);
 
+// "512 B", "4.0 KiB", "1.5 MiB", "2.0 GiB": the one way sizes are written (Python asks too).
+std::string format_bytes(uint64_t n);
+
 // Name of a signal ("SIGKILL"), or "signal N".
 std::string signal_name(int sig);
 

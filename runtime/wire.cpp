@@ -18,42 +18,50 @@ const std::string& build_id() {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Hello: return "hello";
-    case Kind::Refuse: return "refuse";
-    case Kind::Call: return "call";
-    case Kind::Reply: return "reply";
-    case Kind::SpawnActor: return "spawn-actor";
-    case Kind::StopActor: return "stop-actor";
-    case Kind::ProcReady: return "proc-ready";
-    case Kind::PeerDead: return "peer-dead";
-    case Kind::Fault: return "fault";
-    case Kind::Cancel: return "cancel";
-    case Kind::Adopt: return "adopt";
-    case Kind::ProcInfo: return "proc-info";
-    case Kind::SpawnProcs: return "spawn-procs";
-    case Kind::ProcExited: return "proc-exited";
-    case Kind::Log: return "log";
-    case Kind::StopProcs: return "stop-procs";
-    case Kind::Heartbeat: return "heartbeat";
-    case Kind::HeartbeatAck: return "heartbeat-ack";
-    case Kind::Goodbye: return "goodbye";
-    case Kind::Status: return "status";
-    case Kind::Attach: return "attach";
-    case Kind::Shutdown: return "shutdown";
-    case Kind::FlushOutput: return "flush-output";
-    case Kind::Configure: return "configure";
-    case Kind::DebugEvent: return "debug-event";
-    case Kind::DebugCommand: return "debug-command";
-    case Kind::DumpStacks: return "dump-stacks";
-    case Kind::Sync: return "sync";
-    case Kind::Reload: return "reload";
+#define XMESH_KIND(name, number, wire_name) \
+  case Kind::name:                          \
+    return wire_name;
+#include "kinds.def"
+#undef XMESH_KIND
   }
   return "unknown";
 }
 
 bool kind_known(int k) {
-  return (k == 1 || k == 3) || (k >= 10 && k <= 19) || (k == 20) || (k >= 22 && k <= 37);
+  switch (k) {
+#define XMESH_KIND(name, number, wire_name) case number:
+#include "kinds.def"
+#undef XMESH_KIND
+    return true;
+    default:
+      return false;
+  }
 }
+
+const char* error_kind_name(ErrorKind k) {
+  switch (k) {
+#define XMESH_ERROR(name, wire_name) \
+  case ErrorKind::name:              \
+    return wire_name;
+#include "errors.def"
+#undef XMESH_ERROR
+  }
+  return "unknown";
+}
+
+std::optional<ErrorKind> error_kind_of(const json& body) {
+  if (!body.is_object()) return std::nullopt;
+  auto it = body.find("kind");
+  if (it == body.end() || !it->is_string()) return std::nullopt;
+  const std::string& k = it->get_ref<const std::string&>();
+#define XMESH_ERROR(name, wire_name) \
+  if (k == wire_name) return ErrorKind::name;
+#include "errors.def"
+#undef XMESH_ERROR
+  return std::nullopt;
+}
+
+json error_body(ErrorKind k, const std::string& text) { return {{"kind", error_kind_name(k)}, {"text", text}}; }
 
 namespace {
 // Minimal CBOR writing for the fixed header fields.

@@ -18,41 +18,26 @@ int protocol_version();
 const std::string& version_string();  // release, e.g. "0.1.0"
 const std::string& build_id();        // changes with every build
 
-// Message kinds. The numbers of Hello and Refuse never change, so that peers of any
-// protocol version can tell each other why they refuse to talk.
+// Message kinds: generated from the one list, kinds.def (numbers, names, what each is).
 enum class Kind : int {
-  Hello = 1,        // first message on every connection: version, build, credentials, address
-  Refuse = 3,       // refusal with a human-readable reason (version, credentials)
-  Call = 10,        // invoke an endpoint of an actor; payload = pickled (args, kwargs)
-  Reply = 11,       // result of one Call target; body.ok says value or error
-  SpawnActor = 12,  // create an actor on a proc; payload = pickled (class, args, kwargs)
-  StopActor = 13,
-  ProcReady = 14,   // a proc announces its address to its controller
-  PeerDead = 15,    // supervision notice relayed to procs: a peer address died
-  Fault = 16,       // an exception nobody waits for (broadcast), for the controller's fault hook
-  Cancel = 17,      // cancel one target of a call (body: corr, index), to the proc's control inbox
-  Adopt = 18,       // controller -> proc of a named allocation it attached: it is the owner now
-  ProcInfo = 19,    // controller -> proc: its pid and live actors (answered with a Reply)
-  SpawnProcs = 20,  // controller -> hostd; answered with a Reply
-  ProcExited = 22,  // hostd -> controller, after the proc's pipes reached end of file
-  Log = 23,         // hostd -> controller: complete lines of one proc stream
-  StopProcs = 24,
-  Heartbeat = 25,
-  HeartbeatAck = 26,
-  Goodbye = 27,     // controller exits cleanly: stop its unnamed allocations now
-  Status = 28,      // ask hostd for its allocations; answered with a Reply
-  Attach = 29,      // controller -> hostd: take over a live named allocation; answered with a Reply
-  Shutdown = 30,    // ask hostd to exit (stops everything it owns)
-  FlushOutput = 31, // controller -> proc: write an output marker now; answered with its seq (body.m)
-  Configure = 32,   // controller -> proc: settings such as the Python logging level
-  DebugEvent = 33,  // proc -> controller: a debug session stopped, answered a command, or ended
-  DebugCommand = 34,  // controller -> proc: a pdb command (or continue) for one stopped session
-  DumpStacks = 35,  // controller -> proc: every thread's Python stack, answered by the I/O thread
-  Sync = 36,        // controller -> hostd: one step of a workspace sync (body.op); answered with a Reply
-  Reload = 37,      // controller -> proc: reload the modules of these synced files; answered with a Reply
+#define XMESH_KIND(name, number, wire_name) name = number,
+#include "kinds.def"
+#undef XMESH_KIND
 };
-const char* kind_name(Kind k);
+const char* kind_name(Kind k);  // "spawn-actor"; "unknown" for a number not in the list
 bool kind_known(int k);
+
+// Error kinds (the "kind" of an error body): generated from errors.def.
+enum class ErrorKind {
+#define XMESH_ERROR(name, wire_name) name,
+#include "errors.def"
+#undef XMESH_ERROR
+};
+const char* error_kind_name(ErrorKind k);  // its wire name, "no_actor"
+// The kind of an error body; nullopt when it has none or one not in the list.
+std::optional<ErrorKind> error_kind_of(const json& body);
+// An error body: {"kind": ..., "text": ...}.
+json error_body(ErrorKind k, const std::string& text);
 
 struct Header {
   Kind kind = Kind::Call;

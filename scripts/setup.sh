@@ -10,7 +10,7 @@ APT_PACKAGES=(
   libibverbs-dev libxxhash-dev libzstd-dev
   python3 python3-dev python3-venv
   python3-cloudpickle python3-numpy python3-torch
-  python3-pytest python3-pytest-timeout python3-pexpect
+  python3-pytest python3-pytest-timeout python3-pexpect mypy
   python3-ipyparallel python3-distributed
   procps iproute2 rsync
   # the kernel (xeus 2.4 + xeus-python 0.14) and the Jupyter tools around it

@@ -543,66 +543,98 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const json& body, const std::
   return {{{"received", s.bytes}}, {}};
 }
 
+// An open descriptor, closed when it goes.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// What a commit works with: the session, the diff, the directories it writes in, and what the
+// prepare step left for the switch.
+struct SyncReceiver::Commit {
+  struct Move {
+    const Entry* e;
+    std::string staged;
+  };
+  Session& s;
+  const Manifest& host;
+  Diff d;
+  Fd root, dest, stage;
+  std::unique_ptr<DirCache> dirs;
+  std::unique_ptr<PycacheDropper> pycache;
+  std::vector<const Entry*> touched;  // added and changed, by path
+  std::vector<Move> moves;            // staged name -> its place
+  std::vector<const Entry*> chmods;   // only the mode changed
+  json kept = json::array();          // old directories that could not be removed
+
+  Commit(Session& session, const std::string& root_dir)
+      : s(session), host(*session.host), d(diff_manifests(*session.host, session.incoming)) {
+    root.fd = open(root_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root.fd < 0) throw SyncRefused(sys_error("cannot open " + root_dir, errno));
+    dest.fd = open_dir_nofollow(root.fd, s.dest, true);
+    stage.fd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (stage.fd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
+    dirs = std::make_unique<DirCache>(dest.fd);
+    pycache = std::make_unique<PycacheDropper>(*dirs);
+    for (auto* list : {&d.added, &d.changed})
+      for (const Entry* e : *list) touched.push_back(e);
+    std::sort(touched.begin(), touched.end(), [](const Entry* a, const Entry* b) { return a->path < b->path; });
+  }
+  ~Commit() {
+    pycache.reset();  // before the directories it reads through
+    dirs.reset();
+  }
+};
+
 SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   if (!s.planned) throw SyncRefused("sync commit before its plan");
   size_t missing = 0;
   for (auto& o : s.need) missing += !o.done;
   if (missing) throw SyncRefused(std::to_string(missing) + " files of this sync did not arrive (first: " +
                                  std::find_if(s.need.begin(), s.need.end(), [](auto& o) { return !o.done; })->path + ")");
-  const Manifest& host = *s.host;
-  Diff d = diff_manifests(host, s.incoming);
-  std::string dir = s.dest.empty() ? root_ : root_ + "/" + s.dest;
-  int rootfd = open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (rootfd < 0) throw SyncRefused(sys_error("cannot open " + root_, errno));
-  int destfd = -1, stagefd = -1;
-  struct Closer {
-    int* fds[3];
-    ~Closer() {
-      for (int* f : fds)
-        if (*f >= 0) close(*f);
-    }
-  } closer{{&rootfd, &destfd, &stagefd}};
-  destfd = open_dir_nofollow(rootfd, s.dest, true);
-  stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
-  DirCache dirs(destfd);
-  PycacheDropper pycache(dirs);
+  Commit c(s, root_);
+  prepare(c);     // every new or changed file aside; nothing visible changes
+  switch_in(c);   // deletions, new directories, every staged file renamed in
+  json reply = commit_reply(c);
+  save(c);        // the host manifest, with the stat values of what was written
+  return {reply, {}};
+}
 
+// 1. Every new or changed file and symlink staged aside under a name of its own, with its mode
+//    (nothing visible changes yet). Content comes from the received objects, or from the host
+//    when it already had it (renamed or copied files).
+void SyncReceiver::prepare(Commit& c) {
+  Session& s = c.s;
   std::unordered_map<Hash128, size_t, Hash128Hasher> object_of;
   for (size_t i = 0; i < s.need.size(); ++i) object_of[s.need[i].hash] = i;
   std::unordered_map<Hash128, std::string, Hash128Hasher> staged_as;  // hash -> staged name already used
   std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;  // built when first needed
-
-  // 1. Prepare every new or changed file and symlink aside (nothing visible changes yet).
-  struct Move {
-    const Entry* e;
-    std::string staged;
-  };
-  std::vector<Move> moves;
-  std::vector<const Entry*> chmods;
-  std::vector<const Entry*> touched;
-  for (auto* list : {&d.added, &d.changed})
-    for (const Entry* e : *list) touched.push_back(e);
-  std::sort(touched.begin(), touched.end(), [](const Entry* a, const Entry* b) { return a->path < b->path; });
   size_t n = 0;
-  for (const Entry* e : touched) {
-    const Entry* old = host.find(e->path);
+  for (const Entry* e : c.touched) {
+    const Entry* old = c.host.find(e->path);
     if (e->type == EntryType::Dir) continue;
     if (e->type == EntryType::File && old && old->type == EntryType::File && old->hash == e->hash && old->size == e->size) {
-      chmods.push_back(e);  // only the mode changed
+      c.chmods.push_back(e);
       continue;
     }
     std::string name = "p" + std::to_string(n++);
     if (e->type == EntryType::Symlink) {
-      if (symlinkat(e->target.c_str(), stagefd, name.c_str()) != 0) throw SyncRefused(sys_error("cannot stage " + e->path, errno));
-      moves.push_back({e, name});
+      if (symlinkat(e->target.c_str(), c.stage.fd, name.c_str()) != 0)
+        throw SyncRefused(sys_error("cannot stage " + e->path, errno));
+      c.moves.push_back({e, name});
       continue;
     }
     auto obj = object_of.find(e->hash);
     auto used = staged_as.find(e->hash);
     bool ready = false;  // the received object itself, already with this entry's mode
     if (used != staged_as.end()) {
-      copy_file_at(stagefd, used->second, stagefd, name);
+      copy_file_at(c.stage.fd, used->second, c.stage.fd, name);
     } else if (obj != object_of.end() && s.need[obj->second].staged) {
       auto& o = s.need[obj->second];
       name = o.hash.hex();  // moved into place under the name it arrived with
@@ -610,108 +642,117 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
       ready = o.mode == (e->mode & 0777);
     } else {
       if (on_host.empty())
-        for (auto& h : host.entries)
+        for (auto& h : c.host.entries)
           if (h.type == EntryType::File) on_host.emplace(h.hash, &h);
       auto src = on_host.find(e->hash);
       if (src == on_host.end()) throw SyncRefused("the content of " + e->path + " is neither staged nor on the host");
-      copy_file_at(dirs.get(parent_of(src->second->path)), base_of(src->second->path), stagefd, name);
+      copy_file_at(c.dirs->get(parent_of(src->second->path)), base_of(src->second->path), c.stage.fd, name);
     }
     staged_as[e->hash] = name;
-    if (ready && !old) {  // a new path: no mode to fix, no old text's second to avoid
-      moves.push_back({e, name});
-      continue;
-    }
-    int fd = openat(stagefd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw SyncRefused(sys_error("cannot open staged " + e->path, errno));
-    fchmod(fd, e->mode & 0777);
-    // Python trusts a .pyc while the source's size and mtime (whole seconds) match: the new
-    // text must not share the old one's second.
-    struct stat old_st, new_st;
-    if (old && fstatat(dirs.get(parent_of(e->path)), base_of(e->path).c_str(), &old_st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        fstat(fd, &new_st) == 0 && old_st.st_mtim.tv_sec == new_st.st_mtim.tv_sec) {
-      timespec t[2] = {{0, UTIME_OMIT}, {old_st.st_mtim.tv_sec + 1, 0}};
-      futimens(fd, t);
-    }
-    close(fd);
-    moves.push_back({e, name});
+    if (!(ready && !old)) fix_staged(c, *e, old, name);  // a new path that is ready needs nothing
+    c.moves.push_back({e, name});
   }
+}
 
-  // 2. The switch. Deletions deepest first (and old entries whose type changes to or from a
-  //    directory), then new directories parents first, then every staged file renamed in.
+// A staged file gets its entry's mode and, replacing an old text, an mtime outside the old
+// text's second: Python trusts a .pyc while the source's size and whole-second mtime match.
+void SyncReceiver::fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name) {
+  Fd fd(openat(c.stage.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.fd < 0) throw SyncRefused(sys_error("cannot open staged " + e.path, errno));
+  fchmod(fd.fd, e.mode & 0777);
+  struct stat old_st, new_st;
+  if (old && fstatat(c.dirs->get(parent_of(e.path)), base_of(e.path).c_str(), &old_st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      fstat(fd.fd, &new_st) == 0 && old_st.st_mtim.tv_sec == new_st.st_mtim.tv_sec) {
+    timespec t[2] = {{0, UTIME_OMIT}, {old_st.st_mtim.tv_sec + 1, 0}};
+    futimens(fd.fd, t);
+  }
+}
+
+// 2. The switch. Deletions deepest first (and old entries whose type changes to or from a
+//    directory), then new directories parents first, then every staged file renamed in.
+void SyncReceiver::switch_in(Commit& c) {
   std::vector<std::pair<std::string, EntryType>> removals;
-  for (const Entry* e : d.deleted) removals.emplace_back(e->path, e->type);
-  for (const Entry* e : d.changed) {
-    const Entry* old = host.find(e->path);
+  for (const Entry* e : c.d.deleted) removals.emplace_back(e->path, e->type);
+  for (const Entry* e : c.d.changed) {
+    const Entry* old = c.host.find(e->path);
     if (old && old->type != e->type && (old->type == EntryType::Dir || e->type == EntryType::Dir))
       removals.emplace_back(old->path, old->type);
   }
   std::sort(removals.begin(), removals.end(), [](auto& a, auto& b) { return a.first > b.first; });
-  json kept = json::array();
   for (auto& [path, type] : removals) {
     int parent;
     try {
-      parent = dirs.get(parent_of(path));
+      parent = c.dirs->get(parent_of(path));
     } catch (const std::exception&) {
       continue;  // its directory is gone already
     }
     if (type == EntryType::Dir) {
-      dirs.forget(path);
+      c.dirs->forget(path);
       if (unlinkat(parent, base_of(path).c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
-        if (s.incoming.find(path)) throw SyncRefused(sys_error("cannot replace directory " + path + " on the host", errno));
-        kept.push_back(path + " (" + std::strerror(errno) + ")");
+        if (c.s.incoming.find(path)) throw SyncRefused(sys_error("cannot replace directory " + path + " on the host", errno));
+        c.kept.push_back(path + " (" + std::strerror(errno) + ")");
       }
     } else {
-      if (type == EntryType::File) pycache.drop(path);
+      if (type == EntryType::File) c.pycache->drop(path);
       unlinkat(parent, base_of(path).c_str(), 0);
     }
   }
-  for (const Entry* e : touched) {
+  for (const Entry* e : c.touched) {
     if (e->type != EntryType::Dir) continue;
-    int parent = dirs.get(parent_of(e->path));
+    int parent = c.dirs->get(parent_of(e->path));
     if (mkdirat(parent, base_of(e->path).c_str(), e->mode & 0777) != 0 && errno != EEXIST)
       throw SyncRefused(sys_error("cannot create directory " + e->path + " on the host", errno));
     fchmodat(parent, base_of(e->path).c_str(), e->mode & 0777, 0);
   }
-  for (auto& m : moves) {
-    int parent = dirs.get(parent_of(m.e->path));
-    if (renameat(stagefd, m.staged.c_str(), parent, base_of(m.e->path).c_str()) != 0)
+  for (auto& m : c.moves) {
+    int parent = c.dirs->get(parent_of(m.e->path));
+    if (renameat(c.stage.fd, m.staged.c_str(), parent, base_of(m.e->path).c_str()) != 0)
       throw SyncRefused(sys_error("cannot move " + m.e->path + " into place", errno));
-    if (m.e->type == EntryType::File) pycache.drop(m.e->path);
+    if (m.e->type == EntryType::File) c.pycache->drop(m.e->path);
   }
-  for (const Entry* e : chmods) fchmodat(dirs.get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
+  for (const Entry* e : c.chmods)
+    fchmodat(c.dirs->get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
+}
 
-  // 3. The reply, then the host manifest: the new entries with the stat values of the files
-  //    as written (entries this sync did not touch keep theirs).
+// What the controller hears: counts (files and symlinks) and the paths of each change.
+json SyncReceiver::commit_reply(const Commit& c) const {
   auto paths = [](const std::vector<const Entry*>& list) {
     json out = json::array();
     for (const Entry* e : list)
       if (e->type != EntryType::Dir) out.push_back(e->path);
     return out;
   };
-  size_t added = 0, changed = 0, deleted = 0;
-  for (const Entry* e : d.added) added += e->type != EntryType::Dir;
-  for (const Entry* e : d.changed) changed += e->type != EntryType::Dir;
-  for (const Entry* e : d.deleted) deleted += e->type != EntryType::Dir;
+  auto count = [](const std::vector<const Entry*>& list) {
+    size_t n = 0;
+    for (const Entry* e : list) n += e->type != EntryType::Dir;
+    return n;
+  };
+  size_t added = count(c.d.added), changed = count(c.d.changed), deleted = count(c.d.deleted);
   size_t unchanged = 0;
-  for (auto& e : s.incoming.entries) unchanged += e.type != EntryType::Dir;
+  for (auto& e : c.s.incoming.entries) unchanged += e.type != EntryType::Dir;
   unchanged -= added + changed;
-  json reply = {{"dir", dir},
-                {"added", added},
-                {"changed", changed},
-                {"deleted", deleted},
-                {"unchanged", unchanged},
-                {"bytes_received", s.bytes},
-                {"added_paths", paths(d.added)},
-                {"changed_paths", paths(d.changed)},
-                {"deleted_paths", paths(d.deleted)},
-                {"kept", kept}};
+  return {{"dir", c.s.dest.empty() ? root_ : root_ + "/" + c.s.dest},
+          {"added", added},
+          {"changed", changed},
+          {"deleted", deleted},
+          {"unchanged", unchanged},
+          {"bytes_received", c.s.bytes},
+          {"added_paths", paths(c.d.added)},
+          {"changed_paths", paths(c.d.changed)},
+          {"deleted_paths", paths(c.d.deleted)},
+          {"kept", c.kept}};
+}
 
+// 3. The host manifest: the new entries with the stat values of the files as written (entries
+//    this sync did not touch keep theirs), saved and remembered.
+void SyncReceiver::save(Commit& c) {
+  Session& s = c.s;
   auto saved = std::make_shared<Manifest>(std::move(s.incoming));
   size_t i = 0;
   for (auto& e : saved->entries) {  // both sorted by path: one walk
     if (e.type != EntryType::File) continue;
-    while (i < host.entries.size() && host.entries[i].path < e.path) ++i;
-    const Entry* before = i < host.entries.size() && host.entries[i].path == e.path ? &host.entries[i] : nullptr;
+    while (i < c.host.entries.size() && c.host.entries[i].path < e.path) ++i;
+    const Entry* before = i < c.host.entries.size() && c.host.entries[i].path == e.path ? &c.host.entries[i] : nullptr;
     if (before && before->same_as(e)) {
       e.mtime_ns = before->mtime_ns;
       e.ctime_ns = before->ctime_ns;
@@ -721,7 +762,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
     struct stat st;
     int parent = -1;
     try {
-      parent = dirs.get(parent_of(e.path));
+      parent = c.dirs->get(parent_of(e.path));
     } catch (const std::exception&) {
     }
     if (parent >= 0 && fstatat(parent, base_of(e.path).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -741,7 +782,6 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   } else {
     remember(s.dest, copy, watch(s.dest));
   }
-  return {reply, {}};
 }
 
 }  // namespace xmesh::ws

@@ -69,7 +69,13 @@ class SyncReceiver {
   Reply begin(const nlohmann::json& body, int64_t now_ms);
   Reply plan(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
   Reply data(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
-  Reply commit(Session& s);
+  Reply commit(Session& s);  // prepare, switch_in, commit_reply, save
+  struct Commit;
+  void prepare(Commit& c);
+  void fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name);
+  void switch_in(Commit& c);
+  nlohmann::json commit_reply(const Commit& c) const;
+  void save(Commit& c);
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;
   HostCopy load_and_verify(const std::string& dest);

@@ -56,17 +56,6 @@ std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
   return nullptr;
 }
 
-std::string human_bytes(uint64_t n) {
-  char buf[32];
-  if (n >= (1u << 20))
-    snprintf(buf, sizeof(buf), "%.1f MiB", n / 1048576.0);
-  else if (n >= 1024)
-    snprintf(buf, sizeof(buf), "%.1f KiB", n / 1024.0);
-  else
-    snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
-  return buf;
-}
-
 struct Step {
   std::shared_ptr<Call> call;
   std::vector<size_t> hosts;  // index into the host list, per call target
@@ -132,213 +121,289 @@ ScanResult scan_with_cache(const std::string& root, const PushOptions& opts) {
   return r;
 }
 
-json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
-                    const std::function<void()>& check_interrupt) {
-  auto t0 = std::chrono::steady_clock::now();
-  ScanResult scan;
-  std::shared_ptr<const Manifest> scanned = scan_cached(root, opts.cache_path, opts.scan, opts.incremental, scan);
-  double scan_s = seconds_since(t0);
-  if (!scan.too_large.empty()) {
-    std::sort(scan.too_large.begin(), scan.too_large.end(), [](auto& a, auto& b) { return a.second > b.second; });
-    std::string list;
-    for (size_t i = 0; i < scan.too_large.size() && i < 10; ++i)
-      list += (i ? ", " : "") + scan.too_large[i].first + " (" + human_bytes(scan.too_large[i].second) + ")";
-    if (scan.too_large.size() > 10) list += " and " + std::to_string(scan.too_large.size() - 10) + " more";
-    throw std::invalid_argument(std::to_string(scan.too_large.size()) + " file" +
-                                (scan.too_large.size() == 1 ? " is" : "s are") + " over the size limit of " +
-                                human_bytes(opts.scan.max_file_size) + ": " + list +
-                                "; exclude them (exclude=[...] or .xmeshignore) or raise max_file_size");
+namespace {
+// An XXH3-128 streaming state, freed when it goes.
+struct HashState {
+  XXH3_state_t* st = XXH3_createState();
+  HashState() { XXH3_128bits_reset(st); }
+  HashState(const HashState&) = delete;
+  HashState& operator=(const HashState&) = delete;
+  ~HashState() { XXH3_freeState(st); }
+  void update(const void* data, size_t n) { XXH3_128bits_update(st, data, n); }
+  Hash128 digest() const {
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    return Hash128{h.low64, h.high64};
   }
-  const Manifest& m = *scanned;
-  Hash128 digest = m.digest();
-  remember_scanned(digest, scanned);
-  std::string sid = random_hex(16);
-  Pusher p(node, hosts, opts, check_interrupt);
-  json report_hosts = json::array();
-  for (auto& h : hosts) report_hosts.push_back({{"addr", h.addr}, {"label", h.label}, {"bytes_sent", 0}});
-  std::vector<size_t> all;
-  for (size_t i = 0; i < hosts.size(); ++i) all.push_back(i);
+};
 
-  std::vector<size_t> differ;
-  json sent = json::array();
-  auto count_sent = [&](const std::vector<size_t>& targets, uint64_t n) {
-    for (size_t h : targets) report_hosts[h]["bytes_sent"] = report_hosts[h]["bytes_sent"].get<uint64_t>() + n;
-  };
-  try {
-    // 1. begin: only the digest travels; equal hosts are done.
-    json begin_body = {{"op", "begin"}, {"sid", sid}, {"dest", opts.dest}, {"digest", digest.hex()}};
-    if (!opts.space_for.empty()) begin_body["for"] = opts.space_for;  // the agent picks the space
-    Step begin = p.send(all, std::move(begin_body), {});
-    std::map<std::string, std::vector<size_t>> by_base;  // the host's manifest digest -> hosts
-    for (auto& [h, r] : p.wait(begin, "begin")) {
-      report_hosts[h]["same"] = r.body.value("same", false);
-      report_hosts[h]["dir"] = r.body.value("dir", std::string());
+// A file opened for reading, closed when it goes.
+struct ReadFd {
+  int fd;
+  explicit ReadFd(const std::string& path) : fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) {}
+  ReadFd(const ReadFd&) = delete;
+  ReadFd& operator=(const ReadFd&) = delete;
+  ~ReadFd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// A zstd compression context, freed when it goes.
+struct Compressor {
+  ZSTD_CCtx* c = ZSTD_createCCtx();
+  Compressor() = default;
+  Compressor(const Compressor&) = delete;
+  Compressor& operator=(const Compressor&) = delete;
+  ~Compressor() { ZSTD_freeCCtx(c); }
+};
+
+// One push of a scanned tree to its hosts, in the four steps of the Sync protocol: begin (only
+// the digest; equal hosts are done), plan (the manifest or a delta; each host answers with the
+// content it lacks), data (one stream per group of hosts lacking the same content), commit
+// (each host switches its staged files in, in one batch). A failure aborts the hosts' sessions.
+class Push {
+ public:
+  Push(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
+       const std::function<void()>& check_interrupt, const Manifest& m)
+      : node_(node), root_(root), hosts_(hosts), opts_(opts), check_(check_interrupt), p_(node, hosts, opts, check_),
+        m_(m), digest_(m.digest()), sid_(random_hex(16)) {
+    for (auto& h : hosts) report_hosts_.push_back({{"addr", h.addr}, {"label", h.label}, {"bytes_sent", 0}});
+  }
+
+  void run() {
+    try {
+      begin();
+      if (differ_.empty()) return;
+      plan();
+      send_data();
+      commit();
+    } catch (...) {
+      abort();
+      throw;
+    }
+  }
+  const Hash128& digest() const { return digest_; }
+  json take_hosts() { return std::move(report_hosts_); }
+  json take_sent() { return std::move(sent_); }
+
+ private:
+  void count_sent(const std::vector<size_t>& targets, uint64_t n) {
+    for (size_t h : targets) report_hosts_[h]["bytes_sent"] = report_hosts_[h]["bytes_sent"].get<uint64_t>() + n;
+  }
+
+  // 1. begin: only the digest travels; equal hosts are done.
+  void begin() {
+    std::vector<size_t> all;
+    for (size_t i = 0; i < hosts_.size(); ++i) all.push_back(i);
+    json body = {{"op", "begin"}, {"sid", sid_}, {"dest", opts_.dest}, {"digest", digest_.hex()}};
+    if (!opts_.space_for.empty()) body["for"] = opts_.space_for;  // the agent picks the space
+    Step step = p_.send(all, std::move(body), {});
+    for (auto& [h, r] : p_.wait(step, "begin")) {
+      report_hosts_[h]["same"] = r.body.value("same", false);
+      report_hosts_[h]["dir"] = r.body.value("dir", std::string());
       if (!r.body.value("same", false)) {
-        differ.push_back(h);
-        by_base[r.body.value("have", std::string())].push_back(h);
+        differ_.push_back(h);
+        by_base_[r.body.value("have", std::string())].push_back(h);
       }
     }
-    if (!differ.empty()) {
-      // 2. plan: each host answers with the content it lacks. A host holding a manifest this
-      //    process scanned gets only the entries that differ from it; the others (and a host
-      //    whose copy turns out not to fit the delta) get the whole manifest.
-      std::vector<Step> plans;
-      std::vector<size_t> whole;
-      for (auto& [have, targets] : by_base) {
-        std::shared_ptr<const Manifest> base = recent_manifest(have);
-        if (!base) {
-          whole.insert(whole.end(), targets.begin(), targets.end());
+  }
+
+  // 2. plan: each host answers with the content it lacks. A host holding a manifest this
+  //    process scanned gets only the entries that differ from it; the others (and a host whose
+  //    copy turns out not to fit the delta) get the whole manifest.
+  void plan() {
+    std::vector<size_t> whole;
+    for (auto& [have, targets] : by_base_) {
+      std::shared_ptr<const Manifest> base = recent_manifest(have);
+      if (!base) {
+        whole.insert(whole.end(), targets.begin(), targets.end());
+        continue;
+      }
+      ManifestDelta delta = make_delta(*base, m_);
+      std::string up = delta.upserts.encode_wire(), del = delta.deleted.encode_wire();
+      count_sent(targets, up.size() + del.size());
+      for (size_t h : targets) report_hosts_[h]["manifest"] = "delta";
+      std::vector<zmq::message_t> f;
+      f.push_back(frame_of(up));
+      f.push_back(frame_of(del));
+      plans_.push_back(p_.send(targets, {{"op", "plan"}, {"sid", sid_}, {"base", have}, {"digest", digest_.hex()}},
+                               std::move(f)));
+    }
+    if (!whole.empty()) send_whole(whole);
+    for (size_t i = 0; i < plans_.size(); ++i) {
+      std::vector<size_t> refit;
+      for (auto& [h, r] : p_.wait(plans_[i], "plan")) {
+        if (r.body.value("full", false)) {
+          refit.push_back(h);
           continue;
         }
-        ManifestDelta delta = make_delta(*base, m);
-        std::string up = delta.upserts.encode_wire(), del = delta.deleted.encode_wire();
-        count_sent(targets, up.size() + del.size());
-        for (size_t h : targets) report_hosts[h]["manifest"] = "delta";
-        std::vector<zmq::message_t> f;
-        f.push_back(frame_of(up));
-        f.push_back(frame_of(del));
-        plans.push_back(p.send(targets, {{"op", "plan"}, {"sid", sid}, {"base", have}, {"digest", digest.hex()}},
-                               std::move(f)));
+        groups_[r.frames.empty() ? std::string() : r.frames[0].to_string()].push_back(h);
       }
-      std::string wire;
-      auto send_whole = [&](const std::vector<size_t>& targets) {
-        if (wire.empty()) wire = m.encode_wire();
-        count_sent(targets, wire.size());
-        for (size_t h : targets) report_hosts[h]["manifest"] = "whole";
-        std::vector<zmq::message_t> f;
-        f.push_back(frame_of(wire));
-        plans.push_back(p.send(targets, {{"op", "plan"}, {"sid", sid}}, std::move(f)));
-      };
-      if (!whole.empty()) send_whole(whole);
-      std::map<std::string, std::vector<size_t>> groups;  // need list -> hosts
-      for (size_t i = 0; i < plans.size(); ++i) {
-        std::vector<size_t> refit;
-        for (auto& [h, r] : p.wait(plans[i], "plan")) {
-          if (r.body.value("full", false)) {
-            refit.push_back(h);
-            continue;
-          }
-          std::string need = r.frames.empty() ? std::string() : r.frames[0].to_string();
-          groups[need].push_back(h);
-        }
-        if (!refit.empty()) send_whole(refit);  // appended: this loop waits for it too
-      }
-      std::unordered_map<Hash128, const Entry*, Hash128Hasher> local;
-      for (auto& e : m.entries)
-        if (e.type == EntryType::File) local.emplace(e.hash, &e);
-      // 3. data: one stream per group of hosts lacking the same content.
-      ZSTD_CCtx* cctx = ZSTD_createCCtx();
-      struct FreeCtx {
-        ZSTD_CCtx* c;
-        ~FreeCtx() { ZSTD_freeCCtx(c); }
-      } free_ctx{cctx};
-      std::map<std::string, std::pair<uint64_t, uint64_t>> sent_by_path;  // raw, stored
-      for (auto& [need, targets] : groups) {
-        bool compress = opts.compress == "always";
-        if (opts.compress == "auto")
-          for (size_t h : targets) compress = compress || hosts[h].addr.rfind("ipc://", 0) != 0;
-        std::deque<Step> inflight;
-        json pieces = json::array();
-        std::string payload;
-        size_t raw_in_batch = 0;
-        auto flush = [&]() {
-          if (pieces.empty()) return;
-          count_sent(targets, payload.size());
-          std::vector<zmq::message_t> f;
-          f.push_back(frame_of(payload));
-          inflight.push_back(p.send(targets, {{"op", "data"}, {"sid", sid}, {"pieces", pieces}}, std::move(f)));
-          pieces = json::array();
-          payload.clear();
-          raw_in_batch = 0;
-          while (inflight.size() >= static_cast<size_t>(opts.window)) {
-            p.wait(inflight.front(), "data");
-            inflight.pop_front();
-          }
-        };
-        std::vector<char> buf(opts.batch_bytes);
-        std::vector<char> zbuf(ZSTD_compressBound(opts.batch_bytes));
-        for (size_t idx = 0; idx * 16 < need.size(); ++idx) {
-          Hash128 hsh;
-          std::memcpy(&hsh.lo, need.data() + idx * 16, 8);
-          std::memcpy(&hsh.hi, need.data() + idx * 16 + 8, 8);
-          auto it = local.find(hsh);
-          if (it == local.end()) throw std::runtime_error("a host asked for content this workspace does not have");
-          const Entry& e = *it->second;
-          int fd = open((root + "/" + e.path).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-          if (fd < 0) throw std::runtime_error("cannot read " + e.path + ": " + std::strerror(errno));
-          XXH3_state_t* st = XXH3_createState();
-          XXH3_128bits_reset(st);
-          uint64_t off = 0;
-          uint64_t stored_total = 0;
-          try {
-            while (off < e.size) {
-              size_t room = opts.batch_bytes - raw_in_batch;
-              if (room == 0) {
-                flush();
-                room = opts.batch_bytes;
-              }
-              size_t want = static_cast<size_t>(std::min<uint64_t>(room, e.size - off));
-              ssize_t n = read(fd, buf.data(), want);
-              if (n < 0 && errno == EINTR) continue;
-              if (n <= 0)
-                throw std::runtime_error(e.path + " changed while being sent (it is shorter now); sync again");
-              XXH3_128bits_update(st, buf.data(), static_cast<size_t>(n));
-              const char* data = buf.data();
-              size_t stored = static_cast<size_t>(n);
-              int z = 0;
-              if (compress && n > 512) {
-                size_t c = ZSTD_compressCCtx(cctx, zbuf.data(), zbuf.size(), buf.data(), static_cast<size_t>(n),
-                                             opts.zstd_level);
-                if (!ZSTD_isError(c) && c < static_cast<size_t>(n) * 9 / 10) {
-                  data = zbuf.data();
-                  stored = c;
-                  z = 1;
-                }
-              }
-              pieces.push_back({idx, off, n, stored, z});
-              payload.append(data, stored);
-              raw_in_batch += static_cast<size_t>(n);
-              stored_total += stored;
-              off += static_cast<uint64_t>(n);
-            }
-          } catch (...) {
-            close(fd);
-            XXH3_freeState(st);
-            throw;
-          }
-          close(fd);
-          XXH128_hash_t got = XXH3_128bits_digest(st);
-          XXH3_freeState(st);
-          if (Hash128{got.low64, got.high64} != e.hash)
-            throw std::runtime_error(e.path + " changed while being sent; sync again");
-          auto& s = sent_by_path[e.path];
-          s.first = e.size;
-          s.second = std::max(s.second, stored_total);
-          check_interrupt();
-        }
-        flush();
-        while (!inflight.empty()) {
-          p.wait(inflight.front(), "data");
-          inflight.pop_front();
-        }
-      }
-      for (auto& [path, sizes] : sent_by_path) sent.push_back({path, sizes.first, sizes.second});
-      // 4. commit: each host switches its staged files in, in one batch.
-      Step commit = p.send(differ, {{"op", "commit"}, {"sid", sid}}, {});
-      for (auto& [h, r] : p.wait(commit, "commit"))
-        for (auto& kv : r.body.items()) report_hosts[h][kv.key()] = kv.value();
+      if (!refit.empty()) send_whole(refit);  // appended: this loop waits for it too
     }
-  } catch (...) {
-    if (!differ.empty()) {
-      try {
-        Step abort = p.send(differ, {{"op", "abort"}, {"sid", sid}}, {});
-        abort.call->wait_done(2000);
-        node.forget_call(abort.call->id());
-      } catch (...) {
-      }
-    }
-    throw;
   }
+
+  void send_whole(const std::vector<size_t>& targets) {
+    if (wire_.empty()) wire_ = m_.encode_wire();
+    count_sent(targets, wire_.size());
+    for (size_t h : targets) report_hosts_[h]["manifest"] = "whole";
+    std::vector<zmq::message_t> f;
+    f.push_back(frame_of(wire_));
+    plans_.push_back(p_.send(targets, {{"op", "plan"}, {"sid", sid_}}, std::move(f)));
+  }
+
+  // 3. data: one stream per group of hosts lacking the same content, in batches of
+  //    batch_bytes with at most `window` in flight.
+  void send_data() {
+    for (auto& e : m_.entries)
+      if (e.type == EntryType::File) local_.emplace(e.hash, &e);
+    for (auto& [need, targets] : groups_) {
+      Stream st;
+      st.targets = targets;
+      st.compress = opts_.compress == "always";
+      if (opts_.compress == "auto")
+        for (size_t h : targets) st.compress = st.compress || hosts_[h].addr.rfind("ipc://", 0) != 0;
+      for (size_t idx = 0; idx * 16 < need.size(); ++idx) {
+        Hash128 hsh;
+        std::memcpy(&hsh.lo, need.data() + idx * 16, 8);
+        std::memcpy(&hsh.hi, need.data() + idx * 16 + 8, 8);
+        auto it = local_.find(hsh);
+        if (it == local_.end()) throw std::runtime_error("a host asked for content this workspace does not have");
+        send_file(st, idx, *it->second);
+        check_();
+      }
+      flush(st);
+      while (!st.inflight.empty()) {
+        p_.wait(st.inflight.front(), "data");
+        st.inflight.pop_front();
+      }
+    }
+    for (auto& [path, sizes] : sent_by_path_) sent_.push_back({path, sizes.first, sizes.second});
+  }
+
+  struct Stream {
+    std::vector<size_t> targets;
+    bool compress = false;
+    std::deque<Step> inflight;
+    json pieces = json::array();
+    std::string payload;
+    size_t raw_in_batch = 0;
+  };
+
+  void flush(Stream& st) {
+    if (st.pieces.empty()) return;
+    count_sent(st.targets, st.payload.size());
+    std::vector<zmq::message_t> f;
+    f.push_back(frame_of(st.payload));
+    st.inflight.push_back(p_.send(st.targets, {{"op", "data"}, {"sid", sid_}, {"pieces", st.pieces}}, std::move(f)));
+    st.pieces = json::array();
+    st.payload.clear();
+    st.raw_in_batch = 0;
+    while (st.inflight.size() >= static_cast<size_t>(opts_.window)) {
+      p_.wait(st.inflight.front(), "data");
+      st.inflight.pop_front();
+    }
+  }
+
+  // One file's content into the stream, checked against its manifest hash as it is read.
+  void send_file(Stream& st, size_t idx, const Entry& e) {
+    ReadFd fd(root_ + "/" + e.path);
+    if (fd.fd < 0) throw std::runtime_error("cannot read " + e.path + ": " + std::strerror(errno));
+    HashState hash;
+    if (buf_.empty()) {
+      buf_.resize(opts_.batch_bytes);
+      zbuf_.resize(ZSTD_compressBound(opts_.batch_bytes));
+    }
+    uint64_t off = 0, stored_total = 0;
+    while (off < e.size) {
+      size_t room = opts_.batch_bytes - st.raw_in_batch;
+      if (room == 0) {
+        flush(st);
+        room = opts_.batch_bytes;
+      }
+      size_t want = static_cast<size_t>(std::min<uint64_t>(room, e.size - off));
+      ssize_t n = read(fd.fd, buf_.data(), want);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error(e.path + " changed while being sent (it is shorter now); sync again");
+      hash.update(buf_.data(), static_cast<size_t>(n));
+      const char* data = buf_.data();
+      size_t stored = static_cast<size_t>(n);
+      int z = 0;
+      if (st.compress && n > 512) {
+        size_t c = ZSTD_compressCCtx(zstd_.c, zbuf_.data(), zbuf_.size(), buf_.data(), static_cast<size_t>(n),
+                                     opts_.zstd_level);
+        if (!ZSTD_isError(c) && c < static_cast<size_t>(n) * 9 / 10) {
+          data = zbuf_.data();
+          stored = c;
+          z = 1;
+        }
+      }
+      st.pieces.push_back({idx, off, n, stored, z});
+      st.payload.append(data, stored);
+      st.raw_in_batch += static_cast<size_t>(n);
+      stored_total += stored;
+      off += static_cast<uint64_t>(n);
+    }
+    if (hash.digest() != e.hash) throw std::runtime_error(e.path + " changed while being sent; sync again");
+    auto& sizes = sent_by_path_[e.path];
+    sizes.first = e.size;
+    sizes.second = std::max(sizes.second, stored_total);
+  }
+
+  // 4. commit: each host switches its staged files in, in one batch.
+  void commit() {
+    Step step = p_.send(differ_, {{"op", "commit"}, {"sid", sid_}}, {});
+    for (auto& [h, r] : p_.wait(step, "commit"))
+      for (auto& kv : r.body.items()) report_hosts_[h][kv.key()] = kv.value();
+  }
+
+  void abort() {
+    if (differ_.empty()) return;
+    try {
+      Step step = p_.send(differ_, {{"op", "abort"}, {"sid", sid_}}, {});
+      step.call->wait_done(2000);
+      node_.forget_call(step.call->id());
+    } catch (...) {
+    }
+  }
+
+  Node& node_;
+  const std::string& root_;
+  const std::vector<PushHost>& hosts_;
+  const PushOptions& opts_;
+  const std::function<void()>& check_;
+  Pusher p_;
+  const Manifest& m_;
+  Hash128 digest_;
+  std::string sid_;
+  json report_hosts_ = json::array();
+  std::vector<size_t> differ_;
+  std::map<std::string, std::vector<size_t>> by_base_;  // the host's manifest digest -> hosts
+  std::vector<Step> plans_;
+  std::string wire_;                                     // the whole manifest, encoded once
+  std::map<std::string, std::vector<size_t>> groups_;   // need list -> hosts
+  std::unordered_map<Hash128, const Entry*, Hash128Hasher> local_;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> sent_by_path_;  // raw, stored
+  json sent_ = json::array();
+  Compressor zstd_;
+  std::vector<char> buf_, zbuf_;
+};
+
+// The scan, refusing files over the size limit by name before anything is sent.
+std::shared_ptr<const Manifest> scan_for_push(const std::string& root, const PushOptions& opts, ScanResult& scan) {
+  std::shared_ptr<const Manifest> scanned = scan_cached(root, opts.cache_path, opts.scan, opts.incremental, scan);
+  if (scan.too_large.empty()) return scanned;
+  std::sort(scan.too_large.begin(), scan.too_large.end(), [](auto& a, auto& b) { return a.second > b.second; });
+  std::string list;
+  for (size_t i = 0; i < scan.too_large.size() && i < 10; ++i)
+    list += (i ? ", " : "") + scan.too_large[i].first + " (" + format_bytes(scan.too_large[i].second) + ")";
+  if (scan.too_large.size() > 10) list += " and " + std::to_string(scan.too_large.size() - 10) + " more";
+  throw std::invalid_argument(std::to_string(scan.too_large.size()) + " file" +
+                              (scan.too_large.size() == 1 ? " is" : "s are") + " over the size limit of " +
+                              format_bytes(opts.scan.max_file_size) + ": " + list +
+                              "; exclude them (exclude=[...] or .xmeshignore) or raise max_file_size");
+}
+
+json scan_report(const Manifest& m, const ScanResult& scan, double seconds) {
   size_t files = 0, dirs = 0, links = 0;
   for (auto& e : m.entries) {
     files += e.type == EntryType::File;
@@ -347,21 +412,33 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
   }
   json skipped = json::array();
   for (auto& s : scan.skipped) skipped.push_back({s.first, s.second});
-  return {{"scan",
-           {{"files", files},
-            {"dirs", dirs},
-            {"symlinks", links},
-            {"bytes", m.file_bytes()},
-            {"hashed_files", scan.hashed_files},
-            {"hashed_bytes", scan.hashed_bytes},
-            {"reused", scan.reused},
-            {"incremental", scan.incremental},
-            {"watched_dirs", scan.watched_dirs},
-            {"skipped", skipped},
-            {"seconds", scan_s}}},
-          {"digest", digest.hex()},
-          {"hosts", report_hosts},
-          {"sent", sent},
+  return {{"files", files},
+          {"dirs", dirs},
+          {"symlinks", links},
+          {"bytes", m.file_bytes()},
+          {"hashed_files", scan.hashed_files},
+          {"hashed_bytes", scan.hashed_bytes},
+          {"reused", scan.reused},
+          {"incremental", scan.incremental},
+          {"watched_dirs", scan.watched_dirs},
+          {"skipped", skipped},
+          {"seconds", seconds}};
+}
+}  // namespace
+
+json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
+                    const std::function<void()>& check_interrupt) {
+  auto t0 = std::chrono::steady_clock::now();
+  ScanResult scan;
+  std::shared_ptr<const Manifest> scanned = scan_for_push(root, opts, scan);
+  double scan_s = seconds_since(t0);
+  Push push(node, root, hosts, opts, check_interrupt, *scanned);
+  remember_scanned(push.digest(), scanned);
+  push.run();
+  return {{"scan", scan_report(*scanned, scan, scan_s)},
+          {"digest", push.digest().hex()},
+          {"hosts", push.take_hosts()},
+          {"sent", push.take_sent()},
           {"seconds", seconds_since(t0)}};
 }
 

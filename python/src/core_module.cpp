@@ -259,17 +259,8 @@ py::object decode_text(const std::string& s) {
 void bind_debugger(py::module_& m);  // debugger_bindings.cpp
 void bind_workspace(py::module_& m);  // workspace_bindings.cpp
 
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "xmesh runtime core (libxmesh)";
-  py::register_exception<SendError>(m, "SendError", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ShapeError& e) {
-      translate_shape_error(e);
-    }
-  });
-
+// Versions, directories, names, process helpers.
+void bind_process(py::module_& m) {
   m.def("protocol_version", &protocol_version);
   m.def("version", []() { return version_string(); });
   m.def("build_id", []() { return build_id(); });
@@ -298,38 +289,26 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("set_parent_death_signal", &set_parent_death_signal, py::arg("sig"), py::arg("expected_parent"));
   m.def("signal_name", &signal_name);
+  m.def("format_bytes", &format_bytes, py::arg("n"), "'1.5 MiB': the one way sizes are written.");
+}
 
-  py::enum_<Kind>(m, "Kind", py::arithmetic())
-      .value("Hello", Kind::Hello)
-      .value("Refuse", Kind::Refuse)
-      .value("Call", Kind::Call)
-      .value("Reply", Kind::Reply)
-      .value("SpawnActor", Kind::SpawnActor)
-      .value("StopActor", Kind::StopActor)
-      .value("ProcReady", Kind::ProcReady)
-      .value("PeerDead", Kind::PeerDead)
-      .value("Fault", Kind::Fault)
-      .value("Cancel", Kind::Cancel)
-      .value("Adopt", Kind::Adopt)
-      .value("ProcInfo", Kind::ProcInfo)
-      .value("SpawnProcs", Kind::SpawnProcs)
-      .value("ProcExited", Kind::ProcExited)
-      .value("Log", Kind::Log)
-      .value("StopProcs", Kind::StopProcs)
-      .value("Heartbeat", Kind::Heartbeat)
-      .value("HeartbeatAck", Kind::HeartbeatAck)
-      .value("Goodbye", Kind::Goodbye)
-      .value("Status", Kind::Status)
-      .value("Attach", Kind::Attach)
-      .value("Shutdown", Kind::Shutdown)
-      .value("FlushOutput", Kind::FlushOutput)
-      .value("Configure", Kind::Configure)
-      .value("DebugEvent", Kind::DebugEvent)
-      .value("DebugCommand", Kind::DebugCommand)
-      .value("DumpStacks", Kind::DumpStacks)
-      .value("Sync", Kind::Sync)
-      .value("Reload", Kind::Reload);
+// The protocol's enums, generated from runtime/kinds.def and errors.def.
+void bind_protocol(py::module_& m) {
+  py::enum_<Kind> kinds(m, "Kind", py::arithmetic());  // from runtime/kinds.def, the one list
+#define XMESH_KIND(name, number, wire_name) kinds.value(#name, Kind::name);
+#include "kinds.def"
+#undef XMESH_KIND
+  m.def("error_kinds", []() {
+    std::vector<std::pair<std::string, std::string>> out;  // (Name, wire name), from errors.def
+#define XMESH_ERROR(name, wire_name) out.emplace_back(#name, wire_name);
+#include "errors.def"
+#undef XMESH_ERROR
+    return out;
+  }, "The error kinds of runtime/errors.def as (name, wire name): xmesh._protocol.ErrorKind.");
+}
 
+// Received messages: payload frames (buffer protocol, no copy), Message, Inbox.
+void bind_messages(py::module_& m) {
   py::class_<Frame>(m, "Frame", py::buffer_protocol())
       .def_buffer([](Frame& f) {
         return py::buffer_info(f.msg.data(), 1, py::format_descriptor<uint8_t>::format(), 1, {f.msg.size()}, {1},
@@ -368,7 +347,10 @@ PYBIND11_MODULE(_core, m) {
       .value("Ready", WaitOutcome::Ready)
       .value("Woken", WaitOutcome::Woken)
       .value("Timeout", WaitOutcome::Timeout);
-  // The runtime directory's layout (runtime/layout.hpp), defined once in C++.
+}
+
+// The runtime directory's layout (runtime/layout.hpp), defined once in C++.
+void bind_layout(py::module_& m) {
   m.def("layout_workspace_root", &layout::workspace_root, py::arg("runtime_dir"));
   m.def("layout_named_space", &layout::named_space, py::arg("name"));
   m.def("layout_controller_space", &layout::controller_space, py::arg("controller_id"));
@@ -381,6 +363,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("layout_logs_root", &layout::logs_root, py::arg("runtime_dir"));
   m.def("layout_log_dir", &layout::log_dir, py::arg("runtime_dir"), py::arg("name"), py::arg("alloc"));
   m.def("layout_sync_cache_dir", &layout::sync_cache_dir, py::arg("runtime_dir"));
+}
+
+// Calls and the one wait (runtime/call.hpp, waker.hpp).
+void bind_calls(py::module_& m) {
   m.def("wake_main", []() { main_waker().notify(); },
         "Wakes the main thread's wait (output to show, a debugger stop); kept if nobody waits.");
   m.def("take_wake", []() { return main_waker().take(); }, "True if wake_main() came since the last take.");
@@ -422,7 +408,10 @@ PYBIND11_MODULE(_core, m) {
       .def("missing", &Call::missing)
       .def("fail_all", [](Call& c, const py::object& err) { return c.fail_all(from_py(err)); })
       .def("fileno", &Call::fd);
+}
 
+// The process's node (runtime/node.hpp).
+void bind_node(py::module_& m) {
   py::class_<NodeStats>(m, "NodeStats")
       .def_readonly("sent", &NodeStats::sent)
       .def_readonly("received", &NodeStats::received)
@@ -497,7 +486,10 @@ PYBIND11_MODULE(_core, m) {
       .def("add_dependent", &Node::add_dependent)
       .def("lose_host", &Node::lose_host)
       .def("stats", &Node::stats);
+}
 
+// Shapes and slices (runtime/shape.hpp).
+void bind_shape(py::module_& m) {
   py::class_<Shape>(m, "Shape")
       .def(py::init([](std::vector<std::string> labels, int64_t offset, std::vector<int64_t> sizes,
                        std::vector<int64_t> strides) {
@@ -535,7 +527,10 @@ PYBIND11_MODULE(_core, m) {
       .def("__repr__", &Shape::to_string)
       .def(py::pickle([](const Shape& s) { return s.to_json().dump(); },
                       [](const std::string& text) { return Shape::from_json(json::parse(text)); }));
+}
 
+// Output attribution and routing: the proc's tracker, main-thread calls, the LogRouter.
+void bind_output(py::module_& m) {
   // The proc's output tracker (runtime/output_marker.hpp), see _proc_output.py.
   m.def("output_tracking_enable", []() { output_tracker().enable(); });
   m.def("output_begin", [](const std::string& cell, const std::string& actor) {
@@ -601,7 +596,27 @@ PYBIND11_MODULE(_core, m) {
         d["hidden"] = s.hidden;
         return d;
       });
+}
 
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "xmesh runtime core (libxmesh)";
+  py::register_exception<SendError>(m, "SendError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ShapeError& e) {
+      translate_shape_error(e);
+    }
+  });
+
+  bind_process(m);
+  bind_protocol(m);
+  bind_messages(m);
+  bind_layout(m);
+  bind_calls(m);
+  bind_node(m);
+  bind_shape(m);
+  bind_output(m);
   bind_debugger(m);
   bind_workspace(m);
 }

@@ -11,6 +11,7 @@ import traceback
 from . import _core, _debug_proc, _pickling, _proc_output
 from ._context import ActorContext, set_actor_context, set_current_cell
 from ._actor import EndpointProperty, endpoints_of
+from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages
 from ._shape import Point
 
@@ -36,8 +37,8 @@ class _Loop:
 
 def _error_body(exc, ctx, method):
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    body = {"kind": "actor", "type": type(exc).__name__, "text": str(exc), "traceback": tb,
-            "host": _HOST, "method": method, "pid": os.getpid()}
+    body = error(ErrorKind.Actor, str(exc), type=type(exc).__name__, traceback=tb, host=_HOST, method=method,
+                 pid=os.getpid())
     if ctx is not None:
         body["rank"] = ctx.rank
         body["actor"] = ctx.name
@@ -130,7 +131,7 @@ class ActorThread(threading.Thread):
         if key in self.cancelled:
             self.cancelled.discard(key)
             if not broadcast:
-                self.node.reply(msg, False, {"kind": "cancelled"})
+                self.node.reply(msg, False, error(ErrorKind.Cancelled, "cancelled by the caller"))
             return
         cell = msg.ctx or ""
         out = _proc_output.begin(cell, self.actor_name)
@@ -140,7 +141,7 @@ class ActorThread(threading.Thread):
         mark = _proc_output.end(out)
         if not broadcast:
             _reply(self.node, msg, ok, body, frames, mark)
-        elif not ok and body.get("kind") == "actor":
+        elif not ok and error_kind(body) == ErrorKind.Actor:
             body["cell"] = cell
             body["text"] = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
                             f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{body['traceback']}")
@@ -180,7 +181,7 @@ class ActorThread(threading.Thread):
         except BaseException as e:
             self.current = None
             if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
-                return False, {"kind": "cancelled"}, None, None
+                return False, error(ErrorKind.Cancelled, "cancelled by the caller"), None, None
             _debug_proc.post_mortem(e)
             body, frames = _error_body(e, self.ctx, method)
             return False, body, frames, e if isinstance(e, SystemExit) else None

@@ -10,42 +10,43 @@ request never hangs on a process that does not serve it."""
 from __future__ import annotations
 
 import threading
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 from . import _core
+from ._protocol import ErrorKind, error
 
 Kind = _core.Kind
-Handler = Callable[[object], None]
+Message = Any  # xmesh._core.Message (the pybind11 module has no stubs)
+Handler = Callable[[Message], None]
 
 
 class ControlTable:
     """The control-message handlers of one process, by kind."""
 
-    def __init__(self, node: "_core.Node", role: str, diag: Callable[[str], None]):
+    def __init__(self, node: Any, role: str, diag: Callable[[str], None]):
         self._node = node
         self._role = role
         self._diag = diag
         self._handlers: Dict[int, List[Handler]] = {}
         self._lock = threading.Lock()
 
-    def on(self, kind: "Kind", handler: Handler) -> None:
+    def on(self, kind: int, handler: Handler) -> None:
         """Adds a handler for messages of this kind (after those already registered)."""
         with self._lock:
             self._handlers.setdefault(int(kind), []).append(handler)
 
-    def handles(self, kind: "Kind") -> bool:
+    def handles(self, kind: int) -> bool:
         with self._lock:
             return int(kind) in self._handlers
 
-    def dispatch(self, msg) -> None:
+    def dispatch(self, msg: Message) -> None:
         """Runs the handlers of msg's kind; a handler's exception is reported, never fatal."""
         with self._lock:
             handlers = list(self._handlers.get(int(msg.kind), ()))
         if not handlers:
             if msg.corr:
-                self._node.reply(msg, False, {"kind": "unsupported",
-                                              "text": f"this {self._role} does not handle "
-                                                      f"'{msg.kind.name}' messages"})
+                self._node.reply(msg, False, error(ErrorKind.Unsupported, f"this {self._role} does not handle "
+                                                                          f"'{msg.kind.name}' messages"))
             return
         for handler in handlers:
             try:
@@ -53,7 +54,7 @@ class ControlTable:
             except Exception as e:  # never let the loop die
                 self._diag(f"error handling a {msg.kind.name} message: {type(e).__name__}: {e}")
 
-    def serve(self, inbox, poll_s: float | None = None) -> None:
+    def serve(self, inbox: Any, poll_s: float | None = None) -> None:
         """Handles the inbox's messages until it is closed. poll_s: wake up at least that often
         (a proc's main thread, where Python runs signal handlers); None: wait without limit."""
         while True:

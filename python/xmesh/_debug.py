@@ -14,6 +14,7 @@ import threading
 import time
 
 from . import _core
+from ._shape import format_coords
 from ._wait import Request, request
 
 RESUME_WAIT_S = 0.5    # after a command lets a rank run on, how long to wait for its next stop
@@ -67,7 +68,7 @@ def ranks_text(ranks):
 
 
 def coords_text(coords):
-    return ", ".join(f"{k}={v}" for k, v in coords.items()) or "-"
+    return format_coords(coords) or "-"
 
 
 def format_table(sessions):

@@ -1,4 +1,5 @@
 """Exceptions a caller sees."""
+from ._shape import format_coords
 
 
 class ActorError(Exception):
@@ -28,6 +29,4 @@ class TakenOverError(RuntimeError):
 
 
 def describe_coords(coords):
-    if not coords:
-        return ""
-    return "(" + ", ".join(f"{k}={v}" for k, v in coords.items()) + ")"
+    return f"({format_coords(coords)})" if coords else ""

@@ -5,24 +5,25 @@ import asyncio
 
 from . import _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
+from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime
 
 
 def _error_from(body, frames, target):
     """Turns an error reply (or a supervision failure) into the exception the caller sees."""
-    kind = body.get("kind", "actor")
+    kind = error_kind(body) or ErrorKind.Actor
     rank = target.get("rank") if target else body.get("rank")
     coords = (target or {}).get("coords") or body.get("coords") or {}
     actor = (target or {}).get("actor") or body.get("actor")
     where = f"{actor} " if actor else ""
     where += f"rank {rank} {describe_coords(coords)}".rstrip()
-    if kind == "supervision":
+    if kind == ErrorKind.Supervision:
         info = body.get("info", {})
         return SupervisionError(f"{where}: {body.get('text', 'proc died')}", rank=rank, coords=coords,
                                 host=info.get("host"), actor=actor)
-    if kind == "taken_over":
+    if kind == ErrorKind.TakenOver:
         return TakenOverError(f"{where}: {body.get('text', 'the allocation was taken over')}")
-    if kind == "cancelled":
+    if kind == ErrorKind.Cancelled:
         return asyncio.CancelledError(f"{where}: cancelled")
     exc = None
     if frames:
@@ -198,7 +199,7 @@ class Future:
             except Exception:
                 pass
         if not self._done:
-            self._call.fail_all({"kind": "cancelled"})
+            self._call.fail_all(error(ErrorKind.Cancelled, "cancelled by the caller"))
             self._finish()
         return True
 

@@ -7,6 +7,7 @@ import time
 
 from . import _core
 from ._pids import pid_alive, running_agent_pid
+from ._protocol import ErrorKind, error
 from ._runtime import Kind, get_runtime
 from ._wait import request
 
@@ -170,7 +171,7 @@ class HostAgent:
         self._wait_gone(pid, timeout)
         # The connection to the old agent said Hello to it, not to its successor at the same
         # address (which drops whatever an unauthenticated peer sends): start a new one.
-        rt.node.mark_dead(self.addr, {"kind": "supervision", "text": "the host agent was replaced"})
+        rt.node.mark_dead(self.addr, error(ErrorKind.Supervision, "the host agent was replaced"))
         rt.node.revive(self.addr)
         self._start(timeout)
 

@@ -6,22 +6,15 @@ that sends each chunk to the cell it belongs to (_kernel). Delivery happens unde
 the flush barrier (`barrier`) can guarantee that every chunk produced before it has been
 delivered when it returns: a chunk taken from the router is always delivered before the lock
 is released."""
-import os
 import sys
 import threading
 import time
 
 from . import _core
+from ._env import env_float
 
 
-def _env_float(name, default):
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return float(default)
-
-
-BARRIER_TIMEOUT = _env_float("XMESH_LOG_BARRIER_S", 5.0)
+BARRIER_TIMEOUT = env_float("XMESH_LOG_BARRIER_S", 5.0)
 
 
 def write_std(stream, text):
@@ -46,10 +39,10 @@ class LogOutput:
         self.router = _core.LogRouter(node)
         # Aggregation window for allocations without logging_option(): 3 s in the kernel (where
         # a person reads the lines), off in scripts (where they may go to a file or a pipe).
-        default_window = _env_float("XMESH_LOG_WINDOW_S", 3.0 if in_kernel else -1.0)
+        default_window = env_float("XMESH_LOG_WINDOW_S", 3.0 if in_kernel else -1.0)
         self.router.set_default_window(int(default_window * 1000) if default_window >= 0 else -1)
-        rate = int(_env_float("XMESH_LOG_DISPLAY_RATE", 1000 if in_kernel else 0))
-        self.router.set_display_rate(rate, int(_env_float("XMESH_LOG_DISPLAY_BURST", 5 * rate)))
+        rate = int(env_float("XMESH_LOG_DISPLAY_RATE", 1000 if in_kernel else 0))
+        self.router.set_display_rate(rate, int(env_float("XMESH_LOG_DISPLAY_BURST", 5 * rate)))
         if in_kernel:
             from . import _kernel
 

@@ -9,8 +9,9 @@ from . import _core
 from ._actor import ActorMesh, ActorMeshRef
 from ._future import Future
 from ._hostd import HostdError, agent
+from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime
-from ._wait import request
+from ._wait import request, wait_call
 
 
 def shape_dict(shape):
@@ -36,7 +37,7 @@ def attach_named(host_mesh, name, expected_shape=None):
         try:
             replies.append(a.request(Kind.Attach, {"name": name, "controller_pid": os.getpid()}))
         except HostdError as e:
-            if e.body.get("kind") != "no_allocation":
+            if error_kind(e.body) != ErrorKind.NoAllocation:
                 raise
             replies.append(None)
     found = [r for r in replies if r is not None]
@@ -69,7 +70,7 @@ def attach_named(host_mesh, name, expected_shape=None):
             rt.node.add_supervision_subscriber(addr)
             if not p["alive"]:
                 alloc.exited[p["rank"]] = {"rank": p["rank"], "stopping": False}
-                rt.node.mark_dead(addr, {"kind": "supervision", "text": f"proc rank {p['rank']} of {name!r} is dead"})
+                rt.node.mark_dead(addr, error(ErrorKind.Supervision, f"proc rank {p['rank']} of {name!r} is dead"))
     rt.register_alloc(alloc)
 
     # The procs take us as their owner and refuse the previous controller, whose calls then
@@ -84,7 +85,11 @@ def attach_named(host_mesh, name, expected_shape=None):
     mesh = ProcMesh(alloc, shape)  # no lease: a named allocation outlives its handles
     rebuild = lambda: ProcMesh(alloc, shape)  # noqa: E731
     mesh._ready = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
-    mesh._ready.get(timeout=30)
+    # The runtime's own wait: ranks stopped in pdb that the procs announce now are the user's
+    # to look at (xmesh.debug()), not a prompt inside attach().
+    if not wait_call(call, 30, f"attach to {name!r}", debugger=False):
+        raise TimeoutError(f"procs {mesh._ready.running_ranks()} of {name!r} did not answer the attach within 30 s")
+    mesh._ready.get(timeout=0)
     return mesh
 
 

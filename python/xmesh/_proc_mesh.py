@@ -15,6 +15,8 @@ from ._future import Done, Future, WeakValue
 from ._hostd import HostdError, agent
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
+from ._env import env_seconds_from_ms
+from ._protocol import ErrorKind, error, error_kind
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, Kind, get_runtime, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
 from ._wait import request
@@ -293,7 +295,7 @@ class ProcMesh(MeshTrait):
         if self._alloc is None:
             raise RuntimeError("this_proc() cannot be stopped")
         self._alloc.request_stop(immediately=False)
-        grace = float(os.environ.get("XMESH_STOP_GRACE_MS", "3000")) / 1000.0
+        grace = env_seconds_from_ms("XMESH_STOP_GRACE_MS", 3000)
         self._alloc.wait_exited(timeout if timeout is not None else grace + 5.0)
 
     def __enter__(self):
@@ -480,9 +482,9 @@ class HostMesh(MeshTrait):
                 reply = a.request(Kind.SpawnProcs, body, timeout=30)
             except Exception as e:
                 alloc.request_stop(immediately=True)
-                ready_call.fail_all({"kind": "supervision", "text": "spawn failed"})
+                ready_call.fail_all(error(ErrorKind.Supervision, "spawn failed"))
                 rt.node.forget_call(ready_call.id)
-                if isinstance(e, HostdError) and e.body.get("kind") == "name_taken" and h == 0:
+                if isinstance(e, HostdError) and error_kind(e.body) == ErrorKind.NameTaken and h == 0:
                     # Another controller spawned it meanwhile: attach to theirs.
                     existing = attach_named(self, name, expected_shape=shape)
                     if existing is not None:

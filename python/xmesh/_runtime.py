@@ -10,18 +10,12 @@ import time
 
 from . import _core
 from ._control import ControlTable
+from ._env import env_float
 
 Kind = _core.Kind
 
 
 DEFAULT_PROC_LOG_LEVEL = 20  # logging.INFO, as Monarch's procs
-
-
-def _env_seconds(name, default):
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return float(default)
 
 
 def messages(inbox):
@@ -141,7 +135,7 @@ class Runtime:
                     a.request_stop(immediately=False)
                 except Exception:
                     pass
-            deadline = time.monotonic() + _env_seconds("XMESH_EXIT_WAIT", 5.0)
+            deadline = time.monotonic() + env_float("XMESH_EXIT_WAIT", 5.0)
             for a in allocs:
                 a.wait_exited(max(0.0, deadline - time.monotonic()))
             # The procs' last lines were sent before their exit notices: print them.

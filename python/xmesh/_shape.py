@@ -5,6 +5,11 @@ from collections.abc import Mapping
 from . import _core
 
 
+def format_coords(coords, sep=", "):
+    """"hosts=0, gpus=3": the one way coordinates (and sizes, with sep=" x ") are written."""
+    return sep.join(f"{k}={v}" for k, v in coords.items())
+
+
 class Point(Mapping):
     """A position in a mesh: `.rank` (row-major index) and a coordinate per dimension,
     readable as `point["gpus"]` or `point.gpus`."""
@@ -41,7 +46,7 @@ class Point(Mapping):
         return self.shape.size
 
     def __repr__(self):
-        inner = ", ".join(f"{k}={v}" for k, v in self._coords.items())
+        inner = format_coords(self._coords)
         return f"Point(rank={self.rank}{', ' if inner else ''}{inner})"
 
     def __eq__(self, other):

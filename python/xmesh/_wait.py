@@ -17,12 +17,15 @@ import asyncio
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 
 WakeHook = Callable[[str], None]
-InterruptHook = Callable[[object], None]
+InterruptHook = Callable[[Any], None]
+Call = Any   # xmesh._core.Call (the pybind11 module has no stubs)
+Node = Any   # xmesh._core.Node
+Answers = Dict[int, Tuple[bool, dict, list]]
 
 _output_hooks: List[Callable[[], None]] = []
 _wake_hooks: List[WakeHook] = []
@@ -65,7 +68,7 @@ def cancel_hint() -> str:
     return _cancel_hint[0]() if _cancel_hint else "fut.cancel() cancels them"
 
 
-def interrupted(future) -> None:
+def interrupted(future: Any) -> None:
     for hook in _interrupt_hooks:
         hook(future)
 
@@ -74,21 +77,19 @@ def on_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def run_wake_hooks(description: str) -> None:
+def _run_output_hooks(description: str) -> None:
     _core.take_wake()
-    for hook in _output_hooks:
-        hook()
+    for show in _output_hooks:
+        show()
+
+
+def run_wake_hooks(description: str) -> None:
+    _run_output_hooks(description)
     for hook in _wake_hooks:
         hook(description)
 
 
-def _run_output_hooks(description: str) -> None:
-    _core.take_wake()
-    for hook in _output_hooks:
-        hook()
-
-
-def wait_call(call, timeout: Optional[float], description: str, any_result: bool = False,
+def wait_call(call: Call, timeout: Optional[float], description: str, any_result: bool = False,
               debugger: bool = True) -> bool:
     """Waits until the call is done or fatal (any_result: until a result is there to take), for
     at most timeout seconds (None: no limit). True if it is; False on timeout. debugger=False:
@@ -117,7 +118,7 @@ def wait_call(call, timeout: Optional[float], description: str, any_result: bool
             return False
 
 
-def call_is_ready(call, any_result: bool) -> bool:
+def call_is_ready(call: Call, any_result: bool) -> bool:
     return call.wait_for(0, any_result, False) == Ready
 
 
@@ -128,7 +129,7 @@ def _drain_eventfd(fd: int) -> None:
         pass
 
 
-async def wait_call_async(call, description: str, any_result: bool = False) -> None:
+async def wait_call_async(call: Call, description: str, any_result: bool = False) -> None:
     """The same on the running asyncio loop: wakes on the call's eventfd and, on the main
     thread, on the waker's (the wake hooks then run on the loop)."""
     if call_is_ready(call, any_result):
@@ -138,12 +139,12 @@ async def wait_call_async(call, description: str, any_result: bool = False) -> N
     call_fd = call.fileno()
     wake_fd = _core.wake_fd() if on_main_thread() else None
 
-    def on_call():
+    def on_call() -> None:
         _drain_eventfd(call_fd)  # level-triggered: read it, or a call of N targets spins
         if call_is_ready(call, any_result) and not waiter.done():
             waiter.set_result(None)
 
-    def on_wake():
+    def on_wake() -> None:
         if waiter.done():
             return
         try:
@@ -170,11 +171,11 @@ class Request:
     for them through the one wait (without the debugger's prompt). Several Requests sent
     before their answers are awaited run concurrently."""
 
-    def __init__(self, node, addrs: Sequence[str], kind, body: Optional[dict] = None, actor: str = ""):
+    def __init__(self, node: Node, addrs: Sequence[str], kind: int, body: Optional[dict] = None, actor: str = ""):
         self._node = node
         self._call = node.call([(a, actor) for a in addrs], int(kind), "", body or {}, None, True)
 
-    def answers(self, timeout: Optional[float], description: str) -> Dict[int, Tuple[bool, dict, list]]:
+    def answers(self, timeout: Optional[float], description: str) -> Answers:
         """{index: (ok, body, frames)} of the targets that answered within timeout seconds."""
         try:
             wait_call(self._call, timeout, description, debugger=False)
@@ -183,7 +184,7 @@ class Request:
             self._node.forget_call(self._call.id)
 
 
-def request(node, addrs: Sequence[str], kind, body: Optional[dict] = None, *, timeout: Optional[float],
-            description: str, actor: str = "") -> Dict[int, Tuple[bool, dict, list]]:
+def request(node: Node, addrs: Sequence[str], kind: int, body: Optional[dict] = None, *, timeout: Optional[float],
+            description: str, actor: str = "") -> Answers:
     """Request(...).answers(...): the answers by target index; those not in time are absent."""
     return Request(node, addrs, kind, body, actor).answers(timeout, description)

@@ -56,12 +56,13 @@ def main():
 def _adopt(rt, msg):
     """A controller attached our (named) allocation, or shares a cookie of its procs."""
     from . import _debug_proc
+    from ._protocol import ErrorKind, error
 
     body = msg.body or {}
     for cookie in body.get("cookies", []):
         rt.node.add_accepted_cookie(cookie)
     for addr in body.get("refuse", []):
-        rt.node.refuse_calls_from(addr, {"kind": "taken_over", "text": body.get("refuse_text", "")})
+        rt.node.refuse_calls_from(addr, error(ErrorKind.TakenOver, body.get("refuse_text", "")))
     _debug_proc.adopted_by(msg.sender_addr)
     if msg.corr:
         rt.node.reply(msg, True, {"pid": os.getpid()})

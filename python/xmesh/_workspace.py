@@ -11,6 +11,7 @@ import time
 from . import _core
 from ._debug import ranks_text
 from ._display import html_table
+from ._env import env_float
 from ._runtime import Kind, get_runtime
 from ._wait import Request
 
@@ -79,11 +80,7 @@ def _label(agent, agents):
     return f"{agent.host}:{agent.runtime_dir}" if len(same_host) > 1 else str(agent.host)
 
 
-def human_bytes(n):
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+human_bytes = _core.format_bytes
 
 
 def _check_local(local):
@@ -112,7 +109,7 @@ def push(agents, workspace, *, dest=None, exclude=(), max_file_size=DEFAULT_MAX_
         _check_local(local)
         options = {"dest": target, "exclude": exclude, "max_file_size": max_file_size or 0,
                    "cache_path": _cache_path(local), "compress": compress, "ignore_files": ignore_files,
-                   "step_timeout_ms": int(float(os.environ.get("XMESH_SYNC_STEP_TIMEOUT", "60")) * 1000),
+                   "step_timeout_ms": int(env_float("XMESH_SYNC_STEP_TIMEOUT", 60) * 1000),
                    "space_for": space_for or "",
                    "incremental": os.environ.get("XMESH_SYNC_INCREMENTAL", "1") != "0"}
         report = json.loads(_core.workspace_push(rt.node, local, hosts, json.dumps(options)))

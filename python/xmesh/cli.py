@@ -6,6 +6,8 @@ import signal
 import sys
 import time
 
+from ._shape import format_coords
+
 
 def _status(args):
     from ._hostd import agent
@@ -23,7 +25,7 @@ def _status(args):
         alive = sum(p["alive"] for p in a["procs"])
         name = a["name"] or "(unnamed)"
         age = time.time() - a["created"]
-        shape = " x ".join(f"{k}={v}" for k, v in zip(a["shape"].get("labels", []), a["shape"].get("sizes", [])))
+        shape = format_coords(dict(zip(a["shape"].get("labels", []), a["shape"].get("sizes", []))), " x ")
         print(f"  {a['alloc']}  {name:<16} shape {shape or '-'}  {alive}/{len(a['procs'])} procs alive  "
               f"age {age:.0f} s  controller {a['controller']}")
     return 0
@@ -84,7 +86,7 @@ def _ls(args):
     header = ("NAME", "SHAPE", "HOSTS", "AGE", "PROCS ALIVE", "CONTROLLER")
     table = [header]
     for a in rows:
-        shape = " x ".join(f"{k}={v}" for k, v in a["shape"].items()) or "-"
+        shape = format_coords(a["shape"], " x ") or "-"
         ctl = f"pid {a['controller_pid']} ({'attached' if a['attached'] else 'detached'})"
         table.append((a["name"], shape, str(len(a["hosts"])), _format_age(a["age_s"]),
                       f"{a['procs_alive']}/{a['procs']}", ctl))

@@ -131,7 +131,9 @@ int HostAgent::run() {
 }
 
 void HostAgent::reply_error(const Message& m, const std::string& text) {
-  node_->reply(m, false, {{"kind", "hostd"}, {"text", text}, {"request", kind_name(m.header.kind)}}, {});
+  json body = error_body(ErrorKind::Hostd, text);
+  body["request"] = kind_name(m.header.kind);
+  node_->reply(m, false, std::move(body), {});
 }
 
 void HostAgent::handle(Message m) {
@@ -215,7 +217,7 @@ void HostAgent::sync_step(const Message& m) {
     for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
     node_->reply(m, true, std::move(r.body), std::move(out));
   } catch (const std::exception& e) {
-    node_->reply(m, false, {{"kind", "sync"}, {"text", e.what()}}, {});
+    node_->reply(m, false, error_body(ErrorKind::Sync, e.what()), {});
   }
 }
 
@@ -271,8 +273,10 @@ void HostAgent::attach(const Message& m) {
   const json& b = m.header.body;
   std::string name = b.is_object() ? b.value("name", std::string()) : std::string();
   Allocation* a = live_named(name);
-  if (!a) return node_->reply(m, false, {{"kind", "no_allocation"}, {"text", "no live allocation named '" + name +
-                                                                                 "' on " + hostname()}}, {});
+  if (!a)
+    return node_->reply(m, false,
+                        error_body(ErrorKind::NoAllocation, "no live allocation named '" + name + "' on " + hostname()),
+                        {});
   json procs = json::array();
   for (auto& p : a->procs)
     procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"addr", p->addr}, {"alive", !p->exited},
@@ -312,10 +316,11 @@ void HostAgent::spawn_procs(const Message& m) {
     return reply_error(m, std::string("malformed spawn request: ") + e.what());
   }
   if (allocs_.count(id)) return reply_error(m, "allocation '" + id + "' already exists on this host");
-  if (Allocation* other = live_named(name))
-    return node_->reply(m, false, {{"kind", "name_taken"}, {"shape", other->shape},
-                                   {"text", "a live allocation named '" + name + "' already exists on " + hostname()}},
-                        {});
+  if (Allocation* other = live_named(name)) {
+    json body = error_body(ErrorKind::NameTaken, "a live allocation named '" + name + "' already exists on " + hostname());
+    body["shape"] = other->shape;
+    return node_->reply(m, false, std::move(body), {});
+  }
   auto a = std::make_unique<Allocation>();
   a->id = id;
   a->name = name;

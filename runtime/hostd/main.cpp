@@ -39,6 +39,18 @@ void usage() {
 }
 
 // " (pid N)" from a pid file, or "" while it is not written yet (the other agent is starting).
+// The lock of the runtime directory. A controller starts an agent only when the previous one is
+// gone, but a killed agent's lock outlives it until the kernel has torn the process down (and
+// its procs, which die with it): wait a little for that rather than fail the start.
+bool take_lock(int fd) {
+  for (int i = 0; i < 150; ++i) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK && errno != EINTR) return false;
+    usleep(20000);
+  }
+  return false;
+}
+
 std::string read_pid(const std::string& path) {
   std::string text;
   if (!xmesh::read_file(path, text)) return "";
@@ -110,7 +122,7 @@ int main(int argc, char** argv) {
   // One agent per runtime directory.
   std::string lockpath = xmesh::layout::hostd_lock_file(dir);
   int lockfd = open(lockpath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+  if (lockfd < 0 || !take_lock(lockfd)) {
     std::string text = lockfd < 0 ? "cannot open " + lockpath + ": " + strerror(errno)
                                   : "another host agent" + read_pid(xmesh::layout::hostd_pid_file(dir)) + " holds " + lockpath;
     std::cerr << "xmesh-hostd: " << text << "\n";

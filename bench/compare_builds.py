@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Two builds of xmesh side by side in one run: the call path of each (call_one round trip,
+call() to 16 actors, a stream over 16, `await` of call_one, spawn of 8 ready procs), measured
+in alternating rounds so that both see the same machine, and the ratios new / base.
+
+    /usr/bin/python3 bench/compare_builds.py --base /tmp/xmesh-base/build --new build [--rounds 4]
+
+Each side runs in a process of its own with PYTHONPATH=<build>/python, its own xmesh-hostd and
+a runtime directory of its own. A ratio above 1 means the new build is slower. Build the base
+with `git worktree add /tmp/xmesh-base <commit>` and `cmake --build` of `_core xmesh-hostd
+xmesh_python` there.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# What one side measures; prints one JSON object of medians (microseconds, spawn in seconds).
+PROBE = r"""
+import asyncio, json, statistics, sys, time
+sys.path.insert(0, {here!r})
+import bench_actors
+from xmesh import this_host
+
+def timed(fn, n, warmup):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(out)
+
+pm = this_host().spawn_procs({{"gpus": 16}})
+mesh = pm.spawn("noop16", bench_actors.Noop)
+mesh.initialized.get()
+one = mesh.slice(gpus=0)
+result = {{}}
+result["call_one_us"] = timed(lambda: one.noop.call_one().get(), {n}, 200)
+result["call16_us"] = timed(lambda: mesh.noop.call().get(), {reps}, 20)
+result["stream16_us"] = timed(lambda: list(mesh.noop.stream()), {reps}, 20)
+
+async def awaited():
+    return await one.noop.call_one()
+
+loop = asyncio.new_event_loop()
+result["await_call_one_us"] = timed(lambda: loop.run_until_complete(awaited()), {n}, 100)
+pm.stop()
+spawns = []
+for _ in range(3):
+    t0 = time.perf_counter()
+    p8 = this_host().spawn_procs({{"gpus": 8}})
+    p8.initialized.get()
+    spawns.append(time.perf_counter() - t0)
+    p8.stop()
+result["spawn8_s"] = statistics.median(spawns)
+print(json.dumps(result))
+"""
+
+
+def run_side(build, n, reps):
+    rundir = tempfile.mkdtemp(prefix="xcmp-", dir="/tmp")
+    os.chmod(rundir, 0o700)
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), XMESH_RUNTIME_DIR=rundir,
+               XMESH_HOSTD=os.path.join(build, "runtime", "xmesh-hostd"))
+    try:
+        out = subprocess.run([sys.executable, "-c", PROBE.format(here=HERE, n=n, reps=reps)], env=env,
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"the probe failed for {build}:\n{out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run([sys.executable, "-m", "xmesh.cli", "shutdown"], env=env, capture_output=True, timeout=60)
+        shutil.rmtree(rundir, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", required=True, help="build directory of the base (e.g. the previous commit)")
+    ap.add_argument("--new", required=True, help="build directory of the build to compare")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds (each side once per round)")
+    ap.add_argument("--n", type=int, default=2000, help="samples of each round trip per round")
+    ap.add_argument("--reps", type=int, default=300, help="samples of each fan-out per round")
+    args = ap.parse_args()
+    for b in (args.base, args.new):
+        if not os.path.exists(os.path.join(b, "runtime", "xmesh-hostd")):
+            ap.error(f"{b} is not an xmesh build directory (no runtime/xmesh-hostd)")
+    runs = {"base": [], "new": []}
+    for r in range(args.rounds):
+        order = ("base", "new") if r % 2 == 0 else ("new", "base")  # neither side always goes first
+        for side in order:
+            runs[side].append(run_side(getattr(args, side), args.n, args.reps))
+            print(f"round {r + 1} {side}: {runs[side][-1]}", file=sys.stderr, flush=True)
+    keys = list(runs["base"][0])
+    print(f"xmesh builds side by side on {os.uname().nodename}, {os.cpu_count()} cores, {args.rounds} rounds "
+          "(medians of the rounds' medians)")
+    print(f"{'':<22}{'base':>12}{'new':>12}{'new / base':>12}")
+    for k in keys:
+        base = statistics.median(x[k] for x in runs["base"])
+        new = statistics.median(x[k] for x in runs["new"])
+        unit = "s" if k.endswith("_s") else "us"
+        print(f"{k[:-3] if unit == 'us' else k[:-2]:<16}({unit:>2}) {base:>12.3f}{new:>12.3f}{new / base:>11.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""The protocol's enums for Python, from the same lists as the C++ side's: `Kind` (message
+kinds, runtime/kinds.def, bound by pybind11) and `ErrorKind` (the "kind" of an error body,
+runtime/errors.def, generated into _error_kinds.py at build time). An ErrorKind compares equal
+to its wire string, so `ErrorKind.Supervision == body.get("kind")` reads a body from either
+side."""
+from typing import Any, Optional
+
+from . import _core
+from ._error_kinds import ErrorKind
+
+Kind = _core.Kind
+
+__all__ = ["ErrorKind", "Kind", "error", "error_kind"]
+
+
+def error(kind: ErrorKind, text: str, **fields: Any) -> dict:
+    """An error body, as the C++ side's error_body() makes it."""
+    return {"kind": str(kind), "text": text, **fields}
+
+
+def error_kind(body: Any) -> Optional[ErrorKind]:
+    """The ErrorKind of a reply body; None when it has none or one not in the list."""
+    kind = body.get("kind") if isinstance(body, dict) else None
+    if not isinstance(kind, str):
+        return None
+    try:
+        return ErrorKind(kind)
+    except ValueError:
+        return None
