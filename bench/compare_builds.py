@@ -26,17 +26,11 @@ PROBE = r"""
 import asyncio, json, statistics, sys, time
 sys.path.insert(0, {here!r})
 import bench_actors
+from actor_rtt import timed_us
 from xmesh import this_host
 
 def timed(fn, n, warmup):
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(out)
+    return statistics.median(timed_us(fn, n, warmup))
 
 pm = this_host().spawn_procs({{"gpus": 16}})
 mesh = pm.spawn("noop16", bench_actors.Noop)

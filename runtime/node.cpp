@@ -8,6 +8,7 @@
 
 #include <zmq_addon.hpp>
 
+#include "bodies.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -782,26 +783,31 @@ void Node::on_spawn_actor(Message& m) {
 }
 
 void Node::on_proc_exited(Message& m) {
-  const json& b = m.header.body;
-  std::string addr = b.is_object() ? b.value("addr", std::string()) : std::string();
-  if (!addr.empty()) {
-    json err = error_body(ErrorKind::Supervision, b.value("text", std::string("proc died")));
-    err["info"] = b;
-    mark_dead(addr, err);
-    forget_peer(addr);  // the process ended: its connections will say nothing more
-    std::set<std::string> subs;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      subs = subscribers_;
-    }
-    for (auto& s : subs) {
-      Header h;
-      h.kind = Kind::PeerDead;
-      h.body = {{"addr", addr}, {"error", err}};
-      try {
-        send(s, std::move(h), {});
-      } catch (const SendError&) {
-      }
+  ProcExitedBody exited;
+  try {
+    exited = m.header.body.get<ProcExitedBody>();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.malformed;
+    log_diag(role_, std::string("dropped a malformed proc-exited notice: ") + e.what());
+    return;
+  }
+  json err = error_body(ErrorKind::Supervision, exited.text);
+  err["info"] = m.header.body;
+  mark_dead(exited.addr, err);
+  forget_peer(exited.addr);  // the process ended: its connections will say nothing more
+  std::set<std::string> subs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    subs = subscribers_;
+  }
+  for (auto& s : subs) {
+    Header h;
+    h.kind = Kind::PeerDead;
+    h.body = {{"addr", exited.addr}, {"error", err}};
+    try {
+      send(s, std::move(h), {});
+    } catch (const SendError&) {
     }
   }
   control_.push(std::move(m));

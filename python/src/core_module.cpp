@@ -13,6 +13,7 @@
 #include "call.hpp"
 #include "inbox.hpp"
 #include "log_router.hpp"
+#include "bodies.hpp"
 #include "layout.hpp"
 #include "node.hpp"
 #include "waker.hpp"
@@ -331,9 +332,39 @@ void bind_messages(py::module_& m) {
         if (!p.frames_cache) p.frames_cache = frames_to_py(p.m.frames);
         return p.frames_cache;
       })
+      .def("proc_exited", [](PyMessage& p) {
+        try {
+          return p.m.header.body.get<ProcExitedBody>();
+        } catch (const std::exception& e) {
+          throw py::value_error(e.what());
+        }
+      }, "The typed body of a ProcExited message (runtime/bodies.hpp); ValueError naming a bad field.")
       .def("__repr__", [](PyMessage& p) {
         return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
       });
+
+  py::class_<ProcExitedBody>(m, "ProcExitedBody", "A proc ended (runtime/bodies.hpp).")
+      .def(py::init([](std::string alloc, int64_t rank, std::string addr, std::string text, bool stopping) {
+             ProcExitedBody b;
+             b.alloc = std::move(alloc);
+             b.rank = rank;
+             b.addr = std::move(addr);
+             b.text = std::move(text);
+             b.stopping = stopping;
+             return b;
+           }),
+           py::arg("alloc"), py::arg("rank"), py::arg("addr"), py::arg("text"), py::arg("stopping") = false)
+      .def_readonly("alloc", &ProcExitedBody::alloc)
+      .def_readonly("rank", &ProcExitedBody::rank)
+      .def_readonly("pid", &ProcExitedBody::pid)
+      .def_readonly("addr", &ProcExitedBody::addr)
+      .def_readonly("host", &ProcExitedBody::host)
+      .def_property_readonly("coords", [](const ProcExitedBody& b) { return to_py(b.coords); })
+      .def_readonly("stopping", &ProcExitedBody::stopping)
+      .def_readonly("text", &ProcExitedBody::text)
+      .def_readonly("signal", &ProcExitedBody::signal)
+      .def_readonly("exit_code", &ProcExitedBody::exit_code)
+      .def("__repr__", [](const ProcExitedBody& b) { return "<ProcExitedBody " + b.text + ">"; });
 
   py::class_<Inbox, std::shared_ptr<Inbox>>(m, "Inbox")
       .def("pop", &pop_inbox, py::arg("timeout") = py::none(),

@@ -5,6 +5,8 @@
     ...
 """
 from . import _core
+# The composition root: these register themselves with the runtime (python/README.md, layers).
+from . import _actor_host, _debug_remote  # noqa: F401
 from ._actor import Actor, ActorMesh, Endpoint, endpoint
 from ._context import current_rank, current_size
 from ._debug import debug

@@ -6,12 +6,12 @@ import itertools
 import logging
 import random
 
-from . import _kernel, _logfiles, _pickling, _wait
+from . import _logfiles, _pickling, _wait
 from ._context import current_cell
 from ._display import html_table
 from ._errors import ActorError
 from ._future import Future, show_output_of
-from ._runtime import Kind, get_runtime
+from ._runtime import Kind, get_runtime, note_call
 from ._shape import MeshTrait, Point
 from ._value_mesh import ValueMesh
 
@@ -272,8 +272,7 @@ class Endpoint:
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
         # The causal context (the cell) travels with the call: the procs' output is shown there.
         call = get_runtime().node.call(targets, _CALL, self._name, None, frames, expect_reply, current_cell())
-        if _kernel.in_kernel():
-            _kernel.note_call(targets, call if expect_reply else None)
+        note_call(targets, call if expect_reply else None)
         return call, described
 
     def call(self, *args, **kwargs):

@@ -12,7 +12,7 @@ from . import _core, _debug_proc, _pickling, _proc_output
 from ._context import ActorContext, set_actor_context, set_current_cell
 from ._actor import EndpointProperty, endpoints_of
 from ._protocol import ErrorKind, error, error_kind
-from ._runtime import Kind, messages
+from ._runtime import Kind, messages, set_actor_host_factory
 from ._shape import Point
 
 _HOST = _core.hostname()
@@ -332,3 +332,6 @@ def coroutine_frames(coro):
         frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     return frames
+
+
+set_actor_host_factory(ActorHost)  # a controller hosts actors too, for this_proc()

@@ -9,12 +9,14 @@ opens the prompt (`on_wait`)."""
 import linecache
 import os
 import signal
-import sys
 import threading
 import time
 
 from . import _core
-from ._shape import format_coords
+from . import _debug_io
+from ._debug_io import TakenOver, format_table
+from ._debug_prompt import DebugPrompt
+from ._shape import ranks_text
 from ._wait import Request, request
 
 RESUME_WAIT_S = 0.5    # after a command lets a rank run on, how long to wait for its next stop
@@ -30,10 +32,6 @@ class DebuggerQuit(RuntimeError):
 
 class ActorsStopped(RuntimeError):
     """Actors stopped in pdb where nobody can answer (XMESH_DEBUG=error, or no input)."""
-
-
-class TakenOver(Exception):
-    """An `xmesh debug` client took the debugger over from this prompt."""
 
 
 class Session:
@@ -59,31 +57,6 @@ class Session:
         text = "".join(self.out)
         self.out.clear()
         return text
-
-
-def ranks_text(ranks):
-    """"rank 3" or "ranks 0-2,5"."""
-    text = _core.describe_ranks(list(ranks))
-    return text if text.startswith("ranks") else f"rank {text}"
-
-
-def coords_text(coords):
-    return format_coords(coords) or "-"
-
-
-def format_table(sessions):
-    rows = [("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.", "Reason")]
-    for s in sorted(sessions, key=lambda s: (s.actor, s.rank)):
-        rows.append((s.actor, str(s.rank), coords_text(s.coords), s.host, s.function, str(s.line), s.reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line]
-    for n, r in enumerate(rows):
-        out.append("|" + "|".join(f" {c:<{w}} " for c, w in zip(r, widths)) + "|")
-        if n == 0:
-            out.append(line.replace("-", "="))
-    out.append(line)
-    return "\n".join(out) + "\n"
 
 
 def _runtime_frame(file):
@@ -255,12 +228,12 @@ class DebugController:
         # The prompt waits in input() or the kernel's stdin recv on the main thread: a signal
         # makes it return EINTR and run _on_takeover_signal. Sent again until the prompt is
         # gone, in case the first one landed just before the wait began.
-        if not _takeover_handler_installed:
+        if not _debug_io.takeover_handler_installed():
             return
         deadline = time.monotonic() + 3.0
         with self.cond:
             while self.prompt_open and time.monotonic() < deadline:
-                signal.pthread_kill(threading.main_thread().ident, TAKEOVER_SIGNAL)
+                signal.pthread_kill(threading.main_thread().ident, _debug_io.TAKEOVER_SIGNAL)
                 self.cond.wait(0.1)
 
     # -- commands ---------------------------------------------------------------------------------
@@ -341,7 +314,7 @@ class DebugController:
         from ._runtime import Kind
 
         self.post_mortem = bool(on)
-        addrs = sorted({a.procs[r]["addr"] for a in self.rt.owned_allocs() for r in a.alive_ranks()})
+        addrs = sorted({a.procs[r].addr for a in self.rt.owned_allocs() for r in a.alive_ranks()})
         if not addrs:
             return
         # Wait for the acknowledgements: procs apply it on their control thread, and a call sent
@@ -356,7 +329,7 @@ class DebugController:
         stopped ones from their pdb session, the others dumped by their proc without the GIL."""
         from ._runtime import Kind
 
-        addrs = sorted({p["addr"] for a in self.rt.owned_allocs() for r, p in a.procs.items()
+        addrs = sorted({p.addr for a in self.rt.owned_allocs() for r, p in a.procs.items()
                         if r in a.alive_ranks()})
         stopped = {(s.actor, s.rank): s for s in self.stopped()}
         by_mesh = {}
@@ -417,230 +390,6 @@ class DebugController:
 
 
 # -- the prompt --------------------------------------------------------------------------------------
-HELP = """xmesh debugger commands:
-  list (l)                          the table of stopped actors
-  attach (a) <actor> <rank>         talk to that rank's pdb; `detach` comes back here
-  cast <actor> ranks(...) <cmd>     one pdb command to several ranks, answers grouped
-                                    ranks(3), ranks(1,4,6), ranks(2:8:2), ranks(gpus=0:4, hosts=(0,2))
-  continue (c)                      clear breakpoints and continue every stopped actor
-  where (w)                         stacks of every rank, stopped and running, merged into groups
-  help (h)                          this text
-  quit (q)                          leave with the actors still stopped (xmesh.debug() comes back)
-"""
-
-
-class DebugPrompt:
-    """The `xmesh_dbg>` loop. io: write(text) and read(prompt) (raising EOFError or
-    KeyboardInterrupt). Returns "resumed" when no session is stopped any more, "quit". owner:
-    the `xmesh debug` client this prompt serves (None: this process's own prompt); the prompt
-    raises TakenOver when another one drives."""
-
-    def __init__(self, ctrl, io, owner=None):
-        self.ctrl = ctrl
-        self.io = io
-        self.owner = owner
-
-    def _read(self, prompt):
-        if self.ctrl.driver is not self.owner:
-            raise TakenOver()
-        return self.io.read(prompt)
-
-    def run(self, leave_when_resumed=True, greeting=""):
-        if greeting:
-            self.io.write(greeting)
-        self._notes()
-        stopped = self.ctrl.stopped()
-        for s in stopped:
-            s.shown = True
-        self.io.write(format_table(stopped) if stopped else "[xmesh] no actors are stopped in pdb\n")
-        if not stopped and leave_when_resumed:
-            return "resumed"
-        while True:
-            try:
-                line = self._read("xmesh_dbg> ")
-            except EOFError:
-                return "quit"
-            outcome = self.handle(line)
-            if outcome == "quit":
-                return "quit"
-            self._notes()
-            if leave_when_resumed and not self.ctrl.stopped():
-                self.io.write("[xmesh] no actor is stopped in pdb any more\n")
-                return "resumed"
-
-    def _notes(self):
-        for n in self.ctrl.take_notes():
-            self.io.write(f"[xmesh] {n}\n")
-
-    def handle(self, line):
-        line = line.strip()
-        if not line:
-            return None
-        word, _, rest = line.partition(" ")
-        rest = rest.strip()
-        try:
-            if word in ("list", "l"):
-                self.io.write(format_table(self.ctrl.stopped()))
-            elif word in ("attach", "a"):
-                self.attach(rest)
-            elif word == "cast":
-                self.cast(rest)
-            elif word in ("continue", "c"):
-                n = len(self.ctrl.continue_all())
-                self.io.write(f"[xmesh] continued {n} session{'s' if n != 1 else ''}\n")
-            elif word in ("where", "w", "bt"):
-                self.io.write(self.ctrl.format_stacks())
-            elif word in ("help", "h", "?"):
-                self.io.write(HELP)
-            elif word in ("quit", "q", "exit"):
-                return "quit"
-            elif word == "detach":
-                self.io.write("[xmesh] not attached to any rank\n")
-            else:
-                self.io.write(f"[xmesh] unknown command {word!r}; `help` lists the commands\n")
-        except _CommandError as e:
-            self.io.write(f"[xmesh] {e}\n")
-        return None
-
-    def _actor_and_rest(self, text, what):
-        actors = self.ctrl.actors()
-        parts = text.split(None, 1)
-        if parts and parts[0] in actors:
-            return parts[0], (parts[1] if len(parts) > 1 else "")
-        if len(actors) == 1 and parts and not parts[0].isidentifier():
-            return actors[0], text  # one actor mesh stopped: its name may be left out
-        if not actors:
-            raise _CommandError("no actors are stopped in pdb")
-        raise _CommandError(f"{what}: name the actor first, one of: {', '.join(actors)}"
-                            + (f" (got {parts[0]!r})" if parts else ""))
-
-    def attach(self, text):
-        actor, rest = self._actor_and_rest(text, "usage: attach <actor> <rank>")
-        try:
-            rank = int(rest.strip())
-        except ValueError:
-            raise _CommandError(f"usage: attach <actor> <rank>; {rest.strip()!r} is not a rank") from None
-        s = self.ctrl.find(actor, rank)
-        if s is None or s.state != "stopped":
-            ranks = [x.rank for x in self.ctrl.stopped() if x.actor == actor]
-            raise _CommandError(f"{actor} rank {rank} is not stopped in pdb (stopped ranks of {actor}: "
-                                f"{_core.describe_ranks(ranks) if ranks else 'none'})")
-        self.io.write(f"[xmesh] attached to {actor} rank {rank}; `detach` returns to xmesh_dbg>\n")
-        prompt = self._show(s.take_output())
-        while True:
-            cmd = self._read(f"[{actor} {rank}] {prompt}")
-            if cmd.strip() == "detach":
-                self.io.write(f"[xmesh] detached from {actor} rank {rank}\n")
-                return
-            answers = self.ctrl.send([s], cmd.rstrip("\n"))
-            prompt = self._show(answers[s])
-            if s.state != "stopped":
-                self.io.write(f"[xmesh] {actor} rank {rank} is {'running' if s.state != 'ended' else 'done'}; "
-                              f"detached\n")
-                return
-
-    def _show(self, text):
-        """Writes pdb's output, returning its trailing prompt ("(Pdb) ") for the input box."""
-        prompt = "(Pdb) "
-        if text.endswith(prompt):
-            text = text[: -len(prompt)]
-        if text:
-            self.io.write(text if text.endswith("\n") else text + "\n")
-        return prompt
-
-    def cast(self, text):
-        actor, rest = self._actor_and_rest(text, "usage: cast <actor> ranks(...) <pdb command>")
-        rest = rest.strip()
-        try:
-            end = _core.rank_selector_end(rest, 0)
-        except ValueError as e:
-            raise _CommandError(f"{e}; usage: cast <actor> ranks(...) <pdb command>") from None
-        selector, cmd = rest[:end], rest[end:].strip()
-        if not cmd:
-            raise _CommandError("cast needs a pdb command after the ranks, e.g. cast trainer ranks(0:2) p loss")
-        shape = self._shape_of(actor)
-        try:
-            ranks = _core.select_ranks(selector, *shape)
-        except ValueError as e:
-            raise _CommandError(str(e)) from None
-        stopped = {s.rank: s for s in self.ctrl.stopped() if s.actor == actor}
-        targets = [stopped[r] for r in ranks if r in stopped]
-        missing = [r for r in ranks if r not in stopped]
-        if not targets:
-            raise _CommandError(f"none of {actor} {ranks_text(ranks)} is stopped in pdb")
-        if missing:
-            self.io.write(f"[xmesh] not stopped, skipped: {actor} {ranks_text(missing)}\n")
-        answers = self.ctrl.send(targets, cmd)
-        groups = {}
-        for s, text in answers.items():
-            if text.endswith("(Pdb) "):
-                text = text[: -len("(Pdb) ")]
-            groups.setdefault(text, []).append(s.rank)
-        for text, rs in sorted(groups.items(), key=lambda kv: min(kv[1])):
-            if text and not text.endswith("\n"):
-                text += "\n"
-            self.io.write(f"[{actor} {ranks_text(rs)}]\n{text}")
-
-    def _shape_of(self, actor):
-        """(labels, sizes) of an actor mesh, as its sessions reported them."""
-        with self.ctrl.cond:
-            sizes = next((s.sizes for s in self.ctrl.sessions.values() if s.actor == actor and s.sizes), {})
-        return list(sizes), list(sizes.values())
-
-
-class _CommandError(Exception):
-    pass
-
-
-# -- I/O: where the prompt talks ------------------------------------------------------------------------
-TAKEOVER_SIGNAL = signal.SIGRTMIN + 5   # interrupts this process's own prompt (see take_over)
-_takeover_handler_installed = False
-_local_reading = False                  # this process's own prompt waits for a line
-
-
-def _on_takeover_signal(signum, frame):
-    if _local_reading:
-        raise TakenOver()
-
-
-def _install_takeover_handler():
-    """Once, from the main thread; the handler stays (a signal that comes late finds it there
-    and does nothing)."""
-    global _takeover_handler_installed
-    if not _takeover_handler_installed and threading.current_thread() is threading.main_thread():
-        signal.signal(TAKEOVER_SIGNAL, _on_takeover_signal)
-        _takeover_handler_installed = True
-
-
-class TerminalIO:
-    """A script run from a terminal: its own stdin and stdout."""
-
-    def write(self, text):
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
-    def read(self, prompt):
-        global _local_reading
-        _local_reading = True
-        try:
-            return self._wait_for_line(prompt)
-        finally:
-            _local_reading = False
-
-    def _wait_for_line(self, prompt):
-        return input(prompt)
-
-
-class KernelIO(TerminalIO):
-    """A notebook cell: output in the cell (the kernel's stdout), input through the Jupyter
-    stdin channel."""
-
-    def _wait_for_line(self, prompt):
-        from . import _kernel
-
-        return _kernel.input_request(prompt)
-
-
 _controller = None
 _controller_lock = threading.Lock()
 
@@ -659,17 +408,6 @@ def controller_if_started():
     return _controller
 
 
-def _input_possible():
-    from . import _kernel
-
-    if _kernel.in_kernel():
-        return _kernel.stdin_allowed()
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except Exception:
-        return False
-
-
 def on_wait(future_description):
     """Called by a waiting get() / await on the main thread: opens the debugger when actors
     stopped since the last look. Raises DebuggerQuit or ActorsStopped for the waiter."""
@@ -685,10 +423,8 @@ def on_wait(future_description):
 
 def open_prompt(waiting_for=None):
     ctrl = controller()
-    from . import _kernel
-
     mode = os.environ.get("XMESH_DEBUG", "").lower()
-    io = KernelIO() if _kernel.in_kernel() else TerminalIO()
+    io = _debug_io.frontend().io()
     ctrl.settle()
     driver = ctrl.driver
     if driver is not None:  # an `xmesh debug` client drives; it has heard of these stops
@@ -698,7 +434,7 @@ def open_prompt(waiting_for=None):
     stopped = ctrl.stopped()
     if mode == "error" and stopped:
         raise ActorsStopped(_stopped_text(stopped, "XMESH_DEBUG=error"))
-    if not _input_possible():
+    if not _debug_io.frontend().input_possible():
         if not stopped:
             return
         for s in stopped:
@@ -709,15 +445,16 @@ def open_prompt(waiting_for=None):
         io.write(ctrl.format_stacks())
         ctrl.continue_all(stopped)
         return
-    _install_takeover_handler()
+    _debug_io.install_takeover_handler()
     with ctrl.cond:
         ctrl.prompt_open = True
+    # What came before the prompt is shown before it; then the output owner holds everything
+    # else (remote lines and the runtime's own) until the prompt closes, so nothing garbles it.
     logs = ctrl.rt.logs
     if logs is not None:
-        logs.deliver_queued()  # what came before the prompt is shown before it
+        logs.deliver_queued()
         logs.hold(True)
-    _kernel.drain_output()
-    _kernel.hold_output(True)
+    _debug_io.frontend().show_pending_output()
     try:
         outcome = DebugPrompt(ctrl, io).run()
     except TakenOver:
@@ -731,15 +468,13 @@ def open_prompt(waiting_for=None):
             ctrl.cond.notify_all()
         if logs is not None:
             logs.hold(False)
-        _kernel.hold_output(False)
     if outcome == "taken over":
         driver = ctrl.driver
         who = f"pid {driver.pid}" if driver is not None else "a client that already left"
         io.write(f"\n[xmesh] `xmesh debug` ({who}) took over the debugger from another terminal; "
-                 f"{'this cell' if _kernel.in_kernel() else 'this program'} waits for its call and takes the "
-                 f"prompt back when that client leaves\n")
-        if _kernel.in_kernel():  # the front end keeps the input box it was given (see README)
-            io.write("[xmesh] the input box above is no longer read: press Enter in it to close it\n")
+                 f"{_debug_io.frontend().where} waits for its call and takes the prompt back when that client leaves\n")
+        if _debug_io.frontend().leftover_input_note:  # the front end keeps the input box it was given (see README)
+            io.write(_debug_io.frontend().leftover_input_note)
         return
     if outcome == "quit" and waiting_for is not None:
         left = ctrl.stopped()
@@ -789,17 +524,26 @@ def _serve_controller(rt):
     def on_proc_exited(msg):
         ctrl = controller_if_started()
         if ctrl is not None:
-            ctrl.on_proc_exited(msg.body.get("addr"), msg.body.get("text", "the proc exited"))
+            body = msg.proc_exited()
+            ctrl.on_proc_exited(body.addr, body.text)
 
     rt.control.on(Kind.DebugEvent, lambda msg: controller().on_event(msg))
     rt.control.on(Kind.ProcExited, on_proc_exited)
 
 
+def _post_mortem_env():
+    """Procs start with post-mortem stops on when the debugger (or XMESH_POST_MORTEM) says so."""
+    ctrl = controller_if_started()
+    on = (ctrl is not None and ctrl.post_mortem) or os.environ.get("XMESH_POST_MORTEM") == "1"
+    return {"XMESH_POST_MORTEM": "1" if on else "0"}
+
+
 def _register():
-    from ._runtime import on_controller_start
+    from ._runtime import add_proc_env, on_controller_start
     from ._wait import add_wake_hook
 
     on_controller_start(_serve_controller)
+    add_proc_env(_post_mortem_env)
     add_wake_hook(on_wait)  # a waiting get(), await or stream opens the prompt for new stops
 
 

@@ -22,6 +22,7 @@ import threading
 
 from . import _core
 from ._hostd import pid_alive
+from ._runtime import on_controller_shutdown, on_controller_start
 
 SUFFIX = ".debug"
 
@@ -195,6 +196,11 @@ def serve(rundir):
 def stop_serving():
     if _server is not None:
         _server.stop()
+
+
+# Every controller serves `xmesh debug` from its start to its shutdown.
+on_controller_start(lambda rt: serve(_core.runtime_dir()))
+on_controller_shutdown(lambda rt: stop_serving())
 
 
 # -- client side ----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import time
 from . import _core
 from ._pids import pid_alive, running_agent_pid
 from ._protocol import ErrorKind, error
-from ._runtime import Kind, get_runtime
+from ._runtime import Kind, get_runtime, on_controller_exit
 from ._wait import request
 
 _agents = {}
@@ -220,3 +220,12 @@ def agent(runtime_dir=None):
 def connected_agents():
     with _agents_lock:
         return [a for a in _agents.values() if a._connected]
+
+
+def _say_goodbye(rt):
+    """At a controller's exit: its agents stop its unnamed allocations now."""
+    for a in connected_agents():
+        a.goodbye()
+
+
+on_controller_exit(_say_goodbye)

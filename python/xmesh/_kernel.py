@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+from ._debug_io import TerminalIO
+
 _shell = None
 _interrupted = []          # futures whose wait the last interrupt broke, ranks still running
 _interrupted_lock = threading.Lock()
@@ -28,8 +30,13 @@ def setup(shell):
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
     _register_magics(shell)
-    from . import _core, _wait
+    from . import _core, _debug_io, _runtime, _wait
 
+    # Remote output goes to the cells (aggregated, within a display budget), and every call a
+    # cell sends is noted (its flush barrier and its output slot).
+    _runtime.set_output(True, route)
+    _runtime.observe_calls(note_call)
+    _debug_io.set_frontend(_KernelFrontend())
     _core.set_main_thread_call(drain_output)
     # The one wait shows the cell's remote output whenever it is woken for it, and remembers
     # an interrupted wait (a second interrupt cancels its calls).
@@ -58,7 +65,6 @@ _cell_numbers = itertools.count(1)
 _SLOT_MAX_CHARS = 200_000
 _SLOT_UPDATE_S = 0.1
 _UPDATE = object()         # a _main_queue item: (_UPDATE, cell) updates that cell's slot
-_held = False              # the debugger prompt owns the cell: other output waits until it ends
 _stdin_allowed = False     # the executing request allows input_request (nbclient does not)
 
 
@@ -291,7 +297,7 @@ def drain_output():
         return
     while True:
         with _cells_lock:
-            if not _main_queue or _held:
+            if not _main_queue:
                 return
             stream, text = _main_queue.pop(0)
         if stream is _UPDATE:
@@ -300,15 +306,27 @@ def drain_output():
         write_std(stream, text)
 
 
-def hold_output(on):
-    """While the debugger prompt owns the cell, other remote output is kept back (so it does not
-    garble the prompt) and shown after it, in order."""
-    global _held
-    if not in_kernel():
-        return
-    with _cells_lock:
-        _held = bool(on)
-    if not on:
+class _KernelIO(TerminalIO):
+    """The prompt's I/O in a cell: output through the cell's stdout, lines from the input box."""
+
+    def _wait_for_line(self, prompt):
+        return input_request(prompt)
+
+
+class _KernelFrontend:
+    """The debugger prompt in a notebook cell: output in the cell, input through the Jupyter
+    stdin channel (see _debug.TerminalFrontend)."""
+
+    where = "this cell"
+    leftover_input_note = "[xmesh] the input box above is no longer read: press Enter in it to close it\n"
+
+    def io(self):
+        return _KernelIO()
+
+    def input_possible(self):
+        return stdin_allowed()
+
+    def show_pending_output(self):
         drain_output()
 
 

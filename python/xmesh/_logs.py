@@ -35,23 +35,20 @@ def write_to_std_streams(chunks):
 
 
 class LogOutput:
-    def __init__(self, node, in_kernel):
+    def __init__(self, node, interactive, sink=None):
         self.router = _core.LogRouter(node)
         # Aggregation window for allocations without logging_option(): 3 s in the kernel (where
         # a person reads the lines), off in scripts (where they may go to a file or a pipe).
-        default_window = env_float("XMESH_LOG_WINDOW_S", 3.0 if in_kernel else -1.0)
+        default_window = env_float("XMESH_LOG_WINDOW_S", 3.0 if interactive else -1.0)
         self.router.set_default_window(int(default_window * 1000) if default_window >= 0 else -1)
-        rate = int(env_float("XMESH_LOG_DISPLAY_RATE", 1000 if in_kernel else 0))
+        rate = int(env_float("XMESH_LOG_DISPLAY_RATE", 1000 if interactive else 0))
         self.router.set_display_rate(rate, int(env_float("XMESH_LOG_DISPLAY_BURST", 5 * rate)))
-        if in_kernel:
-            from . import _kernel
-
-            self.sink = _kernel.route  # each chunk to the cell it belongs to
-        else:
-            self.sink = write_to_std_streams
+        # The kernel's router sends each chunk to the cell it belongs to (injected: _kernel.setup).
+        self.sink = sink or write_to_std_streams
         self.lock = threading.RLock()
         self._stopped = False
-        self._held = False  # the debugger prompt is open: output waits in the router
+        self._held = False  # the debugger prompt is open: remote output waits in the router,
+        self._held_local = []  # the runtime's own lines here
         self.router.start()
         threading.Thread(target=self._pump, name="xmesh-log-output", daemon=True).start()
 
@@ -73,6 +70,9 @@ class LogOutput:
         prompt) and is delivered, in order, when the prompt closes."""
         with self.lock:
             self._held = bool(on)
+            released, self._held_local = ([], self._held_local) if on else (self._held_local, [])
+            if released:
+                self.sink(released)
         if not on:
             self.deliver_queued()
 
@@ -87,8 +87,12 @@ class LogOutput:
     def local(self, cell, stream, text):
         """Output of the controller's own runtime (supervision notices, faults), delivered like
         remote output so that it reaches the right cell."""
+        chunk = (cell, 2 if stream == "stderr" else 1, text)
         with self.lock:
-            self.sink([(cell, 2 if stream == "stderr" else 1, text)])
+            if self._held:
+                self._held_local.append(chunk)
+            else:
+                self.sink([chunk])
 
     def barrier(self, marks, timeout=None):
         """Waits until the output procs wrote before the markers in marks ([(addr, seq)]) has

@@ -7,6 +7,7 @@ import time
 
 from . import _core
 from ._actor import ActorMesh, ActorMeshRef
+from ._allocation import Allocation, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
 from ._future import Future
 from ._hostd import HostdError, agent
 from ._protocol import ErrorKind, error, error_kind
@@ -23,12 +24,10 @@ def _shape_of(shape_json):
     return _core.Shape.from_json(json.dumps(shape_json))
 
 
-def attach_named(host_mesh, name, expected_shape=None):
+def attach_named(host_mesh, name, make_mesh, expected_shape=None):
     """Attaches this controller to the live allocation `name` on the hosts of host_mesh.
-    Returns its ProcMesh, or None if no host has it. Raises ValueError if expected_shape
-    differs from the live shape (naming both)."""
-    from ._proc_mesh import Allocation, ProcMesh, _all_ok_then, _live_or_rebuilt
-
+    Returns its mesh, make_mesh(alloc, shape) (a ProcMesh), or None if no host has it. Raises
+    ValueError if expected_shape differs from the live shape (naming both)."""
     rt = get_runtime()
     host_ranks = list(host_mesh._shape.ranks())
     agents = [agent(host_mesh._dirs[h]) for h in host_ranks]
@@ -56,7 +55,7 @@ def attach_named(host_mesh, name, expected_shape=None):
     alloc = Allocation(found[0]["alloc"], name, shape, agents)
     for a, r in zip(agents, replies):
         for p in r["procs"]:
-            alloc.procs[p["rank"]] = {"addr": p["addr"], "pid": p["pid"], "host": r["host"], "agent": a}
+            alloc.procs[p["rank"]] = ProcRecord(p["addr"], p["pid"], r["host"], a)
     cookie = found[0]["job_cookie"]
     if cookie and cookie not in rt.cookies:
         _share_cookie(rt, cookie)
@@ -69,7 +68,8 @@ def attach_named(host_mesh, name, expected_shape=None):
             rt.node.add_dependent(a.addr, addr)
             rt.node.add_supervision_subscriber(addr)
             if not p["alive"]:
-                alloc.exited[p["rank"]] = {"rank": p["rank"], "stopping": False}
+                alloc.exited[p["rank"]] = _core.ProcExitedBody(alloc.id, p["rank"], addr,
+                                                               f"proc rank {p['rank']} of {name!r} is dead")
                 rt.node.mark_dead(addr, error(ErrorKind.Supervision, f"proc rank {p['rank']} of {name!r} is dead"))
     rt.register_alloc(alloc)
 
@@ -79,12 +79,12 @@ def attach_named(host_mesh, name, expected_shape=None):
     refuse_text = (f"allocation {name!r} was taken over by another controller (pid {os.getpid()} on "
                    f"{_core.hostname()}); this handle no longer works here: xmesh.attach({name!r}) takes it back")
     live = [r for r in sorted(alloc.procs) if r not in alloc.exited]
-    call = rt.node.call([(alloc.procs[r]["addr"], "") for r in live], int(Kind.Adopt), "",
+    call = rt.node.call([(alloc.procs[r].addr, "") for r in live], int(Kind.Adopt), "",
                         {"cookies": rt.cookies, "refuse": previous, "refuse_text": refuse_text}, None, True)
     described = [{"rank": r, "coords": {}, "actor": "proc"} for r in live]
-    mesh = ProcMesh(alloc, shape)  # no lease: a named allocation outlives its handles
-    rebuild = lambda: ProcMesh(alloc, shape)  # noqa: E731
-    mesh._ready = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
+    mesh = make_mesh(alloc, shape)  # no lease: a named allocation outlives its handles
+    rebuild = lambda: make_mesh(alloc, shape)  # noqa: E731
+    mesh._ready = Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
     # The runtime's own wait: ranks stopped in pdb that the procs announce now are the user's
     # to look at (xmesh.debug()), not a prompt inside attach().
     if not wait_call(call, 30, f"attach to {name!r}", debugger=False):
@@ -99,7 +99,7 @@ def _share_cookie(rt, cookie):
     for alloc in rt.owned_allocs():
         for rank in alloc.alive_ranks():
             try:
-                rt.node.send(alloc.procs[rank]["addr"], int(Kind.Adopt), {"cookies": [cookie]})
+                rt.node.send(alloc.procs[rank].addr, int(Kind.Adopt), {"cookies": [cookie]})
             except Exception:
                 pass
 
@@ -124,8 +124,6 @@ def actors_of(proc_mesh, name=None, timeout=30):
     latest = {}
     for rec in sorted(records.values(), key=lambda r: r["spawned"]):
         latest[rec["name"]] = rec
-    from ._proc_mesh import addrs_list
-
     def mesh_of(rec):
         shape = _core.Shape.from_json(rec["shape"]) if isinstance(rec["shape"], str) else rec["shape"]
         ref = ActorMeshRef(rec["actor_id"], rec["name"], rec["class"], rec["endpoints"], addrs_list(addrs), shape,

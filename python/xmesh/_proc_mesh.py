@@ -3,115 +3,22 @@ import html
 import json
 import logging
 import os
-import threading
-import time
-import weakref
 
-from . import _core, _kernel, _logfiles, _pickling
+from . import _core, _logfiles, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
+from ._allocation import Allocation, Lease, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
 from ._context import current_cell
 from ._display import html_table
-from ._future import Done, Future, WeakValue
+from ._future import Done, Future
 from ._hostd import HostdError, agent
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._env import env_seconds_from_ms
 from ._protocol import ErrorKind, error, error_kind
-from ._runtime import DEFAULT_PROC_LOG_LEVEL, Kind, get_runtime, proc_environment
+from ._runtime import Kind, get_runtime, note_call, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
 from ._wait import request
 from ._workspace import DEFAULT_MAX_FILE_SIZE, seed_named_workspace, sync_workspace
-
-
-class Allocation:
-    """The procs of one spawn_procs call: their addresses, pids, hosts and liveness."""
-
-    def __init__(self, alloc_id, name, shape, agents):
-        self.id = alloc_id
-        self.name = name
-        self.shape = shape                 # dense shape over global ranks
-        self.agents = agents               # host index -> HostAgent
-        self.procs = {}                    # global rank -> {"addr", "pid", "host", "agent"}
-        self.exited = {}                   # global rank -> exit body
-        self.stopped = False
-        self.log_level = DEFAULT_PROC_LOG_LEVEL
-        self._cond = threading.Condition()
-
-    def on_proc_exited(self, body):
-        with self._cond:
-            self.exited[body.get("rank")] = body
-            self._cond.notify_all()
-            all_gone = len(self.exited) >= len(self.procs)
-        rt = get_runtime()
-        if not self.stopped and not body.get("stopping"):
-            rt._diag(body.get("text", "a proc died"))
-        if all_gone:
-            rt.forget_alloc(self.id)
-
-    def logdir(self, agent):
-        """Where the host agent keeps this allocation's per-rank log files."""
-        return _logfiles.logdir(agent.runtime_dir, self.name, self.id)
-
-    def alive_ranks(self):
-        with self._cond:
-            return [r for r in self.procs if r not in self.exited]
-
-    def request_stop(self, immediately=False):
-        if self.stopped:
-            return
-        self.stopped = True
-        for a in {id(a): a for a in self.agents}.values():
-            try:
-                a.request(Kind.StopProcs, {"alloc": self.id, "immediately": immediately}, timeout=5)
-            except Exception:
-                pass
-
-    def wait_exited(self, timeout):
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while any(p.get("pid") and r not in self.exited for r, p in self.procs.items()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.1))
-        return True
-
-
-class _Lease:
-    """Held by every handle on an unnamed allocation (its ProcMeshes, through them its
-    ActorMeshes, and its readiness Future). When the last handle goes, the procs stop: a
-    notebook that re-runs a spawning cell does not pile up procs. Named allocations have no
-    lease: they outlive their handles and their controller."""
-
-    def __init__(self, alloc):
-        fin = weakref.finalize(self, _stop_unreferenced, alloc)
-        fin.atexit = False  # at exit the runtime stops everything itself
-
-
-def _stop_unreferenced(alloc):
-    if not alloc.stopped:
-        # Garbage collection can run anywhere: never block it on the host agents' replies.
-        threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True).start()
-
-
-def _all_ok_then(value):
-    """A Future converter: raise the first failed target's error, else resolve to value."""
-
-    def convert(results, fut):
-        for index in sorted(results):
-            ok, body, frames = results[index]
-            if not ok:
-                raise fut.error_for(index, body, frames)
-        return value
-
-    return convert
-
-
-def _live_or_rebuilt(mesh, rebuild):
-    """A readiness Future's value: the mesh itself while it lives, else an equal handle from
-    rebuild() (which must not reference the mesh or the Future: see WeakValue)."""
-    ref = weakref.ref(mesh)
-    return WeakValue(lambda: ref() or rebuild())
 
 
 def _rank_env(rank, coords, shape, per_host):
@@ -152,7 +59,7 @@ class ProcMesh(MeshTrait):
     def _addrs(self):
         if self._local_addr is not None:
             return {0: self._local_addr}
-        return {r: p["addr"] for r, p in self._alloc.procs.items()}
+        return {r: p.addr for r, p in self._alloc.procs.items()}
 
     # -- actors ----------------------------------------------------------------------------
     def spawn(self, name, actor_class, *args, **kwargs):
@@ -183,8 +90,7 @@ class ProcMesh(MeshTrait):
         body = {"name": name, "class": actor_class.__qualname__, "shape": actor_shape.to_json(),
                 "proc_ranks": proc_ranks}
         call = rt.node.call(targets, int(Kind.SpawnActor), "", body, frames, True, current_cell())
-        if _kernel.in_kernel():
-            _kernel.note_call(targets, call)
+        note_call(targets, call)
         described = [{"rank": i, "coords": dict(Point(i, actor_shape)), "actor": f"{actor_class.__name__} {name!r}"}
                      for i in range(len(targets))]
         ref = ActorMeshRef(actor_id, name, actor_class.__name__, endpoints_of(actor_class), addrs_list(addrs),
@@ -193,7 +99,7 @@ class ProcMesh(MeshTrait):
 
         # Rebuilt only after a successful initialization, so it needs no initialized Future.
         rebuild = lambda: ActorMesh(ref, actor_shape, None, self, actor_class)  # noqa: E731
-        mesh._initialized = Future(call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described,
+        mesh._initialized = Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described,
                                    f"spawn of {name!r}")
         return mesh
 
@@ -228,7 +134,7 @@ class ProcMesh(MeshTrait):
         rt.logs.router.set_options(alloc.id, stream_to_client, window_ms)
         live = alloc.alive_ranks()
         if live and level != alloc.log_level:
-            request(rt.node, [alloc.procs[r]["addr"] for r in live], Kind.Configure, {"log_level": level},
+            request(rt.node, [alloc.procs[r].addr for r in live], Kind.Configure, {"log_level": level},
                     timeout=10, description="logging_option")
             alloc.log_level = level
         return Done(None)
@@ -253,7 +159,7 @@ class ProcMesh(MeshTrait):
         alloc = self._alloc
         dirs = {}
         for r in ranks:
-            a = alloc.procs[r].get("agent")
+            a = alloc.procs[r].agent
             if a is not None:
                 dirs.setdefault(alloc.logdir(a), []).append(r)
         records = []
@@ -280,12 +186,12 @@ class ProcMesh(MeshTrait):
         SyncReport (what moved, to which hosts, bytes, time)."""
         alloc = self._require_alloc("sync_workspace")
         ranks = list(self._shape.ranks())
-        agents = list({alloc.procs[r]["agent"].runtime_dir: alloc.procs[r]["agent"] for r in ranks}.values())
+        agents = list({alloc.procs[r].agent.runtime_dir: alloc.procs[r].agent for r in ranks}.values())
         space_for = alloc.name or None  # a named allocation's own workspace, else this controller's
 
         def procs_of():
             alive = set(alloc.alive_ranks())
-            return [(r, alloc.procs[r]["addr"], alloc.procs[r]["agent"], space_for) for r in ranks if r in alive]
+            return [(r, alloc.procs[r].addr, alloc.procs[r].agent, space_for) for r in ranks if r in alive]
 
         return sync_workspace([(space_for, agents)], procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
                               max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
@@ -316,25 +222,25 @@ class ProcMesh(MeshTrait):
 
     @property
     def pids(self):
-        return [self._alloc.procs[r]["pid"] for r in self._shape.ranks()] if self._alloc else [os.getpid()]
+        return [self._alloc.procs[r].pid for r in self._shape.ranks()] if self._alloc else [os.getpid()]
 
     def _rank_states(self):
         """(rank, coords, host, pid, state) for each proc of this (possibly sliced) mesh."""
         alloc = self._alloc
         rows = []
         for i, g in enumerate(self._shape.ranks()):
-            p = alloc.procs.get(g, {})
+            p = alloc.procs.get(g) or ProcRecord("")
             exited = alloc.exited.get(g)
             if exited is not None:
-                state = "stopped" if exited.get("stopping") else "died (" + str(
-                    exited.get("signal") or f"exit code {exited.get('exit_code')}") + ")"
+                state = "stopped" if exited.stopping else "died (" + str(
+                    exited.signal or f"exit code {exited.exit_code}") + ")"
             elif alloc.stopped:
                 state = "stopping"
-            elif p.get("pid") is None:
+            elif p.pid is None:
                 state = "starting"
             else:
                 state = "running"
-            rows.append((g, dict(Point(i, self._shape)), p.get("host", ""), p.get("pid"), state))
+            rows.append((g, dict(Point(i, self._shape)), p.host, p.pid, state))
         return rows
 
     def _summary(self):
@@ -360,20 +266,13 @@ class ProcMesh(MeshTrait):
     def __reduce__(self):
         if self._alloc is None:
             return (_rebuild_local_proc_mesh, (self._local_addr,))
-        procs = {r: {"addr": p["addr"]} for r, p in self._alloc.procs.items()}
+        procs = {r: p.addr for r, p in self._alloc.procs.items()}
         return (_rebuild_proc_mesh, (self._alloc.id, self._alloc.name, self._alloc.shape, procs, self._shape))
-
-
-def addrs_list(addrs):
-    out = [None] * (max(addrs) + 1 if addrs else 0)
-    for r, a in addrs.items():
-        out[r] = a
-    return out
 
 
 def _rebuild_proc_mesh(alloc_id, name, shape, procs, view):
     alloc = Allocation(alloc_id, name, shape, [])
-    alloc.procs = procs
+    alloc.procs = {r: ProcRecord(addr) for r, addr in procs.items()}
     return ProcMesh(alloc, view)
 
 
@@ -442,7 +341,7 @@ class HostMesh(MeshTrait):
         shape = dense_shape(sizes)
         if name:
             # A named allocation that is still alive is attached, not spawned again.
-            existing = attach_named(self, name, expected_shape=shape)
+            existing = attach_named(self, name, ProcMesh, expected_shape=shape)
             if existing is not None:
                 return existing
         rt = get_runtime()
@@ -456,10 +355,10 @@ class HostMesh(MeshTrait):
             for i in range(n_local):
                 rank = h * n_local + i
                 addr = _core.layout_proc_address(a.runtime_dir, alloc_id, rank)
-                alloc.procs[rank] = {"addr": addr, "pid": None, "host": a.host, "agent": a}
+                alloc.procs[rank] = ProcRecord(addr, None, a.host, a)
         # Readiness is a call answered by each proc once it listens; a proc that dies first
         # fails it through supervision.
-        ready_call = rt.node.expect([alloc.procs[r]["addr"] for r in range(shape.size)])
+        ready_call = rt.node.expect([alloc.procs[r].addr for r in range(shape.size)])
         common_env = {k: v for k, v in os.environ.items() if isinstance(v, str)}
         common_env.update(user_env)
         common_env.update(proc_environment())
@@ -472,10 +371,10 @@ class HostMesh(MeshTrait):
                 rank = h * n_local + i
                 p = Point(rank, shape)
                 coords = dict(p)
-                ranks.append({"rank": rank, "coords": coords, "addr": alloc.procs[rank]["addr"],
+                ranks.append({"rank": rank, "coords": coords, "addr": alloc.procs[rank].addr,
                               "env": _rank_env(rank, coords, shape, per_host)})
-                rt.node.add_dependent(a.addr, alloc.procs[rank]["addr"])
-                rt.node.add_supervision_subscriber(alloc.procs[rank]["addr"])
+                rt.node.add_dependent(a.addr, alloc.procs[rank].addr)
+                rt.node.add_supervision_subscriber(alloc.procs[rank].addr)
             body = {"alloc": alloc_id, "name": name or "", "argv": argv, "env": common_env, "cwd": os.getcwd(),
                     "ranks": ranks, "shape": json.loads(shape.to_json()), "controller_pid": os.getpid()}
             try:
@@ -486,17 +385,17 @@ class HostMesh(MeshTrait):
                 rt.node.forget_call(ready_call.id)
                 if isinstance(e, HostdError) and error_kind(e.body) == ErrorKind.NameTaken and h == 0:
                     # Another controller spawned it meanwhile: attach to theirs.
-                    existing = attach_named(self, name, expected_shape=shape)
+                    existing = attach_named(self, name, ProcMesh, expected_shape=shape)
                     if existing is not None:
                         return existing
                 raise
             for p in reply.get("procs", []):
-                alloc.procs[p["rank"]]["pid"] = p["pid"]
+                alloc.procs[p["rank"]].pid = p["pid"]
         described = [{"rank": r, "coords": dict(Point(r, shape)), "actor": "proc"} for r in range(shape.size)]
-        lease = None if name else _Lease(alloc)
+        lease = None if name else Lease(alloc)
         mesh = ProcMesh(alloc, shape, lease=lease)
         rebuild = lambda: ProcMesh(alloc, shape, lease=lease)  # noqa: E731
-        mesh._ready = Future(ready_call, _all_ok_then(_live_or_rebuilt(mesh, rebuild)), described, "proc startup")
+        mesh._ready = Future(ready_call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, "proc startup")
         return mesh
 
     def sync_workspace(self, workspace=".", *, dest=None, exclude=(), auto_reload=False,
@@ -516,8 +415,8 @@ class HostMesh(MeshTrait):
 
         def procs_of():
             rt = get_runtime()
-            return [(r, a.procs[r]["addr"], a.procs[r]["agent"], a.name or None) for a in rt.owned_allocs()
-                    for r in a.alive_ranks() if a.procs[r]["agent"].runtime_dir in dirs]
+            return [(r, a.procs[r].addr, a.procs[r].agent, a.name or None) for a in rt.owned_allocs()
+                    for r in a.alive_ranks() if a.procs[r].agent.runtime_dir in dirs]
 
         return sync_workspace(spaces, procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
                               max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
@@ -533,7 +432,7 @@ def attach(name, hosts=None):
     was spawned on (default this_host())."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"attach() needs the allocation's name, got {name!r}")
-    mesh = attach_named(hosts or this_host(), name)
+    mesh = attach_named(hosts or this_host(), name, ProcMesh)
     if mesh is None:
         live = [a["name"] for a in allocations([hosts._dirs[h] for h in hosts._shape.ranks()] if hosts else None)]
         raise KeyError(f"no live allocation named {name!r}; live named allocations: {live or 'none'}")

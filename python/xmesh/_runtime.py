@@ -49,14 +49,13 @@ class Runtime:
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
         from ._logs import LogOutput
-        from . import _kernel
 
-        self.logs = LogOutput(self.node, _kernel.in_kernel())
+        self.logs = LogOutput(self.node, _wiring.interactive, _wiring.output_sink)
         self.control.on(Kind.ProcExited, self._on_proc_exited)
         self.control.on(Kind.PeerDead, self._on_peer_dead)
         self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.body))
         self.control.on(Kind.Refuse, lambda msg: self._diag(msg.body.get("reason", "a peer refused this controller")))
-        for hook in _controller_start_hooks:
+        for hook in _wiring.controller_start:
             hook(self)
         threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
                          daemon=True).start()
@@ -65,9 +64,10 @@ class Runtime:
         """Lets this process host actors (procs always; a controller for this_proc())."""
         with self._lock:
             if self._actor_host is None:
-                from ._actor_host import ActorHost
-
-                self._actor_host = ActorHost(self)
+                if _wiring.actor_host_factory is None:
+                    raise RuntimeError("this process cannot host actors: xmesh._actor_host is not loaded "
+                                       "(import xmesh)")
+                self._actor_host = _wiring.actor_host_factory(self)
                 self._actor_host.start()
         return self._actor_host
 
@@ -78,7 +78,7 @@ class Runtime:
         # The log router labels its lines and knows its procs' addresses (flush barrier).
         self.logs.router.add_alloc(alloc.id, alloc.name, f"xmesh logs {alloc.name or alloc.id}")
         for rank, p in alloc.procs.items():
-            self.logs.router.add_proc(alloc.id, rank, p["addr"])
+            self.logs.router.add_proc(alloc.id, rank, p.addr)
 
     def forget_alloc(self, alloc_id):
         with self._lock:
@@ -93,9 +93,10 @@ class Runtime:
             return self._allocs.get(alloc_id)
 
     def _on_proc_exited(self, msg):
-        alloc = self.alloc(msg.body.get("alloc"))
+        body = msg.proc_exited()
+        alloc = self.alloc(body.alloc)
         if alloc is not None:
-            alloc.on_proc_exited(msg.body)
+            alloc.on_proc_exited(body)
 
     def _on_peer_dead(self, msg):
         if msg.body.get("host_lost"):
@@ -125,9 +126,8 @@ class Runtime:
             return
         self._closed = True
         if self.role == "controller":
-            from . import _debug_remote
-
-            _debug_remote.stop_serving()
+            for hook in _wiring.controller_shutdown:
+                hook(self)
             # Named allocations outlive their controller (the next one attaches by name).
             allocs = [a for a in self.owned_allocs() if not a.name]
             for a in allocs:
@@ -140,10 +140,8 @@ class Runtime:
                 a.wait_exited(max(0.0, deadline - time.monotonic()))
             # The procs' last lines were sent before their exit notices: print them.
             self.logs.sync(timeout=2.0)
-            from ._hostd import connected_agents
-
-            for agent in connected_agents():
-                agent.goodbye()
+            for hook in _wiring.controller_exit:
+                hook(self)  # goodbye to the host agents
             self.logs.stop()
         self.node.stop()
         _core.drain_releases()
@@ -151,15 +149,67 @@ class Runtime:
 
 _runtime = None
 _runtime_lock = threading.Lock()
-_controller_start_hooks = []
+
+
+class _Wiring:
+    """What upper layers inject into the runtime, which imports none of them (the way xeus
+    injects its publisher into an interpreter): the kernel, the debugger, `xmesh debug`'s
+    server and the actor host register here when they are imported."""
+
+    def __init__(self):
+        self.controller_start = []     # hook(runtime) when a controller runtime starts
+        self.controller_shutdown = []  # hook(runtime) when it shuts down, before its procs stop
+        self.controller_exit = []      # hook(runtime) at the end of its shutdown, its procs gone
+        self.call_observers = []       # fn(targets, call or None) for every call a controller sends
+        self.proc_env = []             # fn() -> {name: value}, added to every proc's environment
+        self.actor_host_factory = None  # ActorHost(runtime): lets this process host actors
+        self.interactive = False       # remote output read by a person (the kernel): windows, budget
+        self.output_sink = None        # where remote output goes (None: stdout / stderr)
+
+
+_wiring = _Wiring()
 
 
 def on_controller_start(hook):
-    """Upper layers (the debugger) register here what a controller runtime needs from them,
-    such as control-message handlers: hook(runtime) runs when the controller runtime starts."""
-    _controller_start_hooks.append(hook)
+    """hook(runtime) runs when the controller runtime starts (at once if it runs already):
+    control-message handlers, servers."""
+    _wiring.controller_start.append(hook)
     if _runtime is not None and _runtime.role == "controller" and _runtime.logs is not None:
         hook(_runtime)
+
+
+def on_controller_shutdown(hook):
+    _wiring.controller_shutdown.append(hook)
+
+
+def on_controller_exit(hook):
+    _wiring.controller_exit.append(hook)
+
+
+def observe_calls(fn):
+    """fn(targets, call) for every call this controller sends (call None for a broadcast)."""
+    _wiring.call_observers.append(fn)
+
+
+def note_call(targets, call):
+    for fn in _wiring.call_observers:
+        fn(targets, call)
+
+
+def add_proc_env(fn):
+    """fn() -> {name: value} joins the environment of every proc spawned from now on."""
+    _wiring.proc_env.append(fn)
+
+
+def set_actor_host_factory(factory):
+    _wiring.actor_host_factory = factory
+
+
+def set_output(interactive, sink):
+    """How this controller shows remote output (the kernel: to the cells, with aggregation
+    windows and a display budget). Takes effect for a controller runtime started after it."""
+    _wiring.interactive = bool(interactive)
+    _wiring.output_sink = sink
 
 
 def get_runtime():
@@ -195,9 +245,6 @@ def _make_controller():
     node.start()
     rt = Runtime("controller", node, cookie)
     rt.start_controller_threads()
-    from . import _debug_remote
-
-    _debug_remote.serve(rundir)  # `xmesh debug` reaches this controller's debugger
     atexit.register(rt.shutdown)
     return rt
 
@@ -229,12 +276,5 @@ def proc_environment():
         "XMESH_SYS_PATH": json.dumps([p for p in sys.path if p and os.path.isdir(p)]),
         "XMESH_LOG_LEVEL": str(DEFAULT_PROC_LOG_LEVEL),
         "PYTHONUNBUFFERED": "1",
-        "XMESH_POST_MORTEM": "1" if _post_mortem_on() else "0",
+        **{k: v for fn in _wiring.proc_env for k, v in fn().items()},
     }
-
-
-def _post_mortem_on():
-    from . import _debug
-
-    ctrl = _debug.controller_if_started()
-    return (ctrl is not None and ctrl.post_mortem) or os.environ.get("XMESH_POST_MORTEM") == "1"

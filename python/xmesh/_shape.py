@@ -10,6 +10,12 @@ def format_coords(coords, sep=", "):
     return sep.join(f"{k}={v}" for k, v in coords.items())
 
 
+def ranks_text(ranks):
+    """"rank 3" or "ranks 0-2,5"."""
+    text = _core.describe_ranks(list(ranks))
+    return text if text.startswith("ranks") else f"rank {text}"
+
+
 class Point(Mapping):
     """A position in a mesh: `.rank` (row-major index) and a coordinate per dimension,
     readable as `point["gpus"]` or `point.gpus`."""

@@ -9,10 +9,10 @@ import threading
 import time
 
 from . import _core
-from ._debug import ranks_text
 from ._display import html_table
 from ._env import env_float
 from ._runtime import Kind, get_runtime
+from ._shape import ranks_text
 from ._wait import Request
 
 DEFAULT_MAX_FILE_SIZE = 100 * 2**20

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "../bodies.hpp"
 #include "../layout.hpp"
 #include "../util.hpp"
 #include "../process.hpp"
@@ -552,19 +553,21 @@ void HostAgent::report_exits() {
         why += "; its last output:";
         for (auto& line : p->tail) why += "\n    " + line;
       }
+      ProcExitedBody body;
+      body.alloc = a.id;
+      body.rank = p->rank;
+      body.pid = p->pid;
+      body.addr = p->addr;
+      body.host = hostname();
+      body.coords = p->coords;
+      body.stopping = a.stopping;
+      body.text = "proc rank " + std::to_string(p->rank) + " (pid " + std::to_string(p->pid) + " on " + hostname() +
+                  ") " + why;
+      if (WIFSIGNALED(p->status)) body.signal = signal_name(WTERMSIG(p->status));
+      if (WIFEXITED(p->status)) body.exit_code = WEXITSTATUS(p->status);
       Header h;
       h.kind = Kind::ProcExited;
-      h.body = {{"alloc", a.id},
-                {"rank", p->rank},
-                {"pid", p->pid},
-                {"addr", p->addr},
-                {"host", hostname()},
-                {"coords", p->coords},
-                {"stopping", a.stopping},
-                {"text", "proc rank " + std::to_string(p->rank) + " (pid " + std::to_string(p->pid) + " on " +
-                             hostname() + ") " + why}};
-      if (WIFSIGNALED(p->status)) h.body["signal"] = signal_name(WTERMSIG(p->status));
-      if (WIFEXITED(p->status)) h.body["exit_code"] = WEXITSTATUS(p->status);
+      h.body = body;
       try {
         node_->send(a.controller_addr, std::move(h), {});
       } catch (const SendError&) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <zmq_addon.hpp>
 
+#include "bodies.hpp"
 #include "node.hpp"
 #include "util.hpp"
 
@@ -339,13 +340,33 @@ TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "
   REQUIRE(c.control().pop(5000));
   CHECK(c.stats().peers == 2);
   // The host agent reports p1's exit: c forgets p1's connection, keeps p2's.
+  ProcExitedBody body;
+  body.alloc = "a1";
+  body.rank = 0;
+  body.pid = 4242;
+  body.addr = p1.addr();
+  body.text = "proc rank 0 exited with code 0";
+  body.exit_code = 0;
   Header exited;
   exited.kind = Kind::ProcExited;
-  exited.body = {{"addr", p1.addr()}, {"text", "exited with code 0"}};
+  exited.body = body;
   p2.send(c.addr(), exited, {});
-  REQUIRE(c.control().pop(5000));
+  auto notice = c.control().pop(5000);
+  REQUIRE(notice);
+  auto back = notice->header.body.get<ProcExitedBody>();  // the typed body, as it was written
+  CHECK((back.addr == p1.addr() && back.rank == 0 && back.exit_code == 0 && !back.signal));
+  CHECK(c.is_dead(p1.addr()));
   for (int i = 0; i < 100 && c.stats().peers != 1; ++i) usleep(10000);
   CHECK(c.stats().peers == 1);
   p2.send(c.addr(), h, {});
   REQUIRE(c.control().pop(5000));
+  // A malformed notice is dropped and counted, never dispatched with holes in it.
+  Header bad;
+  bad.kind = Kind::ProcExited;
+  bad.body = {{"addr", p2.addr()}, {"text", "no rank, no alloc"}};
+  auto malformed = c.stats().malformed;
+  p2.send(c.addr(), bad, {});
+  for (int i = 0; i < 100 && c.stats().malformed == malformed; ++i) usleep(10000);
+  CHECK(c.stats().malformed == malformed + 1);
+  CHECK(!c.is_dead(p2.addr()));
 }

@@ -1,0 +1,121 @@
+"""Allocations: the procs of one spawn_procs (or attach) on their host agents, the lease that
+stops an unnamed one when its last handle goes, and the small helpers that turn readiness
+replies into meshes. Below ProcMesh (_proc_mesh) and named allocations (_named), which both
+build on it."""
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import _logfiles
+from ._future import WeakValue
+from ._protocol import Kind
+from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
+
+
+@dataclass
+class ProcRecord:
+    """One proc of an allocation as its controller knows it."""
+    addr: str                   # its node's address
+    pid: Optional[int] = None   # None until its agent reported it started
+    host: str = ""              # the hostname of its agent
+    agent: Any = None           # its HostAgent (None in a mesh rebuilt from a pickle)
+
+
+class Allocation:
+    """The procs of one spawn_procs call: their addresses, pids, hosts and liveness."""
+
+    def __init__(self, alloc_id, name, shape, agents):
+        self.id = alloc_id
+        self.name = name
+        self.shape = shape                 # dense shape over global ranks
+        self.agents = agents               # host index -> HostAgent
+        self.procs = {}                    # global rank -> ProcRecord
+        self.exited = {}                   # global rank -> _core.ProcExitedBody
+        self.stopped = False
+        self.log_level = DEFAULT_PROC_LOG_LEVEL
+        self._cond = threading.Condition()
+
+    def on_proc_exited(self, body):
+        with self._cond:
+            self.exited[body.rank] = body
+            self._cond.notify_all()
+            all_gone = len(self.exited) >= len(self.procs)
+        rt = get_runtime()
+        if not self.stopped and not body.stopping:
+            rt._diag(body.text)
+        if all_gone:
+            rt.forget_alloc(self.id)
+
+    def logdir(self, agent):
+        """Where the host agent keeps this allocation's per-rank log files."""
+        return _logfiles.logdir(agent.runtime_dir, self.name, self.id)
+
+    def alive_ranks(self):
+        with self._cond:
+            return [r for r in self.procs if r not in self.exited]
+
+    def request_stop(self, immediately=False):
+        if self.stopped:
+            return
+        self.stopped = True
+        for a in {id(a): a for a in self.agents}.values():
+            try:
+                a.request(Kind.StopProcs, {"alloc": self.id, "immediately": immediately}, timeout=5)
+            except Exception:
+                pass
+
+    def wait_exited(self, timeout):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while any(p.pid and r not in self.exited for r, p in self.procs.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
+
+
+class Lease:
+    """Held by every handle on an unnamed allocation (its ProcMeshes, through them its
+    ActorMeshes, and its readiness Future). When the last handle goes, the procs stop: a
+    notebook that re-runs a spawning cell does not pile up procs. Named allocations have no
+    lease: they outlive their handles and their controller."""
+
+    def __init__(self, alloc):
+        fin = weakref.finalize(self, _stop_unreferenced, alloc)
+        fin.atexit = False  # at exit the runtime stops everything itself
+
+
+def _stop_unreferenced(alloc):
+    if not alloc.stopped:
+        # Garbage collection can run anywhere: never block it on the host agents' replies.
+        threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True).start()
+
+
+def all_ok_then(value):
+    """A Future converter: raise the first failed target's error, else resolve to value."""
+
+    def convert(results, fut):
+        for index in sorted(results):
+            ok, body, frames = results[index]
+            if not ok:
+                raise fut.error_for(index, body, frames)
+        return value
+
+    return convert
+
+
+def live_or_rebuilt(mesh, rebuild):
+    """A readiness Future's value: the mesh itself while it lives, else an equal handle from
+    rebuild() (which must not reference the mesh or the Future: see WeakValue)."""
+    ref = weakref.ref(mesh)
+    return WeakValue(lambda: ref() or rebuild())
+
+
+def addrs_list(addrs):
+    out = [None] * (max(addrs) + 1 if addrs else 0)
+    for r, a in addrs.items():
+        out[r] = a
+    return out

@@ -1,0 +1,44 @@
+#include "bodies.hpp"
+
+#include <stdexcept>
+
+namespace xmesh {
+
+namespace {
+using json = nlohmann::json;
+
+const json& field(const json& j, const char* name, json::value_t type, const char* what) {
+  auto it = j.find(name);
+  if (it == j.end()) throw std::invalid_argument(std::string(what) + " body without '" + name + "'");
+  bool ok = it->type() == type ||
+            (type == json::value_t::number_integer && it->type() == json::value_t::number_unsigned);
+  if (!ok) throw std::invalid_argument(std::string(what) + " body: '" + name + "' has the wrong type");
+  return *it;
+}
+}  // namespace
+
+void to_json(json& j, const ProcExitedBody& b) {
+  j = {{"alloc", b.alloc}, {"rank", b.rank}, {"pid", b.pid},           {"addr", b.addr},
+       {"host", b.host},   {"coords", b.coords}, {"stopping", b.stopping}, {"text", b.text}};
+  if (b.signal) j["signal"] = *b.signal;
+  if (b.exit_code) j["exit_code"] = *b.exit_code;
+}
+
+void from_json(const json& j, ProcExitedBody& b) {
+  const char* what = "ProcExited";
+  if (!j.is_object()) throw std::invalid_argument("ProcExited body is not an object");
+  b.alloc = field(j, "alloc", json::value_t::string, what).get<std::string>();
+  b.rank = field(j, "rank", json::value_t::number_integer, what).get<int64_t>();
+  b.pid = field(j, "pid", json::value_t::number_integer, what).get<int64_t>();
+  b.addr = field(j, "addr", json::value_t::string, what).get<std::string>();
+  b.host = j.value("host", std::string());
+  b.coords = j.contains("coords") && j["coords"].is_object() ? j["coords"] : json::object();
+  b.stopping = j.value("stopping", false);
+  b.text = field(j, "text", json::value_t::string, what).get<std::string>();
+  b.signal.reset();
+  b.exit_code.reset();
+  if (j.contains("signal") && j["signal"].is_string()) b.signal = j["signal"].get<std::string>();
+  if (j.contains("exit_code") && j["exit_code"].is_number_integer()) b.exit_code = j["exit_code"].get<int>();
+}
+
+}  // namespace xmesh

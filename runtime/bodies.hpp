@@ -1,0 +1,32 @@
+// The typed bodies of protocol messages: one definition of each body, written by its sender
+// and read by its receivers on both sides, C++ here and Python through pybind11 (xmesh._core,
+// `Message.proc_exited()`), instead of JSON objects built in one language and read by string
+// keys in the other. from_json validates and throws std::invalid_argument naming the field.
+// Kinds move here one by one (docs/ARCHITECTURE.md says which have).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace xmesh {
+
+// ProcExited (agent -> controller): a proc ended, after its pipes were drained.
+struct ProcExitedBody {
+  std::string alloc;                  // the allocation's id
+  int64_t rank = 0;
+  int64_t pid = 0;
+  std::string addr;                   // the proc's node address (now dead)
+  std::string host;                   // the agent's hostname
+  nlohmann::json coords = nlohmann::json::object();
+  bool stopping = false;              // it was asked to stop (not a failure)
+  std::string text;                   // "proc rank 3 (pid 123 on host) killed by SIGKILL; its last output: ..."
+  std::optional<std::string> signal;  // "SIGKILL" when a signal ended it
+  std::optional<int> exit_code;       // when it exited
+};
+
+void to_json(nlohmann::json& j, const ProcExitedBody& b);
+void from_json(const nlohmann::json& j, ProcExitedBody& b);
+
+}  // namespace xmesh

@@ -1,0 +1,80 @@
+"""The xmesh package's layers: a module imports only modules of its own layer or below (at
+module level or inside a function alike), and the imports form no cycle. Upper layers reach
+lower ones only through what the lower ones let them register (hooks, handlers, factories:
+`_runtime.on_controller_start`, `_wait.add_wake_hook`, `_debug_io.set_frontend`...), never the
+other way round. python/README.md and docs/ARCHITECTURE.md describe the layers."""
+import ast
+import os
+
+import xmesh
+
+LAYERS = [
+    # 0 base: the C++ core's face and plain values
+    ["_core", "_env", "_protocol", "_error_kinds", "_paths", "_shape", "_errors", "_pids", "_pickling",
+     "_display", "_value_mesh", "_context"],
+    # 1 runtime: the process's node, the one wait, control messages, output, host agents
+    ["_wait", "_control", "_runtime", "_logs", "_hostd", "_logfiles"],
+    # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync
+    ["_future", "_actor", "_allocation", "_proc_mesh", "_named", "_workspace"],
+    # 3 proc side: hosting actors, output attribution, the proc's pdb, reloads, the worker
+    ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_worker"],
+    # 4 integration: the debugger's controller side and `xmesh debug`, the kernel, the command
+    ["_debug_io", "_debug_prompt", "_debug", "_debug_remote", "_kernel", "_run_notebook", "cli", "__init__"],
+]
+LAYER_OF = {m: i for i, layer in enumerate(LAYERS) for m in layer}
+PACKAGE = os.path.dirname(xmesh.__file__)
+
+
+def package_modules():
+    return sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
+
+
+def imports_of(module):
+    """The package modules `module` imports, anywhere in its code."""
+    with open(os.path.join(PACKAGE, module + ".py")) as f:
+        tree = ast.parse(f.read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "xmesh":
+            parts = node.module.split(".")
+            found.update([parts[1]] if len(parts) > 1 else [a.name for a in node.names])
+    return found & set(package_modules())
+
+
+def test_every_module_has_a_layer():
+    assert set(package_modules()) - set(LAYER_OF) == set(), "add new modules to a layer in this test"
+
+
+def test_no_module_imports_an_upper_layer():
+    upward = [(m, LAYER_OF[m], t, LAYER_OF[t]) for m in package_modules() for t in imports_of(m)
+              if LAYER_OF[t] > LAYER_OF[m]]
+    assert upward == [], "module (layer) imports module (upper layer): " + repr(upward)
+
+
+def test_the_imports_form_no_cycle():
+    graph = {m: imports_of(m) - {m} for m in package_modules()}
+    done, path, cycles = set(), [], []
+
+    def visit(m):
+        if m in path:
+            cycles.append(path[path.index(m):] + [m])
+            return
+        if m in done:
+            return
+        path.append(m)
+        for t in sorted(graph[m]):
+            visit(t)
+        path.pop()
+        done.add(m)
+
+    for m in graph:
+        visit(m)
+    assert cycles == [], "import cycles: " + repr(cycles)
+
+
+def test_the_checks_see_imports(tmp_path):
+    # The checker itself: a function-level import counts like a module-level one.
+    assert "_kernel" not in imports_of("_debug") and "_debug" in imports_of("_kernel")  # the magic's lazy import
+    assert "_proc_mesh" in imports_of("__init__") and "_runtime" in imports_of("_future")
