@@ -41,4 +41,25 @@ void from_json(const json& j, ProcExitedBody& b) {
   if (j.contains("exit_code") && j["exit_code"].is_number_integer()) b.exit_code = j["exit_code"].get<int>();
 }
 
+void to_json(json& j, const LogBody& b) {
+  j = {{"alloc", b.alloc}, {"rank", b.rank}, {"pid", b.pid},       {"stream", b.stream},
+       {"time", b.time},   {"cell", b.cell}, {"actor", b.actor}, {"mark", b.mark}};
+  if (b.eof) j["eof"] = true;
+}
+
+void from_json(const json& j, LogBody& b) {
+  const char* what = "Log";
+  if (!j.is_object()) throw std::invalid_argument("Log body is not an object");
+  b.alloc = field(j, "alloc", json::value_t::string, what).get<std::string>();
+  b.rank = field(j, "rank", json::value_t::number_integer, what).get<int64_t>();
+  b.stream = field(j, "stream", json::value_t::string, what).get<std::string>();
+  if (b.stream != "stdout" && b.stream != "stderr") throw std::invalid_argument("Log body: 'stream' is " + b.stream);
+  b.pid = j.value("pid", int64_t(0));
+  b.time = j.contains("time") && j["time"].is_number() ? j["time"].get<double>() : 0.0;
+  b.cell = j.value("cell", std::string());
+  b.actor = j.value("actor", std::string());
+  b.mark = j.contains("mark") && j["mark"].is_number_unsigned() ? j["mark"].get<uint64_t>() : 0;
+  b.eof = j.value("eof", false);
+}
+
 }  // namespace xmesh

@@ -29,4 +29,19 @@ struct ProcExitedBody {
 void to_json(nlohmann::json& j, const ProcExitedBody& b);
 void from_json(const nlohmann::json& j, ProcExitedBody& b);
 
+// Log (agent -> controller): complete lines of one proc stream; the text is the payload frame.
+struct LogBody {
+  std::string alloc;
+  int64_t rank = 0;
+  int64_t pid = 0;
+  std::string stream = "stdout";  // "stdout" or "stderr"
+  double time = 0;                // when the agent read them (seconds since the epoch)
+  std::string cell, actor;        // the context of the last output marker (the call's cell)
+  uint64_t mark = 0;              // the last output marker passed on this stream
+  bool eof = false;               // the stream ended (the proc closed it or exited)
+};
+
+void to_json(nlohmann::json& j, const LogBody& b);
+void from_json(const nlohmann::json& j, LogBody& b);
+
 }  // namespace xmesh

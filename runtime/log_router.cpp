@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bodies.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -141,12 +142,17 @@ void LogRouter::handle(Message& m) {
     cv_.notify_all();
     return;
   }
-  std::string alloc_id = b.value("alloc", std::string());
-  int64_t rank = b.value("rank", int64_t(-1));
-  int stream = b.value("stream", std::string("stdout")) == "stderr" ? 2 : 1;
-  std::string cell = b.value("cell", std::string());
-  Source& src = source(alloc_id, rank);
-  const Alloc& alloc = alloc_of(alloc_id);
+  LogBody log;
+  try {
+    log = b.get<LogBody>();
+  } catch (const std::exception&) {
+    ++stats_.malformed;
+    return;  // an agent of this protocol never sends one: nothing to show
+  }
+  int stream = log.stream == "stderr" ? 2 : 1;
+  const std::string& cell = log.cell;
+  Source& src = source(log.alloc, log.rank);
+  const Alloc& alloc = alloc_of(log.alloc);
   ++stats_.messages;
   for (auto& f : m.frames) {
     std::string_view text(static_cast<const char*>(f.data()), f.size());
@@ -160,9 +166,8 @@ void LogRouter::handle(Message& m) {
       pos = has_nl ? nl + 1 : end;
     }
   }
-  uint64_t mark = b.value("mark", uint64_t(0));
-  src.mark[stream] = std::max(src.mark[stream], mark);
-  if (b.value("eof", false)) src.ended[stream] = true;
+  src.mark[stream] = std::max(src.mark[stream], log.mark);
+  if (log.eof) src.ended[stream] = true;
   cv_.notify_all();
 }
 

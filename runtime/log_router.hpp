@@ -34,6 +34,7 @@ struct LogChunk {
 
 struct LogRouterStats {
   uint64_t messages = 0, lines = 0, bytes = 0, shown = 0, held = 0, hidden = 0;
+  uint64_t malformed = 0;  // Log messages whose body did not parse (dropped)
 };
 
 class LogRouter {

@@ -625,6 +625,7 @@ void bind_output(py::module_& m) {
         d["shown"] = s.shown;
         d["held"] = s.held;
         d["hidden"] = s.hidden;
+        d["malformed"] = s.malformed;
         return d;
       });
 }

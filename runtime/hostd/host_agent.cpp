@@ -455,9 +455,17 @@ void HostAgent::forward(Allocation& a, Proc& p, Stream& s, const std::string& te
   write_log(p, s, text);
   Header h;
   h.kind = Kind::Log;
-  h.body = {{"alloc", a.id}, {"rank", p.rank}, {"pid", p.pid}, {"stream", s.name}, {"time", wall_time()},
-            {"cell", s.ctx.cell}, {"actor", s.ctx.actor}, {"mark", s.mark}};
-  if (s.fd < 0) h.body["eof"] = true;
+  LogBody body;
+  body.alloc = a.id;
+  body.rank = p.rank;
+  body.pid = p.pid;
+  body.stream = s.name;
+  body.time = wall_time();
+  body.cell = s.ctx.cell;
+  body.actor = s.ctx.actor;
+  body.mark = s.mark;
+  body.eof = s.fd < 0;
+  h.body = body;
   std::vector<zmq::message_t> frames;
   frames.emplace_back(text.data(), text.size());
   try {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "bodies.hpp"
 #include "log_aggregator.hpp"
 #include "log_router.hpp"
 #include "output_marker.hpp"
@@ -200,5 +201,43 @@ TEST_CASE("router: a flood is held back past the display budget, every line acco
     noticed += std::stoull(out.substr(at + tag.size()));
   CHECK(noticed == st.held);
   CHECK(out.find("every line is in the log files: xmesh logs a") != std::string::npos);
+  r.stop();
+}
+
+TEST_CASE("router: Log bodies are typed and a malformed one is dropped and counted", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("a1", "", "xmesh logs a1");
+  r.set_default_window(-1);
+  r.start();
+  // What an agent writes (LogBody), read back the same.
+  LogBody body;
+  body.alloc = "a1";
+  body.rank = 2;
+  body.pid = 77;
+  body.stream = "stderr";
+  body.cell = "c9";
+  body.mark = 5;
+  json j = body;
+  auto back = j.get<LogBody>();
+  CHECK((back.alloc == "a1" && back.rank == 2 && back.stream == "stderr" && back.mark == 5 && !back.eof));
+  Message good;
+  good.header.kind = Kind::Log;
+  good.header.body = body;
+  std::string text = "typed\n";
+  good.frames.emplace_back(text.data(), text.size());
+  // No alloc, a rank that is text, a stream that is neither: dropped, counted, nothing shown.
+  for (json bad : {json{{"rank", 1}, {"stream", "stdout"}}, json{{"alloc", "a1"}, {"rank", "1"}, {"stream", "stdout"}},
+                   json{{"alloc", "a1"}, {"rank", 1}, {"stream", "stdlog"}}}) {
+    Message m;
+    m.header.kind = Kind::Log;
+    m.header.body = bad;
+    std::string junk = "junk\n";
+    m.frames.emplace_back(junk.data(), junk.size());
+    inbox.push(std::move(m));
+  }
+  inbox.push(std::move(good));
+  CHECK(output_of(r, "c9", "typed") == "[2] typed\n");
+  CHECK(r.stats().malformed == 3);
   r.stop();
 }
