@@ -62,4 +62,47 @@ void from_json(const json& j, LogBody& b) {
   b.eof = j.value("eof", false);
 }
 
+void to_json(json& j, const CancelBody& b) { j = {{"corr", b.corr}, {"index", b.index}}; }
+
+void from_json(const json& j, CancelBody& b) {
+  if (!j.is_object()) throw std::invalid_argument("Cancel body is not an object");
+  b.corr = field(j, "corr", json::value_t::number_integer, "Cancel").get<uint64_t>();
+  b.index = field(j, "index", json::value_t::number_integer, "Cancel").get<int64_t>();
+}
+
+void to_json(json& j, const ConfigureBody& b) {
+  j = json::object();
+  if (b.log_level) j["log_level"] = *b.log_level;
+  if (b.post_mortem) j["post_mortem"] = *b.post_mortem;
+}
+
+void from_json(const json& j, ConfigureBody& b) {
+  if (!j.is_object()) throw std::invalid_argument("Configure body is not an object");
+  b.log_level.reset();
+  b.post_mortem.reset();
+  if (j.contains("log_level")) b.log_level = field(j, "log_level", json::value_t::number_integer, "Configure").get<int>();
+  if (j.contains("post_mortem")) b.post_mortem = field(j, "post_mortem", json::value_t::boolean, "Configure").get<bool>();
+}
+
+void to_json(json& j, const AdoptBody& b) {
+  j = {{"cookies", b.cookies}, {"refuse", b.refuse}, {"refuse_text", b.refuse_text}};
+}
+
+void from_json(const json& j, AdoptBody& b) {
+  if (!j.is_object()) throw std::invalid_argument("Adopt body is not an object");
+  auto strings = [&](const char* name) {
+    std::vector<std::string> out;
+    if (!j.contains(name)) return out;
+    const json& a = field(j, name, json::value_t::array, "Adopt");
+    for (auto& v : a) {
+      if (!v.is_string()) throw std::invalid_argument(std::string("Adopt body: '") + name + "' holds a non-string");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  b.cookies = strings("cookies");
+  b.refuse = strings("refuse");
+  b.refuse_text = j.value("refuse_text", std::string());
+}
+
 }  // namespace xmesh

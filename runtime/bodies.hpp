@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,5 +44,31 @@ struct LogBody {
 
 void to_json(nlohmann::json& j, const LogBody& b);
 void from_json(const nlohmann::json& j, LogBody& b);
+
+// Cancel (controller -> proc): cancel one target of a call.
+struct CancelBody {
+  uint64_t corr = 0;  // the call's correlation id
+  int64_t index = 0;  // which of its targets
+};
+
+// Configure (controller -> proc): settings; only those present change.
+struct ConfigureBody {
+  std::optional<int> log_level;     // the procs' Python logging level
+  std::optional<bool> post_mortem;  // stop in pdb where an endpoint raises
+};
+
+// Adopt (controller -> proc of a named allocation it attached, or sharing a cookie).
+struct AdoptBody {
+  std::vector<std::string> cookies;  // to accept from now on
+  std::vector<std::string> refuse;   // controllers whose calls are refused from now on
+  std::string refuse_text;           // what they are told
+};
+
+void to_json(nlohmann::json& j, const CancelBody& b);
+void from_json(const nlohmann::json& j, CancelBody& b);
+void to_json(nlohmann::json& j, const ConfigureBody& b);
+void from_json(const nlohmann::json& j, ConfigureBody& b);
+void to_json(nlohmann::json& j, const AdoptBody& b);
+void from_json(const nlohmann::json& j, AdoptBody& b);
 
 }  // namespace xmesh

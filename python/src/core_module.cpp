@@ -309,6 +309,72 @@ void bind_protocol(py::module_& m) {
 }
 
 // Received messages: payload frames (buffer protocol, no copy), Message, Inbox.
+template <class T>
+T parse_body(PyMessage& p) {
+  try {
+    return p.m.header.body.get<T>();
+  } catch (const std::exception& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+template <class T>
+py::object body_dict(const T& b) {
+  return to_py(json(b));
+}
+
+// The typed message bodies (runtime/bodies.hpp): built in Python with keywords, sent as
+// `body.to_dict()`, read back with `msg.proc_exited()`, `msg.cancel()`...
+void bind_bodies(py::module_& m) {
+  py::class_<ProcExitedBody>(m, "ProcExitedBody", "A proc ended (runtime/bodies.hpp).")
+      .def(py::init([](std::string alloc, int64_t rank, std::string addr, std::string text, bool stopping) {
+             ProcExitedBody b;
+             b.alloc = std::move(alloc);
+             b.rank = rank;
+             b.addr = std::move(addr);
+             b.text = std::move(text);
+             b.stopping = stopping;
+             return b;
+           }),
+           py::arg("alloc"), py::arg("rank"), py::arg("addr"), py::arg("text"), py::arg("stopping") = false)
+      .def_readonly("alloc", &ProcExitedBody::alloc)
+      .def_readonly("rank", &ProcExitedBody::rank)
+      .def_readonly("pid", &ProcExitedBody::pid)
+      .def_readonly("addr", &ProcExitedBody::addr)
+      .def_readonly("host", &ProcExitedBody::host)
+      .def_property_readonly("coords", [](const ProcExitedBody& b) { return to_py(b.coords); })
+      .def_readonly("stopping", &ProcExitedBody::stopping)
+      .def_readonly("text", &ProcExitedBody::text)
+      .def_readonly("signal", &ProcExitedBody::signal)
+      .def_readonly("exit_code", &ProcExitedBody::exit_code)
+      .def("__repr__", [](const ProcExitedBody& b) { return "<ProcExitedBody " + b.text + ">"; })
+      .def("to_dict", &body_dict<ProcExitedBody>);
+  py::class_<CancelBody>(m, "CancelBody", "Cancel one target of a call (runtime/bodies.hpp).")
+      .def(py::init([](uint64_t corr, int64_t index) { return CancelBody{corr, index}; }), py::arg("corr"),
+           py::arg("index"))
+      .def_readonly("corr", &CancelBody::corr)
+      .def_readonly("index", &CancelBody::index)
+      .def("to_dict", &body_dict<CancelBody>);
+  py::class_<ConfigureBody>(m, "ConfigureBody", "Settings for procs; only those given change (runtime/bodies.hpp).")
+      .def(py::init([](std::optional<int> log_level, std::optional<bool> post_mortem) {
+             return ConfigureBody{log_level, post_mortem};
+           }),
+           py::arg("log_level") = py::none(), py::arg("post_mortem") = py::none())
+      .def_readonly("log_level", &ConfigureBody::log_level)
+      .def_readonly("post_mortem", &ConfigureBody::post_mortem)
+      .def("to_dict", &body_dict<ConfigureBody>);
+  py::class_<AdoptBody>(m, "AdoptBody", "A controller adopts a proc (runtime/bodies.hpp).")
+      .def(py::init([](std::vector<std::string> cookies, std::vector<std::string> refuse, std::string refuse_text) {
+             return AdoptBody{std::move(cookies), std::move(refuse), std::move(refuse_text)};
+           }),
+           py::arg("cookies") = std::vector<std::string>{}, py::arg("refuse") = std::vector<std::string>{},
+           py::arg("refuse_text") = "")
+      .def_readonly("cookies", &AdoptBody::cookies)
+      .def_readonly("refuse", &AdoptBody::refuse)
+      .def_readonly("refuse_text", &AdoptBody::refuse_text)
+      .def("to_dict", &body_dict<AdoptBody>);
+}
+
 void bind_messages(py::module_& m) {
   py::class_<Frame>(m, "Frame", py::buffer_protocol())
       .def_buffer([](Frame& f) {
@@ -332,39 +398,15 @@ void bind_messages(py::module_& m) {
         if (!p.frames_cache) p.frames_cache = frames_to_py(p.m.frames);
         return p.frames_cache;
       })
-      .def("proc_exited", [](PyMessage& p) {
-        try {
-          return p.m.header.body.get<ProcExitedBody>();
-        } catch (const std::exception& e) {
-          throw py::value_error(e.what());
-        }
-      }, "The typed body of a ProcExited message (runtime/bodies.hpp); ValueError naming a bad field.")
+      // The typed bodies (runtime/bodies.hpp); ValueError naming a bad field.
+      .def("proc_exited", &parse_body<ProcExitedBody>)
+      .def("cancel", &parse_body<CancelBody>)
+      .def("configure", &parse_body<ConfigureBody>)
+      .def("adopt", &parse_body<AdoptBody>)
       .def("__repr__", [](PyMessage& p) {
         return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
       });
 
-  py::class_<ProcExitedBody>(m, "ProcExitedBody", "A proc ended (runtime/bodies.hpp).")
-      .def(py::init([](std::string alloc, int64_t rank, std::string addr, std::string text, bool stopping) {
-             ProcExitedBody b;
-             b.alloc = std::move(alloc);
-             b.rank = rank;
-             b.addr = std::move(addr);
-             b.text = std::move(text);
-             b.stopping = stopping;
-             return b;
-           }),
-           py::arg("alloc"), py::arg("rank"), py::arg("addr"), py::arg("text"), py::arg("stopping") = false)
-      .def_readonly("alloc", &ProcExitedBody::alloc)
-      .def_readonly("rank", &ProcExitedBody::rank)
-      .def_readonly("pid", &ProcExitedBody::pid)
-      .def_readonly("addr", &ProcExitedBody::addr)
-      .def_readonly("host", &ProcExitedBody::host)
-      .def_property_readonly("coords", [](const ProcExitedBody& b) { return to_py(b.coords); })
-      .def_readonly("stopping", &ProcExitedBody::stopping)
-      .def_readonly("text", &ProcExitedBody::text)
-      .def_readonly("signal", &ProcExitedBody::signal)
-      .def_readonly("exit_code", &ProcExitedBody::exit_code)
-      .def("__repr__", [](const ProcExitedBody& b) { return "<ProcExitedBody " + b.text + ">"; });
 
   py::class_<Inbox, std::shared_ptr<Inbox>>(m, "Inbox")
       .def("pop", &pop_inbox, py::arg("timeout") = py::none(),
@@ -643,6 +685,7 @@ PYBIND11_MODULE(_core, m) {
 
   bind_process(m);
   bind_protocol(m);
+  bind_bodies(m);
   bind_messages(m);
   bind_layout(m);
   bind_calls(m);

@@ -242,7 +242,7 @@ class ActorHost:
         """The control messages of a process that hosts actors (a proc, or a controller with
         this_proc() actors): every such process answers them the same way."""
         node = self.rt.node
-        table.on(Kind.Cancel, lambda msg: self.cancel(msg.actor, msg.body.get("corr"), msg.body.get("index")))
+        table.on(Kind.Cancel, self._cancel)
         # The controller's flush barrier (end of a cell): everything written so far, then a
         # marker (seq 0 where no host agent reads this process's output: nothing to wait for).
         table.on(Kind.FlushOutput, lambda msg: node.reply(msg, True, {"m": _proc_output.flush_marker()}))
@@ -266,12 +266,16 @@ class ActorHost:
         self.forget_endpoint_cache()
         self.rt.node.reply(msg, True, result)
 
+    def _cancel(self, msg):
+        body = msg.cancel()
+        self.cancel(msg.actor, body.corr, body.index)
+
     def _configure(self, msg):
-        body = msg.body or {}
-        if "log_level" in body:
-            _proc_output.set_log_level(body["log_level"])
-        if "post_mortem" in body:
-            _debug_proc.set_post_mortem(body["post_mortem"])
+        body = msg.configure()
+        if body.log_level is not None:
+            _proc_output.set_log_level(body.log_level)
+        if body.post_mortem is not None:
+            _debug_proc.set_post_mortem(body.post_mortem)
         if msg.corr:
             self.rt.node.reply(msg, True, {})
 

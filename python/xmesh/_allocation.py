@@ -44,7 +44,7 @@ class Allocation:
             all_gone = len(self.exited) >= len(self.procs)
         rt = get_runtime()
         if not self.stopped and not body.stopping:
-            rt._diag(body.text)
+            rt.diag(body.text)
         if all_gone:
             rt.forget_alloc(self.id)
 

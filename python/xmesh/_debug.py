@@ -154,7 +154,7 @@ class DebugController:
             driver.write("\n[xmesh] stopped in pdb:\n" + format_table(fresh))
             return
         where = f"{os.path.basename(s.file)}:{s.line} in {s.function}()"
-        self.rt._diag(f"{s.actor} rank {s.rank} stopped in pdb at {where} ({s.reason}); no call waits for it: "
+        self.rt.diag(f"{s.actor} rank {s.rank} stopped in pdb at {where} ({s.reason}); no call waits for it: "
                       f"xmesh.debug() (or %xmesh_debug) opens the debugger", s.cell)
 
     def on_proc_exited(self, addr, text):
@@ -320,8 +320,8 @@ class DebugController:
         # Wait for the acknowledgements: procs apply it on their control thread, and a call sent
         # right after must not beat it to the actor loop (the setting would come too late for it).
         # (a proc holding its GIL in C answers late: not forever)
-        request(self.rt.node, addrs, Kind.Configure, {"post_mortem": self.post_mortem}, timeout=10,
-                description="post-mortem setting")
+        request(self.rt.node, addrs, Kind.Configure, _core.ConfigureBody(post_mortem=self.post_mortem).to_dict(),
+                timeout=10, description="post-mortem setting")
 
     # -- stacks -------------------------------------------------------------------------------------
     def stacks(self, timeout=2.0):

@@ -3,7 +3,7 @@ without the GIL, woken by the call, by output or debugger stops for the main thr
 Ctrl-C; a timeout does not consume the future; the outcome is cached."""
 import asyncio
 
-from . import _pickling, _wait
+from . import _core, _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime
@@ -194,7 +194,7 @@ class Future:
         for i in self._call.missing():
             addr = self._call.target_addr(i)
             try:
-                rt.node.send(addr, int(Kind.Cancel), {"corr": self._call.id, "index": i},
+                rt.node.send(addr, int(Kind.Cancel), _core.CancelBody(self._call.id, i).to_dict(),
                              actor=self.target(i).get("actor_id", ""))
             except Exception:
                 pass

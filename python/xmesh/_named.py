@@ -80,7 +80,8 @@ def attach_named(host_mesh, name, make_mesh, expected_shape=None):
                    f"{_core.hostname()}); this handle no longer works here: xmesh.attach({name!r}) takes it back")
     live = [r for r in sorted(alloc.procs) if r not in alloc.exited]
     call = rt.node.call([(alloc.procs[r].addr, "") for r in live], int(Kind.Adopt), "",
-                        {"cookies": rt.cookies, "refuse": previous, "refuse_text": refuse_text}, None, True)
+                        _core.AdoptBody(cookies=rt.cookies, refuse=previous, refuse_text=refuse_text).to_dict(),
+                        None, True)
     described = [{"rank": r, "coords": {}, "actor": "proc"} for r in live]
     mesh = make_mesh(alloc, shape)  # no lease: a named allocation outlives its handles
     rebuild = lambda: make_mesh(alloc, shape)  # noqa: E731
@@ -99,7 +100,7 @@ def _share_cookie(rt, cookie):
     for alloc in rt.owned_allocs():
         for rank in alloc.alive_ranks():
             try:
-                rt.node.send(alloc.procs[rank].addr, int(Kind.Adopt), {"cookies": [cookie]})
+                rt.node.send(alloc.procs[rank].addr, int(Kind.Adopt), _core.AdoptBody(cookies=[cookie]).to_dict())
             except Exception:
                 pass
 

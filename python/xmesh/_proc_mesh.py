@@ -134,7 +134,8 @@ class ProcMesh(MeshTrait):
         rt.logs.router.set_options(alloc.id, stream_to_client, window_ms)
         live = alloc.alive_ranks()
         if live and level != alloc.log_level:
-            request(rt.node, [alloc.procs[r].addr for r in live], Kind.Configure, {"log_level": level},
+            request(rt.node, [alloc.procs[r].addr for r in live], Kind.Configure,
+                    _core.ConfigureBody(log_level=level).to_dict(),
                     timeout=10, description="logging_option")
             alloc.log_level = level
         return Done(None)

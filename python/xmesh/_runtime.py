@@ -44,7 +44,7 @@ class Runtime:
         # allocations we attached (their procs keep the cookie they were started with). Every
         # proc we own accepts all of them, so any two can call each other.
         self.cookies = [job_cookie]
-        self.control = ControlTable(node, role, self._diag)
+        self.control = ControlTable(node, role, self.diag)
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
@@ -54,7 +54,7 @@ class Runtime:
         self.control.on(Kind.ProcExited, self._on_proc_exited)
         self.control.on(Kind.PeerDead, self._on_peer_dead)
         self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.body))
-        self.control.on(Kind.Refuse, lambda msg: self._diag(msg.body.get("reason", "a peer refused this controller")))
+        self.control.on(Kind.Refuse, lambda msg: self.diag(msg.body.get("reason", "a peer refused this controller")))
         for hook in _wiring.controller_start:
             hook(self)
         threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
@@ -100,7 +100,7 @@ class Runtime:
 
     def _on_peer_dead(self, msg):
         if msg.body.get("host_lost"):
-            self._diag(msg.body.get("error", {}).get("text", "a host agent was lost"))
+            self.diag(msg.body.get("error", {}).get("text", "a host agent was lost"))
 
     def _write(self, stream, text, cell=""):
         """Prints on the controller's stdout or stderr: through the log output (which knows
@@ -115,9 +115,10 @@ class Runtime:
 
     def _default_fault_hook(self, body):
         text = body.get("text", "an actor failed with nobody waiting for the result")
-        self._diag(text, body.get("cell", ""))
+        self.diag(text, body.get("cell", ""))
 
-    def _diag(self, text, cell=""):
+    def diag(self, text, cell=""):
+        """An `[xmesh] ...` line of the runtime's own on stderr (in the kernel: in that cell)."""
         self._write("stderr", f"[xmesh] {text}\n", cell)
 
     # -- shutdown --------------------------------------------------------------------------

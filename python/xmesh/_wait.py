@@ -98,7 +98,7 @@ def wait_call(call: Call, timeout: Optional[float], description: str, any_result
     main = on_main_thread()
     deadline = None if timeout is None else time.monotonic() + timeout
     hooks = run_wake_hooks if debugger else _run_output_hooks
-    if call.wait_for(0, any_result, False) == Ready:
+    if call_is_ready(call, any_result):
         if main:
             show_output()
         return True

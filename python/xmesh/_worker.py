@@ -58,11 +58,11 @@ def _adopt(rt, msg):
     from . import _debug_proc
     from ._protocol import ErrorKind, error
 
-    body = msg.body or {}
-    for cookie in body.get("cookies", []):
+    body = msg.adopt()
+    for cookie in body.cookies:
         rt.node.add_accepted_cookie(cookie)
-    for addr in body.get("refuse", []):
-        rt.node.refuse_calls_from(addr, error(ErrorKind.TakenOver, body.get("refuse_text", "")))
+    for addr in body.refuse:
+        rt.node.refuse_calls_from(addr, error(ErrorKind.TakenOver, body.refuse_text))
     _debug_proc.adopted_by(msg.sender_addr)
     if msg.corr:
         rt.node.reply(msg, True, {"pid": os.getpid()})

@@ -205,7 +205,11 @@ def seed_named_workspace(agents, name):
         todo = {a.runtime_dir: (a, list(_host_syncs.get(a.runtime_dir, {}).values())) for a in agents}
     for a, syncs in todo.values():
         for workspace, spec in syncs:
-            push([a], workspace, space_for=name, **spec)
+            try:
+                push([a], workspace, space_for=name, **spec)
+            except Exception as e:  # the spawn goes on: the user can sync the allocation itself
+                get_runtime().diag(f"allocation {name!r} on {a.host} starts without the workspace this program "
+                                    f"synced there earlier ({workspace}): {e}; procs.sync_workspace(...) gives it")
 
 
 def _print_report(report, error):

@@ -2,6 +2,7 @@
 host; a named allocation keeps its own across controllers and starts with what its controller
 synced; agents drop the copies of allocations that ended."""
 import os
+import shutil
 import subprocess
 import time
 
@@ -130,3 +131,20 @@ def test_agents_drop_the_workspaces_of_ended_allocations(tmp_path, monkeypatch):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert wait_until(lambda: not os.path.exists(own), timeout=20)
+
+
+def test_a_named_allocation_spawns_when_the_synced_tree_is_gone(fresh_rundir, tmp_path, capfd):
+    """Seeding is the program's earlier syncs replayed: a tree deleted since then is named, and
+    the spawn goes on."""
+    src = tmp_path / "gone"
+    write(f"{src}/wsmine.py", "x = 1\n")
+    host = xmesh.hosts([fresh_rundir])
+    host.sync_workspace(str(src))
+    shutil.rmtree(src)
+    procs = host.spawn_procs({"gpus": 1}, name="wsnoseed")
+    try:
+        procs.initialized.get(timeout=30)
+        err = capfd.readouterr().err
+        assert "allocation 'wsnoseed'" in err and "starts without the workspace" in err and str(src) in err, err
+    finally:
+        procs.stop()
