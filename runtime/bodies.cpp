@@ -105,4 +105,28 @@ void from_json(const json& j, AdoptBody& b) {
   b.refuse_text = j.value("refuse_text", std::string());
 }
 
+void to_json(json& j, const PeerDeadBody& b) {
+  j = {{"addr", b.addr}, {"error", b.error}};
+  if (b.host_lost) j["host_lost"] = true;
+}
+
+void from_json(const json& j, PeerDeadBody& b) {
+  if (!j.is_object()) throw std::invalid_argument("PeerDead body is not an object");
+  b.addr = field(j, "addr", json::value_t::string, "PeerDead").get<std::string>();
+  b.error = j.contains("error") && j["error"].is_object() ? j["error"] : json::object();
+  b.host_lost = j.value("host_lost", false);
+}
+
+void to_json(json& j, const ReloadBody& b) { j = {{"files", b.files}}; }
+
+void from_json(const json& j, ReloadBody& b) {
+  if (!j.is_object()) throw std::invalid_argument("Reload body is not an object");
+  const json& files = field(j, "files", json::value_t::array, "Reload");
+  b.files.clear();
+  for (auto& f : files) {
+    if (!f.is_string()) throw std::invalid_argument("Reload body: 'files' holds a non-string");
+    b.files.push_back(f.get<std::string>());
+  }
+}
+
 }  // namespace xmesh

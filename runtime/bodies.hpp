@@ -64,6 +64,23 @@ struct AdoptBody {
   std::string refuse_text;           // what they are told
 };
 
+// PeerDead: a peer address died (relayed to procs; a host loss goes to the node's own control
+// inbox with host_lost).
+struct PeerDeadBody {
+  std::string addr;
+  nlohmann::json error = nlohmann::json::object();  // the supervision error body calls to it fail with
+  bool host_lost = false;
+};
+
+// Reload (controller -> actor host): reload the modules of these synced files.
+struct ReloadBody {
+  std::vector<std::string> files;  // absolute paths on the proc's host
+};
+
+void to_json(nlohmann::json& j, const PeerDeadBody& b);
+void from_json(const nlohmann::json& j, PeerDeadBody& b);
+void to_json(nlohmann::json& j, const ReloadBody& b);
+void from_json(const nlohmann::json& j, ReloadBody& b);
 void to_json(nlohmann::json& j, const CancelBody& b);
 void from_json(const nlohmann::json& j, CancelBody& b);
 void to_json(nlohmann::json& j, const ConfigureBody& b);

@@ -804,7 +804,7 @@ void Node::on_proc_exited(Message& m) {
   for (auto& s : subs) {
     Header h;
     h.kind = Kind::PeerDead;
-    h.body = {{"addr", exited.addr}, {"error", err}};
+    h.body = PeerDeadBody{exited.addr, err, false};
     try {
       send(s, std::move(h), {});
     } catch (const SendError&) {
@@ -814,11 +814,17 @@ void Node::on_proc_exited(Message& m) {
 }
 
 void Node::on_peer_dead(Message& m) {
-  const json& b = m.header.body;
-  if (b.is_object() && b.contains("addr") && b["addr"].is_string()) {
-    mark_dead(b["addr"].get<std::string>(), b.value("error", json::object()));
-    forget_peer(b["addr"].get<std::string>());
+  PeerDeadBody dead;
+  try {
+    dead = m.header.body.get<PeerDeadBody>();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.malformed;
+    log_diag(role_, std::string("dropped a malformed peer-dead notice: ") + e.what());
+    return;
   }
+  mark_dead(dead.addr, dead.error);
+  forget_peer(dead.addr);
   control_.push(std::move(m));
 }
 
@@ -892,7 +898,7 @@ void Node::fail_host(const std::string& hostd_addr, const std::set<std::string>&
   Message m;
   m.header.kind = Kind::PeerDead;
   m.header.sender = id_;
-  m.header.body = {{"addr", hostd_addr}, {"error", err}, {"host_lost", true}};
+  m.header.body = PeerDeadBody{hostd_addr, err, true};
   control_.push(std::move(m));
 }
 

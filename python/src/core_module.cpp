@@ -349,6 +349,15 @@ void bind_bodies(py::module_& m) {
       .def_readonly("exit_code", &ProcExitedBody::exit_code)
       .def("__repr__", [](const ProcExitedBody& b) { return "<ProcExitedBody " + b.text + ">"; })
       .def("to_dict", &body_dict<ProcExitedBody>);
+  py::class_<PeerDeadBody>(m, "PeerDeadBody", "A peer address died (runtime/bodies.hpp).")
+      .def_readonly("addr", &PeerDeadBody::addr)
+      .def_property_readonly("error", [](const PeerDeadBody& b) { return to_py(b.error); })
+      .def_readonly("host_lost", &PeerDeadBody::host_lost)
+      .def("to_dict", &body_dict<PeerDeadBody>);
+  py::class_<ReloadBody>(m, "ReloadBody", "Reload the modules of these synced files (runtime/bodies.hpp).")
+      .def(py::init([](std::vector<std::string> files) { return ReloadBody{std::move(files)}; }), py::arg("files"))
+      .def_readonly("files", &ReloadBody::files)
+      .def("to_dict", &body_dict<ReloadBody>);
   py::class_<CancelBody>(m, "CancelBody", "Cancel one target of a call (runtime/bodies.hpp).")
       .def(py::init([](uint64_t corr, int64_t index) { return CancelBody{corr, index}; }), py::arg("corr"),
            py::arg("index"))
@@ -403,6 +412,8 @@ void bind_messages(py::module_& m) {
       .def("cancel", &parse_body<CancelBody>)
       .def("configure", &parse_body<ConfigureBody>)
       .def("adopt", &parse_body<AdoptBody>)
+      .def("peer_dead", &parse_body<PeerDeadBody>)
+      .def("reload", &parse_body<ReloadBody>)
       .def("__repr__", [](PyMessage& p) {
         return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
       });

@@ -262,7 +262,7 @@ class ActorHost:
         particular actor (the GIL makes each reload whole)."""
         from . import _reload
 
-        result = _reload.reload_files((msg.body or {}).get("files", []))
+        result = _reload.reload_files(msg.reload().files)
         self.forget_endpoint_cache()
         self.rt.node.reply(msg, True, result)
 

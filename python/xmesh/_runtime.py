@@ -99,8 +99,9 @@ class Runtime:
             alloc.on_proc_exited(body)
 
     def _on_peer_dead(self, msg):
-        if msg.body.get("host_lost"):
-            self.diag(msg.body.get("error", {}).get("text", "a host agent was lost"))
+        body = msg.peer_dead()
+        if body.host_lost:
+            self.diag(body.error.get("text", f"the host agent at {body.addr} was lost"))
 
     def _write(self, stream, text, cell=""):
         """Prints on the controller's stdout or stderr: through the log output (which knows

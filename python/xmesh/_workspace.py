@@ -140,7 +140,7 @@ def reload_procs(report, procs):
         if changed_by_host.get(key) and rt.node.dead_reason(addr) is None:
             by_host.setdefault(key, []).append((rank, addr))
     asked = [(members, Request(rt.node, [addr for _, addr in members], Kind.Reload,
-                               {"files": changed_by_host[host]}))
+                               _core.ReloadBody(files=changed_by_host[host]).to_dict()))
              for host, members in by_host.items()]
     deadline = time.monotonic() + 30
     for members, req in asked:

@@ -43,11 +43,13 @@ def test_typed_bodies_cross_the_wire(tmp_path):
     try:
         sent = [(Kind.Cancel, _core.CancelBody(corr=7, index=3)),
                 (Kind.Configure, _core.ConfigureBody(post_mortem=True)),
-                (Kind.Adopt, _core.AdoptBody(cookies=["c1", "c2"], refuse=["ipc://old"], refuse_text="taken"))]
+                (Kind.Adopt, _core.AdoptBody(cookies=["c1", "c2"], refuse=["ipc://old"], refuse_text="taken")),
+                (Kind.Reload, _core.ReloadBody(files=["/w/a.py", "/w/b.py"]))]
         for kind, body in sent:
             sender.send(receiver.addr, int(kind), body.to_dict())
         got = [receiver.control.pop(timeout=10) for _ in sent]
-        cancel, configure, adopt = got[0].cancel(), got[1].configure(), got[2].adopt()
+        cancel, configure, adopt, reload = got[0].cancel(), got[1].configure(), got[2].adopt(), got[3].reload()
+        assert reload.files == ["/w/a.py", "/w/b.py"]
         assert (cancel.corr, cancel.index) == (7, 3)
         assert (configure.log_level, configure.post_mortem) == (None, True)
         assert (adopt.cookies, adopt.refuse, adopt.refuse_text) == (["c1", "c2"], ["ipc://old"], "taken")
