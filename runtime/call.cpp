@@ -78,19 +78,6 @@ bool Call::wait_done(int timeout_ms) {
   return cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready);
 }
 
-bool Call::wait_any(int timeout_ms) {
-  std::unique_lock<std::mutex> g(mu_);
-  auto ready = [&] { return !untaken_.empty() || received_ == have_.size(); };
-  if (timeout_ms == 0) return !untaken_.empty();
-  ++any_waiters_;
-  if (timeout_ms < 0)
-    cv_.wait(g, ready);
-  else
-    cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), ready);
-  --any_waiters_;
-  return !untaken_.empty();
-}
-
 WaitOutcome Call::wait_for(bool any, int timeout_ms) {
   std::unique_lock<std::mutex> g(mu_);
   auto ready = [&] { return any ? !untaken_.empty() || received_ == have_.size() : received_ == have_.size() || fatal_; };

@@ -43,8 +43,6 @@ class Call {
   bool fatal() const;
   // Waits until every target answered or the call is fatal, up to timeout_ms (-1: forever).
   bool wait_done(int timeout_ms);
-  // Waits until a result not yet taken exists or the call is done. True if one exists.
-  bool wait_any(int timeout_ms);
   // The one wait behind every Future and stream: until the call is done or fatal (any=false)
   // or a result not yet taken exists (any=true), or wake() is called (Woken: the waiter has
   // something else to do, such as showing output or a debugger stop), up to timeout_ms (-1:
@@ -67,7 +65,7 @@ class Call {
   size_t received_ = 0;
   bool fatal_ = false;
   bool woken_ = false;
-  int any_waiters_ = 0;  // threads in wait_any(): only they need a wake-up per arrival
+  int any_waiters_ = 0;  // threads in wait_for(any): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
   int efd_ = -1;
 };

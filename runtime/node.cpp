@@ -782,16 +782,22 @@ void Node::on_spawn_actor(Message& m) {
   actor_events_.push(std::move(notice));
 }
 
-void Node::on_proc_exited(Message& m) {
-  ProcExitedBody exited;
+template <class Body>
+bool Node::typed_body(const Message& m, Body& out) {
   try {
-    exited = m.header.body.get<ProcExitedBody>();
+    out = m.header.body.get<Body>();
+    return true;
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.malformed;
-    log_diag(role_, std::string("dropped a malformed proc-exited notice: ") + e.what());
-    return;
+    log_diag(role_, std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + e.what());
+    return false;
   }
+}
+
+void Node::on_proc_exited(Message& m) {
+  ProcExitedBody exited;
+  if (!typed_body(m, exited)) return;
   json err = error_body(ErrorKind::Supervision, exited.text);
   err["info"] = m.header.body;
   mark_dead(exited.addr, err);
@@ -815,14 +821,7 @@ void Node::on_proc_exited(Message& m) {
 
 void Node::on_peer_dead(Message& m) {
   PeerDeadBody dead;
-  try {
-    dead = m.header.body.get<PeerDeadBody>();
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> g(mu_);
-    ++stats_.malformed;
-    log_diag(role_, std::string("dropped a malformed peer-dead notice: ") + e.what());
-    return;
-  }
+  if (!typed_body(m, dead)) return;
   mark_dead(dead.addr, dead.error);
   forget_peer(dead.addr);
   control_.push(std::move(m));

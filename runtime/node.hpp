@@ -171,6 +171,9 @@ class Node {
   void on_proc_exited(Message& m);    // supervision: mark dead, relay PeerDead, then control
   void on_peer_dead(Message& m);
   void on_dump_stacks(Message& m);
+  // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false.
+  template <class Body>
+  bool typed_body(const Message& m, Body& out);
   bool refused_caller(const Message& m);  // answers and drops it if its sender is refused
   void tick_heartbeats();
   void expire_waiting_for_actor();

@@ -480,9 +480,6 @@ void bind_calls(py::module_& m) {
         return ended ? out : WaitOutcome::Timeout;
       }, py::arg("timeout"), py::arg("any") = false, py::arg("wakeable") = false,
          "The one wait (see runtime/call.hpp wait_for): Ready, Woken or Timeout.")
-      .def("wait_any", [](Call& c, const py::object& timeout) {
-        return wait_sliced([&](int ms) { return c.wait_any(ms) || c.done(); }, opt_timeout(timeout));
-      }, py::arg("timeout") = py::none())
       .def("take", [](Call& c) {
         py::list out;
         for (auto& r : c.take())

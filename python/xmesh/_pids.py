@@ -17,6 +17,8 @@ def pid_alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]  # the name before ")" may hold spaces
+    except (FileNotFoundError, ProcessLookupError):
+        return False  # it ended between the two looks
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")

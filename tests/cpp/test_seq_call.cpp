@@ -3,6 +3,7 @@
 
 #include "call.hpp"
 #include "seq.hpp"
+#include "waker.hpp"
 
 using namespace xmesh;
 
@@ -54,8 +55,32 @@ TEST_CASE("waiters wake on delivery from another thread", "[call]") {
     c.deliver(ok_result(0));
     c.deliver(ok_result(1));
   });
-  CHECK(c.wait_any(5000));
+  CHECK(c.wait_for(true, 5000) == WaitOutcome::Ready);
   CHECK(c.wait_done(5000));
   t.join();
   CHECK(c.received() == 2);
+}
+
+TEST_CASE("the one wait: a wake ends it without a result, and one that came first is kept", "[call]") {
+  Call c(3, {"a"});
+  CHECK(c.wait_for(false, 0) == WaitOutcome::Timeout);
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c.wake();
+  });
+  CHECK(c.wait_for(false, 5000) == WaitOutcome::Woken);  // not a timeout: it came at once
+  t.join();
+  // The main thread's waker: a notify while nobody waits is kept and wakes the next wait.
+  Waker w;
+  w.notify();
+  auto waiting = std::make_shared<Call>(5, std::vector<std::string>{"b"});
+  w.enter(waiting);
+  CHECK(waiting->wait_for(false, 5000) == WaitOutcome::Woken);
+  CHECK(w.take());
+  CHECK_FALSE(w.take());
+  w.leave();
+  // A result wins over a wake.
+  c.deliver(ok_result(0));
+  c.wake();
+  CHECK(c.wait_for(false, 5000) == WaitOutcome::Ready);
 }

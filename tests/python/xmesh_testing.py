@@ -8,6 +8,8 @@ import subprocess
 import tempfile
 import time
 
+from xmesh._pids import pid_alive  # noqa: F401 (the package's own: zombies and vanishing pids)
+
 PYTHON = "/usr/bin/python3"
 SOURCE_DIR = os.environ.get("XMESH_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 EXAMPLES = os.path.join(SOURCE_DIR, "examples")
@@ -60,19 +62,6 @@ def run_program(source=None, path=None, env=None, timeout=60, args=(), stdin=Non
             f.write(source)
     return subprocess.run([PYTHON, path, *args], env=full_env, capture_output=True, text=True, timeout=timeout,
                           cwd=os.path.dirname(path), stdin=stdin)
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def wait_until(pred, timeout=10.0, interval=0.05):
