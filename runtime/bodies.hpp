@@ -1,20 +1,148 @@
 // The typed bodies of protocol messages: one definition of each body, written by its sender
-// and read by its receivers on both sides, C++ here and Python through pybind11 (xmesh._core,
-// `Message.proc_exited()`), instead of JSON objects built in one language and read by string
-// keys in the other. from_json validates and throws std::invalid_argument naming the field.
-// Kinds move here one by one (docs/ARCHITECTURE.md says which have).
+// and read by its receivers on both sides, C++ here and Python through pybind11 (xmesh._core:
+// `_core.StopProcsBody(alloc=...)`, `msg.proc_exited()`, `_core.AttachReply.from_dict(d)`),
+// instead of JSON objects built in one language and read by string keys in the other.
+//
+// Each body lists its fields once, in `fields(f)`: f(wire name, member pointer, Need). That one
+// list gives the JSON writer and reader (write_body / read_body below), the Python class's
+// attributes and its keyword constructor (python/src/core_module.cpp, bind_body). Reading
+// validates: a missing required field, a field of the wrong type or a value a body's check()
+// refuses throws std::invalid_argument naming the body and the field. Unknown fields are
+// ignored on the wire (a newer peer may add some), refused when Python builds a body.
+// docs/ARCHITECTURE.md has the table of kinds and their bodies.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace xmesh {
 
+enum class Need { Required, Optional };
+
+namespace body_detail {
+template <class V>
+struct is_optional : std::false_type {};
+template <class V>
+struct is_optional<std::optional<V>> : std::true_type {};
+template <class T, class = void>
+struct has_check : std::false_type {};
+template <class T>
+struct has_check<T, std::void_t<decltype(std::declval<T&>().check())>> : std::true_type {};
+}  // namespace body_detail
+
+template <class T>
+void write_body(nlohmann::json& j, const T& b) {
+  j = nlohmann::json::object();
+  T::fields([&](const char* name, auto member, Need) {
+    const auto& v = b.*member;
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (body_detail::is_optional<V>::value) {
+      if (v) j[name] = *v;
+    } else {
+      j[name] = v;
+    }
+  });
+}
+
+template <class T>
+void read_body(const nlohmann::json& j, T& b) {
+  if (!j.is_object()) throw std::invalid_argument(std::string(T::what) + " body is not an object");
+  T::fields([&](const char* name, auto member, Need need) {
+    auto& v = b.*member;
+    using V = std::decay_t<decltype(v)>;
+    auto it = j.find(name);
+    if (it == j.end() || (it->is_null() && need == Need::Optional)) {
+      if (need == Need::Required) throw std::invalid_argument(std::string(T::what) + " body without '" + name + "'");
+      return;  // the default stays
+    }
+    try {
+      if constexpr (body_detail::is_optional<V>::value)
+        v = it->template get<typename V::value_type>();
+      else
+        v = it->template get<V>();
+    } catch (const nlohmann::json::exception&) {
+      throw std::invalid_argument(std::string(T::what) + " body: '" + name + "' has the wrong type");
+    } catch (const std::invalid_argument& e) {  // a nested body's own error
+      throw std::invalid_argument(std::string(T::what) + " body: '" + name + "': " + e.what());
+    }
+  });
+  if constexpr (body_detail::has_check<T>::value) b.check();
+}
+
+// Gives a body type its nlohmann to_json / from_json (found by argument-dependent lookup).
+#define XMESH_BODY_JSON(T)                                                              \
+  inline void to_json(nlohmann::json& j, const T& b) { write_body(j, b); }             \
+  inline void from_json(const nlohmann::json& j, T& b) { read_body(j, b); }
+
+using StringMap = std::map<std::string, std::string>;
+
+// Hello (any -> any, first on every connection). Read by the node only.
+struct HelloBody {
+  static constexpr const char* what = "Hello";
+  int proto = -1;                 // the protocol version (kinds.def, bodies)
+  std::string version, build;     // the sender's xmesh version and build id
+  std::string cookie;             // the credential it presents
+  std::string reply_cookie;       // the credential to present when connecting back
+  std::string addr, role, host;   // where it listens, "controller" / "proc" / "hostd", its hostname
+  int64_t pid = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("proto", &HelloBody::proto, Need::Required);
+    f("version", &HelloBody::version, Need::Optional);
+    f("build", &HelloBody::build, Need::Optional);
+    f("cookie", &HelloBody::cookie, Need::Optional);
+    f("reply_cookie", &HelloBody::reply_cookie, Need::Optional);
+    f("addr", &HelloBody::addr, Need::Optional);
+    f("role", &HelloBody::role, Need::Optional);
+    f("host", &HelloBody::host, Need::Optional);
+    f("pid", &HelloBody::pid, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(HelloBody)
+
+// The body of a failed Reply, of a call failed by supervision, and of a Fault (a broadcast's
+// endpoint raised, nobody waits for it: proc -> controller): its kind (errors.def), the text to
+// show, and the fields some kinds add.
+struct ErrorBody {
+  static constexpr const char* what = "error";
+  std::string kind, text;
+  // actor: where the endpoint raised (and the cell that made the call, for a Fault).
+  std::optional<std::string> type, traceback, method, actor, host, cell;
+  std::optional<int64_t> pid, rank;
+  std::optional<nlohmann::json> coords;
+  std::optional<nlohmann::json> shape;    // name-taken: the live allocation's shape
+  std::optional<std::string> request;     // hostd: the kind of the request it failed
+  std::optional<nlohmann::json> info;     // supervision: the ProcExited notice
+  template <class F>
+  static void fields(F&& f) {
+    f("kind", &ErrorBody::kind, Need::Required);
+    f("text", &ErrorBody::text, Need::Required);
+    f("type", &ErrorBody::type, Need::Optional);
+    f("traceback", &ErrorBody::traceback, Need::Optional);
+    f("method", &ErrorBody::method, Need::Optional);
+    f("actor", &ErrorBody::actor, Need::Optional);
+    f("host", &ErrorBody::host, Need::Optional);
+    f("cell", &ErrorBody::cell, Need::Optional);
+    f("pid", &ErrorBody::pid, Need::Optional);
+    f("rank", &ErrorBody::rank, Need::Optional);
+    f("coords", &ErrorBody::coords, Need::Optional);
+    f("shape", &ErrorBody::shape, Need::Optional);
+    f("request", &ErrorBody::request, Need::Optional);
+    f("info", &ErrorBody::info, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ErrorBody)
+
 // ProcExited (agent -> controller): a proc ended, after its pipes were drained.
 struct ProcExitedBody {
+  static constexpr const char* what = "ProcExited";
   std::string alloc;                  // the allocation's id
   int64_t rank = 0;
   int64_t pid = 0;
@@ -25,13 +153,26 @@ struct ProcExitedBody {
   std::string text;                   // "proc rank 3 (pid 123 on host) killed by SIGKILL; its last output: ..."
   std::optional<std::string> signal;  // "SIGKILL" when a signal ended it
   std::optional<int> exit_code;       // when it exited
+  void check();
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &ProcExitedBody::alloc, Need::Required);
+    f("rank", &ProcExitedBody::rank, Need::Required);
+    f("pid", &ProcExitedBody::pid, Need::Optional);
+    f("addr", &ProcExitedBody::addr, Need::Required);
+    f("host", &ProcExitedBody::host, Need::Optional);
+    f("coords", &ProcExitedBody::coords, Need::Optional);
+    f("stopping", &ProcExitedBody::stopping, Need::Optional);
+    f("text", &ProcExitedBody::text, Need::Required);
+    f("signal", &ProcExitedBody::signal, Need::Optional);
+    f("exit_code", &ProcExitedBody::exit_code, Need::Optional);
+  }
 };
-
-void to_json(nlohmann::json& j, const ProcExitedBody& b);
-void from_json(const nlohmann::json& j, ProcExitedBody& b);
+XMESH_BODY_JSON(ProcExitedBody)
 
 // Log (agent -> controller): complete lines of one proc stream; the text is the payload frame.
 struct LogBody {
+  static constexpr const char* what = "Log";
   std::string alloc;
   int64_t rank = 0;
   int64_t pid = 0;
@@ -40,52 +181,522 @@ struct LogBody {
   std::string cell, actor;        // the context of the last output marker (the call's cell)
   uint64_t mark = 0;              // the last output marker passed on this stream
   bool eof = false;               // the stream ended (the proc closed it or exited)
+  void check() const;
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &LogBody::alloc, Need::Required);
+    f("rank", &LogBody::rank, Need::Required);
+    f("pid", &LogBody::pid, Need::Optional);
+    f("stream", &LogBody::stream, Need::Required);
+    f("time", &LogBody::time, Need::Optional);
+    f("cell", &LogBody::cell, Need::Optional);
+    f("actor", &LogBody::actor, Need::Optional);
+    f("mark", &LogBody::mark, Need::Optional);
+    f("eof", &LogBody::eof, Need::Optional);
+  }
 };
-
-void to_json(nlohmann::json& j, const LogBody& b);
-void from_json(const nlohmann::json& j, LogBody& b);
+XMESH_BODY_JSON(LogBody)
 
 // Cancel (controller -> proc): cancel one target of a call.
 struct CancelBody {
+  static constexpr const char* what = "Cancel";
   uint64_t corr = 0;  // the call's correlation id
   int64_t index = 0;  // which of its targets
+  template <class F>
+  static void fields(F&& f) {
+    f("corr", &CancelBody::corr, Need::Required);
+    f("index", &CancelBody::index, Need::Required);
+  }
 };
+XMESH_BODY_JSON(CancelBody)
 
 // Configure (controller -> proc): settings; only those present change.
 struct ConfigureBody {
+  static constexpr const char* what = "Configure";
   std::optional<int> log_level;     // the procs' Python logging level
   std::optional<bool> post_mortem;  // stop in pdb where an endpoint raises
+  template <class F>
+  static void fields(F&& f) {
+    f("log_level", &ConfigureBody::log_level, Need::Optional);
+    f("post_mortem", &ConfigureBody::post_mortem, Need::Optional);
+  }
 };
+XMESH_BODY_JSON(ConfigureBody)
 
 // Adopt (controller -> proc of a named allocation it attached, or sharing a cookie).
 struct AdoptBody {
+  static constexpr const char* what = "Adopt";
   std::vector<std::string> cookies;  // to accept from now on
   std::vector<std::string> refuse;   // controllers whose calls are refused from now on
   std::string refuse_text;           // what they are told
+  template <class F>
+  static void fields(F&& f) {
+    f("cookies", &AdoptBody::cookies, Need::Optional);
+    f("refuse", &AdoptBody::refuse, Need::Optional);
+    f("refuse_text", &AdoptBody::refuse_text, Need::Optional);
+  }
 };
+XMESH_BODY_JSON(AdoptBody)
 
 // PeerDead: a peer address died (relayed to procs; a host loss goes to the node's own control
 // inbox with host_lost).
 struct PeerDeadBody {
+  static constexpr const char* what = "PeerDead";
   std::string addr;
-  nlohmann::json error = nlohmann::json::object();  // the supervision error body calls to it fail with
+  nlohmann::json error = nlohmann::json::object();  // the error body calls to it fail with
   bool host_lost = false;
+  void check();
+  template <class F>
+  static void fields(F&& f) {
+    f("addr", &PeerDeadBody::addr, Need::Required);
+    f("error", &PeerDeadBody::error, Need::Optional);
+    f("host_lost", &PeerDeadBody::host_lost, Need::Optional);
+  }
 };
+XMESH_BODY_JSON(PeerDeadBody)
 
 // Reload (controller -> actor host): reload the modules of these synced files.
 struct ReloadBody {
+  static constexpr const char* what = "Reload";
   std::vector<std::string> files;  // absolute paths on the proc's host
+  template <class F>
+  static void fields(F&& f) {
+    f("files", &ReloadBody::files, Need::Required);
+  }
 };
+XMESH_BODY_JSON(ReloadBody)
 
-void to_json(nlohmann::json& j, const PeerDeadBody& b);
-void from_json(const nlohmann::json& j, PeerDeadBody& b);
-void to_json(nlohmann::json& j, const ReloadBody& b);
-void from_json(const nlohmann::json& j, ReloadBody& b);
-void to_json(nlohmann::json& j, const CancelBody& b);
-void from_json(const nlohmann::json& j, CancelBody& b);
-void to_json(nlohmann::json& j, const ConfigureBody& b);
-void from_json(const nlohmann::json& j, ConfigureBody& b);
-void to_json(nlohmann::json& j, const AdoptBody& b);
-void from_json(const nlohmann::json& j, AdoptBody& b);
+// SpawnProcs (controller -> agent): start the procs of one allocation on this host.
+struct SpawnRank {
+  static constexpr const char* what = "SpawnProcs rank";
+  int64_t rank = 0;
+  nlohmann::json coords = nlohmann::json::object();
+  std::string addr;  // its node address; empty: the agent's default (runtime/layout.hpp)
+  StringMap env;     // added to the allocation's environment for this rank
+  template <class F>
+  static void fields(F&& f) {
+    f("rank", &SpawnRank::rank, Need::Required);
+    f("coords", &SpawnRank::coords, Need::Optional);
+    f("addr", &SpawnRank::addr, Need::Optional);
+    f("env", &SpawnRank::env, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(SpawnRank)
+
+struct SpawnProcsBody {
+  static constexpr const char* what = "SpawnProcs";
+  std::string alloc;                 // the allocation's id: 1-16 lowercase hex digits
+  std::string name;                 // its name ("" unless named)
+  std::vector<std::string> argv;     // what each proc runs
+  StringMap env;                     // the environment of every proc
+  std::string cwd;
+  std::vector<SpawnRank> ranks;      // at least one
+  nlohmann::json shape = nlohmann::json::object();  // the whole mesh's (runtime/shape.hpp JSON)
+  int64_t controller_pid = 0;
+  void check() const;
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &SpawnProcsBody::alloc, Need::Required);
+    f("name", &SpawnProcsBody::name, Need::Optional);
+    f("argv", &SpawnProcsBody::argv, Need::Required);
+    f("env", &SpawnProcsBody::env, Need::Required);
+    f("cwd", &SpawnProcsBody::cwd, Need::Optional);
+    f("ranks", &SpawnProcsBody::ranks, Need::Required);
+    f("shape", &SpawnProcsBody::shape, Need::Optional);
+    f("controller_pid", &SpawnProcsBody::controller_pid, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(SpawnProcsBody)
+
+// A proc the agent started (SpawnProcs reply), or found (Attach reply, Status).
+struct ProcEntry {
+  static constexpr const char* what = "proc";
+  int64_t rank = 0;
+  int64_t pid = 0;
+  std::string addr;
+  bool alive = true;
+  nlohmann::json coords = nlohmann::json::object();
+  template <class F>
+  static void fields(F&& f) {
+    f("rank", &ProcEntry::rank, Need::Required);
+    f("pid", &ProcEntry::pid, Need::Required);
+    f("addr", &ProcEntry::addr, Need::Optional);
+    f("alive", &ProcEntry::alive, Need::Optional);
+    f("coords", &ProcEntry::coords, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ProcEntry)
+
+struct SpawnProcsReply {
+  static constexpr const char* what = "SpawnProcs reply";
+  std::string alloc, host;
+  std::vector<ProcEntry> procs;
+  std::string logdir;  // where the agent writes their log records
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &SpawnProcsReply::alloc, Need::Required);
+    f("host", &SpawnProcsReply::host, Need::Optional);
+    f("procs", &SpawnProcsReply::procs, Need::Required);
+    f("logdir", &SpawnProcsReply::logdir, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(SpawnProcsReply)
+
+// StopProcs (controller -> agent): stop an allocation, by id or (a live named one) by name.
+struct StopProcsBody {
+  static constexpr const char* what = "StopProcs";
+  std::string alloc, name;
+  bool immediately = false;  // SIGKILL now, not SIGTERM and a grace period
+  void check() const;
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &StopProcsBody::alloc, Need::Optional);
+    f("name", &StopProcsBody::name, Need::Optional);
+    f("immediately", &StopProcsBody::immediately, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(StopProcsBody)
+
+struct StopProcsReply {
+  static constexpr const char* what = "StopProcs reply";
+  std::string alloc, name;
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &StopProcsReply::alloc, Need::Required);
+    f("name", &StopProcsReply::name, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(StopProcsReply)
+
+// Attach (controller -> agent): take over a live named allocation, or only look (observe).
+struct AttachBody {
+  static constexpr const char* what = "Attach";
+  std::string name;
+  int64_t controller_pid = 0;
+  bool observe = false;  // `xmesh sync --reload`: reach the procs without owning them
+  template <class F>
+  static void fields(F&& f) {
+    f("name", &AttachBody::name, Need::Required);
+    f("controller_pid", &AttachBody::controller_pid, Need::Optional);
+    f("observe", &AttachBody::observe, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(AttachBody)
+
+// The controller that owned an allocation before an Attach.
+struct PreviousOwner {
+  static constexpr const char* what = "previous owner";
+  std::string addr, id;
+  int64_t pid = 0;
+  bool attached = false;  // it was still connected (it is now refused)
+  template <class F>
+  static void fields(F&& f) {
+    f("addr", &PreviousOwner::addr, Need::Optional);
+    f("id", &PreviousOwner::id, Need::Optional);
+    f("pid", &PreviousOwner::pid, Need::Optional);
+    f("attached", &PreviousOwner::attached, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(PreviousOwner)
+
+struct AttachReply {
+  static constexpr const char* what = "Attach reply";
+  std::string alloc, name;
+  nlohmann::json shape = nlohmann::json::object();
+  double created = 0;      // seconds since the epoch
+  std::string host;
+  std::string job_cookie;  // what the procs accept
+  std::vector<ProcEntry> procs;
+  PreviousOwner previous;
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &AttachReply::alloc, Need::Required);
+    f("name", &AttachReply::name, Need::Required);
+    f("shape", &AttachReply::shape, Need::Optional);
+    f("created", &AttachReply::created, Need::Optional);
+    f("host", &AttachReply::host, Need::Optional);
+    f("job_cookie", &AttachReply::job_cookie, Need::Optional);
+    f("procs", &AttachReply::procs, Need::Required);
+    f("previous", &AttachReply::previous, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(AttachReply)
+
+// Status (-> agent) is answered with what the agent runs.
+struct AllocationStatus {
+  static constexpr const char* what = "allocation status";
+  std::string alloc, name;
+  std::string controller;  // the owning controller's node id
+  int64_t controller_pid = 0;
+  bool attached = false;   // its controller is connected
+  nlohmann::json shape = nlohmann::json::object();
+  double created = 0;
+  bool stopping = false;
+  std::vector<ProcEntry> procs;
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &AllocationStatus::alloc, Need::Required);
+    f("name", &AllocationStatus::name, Need::Optional);
+    f("controller", &AllocationStatus::controller, Need::Optional);
+    f("controller_pid", &AllocationStatus::controller_pid, Need::Optional);
+    f("attached", &AllocationStatus::attached, Need::Optional);
+    f("shape", &AllocationStatus::shape, Need::Optional);
+    f("created", &AllocationStatus::created, Need::Optional);
+    f("stopping", &AllocationStatus::stopping, Need::Optional);
+    f("procs", &AllocationStatus::procs, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(AllocationStatus)
+
+struct StatusReply {
+  static constexpr const char* what = "Status reply";
+  int64_t pid = 0;
+  std::string host, version, build;
+  int protocol = 0;
+  std::string runtime_dir, workspace;  // the agent's runtime directory and workspace root
+  uint64_t sync_bytes_received = 0;
+  std::vector<AllocationStatus> allocations;
+  template <class F>
+  static void fields(F&& f) {
+    f("pid", &StatusReply::pid, Need::Required);
+    f("host", &StatusReply::host, Need::Optional);
+    f("version", &StatusReply::version, Need::Optional);
+    f("build", &StatusReply::build, Need::Optional);
+    f("protocol", &StatusReply::protocol, Need::Optional);
+    f("runtime_dir", &StatusReply::runtime_dir, Need::Optional);
+    f("workspace", &StatusReply::workspace, Need::Optional);
+    f("sync_bytes_received", &StatusReply::sync_bytes_received, Need::Optional);
+    f("allocations", &StatusReply::allocations, Need::Required);
+  }
+};
+XMESH_BODY_JSON(StatusReply)
+
+// SpawnActor (controller or proc -> proc): create one actor of a mesh; the payload is the pickled
+// (class, args, kwargs). Answered with {pid, host} or the error __init__ raised.
+struct SpawnActorBody {
+  static constexpr const char* what = "SpawnActor";
+  std::string name;                // the actor mesh's name
+  std::string class_name;          // the class's qualified name (for messages)
+  std::string shape;               // the actor mesh's shape (runtime/shape.hpp JSON text)
+  std::vector<int64_t> proc_ranks;  // the procs it spans, by rank in their allocation
+  template <class F>
+  static void fields(F&& f) {
+    f("name", &SpawnActorBody::name, Need::Required);
+    f("class_name", &SpawnActorBody::class_name, Need::Optional);
+    f("shape", &SpawnActorBody::shape, Need::Required);
+    f("proc_ranks", &SpawnActorBody::proc_ranks, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(SpawnActorBody)
+
+// A live actor as its proc describes it (ProcInfo reply): what a controller that attaches later
+// needs to call it without its class.
+struct ActorRecord {
+  static constexpr const char* what = "actor record";
+  std::string actor_id, name, class_name;
+  std::vector<std::string> endpoints;
+  std::string shape;  // the actor mesh's shape (JSON text)
+  std::vector<int64_t> proc_ranks;
+  double spawned = 0;  // seconds since the epoch
+  template <class F>
+  static void fields(F&& f) {
+    f("actor_id", &ActorRecord::actor_id, Need::Required);
+    f("name", &ActorRecord::name, Need::Required);
+    f("class_name", &ActorRecord::class_name, Need::Optional);
+    f("endpoints", &ActorRecord::endpoints, Need::Optional);
+    f("shape", &ActorRecord::shape, Need::Required);
+    f("proc_ranks", &ActorRecord::proc_ranks, Need::Optional);
+    f("spawned", &ActorRecord::spawned, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ActorRecord)
+
+// Refuse (any -> any): why a connection is refused (version, credentials).
+struct RefuseBody {
+  static constexpr const char* what = "Refuse";
+  std::string reason, addr;  // the text, and the address of the refusing node
+  template <class F>
+  static void fields(F&& f) {
+    f("reason", &RefuseBody::reason, Need::Optional);
+    f("addr", &RefuseBody::addr, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(RefuseBody)
+
+// What a Reload did in one process.
+struct ReloadReply {
+  static constexpr const char* what = "Reload reply";
+  std::vector<std::string> reloaded;                  // module names
+  std::vector<std::vector<std::string>> failed;       // [module, error text]
+  int64_t classes = 0;                                // classes whose live instances now use the new code
+  template <class F>
+  static void fields(F&& f) {
+    f("reloaded", &ReloadReply::reloaded, Need::Optional);
+    f("failed", &ReloadReply::failed, Need::Optional);
+    f("classes", &ReloadReply::classes, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ReloadReply)
+
+// ProcInfo (controller -> proc): its pid and live actors (and, for `where`, what async
+// endpoints await).
+struct ProcInfoBody {
+  static constexpr const char* what = "ProcInfo";
+  bool async_stacks = false;
+  template <class F>
+  static void fields(F&& f) {
+    f("async_stacks", &ProcInfoBody::async_stacks, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ProcInfoBody)
+
+struct ProcInfoReply {
+  static constexpr const char* what = "ProcInfo reply";
+  int64_t pid = 0;
+  std::vector<ActorRecord> actors;
+  std::optional<nlohmann::json> async_stacks;       // asked for: {thread label: [frames]}
+  template <class F>
+  static void fields(F&& f) {
+    f("pid", &ProcInfoReply::pid, Need::Required);
+    f("actors", &ProcInfoReply::actors, Need::Optional);
+    f("async_stacks", &ProcInfoReply::async_stacks, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ProcInfoReply)
+
+// FlushOutput (controller -> actor host) is answered with the output marker it wrote.
+struct FlushOutputReply {
+  static constexpr const char* what = "FlushOutput reply";
+  uint64_t m = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("m", &FlushOutputReply::m, Need::Required);
+  }
+};
+XMESH_BODY_JSON(FlushOutputReply)
+
+// DebugEvent (proc -> controller): a pdb session stopped (prompt), runs, ended, or needs the
+// source of files the proc does not have (sources).
+struct DebugEventBody {
+  static constexpr const char* what = "DebugEvent";
+  std::string ev;             // "prompt", "running", "ended", "sources"
+  std::string sid;            // the session, unique in its proc
+  std::string out;            // pdb's output since the last event
+  bool stop = false;          // prompt: a new stop (not the answer to a command)
+  bool gone = false;          // ended: the controller asked about a session that had ended
+  nlohmann::json stack = nlohmann::json::array();  // prompt+stop: [[file, line, function], ...]
+  std::vector<std::string> files;                  // sources: the files it asks for
+  // prompt: where it stopped.
+  std::optional<std::string> actor, host, cell, reason, function, file;
+  std::optional<int64_t> rank, pid, line;
+  std::optional<nlohmann::json> coords, sizes;
+  void check() const;
+  template <class F>
+  static void fields(F&& f) {
+    f("ev", &DebugEventBody::ev, Need::Required);
+    f("sid", &DebugEventBody::sid, Need::Required);
+    f("out", &DebugEventBody::out, Need::Optional);
+    f("stop", &DebugEventBody::stop, Need::Optional);
+    f("gone", &DebugEventBody::gone, Need::Optional);
+    f("stack", &DebugEventBody::stack, Need::Optional);
+    f("files", &DebugEventBody::files, Need::Optional);
+    f("actor", &DebugEventBody::actor, Need::Optional);
+    f("host", &DebugEventBody::host, Need::Optional);
+    f("cell", &DebugEventBody::cell, Need::Optional);
+    f("reason", &DebugEventBody::reason, Need::Optional);
+    f("function", &DebugEventBody::function, Need::Optional);
+    f("file", &DebugEventBody::file, Need::Optional);
+    f("rank", &DebugEventBody::rank, Need::Optional);
+    f("pid", &DebugEventBody::pid, Need::Optional);
+    f("line", &DebugEventBody::line, Need::Optional);
+    f("coords", &DebugEventBody::coords, Need::Optional);
+    f("sizes", &DebugEventBody::sizes, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(DebugEventBody)
+
+// DebugCommand (controller -> proc): a pdb command, continue, or requested sources, for one
+// session ("*": every session of the proc).
+struct DebugCommandBody {
+  static constexpr const char* what = "DebugCommand";
+  std::string sid;
+  std::optional<std::string> cmd;
+  bool resume = false;                    // clear breakpoints and continue
+  std::optional<nlohmann::json> sources;  // {file: text or null}
+  template <class F>
+  static void fields(F&& f) {
+    f("sid", &DebugCommandBody::sid, Need::Required);
+    f("cmd", &DebugCommandBody::cmd, Need::Optional);
+    f("resume", &DebugCommandBody::resume, Need::Optional);
+    f("sources", &DebugCommandBody::sources, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(DebugCommandBody)
+
+// Sync (controller -> agent): one step of a workspace sync (workspace_sync/README.md): begin,
+// plan, data, commit or abort of the session sid.
+struct SyncStepBody {
+  static constexpr const char* what = "Sync";
+  std::string op;      // "begin", "plan", "data", "commit", "abort"
+  std::string sid;     // the session: 1-32 lowercase hex digits
+  std::string dest;    // begin: where under the workspace (relative; "" the space itself)
+  std::string digest;  // begin, delta plan: the digest of the controller's manifest
+  std::string for_alloc;  // begin: a named allocation's workspace ("" the sender's own)
+  std::string space;      // set by the agent (never taken from the wire): the space begin uses
+  std::optional<std::string> base;  // plan: the host manifest the delta is against
+  // data: [object index, offset, raw length, stored length, zstd (1) or raw (0)] per piece,
+  // their bytes back to back in the payload frame.
+  std::vector<std::array<uint64_t, 5>> pieces;
+  void check() const;
+  template <class F>
+  static void fields(F&& f) {
+    f("op", &SyncStepBody::op, Need::Required);
+    f("sid", &SyncStepBody::sid, Need::Required);
+    f("dest", &SyncStepBody::dest, Need::Optional);
+    f("digest", &SyncStepBody::digest, Need::Optional);
+    f("for", &SyncStepBody::for_alloc, Need::Optional);
+    f("base", &SyncStepBody::base, Need::Optional);
+    f("pieces", &SyncStepBody::pieces, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(SyncStepBody)
+
+// What a host answers to a Sync step (only the fields of that step are set).
+struct SyncReply {
+  static constexpr const char* what = "Sync reply";
+  std::optional<bool> same;          // begin: the host's copy already has this digest
+  std::optional<std::string> dir;    // begin, commit: the directory on the host
+  std::optional<std::string> have;   // begin: the digest of the host's manifest
+  std::optional<uint64_t> entries;   // begin (same): entries of the host's copy
+  std::optional<bool> full;          // plan: send the whole manifest (the delta did not fit)
+  std::optional<uint64_t> need;      // plan: objects asked for (their hashes: the reply frame)
+  std::optional<uint64_t> received;  // data: bytes of this session so far
+  std::optional<bool> aborted;
+  // commit: what changed on the host.
+  std::optional<uint64_t> added, changed, deleted, unchanged, bytes_received;
+  std::optional<std::vector<std::string>> added_paths, changed_paths, deleted_paths;
+  std::optional<std::vector<std::string>> kept;  // old directories that could not be removed
+  template <class F>
+  static void fields(F&& f) {
+    f("same", &SyncReply::same, Need::Optional);
+    f("dir", &SyncReply::dir, Need::Optional);
+    f("have", &SyncReply::have, Need::Optional);
+    f("entries", &SyncReply::entries, Need::Optional);
+    f("full", &SyncReply::full, Need::Optional);
+    f("need", &SyncReply::need, Need::Optional);
+    f("received", &SyncReply::received, Need::Optional);
+    f("aborted", &SyncReply::aborted, Need::Optional);
+    f("added", &SyncReply::added, Need::Optional);
+    f("changed", &SyncReply::changed, Need::Optional);
+    f("deleted", &SyncReply::deleted, Need::Optional);
+    f("unchanged", &SyncReply::unchanged, Need::Optional);
+    f("bytes_received", &SyncReply::bytes_received, Need::Optional);
+    f("added_paths", &SyncReply::added_paths, Need::Optional);
+    f("changed_paths", &SyncReply::changed_paths, Need::Optional);
+    f("deleted_paths", &SyncReply::deleted_paths, Need::Optional);
+    f("kept", &SyncReply::kept, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(SyncReply)
 
 }  // namespace xmesh

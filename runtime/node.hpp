@@ -1,14 +1,14 @@
 // Node: one process's endpoint on the control plane. Every xmesh process (controller, proc,
-// hostd) has exactly one. It binds a ROUTER socket (inbound only) and keeps one DEALER per
-// destination (outbound only), so:
-//   - the I/O thread alone owns the ROUTER and never takes the GIL;
-//   - any thread sends directly on a destination's DEALER under that peer's mutex (no thread
-//     hop on the send side), which also gives per-(sender, receiver) FIFO order;
-//   - inbound messages are filed by the I/O thread: replies into their Call, actor messages
-//     into that actor's Inbox, the rest into the control or log inbox.
-// Every connection starts with Hello (protocol version, build, credential cookie, the
-// sender's own address and the cookie to present when connecting back). Nothing from an
-// identity that has not passed Hello is ever handed to Python.
+// hostd) has exactly one. It is made of parts, each with its own small interface and lock:
+//   - Transport (transport.hpp): the sockets, Hello and credentials, sequence numbers;
+//   - Supervision (supervision.hpp): dead addresses, PeerDead subscribers, watched host agents;
+//   - ActorDirectory (actor_directory.hpp): the actors' inboxes, messages held for a spawn,
+//     refused callers;
+//   - CallTable (call_table.hpp): the calls waiting for replies.
+// The node's I/O thread receives and dispatches through a registry of handlers by kind
+// (`on(Kind, handler)`); its own handlers wire the parts together: replies complete calls,
+// actor messages reach the directory, supervision notices fail calls, DumpStacks is answered
+// without the GIL. Everything else goes to the control inbox.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -21,28 +21,19 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actor_directory.hpp"
 #include "call.hpp"
+#include "call_table.hpp"
 #include "inbox.hpp"
-#include "seq.hpp"
+#include "supervision.hpp"
+#include "transport.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
 
-struct SendError : std::runtime_error {
-  explicit SendError(const std::string& what, bool too_large = false)
-      : std::runtime_error(what), too_large(too_large) {}
-  bool too_large;  // the message exceeds XMESH_MAX_MESSAGE_BYTES (else: peer dead, closed, timed out)
-};
-
 struct Target {
   std::string addr;   // the proc's node address
   std::string actor;  // actor name on that proc
-};
-
-struct NodeStats {
-  uint64_t sent = 0, received = 0, rejected = 0, malformed = 0, gaps = 0, duplicates = 0;
-  uint64_t peers = 0;    // inbound connections known now (authenticated or not)
-  uint64_t evicted = 0;  // unauthenticated identities dropped to bound memory
 };
 
 class Node {
@@ -54,11 +45,11 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  const std::string& id() const { return id_; }
-  const std::string& addr() const { return addr_; }
-  const std::string& role() const { return role_; }
-  uint64_t incarnation() const { return incarnation_; }
-  zmq::context_t& context() { return ctx_; }
+  const std::string& id() const { return transport_.id(); }
+  const std::string& addr() const { return transport_.addr(); }
+  const std::string& role() const { return transport_.role(); }
+  uint64_t incarnation() const { return transport_.incarnation(); }
+  zmq::context_t& context() { return transport_.context(); }
 
   // A handler for one kind of message, run on the I/O thread (it must not block). The node
   // registers its own (replies, actor messages, supervision, DumpStacks, heartbeats); a kind
@@ -133,38 +124,13 @@ class Node {
   // or a deadlock. The Python module installs a dumper that reads every thread's frames.
   using StackDumper = std::function<json()>;  // the reply body
   void set_stack_dumper(StackDumper dumper);
-  size_t max_message_bytes() const { return max_message_bytes_; }
+  size_t max_message_bytes() const { return transport_.max_message_bytes(); }
 
  private:
-  struct OutPeer {
-    std::mutex mu;
-    std::unique_ptr<zmq::socket_t> sock;
-    uint64_t seq = 0;
-    bool hello_sent = false;
-    std::string cookie;
-  };
-  struct InPeer {
-    bool authed = false;
-    bool refused = false;
-    std::string node_id, addr;
-    SeqTracker seq;
-  };
-  struct WatchedHost {
-    int64_t last_ack_ms = 0;
-    int64_t last_sent_ms = 0;
-    bool dead = false;
-    std::set<std::string> dependents;
-  };
-
-  std::shared_ptr<OutPeer> out_peer(const std::string& addr);
-  void send_locked(OutPeer& p, const std::string& addr, Header& h, std::vector<zmq::message_t>& frames);
-  void send_hello_locked(OutPeer& p);
-  void send_refusal(const std::string& to_addr, const std::string& reason);
   void io_loop();
-  void handle_frames(std::vector<zmq::message_t>& parts);
-  void handle_hello(InPeer& in, const std::string& identity, const Message& m);
-  void dispatch(InPeer& in, Message m);
   void register_builtin_handlers();
+  void dispatch(Message m);
+  void on_refusal(Message& m);
   void on_reply(Message& m);
   void on_actor_message(Message& m);  // Call, StopActor: the actor's inbox (held until its spawn)
   void on_spawn_actor(Message& m);
@@ -174,54 +140,21 @@ class Node {
   // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false.
   template <class Body>
   bool typed_body(const Message& m, Body& out);
-  bool refused_caller(const Message& m);  // answers and drops it if its sender is refused
+  void answer_no_actor(const Message& m, const std::string& why);
   void tick_heartbeats();
   void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
-  void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
-  InPeer& in_peer(const std::string& identity);  // I/O thread only
-  void forget_gone_peers();                       // I/O thread only
   void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
 
-  std::string role_, addr_, id_;
-  uint64_t incarnation_;
-  size_t max_message_bytes_;
-  int64_t heartbeat_ms_, hostd_timeout_ms_, actor_wait_ms_;  // from the environment, read once
-  zmq::context_t ctx_;
-  std::unique_ptr<zmq::socket_t> router_;
+  Transport transport_;
+  Supervision supervision_;
+  ActorDirectory actors_;
+  CallTable calls_;
   std::thread io_;
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
 
-  mutable std::mutex mu_;  // guards everything below
-  std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
-  // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
-  // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
-  // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.
-  std::unordered_map<std::string, InPeer> in_;
-  size_t pending_peers_ = 0, max_pending_peers_ = 0;
-  std::vector<std::string> gone_addrs_;  // forget_peer() requests, applied by the I/O thread
-  std::set<std::string> accepted_cookies_;
-  std::map<std::string, std::string> peer_cookies_;
-  std::string default_cookie_;
-  std::unordered_map<uint64_t, std::weak_ptr<Call>> calls_;
-  std::unordered_map<std::string, std::set<uint64_t>> calls_by_addr_;
-  std::unordered_map<std::string, json> dead_;
-  std::unordered_map<std::string, std::shared_ptr<Inbox>> actors_;
-  // Messages for an actor whose spawn has not arrived yet: another sender's SpawnActor may be
-  // in flight (there is no order across senders). Held until the spawn or a deadline.
-  struct Waiting {
-    int64_t deadline_ms = 0;
-    std::vector<Message> msgs;
-  };
-  std::unordered_map<std::string, Waiting> waiting_for_actor_;
-  std::set<std::string> removed_actors_;
-  std::unordered_map<std::string, json> refused_callers_;
-  std::atomic<bool> any_refused_{false};
-  std::set<std::string> subscribers_;
-  std::map<std::string, WatchedHost> hosts_;
-  std::atomic<uint64_t> next_corr_{1};
-  NodeStats stats_;
+  std::mutex dumper_mu_;
   StackDumper stack_dumper_;
   std::unordered_map<int, Handler> handlers_;  // by kind; filled before start(), never erased
 

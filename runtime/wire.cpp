@@ -1,5 +1,7 @@
 #include "wire.hpp"
 
+#include "bodies.hpp"
+
 #include "build_info.hpp"
 
 namespace xmesh {
@@ -61,7 +63,12 @@ std::optional<ErrorKind> error_kind_of(const json& body) {
   return std::nullopt;
 }
 
-json error_body(ErrorKind k, const std::string& text) { return {{"kind", error_kind_name(k)}, {"text", text}}; }
+json error_body(ErrorKind k, const std::string& text) {
+  ErrorBody b;
+  b.kind = error_kind_name(k);
+  b.text = text;
+  return b;
+}
 
 namespace {
 // Minimal CBOR writing for the fixed header fields.

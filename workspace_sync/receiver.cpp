@@ -334,11 +334,21 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
 Manifest SyncReceiver::verified_manifest(const std::string& dest) { return *load_and_verify(dest).manifest; }
 
 SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std::string_view>& frames, int64_t now_ms) {
-  if (!body.is_object()) throw SyncRefused("malformed sync request: no body");
+  SyncStepBody step;
+  try {
+    step = body.get<SyncStepBody>();
+  } catch (const std::invalid_argument& e) {
+    throw SyncRefused(std::string("malformed sync request: ") + e.what());
+  }
+  return handle_step(step, frames, now_ms);
+}
+
+SyncReceiver::Reply SyncReceiver::handle_step(const SyncStepBody& step, const std::vector<std::string_view>& frames,
+                                         int64_t now_ms) {
   for (auto& f : frames) bytes_received_ += f.size();
-  std::string op = body.value("op", std::string());
-  if (op == "begin") return begin(body, now_ms);
-  std::string sid = body.value("sid", std::string());
+  const std::string& op = step.op;
+  if (op == "begin") return begin(step, now_ms);
+  const std::string& sid = step.sid;
   auto it = sessions_.find(sid);
   if (it == sessions_.end())
     throw SyncRefused("no sync session '" + sid + "' on this host (it expired, was aborted, or a newer sync of the "
@@ -348,11 +358,13 @@ SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std
   for (auto& f : frames) s.bytes += f.size();
   if (op == "abort") {
     drop(sid);
-    return {{{"aborted", true}}, {}};
+    SyncReply r;
+    r.aborted = true;
+    return {r, {}};
   }
   try {
-    if (op == "plan") return plan(s, body, frames);
-    if (op == "data") return data(s, body, frames);
+    if (op == "plan") return plan(s, step, frames);
+    if (op == "data") return data(s, step, frames);
     if (op == "commit") {
       Reply r = commit(s);
       drop(sid);
@@ -365,11 +377,8 @@ SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std
   throw SyncRefused("unknown sync step '" + op + "'");
 }
 
-SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
-  std::string sid = body.value("sid", std::string());
-  std::string user_dest = body.value("dest", std::string());
-  std::string space = body.value("space", std::string());
-  std::string digest = body.value("digest", std::string());
+SyncReceiver::Reply SyncReceiver::begin(const SyncStepBody& step, int64_t now_ms) {
+  const std::string &sid = step.sid, &user_dest = step.dest, &space = step.space, &digest = step.digest;
   if (sid.empty() || sid.size() > 32 || sid.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw SyncRefused("sync session id must be 1-32 lowercase hex digits");
   std::string why;
@@ -391,7 +400,13 @@ SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
   std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
   std::string have = host.digest;
   if (have == digest && access(dir.c_str(), F_OK) == 0)
-    return {{{"same", true}, {"dir", dir}, {"entries", host.manifest->entries.size()}}, {}};
+  {
+    SyncReply r;
+    r.same = true;
+    r.dir = dir;
+    r.entries = host.manifest->entries.size();
+    return {r, {}};
+  }
   auto s = std::make_unique<Session>();
   s->sid = sid;
   s->dest = dest;
@@ -403,28 +418,34 @@ SyncReceiver::Reply SyncReceiver::begin(const json& body, int64_t now_ms) {
   if (mkdir(s->stage_dir.c_str(), 0700) != 0) throw SyncRefused(sys_error("cannot create " + s->stage_dir, errno));
   sessions_[sid] = std::move(s);
   // "have" lets the controller send the plan as a delta against a manifest it knows.
-  return {{{"same", false}, {"dir", dir}, {"have", have}}, {}};
+  SyncReply r;
+  r.same = false;
+  r.dir = dir;
+  r.have = have;
+  return {r, {}};
 }
 
-SyncReceiver::Reply SyncReceiver::plan(Session& s, const json& body, const std::vector<std::string_view>& frames) {
+SyncReceiver::Reply SyncReceiver::plan(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames) {
+  SyncReply full;  // the answer when the delta does not fit: send the whole manifest
+  full.full = true;
   if (s.planned) throw SyncRefused("sync session '" + s.sid + "' was already planned");
   if (frames.empty()) throw SyncRefused("sync plan without a manifest");
   ManifestDelta delta;
   const std::vector<Entry>* candidates = nullptr;  // the entries that may need content
-  if (body.contains("base")) {
+  if (step.base) {
     // A delta against the manifest the host holds: it must fit, and the result must be the
     // manifest the controller scanned (its digest), else the controller sends it whole.
     if (frames.size() < 2) throw SyncRefused("sync plan delta without its deleted paths");
-    if (body.value("base", std::string()) != s.host_digest) return {{{"full", true}}, {}};
+    if (*step.base != s.host_digest) return {full, {}};
     delta.upserts = Manifest::decode_wire(std::string(frames[0]));
     delta.deleted = Manifest::decode_wire(std::string(frames[1]));
     try {
       s.incoming = apply_delta(*s.host, delta);
     } catch (const std::runtime_error&) {
-      return {{{"full", true}}, {}};
+      return {full, {}};
     }
     s.incoming_digest = s.incoming.digest().hex();
-    if (s.incoming_digest != body.value("digest", std::string())) return {{{"full", true}}, {}};
+    if (s.incoming_digest != step.digest) return {full, {}};
     check_manifest_change(s.incoming, delta.upserts, delta.deleted);  // the rest was checked before
     candidates = &delta.upserts.entries;
   } else {
@@ -476,12 +497,14 @@ SyncReceiver::Reply SyncReceiver::plan(Session& s, const json& body, const std::
     if (o.done) reordered.push_back(std::move(o));
   s.need = std::move(reordered);
   size_t sending = hashes.size() / 16;
-  return {{{"need", sending}}, {hashes}};
+  SyncReply r;
+  r.need = sending;
+  return {r, {hashes}};
 }
 
-SyncReceiver::Reply SyncReceiver::data(Session& s, const json& body, const std::vector<std::string_view>& frames) {
+SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames) {
   if (!s.planned) throw SyncRefused("sync data before its plan");
-  const json& pieces = body.at("pieces");
+  const auto& pieces = step.pieces;
   std::string_view payload = frames.empty() ? std::string_view() : frames[0];
   size_t at = 0;
   std::vector<char> raw;
@@ -498,9 +521,9 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const json& body, const std::
     }
   } closer{stagefd};
   for (auto& p : pieces) {
-    size_t idx = p.at(0).get<size_t>();
-    uint64_t offset = p.at(1).get<uint64_t>(), raw_len = p.at(2).get<uint64_t>(), stored = p.at(3).get<uint64_t>();
-    bool z = p.at(4).get<int>() != 0;
+    size_t idx = static_cast<size_t>(p[0]);
+    uint64_t offset = p[1], raw_len = p[2], stored = p[3];
+    bool z = p[4] != 0;
     if (idx >= s.need.size() || s.need[idx].done) throw SyncRefused("sync data names an object the host did not ask for");
     auto& o = s.need[idx];
     if (offset != o.written || raw_len > o.size - o.written || at + stored > payload.size() || (!z && stored != raw_len))
@@ -540,7 +563,9 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const json& body, const std::
       o.done = o.staged = true;
     }
   }
-  return {{{"received", s.bytes}}, {}};
+  SyncReply r;
+  r.received = s.bytes;
+  return {r, {}};
 }
 
 // An open descriptor, closed when it goes.
@@ -571,7 +596,7 @@ struct SyncReceiver::Commit {
   std::vector<const Entry*> touched;  // added and changed, by path
   std::vector<Move> moves;            // staged name -> its place
   std::vector<const Entry*> chmods;   // only the mode changed
-  json kept = json::array();          // old directories that could not be removed
+  std::vector<std::string> kept;      // old directories that could not be removed
 
   Commit(Session& session, const std::string& root_dir)
       : s(session), host(*session.host), d(diff_manifests(*session.host, session.incoming)) {
@@ -715,9 +740,9 @@ void SyncReceiver::switch_in(Commit& c) {
 }
 
 // What the controller hears: counts (files and symlinks) and the paths of each change.
-json SyncReceiver::commit_reply(const Commit& c) const {
+SyncReply SyncReceiver::commit_reply(const Commit& c) const {
   auto paths = [](const std::vector<const Entry*>& list) {
-    json out = json::array();
+    std::vector<std::string> out;
     for (const Entry* e : list)
       if (e->type != EntryType::Dir) out.push_back(e->path);
     return out;
@@ -731,16 +756,18 @@ json SyncReceiver::commit_reply(const Commit& c) const {
   size_t unchanged = 0;
   for (auto& e : c.s.incoming.entries) unchanged += e.type != EntryType::Dir;
   unchanged -= added + changed;
-  return {{"dir", c.s.dest.empty() ? root_ : root_ + "/" + c.s.dest},
-          {"added", added},
-          {"changed", changed},
-          {"deleted", deleted},
-          {"unchanged", unchanged},
-          {"bytes_received", c.s.bytes},
-          {"added_paths", paths(c.d.added)},
-          {"changed_paths", paths(c.d.changed)},
-          {"deleted_paths", paths(c.d.deleted)},
-          {"kept", c.kept}};
+  SyncReply r;
+  r.dir = c.s.dest.empty() ? root_ : root_ + "/" + c.s.dest;
+  r.added = added;
+  r.changed = changed;
+  r.deleted = deleted;
+  r.unchanged = unchanged;
+  r.bytes_received = c.s.bytes;
+  r.added_paths = paths(c.d.added);
+  r.changed_paths = paths(c.d.changed);
+  r.deleted_paths = paths(c.d.deleted);
+  r.kept = c.kept;
+  return r;
 }
 
 // 3. The host manifest: the new entries with the stat values of the files as written (entries

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bodies.hpp"
 #include "manifest.hpp"
 #include "watch.hpp"
 
@@ -47,7 +48,10 @@ class SyncReceiver {
     nlohmann::json body;
     std::vector<std::string> frames;
   };
-  // Throws SyncRefused (or std::runtime_error) with a message for the controller.
+  // One step (its typed body: runtime/bodies.hpp; step.space set by the agent). Throws
+  // SyncRefused (or std::runtime_error) with a message for the controller.
+  Reply handle_step(const SyncStepBody& step, const std::vector<std::string_view>& frames, int64_t now_ms);
+  // The same from the body as it came off the wire (a malformed one is refused, naming the field).
   Reply handle(const nlohmann::json& body, const std::vector<std::string_view>& frames, int64_t now_ms);
   void expire_idle(int64_t now_ms);
   // Removes a space (a top-level directory of the root: one allocation owner's workspace),
@@ -66,15 +70,15 @@ class SyncReceiver {
 
  private:
   struct Session;
-  Reply begin(const nlohmann::json& body, int64_t now_ms);
-  Reply plan(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
-  Reply data(Session& s, const nlohmann::json& body, const std::vector<std::string_view>& frames);
+  Reply begin(const SyncStepBody& step, int64_t now_ms);
+  Reply plan(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames);
+  Reply data(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames);
   Reply commit(Session& s);  // prepare, switch_in, commit_reply, save
   struct Commit;
   void prepare(Commit& c);
   void fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name);
   void switch_in(Commit& c);
-  nlohmann::json commit_reply(const Commit& c) const;
+  SyncReply commit_reply(const Commit& c) const;
   void save(Commit& c);
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "bodies.hpp"
 #include "diff.hpp"
 #include "fs_ops.hpp"
 #include "node.hpp"
@@ -67,12 +68,12 @@ class Pusher {
          const std::function<void()>& check_interrupt)
       : node_(node), hosts_(hosts), opts_(opts), check_(check_interrupt) {}
 
-  Step send(const std::vector<size_t>& targets, json body, std::vector<zmq::message_t> frames) {
+  Step send(const std::vector<size_t>& targets, const SyncStepBody& body, std::vector<zmq::message_t> frames) {
     std::vector<Target> t;
     for (size_t h : targets) t.push_back({hosts_[h].addr, ""});
     Header tmpl;
     tmpl.kind = Kind::Sync;
-    tmpl.body = std::move(body);
+    tmpl.body = body;
     return {node_.call(t, std::move(tmpl), std::move(frames), true), targets};
   }
 
@@ -186,6 +187,22 @@ class Push {
   json take_sent() { return std::move(sent_); }
 
  private:
+  SyncStepBody step(const char* op) const {
+    SyncStepBody b;
+    b.op = op;
+    b.sid = sid_;
+    return b;
+  }
+
+  // A host's answer to a step, typed; one that does not read fails the sync, naming the host.
+  SyncReply read_reply(size_t h, const CallResult& r) const {
+    try {
+      return r.body.get<SyncReply>();
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error("workspace sync: " + hosts_[h].label + " answered with a malformed reply: " + e.what());
+    }
+  }
+
   void count_sent(const std::vector<size_t>& targets, uint64_t n) {
     for (size_t h : targets) report_hosts_[h]["bytes_sent"] = report_hosts_[h]["bytes_sent"].get<uint64_t>() + n;
   }
@@ -194,15 +211,19 @@ class Push {
   void begin() {
     std::vector<size_t> all;
     for (size_t i = 0; i < hosts_.size(); ++i) all.push_back(i);
-    json body = {{"op", "begin"}, {"sid", sid_}, {"dest", opts_.dest}, {"digest", digest_.hex()}};
-    if (!opts_.space_for.empty()) body["for"] = opts_.space_for;  // the agent picks the space
-    Step step = p_.send(all, std::move(body), {});
-    for (auto& [h, r] : p_.wait(step, "begin")) {
-      report_hosts_[h]["same"] = r.body.value("same", false);
-      report_hosts_[h]["dir"] = r.body.value("dir", std::string());
-      if (!r.body.value("same", false)) {
+    SyncStepBody body = step("begin");
+    body.dest = opts_.dest;
+    body.digest = digest_.hex();
+    body.for_alloc = opts_.space_for;  // the agent picks the space
+    Step sent = p_.send(all, body, {});
+    for (auto& [h, r] : p_.wait(sent, "begin")) {
+      SyncReply reply = read_reply(h, r);
+      bool same = reply.same.value_or(false);
+      report_hosts_[h]["same"] = same;
+      report_hosts_[h]["dir"] = reply.dir.value_or("");
+      if (!same) {
         differ_.push_back(h);
-        by_base_[r.body.value("have", std::string())].push_back(h);
+        by_base_[reply.have.value_or("")].push_back(h);
       }
     }
   }
@@ -225,14 +246,16 @@ class Push {
       std::vector<zmq::message_t> f;
       f.push_back(frame_of(up));
       f.push_back(frame_of(del));
-      plans_.push_back(p_.send(targets, {{"op", "plan"}, {"sid", sid_}, {"base", have}, {"digest", digest_.hex()}},
-                               std::move(f)));
+      SyncStepBody body = step("plan");
+      body.base = have;
+      body.digest = digest_.hex();
+      plans_.push_back(p_.send(targets, body, std::move(f)));
     }
     if (!whole.empty()) send_whole(whole);
     for (size_t i = 0; i < plans_.size(); ++i) {
       std::vector<size_t> refit;
       for (auto& [h, r] : p_.wait(plans_[i], "plan")) {
-        if (r.body.value("full", false)) {
+        if (read_reply(h, r).full.value_or(false)) {
           refit.push_back(h);
           continue;
         }
@@ -248,7 +271,7 @@ class Push {
     for (size_t h : targets) report_hosts_[h]["manifest"] = "whole";
     std::vector<zmq::message_t> f;
     f.push_back(frame_of(wire_));
-    plans_.push_back(p_.send(targets, {{"op", "plan"}, {"sid", sid_}}, std::move(f)));
+    plans_.push_back(p_.send(targets, step("plan"), std::move(f)));
   }
 
   // 3. data: one stream per group of hosts lacking the same content, in batches of
@@ -284,7 +307,7 @@ class Push {
     std::vector<size_t> targets;
     bool compress = false;
     std::deque<Step> inflight;
-    json pieces = json::array();
+    std::vector<std::array<uint64_t, 5>> pieces;  // SyncStepBody::pieces
     std::string payload;
     size_t raw_in_batch = 0;
   };
@@ -294,8 +317,10 @@ class Push {
     count_sent(st.targets, st.payload.size());
     std::vector<zmq::message_t> f;
     f.push_back(frame_of(st.payload));
-    st.inflight.push_back(p_.send(st.targets, {{"op", "data"}, {"sid", sid_}, {"pieces", st.pieces}}, std::move(f)));
-    st.pieces = json::array();
+    SyncStepBody body = step("data");
+    body.pieces = std::move(st.pieces);
+    st.inflight.push_back(p_.send(st.targets, body, std::move(f)));
+    st.pieces.clear();
     st.payload.clear();
     st.raw_in_batch = 0;
     while (st.inflight.size() >= static_cast<size_t>(opts_.window)) {
@@ -337,7 +362,8 @@ class Push {
           z = 1;
         }
       }
-      st.pieces.push_back({idx, off, n, stored, z});
+      st.pieces.push_back({static_cast<uint64_t>(idx), off, static_cast<uint64_t>(n), static_cast<uint64_t>(stored),
+                           static_cast<uint64_t>(z)});
       st.payload.append(data, stored);
       st.raw_in_batch += static_cast<size_t>(n);
       stored_total += stored;
@@ -351,17 +377,19 @@ class Push {
 
   // 4. commit: each host switches its staged files in, in one batch.
   void commit() {
-    Step step = p_.send(differ_, {{"op", "commit"}, {"sid", sid_}}, {});
-    for (auto& [h, r] : p_.wait(step, "commit"))
-      for (auto& kv : r.body.items()) report_hosts_[h][kv.key()] = kv.value();
+    Step sent = p_.send(differ_, step("commit"), {});
+    for (auto& [h, r] : p_.wait(sent, "commit")) {
+      json counts = read_reply(h, r);  // named: items() must not outlive it
+      for (auto& kv : counts.items()) report_hosts_[h][kv.key()] = kv.value();
+    }
   }
 
   void abort() {
     if (differ_.empty()) return;
     try {
-      Step step = p_.send(differ_, {{"op", "abort"}, {"sid", sid_}}, {});
-      step.call->wait_done(2000);
-      node_.forget_call(step.call->id());
+      Step sent = p_.send(differ_, step("abort"), {});
+      sent.call->wait_done(2000);
+      node_.forget_call(sent.call->id());
     } catch (...) {
     }
   }

@@ -14,6 +14,8 @@
 #include "inbox.hpp"
 #include "log_router.hpp"
 #include "bodies.hpp"
+#include "body_bindings.hpp"
+#include "json_py.hpp"
 #include "layout.hpp"
 #include "node.hpp"
 #include "waker.hpp"
@@ -27,56 +29,6 @@ namespace py = pybind11;
 using namespace xmesh;
 
 namespace {
-
-// ---- JSON <-> Python ------------------------------------------------------------------
-py::object to_py(const json& j) {
-  switch (j.type()) {
-    case json::value_t::null: return py::none();
-    case json::value_t::boolean: return py::bool_(j.get<bool>());
-    case json::value_t::number_integer: return py::int_(j.get<int64_t>());
-    case json::value_t::number_unsigned: return py::int_(j.get<uint64_t>());
-    case json::value_t::number_float: return py::float_(j.get<double>());
-    case json::value_t::string: return py::str(j.get_ref<const std::string&>());
-    case json::value_t::binary: {
-      auto& b = j.get_binary();
-      return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-    }
-    case json::value_t::array: {
-      py::list l;
-      for (auto& e : j) l.append(to_py(e));
-      return std::move(l);
-    }
-    case json::value_t::object: {
-      py::dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d[py::str(it.key())] = to_py(it.value());
-      return std::move(d);
-    }
-    default: return py::none();
-  }
-}
-
-json from_py(const py::handle& o) {
-  if (o.is_none()) return nullptr;
-  if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
-  if (py::isinstance<py::int_>(o)) return o.cast<int64_t>();
-  if (py::isinstance<py::float_>(o)) return o.cast<double>();
-  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
-  if (py::isinstance<py::bytes>(o)) {
-    std::string s = o.cast<std::string>();
-    return json::binary(std::vector<uint8_t>(s.begin(), s.end()));
-  }
-  if (py::isinstance<py::dict>(o)) {
-    json j = json::object();
-    for (auto kv : o.cast<py::dict>()) j[py::str(kv.first).cast<std::string>()] = from_py(kv.second);
-    return j;
-  }
-  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
-    json j = json::array();
-    for (auto e : o) j.push_back(from_py(e));
-    return j;
-  }
-  throw py::type_error("cannot put a " + std::string(py::str(o.get_type())) + " into a message header");
-}
 
 // ---- Payload frames --------------------------------------------------------------------
 // Large buffers are sent without copying: ZeroMQ keeps a pointer to the Python buffer and
@@ -311,77 +263,42 @@ void bind_protocol(py::module_& m) {
 // Received messages: payload frames (buffer protocol, no copy), Message, Inbox.
 template <class T>
 T parse_body(PyMessage& p) {
-  try {
-    return p.m.header.body.get<T>();
-  } catch (const std::exception& e) {
-    throw py::value_error(e.what());
-  }
+  return body_py::from_json_checked<T>(p.m.header.body);
 }
 
-template <class T>
-py::object body_dict(const T& b) {
-  return to_py(json(b));
-}
-
-// The typed message bodies (runtime/bodies.hpp): built in Python with keywords, sent as
-// `body.to_dict()`, read back with `msg.proc_exited()`, `msg.cancel()`...
+// The typed message bodies (runtime/bodies.hpp), each a class made from its own field list
+// (body_bindings.hpp); a received message reads its body with `msg.cancel()` and the like.
 void bind_bodies(py::module_& m) {
-  py::class_<ProcExitedBody>(m, "ProcExitedBody", "A proc ended (runtime/bodies.hpp).")
-      .def(py::init([](std::string alloc, int64_t rank, std::string addr, std::string text, bool stopping) {
-             ProcExitedBody b;
-             b.alloc = std::move(alloc);
-             b.rank = rank;
-             b.addr = std::move(addr);
-             b.text = std::move(text);
-             b.stopping = stopping;
-             return b;
-           }),
-           py::arg("alloc"), py::arg("rank"), py::arg("addr"), py::arg("text"), py::arg("stopping") = false)
-      .def_readonly("alloc", &ProcExitedBody::alloc)
-      .def_readonly("rank", &ProcExitedBody::rank)
-      .def_readonly("pid", &ProcExitedBody::pid)
-      .def_readonly("addr", &ProcExitedBody::addr)
-      .def_readonly("host", &ProcExitedBody::host)
-      .def_property_readonly("coords", [](const ProcExitedBody& b) { return to_py(b.coords); })
-      .def_readonly("stopping", &ProcExitedBody::stopping)
-      .def_readonly("text", &ProcExitedBody::text)
-      .def_readonly("signal", &ProcExitedBody::signal)
-      .def_readonly("exit_code", &ProcExitedBody::exit_code)
-      .def("__repr__", [](const ProcExitedBody& b) { return "<ProcExitedBody " + b.text + ">"; })
-      .def("to_dict", &body_dict<ProcExitedBody>);
-  py::class_<PeerDeadBody>(m, "PeerDeadBody", "A peer address died (runtime/bodies.hpp).")
-      .def_readonly("addr", &PeerDeadBody::addr)
-      .def_property_readonly("error", [](const PeerDeadBody& b) { return to_py(b.error); })
-      .def_readonly("host_lost", &PeerDeadBody::host_lost)
-      .def("to_dict", &body_dict<PeerDeadBody>);
-  py::class_<ReloadBody>(m, "ReloadBody", "Reload the modules of these synced files (runtime/bodies.hpp).")
-      .def(py::init([](std::vector<std::string> files) { return ReloadBody{std::move(files)}; }), py::arg("files"))
-      .def_readonly("files", &ReloadBody::files)
-      .def("to_dict", &body_dict<ReloadBody>);
-  py::class_<CancelBody>(m, "CancelBody", "Cancel one target of a call (runtime/bodies.hpp).")
-      .def(py::init([](uint64_t corr, int64_t index) { return CancelBody{corr, index}; }), py::arg("corr"),
-           py::arg("index"))
-      .def_readonly("corr", &CancelBody::corr)
-      .def_readonly("index", &CancelBody::index)
-      .def("to_dict", &body_dict<CancelBody>);
-  py::class_<ConfigureBody>(m, "ConfigureBody", "Settings for procs; only those given change (runtime/bodies.hpp).")
-      .def(py::init([](std::optional<int> log_level, std::optional<bool> post_mortem) {
-             return ConfigureBody{log_level, post_mortem};
-           }),
-           py::arg("log_level") = py::none(), py::arg("post_mortem") = py::none())
-      .def_readonly("log_level", &ConfigureBody::log_level)
-      .def_readonly("post_mortem", &ConfigureBody::post_mortem)
-      .def("to_dict", &body_dict<ConfigureBody>);
-  py::class_<AdoptBody>(m, "AdoptBody", "A controller adopts a proc (runtime/bodies.hpp).")
-      .def(py::init([](std::vector<std::string> cookies, std::vector<std::string> refuse, std::string refuse_text) {
-             return AdoptBody{std::move(cookies), std::move(refuse), std::move(refuse_text)};
-           }),
-           py::arg("cookies") = std::vector<std::string>{}, py::arg("refuse") = std::vector<std::string>{},
-           py::arg("refuse_text") = "")
-      .def_readonly("cookies", &AdoptBody::cookies)
-      .def_readonly("refuse", &AdoptBody::refuse)
-      .def_readonly("refuse_text", &AdoptBody::refuse_text)
-      .def("to_dict", &body_dict<AdoptBody>);
+  bind_body<ErrorBody>(m, "ErrorBody", "A failed reply's body, a supervision error, a Fault.");
+  bind_body<ProcExitedBody>(m, "ProcExitedBody", "ProcExited: a proc ended.");
+  bind_body<LogBody>(m, "LogBody", "Log: complete lines of one proc stream.");
+  bind_body<PeerDeadBody>(m, "PeerDeadBody", "PeerDead: a peer address died.");
+  bind_body<ReloadBody>(m, "ReloadBody", "Reload: reload the modules of these synced files.");
+  bind_body<CancelBody>(m, "CancelBody", "Cancel: cancel one target of a call.");
+  bind_body<ConfigureBody>(m, "ConfigureBody", "Configure: settings for procs; only those given change.");
+  bind_body<AdoptBody>(m, "AdoptBody", "Adopt: a controller adopts a proc.");
+  bind_body<SpawnRank>(m, "SpawnRank", "One rank of a SpawnProcs request.");
+  bind_body<SpawnProcsBody>(m, "SpawnProcsBody", "SpawnProcs: start an allocation's procs on a host.");
+  bind_body<ProcEntry>(m, "ProcEntry", "A proc an agent started or runs.");
+  bind_body<SpawnProcsReply>(m, "SpawnProcsReply", "What an agent started.");
+  bind_body<StopProcsBody>(m, "StopProcsBody", "StopProcs: stop an allocation, by id or name.");
+  bind_body<StopProcsReply>(m, "StopProcsReply", "Which allocation an agent stops.");
+  bind_body<AttachBody>(m, "AttachBody", "Attach: take over (or observe) a live named allocation.");
+  bind_body<PreviousOwner>(m, "PreviousOwner", "The controller that owned an allocation before.");
+  bind_body<AttachReply>(m, "AttachReply", "What a controller needs to reach an attached allocation.");
+  bind_body<AllocationStatus>(m, "AllocationStatus", "One allocation of an agent's Status.");
+  bind_body<StatusReply>(m, "StatusReply", "What an agent runs.");
+  bind_body<SpawnActorBody>(m, "SpawnActorBody", "SpawnActor: create one actor of a mesh on a proc.");
+  bind_body<ActorRecord>(m, "ActorRecord", "A live actor as its proc describes it.");
+  bind_body<RefuseBody>(m, "RefuseBody", "Refuse: why a connection is refused.");
+  bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
+  bind_body<ProcInfoBody>(m, "ProcInfoBody", "ProcInfo: ask a proc its pid and actors.");
+  bind_body<ProcInfoReply>(m, "ProcInfoReply", "A proc's pid and actors.");
+  bind_body<FlushOutputReply>(m, "FlushOutputReply", "The output marker a FlushOutput wrote.");
+  bind_body<DebugEventBody>(m, "DebugEventBody", "DebugEvent: a pdb session stopped, runs, ended or asks for sources.");
+  bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");
+  bind_body<SyncStepBody>(m, "SyncStepBody", "Sync: one step of a workspace sync.");
+  bind_body<SyncReply>(m, "SyncReply", "A host's answer to a Sync step.");
 }
 
 void bind_messages(py::module_& m) {
@@ -414,6 +331,12 @@ void bind_messages(py::module_& m) {
       .def("adopt", &parse_body<AdoptBody>)
       .def("peer_dead", &parse_body<PeerDeadBody>)
       .def("reload", &parse_body<ReloadBody>)
+      .def("fault", &parse_body<ErrorBody>)
+      .def("proc_info", &parse_body<ProcInfoBody>)
+      .def("spawn_actor", &parse_body<SpawnActorBody>)
+      .def("debug_event", &parse_body<DebugEventBody>)
+      .def("debug_command", &parse_body<DebugCommandBody>)
+      .def("error", &parse_body<ErrorBody>, "The body of a failed reply.")
       .def("__repr__", [](PyMessage& p) {
         return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
       });

@@ -5,12 +5,13 @@ import inspect
 import itertools
 import logging
 import random
+from typing import Any, Callable, Optional
 
 from . import _logfiles, _pickling, _wait
 from ._context import current_cell
 from ._display import html_table
 from ._errors import ActorError
-from ._future import Future, show_output_of
+from ._future import CallTarget, Done, Future, show_output_of
 from ._runtime import Kind, get_runtime, note_call
 from ._shape import MeshTrait, Point
 from ._value_mesh import ValueMesh
@@ -40,7 +41,8 @@ class EndpointProperty:
         return self.fn.__get__(instance, owner)
 
 
-def endpoint(fn=None, *, propagate=None, explicit_response_port=False):
+def endpoint(fn: Optional[Callable] = None, *, propagate: Any = None,
+             explicit_response_port: bool = False) -> Any:
     """Marks an actor method as callable through meshes: @endpoint or @endpoint(...)."""
     if fn is None:
         return lambda f: EndpointProperty(f, propagate, explicit_response_port)
@@ -73,7 +75,8 @@ class ActorMesh(MeshTrait):
     """A mesh of actors, one per proc of the ProcMesh it was spawned on. Endpoints are
     attributes: `mesh.method.call(...)`. Awaiting the mesh waits until every __init__ ran."""
 
-    def __init__(self, ref, shape, initialized=None, proc_mesh=None, cls=None):
+    def __init__(self, ref: "ActorMeshRef", shape: Any, initialized: Optional[Future] = None,
+                 proc_mesh: Any = None, cls: Optional[type] = None) -> None:
         self._ref = ref
         self._shape = shape
         self._initialized = initialized
@@ -84,8 +87,13 @@ class ActorMesh(MeshTrait):
     def _new_with_shape(self, shape):
         return ActorMesh(self._ref, shape, self._initialized, self._proc_mesh, self._cls)
 
+    def set_initialized(self, initialized: Future) -> None:
+        """The Future that resolves once every __init__ ran (set once the mesh exists, since its
+        result names the mesh)."""
+        self._initialized = initialized
+
     @property
-    def initialized(self):
+    def initialized(self) -> Optional[Future]:
         """A Future that resolves once every actor's __init__ ran (raises if one failed)."""
         return self._initialized
 
@@ -110,7 +118,7 @@ class ActorMesh(MeshTrait):
 
     def _check_usable(self):
         pm = self._proc_mesh
-        if pm is not None and pm._alloc is not None and pm._alloc.stopped:
+        if pm is not None and pm.allocation is not None and pm.allocation.stopped:
             raise RuntimeError(f"actor mesh {self._ref.name!r} cannot be called: its proc mesh was stopped")
 
     def _targets(self):
@@ -131,15 +139,16 @@ class ActorMesh(MeshTrait):
             proc_rank = ref.proc_ranks[base]
             targets.append((ref.addrs[proc_rank], ref.actor_id))
             p = Point(base, ref.base_shape)
-            described.append({"rank": base, "coords": dict(p), "actor": f"{ref.class_name} {ref.name!r}",
-                              "actor_id": ref.actor_id})
+            described.append(CallTarget(base, dict(p), f"{ref.class_name} {ref.name!r}", ref.actor_id))
         return targets, described
 
-    def logging_option(self, stream_to_client=True, aggregate_window_sec=3, level=logging.INFO):
+    def logging_option(self, stream_to_client: bool = True, aggregate_window_sec: Optional[float] = 3,
+                       level: int = logging.INFO) -> Done:
         """How the output of the procs under this actor mesh is shown (see ProcMesh.logging_option)."""
         return self._owning_proc_mesh("logging_option").logging_option(stream_to_client, aggregate_window_sec, level)
 
-    def logs(self, rank=None, stream=None, grep=None, tail=None):
+    def logs(self, rank: Optional[int] = None, stream: Optional[str] = None, grep: Optional[str] = None,
+             tail: Optional[int] = None) -> list:
         """The output lines these actors printed, as LogRecords (see ProcMesh.logs); ranks are
         numbered as in the actor mesh that was spawned (as errors name them)."""
         pm = self._owning_proc_mesh("logs")
@@ -151,23 +160,23 @@ class ActorMesh(MeshTrait):
             if not wanted:
                 raise IndexError(f"rank {rank} is not in this actor mesh (ranks {sorted(mine.values())})")
             mine = {p: a for p, a in mine.items() if p in wanted}
-        records = pm._read_logs(sorted(mine), stream, grep, None, actor=ref.name)
+        records = pm.read_logs(sorted(mine), stream, grep, None, actor=ref.name)
         return _logfiles.last([r._replace(rank=mine[r.rank]) for r in records], tail)
 
     def _lease(self):
         """The lease of the unnamed allocation under these actors (None when named or local):
         a call in flight holds it, so its procs outlive the call's temporaries."""
         pm = self._proc_mesh
-        return pm._lease if pm is not None else None
+        return pm.lease if pm is not None else None
 
     def _owning_proc_mesh(self, what):
         pm = self._proc_mesh
-        if pm is None or pm._alloc is None:
+        if pm is None or pm.allocation is None:
             raise RuntimeError(f"{what}() needs an actor mesh spawned on procs (not this_proc() or one passed to "
                                "an actor)")
         return pm
 
-    def stop(self):
+    def stop(self) -> None:
         """Stops these actors (their procs stay)."""
         rt = get_runtime()
         targets, _ = self._targets()
@@ -184,9 +193,8 @@ class ActorMesh(MeshTrait):
         ref = self._ref
         proc_states = {}
         pm = self._proc_mesh
-        if pm is not None and pm._alloc is not None:
-            proc_states = {g: (host, pid, state) for g, _, host, pid, state in
-                           pm._new_with_shape(pm._alloc.shape)._rank_states()}
+        if pm is not None and pm.allocation is not None:
+            proc_states = {g: (host, pid, state) for g, _, host, pid, state in pm.rank_states(whole=True)}
         init_state = "ready"
         if self._initialized is not None:
             try:
@@ -263,7 +271,7 @@ _NO_ARGS = _pickling.dumps(((), {}))
 class Endpoint:
     """One endpoint of an actor mesh, with Monarch's adverbs."""
 
-    def __init__(self, mesh, name):
+    def __init__(self, mesh: ActorMesh, name: str) -> None:
         self._mesh = mesh
         self._name = name
 
@@ -275,14 +283,14 @@ class Endpoint:
         note_call(targets, call if expect_reply else None)
         return call, described
 
-    def call(self, *args, **kwargs):
+    def call(self, *args: Any, **kwargs: Any) -> Future:
         """Calls every actor; a Future of the ValueMesh of results."""
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "call")
         return Future(call, _convert_values(self._mesh._shape), described, f"{self._name}.call()",
                       self._mesh._lease())
 
-    def call_one(self, *args, **kwargs):
+    def call_one(self, *args: Any, **kwargs: Any) -> Future:
         """Calls the single actor of this mesh; a Future of its result."""
         if self._mesh._shape.size != 1:
             raise ValueError(f"call_one() needs a mesh of exactly one actor; this one has {self._mesh._shape.size} "
@@ -291,7 +299,7 @@ class Endpoint:
         call, described = self._send(targets, described, args, kwargs, "call_one")
         return Future(call, _convert_one, described, f"{self._name}.call_one()", self._mesh._lease())
 
-    def choose(self, *args, **kwargs):
+    def choose(self, *args: Any, **kwargs: Any) -> Future:
         """Calls one actor of the mesh (rotating through them); a Future of its result."""
         targets, described = self._mesh._targets()
         if not targets:
@@ -300,13 +308,13 @@ class Endpoint:
         call, described = self._send([targets[i]], [described[i]], args, kwargs, "choose")
         return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease())
 
-    def stream(self, *args, **kwargs):
+    def stream(self, *args: Any, **kwargs: Any) -> "_Stream":
         """Calls every actor and yields results as they arrive (in arrival order)."""
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "stream")
         return _Stream(call, described, self._name, self._mesh._lease())
 
-    def broadcast(self, *args, **kwargs):
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Sends to every actor without waiting; an exception goes to the fault hook (printed by
         the controller), and the actor lives on."""
         targets, described = self._mesh._targets()
@@ -336,7 +344,7 @@ class _Stream:
         raise self._fut.error_for(index, body, frames)
 
     def __iter__(self):
-        description = self._fut._description
+        description = self._fut.description
         while self._yielded < len(self._call):
             if not self._pending:
                 try:
@@ -354,7 +362,7 @@ class _Stream:
 
     def _finished(self):
         get_runtime().node.forget_call(self._call.id)
-        self._fut._keepalive = None  # the allocation may stop once its last handle goes
+        self._fut.release()  # the allocation may stop once its last handle goes
 
     def __aiter__(self):
         return self._agen()
@@ -365,7 +373,7 @@ class _Stream:
                 if not self._pending:
                     self._pending.extend(self._call.take())
                     if not self._pending:
-                        await _wait.wait_call_async(self._call, self._fut._description, any_result=True)
+                        await _wait.wait_call_async(self._call, self._fut.description, any_result=True)
                     continue
                 index, ok, body, frames = self._pending.pop(0)
                 self._yielded += 1

@@ -99,24 +99,25 @@ class ActorThread(threading.Thread):
         _core.label_thread(threading.get_ident(), "")
 
     def _spawn(self, msg):
-        body = msg.body
-        self.actor_name = body.get("name", "?")
+        self.actor_name = "?"
         out = _proc_output.begin(msg.ctx, self.actor_name)
         set_current_cell(msg.ctx or "")
         try:
-            shape = _core.Shape.from_json(body["shape"]) if isinstance(body["shape"], str) else body["shape"]
+            body = msg.spawn_actor()
+            self.actor_name = body.name
+            shape = _core.Shape.from_json(body.shape)
             proc_rank = int(os.environ.get("XMESH_RANK", "0"))
-            ranks = body.get("proc_ranks") or [proc_rank]
+            ranks = body.proc_ranks or [proc_rank]
             rank = ranks.index(proc_rank) if proc_rank in ranks else 0
-            self.ctx = ActorContext(self.actor_id, f"{body.get('class', '?')} {body.get('name', '?')!r}", rank, shape,
+            self.ctx = ActorContext(self.actor_id, f"{body.class_name or '?'} {body.name!r}", rank, shape,
                                     proc_rank, self.actor_name)
             set_actor_context(self.ctx)
             _core.label_thread(threading.get_ident(), _debug_proc.thread_label(self.ctx))
             cls, args, kwargs = _pickling.loads(msg.frames)
             # What a controller that attaches later needs to call this actor without its class.
-            self.record = {"actor_id": self.actor_id, "name": body.get("name", "?"), "class": cls.__name__,
-                           "endpoints": endpoints_of(cls), "shape": body["shape"], "proc_ranks": ranks,
-                           "spawned": time.time()}
+            self.record = _core.ActorRecord(actor_id=self.actor_id, name=body.name, class_name=cls.__name__,
+                                            endpoints=endpoints_of(cls), shape=body.shape, proc_ranks=ranks,
+                                            spawned=time.time())
             self.instance = cls(*args, **kwargs)
             ok, reply_body, frames = True, {"pid": os.getpid(), "host": _HOST}, None
         except BaseException as e:
@@ -245,17 +246,18 @@ class ActorHost:
         table.on(Kind.Cancel, self._cancel)
         # The controller's flush barrier (end of a cell): everything written so far, then a
         # marker (seq 0 where no host agent reads this process's output: nothing to wait for).
-        table.on(Kind.FlushOutput, lambda msg: node.reply(msg, True, {"m": _proc_output.flush_marker()}))
+        table.on(Kind.FlushOutput,
+                 lambda msg: node.reply(msg, True, _core.FlushOutputReply(m=_proc_output.flush_marker()).to_dict()))
         table.on(Kind.ProcInfo, self._proc_info)
         table.on(Kind.Reload, self._reload)
         table.on(Kind.Configure, self._configure)
-        table.on(Kind.DebugCommand, lambda msg: _debug_proc.deliver(msg.body or {}))
+        table.on(Kind.DebugCommand, lambda msg: _debug_proc.deliver(msg.debug_command()))
 
     def _proc_info(self, msg):
-        info = {"pid": os.getpid(), "actors": self.describe()}
-        if (msg.body or {}).get("async_stacks"):  # the debugger's `where`: what async endpoints await
-            info["async_stacks"] = self.async_stacks()
-        self.rt.node.reply(msg, True, info)
+        # async_stacks: the debugger's `where` asks what async endpoints await.
+        stacks = self.async_stacks() if msg.proc_info().async_stacks else None
+        info = _core.ProcInfoReply(pid=os.getpid(), actors=self.describe(), async_stacks=stacks)
+        self.rt.node.reply(msg, True, info.to_dict())
 
     def _reload(self, msg):
         """A sync changed these files: reload their modules here, between two messages of no
@@ -264,7 +266,7 @@ class ActorHost:
 
         result = _reload.reload_files(msg.reload().files)
         self.forget_endpoint_cache()
-        self.rt.node.reply(msg, True, result)
+        self.rt.node.reply(msg, True, result.to_dict())
 
     def _cancel(self, msg):
         body = msg.cancel()
@@ -301,7 +303,7 @@ class ActorHost:
         """Records of the live actors on this proc (see ActorThread._spawn)."""
         with self._lock:
             threads = list(self.actors.values())
-        return [dict(t.record, init_failed=t.init_error is not None) for t in threads if t.record]
+        return [t.record for t in threads if t.record is not None]
 
     def async_stacks(self):
         """{"mesh\trank": frames} of the actors awaiting an async endpoint: the chain of

@@ -10,7 +10,6 @@ from typing import Any, Optional
 
 from . import _logfiles
 from ._future import WeakValue
-from ._protocol import Kind
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
 
 
@@ -62,7 +61,7 @@ class Allocation:
         self.stopped = True
         for a in {id(a): a for a in self.agents}.values():
             try:
-                a.request(Kind.StopProcs, {"alloc": self.id, "immediately": immediately}, timeout=5)
+                a.stop_procs(alloc=self.id, immediately=immediately, timeout=5)
             except Exception:
                 pass
 

@@ -52,7 +52,7 @@ def _proc_point():
     return Point(int(os.environ.get("XMESH_RANK", "0")), shape)
 
 
-def current_rank():
+def current_rank() -> Point:
     """The Point of the calling actor in its mesh: `.rank` plus one coordinate per dimension."""
     ctx = _actor_context.get()
     if ctx is not None:
@@ -60,7 +60,7 @@ def current_rank():
     return _proc_point()
 
 
-def current_size():
+def current_size() -> dict[str, int]:
     """Sizes of the calling actor's mesh, by dimension name."""
     ctx = _actor_context.get()
     shape = ctx.shape if ctx is not None else _proc_point().shape

@@ -98,29 +98,30 @@ class DebugController:
 
     # -- events (the runtime's control thread) ------------------------------------------------
     def on_event(self, msg):
-        body = msg.body or {}
+        body = msg.debug_event()
         addr = msg.sender_addr
-        ev = body.get("ev")
+        ev = body.ev
         if ev == "sources":
             self._send_sources(addr, body)
             return
         with self.cond:
-            key = (addr, body.get("sid"))
+            key = (addr, body.sid)
             s = self.sessions.get(key)
             if s is None and ev in ("running", "ended"):
                 return
             if s is None:
                 s = self.sessions[key] = Session(*key)
             s.events += 1
-            s.out.append(body.get("out", ""))
+            s.out.append(body.out)
             if ev == "prompt":
                 s.state = "stopped"
                 for f in ("actor", "rank", "coords", "sizes", "host", "pid", "cell", "reason", "function", "file",
                           "line"):
-                    if f in body:
-                        setattr(s, f, body[f])
-                if body.get("stop"):
-                    s.stack = [tuple(f) for f in body.get("stack", [])]
+                    value = getattr(body, f)
+                    if value is not None:
+                        setattr(s, f, value)
+                if body.stop:
+                    s.stack = [tuple(f) for f in body.stack]
                     s.shown = False
                     self.new_stop = True
                     _core.wake_main()  # a waiting get() / await / stream opens the prompt now
@@ -135,10 +136,10 @@ class DebugController:
 
     def _send_sources(self, addr, body):
         sources = {}
-        for name in body.get("files", []):
+        for name in body.files:
             lines = linecache.getlines(name)
             sources[name] = "".join(lines) if lines else None
-        self._command(addr, {"sid": body.get("sid"), "sources": sources})
+        self._command(addr, sid=body.sid, sources=sources)
 
     def _notice_if_unseen(self, s):
         """A stop that no waiting cell turned into a prompt (after a broadcast, or a call nobody
@@ -237,9 +238,11 @@ class DebugController:
                 self.cond.wait(0.1)
 
     # -- commands ---------------------------------------------------------------------------------
-    def _command(self, addr, body):
+    def _command(self, addr, **fields):
+        """Sends one DebugCommand (its fields: DebugCommandBody); False when addr is gone."""
         from ._runtime import Kind
 
+        body = _core.DebugCommandBody(**fields).to_dict()
         try:
             self.rt.node.send(addr, int(Kind.DebugCommand), body)
             self.commands_sent += 1
@@ -261,7 +264,7 @@ class DebugController:
                 s.state = "waiting"
                 s.out.clear()  # the answer is what comes after this input
         for s in sessions:
-            if not self._command(s.addr, {"sid": s.sid, "cmd": cmd}):
+            if not self._command(s.addr, sid=s.sid, cmd=cmd):
                 with self.cond:
                     s.state = "ended"
                     self.sessions.pop(s.key, None)
@@ -300,7 +303,7 @@ class DebugController:
             for s in sessions:
                 before[s.key] = s.events
         for s in sessions:
-            self._command(s.addr, {"sid": s.sid, "continue": True})
+            self._command(s.addr, sid=s.sid, resume=True)
         deadline = time.monotonic() + 5.0
         with self.cond:
             while any(s.state == "stopped" and s.key in self.sessions for s in sessions):
@@ -339,12 +342,13 @@ class DebugController:
             dumping = Request(self.rt.node, addrs, Kind.DumpStacks)
             # What async endpoints await is in their suspended coroutines, which only Python
             # can walk (with the GIL): asked beside the GIL-free dump, used where it answers.
-            asking = Request(self.rt.node, addrs, Kind.ProcInfo, {"async_stacks": True})
+            asking = Request(self.rt.node, addrs, Kind.ProcInfo, _core.ProcInfoBody(async_stacks=True).to_dict())
             dumps = dumping.answers(timeout, "`where`")
             tasks = asking.answers(max(0.0, deadline - time.monotonic()), "`where`")
             awaiting = {}
             for ok, body, _ in tasks.values():
-                for label, frames in (body.get("async_stacks", {}) if ok else {}).items():
+                stacks = _core.ProcInfoReply.from_dict(body).async_stacks if ok else None
+                for label, frames in (stacks or {}).items():
                     actor, rank = label.split("\t", 1)
                     awaiting[(actor, int(rank))] = [tuple(f) for f in frames]
             answered = set()
@@ -496,15 +500,15 @@ class _DebugFunction:
     for them). `xmesh.debug.post_mortem(True)`: an unhandled exception in an endpoint stops that
     rank in pdb at the raising frame."""
 
-    def __call__(self):
+    def __call__(self) -> None:
         ctrl = controller()
         ctrl.new_stop = False
         open_prompt(waiting_for=None)
 
-    def post_mortem(self, on=True):
+    def post_mortem(self, on: bool = True) -> None:
         controller().set_post_mortem(on)
 
-    def sessions(self):
+    def sessions(self) -> list[dict]:
         """The stopped sessions as dicts (actor, rank, coords, host, pid, function, file, line, reason)."""
         return [{f: getattr(s, f) for f in ("actor", "rank", "coords", "host", "pid", "function", "file", "line",
                                             "reason")} for s in controller().stopped()]

@@ -42,12 +42,14 @@ def _controller():
     return get_runtime(), _controller_addr
 
 
-def _send(body):
+def _send(**fields):
+    """Sends one DebugEvent (its fields: DebugEventBody) to the controller that owns this proc."""
     from ._runtime import Kind
 
     rt, addr = _controller()
     if not addr:
         return
+    body = _core.DebugEventBody(**fields).to_dict()
     try:
         rt.node.send(addr, int(Kind.DebugEvent), body)
     except Exception:
@@ -140,7 +142,7 @@ class RemotePdb(pdb.Pdb):
         finally:
             _proc_output.redirect_thread(self.thread, None)
             if self.sid in _sessions:
-                _send({"ev": "running", "sid": self.sid, "out": self.relay.take()})
+                _send(ev="running", sid=self.sid, out=self.relay.take())
 
     # -- the relay ---------------------------------------------------------------------------
     def _location(self):
@@ -165,7 +167,7 @@ class RemotePdb(pdb.Pdb):
             if not self.announced:
                 self.announced = True
                 body.update(self._row())
-        _send(body)
+        _send(**body)
 
     def _row(self):
         return dict(actor=self.actor, rank=self.rank, coords=self.coords, sizes=self.sizes, host=_HOST,
@@ -173,8 +175,8 @@ class RemotePdb(pdb.Pdb):
 
     def announce_again(self):
         """A new controller took this proc over while pdb waits: it learns of the stop whole."""
-        _send({"ev": "prompt", "sid": self.sid, "out": "", **self._location(), "stop": True, "stack": self._stack(),
-               "reason": self.reason, **self._row(), "cell": ""})
+        _send(ev="prompt", sid=self.sid, out="", **self._location(), stop=True, stack=self._stack(),
+              reason=self.reason, **dict(self._row(), cell=""))
 
     def _fetch_missing_sources(self, frame, tb):
         """Files of the stack this host cannot read (code defined in notebook cells, files that
@@ -190,7 +192,7 @@ class RemotePdb(pdb.Pdb):
         missing = sorted(n for n in names if not linecache.getlines(n))
         if not missing:
             return
-        _send({"ev": "sources", "sid": self.sid, "files": missing})
+        _send(ev="sources", sid=self.sid, files=missing)
         try:
             cmd = self.relay.commands.get(timeout=SOURCE_WAIT_S)
         except queue.Empty:
@@ -207,7 +209,7 @@ class RemotePdb(pdb.Pdb):
                 return
             _by_thread.pop(self.thread, None)
         sys.settrace(None)
-        _send({"ev": "ended", "sid": self.sid, "out": self.relay.take()})
+        _send(ev="ended", sid=self.sid, out=self.relay.take())
 
 
 # -- entry points ------------------------------------------------------------------------------
@@ -291,24 +293,24 @@ def adopted_by(addr):
         s.announce_again()
 
 
-def deliver(body):
+def deliver(body: "_core.DebugCommandBody") -> None:
     """A DebugCommand from the controller (the proc's main thread calls this)."""
-    sid = body.get("sid")
+    sid = body.sid
     if sid == "*":
         targets = list(_sessions.values())
     else:
         s = _sessions.get(sid)
         targets = [s] if s is not None else []
-    if not targets and "cmd" in body and sid != "*":
-        _send({"ev": "ended", "sid": sid, "out": "", "gone": True})  # the controller's view was stale
+    if not targets and body.cmd is not None and sid != "*":
+        _send(ev="ended", sid=sid, out="", gone=True)  # the controller's view was stale
         return
     for s in targets:
-        if "sources" in body:
-            s.relay.commands.put(body["sources"])
-        if body.get("continue"):
+        if body.sources is not None:
+            s.relay.commands.put(body.sources)
+        if body.resume:
             s.relay.commands.put(_CONTINUE)
-        elif "cmd" in body:
-            s.relay.commands.put(str(body["cmd"]))
+        elif body.cmd is not None:
+            s.relay.commands.put(body.cmd)
 
 
 def thread_label(ctx):

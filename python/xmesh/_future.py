@@ -2,6 +2,8 @@
 without the GIL, woken by the call, by output or debugger stops for the main thread, or by
 Ctrl-C; a timeout does not consume the future; the outcome is cached."""
 import asyncio
+import dataclasses
+from typing import Any, Callable, Optional
 
 from . import _core, _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
@@ -9,20 +11,38 @@ from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime
 
 
-def _error_from(body, frames, target):
+@dataclasses.dataclass(frozen=True)
+class CallTarget:
+    """What errors and waits say about one target of a call: its rank and coordinates in the
+    mesh that was called, and what runs there."""
+    rank: int
+    coords: dict = dataclasses.field(default_factory=dict)
+    actor: str = ""      # "Trainer 'trainers'", or "proc"
+    actor_id: str = ""   # the actor's id on its proc ("" for procs)
+
+
+def _read_error(body: Any) -> "_core.ErrorBody":
+    try:
+        return _core.ErrorBody.from_dict(body)
+    except (ValueError, TypeError):
+        return _core.ErrorBody(kind=str(ErrorKind.Actor), text=f"a malformed error reply: {body!r}")
+
+
+def _error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseException:
     """Turns an error reply (or a supervision failure) into the exception the caller sees."""
     kind = error_kind(body) or ErrorKind.Actor
-    rank = target.get("rank") if target else body.get("rank")
-    coords = (target or {}).get("coords") or body.get("coords") or {}
-    actor = (target or {}).get("actor") or body.get("actor")
+    err = _read_error(body)
+    rank = target.rank if target else err.rank
+    coords = (target.coords if target else None) or err.coords or {}
+    actor = (target.actor if target else None) or err.actor
     where = f"{actor} " if actor else ""
     where += f"rank {rank} {describe_coords(coords)}".rstrip()
     if kind == ErrorKind.Supervision:
-        info = body.get("info", {})
-        return SupervisionError(f"{where}: {body.get('text', 'proc died')}", rank=rank, coords=coords,
+        info = err.info if isinstance(err.info, dict) else {}
+        return SupervisionError(f"{where}: {err.text or 'proc died'}", rank=rank, coords=coords,
                                 host=info.get("host"), actor=actor)
     if kind == ErrorKind.TakenOver:
-        return TakenOverError(f"{where}: {body.get('text', 'the allocation was taken over')}")
+        return TakenOverError(f"{where}: {err.text or 'the allocation was taken over'}")
     if kind == ErrorKind.Cancelled:
         return asyncio.CancelledError(f"{where}: cancelled")
     exc = None
@@ -31,14 +51,11 @@ def _error_from(body, frames, target):
             exc = _pickling.loads(frames)
         except Exception:
             exc = None
-    tb = body.get("traceback")
-    host = body.get("host")
-    method = body.get("method")
+    tb, host, method = err.traceback, err.host, err.method
     head = f"{where} on {host}" if host else where
     if method:
         head += f" failed in endpoint {method}()"
-    text = body.get("text", "")
-    msg = f"{head}:\n{tb.rstrip()}" if tb else f"{head}: {text}"
+    msg = f"{head}:\n{tb.rstrip()}" if tb else f"{head}: {err.text}"
     return ActorError(msg, exception=exc, rank=rank, coords=coords, host=host, actor=actor, method=method,
                       remote_traceback=tb)
 
@@ -84,12 +101,12 @@ class Done:
     def __init__(self, value):
         self._value = value
 
-    def get(self, timeout=None):
+    def get(self, timeout: Optional[float] = None) -> Any:
         return self._value
 
     result = get
 
-    def done(self):
+    def done(self) -> bool:
         return True
 
     def __await__(self):
@@ -104,7 +121,8 @@ class Future:
     """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
     frames) into the value; targets describes each index (rank, coords, actor) for errors."""
 
-    def __init__(self, call, convert, targets=None, description="call", keepalive=None):
+    def __init__(self, call: Any, convert: Callable[[dict, "Future"], Any],
+                 targets: Optional[list[CallTarget]] = None, description: str = "call", keepalive: Any = None) -> None:
         self._call = call
         # What the call needs alive until it finishes: the lease of an unnamed allocation,
         # whose procs would otherwise stop under the call when its meshes were temporaries.
@@ -112,10 +130,10 @@ class Future:
         self._convert = convert
         self._targets = targets or []
         self._description = description
-        self._results = {}
+        self._results: dict = {}
         self._done = False
-        self._value = None
-        self._error = None
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
 
     # -- waiting ---------------------------------------------------------------------------
     def _collect(self):
@@ -133,23 +151,32 @@ class Future:
             self._value = self._convert(self._results, self)
         except BaseException as e:  # errors are cached like values
             self._error = e
-        self._results = None
+        self._results = {}
         self._done = True
         self._keepalive = None
 
     def _wait_for_output(self, rt):
         show_output_of(rt, self._call, ((i, body) for i, (ok, body, frames) in self._results.items()))
 
-    def target(self, index):
-        return self._targets[index] if index < len(self._targets) else {}
+    @property
+    def description(self) -> str:
+        """What this is the result of, as errors name it ("step.call()")."""
+        return self._description
 
-    def error_for(self, index, body, frames):
+    def release(self) -> None:
+        """Its results were taken another way (a stream): what it kept alive may go."""
+        self._keepalive = None
+
+    def target(self, index: int) -> "CallTarget | None":
+        return self._targets[index] if index < len(self._targets) else None
+
+    def error_for(self, index: int, body: Any, frames: Any) -> BaseException:
         return _error_from(body, frames, self.target(index))
 
-    def running_ranks(self):
-        return [self.target(i).get("rank", i) for i in self._call.missing()]
+    def running_ranks(self) -> list[int]:
+        return [t.rank if (t := self.target(i)) is not None else i for i in self._call.missing()]
 
-    def get(self, timeout=None):
+    def get(self, timeout: Optional[float] = None) -> Any:
         """Waits for the result (seconds; None: no limit). Raises TimeoutError without
         consuming the future, KeyboardInterrupt naming the ranks still running on Ctrl-C."""
         check_timeout(timeout)
@@ -180,10 +207,10 @@ class Future:
         v = self._value
         return v.make() if isinstance(v, WeakValue) else v
 
-    def done(self):
+    def done(self) -> bool:
         return self._done or self._call.done or self._call.fatal
 
-    def cancel(self):
+    def cancel(self) -> bool:
         """Cancels the ranks still running: async endpoints see CancelledError, sync ones an
         asynchronous exception (raised when they next run Python code). A future not yet
         finished then raises CancelledError; one that already failed because a proc died keeps
@@ -194,8 +221,8 @@ class Future:
         for i in self._call.missing():
             addr = self._call.target_addr(i)
             try:
-                rt.node.send(addr, int(Kind.Cancel), _core.CancelBody(self._call.id, i).to_dict(),
-                             actor=self.target(i).get("actor_id", ""))
+                rt.node.send(addr, int(Kind.Cancel), _core.CancelBody(corr=self._call.id, index=i).to_dict(),
+                             actor=t.actor_id if (t := self.target(i)) is not None else "")
             except Exception:
                 pass
         if not self._done:

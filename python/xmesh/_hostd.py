@@ -4,6 +4,7 @@ import shutil
 import signal
 import threading
 import time
+from typing import Any
 
 from . import _core
 from ._pids import pid_alive, running_agent_pid
@@ -11,7 +12,7 @@ from ._protocol import ErrorKind, error
 from ._runtime import Kind, get_runtime, on_controller_exit
 from ._wait import request
 
-_agents = {}
+_agents: dict[str, "HostAgent"] = {}
 _agents_lock = threading.Lock()
 
 
@@ -136,7 +137,7 @@ class HostAgent:
         cookie = _read(_core.layout_cookie_file(self.runtime_dir))
         rt.node.set_peer_cookie(self.addr, cookie)
         try:
-            status = self.request(Kind.Status, {}, timeout=timeout)
+            status = self.status(timeout=timeout)
         except RuntimeError as e:
             if "refused" not in str(e):
                 raise
@@ -150,14 +151,14 @@ class HostAgent:
             rt = get_runtime()
             rt.node.revive(self.addr)
             self._start(timeout)
-            status = self.request(Kind.Status, {}, timeout=timeout)
-        if status.get("build") != _core.build_id() and not status.get("allocations"):
+            status = self.status(timeout=timeout)
+        if status.build != _core.build_id() and not status.allocations:
             # An idle agent from another build of xmesh: replace it, so that procs always run the
             # code installed now.
-            self._replace(status.get("pid"), timeout)
-            status = self.request(Kind.Status, {}, timeout=timeout)
-        self.host = status.get("host")
-        self.pid = status.get("pid")
+            self._replace(status.pid, timeout)
+            status = self.status(timeout=timeout)
+        self.host = status.host
+        self.pid = status.pid
         rt.node.watch_host(self.addr)
         self._connected = True
         return self
@@ -181,9 +182,11 @@ class HostAgent:
         while pid and pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    def request(self, kind, body, timeout=15.0):
-        """Sends one request and returns the reply body; raises RuntimeError naming the problem."""
-        answers = request(get_runtime().node, [self.addr], kind, body, timeout=timeout,
+    def request(self, kind: "_core.Kind", body: Any, timeout: float = 15.0) -> dict:
+        """Sends one request (body: a typed body of xmesh._core, or {}) and returns the reply
+        body; raises HostdError (carrying the error body) or RuntimeError naming the problem."""
+        wire = body.to_dict() if hasattr(body, "to_dict") else body
+        answers = request(get_runtime().node, [self.addr], kind, wire, timeout=timeout,
                           description=f"{Kind(kind).name} request to the host agent")
         if not answers:
             raise RuntimeError(f"the host agent at {self.addr} did not answer a "
@@ -193,8 +196,22 @@ class HostAgent:
             raise HostdError(reply.get("text", "the host agent refused the request"), reply)
         return reply
 
-    def status(self):
-        return self.request(Kind.Status, {})
+    # The agent's requests, each with its typed body and reply (runtime/bodies.hpp).
+    def status(self, timeout: float = 15.0) -> "_core.StatusReply":
+        return _core.StatusReply.from_dict(self.request(Kind.Status, {}, timeout=timeout))
+
+    def spawn_procs(self, body: "_core.SpawnProcsBody", timeout: float = 30.0) -> "_core.SpawnProcsReply":
+        return _core.SpawnProcsReply.from_dict(self.request(Kind.SpawnProcs, body, timeout=timeout))
+
+    def stop_procs(self, *, alloc: str = "", name: str = "", immediately: bool = False,
+                   timeout: float = 15.0) -> "_core.StopProcsReply":
+        body = _core.StopProcsBody(alloc=alloc, name=name, immediately=immediately)
+        return _core.StopProcsReply.from_dict(self.request(Kind.StopProcs, body, timeout=timeout))
+
+    def attach(self, name: str, *, observe: bool = False) -> "_core.AttachReply":
+        """Takes over the live allocation `name` (observe: only learns how to reach its procs)."""
+        body = _core.AttachBody(name=name, controller_pid=os.getpid(), observe=observe)
+        return _core.AttachReply.from_dict(self.request(Kind.Attach, body))
 
     def goodbye(self):
         if not self._connected:

@@ -2,16 +2,15 @@
 once the IPython shell exists, `begin_cell` / `end_cell` around each execution,
 `on_idle_interrupt` for an interrupt while no cell runs, and `shutdown` on a shutdown or
 restart request."""
-import collections
 import itertools
 import json
 import sys
 import threading
-import time
 
 from ._debug_io import TerminalIO
 
 _shell = None
+_cells = None              # the CellOutput remote output goes through (_logs.py), made by setup
 _interrupted = []          # futures whose wait the last interrupt broke, ranks still running
 _interrupted_lock = threading.Lock()
 
@@ -30,11 +29,14 @@ def setup(shell):
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
     _register_magics(shell)
-    from . import _core, _debug_io, _runtime, _wait
+    from . import _core, _debug_io, _logs, _runtime, _wait
 
-    # Remote output goes to the cells (aggregated, within a display budget), and every call a
-    # cell sends is noted (its flush barrier and its output slot).
-    _runtime.set_output(True, route)
+    global _cells
+    # Remote output goes to the cells (aggregated, within a display budget; one queue per
+    # destination, _logs.CellOutput), and every call a cell sends is noted (its flush barrier
+    # and whether the cell gets an output slot).
+    _cells = _logs.CellOutput(_KernelCellSink())
+    _runtime.set_output(True, _cells.route)
     _runtime.observe_calls(note_call)
     _debug_io.set_frontend(_KernelFrontend())
     _core.set_main_thread_call(drain_output)
@@ -45,26 +47,15 @@ def setup(shell):
     _wait.set_cancel_hint(cancel_hint)
 
 
-# -- cells and their output (DESIGN §6) ------------------------------------------------------
-# Remote output is tagged with the cell whose call produced it (the causal context travels
-# with every call). Output of the executing cell is written by the main thread, the only one
-# that may publish on xeus's shell socket, so it is ordered before the cell's reply: while the
-# cell waits on a future, between two bytecodes (a pending call), and at the end. Output of a
-# cell that already finished goes into that cell's output slot, a display_data with a
-# display_id made at its end when calls were still running, through update_display_data
-# published from the runtime's thread (kernel/iopub_side_channel.hpp).
+# -- cells (DESIGN §6) -------------------------------------------------------------------------
+# Each execution is a _Cell with a token that travels with its calls; its output reaches it
+# through _cells (_logs.CellOutput), which this module feeds with the cells' beginnings and
+# ends and which publishes through _KernelCellSink.
 
 _cells_lock = threading.RLock()
 _current = None            # the _Cell executing now
-_recent = collections.OrderedDict()  # token -> finished _Cell with an output slot
-_RECENT_MAX = 200
-_main_queue = []           # (stream, text) for the executing cell, written by the main thread
-_waiting = []              # output that arrived with no cell to show it in: shown by the next one
 _token_prefix = None
 _cell_numbers = itertools.count(1)
-_SLOT_MAX_CHARS = 200_000
-_SLOT_UPDATE_S = 0.1
-_UPDATE = object()         # a _main_queue item: (_UPDATE, cell) updates that cell's slot
 _stdin_allowed = False     # the executing request allows input_request (nbclient does not)
 
 
@@ -75,13 +66,6 @@ class _Cell:
         self.targets = {}       # id(list) -> list of (addr, actor) the cell's calls went to
         self.calls = []         # the Calls expecting replies
         self.broadcasts = False
-        self.slot_id = None
-        self.late = []          # late output shown in the slot
-        self.late_chars = 0
-        self.dropped_chars = 0
-        self.last_publish = 0.0
-        self.dirty = False
-        self.queued = False     # an update waits in _main_queue
 
 
 def _new_token():
@@ -106,12 +90,9 @@ def begin_cell(header_json, allow_stdin=False):
     cell = _Cell(_new_token(), header)
     with _cells_lock:
         _current = cell
-        if _waiting:
-            _main_queue.append((2, "[xmesh] output that arrived while no cell was running:\n"))
-            _main_queue.extend(_waiting)
-            _waiting.clear()
     _context.controller_cell = cell.token
-    drain_output()
+    if _cells is not None:
+        _cells.begin_cell(cell.token)
 
 
 def note_call(targets, call):
@@ -142,24 +123,20 @@ def end_cell():
             _flush_barrier(rt, cell)
     except KeyboardInterrupt:
         pass
-    if cell.broadcasts or any(not (c.done or c.fatal) for c in cell.calls):
-        cell.slot_id = f"xmesh-output-{cell.token}"
-        _publish_slot(cell)
+    running = cell.broadcasts or any(not (c.done or c.fatal) for c in cell.calls)
     with _cells_lock:
         _current = None
         _context.controller_cell = ""
         cell.calls = []
         cell.targets = {}
-        if cell.slot_id:
-            _recent[cell.token] = cell
-            while len(_recent) > _RECENT_MAX:
-                _recent.popitem(last=False)
-    drain_output()
+    if _cells is not None:
+        _cells.end_cell(cell.token, running, cell.header)
 
 
 def _flush_barrier(rt, cell):
     """Every proc this cell called writes an output marker now; once those markers are through,
     everything the procs printed so far is shown (aggregation windows end early)."""
+    from . import _core
     from ._logs import BARRIER_TIMEOUT
     from ._runtime import Kind
     from ._wait import request
@@ -171,139 +148,52 @@ def _flush_barrier(rt, cell):
         # A proc holding its GIL does not answer: not forever.
         answers = request(rt.node, alive, Kind.FlushOutput, timeout=min(BARRIER_TIMEOUT, 2.0),
                           description="the output barrier")
-        marks = [(alive[i], body["m"]) for i, (ok, body, _) in answers.items() if ok and body.get("m")]
+        answered = [(alive[i], _core.FlushOutputReply.from_dict(body).m) for i, (ok, body, _) in answers.items() if ok]
+        marks = [(addr, m) for addr, m in answered if m]
     if len(alive) < len(addrs):
         rt.logs.router.sync(1.0)  # procs that died: their last lines came before the exit notice
     rt.logs.barrier(marks)
     drain_output()
 
 
-def _publish_slot(cell):
-    """The display that later output of this cell goes into (main thread, inside the cell)."""
-    try:
-        _shell.display_pub.publish(data={"text/plain": ""}, metadata={}, transient={"display_id": cell.slot_id})
-    except Exception:
-        cell.slot_id = None
-
-
-def route(chunks):
-    """The kernel's log sink (see _logs.LogOutput): each chunk (cell, stream, text) goes to the
-    cell it belongs to."""
-    from . import _core
-
-    publish = []
-    with _cells_lock:
-        cur = _current
-        for cell, stream, text in chunks:
-            if cur is not None and (cell == cur.token or not cell):
-                _main_queue.append((stream, text))
-                continue
-            late = _recent.get(cell)
-            if late is not None:
-                _add_late(late, text)
-                if cur is not None:  # the running cell's main thread publishes it, ordered
-                    if not late.queued:
-                        late.queued = True
-                        _main_queue.append((_UPDATE, late))
-                elif late not in publish:
-                    publish.append(late)
-            elif cur is not None:  # a cell with no slot, or another kernel's: the running cell shows it
-                _main_queue.append((stream, text))
-            else:
-                _waiting.append((stream, text))
-        queued = bool(_main_queue)
-    if queued:
-        if threading.current_thread() is threading.main_thread():
-            drain_output()
-        else:
-            _core.call_on_main_thread()
-    for late in publish:
-        _publish_late(late)
-
-
-def _add_late(cell, text):
-    cell.late.append(text)
-    cell.late_chars += len(text)
-    while cell.late_chars > _SLOT_MAX_CHARS and len(cell.late) > 1:
-        dropped = cell.late.pop(0)
-        cell.late_chars -= len(dropped)
-        cell.dropped_chars += len(dropped)
-    cell.dirty = True
-
-
-def _slot_text(cell):
-    text = "".join(cell.late)
-    if cell.dropped_chars:
-        text = (f"[xmesh] {cell.dropped_chars} earlier characters are not shown here: mesh.logs() or "
-                f"`xmesh logs NAME` have every line\n") + text
-    return text
-
-
-def _update_slot_here(cell):
-    """While a cell runs: the update goes out on the main thread, like the cell's own output, so
-    it is ordered before the cell's reply (nbclient applies updates only until then)."""
-    with _cells_lock:
-        cell.queued = False
-        cell.dirty = False
-        text = _slot_text(cell)
-    try:
-        _shell.display_pub.publish(data={"text/plain": text}, metadata={}, transient={"display_id": cell.slot_id},
-                                   update=True)
-    except Exception:
-        pass
-
-
-def _publish_late(cell, force=False):
-    """While no cell runs: update_display_data of the cell's slot from this (runtime) thread
-    through the kernel's side channel, at most every _SLOT_UPDATE_S (a timer sends the last)."""
-    now = time.monotonic()
-    with _cells_lock:
-        if not cell.dirty:
-            return
-        if not force and now - cell.last_publish < _SLOT_UPDATE_S:
-            t = threading.Timer(_SLOT_UPDATE_S, _publish_late, (cell, True))
-            t.daemon = True
-            t.start()
-            return
-        if _current is not None:  # a cell started meanwhile: its main thread sends it
-            if not cell.queued:
-                cell.queued = True
-                _main_queue.append((_UPDATE, cell))
-                from . import _core
-
-                _core.call_on_main_thread()
-            return
-        cell.dirty = False
-        cell.last_publish = now
-        text = _slot_text(cell)
-        parent = cell.header
-    content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": cell.slot_id}}
-    try:
-        import xmesh_kernel_iopub
-
-        xmesh_kernel_iopub.publish("update_display_data", json.dumps(content), json.dumps(parent))
-    except Exception:
-        pass
-
-
 def drain_output():
-    """Writes the executing cell's queued remote output, on the main thread (elsewhere: no-op).
-    Items are taken one at a time, so a drain that starts inside another (a pending call
-    between two bytecodes) just carries on with the next item: nothing waits for a wake-up
-    that was spent."""
-    from ._logs import write_std
+    """Writes the executing cell's queued remote output, on the main thread (elsewhere: no-op)."""
+    if _cells is not None:
+        _cells.drain()
 
-    if threading.current_thread() is not threading.main_thread():
-        return
-    while True:
-        with _cells_lock:
-            if not _main_queue:
-                return
-            stream, text = _main_queue.pop(0)
-        if stream is _UPDATE:
-            _update_slot_here(text)
-            continue
+
+class _KernelCellSink:
+    """How output reaches a notebook (see _logs.CellSink): the executing cell's through its
+    stdout/stderr and display publisher (main thread), a finished cell's slot through
+    update_display_data on the kernel's side channel (kernel/iopub_side_channel.hpp)."""
+
+    def write(self, stream, text):
+        from ._logs import write_std
+
         write_std(stream, text)
+
+    def open_slot(self, slot_id):
+        try:
+            _shell.display_pub.publish(data={"text/plain": ""}, metadata={}, transient={"display_id": slot_id})
+            return True
+        except Exception:
+            return False
+
+    def update_slot(self, slot_id, text):
+        try:
+            _shell.display_pub.publish(data={"text/plain": text}, metadata={}, transient={"display_id": slot_id},
+                                       update=True)
+        except Exception:
+            pass
+
+    def publish_slot(self, slot_id, text, parent):
+        content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": slot_id}}
+        try:
+            import xmesh_kernel_iopub
+
+            xmesh_kernel_iopub.publish("update_display_data", json.dumps(content), json.dumps(parent))
+        except Exception:
+            pass
 
 
 class _KernelIO(TerminalIO):

@@ -3,13 +3,15 @@ import html
 import json
 import logging
 import os
+from collections.abc import Iterable
+from typing import Any, Optional, Union
 
 from . import _core, _logfiles, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._allocation import Allocation, Lease, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
 from ._context import current_cell
 from ._display import html_table
-from ._future import Done, Future
+from ._future import CallTarget, Done, Future
 from ._hostd import HostdError, agent
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
@@ -18,7 +20,7 @@ from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime, note_call, proc_environment
 from ._shape import MeshTrait, Point, dense_shape
 from ._wait import request
-from ._workspace import DEFAULT_MAX_FILE_SIZE, seed_named_workspace, sync_workspace
+from ._workspace import DEFAULT_MAX_FILE_SIZE, Workspace, seed_named_workspace, sync_workspace
 
 
 def _rank_env(rank, coords, shape, per_host):
@@ -36,7 +38,8 @@ def _rank_env(rank, coords, shape, per_host):
 class ProcMesh(MeshTrait):
     """A mesh of procs (worker processes). Spawn actors on it with `spawn`."""
 
-    def __init__(self, alloc, shape, ready=None, local_addr=None, lease=None):
+    def __init__(self, alloc: Optional[Allocation], shape: Any, ready: Optional[Future] = None,
+                 local_addr: Optional[str] = None, lease: Optional[Lease] = None) -> None:
         self._alloc = alloc
         self._shape = shape
         self._ready = ready
@@ -46,9 +49,25 @@ class ProcMesh(MeshTrait):
     def _new_with_shape(self, shape):
         return ProcMesh(self._alloc, shape, self._ready, self._local_addr, self._lease)
 
+    # -- what the runtime's other parts read (actor meshes, attach) --------------------------
+    @property
+    def allocation(self) -> Optional[Allocation]:
+        """The allocation under these procs (None for this_proc())."""
+        return self._alloc
+
+    @property
+    def lease(self) -> Optional[Lease]:
+        """What keeps an unnamed allocation alive while handles or calls use it (None: named)."""
+        return self._lease
+
+    def set_ready(self, ready: Future) -> None:
+        """The Future that resolves once every proc runs (set once the mesh exists, since its
+        result names the mesh)."""
+        self._ready = ready
+
     # -- readiness -------------------------------------------------------------------------
     @property
-    def initialized(self):
+    def initialized(self) -> Optional[Future]:
         return self._ready
 
     def __await__(self):
@@ -56,13 +75,14 @@ class ProcMesh(MeshTrait):
             yield from self._ready.__await__()
         return self
 
-    def _addrs(self):
+    def proc_addrs(self) -> dict:
+        """{rank: node address} of every proc of the allocation."""
         if self._local_addr is not None:
             return {0: self._local_addr}
-        return {r: p.addr for r, p in self._alloc.procs.items()}
+        return {r: p.addr for r, p in self._require_alloc("proc_addrs").procs.items()}
 
     # -- actors ----------------------------------------------------------------------------
-    def spawn(self, name, actor_class, *args, **kwargs):
+    def spawn(self, name: str, actor_class: type, *args: Any, **kwargs: Any) -> ActorMesh:
         """Spawns one actor per proc; returns the ActorMesh at once. Awaiting it (or its
         .initialized) resolves after every __init__ ran; __init__ always runs before the
         first message, and a failing __init__ surfaces at the first call."""
@@ -81,17 +101,17 @@ class ProcMesh(MeshTrait):
             raise TypeError(f"cannot send {actor_class.__name__} and its arguments to the procs: "
                             f"{type(e).__name__}: {e}") from e
         actor_id = f"{name}.{_core.random_hex(4)}"
-        addrs = self._addrs()
+        addrs = self.proc_addrs()
         proc_ranks = list(self._shape.ranks())
         # The actor mesh has this proc mesh's (possibly sliced) dimensions, ranks 0..n-1.
         actor_shape = _core.Shape.dense(list(self._shape.labels), list(self._shape.sizes)) \
             if self._shape.ndim else _core.Shape([], 0, [], [])
         targets = [(addrs[r], actor_id) for r in proc_ranks]
-        body = {"name": name, "class": actor_class.__qualname__, "shape": actor_shape.to_json(),
-                "proc_ranks": proc_ranks}
-        call = rt.node.call(targets, int(Kind.SpawnActor), "", body, frames, True, current_cell())
+        body = _core.SpawnActorBody(name=name, class_name=actor_class.__qualname__, shape=actor_shape.to_json(),
+                                    proc_ranks=proc_ranks)
+        call = rt.node.call(targets, int(Kind.SpawnActor), "", body.to_dict(), frames, True, current_cell())
         note_call(targets, call)
-        described = [{"rank": i, "coords": dict(Point(i, actor_shape)), "actor": f"{actor_class.__name__} {name!r}"}
+        described = [CallTarget(i, dict(Point(i, actor_shape)), f"{actor_class.__name__} {name!r}")
                      for i in range(len(targets))]
         ref = ActorMeshRef(actor_id, name, actor_class.__name__, endpoints_of(actor_class), addrs_list(addrs),
                            actor_shape, proc_ranks)
@@ -99,11 +119,11 @@ class ProcMesh(MeshTrait):
 
         # Rebuilt only after a successful initialization, so it needs no initialized Future.
         rebuild = lambda: ActorMesh(ref, actor_shape, None, self, actor_class)  # noqa: E731
-        mesh._initialized = Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described,
-                                   f"spawn of {name!r}")
+        mesh.set_initialized(Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described,
+                                   f"spawn of {name!r}"))
         return mesh
 
-    def actors(self, name=None):
+    def actors(self, name: Optional[str] = None) -> Union[ActorMesh, dict[str, ActorMesh]]:
         """The live actor meshes on these procs, as the procs report them: the one named `name`
         (its latest spawn), or a dict of all of them by name. Works after attaching to a named
         allocation from a new kernel, where the actor classes need not be defined: endpoints
@@ -113,7 +133,8 @@ class ProcMesh(MeshTrait):
         return actors_of(self, name)
 
     # -- output ----------------------------------------------------------------------------
-    def logging_option(self, stream_to_client=True, aggregate_window_sec=3, level=logging.INFO):
+    def logging_option(self, stream_to_client: bool = True, aggregate_window_sec: Optional[float] = 3,
+                       level: int = logging.INFO) -> Done:
         """How these procs' output is shown, from now on (Monarch's signature). stream_to_client:
         show it in the cell / on this program's stdout (else only the log files keep it);
         aggregate_window_sec: collapse the lines ranks print within this window (None: off);
@@ -140,7 +161,8 @@ class ProcMesh(MeshTrait):
             alloc.log_level = level
         return Done(None)
 
-    def logs(self, rank=None, stream=None, grep=None, tail=None):
+    def logs(self, rank: Union[None, int, Iterable[int]] = None, stream: Optional[str] = None,
+             grep: Optional[str] = None, tail: Optional[int] = None) -> list:
         """The lines these procs wrote, from the host agents' per-rank log files (every line,
         also those the display held back or a restarted kernel never saw), as LogRecords with
         host, pid, rank, coords, actor, stream, time and text, oldest first. rank: one rank (of
@@ -154,11 +176,13 @@ class ProcMesh(MeshTrait):
             if missing:
                 raise IndexError(f"rank(s) {missing} not in this proc mesh (ranks {ranks})")
             ranks = wanted
-        return self._read_logs(ranks, stream, grep, tail)
+        return self.read_logs(ranks, stream, grep, tail)
 
-    def _read_logs(self, ranks, stream, grep, tail, actor=None):
-        alloc = self._alloc
-        dirs = {}
+    def read_logs(self, ranks: list[int], stream: Optional[str], grep: Optional[str], tail: Optional[int],
+                  actor: Optional[str] = None) -> list:
+        """The LogRecords of these ranks of the allocation (see logs())."""
+        alloc = self._require_alloc("logs")
+        dirs: dict[str, list[int]] = {}
         for r in ranks:
             a = alloc.procs[r].agent
             if a is not None:
@@ -169,14 +193,16 @@ class ProcMesh(MeshTrait):
         records.sort(key=lambda rec: (rec.time, rec.rank))
         return _logfiles.last(records, tail)
 
-    def _require_alloc(self, what):
+    def _require_alloc(self, what: str) -> Allocation:
         if self._alloc is None:
             raise RuntimeError(f"{what}() needs a proc mesh of spawned procs, not this_proc()")
         return self._alloc
 
     # -- lifecycle -------------------------------------------------------------------------
-    def sync_workspace(self, workspace=".", *, dest=None, exclude=(), auto_reload=False,
-                       max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
+    def sync_workspace(self, workspace: Union[str, os.PathLike, Workspace] = ".", *, dest: Optional[str] = None,
+                       exclude: Iterable[str] = (), auto_reload: bool = False,
+                       max_file_size: Optional[int] = DEFAULT_MAX_FILE_SIZE, watch: bool = False,
+                       compress: str = "auto", conda: bool = False) -> Any:
         """Pushes a local directory (or a Workspace) to each host of these procs, once per host:
         only what changed travels; `import` in an actor picks up the synced code
         ($XMESH_WORKSPACE is first on each proc's sys.path). `dest`: where under that root
@@ -197,7 +223,7 @@ class ProcMesh(MeshTrait):
         return sync_workspace([(space_for, agents)], procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
                               max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
 
-    def stop(self, timeout=None):
+    def stop(self, timeout: Optional[float] = None) -> None:
         """Stops every proc of the allocation (SIGTERM, then SIGKILL after the grace)."""
         if self._alloc is None:
             raise RuntimeError("this_proc() cannot be stopped")
@@ -222,14 +248,16 @@ class ProcMesh(MeshTrait):
         return False
 
     @property
-    def pids(self):
+    def pids(self) -> list[int]:
         return [self._alloc.procs[r].pid for r in self._shape.ranks()] if self._alloc else [os.getpid()]
 
-    def _rank_states(self):
-        """(rank, coords, host, pid, state) for each proc of this (possibly sliced) mesh."""
-        alloc = self._alloc
+    def rank_states(self, whole: bool = False) -> list:
+        """(rank, coords, host, pid, state) for each proc of this (possibly sliced) mesh, or of
+        the whole allocation."""
+        alloc = self._require_alloc("rank_states")
+        shape = alloc.shape if whole else self._shape
         rows = []
-        for i, g in enumerate(self._shape.ranks()):
+        for i, g in enumerate(shape.ranks()):
             p = alloc.procs.get(g) or ProcRecord("")
             exited = alloc.exited.get(g)
             if exited is not None:
@@ -247,7 +275,7 @@ class ProcMesh(MeshTrait):
     def _summary(self):
         if self._alloc is None:
             return "ProcMesh this_proc"
-        states = [r[4] for r in self._rank_states()]
+        states = [r[4] for r in self.rank_states()]
         running = states.count("running")
         state = "stopped" if self._alloc.stopped else f"{running}/{len(states)} running"
         name = f" {self._alloc.name!r}" if self._alloc.name else ""
@@ -260,7 +288,7 @@ class ProcMesh(MeshTrait):
         if self._alloc is None:
             return f"<b>{html.escape(self._summary())}</b>"
         rows = [[g] + [c[d] for d in self._shape.labels] + [host, pid, state]
-                for g, c, host, pid, state in self._rank_states()]
+                for g, c, host, pid, state in self.rank_states()]
         return html_table(html.escape(self._summary()), ["rank"] + list(self._shape.labels) + ["host", "pid", "state"],
                           rows)
 
@@ -312,14 +340,20 @@ class HostMesh(MeshTrait):
     """Hosts to spawn procs on. this_host() is one host with no dimension; xmesh.hosts([...])
     has a `hosts` dimension."""
 
-    def __init__(self, runtime_dirs, shape):
+    def __init__(self, runtime_dirs: list[str], shape: Any) -> None:
         self._dirs = list(runtime_dirs)
         self._shape = shape
+
+    @property
+    def runtime_dirs(self) -> list[str]:
+        """The host agents' runtime directories, by host rank of the unsliced mesh."""
+        return list(self._dirs)
 
     def _new_with_shape(self, shape):
         return HostMesh(self._dirs, shape)
 
-    def spawn_procs(self, per_host=None, name=None, bootstrap=None, env=None):
+    def spawn_procs(self, per_host: Optional[dict[str, int]] = None, name: Optional[str] = None,
+                    bootstrap: Any = None, env: Optional[dict[str, str]] = None) -> ProcMesh:
         """Starts procs on every host: `per_host` gives their dimensions, e.g. {"gpus": 8}.
         Returns the ProcMesh at once; awaiting it (or .initialized) waits until every proc runs."""
         if bootstrap is not None:
@@ -372,14 +406,15 @@ class HostMesh(MeshTrait):
                 rank = h * n_local + i
                 p = Point(rank, shape)
                 coords = dict(p)
-                ranks.append({"rank": rank, "coords": coords, "addr": alloc.procs[rank].addr,
-                              "env": _rank_env(rank, coords, shape, per_host)})
+                ranks.append(_core.SpawnRank(rank=rank, coords=coords, addr=alloc.procs[rank].addr,
+                                             env=_rank_env(rank, coords, shape, per_host)))
                 rt.node.add_dependent(a.addr, alloc.procs[rank].addr)
                 rt.node.add_supervision_subscriber(alloc.procs[rank].addr)
-            body = {"alloc": alloc_id, "name": name or "", "argv": argv, "env": common_env, "cwd": os.getcwd(),
-                    "ranks": ranks, "shape": json.loads(shape.to_json()), "controller_pid": os.getpid()}
+            body = _core.SpawnProcsBody(alloc=alloc_id, name=name or "", argv=argv, env=common_env, cwd=os.getcwd(),
+                                        ranks=ranks, shape=json.loads(shape.to_json()),
+                                        controller_pid=os.getpid())
             try:
-                reply = a.request(Kind.SpawnProcs, body, timeout=30)
+                reply = a.spawn_procs(body)
             except Exception as e:
                 alloc.request_stop(immediately=True)
                 ready_call.fail_all(error(ErrorKind.Supervision, "spawn failed"))
@@ -390,17 +425,19 @@ class HostMesh(MeshTrait):
                     if existing is not None:
                         return existing
                 raise
-            for p in reply.get("procs", []):
-                alloc.procs[p["rank"]].pid = p["pid"]
-        described = [{"rank": r, "coords": dict(Point(r, shape)), "actor": "proc"} for r in range(shape.size)]
+            for p in reply.procs:
+                alloc.procs[p.rank].pid = p.pid
+        described = [CallTarget(r, dict(Point(r, shape)), "proc") for r in range(shape.size)]
         lease = None if name else Lease(alloc)
         mesh = ProcMesh(alloc, shape, lease=lease)
         rebuild = lambda: ProcMesh(alloc, shape, lease=lease)  # noqa: E731
-        mesh._ready = Future(ready_call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, "proc startup")
+        mesh.set_ready(Future(ready_call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, "proc startup"))
         return mesh
 
-    def sync_workspace(self, workspace=".", *, dest=None, exclude=(), auto_reload=False,
-                       max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
+    def sync_workspace(self, workspace: Union[str, os.PathLike, Workspace] = ".", *, dest: Optional[str] = None,
+                       exclude: Iterable[str] = (), auto_reload: bool = False,
+                       max_file_size: Optional[int] = DEFAULT_MAX_FILE_SIZE, watch: bool = False,
+                       compress: str = "auto", conda: bool = False) -> Any:
         """Pushes a local directory (or a Workspace) to every host of this mesh, concurrently and
         once per host; with auto_reload=True every proc this program runs on those hosts reloads
         the changed modules. See ProcMesh.sync_workspace for the arguments; returns a SyncReport."""
@@ -426,7 +463,7 @@ class HostMesh(MeshTrait):
         return f"<HostMesh {self.sizes or 'this host'}>"
 
 
-def attach(name, hosts=None):
+def attach(name: str, hosts: Optional[HostMesh] = None) -> ProcMesh:
     """The live named allocation `name` (spawned with spawn_procs(..., name=name) by this or an
     earlier controller, a kernel before its restart say), as a ProcMesh. This controller becomes
     its owner: another controller still using it gets TakenOverError. `hosts`: the HostMesh it
@@ -435,17 +472,17 @@ def attach(name, hosts=None):
         raise ValueError(f"attach() needs the allocation's name, got {name!r}")
     mesh = attach_named(hosts or this_host(), name, ProcMesh)
     if mesh is None:
-        live = [a["name"] for a in allocations([hosts._dirs[h] for h in hosts._shape.ranks()] if hosts else None)]
+        live = [a["name"] for a in allocations([hosts.runtime_dirs[h] for h in hosts.shape.ranks()] if hosts else None)]
         raise KeyError(f"no live allocation named {name!r}; live named allocations: {live or 'none'}")
     return mesh
 
 
-def this_host():
+def this_host() -> HostMesh:
     """The host this program runs on, as a HostMesh of one host."""
     return HostMesh([_core.runtime_dir()], _core.Shape([], 0, [], []))
 
 
-def hosts(runtime_dirs):
+def hosts(runtime_dirs: list[Union[str, os.PathLike]]) -> HostMesh:
     """A HostMesh over several host agents, one per runtime directory (several agents can run
     on one machine), with a `hosts` dimension."""
     if isinstance(runtime_dirs, (str, bytes)) or not runtime_dirs:
@@ -454,13 +491,14 @@ def hosts(runtime_dirs):
     return HostMesh(dirs, dense_shape({"hosts": len(dirs)}))
 
 
-def this_proc():
+def this_proc() -> ProcMesh:
     """The process running this code as a one-proc ProcMesh (actors can be spawned on it)."""
     rt = get_runtime()
     return ProcMesh(None, _core.Shape([], 0, [], []), local_addr=rt.node.addr)
 
 
-def proc_mesh(*, gpus=None, hosts=1, env=None, setup=None):
+def proc_mesh(*, gpus: Optional[int] = None, hosts: int = 1, env: Optional[dict[str, str]] = None,
+              setup: Any = None) -> ProcMesh:
     """Monarch's proc_mesh(gpus=N, hosts=M): procs on this host with dimensions hosts x gpus."""
     if setup is not None:
         raise NotImplementedError("proc_mesh(setup=...) is not supported by xmesh")

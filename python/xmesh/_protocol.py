@@ -14,8 +14,9 @@ __all__ = ["ErrorKind", "Kind", "error", "error_kind"]
 
 
 def error(kind: ErrorKind, text: str, **fields: Any) -> dict:
-    """An error body, as the C++ side's error_body() makes it."""
-    return {"kind": str(kind), "text": text, **fields}
+    """An error body (ErrorBody, runtime/bodies.hpp) as it goes on the wire, as the C++ side's
+    error_body() makes it; fields: those ErrorBody lists (TypeError for another)."""
+    return _core.ErrorBody(kind=str(kind), text=text, **fields).to_dict()
 
 
 def error_kind(body: Any) -> Optional[ErrorKind]:

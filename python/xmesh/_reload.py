@@ -5,6 +5,8 @@ import importlib
 import os
 import sys
 
+from . import _core
+
 
 def _file_of(module):
     f = getattr(module, "__file__", None)
@@ -92,7 +94,8 @@ def _update_class(old, new):
 
 def reload_files(paths):
     """Reloads every loaded module whose file is one of `paths` (absolute, on this host).
-    Returns {"reloaded": [names], "failed": [[name, error]], "classes": updated class count}."""
+    Returns what it did: the modules reloaded, those that failed ([name, error]) and how many
+    classes' live instances now use the new code."""
     importlib.invalidate_caches()
     targets = set()
     for p in paths:
@@ -125,4 +128,4 @@ def reload_files(paths):
                 else:
                     failed.append([f"{module.__name__}.{name}", "Python refused to update some attributes of the "
                                                               "class of live instances"])
-    return {"reloaded": reloaded, "failed": failed, "classes": classes}
+    return _core.ReloadReply(reloaded=reloaded, failed=failed, classes=classes)

@@ -53,7 +53,7 @@ class Runtime:
         self.logs = LogOutput(self.node, _wiring.interactive, _wiring.output_sink)
         self.control.on(Kind.ProcExited, self._on_proc_exited)
         self.control.on(Kind.PeerDead, self._on_peer_dead)
-        self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.body))
+        self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.fault()))
         self.control.on(Kind.Refuse, lambda msg: self.diag(msg.body.get("reason", "a peer refused this controller")))
         for hook in _wiring.controller_start:
             hook(self)
@@ -114,9 +114,8 @@ class Runtime:
         with self._print_lock:
             write_std(2 if stream == "stderr" else 1, text)
 
-    def _default_fault_hook(self, body):
-        text = body.get("text", "an actor failed with nobody waiting for the result")
-        self.diag(text, body.get("cell", ""))
+    def _default_fault_hook(self, body: "_core.ErrorBody") -> None:
+        self.diag(body.text or "an actor failed with nobody waiting for the result", body.cell or "")
 
     def diag(self, text, cell=""):
         """An `[xmesh] ...` line of the runtime's own on stderr (in the kernel: in that cell)."""

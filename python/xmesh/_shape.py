@@ -1,8 +1,12 @@
 """Named-dimension operations shared by ProcMesh, ActorMesh and ValueMesh (Monarch's
 MeshTrait). The arithmetic lives in C++ (`_core.Shape`); this adds the Python surface."""
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar, Union
 
 from . import _core
+
+Shape = Any  # a _core.Shape (the pybind11 module has no stubs)
+_Mesh = TypeVar("_Mesh", bound="MeshTrait")
 
 
 def format_coords(coords, sep=", "):
@@ -22,7 +26,7 @@ class Point(Mapping):
 
     __slots__ = ("rank", "shape", "_coords")
 
-    def __init__(self, rank, shape):
+    def __init__(self, rank: int, shape: Shape) -> None:
         self.rank = rank
         self.shape = shape
         values = shape.coords_of(rank) if shape.size > 0 and shape.ndim > 0 else []
@@ -44,11 +48,11 @@ class Point(Mapping):
             raise AttributeError(f"point has no dimension {name!r}; its dimensions are {tuple(self._coords)}") from None
 
     @property
-    def extent(self):
+    def extent(self) -> dict[str, int]:
         return dict(zip(self.shape.labels, self.shape.sizes))
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self.shape.size
 
     def __repr__(self):
@@ -99,15 +103,21 @@ def slice_shape(shape, **kwargs):
 class MeshTrait:
     """Mixin: subclasses provide `_shape` (a `_core.Shape`) and `_new_with_shape(shape)`."""
 
-    def slice(self, **kwargs):
+    _shape: Shape
+
+    def _new_with_shape(self: _Mesh, shape: Shape) -> _Mesh:
+        raise NotImplementedError
+
+    def slice(self: _Mesh, **kwargs: Union[int, slice]) -> _Mesh:
         """Select along named dimensions: an int drops the dimension, a slice keeps it.
 
         mesh.slice(hosts=0, gpus=slice(0, 4))"""
         return self._new_with_shape(slice_shape(self._shape, **kwargs))
 
-    def split(self, **kwargs):
+    def split(self: _Mesh, **kwargs: Any) -> _Mesh:
         """Split dimensions into several: mesh.split(gpus=("dp", "tp"), tp=2)."""
-        splits, constraints = {}, {}
+        splits: dict[str, list[str]] = {}
+        constraints: dict[str, int] = {}
         for key, value in kwargs.items():
             if key in self._shape.labels:
                 if isinstance(value, str) or not all(isinstance(v, str) for v in value):
@@ -119,15 +129,15 @@ class MeshTrait:
                 constraints[key] = value
         return self._new_with_shape(self._shape.split(splits, constraints))
 
-    def flatten(self, name):
+    def flatten(self: _Mesh, name: str) -> _Mesh:
         """All dimensions folded into one named `name` (dense meshes only)."""
         return self._new_with_shape(self._shape.flatten(name))
 
-    def rename(self, **kwargs):
+    def rename(self: _Mesh, **kwargs: str) -> _Mesh:
         """mesh.rename(gpus="workers")"""
         return self._new_with_shape(self._shape.rename({k: v for k, v in kwargs.items()}))
 
-    def size(self, dim=None):
+    def size(self, dim: Union[None, str, Iterable[str]] = None) -> int:
         """Number of elements in the mesh, or along one dimension or several."""
         if dim is None:
             return self._shape.size
@@ -141,15 +151,16 @@ class MeshTrait:
         return n
 
     @property
-    def sizes(self):
+    def sizes(self) -> dict[str, int]:
         return dict(zip(self._shape.labels, self._shape.sizes))
 
     @property
-    def extent(self):
+    def extent(self) -> dict[str, int]:
         return self.sizes
 
     @property
-    def shape(self):
+    def shape(self) -> Shape:
+        """This (possibly sliced) mesh's shape: its dimensions and the ranks it covers."""
         return self._shape
 
     def __len__(self):

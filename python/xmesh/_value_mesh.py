@@ -1,12 +1,14 @@
 """ValueMesh: the results of a call, one per actor, indexed like the mesh that was called."""
 import html
+from collections.abc import Iterator
+from typing import Any
 
 from ._display import html_table
 from ._shape import MeshTrait, Point, slice_shape
 
 
 class ValueMesh(MeshTrait):
-    def __init__(self, shape, values):
+    def __init__(self, shape: Any, values: list) -> None:
         if len(values) != shape.size:
             raise ValueError(f"a mesh of {shape.size} needs {shape.size} values, got {len(values)}")
         self._shape = shape
@@ -17,7 +19,7 @@ class ValueMesh(MeshTrait):
         pos = {g: i for i, g in enumerate(self._shape.ranks())}
         return ValueMesh(shape, [self._values[pos[g]] for g in shape.ranks()])
 
-    def item(self, **coords):
+    def item(self, **coords: int) -> Any:
         """The value at these coordinates (every dimension named), or the only value."""
         if not coords:
             if self._shape.size != 1:
@@ -34,11 +36,11 @@ class ValueMesh(MeshTrait):
         pos = {g: i for i, g in enumerate(self._shape.ranks())}
         return self._values[pos[sub.ranks()[0]]]
 
-    def items(self):
+    def items(self) -> Iterator[tuple[Point, Any]]:
         for i, v in enumerate(self._values):
             yield Point(i, self._shape), v
 
-    def values(self):
+    def values(self) -> Iterator[Any]:
         return iter(list(self._values))
 
     def __iter__(self):

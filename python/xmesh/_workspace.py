@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from typing import Optional, Union
 
 from . import _core
 from ._display import html_table
@@ -23,7 +24,8 @@ class Workspace:
     (each lands in a directory of its own name under every host's workspace root, $XMESH_WORKSPACE),
     or a dict {local path: destination relative to that root}."""
 
-    def __init__(self, dirs=None, env=None):
+    def __init__(self, dirs: Union[None, str, os.PathLike, list, tuple, dict] = None,
+                 env: Optional[dict] = None) -> None:
         if dirs is None:
             dirs = [os.getcwd()]
         if isinstance(dirs, (str, os.PathLike)):
@@ -126,7 +128,7 @@ def reload_procs(report, procs):
     """Asks procs [(rank, addr, agent, space_for)] to reload the modules of the files the sync
     changed in their workspace (their host's copy for their allocation); fills report.reloads."""
     rt = get_runtime()
-    changed_by_host = {}
+    changed_by_host: dict = {}
     for part in report.parts:
         for h in part["hosts"]:
             if h.get("same"):
@@ -134,7 +136,7 @@ def reload_procs(report, procs):
             files = [os.path.join(h["dir"], p) for key in ("changed_paths", "added_paths", "deleted_paths")
                      for p in h.get(key, []) if p.endswith(".py")]
             changed_by_host.setdefault((h["agent"].runtime_dir, part.get("space_for")), []).extend(files)
-    by_host = {}
+    by_host: dict = {}
     for rank, addr, agent, space_for in procs:
         key = (agent.runtime_dir, space_for)
         if changed_by_host.get(key) and rt.node.dead_reason(addr) is None:
@@ -148,7 +150,7 @@ def reload_procs(report, procs):
         for i, (rank, _) in enumerate(members):
             ok, body, _ = answers.get(i, (False, {"text": "no answer within 30 s"}, None))
             if ok:
-                report.reloads.append(dict(body, rank=rank))
+                report.reloads.append(dict(_core.ReloadReply.from_dict(body).to_dict(), rank=rank))
             else:
                 report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", body.get("text", "failed")]]})
     report.reloads.sort(key=lambda r: r["rank"])
@@ -186,7 +188,7 @@ def sync_workspace(spaces, procs_of, workspace=".", *, dest=None, exclude=(), au
 
 # What this controller synced into its own workspace on each host (runtime dir -> {targets:
 # (workspace, spec)}): a named allocation spawned there later starts from the same files.
-_host_syncs = {}
+_host_syncs: dict = {}
 _host_syncs_lock = threading.Lock()
 
 
@@ -222,10 +224,10 @@ class SyncReport:
     with auto_reload the modules reloaded per rank. Awaitable (for code written against
     Monarch's async API): awaiting it returns itself."""
 
-    def __init__(self, parts, seconds):
+    def __init__(self, parts: list[dict], seconds: float) -> None:
         self.parts = parts
         self.seconds = seconds
-        self.reloads = []
+        self.reloads: list[dict] = []
 
     def __await__(self):
         if False:
@@ -236,14 +238,14 @@ class SyncReport:
     def _trees(self):
         """The host rows of each local directory synced (and its destination), whatever the
         workspaces (this controller's, named allocations') it went to."""
-        trees = {}
+        trees: dict = {}
         for p in self.parts:
             trees.setdefault((p["local"], p["dest"]), []).extend(p["hosts"])
         return trees
 
     def _first_parts(self):
         """One part per directory synced (the others are the same scan, for other workspaces)."""
-        first = {}
+        first: dict = {}
         for p in self.parts:
             first.setdefault((p["local"], p["dest"]), p)
         return list(first.values())
@@ -253,19 +255,19 @@ class SyncReport:
         return sum(max((h.get(key, 0) for h in hosts), default=0) for hosts in self._trees().values())
 
     @property
-    def added(self):
+    def added(self) -> int:
         return self._sum("added")
 
     @property
-    def changed(self):
+    def changed(self) -> int:
         return self._sum("changed")
 
     @property
-    def deleted(self):
+    def deleted(self) -> int:
         return self._sum("deleted")
 
     @property
-    def unchanged(self):
+    def unchanged(self) -> int:
         total = 0
         scans = {(p["local"], p["dest"]): p["scan"] for p in self.parts}
         for tree, hosts in self._trees().items():
@@ -274,18 +276,18 @@ class SyncReport:
         return total
 
     @property
-    def bytes_sent(self):
+    def bytes_sent(self) -> int:
         return sum(h.get("bytes_sent", 0) for p in self.parts for h in p["hosts"])
 
     @property
-    def bytes_received(self):
+    def bytes_received(self) -> int:
         """What the host agents counted (all hosts)."""
         return sum(h.get("bytes_received", 0) for p in self.parts for h in p["hosts"])
 
     @property
-    def hosts(self):
+    def hosts(self) -> list[dict]:
         """Per host: label, directory, whether it was already equal, counts and bytes."""
-        out = {}
+        out: dict = {}
         for p in self.parts:
             for h in p["hosts"]:
                 e = out.setdefault(h["label"], {"host": h["label"], "dirs": [], "same": True, "added": 0, "changed": 0,
@@ -297,7 +299,7 @@ class SyncReport:
         return list(out.values())
 
     @property
-    def files_sent(self):
+    def files_sent(self) -> list[tuple[str, int, int]]:
         """[(path, size, bytes sent)] of the content that travelled, largest first."""
         rows = []
         for p in self._first_parts():
@@ -306,26 +308,26 @@ class SyncReport:
         return sorted(rows, key=lambda r: -r[1])
 
     @property
-    def dirs_sent(self):
+    def dirs_sent(self) -> list[tuple[str, int]]:
         """[(top-level directory, bytes)] of the content that travelled, largest first."""
-        totals = {}
+        totals: dict = {}
         for path, size, _ in self.files_sent:
             top = path.split("/", 1)[0] + "/" if "/" in path else "./"
             totals[top] = totals.get(top, 0) + size
         return sorted(totals.items(), key=lambda kv: -kv[1])
 
     @property
-    def skipped(self):
+    def skipped(self) -> list[tuple[str, str, str]]:
         return [(p["local"], path, why) for p in self._first_parts() for path, why in p["scan"]["skipped"]]
 
     @property
-    def up_to_date(self):
+    def up_to_date(self) -> bool:
         return all(h.get("same") for p in self.parts for h in p["hosts"])
 
     # -- display -------------------------------------------------------------------------------
     def _reload_lines(self):
         lines = []
-        by_modules = {}
+        by_modules: dict = {}
         for r in self.reloads:
             by_modules.setdefault(tuple(r.get("reloaded", [])), []).append(r["rank"])
         for mods, ranks in sorted(by_modules.items(), key=lambda kv: min(kv[1])):
@@ -336,7 +338,7 @@ class SyncReport:
                 lines.append(f"rank {r['rank']} could not reload {mod}: {err}")
         return lines
 
-    def summary(self):
+    def summary(self) -> str:
         dirs = ", ".join(local + (f" -> {dest}" if dest else "") for local, dest in self._trees())
         n_hosts = len({h["agent"].runtime_dir for p in self.parts for h in p["hosts"]})
         if self.up_to_date:

@@ -14,20 +14,19 @@ def _status(args):
 
     st = agent(args.runtime_dir).status()
     if args.json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st.to_dict(), indent=2))
         return 0
-    print(f"host agent pid {st['pid']} on {st['host']} (xmesh {st['version']}, protocol {st['protocol']})")
-    print(f"runtime directory {st['runtime_dir']}")
-    allocs = st.get("allocations", [])
-    if not allocs:
+    print(f"host agent pid {st.pid} on {st.host} (xmesh {st.version}, protocol {st.protocol})")
+    print(f"runtime directory {st.runtime_dir}")
+    if not st.allocations:
         print("no allocations")
-    for a in allocs:
-        alive = sum(p["alive"] for p in a["procs"])
-        name = a["name"] or "(unnamed)"
-        age = time.time() - a["created"]
-        shape = format_coords(dict(zip(a["shape"].get("labels", []), a["shape"].get("sizes", []))), " x ")
-        print(f"  {a['alloc']}  {name:<16} shape {shape or '-'}  {alive}/{len(a['procs'])} procs alive  "
-              f"age {age:.0f} s  controller {a['controller']}")
+    for a in st.allocations:
+        alive = sum(p.alive for p in a.procs)
+        name = a.name or "(unnamed)"
+        age = time.time() - a.created
+        shape = format_coords(dict(zip(a.shape.get("labels", []), a.shape.get("sizes", []))), " x ")
+        print(f"  {a.alloc}  {name:<16} shape {shape or '-'}  {alive}/{len(a.procs)} procs alive  "
+              f"age {age:.0f} s  controller {a.controller}")
     return 0
 
 
@@ -177,7 +176,7 @@ def _sync(args):
     from . import _core, _workspace
     from ._hostd import agent
     from ._named import allocations
-    from ._runtime import Kind, get_runtime
+    from ._runtime import get_runtime
 
     dirs = [os.path.abspath(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
     named = {a["name"]: a for a in allocations([d for d in dirs if _agent_running(d)])} \
@@ -192,11 +191,11 @@ def _sync(args):
         rt = get_runtime()
         out = []
         for a in agents:
-            reply = a.request(Kind.Attach, {"name": args.name, "observe": True})
-            for p in reply["procs"]:
-                if p["alive"]:
-                    rt.node.set_peer_cookie(p["addr"], reply["job_cookie"])
-                    out.append((p["rank"], p["addr"], a, args.name))
+            reply = a.attach(args.name, observe=True)
+            for p in reply.procs:
+                if p.alive:
+                    rt.node.set_peer_cookie(p.addr, reply.job_cookie)
+                    out.append((p.rank, p.addr, a, args.name))
         return out
 
     def once():

@@ -132,16 +132,17 @@ int HostAgent::run() {
 }
 
 void HostAgent::reply_error(const Message& m, const std::string& text) {
-  json body = error_body(ErrorKind::Hostd, text);
-  body["request"] = kind_name(m.header.kind);
-  node_->reply(m, false, std::move(body), {});
+  ErrorBody body;
+  body.kind = error_kind_name(ErrorKind::Hostd);
+  body.text = text;
+  body.request = kind_name(m.header.kind);
+  node_->reply(m, false, body, {});
 }
 
 void HostAgent::handle(Message m) {
   auto& c = controllers_[m.sender_addr];
   c.last_seen_ms = now_ms();
   c.id = m.header.sender;
-  const json& b = m.header.body;
   switch (m.header.kind) {
     case Kind::Heartbeat: {
       Header h;
@@ -155,21 +156,9 @@ void HostAgent::handle(Message m) {
     case Kind::SpawnProcs:
       spawn_procs(m);
       return;
-    case Kind::StopProcs: {
-      if (!b.is_object()) return reply_error(m, "malformed stop request: no body");
-      Allocation* a = nullptr;
-      std::string id = b.value("alloc", std::string()), name = b.value("name", std::string());
-      if (!id.empty()) {
-        auto it = allocs_.find(id);
-        if (it == allocs_.end()) return reply_error(m, "no allocation '" + id + "' on this host");
-        a = it->second.get();
-      } else if (!(a = live_named(name))) {
-        return reply_error(m, "no live allocation named '" + name + "' on this host");
-      }
-      stop_allocation(*a, b.value("immediately", false));
-      node_->reply(m, true, {{"alloc", a->id}, {"name", a->name}}, {});
+    case Kind::StopProcs:
+      stop_procs(m);
       return;
-    }
     case Kind::Attach:
       attach(m);
       return;
@@ -199,21 +188,16 @@ void HostAgent::handle(Message m) {
 void HostAgent::sync_step(const Message& m) {
   std::vector<std::string_view> frames;
   for (auto& f : m.frames) frames.emplace_back(static_cast<const char*>(f.data()), f.size());
+  SyncStepBody step;
+  if (!read_request(m, step)) return;
   try {
-    json body = m.header.body;
-    if (body.is_object() && body.value("op", std::string()) == "begin") {
+    if (step.op == "begin") {
       // Whose workspace: a named allocation's ("for": its name), else the sender's own.
-      const json& f = body.contains("for") ? body["for"] : json();
-      if (!f.is_null() && (!f.is_string() || f.get<std::string>().empty()))
-        return reply_error(m, "a sync's 'for' must name an allocation");
-      std::string space = space_for(m, f.is_string() ? f.get<std::string>() : "");
-      make_dirs(opts_.workspace_root + "/" + space, 0700);
-      spaces_[space] = now_ms();
-      body["space"] = space;
-    } else if (body.is_object()) {
-      body.erase("space");  // only begin names it; the session keeps it
+      step.space = space_for(m, step.for_alloc);
+      make_dirs(opts_.workspace_root + "/" + step.space, 0700);
+      spaces_[step.space] = now_ms();
     }
-    auto r = sync_->handle(body, frames, now_ms());
+    auto r = sync_->handle_step(step, frames, now_ms());
     std::vector<zmq::message_t> out;
     for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
     node_->reply(m, true, std::move(r.body), std::move(out));
@@ -268,127 +252,149 @@ bool HostAgent::controller_attached(const Allocation& a, int64_t now) const {
   return c != controllers_.end() && !c->second.said_goodbye && now - c->second.last_seen_ms < opts_.controller_timeout_ms;
 }
 
+template <class Body>
+bool HostAgent::read_request(const Message& m, Body& out) {
+  try {
+    out = m.header.body.get<Body>();
+    return true;
+  } catch (const std::invalid_argument& e) {
+    reply_error(m, std::string("malformed ") + kind_name(m.header.kind) + " request: " + e.what());
+    return false;
+  }
+}
+
 // A controller takes over a live named allocation: it gets what it needs to talk to the procs
 // (their addresses and the cookie they accept) and becomes the owner.
 void HostAgent::attach(const Message& m) {
-  const json& b = m.header.body;
-  std::string name = b.is_object() ? b.value("name", std::string()) : std::string();
-  Allocation* a = live_named(name);
+  AttachBody req;
+  if (!read_request(m, req)) return;
+  Allocation* a = live_named(req.name);
   if (!a)
     return node_->reply(m, false,
-                        error_body(ErrorKind::NoAllocation, "no live allocation named '" + name + "' on " + hostname()),
+                        error_body(ErrorKind::NoAllocation, "no live allocation named '" + req.name + "' on " + hostname()),
                         {});
-  json procs = json::array();
-  for (auto& p : a->procs)
-    procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"addr", p->addr}, {"alive", !p->exited},
-                     {"coords", p->coords}});
-  json previous = {{"addr", a->controller_addr}, {"id", a->controller_id}, {"pid", a->controller_pid},
-                   {"attached", controller_attached(*a, now_ms()) && a->controller_addr != m.sender_addr}};
+  AttachReply r;
+  r.alloc = a->id;
+  r.name = a->name;
+  r.shape = a->shape;
+  r.created = a->created;
+  r.host = hostname();
+  r.job_cookie = a->job_cookie;
+  for (auto& p : a->procs) r.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, !p->exited, p->coords});
+  r.previous = PreviousOwner{a->controller_addr, a->controller_id, a->controller_pid,
+                             controller_attached(*a, now_ms()) && a->controller_addr != m.sender_addr};
   // observe: what `xmesh sync --reload` needs to reach the procs, without taking them over.
-  if (!b.value("observe", false)) {
+  if (!req.observe) {
     a->controller_addr = m.sender_addr;
     a->controller_id = m.header.sender;
-    a->controller_pid = b.value("controller_pid", int64_t(0));
+    a->controller_pid = req.controller_pid;
   }
-  node_->reply(m, true,
-               {{"alloc", a->id}, {"name", a->name}, {"shape", a->shape}, {"created", a->created},
-                {"host", hostname()}, {"job_cookie", a->job_cookie}, {"procs", procs}, {"previous", previous}},
-               {});
+  node_->reply(m, true, r, {});
+}
+
+void HostAgent::stop_procs(const Message& m) {
+  StopProcsBody req;
+  if (!read_request(m, req)) return;
+  Allocation* a = nullptr;
+  if (!req.alloc.empty()) {
+    auto it = allocs_.find(req.alloc);
+    if (it == allocs_.end())
+      return node_->reply(m, false, error_body(ErrorKind::NoAllocation, "no allocation '" + req.alloc + "' on this host"), {});
+    a = it->second.get();
+  } else if (!(a = live_named(req.name))) {
+    return node_->reply(
+        m, false, error_body(ErrorKind::NoAllocation, "no live allocation named '" + req.name + "' on this host"), {});
+  }
+  stop_allocation(*a, req.immediately);
+  node_->reply(m, true, StopProcsReply{a->id, a->name}, {});
 }
 
 void HostAgent::spawn_procs(const Message& m) {
-  const json& b = m.header.body;
-  std::string id, name;
-  std::vector<std::string> argv;
-  std::map<std::string, std::string> env_common;
-  std::string cwd;
-  json ranks;
-  try {
-    id = b.at("alloc").get<std::string>();
-    name = b.value("name", std::string());
-    argv = b.at("argv").get<std::vector<std::string>>();
-    env_common = b.at("env").get<std::map<std::string, std::string>>();
-    cwd = b.value("cwd", std::string());
-    ranks = b.at("ranks");
-    if (!ranks.is_array() || ranks.empty()) throw std::runtime_error("'ranks' must be a non-empty list");
-    if (id.empty() || id.size() > 16 || id.find_first_not_of("0123456789abcdef") != std::string::npos)
-      throw std::runtime_error("allocation id must be 1-16 lowercase hex digits");
-  } catch (const std::exception& e) {
-    return reply_error(m, std::string("malformed spawn request: ") + e.what());
-  }
-  if (allocs_.count(id)) return reply_error(m, "allocation '" + id + "' already exists on this host");
-  if (Allocation* other = live_named(name)) {
-    json body = error_body(ErrorKind::NameTaken, "a live allocation named '" + name + "' already exists on " + hostname());
-    body["shape"] = other->shape;
-    return node_->reply(m, false, std::move(body), {});
+  SpawnProcsBody req;
+  if (!read_request(m, req)) return;
+  if (allocs_.count(req.alloc)) return reply_error(m, "allocation '" + req.alloc + "' already exists on this host");
+  if (Allocation* other = live_named(req.name)) {
+    ErrorBody err;
+    err.kind = error_kind_name(ErrorKind::NameTaken);
+    err.text = "a live allocation named '" + req.name + "' already exists on " + hostname();
+    err.shape = other->shape;  // the caller checks it against the shape it asked for
+    return node_->reply(m, false, err, {});
   }
   auto a = std::make_unique<Allocation>();
-  a->id = id;
-  a->name = name;
+  a->id = req.alloc;
+  a->name = req.name;
   a->controller_addr = m.sender_addr;
   a->controller_id = m.header.sender;
-  a->controller_pid = b.value("controller_pid", int64_t(0));
-  auto cookie = env_common.find("XMESH_JOB_COOKIE");
-  if (cookie != env_common.end()) a->job_cookie = cookie->second;
-  a->shape = b.value("shape", json::object());
+  a->controller_pid = req.controller_pid;
+  auto cookie = req.env.find("XMESH_JOB_COOKIE");
+  if (cookie != req.env.end()) a->job_cookie = cookie->second;
+  a->shape = req.shape;
   a->created = wall_time();
-  a->space = space_for(m, name);
+  a->space = space_for(m, req.name);
   spaces_[a->space] = now_ms();
-  std::string logdir = layout::log_dir(opts_.runtime_dir, name, id);
-  json out_procs = json::array();
-  json meta_ranks = json::object();
+  std::string logdir = layout::log_dir(opts_.runtime_dir, req.name, req.alloc);
   try {
     make_dirs(logdir, 0700);
     make_dirs(opts_.workspace_root + "/" + a->space, 0700);
-    for (auto& r : ranks) {
-      auto p = std::make_unique<Proc>();
-      p->rank = r.at("rank").get<int64_t>();
-      p->coords = r.value("coords", json::object());
-      std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
-      p->addr = r.value("addr", layout::proc_address(opts_.runtime_dir, id, p->rank));
-      if (p->addr.rfind(dir, 0) != 0 || p->addr.find("/", dir.size()) != std::string::npos)
-        throw std::runtime_error("proc address " + p->addr + " is not under " + dir);
-      if (p->addr.size() - 6 > 107)
-        throw std::runtime_error("proc socket path " + p->addr.substr(6) +
-                                 " is longer than 107 bytes; use a shorter XMESH_RUNTIME_DIR");
-      auto env = env_common;
-      json rank_env = r.value("env", json::object());  // a named copy: items() must not outlive it
-      for (auto& kv : rank_env.items()) env[kv.key()] = kv.value().get<std::string>();
-      env["XMESH_PROC_ADDR"] = p->addr;
-      env["XMESH_ALLOC"] = id;
-      env["XMESH_HOSTD_PID"] = std::to_string(getpid());
-      env["XMESH_HOST"] = hostname();
-      env["XMESH_RUNTIME_DIR"] = opts_.runtime_dir;
-      env["XMESH_WORKSPACE"] = opts_.workspace_root + "/" + a->space;
-      auto sp = spawn_proc(argv, env, cwd);
-      p->pid = sp.pid;
-      p->out.fd = sp.out_fd;
-      p->err.fd = sp.err_fd;
-      p->err.name = "stderr";
-      p->err.flag = 'e';
-      p->log_path = logdir + "/rank" + std::to_string(p->rank) + ".log";
-      p->log = fopen(p->log_path.c_str(), "ae");
-      if (p->log) p->log_bytes = ftell(p->log);
-      out_procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"addr", p->addr}});
-      meta_ranks[std::to_string(p->rank)] = {{"pid", p->pid}, {"coords", p->coords}};
-      a->procs.push_back(std::move(p));
-    }
+    for (auto& r : req.ranks) a->procs.push_back(start_proc(req, r, *a, logdir));
   } catch (const std::exception& e) {
     for (auto& p : a->procs) kill(-p->pid, SIGKILL);
-    allocs_[id] = std::move(a);  // reaped and cleaned like any other
-    allocs_[id]->stopping = true;
+    a->stopping = true;
+    allocs_[req.alloc] = std::move(a);  // reaped and cleaned like any other
     return reply_error(m, e.what());
   }
-  // What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.
-  json meta = {{"alloc", id}, {"name", name}, {"host", hostname()}, {"shape", a->shape}, {"created", a->created},
-               {"ranks", meta_ranks}};
+  write_procs_meta(*a, logdir);
+  SpawnProcsReply reply{a->id, hostname(), {}, logdir};
+  for (auto& p : a->procs) reply.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, true, p->coords});
+  allocs_[req.alloc] = std::move(a);
+  node_->reply(m, true, reply, {});
+}
+
+// One proc of a SpawnProcs request: its address checked, its environment made, started with its
+// pipes and its log file open.
+std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req, const SpawnRank& r,
+                                                       const Allocation& a, const std::string& logdir) {
+  auto p = std::make_unique<Proc>();
+  p->rank = r.rank;
+  p->coords = r.coords;
+  std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
+  p->addr = r.addr.empty() ? layout::proc_address(opts_.runtime_dir, a.id, p->rank) : r.addr;
+  if (p->addr.rfind(dir, 0) != 0 || p->addr.find("/", dir.size()) != std::string::npos)
+    throw std::runtime_error("proc address " + p->addr + " is not under " + dir);
+  if (p->addr.size() - 6 > 107)
+    throw std::runtime_error("proc socket path " + p->addr.substr(6) +
+                             " is longer than 107 bytes; use a shorter XMESH_RUNTIME_DIR");
+  auto env = req.env;
+  for (auto& [k, v] : r.env) env[k] = v;
+  env["XMESH_PROC_ADDR"] = p->addr;
+  env["XMESH_ALLOC"] = a.id;
+  env["XMESH_HOSTD_PID"] = std::to_string(getpid());
+  env["XMESH_HOST"] = hostname();
+  env["XMESH_RUNTIME_DIR"] = opts_.runtime_dir;
+  env["XMESH_WORKSPACE"] = opts_.workspace_root + "/" + a.space;
+  auto sp = spawn_proc(req.argv, env, req.cwd);
+  p->pid = sp.pid;
+  p->out.fd = sp.out_fd;
+  p->err.fd = sp.err_fd;
+  p->err.name = "stderr";
+  p->err.flag = 'e';
+  p->log_path = logdir + "/rank" + std::to_string(p->rank) + ".log";
+  p->log = fopen(p->log_path.c_str(), "ae");
+  if (p->log) p->log_bytes = ftell(p->log);
+  return p;
+}
+
+// What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.
+void HostAgent::write_procs_meta(const Allocation& a, const std::string& logdir) {
+  json ranks = json::object();
+  for (auto& p : a.procs) ranks[std::to_string(p->rank)] = {{"pid", p->pid}, {"coords", p->coords}};
+  json meta = {{"alloc", a.id}, {"name", a.name}, {"host", hostname()}, {"shape", a.shape}, {"created", a.created},
+               {"ranks", ranks}};
   try {
     write_file_atomic(logdir + "/procs.json", meta.dump(), 0600);
   } catch (const std::exception& e) {
     log_diag("hostd", std::string("cannot write ") + logdir + "/procs.json: " + e.what());
   }
-  allocs_[id] = std::move(a);
-  node_->reply(m, true, {{"alloc", id}, {"host", hostname()}, {"procs", out_procs}, {"logdir", logdir}}, {});
 }
 
 void HostAgent::stop_allocation(Allocation& a, bool immediately) {
@@ -637,31 +643,25 @@ void HostAgent::check_timers() {
   if (now - idle_since_ms_ > static_cast<int64_t>(opts_.idle_timeout_s * 1000)) quit_ = true;
 }
 
-json HostAgent::status() const {
-  json allocs = json::array();
+StatusReply HostAgent::status() const {
+  StatusReply r;
+  r.pid = getpid();
+  r.host = hostname();
+  r.version = version_string();
+  r.build = build_id();
+  r.protocol = protocol_version();
+  r.runtime_dir = opts_.runtime_dir;
+  r.workspace = opts_.workspace_root;
+  r.sync_bytes_received = sync_->bytes_received();
+  int64_t now = now_ms();
   for (auto& kv : allocs_) {
     const Allocation& a = *kv.second;
-    json procs = json::array();
-    for (auto& p : a.procs) procs.push_back({{"rank", p->rank}, {"pid", p->pid}, {"alive", !p->exited}});
-    allocs.push_back({{"alloc", a.id},
-                      {"name", a.name},
-                      {"controller", a.controller_id},
-                      {"controller_pid", a.controller_pid},
-                      {"attached", controller_attached(a, now_ms())},
-                      {"shape", a.shape},
-                      {"created", a.created},
-                      {"stopping", a.stopping},
-                      {"procs", procs}});
+    AllocationStatus st{a.id, a.name, a.controller_id, a.controller_pid, controller_attached(a, now),
+                        a.shape, a.created, a.stopping, {}};
+    for (auto& p : a.procs) st.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, !p->exited, p->coords});
+    r.allocations.push_back(std::move(st));
   }
-  return {{"pid", getpid()},
-          {"host", hostname()},
-          {"version", version_string()},
-          {"build", build_id()},
-          {"protocol", protocol_version()},
-          {"runtime_dir", opts_.runtime_dir},
-          {"workspace", opts_.workspace_root},
-          {"sync_bytes_received", sync_->bytes_received()},
-          {"allocations", allocs}};
+  return r;
 }
 
 }  // namespace xmesh

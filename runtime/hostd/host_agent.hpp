@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../bodies.hpp"
 #include "../line_splitter.hpp"
 #include "../node.hpp"
 #include "../output_marker.hpp"
@@ -88,8 +89,15 @@ class HostAgent {
   };
 
   void handle(Message m);
+  // The requests controllers send; a malformed one is answered with an error naming the field.
   void spawn_procs(const Message& m);
+  std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const Allocation& a,
+                                   const std::string& logdir);
+  void write_procs_meta(const Allocation& a, const std::string& logdir);
   void attach(const Message& m);
+  void stop_procs(const Message& m);
+  template <class Body>
+  bool read_request(const Message& m, Body& out);  // false: answered with the error
   Allocation* live_named(const std::string& name);
   bool controller_attached(const Allocation& a, int64_t now) const;
   void stop_allocation(Allocation& a, bool immediately);
@@ -110,7 +118,7 @@ class HostAgent {
   bool space_in_use(const std::string& space) const;
   void expire_spaces(int64_t now);
   void drop_space(const std::string& space, const std::string& why);
-  nlohmann::json status() const;
+  StatusReply status() const;
   int live_procs() const;
 
   HostAgentOptions opts_;

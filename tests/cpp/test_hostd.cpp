@@ -167,7 +167,21 @@ TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") 
   ctl.start();
   auto bad = request(ctl, agent.addr(), Kind::SpawnProcs, {{"alloc", "NOT HEX"}, {"argv", 3}});
   CHECK(bad["__ok"] == false);
-  CHECK(bad["text"].get<std::string>().find("malformed spawn request") != std::string::npos);
+  // The typed body (runtime/bodies.hpp) names what is wrong.
+  CHECK(bad["text"] == "malformed spawn-procs request: SpawnProcs body: 'argv' has the wrong type");
+  CHECK(bad["request"] == "spawn-procs");
+  auto hex = request(ctl, agent.addr(), Kind::SpawnProcs,
+                     {{"alloc", "NOT HEX"}, {"argv", {"x"}}, {"env", json::object()}, {"ranks", {{{"rank", 0}}}}});
+  CHECK(hex["text"].get<std::string>().find("'alloc' must be 1-16 lowercase hex digits") != std::string::npos);
+  auto rank = request(ctl, agent.addr(), Kind::SpawnProcs,
+                      {{"alloc", "c2"}, {"argv", {"x"}}, {"env", json::object()}, {"ranks", {{{"coords", 1}}}}});
+  CHECK(rank["text"].get<std::string>().find("'ranks': SpawnProcs rank body without 'rank'") != std::string::npos);
+  auto stop = request(ctl, agent.addr(), Kind::StopProcs, json::object());
+  CHECK(stop["text"].get<std::string>().find("names neither 'alloc' nor 'name'") != std::string::npos);
+  auto attach = request(ctl, agent.addr(), Kind::Attach, {{"name", 5}});
+  CHECK(attach["text"].get<std::string>().find("Attach body: 'name' has the wrong type") != std::string::npos);
+  auto gone = request(ctl, agent.addr(), Kind::StopProcs, {{"name", "nobody"}});
+  CHECK(gone["kind"] == "no_allocation");
   auto none = request(ctl, agent.addr(), Kind::SpawnProcs,
                       {{"alloc", "c3"}, {"argv", {"/nonexistent/program"}}, {"env", json::object()},
                        {"ranks", {{{"rank", 0}}}}});

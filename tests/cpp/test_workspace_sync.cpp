@@ -343,6 +343,11 @@ TEST_CASE("the receiver checks every piece and refuses content that does not mat
                              {std::string("HELLO WORLD")}, 0),
                     Catch::Contains("does not match its manifest"));
   CHECK_FALSE(exists(host.path + "/w/a.txt"));
+  // A step whose body does not read (runtime/bodies.hpp, SyncStepBody) is refused, naming why.
+  CHECK_THROWS_WITH(r.handle({{"op", "data"}, {"sid", "cc"}, {"pieces", json::array({json::array({0, 1})})}}, {}, 0),
+                    Catch::Contains("malformed sync request: Sync body: 'pieces' has the wrong type"));
+  CHECK_THROWS_WITH(r.handle({{"op", "rewind"}, {"sid", "cc"}}, {}, 0), Catch::Contains("unknown step 'rewind'"));
+  CHECK_THROWS_WITH(r.handle({{"sid", "cc"}}, {}, 0), Catch::Contains("Sync body without 'op'"));
   // Destinations must not nest.
   CHECK(push_tree(r, src.path, "w")["added"] == 1);
   CHECK_THROWS_WITH(push_tree(r, src.path, "w/inner"), Catch::Contains("overlaps"));

@@ -55,7 +55,7 @@ def test_a_control_message_nobody_handles_is_answered_with_an_error():
     pm = this_host().spawn_procs({"gpus": 1})
     pm.initialized.get(timeout=30)
     rt = get_runtime()
-    addr = pm._alloc.procs[0].addr
+    addr = pm.allocation.procs[0].addr
     call = rt.node.call([(addr, "")], int(Kind.Status), "", {}, None, True)
     assert call.wait(30), "a proc left a request it does not serve unanswered"
     (_, ok, body, _), = call.take()

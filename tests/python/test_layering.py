@@ -78,3 +78,54 @@ def test_the_checks_see_imports(tmp_path):
     # The checker itself: a function-level import counts like a module-level one.
     assert "_kernel" not in imports_of("_debug") and "_debug" in imports_of("_kernel")  # the magic's lazy import
     assert "_proc_mesh" in imports_of("__init__") and "_runtime" in imports_of("_future")
+
+
+# Private names a module may touch on objects that are not the package's: IPython's traceback
+# hook (the kernel replaces it) and the marker the proc's pdb leaves on a user's exception.
+FOREIGN_PRIVATE = {("_kernel", "_showtraceback"), ("_debug_proc", "_xmesh_post_mortem_done")}
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def private_reads(source, module="m"):
+    """`x._name` in source where _name is not an attribute or method of a class defined in the
+    same source (self._name / cls._name and module._name excepted): a private attribute of
+    another module's object."""
+    tree = ast.parse(source)
+    own, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            own.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    own.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    own.add(item.target.id)
+                elif isinstance(item, ast.Assign):
+                    own.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and (node.value.id in ("self", "cls") or node.value.id in modules):
+            continue
+        if node.attr in own or node.attr in NAMEDTUPLE_API or (module, node.attr) in FOREIGN_PRIVATE:
+            continue
+        found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_attributes():
+    found = []
+    for m in package_modules():
+        with open(os.path.join(PACKAGE, m + ".py")) as f:
+            found += private_reads(f.read(), m)
+    assert found == [], "private attributes read across modules (make what is needed public):\n" + "\n".join(found)
+
+
+def test_the_private_read_check_sees_them():
+    source = "class A:\n    def f(self, pm):\n        self._x = 1\n        return pm._alloc, pm._x, self._y\n"
+    assert private_reads(source) == ["m:4: pm._alloc"]

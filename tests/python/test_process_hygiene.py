@@ -80,6 +80,6 @@ def test_context_manager_stops_the_mesh():
     with this_host().spawn_procs({"gpus": 1}) as pm:
         pids = pm.pids
         assert pm.spawn("cm", Counter).incr.call_one().get(timeout=30) == 1
-    assert pm._alloc.stopped
+    assert pm.allocation.stopped
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"

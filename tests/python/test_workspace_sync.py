@@ -20,7 +20,7 @@ from xmesh._workspace import push, workspace_dir
 
 
 def received(rundir):
-    return agent(rundir).status()["sync_bytes_received"]
+    return agent(rundir).status().sync_bytes_received
 
 
 def test_initial_noop_change_delete_rename_modes_symlinks_and_ignores(fresh_rundir, tmp_path):

@@ -1,0 +1,67 @@
+// Supervision: what one node knows about the liveness of others. Addresses known dead (with
+// the error calls to them fail with), the procs whose deaths are relayed to subscribers
+// (PeerDead), and the host agents it watches by heartbeat with the procs that depend on each.
+// Its own lock; it decides, the node acts (sends heartbeats, fails calls, relays notices).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "wire.hpp"
+
+namespace xmesh {
+
+class Supervision {
+ public:
+  Supervision(int64_t heartbeat_ms, int64_t host_timeout_ms)
+      : heartbeat_ms_(heartbeat_ms), host_timeout_ms_(host_timeout_ms) {}
+
+  void mark_dead(const std::string& addr, const json& error);  // also drops it as a subscriber
+  bool is_dead(const std::string& addr, json* error = nullptr) const;
+  void revive(const std::string& addr);
+  // The errors of those of addrs that are dead, by position.
+  std::vector<std::pair<size_t, json>> dead_among(const std::vector<std::string>& addrs) const;
+
+  void subscribe(const std::string& addr);
+  void unsubscribe(const std::string& addr);
+  std::set<std::string> subscribers() const;
+
+  void watch_host(const std::string& hostd_addr);
+  void unwatch_host(const std::string& hostd_addr);
+  void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
+  void heartbeat_acked(const std::string& hostd_addr);
+
+  struct Lost {
+    std::string host;
+    std::set<std::string> dependents;
+  };
+  struct Tick {
+    std::vector<std::string> heartbeats_due;  // send each a Heartbeat now
+    std::vector<Lost> lost;                   // acks stopped for host_timeout_ms: fail them
+  };
+  Tick tick(int64_t now_ms);
+  // The agent is known gone: its dependents, once (nullopt if already failed).
+  std::optional<std::set<std::string>> lose_host(const std::string& hostd_addr);
+  int64_t heartbeat_ms() const { return heartbeat_ms_; }
+  int64_t host_timeout_ms() const { return host_timeout_ms_; }
+
+ private:
+  struct WatchedHost {
+    int64_t last_ack_ms = 0;
+    int64_t last_sent_ms = 0;
+    bool dead = false;
+    std::set<std::string> dependents;
+  };
+  int64_t heartbeat_ms_, host_timeout_ms_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, json> dead_;
+  std::set<std::string> subscribers_;
+  std::map<std::string, WatchedHost> hosts_;
+};
+
+}  // namespace xmesh

@@ -1,0 +1,407 @@
+#include "transport.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zmq_addon.hpp>
+
+#include "bodies.hpp"
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+constexpr size_t kIpcPathMax = 107;
+
+std::string short_host() {
+  std::string h = hostname();
+  auto dot = h.find('.');
+  return dot == std::string::npos ? h : h.substr(0, dot);
+}
+
+void set_common_options(zmq::socket_t& s) {
+  s.set(zmq::sockopt::linger, static_cast<int>(env_int("XMESH_LINGER_MS", 1000)));
+}
+}  // namespace
+
+Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie)
+    : role_(std::move(role)), ctx_(1) {
+  std::string inc_hex = random_hex(8);
+  incarnation_ = std::stoull(inc_hex, nullptr, 16);
+  if (incarnation_ == 0) incarnation_ = 1;
+  id_ = role_ + "-" + short_host() + "-" + std::to_string(getpid()) + "-" + inc_hex.substr(0, 8);
+  max_message_bytes_ = static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30));
+  send_timeout_ms_ = env_int("XMESH_SEND_TIMEOUT_MS", 30000);
+  max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
+  if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
+  bind(bind_addr);
+}
+
+Transport::~Transport() { close(); }
+
+void Transport::bind(const std::string& bind_addr) {
+  if (bind_addr.rfind("ipc://", 0) == 0) {
+    std::string path = bind_addr.substr(6);
+    if (path.size() > kIpcPathMax)
+      throw std::runtime_error("socket path " + path + " is " + std::to_string(path.size()) +
+                               " bytes; unix socket paths must fit in " + std::to_string(kIpcPathMax) +
+                               " bytes (use a shorter XMESH_RUNTIME_DIR)");
+    unlink(path.c_str());
+  }
+  router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
+  set_common_options(*router_);
+  router_->set(zmq::sockopt::router_mandatory, 1);
+  router_->set(zmq::sockopt::rcvhwm, 100000);
+  router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_message_bytes_ + (1 << 20)));
+  // Files this node creates (its ipc socket) are for this user only.
+  mode_t old = umask(077);
+  try {
+    router_->bind(bind_addr);
+  } catch (const zmq::error_t& e) {
+    umask(old);
+    throw std::runtime_error("cannot listen on " + bind_addr + ": " + e.what());
+  }
+  umask(old);
+  addr_ = router_->get(zmq::sockopt::last_endpoint);
+  if (addr_.rfind("ipc://", 0) == 0) chmod(addr_.substr(6).c_str(), 0600);
+}
+
+void Transport::close() {
+  if (closed_.exchange(true)) return;
+  std::vector<std::shared_ptr<OutPeer>> peers;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& kv : out_) peers.push_back(kv.second);
+    out_.clear();
+  }
+  for (auto& p : peers) {
+    std::lock_guard<std::mutex> g(p->mu);
+    p->sock.reset();
+  }
+  router_.reset();
+  if (addr_.rfind("ipc://", 0) == 0) unlink(addr_.substr(6).c_str());
+  ctx_.close();
+}
+
+void Transport::set_peer_cookie(const std::string& addr, const std::string& cookie) {
+  std::lock_guard<std::mutex> g(mu_);
+  peer_cookies_[addr] = cookie;
+}
+
+void Transport::set_default_cookie(const std::string& cookie) {
+  std::lock_guard<std::mutex> g(mu_);
+  default_cookie_ = cookie;
+}
+
+void Transport::add_accepted_cookie(const std::string& cookie) {
+  std::lock_guard<std::mutex> g(mu_);
+  accepted_cookies_.insert(cookie);
+}
+
+std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = out_.find(addr);
+  if (it != out_.end()) return it->second;
+  if (closed_) throw SendError("this process's xmesh node has stopped");
+  auto p = std::make_shared<OutPeer>();
+  p->sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+  set_common_options(*p->sock);
+  p->sock->set(zmq::sockopt::routing_id, id_);
+  p->sock->set(zmq::sockopt::sndhwm, 100000);
+  // Procs are connected to before they listen: retry quickly so the first message is not late.
+  p->sock->set(zmq::sockopt::reconnect_ivl, 10);
+  p->sock->set(zmq::sockopt::reconnect_ivl_max, 200);
+  p->sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
+  try {
+    p->sock->connect(addr);
+  } catch (const zmq::error_t& e) {
+    throw SendError("cannot connect to " + addr + ": " + e.what());
+  }
+  auto c = peer_cookies_.find(addr);
+  p->cookie = c != peer_cookies_.end() ? c->second : default_cookie_;
+  out_[addr] = p;
+  return p;
+}
+
+void Transport::disconnect(const std::string& addr) {
+  std::shared_ptr<OutPeer> peer;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = out_.find(addr);
+    if (it == out_.end()) return;
+    peer = it->second;
+    out_.erase(it);
+  }
+  // Nothing more goes to a dead peer: drop its queue and stop reconnecting to it.
+  std::lock_guard<std::mutex> g(peer->mu);
+  if (peer->sock) {
+    peer->sock->set(zmq::sockopt::linger, 0);
+    peer->sock.reset();
+  }
+}
+
+void Transport::send_hello_locked(OutPeer& p) {
+  Header h;
+  h.kind = Kind::Hello;
+  h.sender = id_;
+  h.incarnation = incarnation_;
+  h.seq = ++p.seq;
+  HelloBody hello;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    hello.reply_cookie = accepted_cookies_.empty() ? "" : *accepted_cookies_.begin();
+  }
+  hello.proto = protocol_version();
+  hello.version = version_string();
+  hello.build = build_id();
+  hello.cookie = p.cookie;
+  hello.addr = addr_;
+  hello.role = role_;
+  hello.pid = getpid();
+  hello.host = hostname();
+  h.body = hello;
+  auto bytes = encode_header(h);
+  zmq::message_t m(bytes.data(), bytes.size());
+  if (!p.sock->send(m, zmq::send_flags::none)) throw SendError("send timed out (hello)");
+  p.hello_sent = true;
+}
+
+void Transport::send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames) {
+  auto p = out_peer(addr);
+  std::lock_guard<std::mutex> g(p->mu);
+  if (!p->sock) throw SendError("connection to " + addr + " is closed");
+  if (!p->hello_sent) send_hello_locked(*p);
+  h.sender = id_;
+  h.incarnation = incarnation_;
+  h.seq = ++p->seq;
+  auto bytes = encode_header(h);
+  zmq::message_t hm(bytes.data(), bytes.size());
+  try {
+    auto flags = frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+    if (!p->sock->send(hm, flags))
+      throw SendError("sending to " + addr + " timed out after " + std::to_string(send_timeout_ms_) +
+                      " ms (peer not reading)");
+    for (size_t i = 0; i < frames.size(); ++i) {
+      auto f = i + 1 == frames.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+      if (!p->sock->send(frames[i], f)) throw SendError("sending to " + addr + " timed out (payload)");
+    }
+  } catch (const zmq::error_t& e) {
+    throw SendError("sending to " + addr + " failed: " + e.what());
+  }
+  std::lock_guard<std::mutex> s(mu_);
+  ++stats_.sent;
+}
+
+void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
+  size_t n = 0;
+  for (auto& f : frames) n += f.size();
+  if (n > max_message_bytes_)
+    throw SendError("message of " + std::to_string(n) + " bytes exceeds the maximum message size of " +
+                        std::to_string(max_message_bytes_) + " bytes (XMESH_MAX_MESSAGE_BYTES)",
+                    /*too_large=*/true);
+}
+
+void Transport::send_refusal(const std::string& to_addr, const std::string& reason) {
+  if (to_addr.rfind("ipc://", 0) != 0 && to_addr.rfind("tcp://", 0) != 0) return;
+  try {
+    zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 500);
+    s.set(zmq::sockopt::routing_id, id_);
+    s.connect(to_addr);
+    Header h;
+    h.kind = Kind::Refuse;
+    h.sender = id_;
+    h.incarnation = incarnation_;
+    h.body = RefuseBody{reason, addr_};
+    auto bytes = encode_header(h);
+    zmq::message_t m(bytes.data(), bytes.size());
+    (void)s.send(m, zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+  }
+}
+
+void Transport::set_receive_timeout(int ms) { router_->set(zmq::sockopt::rcvtimeo, ms); }
+
+std::optional<Transport::Received> Transport::receive() {
+  std::vector<zmq::message_t> parts;
+  zmq::recv_result_t r;
+  try {
+    r = zmq::recv_multipart(*router_, std::back_inserter(parts));
+  } catch (const zmq::error_t& e) {
+    if (e.num() == ETERM) throw;
+    return std::nullopt;  // EINTR and the like: go round again
+  }
+  if (!r) return std::nullopt;
+  if (parts.size() < 2) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.malformed;
+    return std::nullopt;
+  }
+  std::string error;
+  auto h = decode_header(parts[1].data(), parts[1].size(), error);
+  if (!h) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.malformed;
+    if (stats_.malformed <= 5) log_diag(role_, "dropped a malformed message: " + error);
+    return std::nullopt;
+  }
+  std::string identity = parts[0].to_string();
+  Message m;
+  m.header = std::move(*h);
+  m.peer_identity = identity;
+  m.frames.reserve(parts.size() - 2);
+  for (size_t i = 2; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
+  return admit(identity, std::move(m));
+}
+
+// What a decoded message from identity becomes: its Hello handled, a refusal passed up,
+// anything else from a stranger dropped; then its sequence number checked.
+std::optional<Transport::Received> Transport::admit(const std::string& identity, Message m) {
+  InPeer* in = &in_peer(identity);
+  if (in->refused) return std::nullopt;
+  if (!in->authed) {
+    if (m.header.kind == Kind::Hello) {
+      handle_hello(*in, m);
+    } else if (m.header.kind == Kind::Refuse) {
+      // Refuse keeps its number and body across versions, so a peer of any version is understood.
+      RefuseBody refusal;
+      try {
+        refusal = m.header.body.get<RefuseBody>();
+      } catch (const std::invalid_argument&) {
+      }
+      if (refusal.reason.empty()) refusal.reason = "connection refused";
+      m.header.body = refusal;
+      m.sender_addr = refusal.addr;
+      return Received{std::move(m), true};
+    } else {
+      std::lock_guard<std::mutex> g(mu_);
+      ++stats_.rejected;
+      if (stats_.rejected <= 5)
+        log_diag(role_, std::string("dropped a '") + kind_name(m.header.kind) +
+                            "' message from a peer that has not authenticated");
+    }
+    return std::nullopt;
+  }
+  auto verdict = in->seq.accept(m.header.incarnation, m.header.seq);
+  std::lock_guard<std::mutex> g(mu_);
+  if (verdict == SeqTracker::Duplicate) {
+    ++stats_.duplicates;
+    return std::nullopt;
+  }
+  if (verdict == SeqTracker::Gap) ++stats_.gaps;
+  ++stats_.received;
+  m.sender_addr = in->addr;
+  return Received{std::move(m), false};
+}
+
+Transport::InPeer& Transport::in_peer(const std::string& identity) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!gone_addrs_.empty()) forget_gone_peers();
+  auto it = in_.find(identity);
+  if (it != in_.end()) return it->second;
+  if (pending_peers_ >= max_pending_peers_) {
+    // An identity flood (or a peer that never says Hello): drop the strangers, never a peer
+    // that authenticated, whose Hello will not come again.
+    for (auto e = in_.begin(); e != in_.end();) {
+      if (e->second.authed) {
+        ++e;
+      } else {
+        e = in_.erase(e);
+        ++stats_.evicted;
+      }
+    }
+    pending_peers_ = 0;
+  }
+  ++pending_peers_;
+  return in_[identity];
+}
+
+void Transport::forget_peer(const std::string& addr) {
+  if (addr.empty()) return;
+  std::lock_guard<std::mutex> g(mu_);
+  gone_addrs_.push_back(addr);
+}
+
+void Transport::tidy() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!gone_addrs_.empty()) forget_gone_peers();
+}
+
+void Transport::forget_gone_peers() {
+  std::set<std::string> gone(gone_addrs_.begin(), gone_addrs_.end());
+  gone_addrs_.clear();
+  for (auto e = in_.begin(); e != in_.end();) {
+    if (e->second.authed && gone.count(e->second.addr))
+      e = in_.erase(e);
+    else
+      ++e;
+  }
+}
+
+// A Hello of another protocol version, or with credentials this node does not accept, is
+// refused (the peer is told why); else the identity is authenticated as the node at its addr.
+void Transport::handle_hello(InPeer& in, const Message& m) {
+  HelloBody hello;
+  try {
+    hello = m.header.body.get<HelloBody>();
+  } catch (const std::invalid_argument&) {
+    hello.proto = -1;  // refused below as a peer of another protocol, naming what it sent
+    if (m.header.body.is_object()) {
+      const json& b = m.header.body;
+      auto str = [&](const char* k) { return b.contains(k) && b[k].is_string() ? b[k].get<std::string>() : ""; };
+      hello.addr = str("addr");
+      hello.role = str("role");
+      hello.version = str("version");
+    }
+  }
+  std::string reason;
+  const std::string peer = (hello.role.empty() ? std::string("peer") : hello.role) + " at " + hello.addr;
+  if (hello.proto != protocol_version()) {
+    reason = "the " + peer + " runs xmesh " + (hello.version.empty() ? "?" : hello.version) + " (protocol " +
+             std::to_string(hello.proto) + "); this " + role_ + " runs xmesh " + version_string() + " (protocol " +
+             std::to_string(protocol_version()) + "): connection refused";
+  } else {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!accepted_cookies_.count(hello.cookie))
+      reason = "the " + role_ + " at " + addr_ + " rejected the credentials of the " + hello.role + " at " + hello.addr +
+               " (wrong or missing cookie): connection refused";
+  }
+  if (!reason.empty()) {
+    in.refused = true;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      ++stats_.rejected;
+    }
+    log_diag(role_, reason);
+    send_refusal(hello.addr, reason);
+    return;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  in.authed = true;
+  if (pending_peers_ > 0) --pending_peers_;
+  in.addr = hello.addr;
+  in.node_id = m.header.sender;
+  in.seq.accept(m.header.incarnation, m.header.seq);
+  if (!hello.addr.empty() && !hello.reply_cookie.empty()) peer_cookies_.emplace(hello.addr, hello.reply_cookie);
+}
+
+std::string Transport::peer_addr(const std::string& identity) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = in_.find(identity);
+  return it == in_.end() ? "" : it->second.addr;
+}
+
+void Transport::count_malformed(const std::string& what) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++stats_.malformed;
+  log_diag(role_, what);
+}
+
+NodeStats Transport::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  NodeStats s = stats_;
+  s.peers = in_.size();
+  return s;
+}
+
+}  // namespace xmesh

@@ -1,0 +1,127 @@
+// Transport: one node's sockets. A ROUTER bound at the node's address receives (the I/O thread
+// alone reads it and never takes the GIL); one DEALER per destination sends, from any thread,
+// under that peer's own mutex, which gives per-(sender, receiver) FIFO order without a thread
+// hop. Every connection starts with Hello (protocol version, build, credential cookie, the
+// sender's address and the cookie to present when connecting back); nothing from an identity
+// that has not passed Hello goes further. Sequence numbers per connection count gaps and drop
+// duplicates. Its own lock guards the peer tables and the counters.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "seq.hpp"
+#include "wire.hpp"
+
+namespace xmesh {
+
+struct SendError : std::runtime_error {
+  explicit SendError(const std::string& what, bool too_large = false)
+      : std::runtime_error(what), too_large(too_large) {}
+  bool too_large;  // the message exceeds XMESH_MAX_MESSAGE_BYTES (else: peer dead, closed, timed out)
+};
+
+struct NodeStats {
+  uint64_t sent = 0, received = 0, rejected = 0, malformed = 0, gaps = 0, duplicates = 0;
+  uint64_t peers = 0;    // inbound connections known now (authenticated or not)
+  uint64_t evicted = 0;  // unauthenticated identities dropped to bound memory
+};
+
+class Transport {
+ public:
+  // bind_addr: "ipc://path" or "tcp://host:port"; accept_cookie: what peers must present.
+  Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const std::string& id() const { return id_; }
+  const std::string& addr() const { return addr_; }
+  const std::string& role() const { return role_; }
+  uint64_t incarnation() const { return incarnation_; }
+  zmq::context_t& context() { return ctx_; }
+  size_t max_message_bytes() const { return max_message_bytes_; }
+
+  void set_peer_cookie(const std::string& addr, const std::string& cookie);
+  void set_default_cookie(const std::string& cookie);
+  void add_accepted_cookie(const std::string& cookie);
+
+  // Sends one message (fills sender, incarnation, seq; says Hello first on a new connection).
+  void send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames);
+  void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
+  // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
+  void disconnect(const std::string& addr);
+
+  // I/O thread only. One authenticated message, or a Refuse from a peer that refused us (then
+  // `refusal` is set and sender_addr is the refuser); nullopt when nothing came within the
+  // receive timeout or what came was handled here (Hello, garbage, strangers, duplicates).
+  struct Received {
+    Message msg;
+    bool refusal = false;
+  };
+  std::optional<Received> receive();
+  void set_receive_timeout(int ms);
+
+  std::string peer_addr(const std::string& identity) const;
+  // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
+  // (applied by the I/O thread). Only gone peers: a peer says Hello once per connection.
+  void forget_peer(const std::string& addr);
+  void tidy();  // I/O thread: applies forget_peer() requests also when no message comes
+  void count_malformed(const std::string& what);  // a message whose body did not read
+  NodeStats stats() const;
+  // Closes every socket (bounded linger) and removes an ipc socket file.
+  void close();
+
+ private:
+  struct OutPeer {
+    std::mutex mu;
+    std::unique_ptr<zmq::socket_t> sock;
+    uint64_t seq = 0;
+    bool hello_sent = false;
+    std::string cookie;
+  };
+  struct InPeer {
+    bool authed = false;
+    bool refused = false;
+    std::string node_id, addr;
+    SeqTracker seq;
+  };
+
+  void bind(const std::string& bind_addr);
+  std::shared_ptr<OutPeer> out_peer(const std::string& addr);
+  void send_hello_locked(OutPeer& p);
+  void send_refusal(const std::string& to_addr, const std::string& reason);
+  std::optional<Received> admit(const std::string& identity, Message m);
+  void handle_hello(InPeer& in, const Message& m);
+  InPeer& in_peer(const std::string& identity);  // I/O thread only
+  void forget_gone_peers();                       // under mu_
+
+  std::string role_, addr_, id_;
+  uint64_t incarnation_;
+  size_t max_message_bytes_;
+  int64_t send_timeout_ms_;
+  zmq::context_t ctx_;
+  std::unique_ptr<zmq::socket_t> router_;
+  std::atomic<bool> closed_{false};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
+  // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
+  // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
+  // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.
+  std::unordered_map<std::string, InPeer> in_;
+  size_t pending_peers_ = 0, max_pending_peers_ = 0;
+  std::vector<std::string> gone_addrs_;
+  std::set<std::string> accepted_cookies_;
+  std::map<std::string, std::string> peer_cookies_;
+  std::string default_cookie_;
+  NodeStats stats_;
+};
+
+}  // namespace xmesh
