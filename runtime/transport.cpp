@@ -188,8 +188,7 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   } catch (const zmq::error_t& e) {
     throw SendError("sending to " + addr + " failed: " + e.what());
   }
-  std::lock_guard<std::mutex> s(mu_);
-  ++stats_.sent;
+  ++counts_.sent;
 }
 
 void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
@@ -233,16 +232,13 @@ std::optional<Transport::Received> Transport::receive() {
   }
   if (!r) return std::nullopt;
   if (parts.size() < 2) {
-    std::lock_guard<std::mutex> g(mu_);
-    ++stats_.malformed;
+    ++counts_.malformed;
     return std::nullopt;
   }
   std::string error;
   auto h = decode_header(parts[1].data(), parts[1].size(), error);
   if (!h) {
-    std::lock_guard<std::mutex> g(mu_);
-    ++stats_.malformed;
-    if (stats_.malformed <= 5) log_diag(role_, "dropped a malformed message: " + error);
+    if (++counts_.malformed <= 5) log_diag(role_, "dropped a malformed message: " + error);
     return std::nullopt;
   }
   std::string identity = parts[0].to_string();
@@ -274,23 +270,20 @@ std::optional<Transport::Received> Transport::admit(const std::string& identity,
       m.sender_addr = refusal.addr;
       return Received{std::move(m), true};
     } else {
-      std::lock_guard<std::mutex> g(mu_);
-      ++stats_.rejected;
-      if (stats_.rejected <= 5)
+      if (++counts_.rejected <= 5)
         log_diag(role_, std::string("dropped a '") + kind_name(m.header.kind) +
                             "' message from a peer that has not authenticated");
     }
     return std::nullopt;
   }
   auto verdict = in->seq.accept(m.header.incarnation, m.header.seq);
-  std::lock_guard<std::mutex> g(mu_);
   if (verdict == SeqTracker::Duplicate) {
-    ++stats_.duplicates;
+    ++counts_.duplicates;
     return std::nullopt;
   }
-  if (verdict == SeqTracker::Gap) ++stats_.gaps;
-  ++stats_.received;
-  m.sender_addr = in->addr;
+  if (verdict == SeqTracker::Gap) ++counts_.gaps;
+  ++counts_.received;
+  m.sender_addr = in->addr;  // the I/O thread alone writes in_ entries: no lock to read its own
   return Received{std::move(m), false};
 }
 
@@ -307,7 +300,7 @@ Transport::InPeer& Transport::in_peer(const std::string& identity) {
         ++e;
       } else {
         e = in_.erase(e);
-        ++stats_.evicted;
+        ++counts_.evicted;
       }
     }
     pending_peers_ = 0;
@@ -368,10 +361,7 @@ void Transport::handle_hello(InPeer& in, const Message& m) {
   }
   if (!reason.empty()) {
     in.refused = true;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      ++stats_.rejected;
-    }
+    ++counts_.rejected;
     log_diag(role_, reason);
     send_refusal(hello.addr, reason);
     return;
@@ -392,14 +382,20 @@ std::string Transport::peer_addr(const std::string& identity) const {
 }
 
 void Transport::count_malformed(const std::string& what) {
-  std::lock_guard<std::mutex> g(mu_);
-  ++stats_.malformed;
+  ++counts_.malformed;
   log_diag(role_, what);
 }
 
 NodeStats Transport::stats() const {
+  NodeStats s;
+  s.sent = counts_.sent;
+  s.received = counts_.received;
+  s.rejected = counts_.rejected;
+  s.malformed = counts_.malformed;
+  s.gaps = counts_.gaps;
+  s.duplicates = counts_.duplicates;
+  s.evicted = counts_.evicted;
   std::lock_guard<std::mutex> g(mu_);
-  NodeStats s = stats_;
   s.peers = in_.size();
   return s;
 }

@@ -110,7 +110,7 @@ class Transport {
   std::unique_ptr<zmq::socket_t> router_;
   std::atomic<bool> closed_{false};
 
-  mutable std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;  // guards the tables below (taken after a peer's mutex, never before)
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
   // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
   // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
@@ -121,7 +121,10 @@ class Transport {
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
   std::string default_cookie_;
-  NodeStats stats_;
+  // Counted without the lock (the send path takes only its peer's mutex).
+  struct Counters {
+    std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0};
+  } counts_;
 };
 
 }  // namespace xmesh

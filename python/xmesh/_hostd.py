@@ -8,7 +8,7 @@ from typing import Any
 
 from . import _core
 from ._pids import pid_alive, running_agent_pid
-from ._protocol import ErrorKind, error
+from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime, on_controller_exit
 from ._wait import request
 
@@ -138,8 +138,8 @@ class HostAgent:
         rt.node.set_peer_cookie(self.addr, cookie)
         try:
             status = self.status(timeout=timeout)
-        except RuntimeError as e:
-            if "refused" not in str(e):
+        except HostdError as e:
+            if error_kind(e.body) != ErrorKind.Refused:  # the agent refused this node's Hello
                 raise
             pid = self._running_pid()
             if pid is None or _has_children(pid):
