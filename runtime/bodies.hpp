@@ -699,4 +699,36 @@ struct SyncReply {
 };
 XMESH_BODY_JSON(SyncReply)
 
+// Not a message: procs.json in an allocation's log directory (layout.hpp), written by the agent
+// when it starts the procs, read by `mesh.logs()` and `xmesh logs` also after they ended.
+struct RankMeta {
+  static constexpr const char* what = "procs.json rank";
+  int64_t pid = 0;
+  nlohmann::json coords = nlohmann::json::object();
+  template <class F>
+  static void fields(F&& f) {
+    f("pid", &RankMeta::pid, Need::Optional);
+    f("coords", &RankMeta::coords, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(RankMeta)
+
+struct AllocationMeta {
+  static constexpr const char* what = "procs.json";
+  std::string alloc, name, host;
+  nlohmann::json shape = nlohmann::json::object();
+  double created = 0;                     // seconds since the epoch
+  std::map<std::string, RankMeta> ranks;  // by rank, as a decimal string
+  template <class F>
+  static void fields(F&& f) {
+    f("alloc", &AllocationMeta::alloc, Need::Required);
+    f("name", &AllocationMeta::name, Need::Optional);
+    f("host", &AllocationMeta::host, Need::Optional);
+    f("shape", &AllocationMeta::shape, Need::Optional);
+    f("created", &AllocationMeta::created, Need::Optional);
+    f("ranks", &AllocationMeta::ranks, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(AllocationMeta)
+
 }  // namespace xmesh

@@ -21,6 +21,30 @@ std::string logs_root(const std::string& rundir) { return rundir + "/logs"; }
 std::string log_dir(const std::string& rundir, const std::string& name, const std::string& alloc) {
   return logs_root(rundir) + "/" + (name.empty() ? alloc : name + "-" + alloc);
 }
+std::string rank_log_file(const std::string& logdir, int64_t rank) {
+  return logdir + "/rank" + std::to_string(rank) + ".log";
+}
+
+std::string procs_meta_file(const std::string& logdir) { return logdir + "/procs.json"; }
+
+std::optional<std::pair<int64_t, int>> rank_log_of(const std::string& filename) {
+  // rank<digits>.log or rank<digits>.log.<digits>
+  auto digits = [](const std::string& s, size_t from, size_t to) {
+    if (from >= to || to - from > 9) return false;
+    for (size_t i = from; i < to; ++i)
+      if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+  };
+  if (filename.rfind("rank", 0) != 0) return std::nullopt;
+  size_t dot = filename.find(".log", 4);
+  if (dot == std::string::npos || !digits(filename, 4, dot)) return std::nullopt;
+  int64_t rank = std::stoll(filename.substr(4, dot - 4));
+  size_t after = dot + 4;
+  if (after == filename.size()) return std::make_pair(rank, 0);
+  if (filename[after] != '.' || !digits(filename, after + 1, filename.size())) return std::nullopt;
+  return std::make_pair(rank, std::stoi(filename.substr(after + 1)));
+}
+
 std::string sync_cache_dir(const std::string& rundir) { return rundir + "/sync"; }
 std::string workspace_root(const std::string& rundir) {
   std::string root = env_str("XMESH_WORKSPACE_ROOT");

@@ -14,7 +14,10 @@
 // "n-<name>" (it keeps it across kernel restarts), every other allocation of a controller,
 // and that controller's host-mesh syncs, have "c-<controller id>".
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace xmesh::layout {
 
@@ -28,6 +31,12 @@ std::string proc_address(const std::string& rundir, const std::string& alloc, in
 std::string controller_dir(const std::string& rundir);
 std::string logs_root(const std::string& rundir);
 std::string log_dir(const std::string& rundir, const std::string& name, const std::string& alloc);
+// In a log directory: one rank's records (log_record.hpp), rotated into <file>.1 (newest) ...
+// <file>.N, and procs.json (the allocation, its host, and each rank's pid and coordinates).
+std::string rank_log_file(const std::string& logdir, int64_t rank);
+std::string procs_meta_file(const std::string& logdir);
+// The rank and rotation (0: the live file) of a file name in a log directory, if it is one.
+std::optional<std::pair<int64_t, int>> rank_log_of(const std::string& filename);
 std::string sync_cache_dir(const std::string& rundir);
 std::string workspace_root(const std::string& rundir);  // XMESH_WORKSPACE_ROOT wins
 

@@ -17,6 +17,7 @@
 #include "body_bindings.hpp"
 #include "json_py.hpp"
 #include "layout.hpp"
+#include "log_record.hpp"
 #include "node.hpp"
 #include "waker.hpp"
 #include "output_marker.hpp"
@@ -299,6 +300,8 @@ void bind_bodies(py::module_& m) {
   bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");
   bind_body<SyncStepBody>(m, "SyncStepBody", "Sync: one step of a workspace sync.");
   bind_body<SyncReply>(m, "SyncReply", "A host's answer to a Sync step.");
+  bind_body<RankMeta>(m, "RankMeta", "One rank in procs.json.");
+  bind_body<AllocationMeta>(m, "AllocationMeta", "procs.json: an allocation's log directory described.");
 }
 
 void bind_messages(py::module_& m) {
@@ -370,6 +373,20 @@ void bind_layout(py::module_& m) {
   m.def("layout_logs_root", &layout::logs_root, py::arg("runtime_dir"));
   m.def("layout_log_dir", &layout::log_dir, py::arg("runtime_dir"), py::arg("name"), py::arg("alloc"));
   m.def("layout_sync_cache_dir", &layout::sync_cache_dir, py::arg("runtime_dir"));
+  m.def("layout_rank_log_file", &layout::rank_log_file, py::arg("log_dir"), py::arg("rank"));
+  m.def("layout_procs_meta_file", &layout::procs_meta_file, py::arg("log_dir"));
+  m.def("layout_rank_log_of", &layout::rank_log_of, py::arg("filename"),
+        "(rank, rotation) of a rank's log file name (rotation 0: the live file), or None.");
+  // The log record format (runtime/log_record.hpp): (time, stream, partial, actor, text), or None.
+  m.def("parse_log_record", [](py::bytes line) -> py::object {
+    std::string_view v = line;
+    auto r = parse_record(v);
+    if (!r) return py::none();
+    auto text = [](const std::string& s) {  // as Python's decode("utf-8", "replace")
+      return py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
+    };
+    return py::make_tuple(r->time, r->stream, r->partial, text(r->actor), text(r->text));
+  }, py::arg("line"));
 }
 
 // Calls and the one wait (runtime/call.hpp, waker.hpp).

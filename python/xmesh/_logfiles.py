@@ -1,12 +1,9 @@
 """Reading the per-rank log files host agents keep (runtime/hostd/host_agent.cpp): what
 `mesh.logs()` and `xmesh logs` show, for live and finished allocations alike.
 
-Layout: <runtime dir>/logs/<name>-<alloc id>/ (or <alloc id>/ when unnamed) holds procs.json
-(allocation, host, pid and coordinates per rank) and rank<r>.log, rotated by size into
-rank<r>.log.1 (newest) ... rank<r>.log.N. One record per line:
-    <epoch seconds>\\t<flag>\\t<actor>\\t<text>
-flag o / e for stdout / stderr, O / E when the text had no newline of its own (a partial line,
-or a piece of a line longer than 64 KiB)."""
+The directory layout (a log directory per allocation with procs.json and rank<r>.log, rotated
+by size into rank<r>.log.1 (newest) ... rank<r>.log.N) is runtime/layout.hpp's and the record
+format runtime/log_record.hpp's; this module asks xmesh._core for both."""
 import collections
 import json
 import os
@@ -18,8 +15,6 @@ from ._pids import pid_alive
 
 LogRecord = collections.namedtuple("LogRecord", "host pid rank coords actor stream time text")
 
-_RANK_FILE = re.compile(r"^rank(\d+)\.log(?:\.(\d+))?$")
-_STREAMS = {"o": "stdout", "O": "stdout", "e": "stderr", "E": "stderr"}
 
 
 def logdir(runtime_dir, name, alloc_id):
@@ -27,11 +22,12 @@ def logdir(runtime_dir, name, alloc_id):
 
 
 def read_meta(d):
+    """The allocation a log directory belongs to (its procs.json), or None when unreadable."""
     try:
-        with open(os.path.join(d, "procs.json")) as f:
-            return json.load(f)
+        with open(_core.layout_procs_meta_file(d)) as f:
+            return _core.AllocationMeta.from_dict(json.load(f))
     except (OSError, ValueError):
-        return {}
+        return None
 
 
 def find_logdirs(runtime_dir, name_or_id):
@@ -46,9 +42,9 @@ def find_logdirs(runtime_dir, name_or_id):
         d = os.path.join(root, e)
         if e == name_or_id or re.fullmatch(re.escape(name_or_id) + r"-[0-9a-f]{1,16}", e):
             meta = read_meta(d)
-            if e != name_or_id and meta and meta.get("name") != name_or_id:
+            if e != name_or_id and meta is not None and meta.name != name_or_id:
                 continue  # "a-b-1f" is allocation "a-b", not "a"
-            found.append((meta.get("created", 0.0) or os.path.getmtime(d), d))
+            found.append(((meta.created if meta is not None else 0.0) or os.path.getmtime(d), d))
     return [d for _, d in sorted(found)]
 
 
@@ -60,26 +56,22 @@ def rank_files(d):
     except OSError:
         return {}
     for e in entries:
-        m = _RANK_FILE.match(e)
-        if m:
-            files.setdefault(int(m.group(1)), []).append((-int(m.group(2) or 0), os.path.join(d, e)))
+        found = _core.layout_rank_log_of(e)
+        if found is not None:
+            rank, rotation = found
+            files.setdefault(rank, []).append((-rotation, os.path.join(d, e)))
     return {r: [p for _, p in sorted(v)] for r, v in files.items()}
 
 
 def parse_record(line, rank, meta_rank, host):
-    """A LogRecord from one line of a log file (bytes, newline included), None if malformed."""
-    parts = line.rstrip(b"\n").split(b"\t", 3)
-    if len(parts) != 4:
+    """A LogRecord from one line of a log file (bytes, newline included), None if malformed.
+    meta_rank: the rank's RankMeta from procs.json (None when unknown)."""
+    fields = _core.parse_log_record(line)
+    if fields is None:
         return None
-    try:
-        t = float(parts[0])
-    except ValueError:
-        return None
-    stream = _STREAMS.get(parts[1].decode("ascii", "replace"))
-    if stream is None:
-        return None
-    return LogRecord(host, meta_rank.get("pid"), rank, meta_rank.get("coords", {}),
-                     parts[2].decode("utf-8", "replace"), stream, t, parts[3].decode("utf-8", "replace"))
+    t, stream, _partial, actor, text = fields
+    pid, coords = (meta_rank.pid, meta_rank.coords) if meta_rank is not None else (None, {})
+    return LogRecord(host, pid, rank, coords, actor, stream, t, text)
 
 
 def compile_grep(grep):
@@ -110,12 +102,13 @@ def read_records(d, ranks=None, stream=None, grep=None, actor=None):
     _check_stream(stream)
     pattern = compile_grep(grep)
     meta = read_meta(d)
-    host = meta.get("host")
+    host = meta.host if meta is not None else None
+    ranks_meta = meta.ranks if meta is not None else {}
     out = []
     for rank, files in sorted(rank_files(d).items()):
         if ranks is not None and rank not in ranks:
             continue
-        meta_rank = meta.get("ranks", {}).get(str(rank), {})
+        meta_rank = ranks_meta.get(str(rank))
         for path in files:
             try:
                 f = open(path, "rb")
@@ -140,8 +133,8 @@ class Follower:
         self.ranks = ranks
         self.open = {}  # rank -> (file, inode, pending partial bytes)
         meta = read_meta(d)
-        self.host = meta.get("host")
-        self.meta_ranks = meta.get("ranks", {})
+        self.host = meta.host if meta is not None else None
+        self.meta_ranks = meta.ranks if meta is not None else {}
 
     def start_at_end(self):
         for rank, files in rank_files(self.d).items():
@@ -176,7 +169,7 @@ class Follower:
             data = partial + f.read()
             lines = data.split(b"\n")
             partial = lines.pop()
-            meta_rank = self.meta_ranks.get(str(rank), {})
+            meta_rank = self.meta_ranks.get(str(rank))
             for line in lines:
                 rec = parse_record(line, rank, meta_rank, self.host)
                 if rec is not None:
@@ -198,8 +191,9 @@ class Follower:
 
 def procs_alive(d):
     """Whether any proc of the allocation logging into d still runs (pids from procs.json)."""
-    for info in read_meta(d).get("ranks", {}).values():
-        pid = info.get("pid")
+    meta = read_meta(d)
+    for info in (meta.ranks.values() if meta is not None else []):
+        pid = info.pid
         if not pid:
             continue
         if pid_alive(pid):

@@ -13,6 +13,7 @@
 
 #include "../bodies.hpp"
 #include "../layout.hpp"
+#include "../log_record.hpp"
 #include "../util.hpp"
 #include "../process.hpp"
 
@@ -378,7 +379,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   p->err.fd = sp.err_fd;
   p->err.name = "stderr";
   p->err.flag = 'e';
-  p->log_path = logdir + "/rank" + std::to_string(p->rank) + ".log";
+  p->log_path = layout::rank_log_file(logdir, p->rank);
   p->log = fopen(p->log_path.c_str(), "ae");
   if (p->log) p->log_bytes = ftell(p->log);
   return p;
@@ -386,14 +387,17 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
 
 // What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.
 void HostAgent::write_procs_meta(const Allocation& a, const std::string& logdir) {
-  json ranks = json::object();
-  for (auto& p : a.procs) ranks[std::to_string(p->rank)] = {{"pid", p->pid}, {"coords", p->coords}};
-  json meta = {{"alloc", a.id}, {"name", a.name}, {"host", hostname()}, {"shape", a.shape}, {"created", a.created},
-               {"ranks", ranks}};
+  AllocationMeta meta;
+  meta.alloc = a.id;
+  meta.name = a.name;
+  meta.host = hostname();
+  meta.shape = a.shape;
+  meta.created = a.created;
+  for (auto& p : a.procs) meta.ranks[std::to_string(p->rank)] = RankMeta{p->pid, p->coords};
   try {
-    write_file_atomic(logdir + "/procs.json", meta.dump(), 0600);
+    write_file_atomic(layout::procs_meta_file(logdir), json(meta).dump(), 0600);
   } catch (const std::exception& e) {
-    log_diag("hostd", std::string("cannot write ") + logdir + "/procs.json: " + e.what());
+    log_diag("hostd", "cannot write " + layout::procs_meta_file(logdir) + ": " + e.what());
   }
 }
 
@@ -416,21 +420,15 @@ void HostAgent::stop_allocation(Allocation& a, bool immediately) {
 // the text had no newline of its own: a partial line or a piece of a long one).
 void HostAgent::write_log(Proc& p, const Stream& s, const std::string& text) {
   if (!p.log) return;
-  char head[48];
-  int hn = snprintf(head, sizeof(head), "%.6f\t", wall_time());
+  double now = wall_time();
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     bool whole = nl != std::string::npos;
     size_t end = whole ? nl : text.size();
-    fwrite(head, 1, static_cast<size_t>(hn), p.log);
-    char flag[2] = {whole ? s.flag : static_cast<char>(s.flag - 32), '\t'};
-    fwrite(flag, 1, 2, p.log);
-    fwrite(s.ctx.actor.data(), 1, s.ctx.actor.size(), p.log);
-    fputc('\t', p.log);
-    fwrite(text.data() + pos, 1, end - pos, p.log);
-    fputc('\n', p.log);
-    p.log_bytes += hn + 4 + static_cast<int64_t>(s.ctx.actor.size() + end - pos);
+    std::string record = format_record(now, s.flag, whole, s.ctx.actor, std::string_view(text).substr(pos, end - pos));
+    fwrite(record.data(), 1, record.size(), p.log);
+    p.log_bytes += static_cast<int64_t>(record.size());
     // The last lines, for the exit notice of a proc that dies.
     p.tail.push_back(text.substr(pos, std::min<size_t>(end - pos, 1000)));
     if (p.tail.size() > 20) p.tail.pop_front();

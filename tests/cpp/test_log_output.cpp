@@ -3,6 +3,8 @@
 #include <thread>
 
 #include "bodies.hpp"
+#include "layout.hpp"
+#include "log_record.hpp"
 #include "log_aggregator.hpp"
 #include "log_router.hpp"
 #include "output_marker.hpp"
@@ -240,4 +242,26 @@ TEST_CASE("router: Log bodies are typed and a malformed one is dropped and count
   CHECK(output_of(r, "c9", "typed") == "[2] typed\n");
   CHECK(r.stats().malformed == 3);
   r.stop();
+}
+
+TEST_CASE("log file records read back as written, and what is not a record is refused", "[logs]") {
+  // The one definition of the per-rank log files (log_record.hpp, layout.hpp): the agent writes
+  // with format_record, mesh.logs() and `xmesh logs` read with parse_record.
+  std::string whole = format_record(1700000000.25, 'o', true, "Trainer 'trainers'", "step 3: loss 0.5");
+  CHECK(whole == "1700000000.250000\to\tTrainer 'trainers'\tstep 3: loss 0.5\n");
+  auto r = parse_record(whole);
+  REQUIRE(r);
+  CHECK((r->time == 1700000000.25 && r->stream == "stdout" && !r->partial && r->actor == "Trainer 'trainers'" &&
+         r->text == "step 3: loss 0.5"));
+  auto piece = parse_record(format_record(1.5, 'e', false, "", "no newline\twith a tab"));
+  REQUIRE(piece);
+  CHECK((piece->stream == "stderr" && piece->partial && piece->actor.empty() && piece->text == "no newline\twith a tab"));
+  for (const char* bad : {"", "garbage", "1.5\tx\tactor\ttext", "1.5\to\tno text field", "nan-ish\to\ta\tb",
+                          "\to\ta\tb", "1.5\too\ta\tb"})
+    CHECK_FALSE(parse_record(bad));
+  CHECK(layout::rank_log_file("/r/logs/job-1f", 3) == "/r/logs/job-1f/rank3.log");
+  CHECK(layout::rank_log_of("rank3.log") == std::make_pair(int64_t(3), 0));
+  CHECK(layout::rank_log_of("rank12.log.4") == std::make_pair(int64_t(12), 4));
+  for (const char* other : {"procs.json", "rank.log", "rankx.log", "rank3.log.", "rank3.logs", "rank3.log.1a", "xrank3.log"})
+    CHECK_FALSE(layout::rank_log_of(other));
 }
