@@ -564,6 +564,24 @@ struct ProcInfoReply {
 };
 XMESH_BODY_JSON(ProcInfoReply)
 
+// DumpStacks (controller -> proc) is answered from the I/O thread, without the GIL, with every
+// thread's Python stack as CPython's fault handler writes it and what runs on each thread.
+struct DumpStacksReply {
+  static constexpr const char* what = "DumpStacks reply";
+  std::string stacks;                         // _Py_DumpTracebackThreads' text
+  std::map<std::string, std::string> labels;  // thread ident -> "mesh\trank" of the actor it runs
+  int64_t pid = 0;
+  std::optional<std::string> error;           // what kept part of the dump from being taken
+  template <class F>
+  static void fields(F&& f) {
+    f("stacks", &DumpStacksReply::stacks, Need::Required);
+    f("labels", &DumpStacksReply::labels, Need::Optional);
+    f("pid", &DumpStacksReply::pid, Need::Optional);
+    f("error", &DumpStacksReply::error, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(DumpStacksReply)
+
 // FlushOutput (controller -> actor host) is answered with the output marker it wrote.
 struct FlushOutputReply {
   static constexpr const char* what = "FlushOutput reply";

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "bodies.hpp"
 #include "log_aggregator.hpp"
 #include "node.hpp"
 #include "rank_selector.hpp"
@@ -28,7 +29,12 @@ std::map<uint64_t, std::string> g_labels;  // thread ident -> what runs there ("
 json dump_python_stacks() {
   std::string text;
   int fd = memfd_create("xmesh-stacks", MFD_CLOEXEC);
-  if (fd < 0) return {{"stacks", ""}, {"error", "memfd_create failed"}};
+  DumpStacksReply reply;
+  reply.pid = getpid();
+  if (fd < 0) {
+    reply.error = "memfd_create failed";
+    return reply;
+  }
   const char* err = _Py_DumpTracebackThreads(fd, nullptr, nullptr);
   if (lseek(fd, 0, SEEK_SET) == 0) {
     char buf[65536];
@@ -36,14 +42,13 @@ json dump_python_stacks() {
     while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
   }
   close(fd);
-  json labels = json::object();
+  reply.stacks = std::move(text);
   {
     std::lock_guard<std::mutex> g(g_labels_mu);
-    for (auto& [ident, label] : g_labels) labels[std::to_string(ident)] = label;
+    for (auto& [ident, label] : g_labels) reply.labels[std::to_string(ident)] = label;
   }
-  json out = {{"stacks", text}, {"labels", labels}, {"pid", getpid()}};
-  if (err) out["error"] = err;
-  return out;
+  if (err) reply.error = err;
+  return reply;
 }
 
 py::tuple frame_tuple(const StackFrame& f) { return py::make_tuple(f.file, f.line, f.function); }

@@ -37,15 +37,15 @@ class _Loop:
 
 def _error_body(exc, ctx, method):
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    body = error(ErrorKind.Actor, str(exc), type=type(exc).__name__, traceback=tb, host=_HOST, method=method,
-                 pid=os.getpid())
+    where = {}
     if ctx is not None:
-        body["rank"] = ctx.rank
-        body["actor"] = ctx.name
+        where = {"rank": ctx.rank, "actor": ctx.name}
         try:
-            body["coords"] = dict(Point(ctx.rank, ctx.shape))
+            where["coords"] = dict(Point(ctx.rank, ctx.shape))
         except Exception:
             pass
+    body = error(ErrorKind.Actor, str(exc), type=type(exc).__name__, traceback=tb, host=_HOST, method=method,
+                 pid=os.getpid(), **where)
     try:
         frames = _pickling.dumps(exc)
         _pickling.loads(frames)  # an exception that pickles but cannot be rebuilt: send text only
@@ -143,11 +143,12 @@ class ActorThread(threading.Thread):
         if not broadcast:
             _reply(self.node, msg, ok, body, frames, mark)
         elif not ok and error_kind(body) == ErrorKind.Actor:
-            body["cell"] = cell
-            body["text"] = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
-                            f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{body['traceback']}")
+            raised = _core.ErrorBody.from_dict(body)
+            text = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
+                    f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{raised.traceback}")
+            fault = dict(raised.to_dict(), text=text, cell=cell)
             try:
-                self.node.send(msg.sender_addr, int(Kind.Fault), body)
+                self.node.send(msg.sender_addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
             except Exception:
                 pass
         if exiting is not None:

@@ -356,8 +356,9 @@ class DebugController:
                 answered.add(index)
                 if not ok:
                     continue
-                labels = body.get("labels", {})
-                for ident, _current, frames in _core.parse_thread_dump(body.get("stacks", "")):
+                dump = _core.DumpStacksReply.from_dict(body)
+                labels = dump.labels
+                for ident, _current, frames in _core.parse_thread_dump(dump.stacks):
                     label = labels.get(str(ident))
                     if not label or "\t" not in label:
                         continue

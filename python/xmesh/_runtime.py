@@ -54,7 +54,7 @@ class Runtime:
         self.control.on(Kind.ProcExited, self._on_proc_exited)
         self.control.on(Kind.PeerDead, self._on_peer_dead)
         self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.fault()))
-        self.control.on(Kind.Refuse, lambda msg: self.diag(msg.body.get("reason", "a peer refused this controller")))
+        self.control.on(Kind.Refuse, lambda msg: self.diag(msg.refuse().reason or "a peer refused this controller"))
         for hook in _wiring.controller_start:
             hook(self)
         threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",

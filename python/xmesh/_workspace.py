@@ -148,11 +148,12 @@ def reload_procs(report, procs):
     for members, req in asked:
         answers = req.answers(max(0.0, deadline - time.monotonic()), "the procs' reloads")
         for i, (rank, _) in enumerate(members):
-            ok, body, _ = answers.get(i, (False, {"text": "no answer within 30 s"}, None))
+            ok, body, _ = answers.get(i, (False, None, None))
             if ok:
                 report.reloads.append(dict(_core.ReloadReply.from_dict(body).to_dict(), rank=rank))
             else:
-                report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", body.get("text", "failed")]]})
+                why = _core.ErrorBody.from_dict(body).text if body is not None else "no answer within 30 s"
+                report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", why]]})
     report.reloads.sort(key=lambda r: r["rank"])
 
 

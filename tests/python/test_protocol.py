@@ -86,6 +86,7 @@ _SAMPLES = [
     _core.ProcInfoReply(pid=4, actors=[_core.ActorRecord(actor_id="a.1f", name="a", shape="{}", proc_ranks=[0])],
                         async_stacks={"a\t0": [["f.py", 3, "g"]]}),
     _core.FlushOutputReply(m=12),
+    _core.DumpStacksReply(stacks="Thread 0x1 (most recent call first):\n", labels={"1": "trainers\t0"}, pid=7),
     _core.DebugEventBody(ev="prompt", sid="4.1", out="> ", stop=True, stack=[["f.py", 3, "g"]], rank=0, line=3),
     _core.DebugCommandBody(sid="4.1", cmd="p x"),
     _core.DebugCommandBody(sid="*", resume=True, sources={"<cell>": "x = 1\n"}),
