@@ -1,5 +1,7 @@
 #include "wire.hpp"
 
+#include <vector>
+
 #include "bodies.hpp"
 
 #include "build_info.hpp"
@@ -145,6 +147,81 @@ bool get_string(const json& j, const char* key, std::string& out, std::string& e
 }
 }  // namespace
 
+namespace {
+// Walks a CBOR item without recursion and says whether it is one well-formed item within the
+// bounds, before nlohmann's recursive decoder sees it: a header nested 40,000 levels deep would
+// otherwise overflow the I/O thread's stack (one message, before any Hello, killed any node).
+// Definite lengths only (our encoder writes no other), at most kMaxHeaderDepth levels, and no
+// declared count or length beyond the bytes that are there.
+constexpr size_t kMaxHeaderDepth = 32;
+
+bool cbor_within_bounds(const uint8_t* p, const uint8_t* end, std::string& error) {
+  std::vector<uint64_t> open;  // items still to read in each enclosing array or map
+  uint64_t pending = 1;        // items still to read at the current level
+  while (true) {
+    while (pending == 0) {
+      if (open.empty()) {
+        if (p != end) error = "header frame has bytes after its map";
+        return p == end;
+      }
+      pending = open.back();
+      open.pop_back();
+    }
+    if (p >= end) {
+      error = "header frame ends inside an item";
+      return false;
+    }
+    uint8_t major = *p >> 5, info = *p & 0x1f;
+    ++p;
+    uint64_t n = info;
+    if (info >= 24 && info <= 27) {
+      size_t width = size_t(1) << (info - 24);
+      if (static_cast<size_t>(end - p) < width) {
+        error = "header frame ends inside an item";
+        return false;
+      }
+      n = 0;
+      for (size_t i = 0; i < width; ++i) n = (n << 8) | *p++;
+    } else if (info > 27) {
+      error = "header frame holds an indefinite-length or reserved item";
+      return false;
+    }
+    --pending;
+    size_t left = static_cast<size_t>(end - p);
+    switch (major) {
+      case 2:
+      case 3:  // byte and text strings
+        if (n > left) {
+          error = "header frame declares a string longer than the frame";
+          return false;
+        }
+        p += n;
+        break;
+      case 4:
+      case 5: {  // arrays and maps: their items are read next, one level down
+        uint64_t items = major == 5 ? n * 2 : n;
+        if (n > left || items > left) {
+          error = "header frame declares more items than it has bytes";
+          return false;
+        }
+        if (open.size() + 1 > kMaxHeaderDepth) {
+          error = "header frame nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels";
+          return false;
+        }
+        open.push_back(pending);
+        pending = items;
+        break;
+      }
+      case 6:  // a tag: one item follows
+        ++pending;
+        break;
+      default:  // integers, simple values and floats: nothing follows
+        break;
+    }
+  }
+}
+}  // namespace
+
 std::optional<Header> decode_header_general(const void* data, size_t size, std::string& error) {
   if (size == 0) {
     error = "empty header frame";
@@ -155,6 +232,7 @@ std::optional<Header> decode_header_general(const void* data, size_t size, std::
     return std::nullopt;
   }
   const auto* p = static_cast<const uint8_t*>(data);
+  if (!cbor_within_bounds(p, p + size, error)) return std::nullopt;
   json j;
   try {
     // allow_exceptions=false is not enough: declared sizes beyond max_size() still throw.

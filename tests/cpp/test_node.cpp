@@ -326,6 +326,31 @@ TEST_CASE("an identity flood never mutes a peer that authenticated", "[node]") {
   REQUIRE(n.b.control().pop(5000));
 }
 
+TEST_CASE("a stranger's header nested 40000 levels deep leaves the node running", "[node][security]") {
+  // Issue 16, defect 1: one such message, before any Hello, killed any node with SIGSEGV.
+  NodePair n("deep");
+  Header h;
+  h.kind = Kind::Configure;
+  n.a.send(n.b.addr(), h, {});
+  REQUIRE(n.b.control().pop(5000));
+  std::string deep = "\xa3\x61k\x18";
+  deep += static_cast<char>(static_cast<int>(Kind::Configure));
+  deep += "\x61s\x61x\x61" "b\xa1\x61" "d";
+  deep.append(40000, '\x81');
+  deep += '\x00';
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(n.b.addr());
+  auto malformed = n.b.stats().malformed;
+  zmq::message_t m(deep.data(), deep.size());
+  (void)s.send(m, zmq::send_flags::none);
+  for (int i = 0; i < 200 && n.b.stats().malformed == malformed; ++i) usleep(10000);
+  CHECK(n.b.stats().malformed == malformed + 1);
+  n.a.send(n.b.addr(), h, {});  // still running, still hearing its peers
+  REQUIRE(n.b.control().pop(5000));
+}
+
 TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "[node]") {
   Node c("controller", tmp_addr("gone-c"), "k"), p1("proc", tmp_addr("gone-1"), "k"), p2("proc", tmp_addr("gone-2"), "k");
   for (Node* x : {&c, &p1, &p2}) {

@@ -160,3 +160,42 @@ TEST_CASE("the fast decoder and the general one agree", "[wire]") {
   CHECK(j["o"] == true);
   CHECK(j["b"]["n"] == 1);
 }
+
+// A header whose body holds `depth` nested arrays: {"k": Configure, "s": "x", "b": {"d": [[...[0]...]]}}.
+static std::string nested_header(size_t depth) {
+  std::string out;
+  out += '\xa3';  // map of 3
+  out += "\x61k";
+  out += static_cast<char>(0x18);  // uint8 follows
+  out += static_cast<char>(static_cast<int>(Kind::Configure));
+  out += "\x61s\x61x";
+  out += "\x61" "b";
+  out += '\xa1';  // map of 1
+  out += "\x61" "d";
+  out.append(depth, '\x81');  // array of 1, nested
+  out += '\x00';
+  return out;
+}
+
+TEST_CASE("a header nested too deep is refused before it is decoded", "[wire][security]") {
+  // Issue 16, defect 1: a header nested 40,000 levels deep (40 KB) overflowed the stack of the
+  // node that decoded it (any node, before any Hello).
+  std::string err;
+  auto deep = nested_header(40000);
+  CHECK_FALSE(decode_header(deep.data(), deep.size(), err));
+  CHECK(err == "header frame nests deeper than 32 levels");
+  auto fine = nested_header(25);
+  auto h = decode_header(fine.data(), fine.size(), err);
+  REQUIRE(h);
+  CHECK(h->body["d"].is_array());
+  // Declared sizes beyond the frame, indefinite lengths and trailing bytes are refused as well.
+  std::string huge_array = std::string("\xa1\x61k\x9b") + std::string(8, '\xff');
+  CHECK_FALSE(decode_header(huge_array.data(), huge_array.size(), err));
+  CHECK(err == "header frame declares more items than it has bytes");
+  std::string indefinite = "\xa1\x61k\x9f\xff";
+  CHECK_FALSE(decode_header(indefinite.data(), indefinite.size(), err));
+  CHECK(err == "header frame holds an indefinite-length or reserved item");
+  auto ok = json::to_cbor(json{{"k", 10}, {"s", "x"}});
+  ok.push_back(0x00);
+  CHECK_FALSE(decode_header(ok.data(), ok.size(), err));
+}
