@@ -76,6 +76,20 @@ void read_body(const nlohmann::json& j, T& b) {
   if constexpr (body_detail::has_check<T>::value) b.check();
 }
 
+// The one way a receiver reads a body: the body, or nullopt with *why naming the body and the
+// field that did not read (read_body's message).
+template <class T>
+std::optional<T> read_as(const nlohmann::json& j, std::string* why = nullptr) {
+  try {
+    T out;
+    read_body(j, out);
+    return out;
+  } catch (const std::invalid_argument& e) {
+    if (why) *why = e.what();
+    return std::nullopt;
+  }
+}
+
 // Gives a body type its nlohmann to_json / from_json (found by argument-dependent lookup).
 #define XMESH_BODY_JSON(T)                                                              \
   inline void to_json(nlohmann::json& j, const T& b) { write_body(j, b); }             \

@@ -142,13 +142,12 @@ void LogRouter::handle(Message& m) {
     cv_.notify_all();
     return;
   }
-  LogBody log;
-  try {
-    log = b.get<LogBody>();
-  } catch (const std::exception&) {
+  auto read = read_as<LogBody>(b);
+  if (!read) {
     ++stats_.malformed;
     return;  // an agent of this protocol never sends one: nothing to show
   }
+  const LogBody& log = *read;
   int stream = log.stream == "stderr" ? 2 : 1;
   const std::string& cell = log.cell;
   Source& src = source(log.alloc, log.rank);

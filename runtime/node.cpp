@@ -223,7 +223,7 @@ void Node::io_loop() {
     try {
       if (auto r = transport_.receive()) {
         if (r->refusal)
-          on_refusal(r->msg);
+          on_refusal(r->msg, *r->refusal);
         else
           dispatch(std::move(r->msg));
       }
@@ -275,8 +275,7 @@ void Node::dispatch(Message m) {
 }
 
 // A peer refused this node's Hello (another version, wrong credentials): calls to it fail now.
-void Node::on_refusal(Message& m) {
-  RefuseBody refusal = m.header.body.get<RefuseBody>();
+void Node::on_refusal(Message& m, const RefuseBody& refusal) {
   if (!refusal.addr.empty()) mark_dead(refusal.addr, error_body(ErrorKind::Refused, refusal.reason));
   control_.push(std::move(m));
 }
@@ -312,13 +311,14 @@ void Node::on_spawn_actor(Message& m) {
 
 template <class Body>
 bool Node::typed_body(const Message& m, Body& out) {
-  try {
-    out = m.header.body.get<Body>();
-    return true;
-  } catch (const std::exception& e) {
-    transport_.count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + e.what());
+  std::string why;
+  auto read = read_as<Body>(m.header.body, &why);
+  if (!read) {
+    transport_.count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + why);
     return false;
   }
+  out = std::move(*read);
+  return true;
 }
 
 void Node::on_proc_exited(Message& m) {

@@ -130,7 +130,7 @@ class Node {
   void io_loop();
   void register_builtin_handlers();
   void dispatch(Message m);
-  void on_refusal(Message& m);
+  void on_refusal(Message& m, const RefuseBody& refusal);
   void on_reply(Message& m);
   void on_actor_message(Message& m);  // Call, StopActor: the actor's inbox (held until its spawn)
   void on_spawn_actor(Message& m);

@@ -260,15 +260,11 @@ std::optional<Transport::Received> Transport::admit(const std::string& identity,
       handle_hello(*in, m);
     } else if (m.header.kind == Kind::Refuse) {
       // Refuse keeps its number and body across versions, so a peer of any version is understood.
-      RefuseBody refusal;
-      try {
-        refusal = m.header.body.get<RefuseBody>();
-      } catch (const std::invalid_argument&) {
-      }
+      RefuseBody refusal = read_as<RefuseBody>(m.header.body).value_or(RefuseBody{});
       if (refusal.reason.empty()) refusal.reason = "connection refused";
       m.header.body = refusal;
       m.sender_addr = refusal.addr;
-      return Received{std::move(m), true};
+      return Received{std::move(m), std::move(refusal)};
     } else {
       if (++counts_.rejected <= 5)
         log_diag(role_, std::string("dropped a '") + kind_name(m.header.kind) +
@@ -284,7 +280,7 @@ std::optional<Transport::Received> Transport::admit(const std::string& identity,
   if (verdict == SeqTracker::Gap) ++counts_.gaps;
   ++counts_.received;
   m.sender_addr = in->addr;  // the I/O thread alone writes in_ entries: no lock to read its own
-  return Received{std::move(m), false};
+  return Received{std::move(m), std::nullopt};
 }
 
 Transport::InPeer& Transport::in_peer(const std::string& identity) {
@@ -335,9 +331,9 @@ void Transport::forget_gone_peers() {
 // refused (the peer is told why); else the identity is authenticated as the node at its addr.
 void Transport::handle_hello(InPeer& in, const Message& m) {
   HelloBody hello;
-  try {
-    hello = m.header.body.get<HelloBody>();
-  } catch (const std::invalid_argument&) {
+  if (auto read = read_as<HelloBody>(m.header.body)) {
+    hello = std::move(*read);
+  } else {
     hello.proto = -1;  // refused below as a peer of another protocol, naming what it sent
     if (m.header.body.is_object()) {
       const json& b = m.header.body;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bodies.hpp"
 #include "seq.hpp"
 #include "wire.hpp"
 
@@ -59,11 +60,12 @@ class Transport {
   void disconnect(const std::string& addr);
 
   // I/O thread only. One authenticated message, or a Refuse from a peer that refused us (then
-  // `refusal` is set and sender_addr is the refuser); nullopt when nothing came within the
-  // receive timeout or what came was handled here (Hello, garbage, strangers, duplicates).
+  // `refusal` holds its body, read once here, and sender_addr is the refuser); nullopt when
+  // nothing came within the receive timeout or what came was handled here (Hello, garbage,
+  // strangers, duplicates).
   struct Received {
     Message msg;
-    bool refusal = false;
+    std::optional<RefuseBody> refusal;
   };
   std::optional<Received> receive();
   void set_receive_timeout(int ms);

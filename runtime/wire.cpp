@@ -1,7 +1,5 @@
 #include "wire.hpp"
 
-#include <vector>
-
 #include "bodies.hpp"
 
 #include "build_info.hpp"
@@ -156,16 +154,18 @@ namespace {
 constexpr size_t kMaxHeaderDepth = 32;
 
 bool cbor_within_bounds(const uint8_t* p, const uint8_t* end, std::string& error) {
-  std::vector<uint64_t> open;  // items still to read in each enclosing array or map
-  uint64_t pending = 1;        // items still to read at the current level
+  // Runs for every header the fast reader leaves to the general decoder (a call with a cell
+  // context is one): no allocation.
+  uint64_t open[kMaxHeaderDepth];  // items still to read in each enclosing array or map
+  size_t depth = 0;
+  uint64_t pending = 1;            // items still to read at the current level
   while (true) {
     while (pending == 0) {
-      if (open.empty()) {
+      if (depth == 0) {
         if (p != end) error = "header frame has bytes after its map";
         return p == end;
       }
-      pending = open.back();
-      open.pop_back();
+      pending = open[--depth];
     }
     if (p >= end) {
       error = "header frame ends inside an item";
@@ -204,11 +204,11 @@ bool cbor_within_bounds(const uint8_t* p, const uint8_t* end, std::string& error
           error = "header frame declares more items than it has bytes";
           return false;
         }
-        if (open.size() + 1 > kMaxHeaderDepth) {
+        if (depth == kMaxHeaderDepth) {
           error = "header frame nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels";
           return false;
         }
-        open.push_back(pending);
+        open[depth++] = pending;
         pending = items;
         break;
       }

@@ -334,13 +334,10 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
 Manifest SyncReceiver::verified_manifest(const std::string& dest) { return *load_and_verify(dest).manifest; }
 
 SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std::string_view>& frames, int64_t now_ms) {
-  SyncStepBody step;
-  try {
-    step = body.get<SyncStepBody>();
-  } catch (const std::invalid_argument& e) {
-    throw SyncRefused(std::string("malformed sync request: ") + e.what());
-  }
-  return handle_step(step, frames, now_ms);
+  std::string why;
+  auto step = read_as<SyncStepBody>(body, &why);
+  if (!step) throw SyncRefused("malformed sync request: " + why);
+  return handle_step(*step, frames, now_ms);
 }
 
 SyncReceiver::Reply SyncReceiver::handle_step(const SyncStepBody& step, const std::vector<std::string_view>& frames,

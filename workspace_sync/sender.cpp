@@ -196,11 +196,10 @@ class Push {
 
   // A host's answer to a step, typed; one that does not read fails the sync, naming the host.
   SyncReply read_reply(size_t h, const CallResult& r) const {
-    try {
-      return r.body.get<SyncReply>();
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error("workspace sync: " + hosts_[h].label + " answered with a malformed reply: " + e.what());
-    }
+    std::string why;
+    auto reply = read_as<SyncReply>(r.body, &why);
+    if (!reply) throw std::runtime_error("workspace sync: " + hosts_[h].label + " answered with a malformed reply: " + why);
+    return std::move(*reply);
   }
 
   void count_sent(const std::vector<size_t>& targets, uint64_t n) {

@@ -55,13 +55,10 @@ std::set<std::string> field_names() {
 
 template <class T>
 T from_json_checked(const nlohmann::json& j) {
-  try {
-    return j.get<T>();
-  } catch (const std::invalid_argument& e) {
-    throw pybind11::value_error(e.what());
-  } catch (const nlohmann::json::exception& e) {
-    throw pybind11::value_error(std::string(T::what) + " body: " + e.what());
-  }
+  std::string why;
+  auto read = read_as<T>(j, &why);
+  if (!read) throw pybind11::value_error(why);
+  return std::move(*read);
 }
 
 // Built from Python: keywords only, each one a field of the body.

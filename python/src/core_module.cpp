@@ -341,7 +341,6 @@ void bind_messages(py::module_& m) {
       .def("refuse", &parse_body<RefuseBody>)
       .def("debug_event", &parse_body<DebugEventBody>)
       .def("debug_command", &parse_body<DebugCommandBody>)
-      .def("error", &parse_body<ErrorBody>, "The body of a failed reply.")
       .def("__repr__", [](PyMessage& p) {
         return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
       });

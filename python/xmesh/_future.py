@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 from . import _core, _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
-from ._protocol import ErrorKind, error, error_kind
+from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime
 
 
@@ -21,17 +21,10 @@ class CallTarget:
     actor_id: str = ""   # the actor's id on its proc ("" for procs)
 
 
-def _read_error(body: Any) -> "_core.ErrorBody":
-    try:
-        return _core.ErrorBody.from_dict(body)
-    except (ValueError, TypeError):
-        return _core.ErrorBody(kind=str(ErrorKind.Actor), text=f"a malformed error reply: {body!r}")
-
-
 def _error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseException:
     """Turns an error reply (or a supervision failure) into the exception the caller sees."""
     kind = error_kind(body) or ErrorKind.Actor
-    err = _read_error(body)
+    err = read_error(body)
     rank = target.rank if target else err.rank
     coords = (target.coords if target else None) or err.coords or {}
     actor = (target.actor if target else None) or err.actor

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import _core
 from ._pids import pid_alive, running_agent_pid
-from ._protocol import ErrorKind, error, error_kind
+from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime, on_controller_exit
 from ._wait import request
 
@@ -185,15 +185,14 @@ class HostAgent:
     def request(self, kind: "_core.Kind", body: Any, timeout: float = 15.0) -> dict:
         """Sends one request (body: a typed body of xmesh._core, or {}) and returns the reply
         body; raises HostdError (carrying the error body) or RuntimeError naming the problem."""
-        wire = body.to_dict() if hasattr(body, "to_dict") else body
-        answers = request(get_runtime().node, [self.addr], kind, wire, timeout=timeout,
+        answers = request(get_runtime().node, [self.addr], kind, body, timeout=timeout,
                           description=f"{Kind(kind).name} request to the host agent")
         if not answers:
             raise RuntimeError(f"the host agent at {self.addr} did not answer a "
                                f"{Kind(kind).name} request within {timeout:.0f} s")
         ok, reply, _ = answers[0]
         if not ok:
-            raise HostdError(reply.get("text", "the host agent refused the request"), reply)
+            raise HostdError(read_error(reply).text or "the host agent refused the request", reply)
         return reply
 
     # The agent's requests, each with its typed body and reply (runtime/bodies.hpp).

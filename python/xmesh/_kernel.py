@@ -8,6 +8,7 @@ import sys
 import threading
 
 from ._debug_io import TerminalIO
+from ._logs import write_std
 
 _shell = None
 _cells = None              # the CellOutput remote output goes through (_logs.py), made by setup
@@ -168,8 +169,6 @@ class _KernelCellSink:
     update_display_data on the kernel's side channel (kernel/iopub_side_channel.hpp)."""
 
     def write(self, stream, text):
-        from ._logs import write_std
-
         write_std(stream, text)
 
     def open_slot(self, slot_id):

@@ -10,13 +10,22 @@ from ._error_kinds import ErrorKind
 
 Kind = _core.Kind
 
-__all__ = ["ErrorKind", "Kind", "error", "error_kind"]
+__all__ = ["ErrorKind", "Kind", "error", "error_kind", "read_error"]
 
 
 def error(kind: ErrorKind, text: str, **fields: Any) -> dict:
     """An error body (ErrorBody, runtime/bodies.hpp) as it goes on the wire, as the C++ side's
     error_body() makes it; fields: those ErrorBody lists (TypeError for another)."""
     return _core.ErrorBody(kind=str(kind), text=text, **fields).to_dict()
+
+
+def read_error(body: Any) -> Any:
+    """The ErrorBody (a `_core.ErrorBody`) of a failed reply; never raises: a body that does not
+    read is an actor error whose text shows what came."""
+    try:
+        return _core.ErrorBody.from_dict(body)
+    except (ValueError, TypeError):
+        return _core.ErrorBody(kind=str(ErrorKind.Actor), text=f"a malformed error reply: {body!r}")
 
 
 def error_kind(body: Any) -> Optional[ErrorKind]:

@@ -12,6 +12,7 @@ from typing import Optional, Union
 from . import _core
 from ._display import html_table
 from ._env import env_float
+from ._protocol import read_error
 from ._runtime import Kind, get_runtime
 from ._shape import ranks_text
 from ._wait import Request
@@ -152,7 +153,7 @@ def reload_procs(report, procs):
             if ok:
                 report.reloads.append(dict(_core.ReloadReply.from_dict(body).to_dict(), rank=rank))
             else:
-                why = _core.ErrorBody.from_dict(body).text if body is not None else "no answer within 30 s"
+                why = read_error(body).text if body is not None else "no answer within 30 s"
                 report.reloads.append({"rank": rank, "reloaded": [], "failed": [["*", why]]})
     report.reloads.sort(key=lambda r: r["rank"])
 

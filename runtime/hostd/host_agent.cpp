@@ -255,13 +255,14 @@ bool HostAgent::controller_attached(const Allocation& a, int64_t now) const {
 
 template <class Body>
 bool HostAgent::read_request(const Message& m, Body& out) {
-  try {
-    out = m.header.body.get<Body>();
-    return true;
-  } catch (const std::invalid_argument& e) {
-    reply_error(m, std::string("malformed ") + kind_name(m.header.kind) + " request: " + e.what());
+  std::string why;
+  auto read = read_as<Body>(m.header.body, &why);
+  if (!read) {
+    reply_error(m, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why);
     return false;
   }
+  out = std::move(*read);
+  return true;
 }
 
 // A controller takes over a live named allocation: it gets what it needs to talk to the procs
