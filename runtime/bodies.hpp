@@ -102,21 +102,21 @@ struct HelloBody {
   static constexpr const char* what = "Hello";
   int proto = -1;                 // the protocol version (kinds.def, bodies)
   std::string version, build;     // the sender's xmesh version and build id
-  std::string cookie;             // the credential it presents
   std::string reply_cookie;       // the credential to present when connecting back
   std::string addr, role, host;   // where it listens, "controller" / "proc" / "hostd", its hostname
   int64_t pid = 0;
+  uint64_t max_message_bytes = 0;  // the largest message it sends or accepts
   template <class F>
   static void fields(F&& f) {
     f("proto", &HelloBody::proto, Need::Required);
     f("version", &HelloBody::version, Need::Optional);
     f("build", &HelloBody::build, Need::Optional);
-    f("cookie", &HelloBody::cookie, Need::Optional);
     f("reply_cookie", &HelloBody::reply_cookie, Need::Optional);
     f("addr", &HelloBody::addr, Need::Optional);
     f("role", &HelloBody::role, Need::Optional);
     f("host", &HelloBody::host, Need::Optional);
     f("pid", &HelloBody::pid, Need::Optional);
+    f("max_message_bytes", &HelloBody::max_message_bytes, Need::Optional);
   }
 };
 XMESH_BODY_JSON(HelloBody)
@@ -330,12 +330,18 @@ struct ProcEntry {
   std::string addr;
   bool alive = true;
   nlohmann::json coords = nlohmann::json::object();
+  std::string state;  // "stopped", "in the kernel" when not running normally ("" when it is)
+  uint64_t log_lost_bytes = 0;  // bytes its log file could not keep (a full disk), and why
+  std::string log_error;
   template <class F>
   static void fields(F&& f) {
     f("rank", &ProcEntry::rank, Need::Required);
     f("pid", &ProcEntry::pid, Need::Required);
     f("addr", &ProcEntry::addr, Need::Optional);
     f("alive", &ProcEntry::alive, Need::Optional);
+    f("state", &ProcEntry::state, Need::Optional);
+    f("log_lost_bytes", &ProcEntry::log_lost_bytes, Need::Optional);
+    f("log_error", &ProcEntry::log_error, Need::Optional);
     f("coords", &ProcEntry::coords, Need::Optional);
   }
 };

@@ -2,25 +2,36 @@
 
 namespace xmesh {
 
-std::string LineSplitter::feed(const char* data, size_t n, int64_t now_ms) {
+std::vector<std::string> LineSplitter::feed(const char* data, size_t n, int64_t now_ms) {
   if (partial_.empty()) partial_since_ = now_ms;
   partial_.append(data, n);
-  std::string out;
+  std::vector<std::string> out;
+  std::string lines;
   size_t start = 0;
+  if (just_cut_ && !partial_.empty()) {
+    if (partial_[0] == '\n') start = 1;  // the cut line's own end: its last piece ended it
+    just_cut_ = false;
+  }
   while (true) {
     size_t nl = partial_.find('\n', start);
     size_t limit = start + max_line_;
     if (nl != std::string::npos && nl < limit) {
-      out.append(partial_, start, nl + 1 - start);
+      lines.append(partial_, start, nl + 1 - start);
       start = nl + 1;
     } else if (partial_.size() >= limit) {
-      out.append(partial_, start, max_line_);
-      out.push_back('\n');  // a cut, shown as a line break
+      if (!lines.empty()) out.push_back(std::move(lines));
+      lines.clear();
+      out.push_back(partial_.substr(start, max_line_));
       start = limit;
+      if (start < partial_.size() && partial_[start] == '\n')
+        ++start;
+      else if (start == partial_.size())
+        just_cut_ = true;
     } else {
       break;
     }
   }
+  if (!lines.empty()) out.push_back(std::move(lines));
   partial_.erase(0, start);
   if (start > 0) partial_since_ = now_ms;
   return out;

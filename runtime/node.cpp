@@ -41,7 +41,10 @@ void Node::set_peer_cookie(const std::string& addr, const std::string& cookie) {
 void Node::set_default_cookie(const std::string& cookie) { transport_.set_default_cookie(cookie); }
 void Node::add_accepted_cookie(const std::string& cookie) { transport_.add_accepted_cookie(cookie); }
 std::string Node::peer_addr(const std::string& identity) const { return transport_.peer_addr(identity); }
-void Node::forget_peer(const std::string& addr) { transport_.forget_peer(addr); }
+void Node::forget_peer(const std::string& addr) {
+  transport_.forget_peer(addr);
+  transport_.disconnect(addr);
+}
 NodeStats Node::stats() const { return transport_.stats(); }
 
 void Node::set_stack_dumper(StackDumper dumper) {
@@ -175,7 +178,7 @@ bool Node::is_dead(const std::string& addr, json* error) const { return supervis
 void Node::revive(const std::string& addr) { supervision_.revive(addr); }
 void Node::add_supervision_subscriber(const std::string& addr) { supervision_.subscribe(addr); }
 void Node::remove_supervision_subscriber(const std::string& addr) { supervision_.unsubscribe(addr); }
-void Node::watch_host(const std::string& hostd_addr) { supervision_.watch_host(hostd_addr); }
+void Node::watch_host(const std::string& hostd_addr, int64_t pid) { supervision_.watch_host(hostd_addr, pid); }
 void Node::unwatch_host(const std::string& hostd_addr) { supervision_.unwatch_host(hostd_addr); }
 void Node::add_dependent(const std::string& hostd_addr, const std::string& proc_addr) {
   supervision_.add_dependent(hostd_addr, proc_addr);
@@ -191,10 +194,7 @@ void Node::tick_heartbeats() {
     } catch (const SendError&) {
     }
   }
-  for (auto& l : tick.lost)
-    fail_host(l.host, l.dependents,
-              "host agent at " + l.host + " stopped answering heartbeats for " +
-                  std::to_string(supervision_.host_timeout_ms()) + " ms");
+  for (auto& l : tick.lost) fail_host(l.host, l.dependents, l.reason);
 }
 
 void Node::lose_host(const std::string& hostd_addr, const std::string& text) {
@@ -224,6 +224,8 @@ void Node::io_loop() {
       if (auto r = transport_.receive()) {
         if (r->refusal)
           on_refusal(r->msg, *r->refusal);
+        else if (r->too_large)
+          on_too_large(r->msg, r->payload_bytes, r->sender_limit);
         else
           dispatch(std::move(r->msg));
       }
@@ -234,7 +236,14 @@ void Node::io_loop() {
     int64_t now = now_ms();
     if (now >= next_tick) {
       next_tick = now + poll_ms;
-      transport_.tidy();
+      for (auto& refusal : transport_.tidy()) {  // peers that refused this node's handshake
+        Message m;
+        m.header.kind = Kind::Refuse;
+        m.header.sender = id();
+        m.header.body = refusal;
+        m.sender_addr = refusal.addr;
+        on_refusal(m, refusal);
+      }
       tick_heartbeats();
       expire_waiting_for_actor();
     }
@@ -275,9 +284,27 @@ void Node::dispatch(Message m) {
 }
 
 // A peer refused this node's Hello (another version, wrong credentials): calls to it fail now.
+// A message over this node's size limit never vanishes: a call is answered with an error naming
+// both limits (the sender's own may be larger), anything else is logged (rate-limited).
+void Node::on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sender_limit) {
+  std::string text = "a " + std::string(kind_name(m.header.kind)) + " message of " + std::to_string(payload_bytes) +
+                     " bytes from " + (m.sender_addr.empty() ? std::string("a peer") : m.sender_addr) +
+                     " exceeds the maximum message size of the " + role() + " at " + addr() + ": " +
+                     std::to_string(transport_.max_message_bytes()) + " bytes (its XMESH_MAX_MESSAGE_BYTES" +
+                     (sender_limit ? "; the sender's is " + std::to_string(sender_limit) + " bytes)" : ")");
+  if (m.header.corr) {  // someone waits for an answer
+    reply(m, false, error_body(ErrorKind::Send, text), {});
+  } else {
+    log_diag_limited(size_refusal_log_, role(), "dropped " + text);
+  }
+}
+
+// Calls to the refusing peer fail with the reason; the user hears of it through the control
+// inbox, a few times a minute at most however many peers refuse.
 void Node::on_refusal(Message& m, const RefuseBody& refusal) {
   if (!refusal.addr.empty()) mark_dead(refusal.addr, error_body(ErrorKind::Refused, refusal.reason));
-  control_.push(std::move(m));
+  uint64_t held_back = 0;
+  if (refusal_notices_.take(&held_back)) control_.push(std::move(m));
 }
 
 void Node::on_reply(Message& m) {

@@ -103,7 +103,12 @@ class Node {
   void remove_supervision_subscriber(const std::string& addr);
   // Liveness of a host agent: heartbeats every XMESH_HEARTBEAT_MS; when acks stop for
   // XMESH_HOSTD_TIMEOUT_MS the host and every dependent proc address are marked dead.
-  void watch_host(const std::string& hostd_addr);
+  // pid: the agent's process when it runs on this machine (its end is noticed at once, and
+  // silence alone never loses it); 0 for an agent elsewhere (lost after the heartbeat timeout).
+  void watch_host(const std::string& hostd_addr, int64_t pid = 0);
+  std::optional<Supervision::HostState> host_state(const std::string& hostd_addr) const {
+    return supervision_.host_state(hostd_addr);
+  }
   void unwatch_host(const std::string& hostd_addr);
   void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
   // The host agent is known gone (its pid ended) before its heartbeats time out: fail it and
@@ -112,10 +117,13 @@ class Node {
 
   // The address of the node whose identity sent a message (learned from its Hello).
   std::string peer_addr(const std::string& identity) const;
+  int64_t peer_pid(const std::string& identity) const { return transport_.peer_pid(identity); }
   // The peer at addr is gone for good (its process ended, it said goodbye): forget what its
   // inbound connections authenticated, so that memory stays bounded by the live peers. Only
   // gone peers are forgotten: a peer says Hello once per connection, so a live one that was
   // forgotten would be muted. A ProcExited or PeerDead notice forgets that address too.
+  // The peer at addr is gone for good: its inbound connections are forgotten and the outbound
+  // one closed (a host agent outlives thousands of short-lived controllers).
   void forget_peer(const std::string& addr);
   NodeStats stats() const;
 
@@ -131,6 +139,7 @@ class Node {
   void register_builtin_handlers();
   void dispatch(Message m);
   void on_refusal(Message& m, const RefuseBody& refusal);
+  void on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sender_limit);
   void on_reply(Message& m);
   void on_actor_message(Message& m);  // Call, StopActor: the actor's inbox (held until its spawn)
   void on_spawn_actor(Message& m);
@@ -159,6 +168,8 @@ class Node {
   std::unordered_map<int, Handler> handlers_;  // by kind; filled before start(), never erased
 
   Inbox control_, logs_, actor_events_;
+  LogBudget refusal_notices_{5, 60000};
+  LogBudget size_refusal_log_{3, 60000};
 };
 
 }  // namespace xmesh

@@ -1,5 +1,7 @@
 #include "process.hpp"
 
+#include "util.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -8,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace xmesh {
@@ -103,6 +106,34 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::s
 bool set_parent_death_signal(int sig, pid_t expected_parent) {
   if (prctl(PR_SET_PDEATHSIG, sig) != 0) return false;
   return expected_parent <= 0 || getppid() == expected_parent;
+}
+
+std::string ProcessStatus::unusual() const {
+  if (stopped()) return "stopped";
+  if (state == 'D') return "in the kernel";
+  return "";
+}
+
+std::optional<ProcessStatus> process_status(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  std::string stat;
+  if (!read_file("/proc/" + std::to_string(pid) + "/stat", stat)) return std::nullopt;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'.
+  auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::vector<std::string> fields;
+  size_t pos = close + 2;
+  while (pos < stat.size() && fields.size() < 20) {
+    size_t space = stat.find(' ', pos);
+    if (space == std::string::npos) space = stat.size();
+    fields.push_back(stat.substr(pos, space - pos));
+    pos = space + 1;
+  }
+  if (fields.size() < 20 || fields[0].empty() || fields[0][0] == 'Z' || fields[0][0] == 'X') return std::nullopt;
+  ProcessStatus s;
+  s.state = fields[0][0];
+  s.start_ticks = std::strtoull(fields[19].c_str(), nullptr, 10);  // field 22 of stat
+  return s;
 }
 
 }  // namespace xmesh

@@ -4,7 +4,9 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,5 +29,17 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::s
 // Asks the kernel to send sig to this process when its parent dies, then checks the parent
 // is still expected_parent (it may have died before the request). Returns false if not.
 bool set_parent_death_signal(int sig, pid_t expected_parent);
+
+// What /proc says of a process: its state letter ('R', 'S', 'D' in the kernel, 'T' stopped...)
+// and its start time, which tells it from a later process given the same pid.
+struct ProcessStatus {
+  char state = 0;
+  uint64_t start_ticks = 0;
+  bool stopped() const { return state == 'T' || state == 't'; }
+  // What is unusual about it, in a word or two: "stopped", "in the kernel"; "" when running.
+  std::string unusual() const;
+};
+// nullopt: no such process, or one that has exited (a zombie).
+std::optional<ProcessStatus> process_status(pid_t pid);
 
 }  // namespace xmesh

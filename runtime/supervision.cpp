@@ -1,5 +1,9 @@
 #include "supervision.hpp"
 
+#include <cstdlib>
+
+#include "layout.hpp"
+#include "process.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -49,11 +53,14 @@ std::set<std::string> Supervision::subscribers() const {
   return subscribers_;
 }
 
-void Supervision::watch_host(const std::string& hostd_addr) {
+void Supervision::watch_host(const std::string& hostd_addr, int64_t pid) {
+  auto status = pid > 0 ? process_status(static_cast<pid_t>(pid)) : std::nullopt;
   std::lock_guard<std::mutex> g(mu_);
   auto& w = hosts_[hostd_addr];
   w.last_ack_ms = now_ms();
   w.dead = false;
+  w.pid = status ? pid : 0;
+  w.start_ticks = status ? status->start_ticks : 0;
 }
 
 void Supervision::unwatch_host(const std::string& hostd_addr) {
@@ -72,14 +79,49 @@ void Supervision::heartbeat_acked(const std::string& hostd_addr) {
   if (it != hosts_.end()) it->second.last_ack_ms = now_ms();
 }
 
+namespace {
+// An agent that exits cleanly removes its pid file; one killed leaves it naming its pid.
+bool left_cleanly(const std::string& addr, int64_t pid) {
+  if (addr.rfind("ipc://", 0) != 0) return false;
+  std::string path = addr.substr(6);
+  std::string pidfile = layout::hostd_pid_file(path.substr(0, path.rfind('/')));
+  std::string text;
+  if (!read_file(pidfile, text)) return true;
+  return std::strtoll(text.c_str(), nullptr, 10) != pid;
+}
+}  // namespace
+
+// A host whose process this node can see (same machine) is lost when that process ends, at
+// once, and never for silence alone: a stopped or busy agent comes back with its procs. Any
+// other host is lost when its acks stop for host_timeout_ms. Time this node itself did not run
+// (stopped, suspended) is not counted as the hosts' silence.
 Supervision::Tick Supervision::tick(int64_t now) {
   Tick t;
   std::lock_guard<std::mutex> g(mu_);
+  const int64_t stall = last_tick_ms_ ? now - last_tick_ms_ : 0;
+  last_tick_ms_ = now;
+  const bool stalled = stall > std::max<int64_t>(1000, 4 * heartbeat_ms_);
   for (auto& [addr, w] : hosts_) {
     if (w.dead) continue;
-    if (now - w.last_ack_ms > host_timeout_ms_) {
+    if (stalled) w.last_ack_ms += stall;
+    const int64_t silent_ms = now - w.last_ack_ms;
+    if (w.pid > 0) {
+      auto status = process_status(static_cast<pid_t>(w.pid));
+      if (!status || status->start_ticks != w.start_ticks) {
+        w.dead = true;
+        t.lost.push_back(Lost{addr, w.dependents,
+                              "host agent " + std::to_string(w.pid) + " at " + addr +
+                                  (left_cleanly(addr, w.pid) ? " shut down"
+                                                             : " ended without shutting down (killed, or crashed)")});
+        continue;
+      }
+      w.stopped = status->stopped();
+      w.answering = silent_ms <= host_timeout_ms_;
+    } else if (silent_ms > host_timeout_ms_) {
       w.dead = true;
-      t.lost.push_back(Lost{addr, w.dependents});
+      t.lost.push_back(Lost{addr, w.dependents,
+                            "host agent at " + addr + " stopped answering heartbeats for " +
+                                std::to_string(silent_ms) + " ms"});
       continue;
     }
     if (now - w.last_sent_ms >= heartbeat_ms_) {
@@ -88,6 +130,13 @@ Supervision::Tick Supervision::tick(int64_t now) {
     }
   }
   return t;
+}
+
+std::optional<Supervision::HostState> Supervision::host_state(const std::string& hostd_addr) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = hosts_.find(hostd_addr);
+  if (it == hosts_.end()) return std::nullopt;
+  return HostState{!it->second.dead, it->second.answering, it->second.stopped, now_ms() - it->second.last_ack_ms};
 }
 
 std::optional<std::set<std::string>> Supervision::lose_host(const std::string& hostd_addr) {

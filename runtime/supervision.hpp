@@ -31,7 +31,8 @@ class Supervision {
   void unsubscribe(const std::string& addr);
   std::set<std::string> subscribers() const;
 
-  void watch_host(const std::string& hostd_addr);
+  // pid: the agent's process when it runs on this machine (0 when not).
+  void watch_host(const std::string& hostd_addr, int64_t pid = 0);
   void unwatch_host(const std::string& hostd_addr);
   void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
   void heartbeat_acked(const std::string& hostd_addr);
@@ -39,10 +40,18 @@ class Supervision {
   struct Lost {
     std::string host;
     std::set<std::string> dependents;
+    std::string reason;
   };
+  struct HostState {
+    bool alive = true;       // not lost
+    bool answering = true;   // acks within the host timeout
+    bool stopped = false;    // its process is stopped (SIGSTOP, a debugger)
+    int64_t silent_ms = 0;   // since its last ack
+  };
+  std::optional<HostState> host_state(const std::string& hostd_addr) const;
   struct Tick {
     std::vector<std::string> heartbeats_due;  // send each a Heartbeat now
-    std::vector<Lost> lost;                   // acks stopped for host_timeout_ms: fail them
+    std::vector<Lost> lost;                   // its process ended, or its acks stopped: fail them
   };
   Tick tick(int64_t now_ms);
   // The agent is known gone: its dependents, once (nullopt if already failed).
@@ -54,10 +63,13 @@ class Supervision {
   struct WatchedHost {
     int64_t last_ack_ms = 0;
     int64_t last_sent_ms = 0;
-    bool dead = false;
+    int64_t pid = 0;  // its process, when on this machine
+    uint64_t start_ticks = 0;
+    bool dead = false, answering = true, stopped = false;
     std::set<std::string> dependents;
   };
   int64_t heartbeat_ms_, host_timeout_ms_;
+  int64_t last_tick_ms_ = 0;
   mutable std::mutex mu_;
   std::unordered_map<std::string, json> dead_;
   std::set<std::string> subscribers_;

@@ -1,6 +1,7 @@
 #include "transport.hpp"
 
 #include <sys/stat.h>
+#include <cstring>
 #include <unistd.h>
 
 #include <zmq_addon.hpp>
@@ -12,6 +13,15 @@ namespace xmesh {
 
 namespace {
 constexpr size_t kIpcPathMax = 107;
+constexpr size_t kHeaderRoom = 1 << 20;  // what a header frame may take beyond the wire frame limit
+
+// A piece of a large frame, sharing its memory: the last piece libzmq is done with frees it.
+zmq::message_t piece_of(const std::shared_ptr<zmq::message_t>& whole, size_t offset, size_t n) {
+  auto* hold = new std::shared_ptr<zmq::message_t>(whole);
+  char* data = static_cast<char*>(whole->data()) + offset;
+  return zmq::message_t(
+      data, n, [](void*, void* hint) { delete static_cast<std::shared_ptr<zmq::message_t>*>(hint); }, hold);
+}
 
 std::string short_host() {
   std::string h = hostname();
@@ -33,8 +43,20 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
   max_message_bytes_ = static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30));
   send_timeout_ms_ = env_int("XMESH_SEND_TIMEOUT_MS", 30000);
   max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
+  raise_fd_limit();
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
-  bind(bind_addr);
+  // Before the ROUTER exists, so that no connection is ever accepted unjudged.
+  gatekeeper_ = std::make_unique<Gatekeeper>(ctx_, role_, [this](const std::string& cookie) {
+    std::lock_guard<std::mutex> g(mu_);
+    return accepted_cookies_.count(cookie) > 0;
+  });
+  try {
+    bind(bind_addr);
+  } catch (...) {
+    ctx_.shutdown();
+    gatekeeper_->join();
+    throw;
+  }
 }
 
 Transport::~Transport() { close(); }
@@ -50,9 +72,13 @@ void Transport::bind(const std::string& bind_addr) {
   }
   router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   set_common_options(*router_);
+  require_handshake(*router_);
+  // A connection that has not finished its handshake by then is closed: held connections
+  // cannot pile up (each is an fd) faster than they go.
+  router_->set(zmq::sockopt::handshake_ivl, static_cast<int>(env_int("XMESH_HANDSHAKE_MS", 5000)));
   router_->set(zmq::sockopt::router_mandatory, 1);
   router_->set(zmq::sockopt::rcvhwm, 100000);
-  router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_message_bytes_ + (1 << 20)));
+  router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kWireFrameBytes + kHeaderRoom));
   // Files this node creates (its ipc socket) are for this user only.
   mode_t old = umask(077);
   try {
@@ -76,11 +102,18 @@ void Transport::close() {
   }
   for (auto& p : peers) {
     std::lock_guard<std::mutex> g(p->mu);
-    p->sock.reset();
+    close_peer_locked(*p);
   }
   router_.reset();
   if (addr_.rfind("ipc://", 0) == 0) unlink(addr_.substr(6).c_str());
+  ctx_.shutdown();  // the gatekeeper's blocking receive ends
+  gatekeeper_->join();
   ctx_.close();
+}
+
+void Transport::close_peer_locked(OutPeer& p) {
+  p.watch.reset();  // it watches sock: gone first
+  p.sock.reset();
 }
 
 void Transport::set_peer_cookie(const std::string& addr, const std::string& cookie) {
@@ -104,6 +137,7 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   if (it != out_.end()) return it->second;
   if (closed_) throw SendError("this process's xmesh node has stopped");
   auto p = std::make_shared<OutPeer>();
+  p->addr = addr;
   p->sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   set_common_options(*p->sock);
   p->sock->set(zmq::sockopt::routing_id, id_);
@@ -112,14 +146,17 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   p->sock->set(zmq::sockopt::reconnect_ivl, 10);
   p->sock->set(zmq::sockopt::reconnect_ivl_max, 200);
   p->sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
+  auto c = peer_cookies_.find(addr);
+  p->cookie = c != peer_cookies_.end() ? c->second : default_cookie_;
+  present_credentials(*p->sock, role_, p->cookie);
   try {
+    p->watch = std::make_unique<HandshakeWatch>(ctx_, *p->sock, addr);
     p->sock->connect(addr);
   } catch (const zmq::error_t& e) {
     throw SendError("cannot connect to " + addr + ": " + e.what());
   }
-  auto c = peer_cookies_.find(addr);
-  p->cookie = c != peer_cookies_.end() ? c->second : default_cookie_;
   out_[addr] = p;
+  handshaking_.push_back(p);
   return p;
 }
 
@@ -136,7 +173,7 @@ void Transport::disconnect(const std::string& addr) {
   std::lock_guard<std::mutex> g(peer->mu);
   if (peer->sock) {
     peer->sock->set(zmq::sockopt::linger, 0);
-    peer->sock.reset();
+    close_peer_locked(*peer);
   }
 }
 
@@ -154,10 +191,10 @@ void Transport::send_hello_locked(OutPeer& p) {
   hello.proto = protocol_version();
   hello.version = version_string();
   hello.build = build_id();
-  hello.cookie = p.cookie;
   hello.addr = addr_;
   hello.role = role_;
   hello.pid = getpid();
+  hello.max_message_bytes = max_message_bytes_;
   hello.host = hostname();
   h.body = hello;
   auto bytes = encode_header(h);
@@ -174,6 +211,7 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   h.sender = id_;
   h.incarnation = incarnation_;
   h.seq = ++p->seq;
+  split_large_frames(h, frames);
   auto bytes = encode_header(h);
   zmq::message_t hm(bytes.data(), bytes.size());
   try {
@@ -191,6 +229,59 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   ++counts_.sent;
 }
 
+void Transport::split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const {
+  h.pieces.clear();
+  bool large = false;
+  for (auto& f : frames) large = large || f.size() > kWireFrameBytes;
+  if (!large) return;
+  std::vector<zmq::message_t> wire;
+  for (auto& f : frames) {
+    size_t n = std::max<size_t>(1, (f.size() + kWireFrameBytes - 1) / kWireFrameBytes);
+    h.pieces.push_back(n);
+    if (n == 1) {
+      wire.push_back(std::move(f));
+      continue;
+    }
+    auto whole = std::make_shared<zmq::message_t>(std::move(f));
+    for (size_t off = 0; off < whole->size(); off += kWireFrameBytes)
+      wire.push_back(piece_of(whole, off, std::min(kWireFrameBytes, whole->size() - off)));
+  }
+  frames.swap(wire);
+}
+
+// Joins the pieces of split frames back into one frame each; false when the pieces the header
+// announces are not the frames that came.
+bool Transport::join_pieces(Message& m) {
+  const auto& pieces = m.header.pieces;
+  if (pieces.empty()) return true;
+  size_t wire = 0;
+  for (uint64_t n : pieces) {
+    if (n > m.frames.size() - wire) return false;
+    wire += n;
+  }
+  if (wire != m.frames.size()) return false;
+  std::vector<zmq::message_t> joined;
+  size_t next = 0;
+  for (uint64_t n : pieces) {
+    if (n == 1) {
+      joined.push_back(std::move(m.frames[next++]));
+      continue;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) total += m.frames[next + i].size();
+    zmq::message_t whole(total);
+    char* out = static_cast<char*>(whole.data());
+    for (size_t i = 0; i < n; ++i, ++next) {
+      std::memcpy(out, m.frames[next].data(), m.frames[next].size());
+      out += m.frames[next].size();
+    }
+    joined.push_back(std::move(whole));
+  }
+  m.frames.swap(joined);
+  m.header.pieces.clear();
+  return true;
+}
+
 void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
   size_t n = 0;
   for (auto& f : frames) n += f.size();
@@ -200,12 +291,15 @@ void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
                     /*too_large=*/true);
 }
 
-void Transport::send_refusal(const std::string& to_addr, const std::string& reason) {
-  if (to_addr.rfind("ipc://", 0) != 0 && to_addr.rfind("tcp://", 0) != 0) return;
+// Only to a peer that passed the handshake (it holds a cookie this node accepts), with the
+// cookie it said it accepts: a node never dials an address named by a stranger.
+void Transport::send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason) {
+  if (cookie.empty() || (to_addr.rfind("ipc://", 0) != 0 && to_addr.rfind("tcp://", 0) != 0)) return;
   try {
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 500);
     s.set(zmq::sockopt::routing_id, id_);
+    present_credentials(s, role_, cookie);
     s.connect(to_addr);
     Header h;
     h.kind = Kind::Refuse;
@@ -247,7 +341,22 @@ std::optional<Transport::Received> Transport::receive() {
   m.peer_identity = identity;
   m.frames.reserve(parts.size() - 2);
   for (size_t i = 2; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
-  return admit(identity, std::move(m));
+  auto received = admit(identity, std::move(m));
+  if (!received || received->refusal) return received;
+  Message& got = received->msg;
+  if (got.payload_bytes() > max_message_bytes_) {  // answered by the node, naming both limits
+    received->too_large = true;
+    ++counts_.too_large;
+    received->payload_bytes = got.payload_bytes();
+    received->sender_limit = in_peer(identity).max_message_bytes;
+    got.frames.clear();
+    return received;
+  }
+  if (!join_pieces(got)) {
+    if (++counts_.malformed <= 5) log_diag(role_, "dropped a message whose frame pieces do not match its header");
+    return std::nullopt;
+  }
+  return received;
 }
 
 // What a decoded message from identity becomes: its Hello handled, a refusal passed up,
@@ -255,10 +364,14 @@ std::optional<Transport::Received> Transport::receive() {
 std::optional<Transport::Received> Transport::admit(const std::string& identity, Message m) {
   InPeer* in = &in_peer(identity);
   if (in->refused) return std::nullopt;
+  if (m.header.kind == Kind::Hello) {
+    // First on every connection; from an identity already known it is a new connection (its
+    // peer lost the old one, say after this node stalled), whose numbers start again.
+    handle_hello(*in, m);
+    return std::nullopt;
+  }
   if (!in->authed) {
-    if (m.header.kind == Kind::Hello) {
-      handle_hello(*in, m);
-    } else if (m.header.kind == Kind::Refuse) {
+    if (m.header.kind == Kind::Refuse) {
       // Refuse keeps its number and body across versions, so a peer of any version is understood.
       RefuseBody refusal = read_as<RefuseBody>(m.header.body).value_or(RefuseBody{});
       if (refusal.reason.empty()) refusal.reason = "connection refused";
@@ -311,9 +424,45 @@ void Transport::forget_peer(const std::string& addr) {
   gone_addrs_.push_back(addr);
 }
 
-void Transport::tidy() {
+std::vector<RefuseBody> Transport::tidy() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!gone_addrs_.empty()) forget_gone_peers();
+    if (handshaking_.empty()) return {};
+  }
+  return handshake_verdicts();
+}
+
+// Polls the watches of out peers whose first handshake has not ended (a peer's mutex is never
+// taken under mu_); a refusal also closes that connection, so libzmq stops retrying it.
+std::vector<RefuseBody> Transport::handshake_verdicts() {
+  std::vector<std::weak_ptr<OutPeer>> watching;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    watching.swap(handshaking_);
+  }
+  std::vector<RefuseBody> refused;
+  std::vector<std::weak_ptr<OutPeer>> pending;
+  for (auto& w : watching) {
+    auto p = w.lock();
+    if (!p) continue;
+    std::lock_guard<std::mutex> g(p->mu);
+    if (!p->watch) continue;
+    std::string why;
+    auto state = p->watch->poll(&why);
+    if (state == HandshakeWatch::State::Pending) {
+      pending.push_back(w);
+    } else if (state == HandshakeWatch::State::Refused) {
+      refused.push_back(RefuseBody{why, p->addr});
+      p->sock->set(zmq::sockopt::linger, 0);
+      close_peer_locked(*p);
+    } else {
+      p->watch.reset();
+    }
+  }
   std::lock_guard<std::mutex> g(mu_);
-  if (!gone_addrs_.empty()) forget_gone_peers();
+  handshaking_.insert(handshaking_.end(), pending.begin(), pending.end());
+  return refused;
 }
 
 void Transport::forget_gone_peers() {
@@ -341,6 +490,7 @@ void Transport::handle_hello(InPeer& in, const Message& m) {
       hello.addr = str("addr");
       hello.role = str("role");
       hello.version = str("version");
+      hello.reply_cookie = str("reply_cookie");
     }
   }
   std::string reason;
@@ -349,24 +499,22 @@ void Transport::handle_hello(InPeer& in, const Message& m) {
     reason = "the " + peer + " runs xmesh " + (hello.version.empty() ? "?" : hello.version) + " (protocol " +
              std::to_string(hello.proto) + "); this " + role_ + " runs xmesh " + version_string() + " (protocol " +
              std::to_string(protocol_version()) + "): connection refused";
-  } else {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!accepted_cookies_.count(hello.cookie))
-      reason = "the " + role_ + " at " + addr_ + " rejected the credentials of the " + hello.role + " at " + hello.addr +
-               " (wrong or missing cookie): connection refused";
   }
   if (!reason.empty()) {
     in.refused = true;
     ++counts_.rejected;
-    log_diag(role_, reason);
-    send_refusal(hello.addr, reason);
+    log_diag_limited(refusal_log_, role_, reason);
+    send_refusal(hello.addr, hello.reply_cookie, reason);
     return;
   }
   std::lock_guard<std::mutex> g(mu_);
+  if (!in.authed && pending_peers_ > 0) --pending_peers_;
   in.authed = true;
-  if (pending_peers_ > 0) --pending_peers_;
   in.addr = hello.addr;
   in.node_id = m.header.sender;
+  in.max_message_bytes = hello.max_message_bytes;
+  in.pid = hello.pid;
+  in.seq = SeqTracker{};
   in.seq.accept(m.header.incarnation, m.header.seq);
   if (!hello.addr.empty() && !hello.reply_cookie.empty()) peer_cookies_.emplace(hello.addr, hello.reply_cookie);
 }
@@ -375,6 +523,12 @@ std::string Transport::peer_addr(const std::string& identity) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = in_.find(identity);
   return it == in_.end() ? "" : it->second.addr;
+}
+
+int64_t Transport::peer_pid(const std::string& identity) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = in_.find(identity);
+  return it == in_.end() ? 0 : it->second.pid;
 }
 
 void Transport::count_malformed(const std::string& what) {
@@ -386,11 +540,12 @@ NodeStats Transport::stats() const {
   NodeStats s;
   s.sent = counts_.sent;
   s.received = counts_.received;
-  s.rejected = counts_.rejected;
+  s.rejected = counts_.rejected + gatekeeper_->refused();
   s.malformed = counts_.malformed;
   s.gaps = counts_.gaps;
   s.duplicates = counts_.duplicates;
   s.evicted = counts_.evicted;
+  s.too_large = counts_.too_large;
   std::lock_guard<std::mutex> g(mu_);
   s.peers = in_.size();
   return s;

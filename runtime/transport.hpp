@@ -1,10 +1,12 @@
 // Transport: one node's sockets. A ROUTER bound at the node's address receives (the I/O thread
 // alone reads it and never takes the GIL); one DEALER per destination sends, from any thread,
 // under that peer's own mutex, which gives per-(sender, receiver) FIFO order without a thread
-// hop. Every connection starts with Hello (protocol version, build, credential cookie, the
-// sender's address and the cookie to present when connecting back); nothing from an identity
-// that has not passed Hello goes further. Sequence numbers per connection count gaps and drop
-// duplicates. Its own lock guards the peer tables and the counters.
+// hop. A connection is authenticated in its ZMTP handshake (handshake.hpp: the cookie as PLAIN
+// password, this user's uid on unix sockets), so a process without the cookie never gets a
+// frame in. Then every connection starts with Hello (protocol version, build, the sender's
+// address and the cookie to present when connecting back); nothing from an identity that has
+// not passed Hello goes further. Sequence numbers per connection count gaps and drop
+// duplicates. Its own lock guards the peer tables.
 #pragma once
 #include <atomic>
 #include <map>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "bodies.hpp"
+#include "handshake.hpp"
 #include "seq.hpp"
 #include "wire.hpp"
 
@@ -29,9 +32,11 @@ struct SendError : std::runtime_error {
 };
 
 struct NodeStats {
-  uint64_t sent = 0, received = 0, rejected = 0, malformed = 0, gaps = 0, duplicates = 0;
+  uint64_t sent = 0, received = 0, malformed = 0, gaps = 0, duplicates = 0;
+  uint64_t rejected = 0;  // messages dropped before Hello, Hellos refused, connections refused
   uint64_t peers = 0;    // inbound connections known now (authenticated or not)
   uint64_t evicted = 0;  // unauthenticated identities dropped to bound memory
+  uint64_t too_large = 0;  // messages over XMESH_MAX_MESSAGE_BYTES (answered or logged, not dispatched)
 };
 
 class Transport {
@@ -59,22 +64,30 @@ class Transport {
   // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
   void disconnect(const std::string& addr);
 
-  // I/O thread only. One authenticated message, or a Refuse from a peer that refused us (then
-  // `refusal` holds its body, read once here, and sender_addr is the refuser); nullopt when
+  // I/O thread only. One authenticated message (its split frames joined), or a Refuse from a
+  // peer that refused us (then `refusal` holds its body, read once here, and sender_addr is
+  // the refuser), or one too large for this node (`too_large`); nullopt when
   // nothing came within the receive timeout or what came was handled here (Hello, garbage,
   // strangers, duplicates).
   struct Received {
     Message msg;
     std::optional<RefuseBody> refusal;
+    // The payload exceeded this node's XMESH_MAX_MESSAGE_BYTES: msg has its header only, and
+    // its sender's own limit (from its Hello; 0 when unknown) is here to be named.
+    bool too_large = false;
+    uint64_t payload_bytes = 0, sender_limit = 0;
   };
   std::optional<Received> receive();
   void set_receive_timeout(int ms);
 
   std::string peer_addr(const std::string& identity) const;
+  int64_t peer_pid(const std::string& identity) const;  // from its Hello; 0 when unknown
   // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
   // (applied by the I/O thread). Only gone peers: a peer says Hello once per connection.
   void forget_peer(const std::string& addr);
-  void tidy();  // I/O thread: applies forget_peer() requests also when no message comes
+  // I/O thread, every tick: applies forget_peer() requests also when no message comes, and
+  // returns the peers that refused this node in a handshake since the last call (each once).
+  std::vector<RefuseBody> tidy();
   void count_malformed(const std::string& what);  // a message whose body did not read
   NodeStats stats() const;
   // Closes every socket (bounded linger) and removes an ipc socket file.
@@ -83,7 +96,9 @@ class Transport {
  private:
   struct OutPeer {
     std::mutex mu;
+    std::string addr;
     std::unique_ptr<zmq::socket_t> sock;
+    std::unique_ptr<HandshakeWatch> watch;  // until the first handshake ends; reset before sock
     uint64_t seq = 0;
     bool hello_sent = false;
     std::string cookie;
@@ -91,6 +106,8 @@ class Transport {
   struct InPeer {
     bool authed = false;
     bool refused = false;
+    uint64_t max_message_bytes = 0;  // its own limit, from its Hello
+    int64_t pid = 0;                 // its process, from its Hello
     std::string node_id, addr;
     SeqTracker seq;
   };
@@ -98,7 +115,11 @@ class Transport {
   void bind(const std::string& bind_addr);
   std::shared_ptr<OutPeer> out_peer(const std::string& addr);
   void send_hello_locked(OutPeer& p);
-  void send_refusal(const std::string& to_addr, const std::string& reason);
+  void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
+  std::vector<RefuseBody> handshake_verdicts();
+  static void close_peer_locked(OutPeer& p);
+  void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
+  bool join_pieces(Message& m);
   std::optional<Received> admit(const std::string& identity, Message m);
   void handle_hello(InPeer& in, const Message& m);
   InPeer& in_peer(const std::string& identity);  // I/O thread only
@@ -107,13 +128,16 @@ class Transport {
   std::string role_, addr_, id_;
   uint64_t incarnation_;
   size_t max_message_bytes_;
+
   int64_t send_timeout_ms_;
   zmq::context_t ctx_;
+  std::unique_ptr<Gatekeeper> gatekeeper_;  // judges every connection to router_
   std::unique_ptr<zmq::socket_t> router_;
   std::atomic<bool> closed_{false};
 
   mutable std::mutex mu_;  // guards the tables below (taken after a peer's mutex, never before)
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
+  std::vector<std::weak_ptr<OutPeer>> handshaking_;  // out peers whose first handshake is pending
   // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
   // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
   // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.
@@ -123,9 +147,11 @@ class Transport {
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
   std::string default_cookie_;
+  LogBudget refusal_log_{3, 60000};
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
-    std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0};
+    std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},
+        too_large{0};
   } counts_;
 };
 

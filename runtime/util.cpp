@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,6 +161,40 @@ void log_diag(const std::string& who, const std::string& text) {
   std::string line = "[xmesh " + who + "] " + text + "\n";
   ssize_t ignored = write(2, line.data(), line.size());
   (void)ignored;
+}
+
+void raise_fd_limit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  });
+}
+
+bool LogBudget::take(uint64_t* held_back) {
+  std::lock_guard<std::mutex> g(mu_);
+  int64_t now = now_ms();
+  if (window_start_ == 0 || now - window_start_ >= window_ms_) {
+    window_start_ = now;
+    used_ = 0;
+  }
+  if (used_ >= per_window_) {
+    ++held_back_;
+    return false;
+  }
+  ++used_;
+  *held_back = held_back_;
+  held_back_ = 0;
+  return true;
+}
+
+void log_diag_limited(LogBudget& budget, const std::string& who, const std::string& text) {
+  uint64_t held_back = 0;
+  if (!budget.take(&held_back)) return;
+  log_diag(who, held_back ? text + " (" + std::to_string(held_back) + " more like it were not shown)" : text);
 }
 
 std::string format_bytes(uint64_t n) {

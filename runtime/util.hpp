@@ -2,6 +2,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace xmesh {
@@ -39,7 +40,30 @@ std::string format_bytes(uint64_t n);
 // Name of a signal ("SIGKILL"), or "signal N".
 std::string signal_name(int sig);
 
+// Raises this process's soft limit on open files to its hard limit (once): a controller keeps a
+// connection per proc, an agent two pipes per proc, and 1024 is a common default.
+void raise_fd_limit();
+
 // Logs one line to stderr with a prefix naming the process role; used for runtime diagnostics.
 void log_diag(const std::string& who, const std::string& text);
+
+// Lets a repeated diagnostic through `per_window` times per window and counts the rest, so
+// that a flood of one event (refused connections, say) cannot flood a user's console; the
+// count held back is reported with the next line let through. Thread-safe.
+class LogBudget {
+ public:
+  LogBudget(int per_window, int64_t window_ms) : per_window_(per_window), window_ms_(window_ms) {}
+  // True when this occurrence may be logged; *held_back: how many were not, before it.
+  bool take(uint64_t* held_back);
+
+ private:
+  std::mutex mu_;
+  int per_window_;
+  int64_t window_ms_, window_start_ = 0;
+  int used_ = 0;
+  uint64_t held_back_ = 0;
+};
+// log_diag through a budget: "text (N more like it were not shown)".
+void log_diag_limited(LogBudget& budget, const std::string& who, const std::string& text);
 
 }  // namespace xmesh

@@ -104,7 +104,7 @@ std::vector<uint8_t> encode_header(const Header& h) {
   std::vector<uint8_t> out;
   out.reserve(64 + h.sender.size() + h.actor.size() + h.method.size());
   uint64_t n = 2 + (h.incarnation != 0) + (h.seq != 0) + (h.corr != 0) + (h.index >= 0) + h.ok + !h.actor.empty() +
-               !h.method.empty() + !h.ctx.is_null() + !h.body.is_null();
+               !h.method.empty() + !h.ctx.is_null() + !h.body.is_null() + !h.pieces.empty();
   put_head(out, 5, n);
   put_key(out, 'k');
   put_head(out, 0, static_cast<uint64_t>(h.kind));
@@ -119,6 +119,11 @@ std::vector<uint8_t> encode_header(const Header& h) {
   if (!h.method.empty()) put_key(out, 'm'), put_text(out, h.method);
   if (!h.ctx.is_null()) put_key(out, 'x'), json::to_cbor(h.ctx, out);
   if (!h.body.is_null()) put_key(out, 'b'), json::to_cbor(h.body, out);
+  if (!h.pieces.empty()) {
+    put_key(out, 'z');
+    put_head(out, 4, h.pieces.size());
+    for (uint64_t n : h.pieces) put_head(out, 0, n);
+  }
   return out;
 }
 
@@ -296,6 +301,20 @@ std::optional<Header> decode_header_general(const void* data, size_t size, std::
       return std::nullopt;
     }
     h.body = *b;
+  }
+  auto z = j.find("z");
+  if (z != j.end()) {
+    if (!z->is_array() || z->empty()) {
+      error = "header field 'z' is not a list of piece counts";
+      return std::nullopt;
+    }
+    for (auto& n : *z) {
+      if (!n.is_number_unsigned() || n.get<uint64_t>() == 0) {
+        error = "header field 'z' holds a piece count that is not a positive integer";
+        return std::nullopt;
+      }
+      h.pieces.push_back(n.get<uint64_t>());
+    }
   }
   return h;
 }

@@ -51,6 +51,9 @@ struct Header {
   std::string method;        // endpoint name
   json ctx;                  // causal context (cell, call); null when none
   json body;                 // small kind-specific fields; null when none
+  // When a payload frame was larger than the wire frame limit: how many wire frames each
+  // payload frame was sent as (the transport splits and joins them); empty otherwise.
+  std::vector<uint64_t> pieces;
 };
 
 // Headers are CBOR maps with one-letter keys. The encoder and the decoder's fast path handle
@@ -62,6 +65,11 @@ std::vector<uint8_t> encode_header(const Header& h);
 std::optional<Header> decode_header(const void* data, size_t size, std::string& error);
 // The general decoder alone (for tests comparing it with the fast path).
 std::optional<Header> decode_header_general(const void* data, size_t size, std::string& error);
+
+// The largest frame on the wire: larger payload frames travel as pieces (Header::pieces), so
+// that libzmq never reserves more than this (plus a header) for any connection, whatever size a
+// peer declares, an unauthenticated one included.
+constexpr size_t kWireFrameBytes = size_t(64) << 20;
 
 // A decoded message as it arrived at a node.
 struct Message {

@@ -13,6 +13,8 @@ APT_PACKAGES=(
   python3-pytest python3-pytest-timeout python3-pexpect mypy
   python3-ipyparallel python3-distributed
   procps iproute2 rsync
+  # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers
+  clang-14 libclang-rt-14-dev
   # the kernel (xeus 2.4 + xeus-python 0.14) and the Jupyter tools around it
   xeus-dev xeus-python-dev python3-xeus-python-shell python3-ipython python3-debugpy
   python3-jupyter-client jupyter-client python3-jupyter-kernel-test python3-nbclient python3-nbformat
@@ -43,6 +45,7 @@ if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local
 fi
 cmake --build build -j "$(nproc)"
+tests/fuzz/build.sh build
 if [[ $EUID -eq 0 ]]; then
   cmake --install build > build/install.log
   ldconfig

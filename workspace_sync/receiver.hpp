@@ -54,6 +54,8 @@ class SyncReceiver {
   // The same from the body as it came off the wire (a malformed one is refused, naming the field).
   Reply handle(const nlohmann::json& body, const std::vector<std::string_view>& frames, int64_t now_ms);
   void expire_idle(int64_t now_ms);
+  // Drops a session (its sender is gone) and what it staged; nothing if it ended already.
+  void abandon(const std::string& sid) { drop(sid); }
   // Removes a space (a top-level directory of the root: one allocation owner's workspace),
   // its manifests and its unfinished sessions.
   void forget_space(const std::string& space);

@@ -228,6 +228,16 @@ void bind_process(py::module_& m) {
     }
   }, "Creates path (0700) if needed; PermissionError if it belongs to another user.");
   m.def("hostname", &hostname);
+  m.def(
+      "process_status",
+      [](int64_t pid) -> py::object {
+        auto st = process_status(static_cast<pid_t>(pid));
+        if (!st) return py::none();
+        return py::make_tuple(std::string(1, st->state), st->start_ticks, st->unusual());
+      },
+      py::arg("pid"),
+      "(state letter, start time in ticks, what is unusual: 'stopped', 'in the kernel' or '') from /proc, "
+      "or None when no such process runs (a zombie included).");
   m.def("name_os_thread", [](const std::string& name) {
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());  // Linux keeps 15 bytes
   }, "Names the calling thread for top -H, perf and gdb (Python 3.11 does not).");
@@ -440,7 +450,10 @@ void bind_node(py::module_& m) {
       .def_readonly("rejected", &NodeStats::rejected)
       .def_readonly("malformed", &NodeStats::malformed)
       .def_readonly("gaps", &NodeStats::gaps)
-      .def_readonly("duplicates", &NodeStats::duplicates);
+      .def_readonly("duplicates", &NodeStats::duplicates)
+      .def_readonly("evicted", &NodeStats::evicted)
+      .def_readonly("too_large", &NodeStats::too_large)
+      .def_readonly("peers", &NodeStats::peers);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
       .def(py::init<std::string, std::string, std::string>(), py::arg("role"), py::arg("bind_addr"),
@@ -503,7 +516,20 @@ void bind_node(py::module_& m) {
       .def("revive", &Node::revive)
       .def("add_supervision_subscriber", &Node::add_supervision_subscriber)
       .def("remove_supervision_subscriber", &Node::remove_supervision_subscriber)
-      .def("watch_host", &Node::watch_host)
+      .def("watch_host", &Node::watch_host, py::arg("hostd_addr"), py::arg("pid") = 0)
+      .def(
+          "host_state",
+          [](const Node& n, const std::string& addr) -> py::object {
+            auto st = n.host_state(addr);
+            if (!st) return py::none();
+            py::dict d;
+            d["alive"] = st->alive;
+            d["answering"] = st->answering;
+            d["stopped"] = st->stopped;
+            d["silent_ms"] = st->silent_ms;
+            return d;
+          },
+          py::arg("hostd_addr"))
       .def("unwatch_host", &Node::unwatch_host)
       .def("add_dependent", &Node::add_dependent)
       .def("lose_host", &Node::lose_host)

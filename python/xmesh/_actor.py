@@ -11,6 +11,7 @@ from . import _logfiles, _pickling, _wait
 from ._context import current_cell
 from ._display import html_table
 from ._errors import ActorError
+from ._protocol import ErrorKind, error_kind, read_error
 from ._future import CallTarget, Done, Future, show_output_of
 from ._runtime import Kind, get_runtime, note_call
 from ._shape import MeshTrait, Point
@@ -19,6 +20,16 @@ from ._value_mesh import ValueMesh
 
 class Actor:
     """Base class of actors. Subclasses define endpoints with @endpoint (sync or async)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # mesh.<endpoint> must reach the endpoint: one named like an attribute of the mesh
+        # itself (size, slice, stop...) would be shadowed, so it is refused here, by name.
+        taken = {n for n in dir(ActorMesh) if not n.startswith("_")}
+        for name, value in vars(cls).items():
+            if isinstance(value, EndpointProperty) and name in taken:
+                raise TypeError(f"{cls.__qualname__}.{name}: an endpoint cannot be named {name!r}, which is an "
+                                f"attribute of every actor mesh (mesh.{name}); rename the endpoint")
 
 
 class EndpointProperty:
@@ -316,9 +327,17 @@ class Endpoint:
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Sends to every actor without waiting; an exception goes to the fault hook (printed by
-        the controller), and the actor lives on."""
+        the controller), and the actor lives on. A message that could not be sent (the proc
+        stopped reading past the send timeout, say) raises here: nothing vanishes silently."""
         targets, described = self._mesh._targets()
-        self._send(targets, described, args, kwargs, "broadcast", expect_reply=False)
+        call, described = self._send(targets, described, args, kwargs, "broadcast", expect_reply=False)
+        unsent = [(index, read_error(body).text) for index, _ok, body, _ in call.take()
+                  if error_kind(body) == ErrorKind.Send]
+        if unsent:
+            index, text = unsent[0]
+            target = described[index]
+            more = f" (and {len(unsent) - 1} more)" if len(unsent) > 1 else ""
+            raise RuntimeError(f"{self._name}.broadcast() did not reach {target.actor} rank {target.rank}{more}: {text}")
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"call the endpoint through an adverb: {self._name}.call(...), .call_one(...), "

@@ -8,9 +8,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import _logfiles
+from . import _core, _logfiles
 from ._future import WeakValue
+from ._pids import unusual_state
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
+from ._wait import add_slow_wait_hook
 
 
 @dataclass
@@ -118,3 +120,55 @@ def addrs_list(addrs):
     for r, a in addrs.items():
         out[r] = a
     return out
+
+
+# -- procs that cannot answer ---------------------------------------------------------------------
+def proc_at(rt: Any, addr: str) -> "tuple[Allocation, int, ProcRecord] | None":
+    """The allocation, rank and record of this controller's proc at addr."""
+    for alloc in rt.owned_allocs():
+        for rank, p in list(alloc.procs.items()):
+            if p.addr == addr:
+                return alloc, rank, p
+    return None
+
+
+def why_not_answering(rt: Any, addr: str) -> Optional[str]:
+    """"proc rank 1 of 'trainers' (pid 4242): stopped (SIGSTOP...)" for a proc of this machine
+    that cannot answer for what it is doing (stopped, blocked in the kernel); None otherwise."""
+    found = proc_at(rt, addr)
+    if found is None:
+        return None
+    alloc, rank, p = found
+    if not p.pid or (p.host and p.host != _HOSTNAME):
+        return None
+    state = unusual_state(p.pid)
+    if state is None or state == "gone":  # a proc that ended is reported by its agent
+        return None
+    return f"proc rank {rank} of {describe_alloc(alloc)} (pid {p.pid}): {state}"
+
+
+def describe_alloc(alloc: "Allocation") -> str:
+    return repr(alloc.name) if alloc.name else f"allocation {alloc.id}"
+
+
+_HOSTNAME = _core.hostname()
+_noticed: "dict[int, set]" = {}
+
+
+def _notice_stalled_targets(call: Any, description: str) -> None:
+    """A wait that goes on says, once per state, which of its targets cannot answer and why."""
+    rt = get_runtime()
+    news = []
+    seen = _noticed.setdefault(call.id, set())
+    for index in call.missing():
+        why = why_not_answering(rt, call.target_addr(index))
+        if why and why not in seen:
+            seen.add(why)
+            news.append(why)
+    while len(_noticed) > 64:  # only the latest calls are remembered
+        _noticed.pop(next(iter(_noticed)))
+    if news:
+        rt.diag(f"{description} is still waiting: " + "; ".join(news))
+
+
+add_slow_wait_hook(_notice_stalled_targets)

@@ -376,6 +376,19 @@ class DebugController:
             by_mesh.setdefault(actor, []).append((rank, f"stopped in pdb ({s.reason})", s.stack))
         return by_mesh, unanswered
 
+    def _describe_silent(self, addr):
+        """A proc that gave no stacks, by rank, with why when /proc tells (stopped, in the kernel)."""
+        from ._allocation import describe_alloc, proc_at, why_not_answering
+
+        why = why_not_answering(self.rt, addr)
+        if why:
+            return why
+        found = proc_at(self.rt, addr)
+        if found is None:
+            return addr
+        alloc, rank, p = found
+        return f"proc rank {rank} of {describe_alloc(alloc)} (pid {p.pid}) did not answer"
+
     def format_stacks(self):
         by_mesh, unanswered = self.stacks()
         if not by_mesh:
@@ -390,7 +403,8 @@ class DebugController:
                            f"{':' if frames else ''}\n")
                 out.append(format_stack(frames, "      "))
         if unanswered:
-            out.append(f"(no stacks from {len(unanswered)} proc(s) within 2 s: {', '.join(unanswered)})\n")
+            out.append(f"(no stacks from {len(unanswered)} proc(s) within 2 s: "
+                       f"{'; '.join(self._describe_silent(a) for a in unanswered)})\n")
         return "".join(out)
 
 

@@ -25,6 +25,20 @@ from ._hostd import pid_alive
 from ._runtime import on_controller_shutdown, on_controller_start
 
 SUFFIX = ".debug"
+MAX_COMMAND_LINE = 1 << 16  # what a client may type in one line; longer ones are refused unread
+MAX_OUTPUT_LINE = 1 << 24   # what the client holds of one line from the controller
+SEND_TIMEOUT_S = 5          # a client that stops reading is dropped, never blocks the debugger
+
+
+def read_bounded_line(rfile, limit: int) -> "bytes | None":
+    """One line of at most `limit` bytes from a binary file; b"" at the end of input; None for a
+    longer line, whose rest is read and dropped in pieces rather than held."""
+    raw = rfile.readline(limit + 1)
+    if len(raw) <= limit or raw.endswith(b"\n"):
+        return raw
+    while raw and not raw.endswith(b"\n"):
+        raw = rfile.readline(limit)
+    return None
 
 
 def socket_path(rundir, pid):
@@ -38,6 +52,7 @@ class RemoteIO:
     def __init__(self, conn, pid):
         self.conn = conn
         self.pid = pid
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT_S, 0))
         self._rfile = conn.makefile("rb")
         self._lock = threading.Lock()
         self.closed = False
@@ -49,8 +64,9 @@ class RemoteIO:
                 return
             try:
                 self.conn.sendall(data)
-            except OSError:
+            except OSError:  # gone, or not reading for SEND_TIMEOUT_S: drop it
                 self.closed = True
+                self._shutdown()
 
     def write(self, text):
         self._send({"out": text})
@@ -59,9 +75,12 @@ class RemoteIO:
         self._send({"read": prompt})
         while True:
             try:
-                raw = self._rfile.readline()
+                raw = read_bounded_line(self._rfile, MAX_COMMAND_LINE)
             except (OSError, ValueError):
                 raw = b""
+            if raw is None:
+                self.write(f"[xmesh] the client sent a line longer than {MAX_COMMAND_LINE} bytes; ignored\n")
+                continue
             if not raw:
                 raise EOFError
             try:
@@ -72,12 +91,14 @@ class RemoteIO:
     def close(self, text=None):
         if text:
             self.write(text)
-        with self._lock:
-            self.closed = True
-            try:
-                self.conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.closed = True
+        self._shutdown()  # without the lock: a send blocked on this client returns at once
+
+    def _shutdown(self):
+        try:
+            self.conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _peer_credentials(conn):
@@ -231,6 +252,16 @@ def describe_process(pid):
         return "?"
 
 
+def _client_message(raw: bytes) -> dict:
+    try:
+        msg = json.loads(raw)
+    except ValueError:
+        msg = None
+    if not isinstance(msg, dict) or not all(isinstance(msg.get(k, ""), str) for k in ("out", "read")):
+        return {"out": "[xmesh] the debugger sent a line this client cannot read; ignored\n"}
+    return msg
+
+
 def run_client(path, stdin=None, stdout=None):
     """Talks to the debugger at `path` until either side leaves. Returns an exit status."""
     stdin = stdin or sys.stdin
@@ -255,8 +286,11 @@ def run_client(path, stdin=None, stdout=None):
                     return 0
                 buf += data
                 *lines, buf = buf.split(b"\n")
+                if len(buf) > MAX_OUTPUT_LINE:
+                    stdout.write(f"\n[xmesh] the debugger sent a line longer than {MAX_OUTPUT_LINE} bytes; leaving\n")
+                    return 1
                 for raw in lines:
-                    msg = json.loads(raw)
+                    msg = _client_message(raw)
                     if "out" in msg:
                         if prompt is not None:  # news while the user types: on its own line, prompt again
                             stdout.write("\n" + msg["out"] + prompt)

@@ -159,7 +159,9 @@ class HostAgent:
             status = self.status(timeout=timeout)
         self.host = status.host
         self.pid = status.pid
-        rt.node.watch_host(self.addr)
+        # An agent on this machine is watched by its process too: its end is noticed at once,
+        # and a stopped or busy agent is not lost for being silent.
+        rt.node.watch_host(self.addr, status.pid if self.addr.startswith("ipc://") else 0)
         self._connected = True
         return self
 

@@ -1,5 +1,4 @@
 """Whether a process runs, for the pid files and logs that name host agents and procs."""
-import os
 
 from . import _core
 
@@ -8,20 +7,22 @@ def pid_alive(pid):
     """True while pid runs. A zombie is dead: where the container's init reaps late (or never),
     a SIGKILLed host agent stays a zombie and would otherwise look alive, and a controller would
     wait on its socket instead of starting a new one."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: it exists
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]  # the name before ")" may hold spaces
-    except (FileNotFoundError, ProcessLookupError):
-        return False  # it ended between the two looks
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+    return _core.process_status(pid) is not None
+
+
+UNUSUAL_STATES = {
+    "stopped": "stopped (SIGSTOP, or held by a debugger): `kill -CONT {pid}` resumes it",
+    "in the kernel": "blocked in the kernel (an uninterruptible wait: I/O, a driver)",
+}
+
+
+def unusual_state(pid: int) -> "str | None":
+    """Why a process that runs here cannot answer, in words ("stopped (SIGSTOP...)"), or None
+    when it runs normally; "gone" when it does not run at all."""
+    st = _core.process_status(pid)
+    if st is None:
+        return "gone"
+    return UNUSUAL_STATES[st[2]].format(pid=pid) if st[2] else None
 
 
 def running_agent_pid(runtime_dir):

@@ -267,8 +267,9 @@ class ProcMesh(MeshTrait):
                 state = "stopping"
             elif p.pid is None:
                 state = "starting"
-            else:
-                state = "running"
+            else:  # a proc of this machine that cannot answer says so: "stopped", "in the kernel"
+                st = _core.process_status(p.pid) if p.host in ("", _core.hostname()) else None
+                state = (st[2] if st else "") or "running"
             rows.append((g, dict(Point(i, self._shape)), p.host, p.pid, state))
         return rows
 

@@ -31,6 +31,10 @@ _output_hooks: List[Callable[[], None]] = []
 _wake_hooks: List[WakeHook] = []
 _interrupt_hooks: List[InterruptHook] = []
 _cancel_hint: List[Callable[[], str]] = []
+SlowWaitHook = Callable[[Call, str], None]
+_slow_wait_hooks: List[SlowWaitHook] = []
+# After this long, and as often after, a wait asks why its call is not done (stopped procs).
+SLOW_WAIT_S = float(os.environ.get("XMESH_WAIT_NOTICE_S", "5"))
 Ready, Woken = _core.WaitOutcome.Ready, _core.WaitOutcome.Woken
 
 
@@ -45,6 +49,17 @@ def add_output_hook(hook: Callable[[], None]) -> None:
     """hook() shows the output queued for the main thread (the kernel's drain): it runs at every
     wake, and after a flush barrier so that a call's output is shown before its result."""
     _output_hooks.append(hook)
+
+
+def add_slow_wait_hook(hook: SlowWaitHook) -> None:
+    """hook(call, description) runs on the main thread every SLOW_WAIT_S while a wait goes on:
+    it may tell the user why (a target that is stopped, or blocked in the kernel)."""
+    _slow_wait_hooks.append(hook)
+
+
+def _run_slow_wait_hooks(call: Call, description: str) -> None:
+    for hook in _slow_wait_hooks:
+        hook(call, description)
 
 
 def show_output() -> None:
@@ -104,8 +119,13 @@ def wait_call(call: Call, timeout: Optional[float], description: str, any_result
         return True
     if main:
         hooks(description)  # what came before this wait: output, actors already stopped
+    # Only a user's wait (the runtime's own requests have timeouts and say what did not answer).
+    notice_at = time.monotonic() + SLOW_WAIT_S if main and debugger and _slow_wait_hooks else None
     while True:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        now = time.monotonic()
+        left = None if deadline is None else max(0.0, deadline - now)
+        if notice_at is not None:
+            left = max(0.0, notice_at - now) if left is None else min(left, max(0.0, notice_at - now))
         outcome = call.wait_for(left, any_result, main)
         if outcome == Ready:
             if main:
@@ -116,6 +136,9 @@ def wait_call(call: Call, timeout: Optional[float], description: str, any_result
             continue
         if deadline is not None and time.monotonic() >= deadline:
             return False
+        if notice_at is not None and time.monotonic() >= notice_at:
+            notice_at = time.monotonic() + SLOW_WAIT_S
+            _run_slow_wait_hooks(call, description)
 
 
 def call_is_ready(call: Call, any_result: bool) -> bool:
@@ -152,6 +175,16 @@ async def wait_call_async(call: Call, description: str, any_result: bool = False
         except BaseException as e:
             waiter.set_exception(e)
 
+    slow: Optional[asyncio.TimerHandle] = None
+
+    def on_slow() -> None:
+        nonlocal slow
+        if not waiter.done():
+            _run_slow_wait_hooks(call, description)
+            slow = loop.call_later(SLOW_WAIT_S, on_slow)
+
+    if wake_fd is not None and _slow_wait_hooks:
+        slow = loop.call_later(SLOW_WAIT_S, on_slow)
     loop.add_reader(call_fd, on_call)
     if wake_fd is not None:
         loop.add_reader(wake_fd, on_wake)
@@ -160,6 +193,8 @@ async def wait_call_async(call: Call, description: str, any_result: bool = False
         on_call()
         await waiter
     finally:
+        if slow is not None:
+            slow.cancel()
         loop.remove_reader(call_fd)
         if wake_fd is not None:
             loop.remove_reader(wake_fd)

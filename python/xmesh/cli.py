@@ -27,6 +27,9 @@ def _status(args):
         shape = format_coords(dict(zip(a.shape.get("labels", []), a.shape.get("sizes", []))), " x ")
         print(f"  {a.alloc}  {name:<16} shape {shape or '-'}  {alive}/{len(a.procs)} procs alive  "
               f"age {age:.0f} s  controller {a.controller}")
+        for p in a.procs:  # the procs that cannot answer, and why (from /proc)
+            if p.alive and p.state:
+                print(f"    rank {p.rank} (pid {p.pid}): {p.state}")
     return 0
 
 
@@ -106,10 +109,41 @@ def _stop(args):
     return 0
 
 
+def _own_runtime_dir(path: str) -> str:
+    """path, absolute, once it is known to be a directory of this user: another user's runtime
+    directory is named as such rather than looking empty or unreachable."""
+    path = os.path.abspath(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no runtime directory {path}") from None
+    if st.st_uid != os.getuid():
+        raise PermissionError(f"permission denied: the runtime directory {path} is owned by uid {st.st_uid} "
+                              f"(you are uid {os.getuid()}); only its owner can read its logs or debug its programs")
+    return path
+
+
+def _log_losses(rundir: str, logdir: str) -> list:
+    """What the files of logdir lack, as the agent that wrote them counted it (a full disk)."""
+    from . import _core
+    from ._hostd import agent
+
+    alloc = os.path.basename(logdir).rsplit("-", 1)[-1]
+    if not _agent_running(rundir):
+        return []
+    out = []
+    for a in agent(rundir).status().allocations:
+        if a.alloc == alloc:
+            out += [f"rank {p.rank}'s log file lacks {_core.format_bytes(p.log_lost_bytes)} of its output "
+                    f"({p.log_error}): those lines were shown but could not be kept"
+                    for p in a.procs if p.log_lost_bytes]
+    return out
+
+
 def _logs(args):
     from . import _core, _logfiles
 
-    dirs = [os.path.abspath(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
+    dirs = [_own_runtime_dir(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
     # The newest allocation of that name (or id) on each host.
     found = [ds[-1] for ds in (_logfiles.find_logdirs(d, args.name) for d in dirs) if ds]
     if not found:
@@ -131,6 +165,9 @@ def _logs(args):
     for rec in _logfiles.last(records, args.tail):
         emit(rec)
     sys.stdout.flush()
+    for d, logdir in zip(dirs, found):
+        for warning in _log_losses(d, logdir):
+            print(f"xmesh: {warning}", file=sys.stderr)
     if args.follow:
         if len(found) > 1:
             raise ValueError("--follow reads one host's logs at a time: give one --runtime-dir")
@@ -144,7 +181,7 @@ def _logs(args):
 def _debug(args):
     from . import _core, _debug_remote
 
-    rundir = os.path.abspath(args.runtime_dir or _core.runtime_dir())
+    rundir = _own_runtime_dir(args.runtime_dir or _core.runtime_dir())
     live = _debug_remote.live_controllers(rundir)
     if args.pid is not None:
         pid = args.pid

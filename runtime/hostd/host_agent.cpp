@@ -4,12 +4,15 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "../bodies.hpp"
 #include "../layout.hpp"
@@ -45,6 +48,9 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  // What procs leave behind (a child in a session of its own, a daemon) is reparented here,
+  // to be killed with its allocation (sweep_leftovers) instead of outliving it.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (opts_.workspace_root.empty()) opts_.workspace_root = layout::workspace_root(opts_.runtime_dir);
   sync_ = std::make_unique<ws::SyncReceiver>(opts_.workspace_root, opts_.sync_timeout_ms);
   // Spaces an earlier agent left (it was killed): removed once unused for the keep time.
@@ -125,6 +131,10 @@ int HostAgent::run() {
     report_exits();
     usleep(20000);
   }
+  for (int i = 0; i < 20 && sweep_leftovers(true) > 0; ++i) {  // their children come up in turn
+    usleep(20000);
+    reap();
+  }
   // Every proc is gone with this agent: so is the use of every synced workspace.
   std::vector<std::string> spaces;
   for (auto& kv : spaces_) spaces.push_back(kv.first);
@@ -143,7 +153,13 @@ void HostAgent::reply_error(const Message& m, const std::string& text) {
 void HostAgent::handle(Message m) {
   auto& c = controllers_[m.sender_addr];
   c.last_seen_ms = now_ms();
-  c.id = m.header.sender;
+  if (c.id != m.header.sender || (c.pid == 0 && m.sender_addr.rfind("ipc://", 0) == 0)) {
+    c.id = m.header.sender;
+    c.pid = m.sender_addr.rfind("ipc://", 0) == 0 ? node_->peer_pid(m.peer_identity) : 0;
+    auto st = c.pid > 0 ? process_status(static_cast<pid_t>(c.pid)) : std::nullopt;
+    c.start_ticks = st ? st->start_ticks : 0;
+    if (!st) c.pid = 0;
+  }
   switch (m.header.kind) {
     case Kind::Heartbeat: {
       Header h;
@@ -185,7 +201,8 @@ void HostAgent::handle(Message m) {
 }
 
 // One step of a workspace sync from an authenticated controller (the node dropped anything
-// from a peer that did not pass Hello with this agent's cookie).
+// from a peer that did not pass Hello with this agent's cookie). The sessions of a controller
+// that is gone are dropped with what they staged (check_timers).
 void HostAgent::sync_step(const Message& m) {
   std::vector<std::string_view> frames;
   for (auto& f : m.frames) frames.emplace_back(static_cast<const char*>(f.data()), f.size());
@@ -197,8 +214,10 @@ void HostAgent::sync_step(const Message& m) {
       step.space = space_for(m, step.for_alloc);
       make_dirs(opts_.workspace_root + "/" + step.space, 0700);
       spaces_[step.space] = now_ms();
+      controllers_[m.sender_addr].syncs.insert(step.sid);
     }
     auto r = sync_->handle_step(step, frames, now_ms());
+    if (step.op == "commit" || step.op == "abort") controllers_[m.sender_addr].syncs.erase(step.sid);
     std::vector<zmq::message_t> out;
     for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
     node_->reply(m, true, std::move(r.body), std::move(out));
@@ -282,7 +301,7 @@ void HostAgent::attach(const Message& m) {
   r.created = a->created;
   r.host = hostname();
   r.job_cookie = a->job_cookie;
-  for (auto& p : a->procs) r.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, !p->exited, p->coords});
+  for (auto& p : a->procs) r.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, !p->exited, p->coords, "", 0, ""});
   r.previous = PreviousOwner{a->controller_addr, a->controller_id, a->controller_pid,
                              controller_attached(*a, now_ms()) && a->controller_addr != m.sender_addr};
   // observe: what `xmesh sync --reload` needs to reach the procs, without taking them over.
@@ -347,7 +366,7 @@ void HostAgent::spawn_procs(const Message& m) {
   }
   write_procs_meta(*a, logdir);
   SpawnProcsReply reply{a->id, hostname(), {}, logdir};
-  for (auto& p : a->procs) reply.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, true, p->coords});
+  for (auto& p : a->procs) reply.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, true, p->coords, "", 0, ""});
   allocs_[req.alloc] = std::move(a);
   node_->reply(m, true, reply, {});
 }
@@ -419,24 +438,32 @@ void HostAgent::stop_allocation(Allocation& a, bool immediately) {
 
 // Log records, one per line: "<epoch seconds>\t<flag>\t<actor>\t<text>\n", flag o/e (O/E when
 // the text had no newline of its own: a partial line or a piece of a long one).
-void HostAgent::write_log(Proc& p, const Stream& s, const std::string& text) {
-  if (!p.log) return;
+bool HostAgent::write_log(Proc& p, const Stream& s, const std::string& text) {
+  if (!p.log) return true;
   double now = wall_time();
-  size_t pos = 0;
+  size_t pos = 0, bytes = 0;
+  bool written = true;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     bool whole = nl != std::string::npos;
     size_t end = whole ? nl : text.size();
     std::string record = format_record(now, s.flag, whole, s.ctx.actor, std::string_view(text).substr(pos, end - pos));
-    fwrite(record.data(), 1, record.size(), p.log);
+    written = fwrite(record.data(), 1, record.size(), p.log) == record.size() && written;
+    bytes += record.size();
     p.log_bytes += static_cast<int64_t>(record.size());
     // The last lines, for the exit notice of a proc that dies.
     p.tail.push_back(text.substr(pos, std::min<size_t>(end - pos, 1000)));
     if (p.tail.size() > 20) p.tail.pop_front();
     pos = whole ? nl + 1 : end;
   }
-  fflush(p.log);
+  written = fflush(p.log) == 0 && written;
+  if (!written) {  // a full disk, say: the lines are still forwarded; what the file lacks is counted
+    if (p.log_error.empty()) p.log_error = std::strerror(errno ? errno : EIO);
+    p.log_lost_bytes += bytes;
+    clearerr(p.log);
+  }
   if (p.log_bytes > opts_.log_max_bytes) rotate_log(p);
+  return written;
 }
 
 // rank<r>.log -> rank<r>.log.1 -> ... -> rank<r>.log.<keep>; the oldest is dropped.
@@ -457,7 +484,29 @@ void HostAgent::rotate_log(Proc& p) {
 // controller learns the new mark or the end of the stream).
 void HostAgent::forward(Allocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news) {
   if (text.empty() && !carries_news) return;
-  write_log(p, s, text);
+  const bool first_loss = p.log_lost_bytes == 0;
+  if (!write_log(p, s, text) && first_loss) {
+    // Said once, in the output of the cell or program the lines go to; `xmesh logs` says it too.
+    LogBody notice;
+    notice.alloc = a.id;
+    notice.rank = p.rank;
+    notice.pid = p.pid;
+    notice.stream = "stderr";
+    notice.time = wall_time();
+    notice.cell = s.ctx.cell;
+    notice.mark = p.err.mark;  // no marker passed: the flush barrier is where it was
+    Header nh;
+    nh.kind = Kind::Log;
+    nh.body = notice;
+    std::string warn = "[xmesh] the log file " + p.log_path + " cannot be written (" + p.log_error +
+                       "): its lines are shown but not kept; `xmesh logs` will say how much is missing\n";
+    std::vector<zmq::message_t> wf;
+    wf.emplace_back(warn.data(), warn.size());
+    try {
+      node_->send(a.controller_addr, std::move(nh), std::move(wf));
+    } catch (const SendError&) {
+    }
+  }
   Header h;
   h.kind = Kind::Log;
   LogBody body;
@@ -494,7 +543,13 @@ void HostAgent::consume(Allocation& a, Proc& p, Stream& s, const char* data, siz
   std::string batch;
   for (auto& piece : pieces) {
     if (!piece.is_marker) {
-      batch += s.lines.feed(piece.text.data(), piece.text.size(), now);
+      for (auto& chunk : s.lines.feed(piece.text.data(), piece.text.size(), now)) {
+        batch += chunk;
+        if (chunk.back() != '\n') {  // a piece of a long line: a message of its own, open-ended
+          forward(a, p, s, batch, false);
+          batch.clear();
+        }
+      }
       continue;
     }
     batch += s.lines.flush_partial(now, -1);
@@ -525,6 +580,88 @@ void HostAgent::pump(Proc& p, Stream& s, Allocation& a) {
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     end_stream(a, p, s);  // end of file (or error)
     return;
+  }
+}
+
+namespace {
+// This process's children, from every thread's /proc children list.
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> out;
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) return out;
+  while (dirent* t = readdir(tasks)) {
+    if (t->d_name[0] == '.') continue;
+    std::string list;
+    if (!read_file(std::string("/proc/self/task/") + t->d_name + "/children", list)) continue;
+    size_t pos = 0;
+    while (pos < list.size()) {
+      size_t end = list.find(' ', pos);
+      if (end == std::string::npos) end = list.size();
+      if (end > pos) out.push_back(static_cast<pid_t>(std::strtol(list.c_str() + pos, nullptr, 10)));
+      pos = end + 1;
+    }
+  }
+  closedir(tasks);
+  return out;
+}
+
+// One variable of a process's environment ("" when unset or unreadable).
+std::string environment_of(pid_t pid, const std::string& name) {
+  std::string env;
+  if (!read_file("/proc/" + std::to_string(pid) + "/environ", env)) return "";
+  const std::string key = name + "=";
+  for (size_t pos = 0; pos < env.size();) {
+    size_t end = env.find('\0', pos);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(pos, key.size(), key) == 0) return env.substr(pos + key.size(), end - pos - key.size());
+    pos = end + 1;
+  }
+  return "";
+}
+}  // namespace
+
+// Children of this agent that are not procs were left by procs (reparented here): those of an
+// allocation that has ended (all of them when `everything`) are killed with their process
+// group; their own children come up at the next sweep. Returns how many were killed.
+int HostAgent::sweep_leftovers(bool everything) {
+  std::set<pid_t> procs;
+  for (auto& kv : allocs_)
+    for (auto& p : kv.second->procs) procs.insert(p->pid);
+  int killed = 0;
+  for (pid_t pid : own_children()) {
+    if (procs.count(pid)) continue;
+    std::string alloc = environment_of(pid, "XMESH_ALLOC");
+    if (alloc.empty() || (!everything && allocs_.count(alloc))) continue;  // not ours, or still running
+    if (getpgid(pid) == pid) kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    ++killed;
+    log_diag_limited(leftover_log_, "hostd", "killed pid " + std::to_string(pid) + ", left behind by a proc of allocation " +
+                                                 alloc + " that has ended");
+  }
+  return killed;
+}
+
+// Socket files of processes that died without removing them (SIGKILL): a controller's in c/
+// ("<pid>-<tag>", "<pid>.debug") whose pid is gone, a proc's in p/ ("<alloc>.<rank>") whose
+// allocation is not running here.
+void HostAgent::sweep_stale_sockets() {
+  for (const std::string& dir : {layout::controller_dir(opts_.runtime_dir), layout::proc_socket_dir(opts_.runtime_dir)}) {
+    const bool controllers = dir == layout::controller_dir(opts_.runtime_dir);
+    DIR* d = opendir(dir.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name[0] == '.') continue;
+      bool stale;
+      if (controllers) {
+        long pid = std::strtol(name.c_str(), nullptr, 10);
+        stale = pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+      } else {
+        stale = !allocs_.count(name.substr(0, name.find('.')));
+      }
+      if (stale) unlink((dir + "/" + name).c_str());
+    }
+    closedir(d);
   }
 }
 
@@ -561,7 +698,8 @@ void HostAgent::report_exits() {
         p->log = nullptr;
       }
       p->reported = true;
-      std::string why = exit_text(p->status);
+      if (p->addr.rfind("ipc://", 0) == 0) unlink(p->addr.substr(6).c_str());  // if it could not
+      std::string why = a.stop_reason.empty() ? exit_text(p->status) : "was stopped: " + a.stop_reason;
       if (!a.stopping && !p->tail.empty()) {
         why += "; its last output:";
         for (auto& line : p->tail) why += "\n    " + line;
@@ -595,8 +733,31 @@ void HostAgent::report_exits() {
   }
 }
 
+bool HostAgent::controller_gone(const Controller& c, int64_t now, int64_t grace_ms) const {
+  if (c.said_goodbye) return true;
+  if (now - c.last_seen_ms <= grace_ms) return false;
+  if (c.pid > 0) {  // silent past the grace: gone only if its process ended (not merely stopped)
+    auto st = process_status(static_cast<pid_t>(c.pid));
+    return !st || st->start_ticks != c.start_ticks;
+  }
+  return true;
+}
+
 void HostAgent::check_timers() {
   int64_t now = now_ms();
+  // Time this agent itself did not run (stopped, or busy spawning) is no controller's silence:
+  // it could not hear them meanwhile, and their heartbeats may still be queued.
+  if (last_timers_ms_ && now - last_timers_ms_ > kStallMs)
+    for (auto& kv : controllers_) kv.second.last_seen_ms += now - last_timers_ms_;
+  last_timers_ms_ = now;
+  if (now - last_sweep_ms_ >= 1000) {
+    last_sweep_ms_ = now;
+    sweep_leftovers(false);
+  }
+  if (now - last_socket_sweep_ms_ >= opts_.socket_sweep_ms) {
+    last_socket_sweep_ms_ = now;
+    sweep_stale_sockets();
+  }
   sync_->expire_idle(now);
   expire_spaces(now);
   // Partial lines (prompts, progress bars without newline) go out after a short wait.
@@ -611,27 +772,31 @@ void HostAgent::check_timers() {
         kill(-p->pid, SIGKILL);
         p->kill_sent = true;
       }
-  // Orphans: unnamed allocations whose controller went silent.
+  // Orphans: unnamed allocations whose controller is gone.
   int64_t grace_ms = static_cast<int64_t>(opts_.orphan_grace_s * 1000);
   for (auto& kv : allocs_) {
     Allocation& a = *kv.second;
     if (a.stopping || !a.name.empty()) continue;
     auto c = controllers_.find(a.controller_addr);
+    if (c != controllers_.end() && !controller_gone(c->second, now, grace_ms)) continue;
     int64_t last = c == controllers_.end() ? 0 : c->second.last_seen_ms;
-    if (now - last > grace_ms) {
-      log_diag("hostd", "controller " + a.controller_id + " silent for " + std::to_string((now - last) / 1000) +
-                            " s: stopping its allocation " + a.id);
-      stop_allocation(a, false);
-    }
+    a.stop_reason = c != controllers_.end() && c->second.pid
+                        ? "its controller (pid " + std::to_string(c->second.pid) + ") ended"
+                        : "its controller was silent for " + std::to_string((now - last) / 1000) +
+                              " s (XMESH_ORPHAN_GRACE)";
+    log_diag("hostd", "stopping allocation " + a.id + " of controller " + a.controller_id + ": " + a.stop_reason);
+    stop_allocation(a, false);
   }
-  // Forget controllers that left (or went silent) and own nothing here any more.
+  // Forget controllers that are gone and own nothing here any more: their connections too (one
+  // merely silent is kept: it may come back, and would not say Hello again on its connection).
   for (auto it = controllers_.begin(); it != controllers_.end();) {
     bool owns = false;
     for (auto& kv : allocs_) owns = owns || kv.second->controller_addr == it->first;
-    bool gone = it->second.said_goodbye || now - it->second.last_seen_ms > grace_ms;
-    // Its connection is forgotten only when it said goodbye (it exited): one merely silent
-    // may come back, and it would not say Hello again.
-    if (gone && !owns && it->second.said_goodbye) node_->forget_peer(it->first);
+    const Controller& c = it->second;
+    bool gone = controller_gone(c, now, grace_ms);
+    if (gone)
+      for (auto& sid : c.syncs) sync_->abandon(sid);  // what a killed sync staged goes now
+    if (gone && !owns && (c.said_goodbye || c.pid)) node_->forget_peer(it->first);
     it = (gone && !owns) ? controllers_.erase(it) : std::next(it);
   }
   // Idle exit.
@@ -657,7 +822,11 @@ StatusReply HostAgent::status() const {
     const Allocation& a = *kv.second;
     AllocationStatus st{a.id, a.name, a.controller_id, a.controller_pid, controller_attached(a, now),
                         a.shape, a.created, a.stopping, {}};
-    for (auto& p : a.procs) st.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, !p->exited, p->coords});
+    for (auto& p : a.procs) {
+      auto ps = p->exited ? std::nullopt : process_status(p->pid);
+      st.procs.push_back(ProcEntry{p->rank, p->pid, p->addr, !p->exited, p->coords, ps ? ps->unusual() : "",
+                                   p->log_lost_bytes, p->log_error});
+    }
     r.allocations.push_back(std::move(st));
   }
   return r;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct HostAgentOptions {
   int64_t controller_timeout_ms = 10000;  // a controller silent this long shows as detached
   std::string workspace_root;             // synced workspaces ($XMESH_WORKSPACE of every proc)
   int64_t sync_timeout_ms = 120000;       // an unfinished sync idle this long is dropped
+  int64_t socket_sweep_ms = 30000;        // how often socket files of dead processes are removed
   int64_t workspace_keep_ms = 600000;     // a workspace space nobody uses is removed after this
 };
 
@@ -65,6 +67,8 @@ class HostAgent {
     FILE* log = nullptr;  // rank<r>.log: both streams, one record per line
     std::string log_path;
     int64_t log_bytes = 0;
+    uint64_t log_lost_bytes = 0;  // what could not be written to the log file (a full disk)
+    std::string log_error;        // why, the first time (the controller was told once)
     std::deque<std::string> tail;  // the last lines, shown with the exit notice
     bool exited = false, reported = false;
     int status = 0;
@@ -80,13 +84,20 @@ class HostAgent {
     double created = 0;
     std::vector<std::unique_ptr<Proc>> procs;
     bool stopping = false;
+    std::string stop_reason;  // why the agent stopped it on its own (its controller vanished)
     std::string space;  // its synced workspace: <workspace root>/<space> (layout.hpp)
   };
   struct Controller {
     std::string id;  // its node id
     int64_t last_seen_ms = 0;
     bool said_goodbye = false;
+    int64_t pid = 0;  // its process, when it runs on this machine (then silence alone never orphans)
+    std::set<std::string> syncs;  // the sync sessions it began
+    uint64_t start_ticks = 0;
   };
+  // Whether a controller is gone for good: said goodbye, or silent for the orphan grace and
+  // (when it runs on this machine) its process ended.
+  bool controller_gone(const Controller& c, int64_t now, int64_t grace_ms) const;
 
   void handle(Message m);
   // The requests controllers send; a malformed one is answered with an error naming the field.
@@ -106,7 +117,8 @@ class HostAgent {
   void consume(Allocation& a, Proc& p, Stream& s, const char* data, size_t n);
   void end_stream(Allocation& a, Proc& p, Stream& s);
   void forward(Allocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news);
-  void write_log(Proc& p, const Stream& s, const std::string& text);
+  // Writes text's records; false when some could not be written (counted in p.log_lost_bytes).
+  bool write_log(Proc& p, const Stream& s, const std::string& text);
   void rotate_log(Proc& p);
   void report_exits();
   void check_timers();
@@ -130,6 +142,12 @@ class HostAgent {
   std::map<std::string, Controller> controllers_;
   std::map<std::string, int64_t> spaces_;  // space -> last use (ms)
   int64_t idle_since_ms_ = 0;
+  int64_t last_timers_ms_ = 0, last_sweep_ms_ = 0;
+  LogBudget leftover_log_{5, 60000};
+  int sweep_leftovers(bool everything);
+  void sweep_stale_sockets();
+  int64_t last_socket_sweep_ms_ = 0;  // 0: the first check sweeps what an earlier agent left
+  static constexpr int64_t kStallMs = 2000;  // a gap between timer checks this long is a stall
   bool quit_ = false;
 };
 

@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
     if (const char* w = std::getenv("XMESH_WORKSPACE_ROOT")) o.workspace_root = w;
     if (!o.workspace_root.empty() && o.workspace_root[0] != '/') o.workspace_root = cwd + "/" + o.workspace_root;
     o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);
+    o.socket_sweep_ms = xmesh::env_int("XMESH_SOCKET_SWEEP_MS", 30000);
     o.workspace_keep_ms = xmesh::env_int("XMESH_WORKSPACE_KEEP", 600) * 1000;
     xmesh::HostAgent agent(o);
     xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());

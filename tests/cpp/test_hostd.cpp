@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "handshake.hpp"
 #include "node.hpp"
 #include "process.hpp"
 #include "util.hpp"
@@ -188,10 +189,12 @@ TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") 
   CHECK(none["__ok"] == false);
   CHECK(none["text"].get<std::string>().find("/nonexistent/program") != std::string::npos);
   {
-    // Raw garbage from a stranger: ZMTP-valid frames with junk, and no hello.
+    // Raw garbage from a cookie holder (a stranger gets no frame in): ZMTP-valid frames with
+    // junk, and no hello.
     zmq::context_t ctx;
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    present_credentials(s, "tester", agent.cookie);
     s.connect(agent.addr());
     for (int i = 0; i < 100; ++i) {
       std::string junk(static_cast<size_t>(i + 1), static_cast<char>(i * 7));

@@ -6,8 +6,8 @@ using namespace xmesh;
 
 TEST_CASE("lines are released whole", "[logs]") {
   LineSplitter s;
-  CHECK(s.feed("hel", 3, 0) == "");
-  CHECK(s.feed("lo\nwor", 6, 1) == "hello\n");
+  CHECK(s.feed("hel", 3, 0).empty());
+  CHECK(s.feed("lo\nwor", 6, 1) == std::vector<std::string>{"hello\n"});
   CHECK(s.has_partial());
   CHECK(s.flush_partial(50, 100) == "");  // not waited long enough
   CHECK(s.flush_partial(200, 100) == "wor");
@@ -16,14 +16,21 @@ TEST_CASE("lines are released whole", "[logs]") {
 
 TEST_CASE("long lines are cut, never dropped", "[logs]") {
   LineSplitter s(8);
-  std::string big(20, 'x');
-  std::string out = s.feed(big.data(), big.size(), 0);
-  CHECK(out == "xxxxxxxx\nxxxxxxxx\n");
+  std::string big = "ok\n" + std::string(20, 'x');
+  // Pieces are chunks of their own, without a newline: continuations, not lines.
+  CHECK(s.feed(big.data(), big.size(), 0) == std::vector<std::string>{"ok\n", "xxxxxxxx", "xxxxxxxx"});
   CHECK(s.flush_partial(0, -1) == "xxxx");
+  // Issue 16, defect 10: a line of an exact multiple of the piece size left an empty line.
+  LineSplitter t(8);
+  std::string exact = std::string(16, 'y') + "\nnext\n";
+  CHECK(t.feed(exact.data(), exact.size(), 0) == std::vector<std::string>{"yyyyyyyy", "yyyyyyyy", "next\n"});
+  LineSplitter u(8);  // the same when the newline comes in the next read
+  CHECK(u.feed(exact.data(), 16, 0) == std::vector<std::string>{"yyyyyyyy", "yyyyyyyy"});
+  CHECK(u.feed(exact.data() + 16, exact.size() - 16, 1) == std::vector<std::string>{"next\n"});
 }
 
 TEST_CASE("carriage returns pass through", "[logs]") {
   LineSplitter s;
   std::string bar = "10%\r50%\r100%\n";
-  CHECK(s.feed(bar.data(), bar.size(), 0) == bar);
+  CHECK(s.feed(bar.data(), bar.size(), 0) == std::vector<std::string>{bar});
 }

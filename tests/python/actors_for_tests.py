@@ -282,3 +282,16 @@ class WorkspaceUser(Actor):
     @endpoint
     def kept_is_current_class(self):
         return type(self.obj) is importlib.import_module(self.module).Thing
+
+
+class Escaper(Actor):
+    """Starts a child that leaves the proc's process group (its own session), as daemons and
+    some launchers do, and says its pid."""
+
+    @endpoint
+    def start_escaping_child(self) -> int:
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return child.pid

@@ -1,5 +1,6 @@
 """call, call_one, choose, stream, broadcast, futures: against one mesh of 4 real procs."""
 import asyncio
+import os
 import time
 
 import pytest
@@ -158,3 +159,34 @@ def test_broadcast_exception_goes_to_the_fault_hook():
     assert "after broadcast: [1, 1]" in r.stdout  # the actors lived on
     assert r.stderr.count("broadcast to fail() raised, nobody waits for it") == 2
     assert "ValueError: nobody waits on rank 1" in r.stderr
+
+
+BROADCAST_TO_A_STOPPED_PROC = """
+import os, signal, sys
+sys.path.insert(0, {here!r})
+from actors_for_tests import Counter
+from xmesh import this_host
+pm = this_host().spawn_procs({{"gpus": 2}})
+c = pm.spawn("c", Counter)
+pid = {{v["rank"]: v["pid"] for v in c.whoami.call().get(timeout=30).values()}}[1]
+os.kill(pid, signal.SIGSTOP)
+try:
+    for i in range(1000000):
+        c.incr.broadcast()
+    print("ALL SENT", flush=True)
+except RuntimeError as e:
+    print("RAISED", i, e, flush=True)
+finally:
+    os.kill(pid, signal.SIGCONT)
+"""
+
+
+def test_a_broadcast_that_cannot_be_sent_raises_instead_of_vanishing():
+    """Issue 16, defect 8: past the send high-water mark broadcasts were dropped silently."""
+    from xmesh_testing import run_program
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = run_program(BROADCAST_TO_A_STOPPED_PROC.format(here=here), env={"XMESH_SEND_TIMEOUT_MS": "300"}, timeout=110)
+    assert r.returncode == 0, r.stderr
+    assert "RAISED" in r.stdout, r.stdout
+    assert "incr.broadcast() did not reach Counter 'c' rank 1" in r.stdout and "timed out" in r.stdout

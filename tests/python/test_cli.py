@@ -1,5 +1,6 @@
 """The xmesh command."""
 import json
+import os
 import subprocess
 
 from xmesh_testing import PYTHON
@@ -27,3 +28,16 @@ def test_version_and_help():
     r = xmesh("--version")
     assert r.returncode == 0 and "protocol" in r.stdout
     assert xmesh().returncode == 2
+
+
+def test_another_users_runtime_directory_is_named_as_such(tmp_path):
+    """Issue 16, defect 11: `xmesh debug` / `xmesh logs` on another user's directory misled
+    ("no program runs", "no logs")."""
+    other = tmp_path / "theirs"
+    other.mkdir(mode=0o700)
+    os.chown(other, 65534, 65534)
+    for cmd in (["logs", "job"], ["debug"]):
+        r = subprocess.run([PYTHON, "-m", "xmesh.cli", *cmd, "--runtime-dir", str(other)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1
+        assert f"permission denied: the runtime directory {other} is owned by uid 65534" in r.stderr, r.stderr

@@ -178,3 +178,41 @@ def test_the_channel_is_private_and_bad_targets_are_named(tmp_path):
     finally:
         prog.kill()
         prog.wait()
+
+
+def _peak_rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def test_a_client_that_floods_or_stops_reading_never_holds_the_debugger():
+    """Issue 16: a 512 MiB line grew the controller by 1.3 GB, and a client that never read
+    blocked every later `xmesh debug`. Lines are bounded, a silent reader is dropped."""
+    import socket
+
+    with terminal_program('print("RESULT", sorted(fut.get().values()))') as child:
+        child.expect("xmesh_dbg> ")
+        sock_path = os.path.join(os.environ["XMESH_RUNTIME_DIR"], "c", f"{child.pid}.debug")
+        before = _peak_rss_kib(child.pid)
+        flood = socket.socket(socket.AF_UNIX)
+        flood.connect(sock_path)
+        chunk = b"x" * (1 << 20)
+        for _ in range(256):  # one 256 MiB line
+            flood.sendall(chunk)
+        # then commands whose answers it never reads, more than any socket buffer holds: the
+        # debugger drops it after a few seconds of not reading
+        child.expect(r"`xmesh debug` \(pid \d+\) took over the debugger")
+        try:
+            flood.sendall(b'\n' + b'{"line": "list"}\n' * 20000)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert _peak_rss_kib(child.pid) - before < 64 * 1024
+
+        client = debug_client("--pid", str(child.pid))  # not held up by the silent one
+        client.expect("xmesh_dbg> ", timeout=60)
+        assert "| stopper    | 3    | gpus=3 |" in client.before
+        flood.close()
+        client.sendline("continue")
+        child.expect(r"RESULT \[20, 21, 22, 23\]")
+        child.expect(pexpect.EOF)
+        client.expect(pexpect.EOF)

@@ -104,3 +104,23 @@ def test_spawn_argument_errors(procs):
         this_host().spawn_procs({"gpus": 1}, env={"A": None})
     with pytest.raises(ValueError, match="env names must be non-empty strings without '='"):
         this_host().spawn_procs({"gpus": 1}, env={"A=B": "1"})
+
+
+def test_an_endpoint_named_like_a_mesh_attribute_is_refused_at_class_definition():
+    """Issue 16, defect 11: `size` as an endpoint failed at call time as "'function' object has no
+    attribute 'call_one'"; the clash is now named where the class is written."""
+    from xmesh import Actor, endpoint
+
+    with pytest.raises(TypeError, match=r"Sized\.size: an endpoint cannot be named 'size'.*mesh\.size"):
+        class Sized(Actor):
+            @endpoint
+            def size(self):
+                return 1
+
+    class Fine(Actor):  # a plain method of that name is the actor's own business
+        def size(self):
+            return 1
+
+        @endpoint
+        def total(self):
+            return 2

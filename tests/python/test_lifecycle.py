@@ -253,3 +253,73 @@ def test_a_call_in_flight_keeps_its_unnamed_allocation_alive():
     # Once the call finished, the future no longer holds the allocation: it stops as its last
     # handle went.
     assert wait_until(lambda: not pid_alive(pid), timeout=20)
+
+
+def _open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_the_agent_keeps_nothing_of_controllers_that_left(fresh_rundir):
+    """Issue 16, defect 7: the agent kept a connection (an fd) per controller that ever talked to
+    it (each script, kernel, `xmesh status`); at the fd limit it died with its named allocations."""
+    env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
+    status = [PYTHON, "-m", "xmesh.cli", "status", "--runtime-dir", fresh_rundir]
+    assert subprocess.run(status, env=env, capture_output=True, timeout=60).returncode == 0
+    agent = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    before = _open_fds(agent)
+    for i in range(12):
+        if i % 3 == 2:  # some leave without a goodbye, as a killed script does
+            p = subprocess.Popen(status[:3] + ["--json"] + status[3:], env=env, stdout=subprocess.PIPE)
+            p.stdout.readline()
+            p.kill()
+            p.wait()
+        else:
+            assert subprocess.run(status, env=env, capture_output=True, timeout=60).returncode == 0
+    assert wait_until(lambda: _open_fds(agent) <= before + 1, timeout=30), (before, _open_fds(agent))
+
+
+def test_a_paused_controller_keeps_its_procs(tmp_path):
+    """A controller stopped (SIGSTOP, a debugger) longer than the orphan grace is not vanished:
+    its procs are still there when it resumes."""
+    prog = tmp_path / "spawner.py"
+    prog.write_text(SPAWNER)
+    p = subprocess.Popen([PYTHON, str(prog), "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, XMESH_ORPHAN_GRACE="1"))
+    try:
+        pids = json.loads(p.stdout.readline())
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(4)
+        assert all(pid_alive(x) for x in pids)
+    finally:
+        p.send_signal(signal.SIGCONT)
+        p.kill()
+        p.wait()
+    assert wait_until(lambda: not any(pid_alive(x) for x in pids), timeout=30)  # then it did vanish
+
+
+def test_held_connections_that_never_authenticate_are_dropped(fresh_rundir, monkeypatch):
+    """Issue 16, defect 7: connections that never finish their handshake were held for good, one
+    fd each, until the agent died at its fd limit. They are closed after XMESH_HANDSHAKE_MS."""
+    import socket
+
+    import xmesh
+    from xmesh import _core
+
+    monkeypatch.setenv("XMESH_HANDSHAKE_MS", "1000")  # for the agent this test starts
+    pm = xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 1})
+    pm.initialized.get(timeout=30)
+    agent = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+    before = _open_fds(agent)
+    held = []
+    for _ in range(300):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(_core.layout_hostd_socket(fresh_rundir))
+        held.append(s)
+    assert wait_until(lambda: _open_fds(agent) >= before + 250, timeout=10)
+    assert wait_until(lambda: _open_fds(agent) <= before + 5, timeout=30), (before, _open_fds(agent))
+    for s in held:
+        s.close()
+    r = subprocess.run([PYTHON, "-m", "xmesh.cli", "status", "--runtime-dir", fresh_rundir], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "1/1 procs alive" in r.stdout, r
+    pm.stop()

@@ -167,3 +167,43 @@ def test_xmesh_logs_reads_live_and_finished_allocations(fresh_rundir):
     assert r.returncode == 1 and "tail must be a whole number" in r.stderr
     r = logs("nothing-here")
     assert r.returncode == 1 and "no logs of an allocation named 'nothing-here'" in r.stderr
+
+
+FILL_THE_DISK = """
+import sys
+import xmesh
+from xmesh import Actor, endpoint
+
+class Chatty(Actor):
+    @endpoint
+    def talk(self, n):
+        for i in range(n):
+            print(f"line {i} " + "x" * 200)
+        return n
+
+pm = xmesh.hosts([sys.argv[1]]).spawn_procs({"gpus": 1}, name="fill")
+print("TALKED", pm.spawn("chatty", Chatty).talk.call_one(3000).get(timeout=60), flush=True)
+"""
+
+
+def test_a_full_disk_is_said_once_and_what_the_files_lack_is_counted(tmp_path):
+    """Issue 16, defect 8: a full disk truncated the per-rank log files silently and `xmesh logs`
+    returned stale tails."""
+    from xmesh_testing import PYTHON, run_program
+
+    small = tmp_path / "small"
+    small.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(small)], check=True)
+    try:
+        r = run_program(FILL_THE_DISK, args=[str(small)], env={"XMESH_RUNTIME_DIR": str(small)}, timeout=110)
+        assert r.returncode == 0, r.stderr
+        assert "TALKED 3000" in r.stdout and "line 2999 " in r.stdout  # every line was still shown
+        warnings = [ln for ln in r.stderr.splitlines() if "cannot be written (No space left on device)" in ln]
+        assert len(warnings) == 1, r.stderr[-3000:]
+        logs = subprocess.run([PYTHON, "-m", "xmesh.cli", "logs", "fill", "--runtime-dir", str(small)],
+                              capture_output=True, text=True, timeout=60)
+        assert "rank 0's log file lacks" in logs.stderr and "No space left on device" in logs.stderr, logs
+    finally:
+        subprocess.run([PYTHON, "-m", "xmesh.cli", "shutdown", "--runtime-dir", str(small)], capture_output=True,
+                       timeout=60)
+        subprocess.run(["umount", "-l", str(small)], check=False)

@@ -83,3 +83,52 @@ def test_context_manager_stops_the_mesh():
     assert pm.allocation.stopped
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_children_that_left_the_procs_group_end_with_the_allocation(fresh_rundir):
+    """Issue 16, defect 10: a child a proc started in a session of its own survived the proc,
+    procs.stop() and `xmesh shutdown`."""
+    import xmesh
+    from actors_for_tests import Escaper
+    from xmesh_testing import PYTHON, pid_alive, wait_until
+
+    for ending in ("stop", "shutdown"):
+        pm = xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 2})
+        children = sorted(pm.spawn("escaper", Escaper).start_escaping_child.call().get(timeout=30).values())
+        assert all(pid_alive(c) for c in children)
+        if ending == "stop":
+            pm.stop()
+        else:
+            r = subprocess.run([PYTHON, "-m", "xmesh.cli", "shutdown", "--runtime-dir", fresh_rundir],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        assert wait_until(lambda: not any(pid_alive(c) for c in children), timeout=30), (ending, children)
+
+
+def test_socket_files_of_killed_processes_are_removed(fresh_rundir):
+    """Issue 16, defect 10: SIGKILLed procs and controllers left their socket files for good."""
+    import xmesh
+    from actors_for_tests import Counter
+    from xmesh_testing import PYTHON, wait_until
+
+    pm = xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 2})
+    pids = [v["pid"] for v in pm.spawn("c", Counter).whoami.call().get(timeout=30).values()]
+    procs_dir = os.path.join(fresh_rundir, "p")
+    assert len(os.listdir(procs_dir)) == 2
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    # a controller killed with its sockets in place
+    ctl = subprocess.Popen([PYTHON, "-c", "import xmesh, sys, time; xmesh.hosts([sys.argv[1]]); "
+                            "from xmesh._runtime import get_runtime; get_runtime(); print('UP', flush=True); "
+                            "time.sleep(300)", fresh_rundir], stdout=subprocess.PIPE, text=True,
+                           env=dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir))
+    assert ctl.stdout.readline().strip() == "UP"
+    ctl_dir = os.path.join(fresh_rundir, "c")
+    assert any(name.startswith(f"{ctl.pid}-") for name in os.listdir(ctl_dir))
+    ctl.kill()
+    ctl.wait()
+    # the agent removes a proc's at once, a controller's at its next sweep (XMESH_SOCKET_SWEEP_MS: 1 s here)
+    assert wait_until(lambda: not os.listdir(procs_dir), timeout=30), os.listdir(procs_dir)
+    assert wait_until(lambda: not any(n.startswith(f"{ctl.pid}") for n in os.listdir(ctl_dir)), timeout=60), \
+        os.listdir(ctl_dir)
+    pm.stop()

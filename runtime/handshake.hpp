@@ -1,0 +1,77 @@
+// Authentication in the ZMTP handshake, before a single message frame is accepted.
+//
+// Every node's ROUTER is a PLAIN server (require_handshake). The Gatekeeper, the ZAP handler of
+// the node's ZeroMQ context, admits a connection only when the password it presents is a cookie
+// the node accepts and, on a unix socket, its peer process runs as this user (SO_PEERCRED,
+// which libzmq passes in the request's address). A process without the cookie therefore never
+// gets a frame into the node: libzmq buffers nothing for it, nothing of it is decoded, nothing it
+// names is dialled. Authentication belongs to the connection, not to the routing id a peer
+// chooses. Every DEALER a node connects with presents the cookie of its peer
+// (present_credentials) and is watched (HandshakeWatch) until its first handshake ends, so that
+// a peer that refuses this node is known at once, with the reason, rather than as silence.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "util.hpp"
+
+namespace xmesh {
+
+class Gatekeeper {
+ public:
+  using Accepts = std::function<bool(const std::string& cookie)>;
+  // Binds the context's ZAP endpoint; the handler thread answers until the context is shut
+  // down. Construct it before any socket of ctx accepts connections.
+  Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts);
+  ~Gatekeeper();
+  Gatekeeper(const Gatekeeper&) = delete;
+  Gatekeeper& operator=(const Gatekeeper&) = delete;
+  // Waits for the handler thread; call after shutting the context down.
+  void join();
+  uint64_t admitted() const { return admitted_; }
+  uint64_t refused() const { return refused_; }
+
+ private:
+  void serve(zmq::socket_t& zap);
+  // The verdict on one ZAP request: "" to admit, else why not.
+  std::string judge(const std::vector<zmq::message_t>& request) const;
+
+  std::string role_;
+  Accepts accepts_;
+  std::unique_ptr<zmq::socket_t> zap_;
+  std::thread thread_;
+  std::atomic<uint64_t> admitted_{0}, refused_{0};
+  LogBudget refusal_log_;
+};
+
+// Makes router a PLAIN server whose connections its context's Gatekeeper judges.
+void require_handshake(zmq::socket_t& router);
+// Makes dealer present cookie (as PLAIN password) on every connection it makes.
+void present_credentials(zmq::socket_t& dealer, const std::string& role, const std::string& cookie);
+
+// Follows the handshakes of one DEALER until the first one ends (then stops watching).
+class HandshakeWatch {
+ public:
+  enum class State { Pending, Succeeded, Refused };
+  HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr);
+  ~HandshakeWatch();
+  HandshakeWatch(const HandshakeWatch&) = delete;
+  HandshakeWatch& operator=(const HandshakeWatch&) = delete;
+  // Never blocks. Refused: *why says what the peer refused and what to do.
+  State poll(std::string* why);
+
+ private:
+  void stop();
+  zmq::socket_t* watched_;
+  std::unique_ptr<zmq::socket_t> events_;
+  std::string peer_addr_;
+  State state_ = State::Pending;
+};
+
+}  // namespace xmesh

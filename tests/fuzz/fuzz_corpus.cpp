@@ -1,0 +1,132 @@
+// Writes the fuzzers' seed corpora from real messages: a header of every kind with the body it
+// carries in use (wire/), and the steps of a real workspace sync of a small tree (sync/).
+// Usage: fuzz_corpus OUT_DIR
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bodies.hpp"
+#include "scan.hpp"
+#include "wire.hpp"
+
+using namespace xmesh;
+
+namespace {
+int written = 0;
+
+void put(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+  ++written;
+}
+
+void put_header(const std::string& dir, Kind kind, json body, const std::string& method = "") {
+  Header h;
+  h.kind = kind;
+  h.sender = "controller-host-1234-abcd";
+  h.incarnation = 77;
+  h.seq = 3;
+  h.corr = 9;
+  h.index = 1;
+  h.actor = "trainer";
+  h.method = method;
+  h.ctx = {{"cell", "c1"}, {"call", 4}};
+  h.body = std::move(body);
+  auto bytes = encode_header(h);
+  put(dir + "/" + kind_name(kind) + "-" + std::to_string(written), std::string(bytes.begin(), bytes.end()));
+}
+
+void wire_corpus(const std::string& dir) {
+  HelloBody hello;
+  hello.proto = protocol_version();
+  hello.version = version_string();
+  hello.addr = "ipc:///run/xmesh/c/1.sock";
+  hello.role = "controller";
+  hello.reply_cookie = std::string(64, 'a');
+  hello.pid = 1234;
+  hello.max_message_bytes = 1 << 30;
+  put_header(dir, Kind::Hello, hello);
+  put_header(dir, Kind::Call, nullptr, "step");
+  put_header(dir, Kind::Reply, {{"m", 12}});
+  put_header(dir, Kind::Reply, error_body(ErrorKind::Actor, "ValueError: x"));
+  put_header(dir, Kind::Refuse, RefuseBody{"wrong protocol", "ipc:///x"});
+  ProcExitedBody exited;
+  exited.alloc = "1f";
+  exited.rank = 2;
+  exited.pid = 99;
+  exited.addr = "ipc:///run/xmesh/p/2.sock";
+  exited.text = "proc rank 2 exited with code 1";
+  exited.exit_code = 1;
+  put_header(dir, Kind::ProcExited, exited);
+  SpawnProcsBody spawn;
+  spawn.alloc = "2a";
+  spawn.argv = {"/usr/bin/python3", "-m", "xmesh._worker"};
+  spawn.env = {{"XMESH_JOB_COOKIE", "c0ffee"}};
+  SpawnRank r;
+  r.rank = 0;
+  r.coords = {{"gpus", 0}};
+  spawn.ranks = {r};
+  put_header(dir, Kind::SpawnProcs, spawn);
+  put_header(dir, Kind::StopProcs, {{"name", "job"}});
+  put_header(dir, Kind::Attach, {{"name", "job"}, {"observe", true}, {"controller_pid", 5}});
+  put_header(dir, Kind::Adopt, {{"cookies", {"c1"}}, {"refuse", {"ipc://old"}}, {"refuse_text", "taken"}});
+  put_header(dir, Kind::Log, {{"rank", 1}, {"stream", 1}, {"actor", "a"}});
+  put_header(dir, Kind::Sync, {{"op", "begin"}, {"sid", "ab12"}, {"dest", ""}, {"digest", std::string(32, '0')}});
+  put_header(dir, Kind::DebugCommand, {{"cmd", "continue"}});
+  Header big;
+  big.kind = Kind::SpawnActor;
+  big.sender = "proc-x";
+  big.pieces = {1, 3, 1};
+  auto bytes = encode_header(big);
+  put(dir + "/pieces", std::string(bytes.begin(), bytes.end()));
+}
+
+// The input fuzz_sync_receiver reads: [u16 header length][wire header][4-byte length, frame]...
+std::string step(const json& body, const std::vector<std::string>& frames) {
+  Header h;
+  h.kind = Kind::Sync;
+  h.sender = "controller-host-1234-abcd";
+  h.seq = 5;
+  h.corr = 6;
+  h.body = body;
+  auto header = encode_header(h);
+  std::string out;
+  out += static_cast<char>(header.size() >> 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out.append(header.begin(), header.end());
+  for (auto& f : frames) {
+    uint32_t n = static_cast<uint32_t>(f.size());
+    for (int shift : {24, 16, 8, 0}) out += static_cast<char>((n >> shift) & 0xff);
+    out += f;
+  }
+  return out;
+}
+
+void sync_corpus(const std::string& dir, const std::string& scratch) {
+  mkdir((scratch + "/pkg").c_str(), 0700);
+  std::ofstream(scratch + "/pkg/mod.py") << "VALUE = 1\n";
+  std::ofstream(scratch + "/run.sh") << "#!/bin/sh\necho hi\n";
+  ws::ScanResult s = ws::scan_tree(scratch, {}, nullptr);
+  const std::string digest = s.manifest.digest().hex();
+  put(dir + "/begin", step({{"op", "begin"}, {"sid", "ab12"}, {"dest", ""}, {"digest", digest}}, {}));
+  put(dir + "/plan", step({{"op", "plan"}, {"sid", "ab12"}}, {s.manifest.encode_wire()}));
+  put(dir + "/data", step({{"op", "data"}, {"sid", "ab12"}, {"pieces", {{0, 0, 10, 10, 0}}}}, {"VALUE = 1\n"}));
+  put(dir + "/commit", step({{"op", "commit"}, {"sid", "ab12"}}, {}));
+  put(dir + "/abort", step({{"op", "abort"}, {"sid", "ab12"}}, {}));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_corpus OUT_DIR\n");
+    return 2;
+  }
+  const std::string out = argv[1];
+  for (const char* sub : {"", "/wire", "/sync", "/tree"}) mkdir((out + sub).c_str(), 0700);
+  wire_corpus(out + "/wire");
+  sync_corpus(out + "/sync", out + "/tree");
+  std::printf("fuzz_corpus: %d seeds in %s\n", written, out.c_str());
+  return 0;
+}

@@ -1,0 +1,40 @@
+#!/bin/bash
+# Runs each fuzzer for SECONDS (default 15) from its seeds and from what earlier runs kept, then
+# replays every regression input (regressions/<target>/ here). A crash fails the run; its input
+# is kept in BUILD/fuzz/crashes/ (fix it, then add the input to regressions/<target>/).
+# Usage: tests/fuzz/run.sh [BUILD_DIR] [SECONDS]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="$(cd "${1:-$here/../../build}" && pwd)"
+seconds="${2:-15}"
+out="$build/fuzz"
+for f in fuzz_wire fuzz_sync_receiver venv/bin/python; do
+  [[ -x "$out/$f" ]] || { echo "fuzz: $out/$f is missing: run tests/fuzz/build.sh $build" >&2; exit 1; }
+done
+mkdir -p "$out/crashes"
+limits=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1)
+run() {  # target, corpus name, command...
+  local target=$1 name=$2
+  shift 2
+  mkdir -p "$out/corpus/$name"
+  echo "fuzz: $target for $seconds s"
+  "$@" -max_total_time="$seconds" "${limits[@]}" -artifact_prefix="$out/crashes/$target-" \
+    "$out/corpus/$name" "$out/seeds/$name" > "$out/$target.log" 2>&1 || {
+    tail -40 "$out/$target.log" >&2
+    echo "fuzz: $target crashed; the input is in $out/crashes/" >&2
+    exit 1
+  }
+  grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$out/$target.log" | tail -1
+  local regressions=("$here/regressions/$target"/*)
+  if [[ -e "${regressions[0]}" ]]; then
+    "$@" "${limits[@]}" "${regressions[@]}" > "$out/$target.regressions.log" 2>&1 || {
+      tail -40 "$out/$target.regressions.log" >&2
+      echo "fuzz: a regression input of $target crashes again" >&2
+      exit 1
+    }
+    echo "fuzz: $target: ${#regressions[@]} regression inputs pass"
+  fi
+}
+run fuzz_wire wire "$out/fuzz_wire"
+run fuzz_sync_receiver sync "$out/fuzz_sync_receiver"
+PYTHONPATH="$build/python" run fuzz_debug_lines debug "$out/venv/bin/python" "$here/fuzz_debug_lines.py"
