@@ -4,7 +4,7 @@ import shutil
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 from . import _core
 from ._pids import pid_alive, running_agent_pid
@@ -201,7 +201,12 @@ class HostAgent:
     def status(self, timeout: float = 15.0) -> "_core.StatusReply":
         return _core.StatusReply.from_dict(self.request(Kind.Status, {}, timeout=timeout))
 
-    def spawn_procs(self, body: "_core.SpawnProcsBody", timeout: float = 30.0) -> "_core.SpawnProcsReply":
+    def spawn_procs(self, body: "_core.SpawnProcsBody", timeout: Optional[float] = None) -> "_core.SpawnProcsReply":
+        # Starting a proc takes the agent longer the more it already started (they compete for
+        # the cores): the default allows half a second each beyond 30 s. An agent that dies
+        # meanwhile fails the request at once (it is watched by its process).
+        if timeout is None:
+            timeout = 30.0 + 0.5 * len(body.ranks)
         return _core.SpawnProcsReply.from_dict(self.request(Kind.SpawnProcs, body, timeout=timeout))
 
     def stop_procs(self, *, alloc: str = "", name: str = "", immediately: bool = False,

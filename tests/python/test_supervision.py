@@ -149,7 +149,7 @@ def test_a_stopped_proc_is_named_where_users_look():
     pid = int(r.stdout.split("PID ", 1)[1].split()[0])
     assert "1/2 running" in r.stdout.split("REPR", 1)[1].splitlines()[0]
     assert f"rank 1 (pid {pid}): stopped" in r.stdout.split("STATUS", 1)[1]
-    assert f"proc rank 1 of" in r.stdout.split("WHERE", 1)[1] and f"(pid {pid}): stopped (SIGSTOP" in r.stdout
+    assert "proc rank 1 of" in r.stdout.split("WHERE", 1)[1] and f"(pid {pid}): stopped (SIGSTOP" in r.stdout
     assert "TIMED OUT" in r.stdout and "AFTER [2, 2]" in r.stdout
     # the waiting call said why, once, while it waited
     notices = [line for line in r.stderr.splitlines() if "is still waiting: proc rank 1 of" in line]
