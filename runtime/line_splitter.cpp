@@ -8,10 +8,6 @@ std::vector<std::string> LineSplitter::feed(const char* data, size_t n, int64_t 
   std::vector<std::string> out;
   std::string lines;
   size_t start = 0;
-  if (just_cut_ && !partial_.empty()) {
-    if (partial_[0] == '\n') start = 1;  // the cut line's own end: its last piece ended it
-    just_cut_ = false;
-  }
   while (true) {
     size_t nl = partial_.find('\n', start);
     size_t limit = start + max_line_;
@@ -21,12 +17,8 @@ std::vector<std::string> LineSplitter::feed(const char* data, size_t n, int64_t 
     } else if (partial_.size() >= limit) {
       if (!lines.empty()) out.push_back(std::move(lines));
       lines.clear();
-      out.push_back(partial_.substr(start, max_line_));
+      out.push_back(partial_.substr(start, max_line_));  // continued by what comes next
       start = limit;
-      if (start < partial_.size() && partial_[start] == '\n')
-        ++start;
-      else if (start == partial_.size())
-        just_cut_ = true;
     } else {
       break;
     }

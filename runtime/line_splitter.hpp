@@ -1,8 +1,9 @@
 // Splits a byte stream (a proc's stdout or stderr pipe) into chunks of whole lines for
 // forwarding. A line longer than max_line is cut into pieces rather than dropped: each piece is
-// a chunk of its own without a newline (a continuation: log records flag it O/E, the display
-// starts the next piece on a new line), and the line's own newline ends it, never as an empty
-// line. A partial line is released when it has waited long enough or the stream ends.
+// a chunk of its own without a newline, continued by what comes next (log records flag it O/E,
+// `xmesh logs` joins them, the display shows each piece on a line and the line's own newline
+// only ends the last one). A partial line is released when it has waited long enough or the
+// stream ends.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -24,7 +25,6 @@ class LineSplitter {
  private:
   size_t max_line_;
   std::string partial_;
-  bool just_cut_ = false;  // the last chunk was a piece: a newline next is that line's end
   int64_t partial_since_ = 0;
 };
 

@@ -172,6 +172,11 @@ void LogRouter::handle(Message& m) {
 
 void LogRouter::process_line(Source& src, const Alloc& alloc, const std::string& cell, int stream,
                              std::string_view line, bool has_newline) {
+  // The newline that ends a line shown open (its last piece, a prompt) is not a line of its own:
+  // the open line is ended before whatever is shown next.
+  const bool ends_open_line = src.open[stream] && line.empty() && has_newline;
+  src.open[stream] = !has_newline;
+  if (ends_open_line) return;
   ++stats_.lines;
   if (!alloc.stream_to_client) {
     ++stats_.hidden;
@@ -247,7 +252,8 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
       continue;
     }
     stats_.shown += ranks.size();
-    // A line left open (a progress bar without newline) is ended before unrelated text.
+    // A line left open (a progress bar without newline, a piece of a long line) is ended before
+    // unrelated text.
     auto open = open_line_.find({cell, stream});
     std::string piece;
     if (open != open_line_.end() && line[0] != '\r') piece.push_back('\n');

@@ -85,6 +85,7 @@ class LogRouter {
     uint64_t mark[3] = {0, 0, 0};  // by stream (1, 2)
     bool ended[3] = {false, false, false};
     int tb_state = 0;  // stderr traceback: 0 none, 1 inside, 2 just after its last line
+    bool open[3] = {false, false, false};  // by stream: its last text did not end its line
   };
   struct Bucket {  // one aggregation window: (cell, stream, alloc)
     std::string cell, alloc;

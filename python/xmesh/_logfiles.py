@@ -66,12 +66,38 @@ def rank_files(d):
 def parse_record(line, rank, meta_rank, host):
     """A LogRecord from one line of a log file (bytes, newline included), None if malformed.
     meta_rank: the rank's RankMeta from procs.json (None when unknown)."""
+    parsed = parse_record_flagged(line, rank, meta_rank, host)
+    return parsed[0] if parsed is not None else None
+
+
+def parse_record_flagged(line, rank, meta_rank, host):
+    """(LogRecord, partial) where partial: the text had no newline of its own (a piece of a long
+    line, or a line the proc had not ended yet), continued by the stream's next record."""
     fields = _core.parse_log_record(line)
     if fields is None:
         return None
-    t, stream, _partial, actor, text = fields
+    t, stream, partial, actor, text = fields
     pid, coords = (meta_rank.pid, meta_rank.coords) if meta_rank is not None else (None, {})
-    return LogRecord(host, pid, rank, coords, actor, stream, t, text)
+    return LogRecord(host, pid, rank, coords, actor, stream, t, text), partial
+
+
+def _whole_lines(lines, rank, meta_rank, host):
+    """The records of one file's lines, the pieces of a line joined into one record per stream, as
+    a terminal would show them."""
+    pending = {}  # stream -> the record its next one continues
+    for line in lines:
+        parsed = parse_record_flagged(line, rank, meta_rank, host)
+        if parsed is None:
+            continue
+        rec, partial = parsed
+        before = pending.pop(rec.stream, None)
+        if before is not None:
+            rec = before._replace(text=before.text + rec.text)
+        if partial:
+            pending[rec.stream] = rec
+        else:
+            yield rec
+    yield from pending.values()
 
 
 def compile_grep(grep):
@@ -98,7 +124,8 @@ def _check_stream(stream):
 
 
 def read_records(d, ranks=None, stream=None, grep=None, actor=None):
-    """Every record of the log directory d, filtered, per rank in file order."""
+    """Every record of the log directory d, filtered, per rank in file order; the pieces of a
+    long line (or of one written in several goes) come joined, as one record."""
     _check_stream(stream)
     pattern = compile_grep(grep)
     meta = read_meta(d)
@@ -115,9 +142,8 @@ def read_records(d, ranks=None, stream=None, grep=None, actor=None):
             except OSError:
                 continue
             with f:
-                for line in f:
-                    rec = parse_record(line, rank, meta_rank, host)
-                    if rec is None or (stream and rec.stream != stream) or (actor and rec.actor != actor):
+                for rec in _whole_lines(f, rank, meta_rank, host):
+                    if (stream and rec.stream != stream) or (actor and rec.actor != actor):
                         continue
                     if pattern is not None and not pattern.search(rec.text):
                         continue

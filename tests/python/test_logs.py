@@ -207,3 +207,40 @@ def test_a_full_disk_is_said_once_and_what_the_files_lack_is_counted(tmp_path):
         subprocess.run([PYTHON, "-m", "xmesh.cli", "shutdown", "--runtime-dir", str(small)], capture_output=True,
                        timeout=60)
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+LONG_LINE = """
+import sys
+import xmesh
+from xmesh import Actor, endpoint
+
+class Long(Actor):
+    @endpoint
+    def write(self, n):
+        print("y" * n)  # exactly a multiple of the 64 KiB piece size
+        print("after")
+        return n
+
+pm = xmesh.this_host().spawn_procs({"gpus": 1}, name="longline")
+print("WROTE", pm.spawn("long", Long).write.call_one(4 * 65536).get(timeout=60), flush=True)
+"""
+
+
+def test_a_long_line_comes_in_pieces_without_an_empty_line_and_whole_from_xmesh_logs():
+    """Issue 16, defect 10: a 100 MB line arrived as 1,600 pieces plus a spurious empty line."""
+    from xmesh_testing import PYTHON, run_program
+
+    try:
+        r = run_program(LONG_LINE, timeout=110)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        texts = [ln.split("] ", 1)[-1] for ln in lines]  # after the "[longline 0] " prefix
+        assert sum(len(t) for t in texts if t.startswith("y")) == 4 * 65536
+        assert not [ln for ln in lines if not ln.split("]", 1)[-1].strip()], lines  # no empty line among them
+        assert any(ln.endswith("after") for ln in lines)
+        logs = subprocess.run([PYTHON, "-m", "xmesh.cli", "logs", "longline", "--json"], capture_output=True, text=True,
+                              timeout=60)
+        texts = [json.loads(ln)["text"] for ln in logs.stdout.splitlines()]
+        assert texts == ["y" * (4 * 65536), "after"], [t[:20] for t in texts]
+    finally:
+        subprocess.run([PYTHON, "-m", "xmesh.cli", "stop", "longline"], capture_output=True, timeout=60)
