@@ -111,6 +111,8 @@ void Transport::close() {
   ctx_.close();
 }
 
+std::string Transport::connection_id() { return id_ + "." + std::to_string(++connections_); }
+
 void Transport::close_peer_locked(OutPeer& p) {
   p.watch.reset();  // it watches sock: gone first
   p.sock.reset();
@@ -140,7 +142,9 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   p->addr = addr;
   p->sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   set_common_options(*p->sock);
-  p->sock->set(zmq::sockopt::routing_id, id_);
+  // A routing id of its own per connection: a ROUTER ignores a connection whose id is still in
+  // use, which a reconnect (or a refusal sent beside the main connection) would race into.
+  p->sock->set(zmq::sockopt::routing_id, connection_id());
   p->sock->set(zmq::sockopt::sndhwm, 100000);
   // Procs are connected to before they listen: retry quickly so the first message is not late.
   p->sock->set(zmq::sockopt::reconnect_ivl, 10);
@@ -298,7 +302,7 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
   try {
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 500);
-    s.set(zmq::sockopt::routing_id, id_);
+    s.set(zmq::sockopt::routing_id, connection_id());
     present_credentials(s, role_, cookie);
     s.connect(to_addr);
     Header h;

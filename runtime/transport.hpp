@@ -118,6 +118,7 @@ class Transport {
   void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
   std::vector<RefuseBody> handshake_verdicts();
   static void close_peer_locked(OutPeer& p);
+  std::string connection_id();  // "<node id>.<n>": the routing id of one outbound connection
   void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
   bool join_pieces(Message& m);
   std::optional<Received> admit(const std::string& identity, Message m);
@@ -134,6 +135,7 @@ class Transport {
   std::unique_ptr<Gatekeeper> gatekeeper_;  // judges every connection to router_
   std::unique_ptr<zmq::socket_t> router_;
   std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> connections_{0};
 
   mutable std::mutex mu_;  // guards the tables below (taken after a peer's mutex, never before)
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;

@@ -375,7 +375,7 @@ TEST_CASE("a process without the cookie that takes a departed controller's routi
   }
   usleep(100000);  // its connection is closed
   for (const std::string cookie : {"wrong", ""}) {
-    RawPeer raw(tmp_addr("raw-id"), cookie, departed);
+    RawPeer raw(tmp_addr("raw-id"), cookie, departed + ".1");  // its first connection's routing id
     raw.connect(b.addr());
     raw.send_header({{"k", static_cast<int>(Kind::SpawnActor)}, {"s", departed}, {"q", 99}, {"a", "evil"}}, {"pickle!"});
     CHECK_FALSE(b.actor_events().pop(500));
