@@ -13,7 +13,8 @@ namespace xmesh {
 
 namespace {
 constexpr size_t kIpcPathMax = 107;
-constexpr size_t kHeaderRoom = 1 << 20;  // what a header frame may take beyond the wire frame limit
+constexpr size_t kHeaderRoom = 1 << 20;
+constexpr size_t kFdSpare = 32;  // kept free for libzmq, pipes and files whatever happens  // what a header frame may take beyond the wire frame limit
 
 // A piece of a large frame, sharing its memory: the last piece libzmq is done with frees it.
 zmq::message_t piece_of(const std::shared_ptr<zmq::message_t>& whole, size_t offset, size_t n) {
@@ -138,6 +139,10 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   auto it = out_.find(addr);
   if (it != out_.end()) return it->second;
   if (closed_) throw SendError("this process's xmesh node has stopped");
+  // A connection costs a few fds (its socket, libzmq's mailboxes): failing this send beats
+  // libzmq aborting the process (a flood of connections may hold the rest for a while).
+  if (auto shortage = fd_shortage(kFdSpare); !shortage.empty())
+    throw SendError("cannot connect to " + addr + ": " + shortage + " (raise `ulimit -n`)");
   auto p = std::make_shared<OutPeer>();
   p->addr = addr;
   p->sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
@@ -299,6 +304,7 @@ void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
 // cookie it said it accepts: a node never dials an address named by a stranger.
 void Transport::send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason) {
   if (cookie.empty() || (to_addr.rfind("ipc://", 0) != 0 && to_addr.rfind("tcp://", 0) != 0)) return;
+  if (!fd_shortage(kFdSpare).empty()) return;  // the refusal is logged; a socket now could abort
   try {
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 500);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/random.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -172,6 +173,18 @@ void raise_fd_limit() {
       setrlimit(RLIMIT_NOFILE, &rl);
     }
   });
+}
+
+std::string fd_shortage(size_t spare) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return "";
+  size_t open = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++open;
+    closedir(d);
+  }
+  if (open + spare <= rl.rlim_cur) return "";
+  return std::to_string(open) + " of its " + std::to_string(rl.rlim_cur) + " file descriptors are open";
 }
 
 bool LogBudget::take(uint64_t* held_back) {

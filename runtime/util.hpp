@@ -43,6 +43,9 @@ std::string signal_name(int sig);
 // Raises this process's soft limit on open files to its hard limit (once): a controller keeps a
 // connection per proc, an agent two pipes per proc, and 1024 is a common default.
 void raise_fd_limit();
+// "" while this process has at least `spare` file descriptors left; else what it has and may.
+// libzmq aborts when it cannot create a socket's fds: check before creating sockets.
+std::string fd_shortage(size_t spare);
 
 // Logs one line to stderr with a prefix naming the process role; used for runtime diagnostics.
 void log_diag(const std::string& who, const std::string& text);

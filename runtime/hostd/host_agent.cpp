@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -359,10 +360,17 @@ void HostAgent::spawn_procs(const Message& m) {
     make_dirs(opts_.workspace_root + "/" + a->space, 0700);
     for (auto& r : req.ranks) a->procs.push_back(start_proc(req, r, *a, logdir));
   } catch (const std::exception& e) {
+    const bool no_fds = errno == EMFILE || errno == ENFILE;
     for (auto& p : a->procs) kill(-p->pid, SIGKILL);
+    std::string why = "cannot start proc " + std::to_string(a->procs.size()) + " of " + std::to_string(req.ranks.size()) +
+                      " on " + hostname() + ": " + e.what();
+    rlimit rl{};
+    if (no_fds && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+      why += " (the host agent may open " + std::to_string(rl.rlim_cur) +
+             " files, three per proc: raise `ulimit -n` where it starts, or spawn fewer procs per host)";
     a->stopping = true;
     allocs_[req.alloc] = std::move(a);  // reaped and cleaned like any other
-    return reply_error(m, e.what());
+    return reply_error(m, why);
   }
   write_procs_meta(*a, logdir);
   SpawnProcsReply reply{a->id, hostname(), {}, logdir};

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 
 #include <catch2/catch.hpp>
@@ -452,6 +453,45 @@ TEST_CASE("a stranger cannot make a node buffer an endless message", "[node][sec
   a.start();
   require_heard(a, b);  // and the node hears its peers as before
 }
+namespace {
+int64_t vm_size_kib() {
+  std::string status;
+  read_file("/proc/self/status", status);
+  auto at = status.find("VmSize:");
+  return at == std::string::npos ? 0 : std::strtoll(status.c_str() + at + 7, nullptr, 10);
+}
+}  // namespace
+
+TEST_CASE("a declared frame cannot make a node reserve more than the wire frame limit", "[node][security]") {
+  // Issue 16, defect 4: a 1 GiB size declared in the handshake, before any credential, had
+  // libzmq reserve 1 GiB per connection (5 connections: +5 GiB of address space).
+  Node b("proc", tmp_addr("b-decl"), "k");
+  b.start();
+  const int64_t before = vm_size_kib();
+  std::vector<int> fds;
+  for (int i = 0; i < 5; ++i) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strncpy(sa.sun_path, b.addr().substr(6).c_str(), sizeof(sa.sun_path) - 1);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    std::string greeting("\xff\0\0\0\0\0\0\0\0\x7f\x03\x00", 12);
+    greeting += std::string("PLAIN") + std::string(15, '\0') + std::string(32, '\0');
+    std::string command("\x06\x00\x00\x00\x00\x40\x00\x00\x00", 9);  // a long command of 1 GiB
+    command += "\x05HELLO" + std::string(1000, 'x');
+    (void)::send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL);
+    (void)::send(fd, command.data(), command.size(), MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  usleep(500000);
+  CHECK(vm_size_kib() - before < 256 * 1024);
+  for (int fd : fds) ::close(fd);
+  Node a("controller", tmp_addr("a-decl"), "k");
+  a.set_default_cookie("k");
+  a.start();
+  require_heard(a, b);
+}
+
 TEST_CASE("a new connection from a known peer starts its numbers anew", "[node]") {
   // Issue 16, defect 6: a peer that reconnected (after this node stalled past its timeout) said
   // Hello again from 1, and every message after was dropped as a duplicate.

@@ -323,3 +323,80 @@ def test_held_connections_that_never_authenticate_are_dropped(fresh_rundir, monk
                        text=True, timeout=60)
     assert r.returncode == 0 and "1/1 procs alive" in r.stdout, r
     pm.stop()
+
+
+AT_THE_FD_LIMIT = """
+from xmesh import this_host
+try:
+    big = this_host().spawn_procs({"gpus": 60})
+    big.initialized.get(timeout=60)
+    print("SPAWNED", flush=True)
+except Exception as e:
+    print("REFUSED", type(e).__name__, e, flush=True)
+small = this_host().spawn_procs({"gpus": 1})
+small.initialized.get(timeout=60)
+print("SMALL OK", flush=True)
+"""
+
+
+def test_an_agent_at_its_fd_limit_refuses_a_spawn_and_lives_on(fresh_rundir):
+    """Issue 16, defect 7: at the fd limit the agent died (and its named allocations with it).
+    Under `ulimit -n 128` (inherited by the agent), 60 procs need more: the spawn fails saying why,
+    and the agent serves the next one."""
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
+    r = subprocess.run([PYTHON, "-c", AT_THE_FD_LIMIT], env=env, capture_output=True, text=True, timeout=110,
+                       preexec_fn=low_limit)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "REFUSED" in r.stdout and "Too many open files (the host agent may open 128 files" in r.stdout, r.stdout
+    assert "SMALL OK" in r.stdout
+
+
+def test_a_connection_flood_at_the_fd_limit_does_not_kill_the_agent(fresh_rundir):
+    """Issue 16, defect 7: ~20,000 held connections made libzmq abort the agent ("Too many open
+    files"). Under `ulimit -n 256` a flood takes every fd the agent has; it must live through it,
+    with its procs, and answer once the connections that never authenticated are dropped."""
+    import resource
+    import socket
+
+    from xmesh import _core
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir, XMESH_HANDSHAKE_MS="2000")
+    keep = subprocess.Popen([PYTHON, "-c", "from xmesh import this_host; import time; "
+                             "pm = this_host().spawn_procs({'gpus': 2}, name='survivor'); pm.initialized.get(30); "
+                             "print('UP', flush=True); time.sleep(300)"], env=env, preexec_fn=low_limit,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert keep.stdout.readline().strip() == "UP"
+        agent = int(open(os.path.join(fresh_rundir, "hostd.pid")).read())
+        flood = []
+        for _ in range(400):
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            try:
+                s.connect(_core.layout_hostd_socket(fresh_rundir))
+            except OSError:
+                pass
+            flood.append(s)
+        # a new controller now: the agent needs fds to answer it
+        subprocess.run([PYTHON, "-m", "xmesh.cli", "status", "--runtime-dir", fresh_rundir], capture_output=True,
+                       timeout=60, env=env)
+        assert pid_alive(agent)
+        for s in flood:
+            s.close()
+        r = subprocess.run([PYTHON, "-m", "xmesh.cli", "status", "--runtime-dir", fresh_rundir],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0 and "survivor" in r.stdout and "2/2 procs alive" in r.stdout, r
+        assert pid_alive(agent)
+    finally:
+        keep.kill()
+        keep.wait()
+        subprocess.run([PYTHON, "-m", "xmesh.cli", "stop", "survivor", "--runtime-dir", fresh_rundir],
+                       capture_output=True, timeout=60, env=env)
