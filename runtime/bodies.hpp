@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -35,6 +36,44 @@ template <class T, class = void>
 struct has_check : std::false_type {};
 template <class T>
 struct has_check<T, std::void_t<decltype(std::declval<T&>().check())>> : std::true_type {};
+template <class V>
+struct is_sequence : std::false_type {};
+template <class E>
+struct is_sequence<std::vector<E>> : std::true_type {};
+template <class E, size_t N>
+struct is_sequence<std::array<E, N>> : std::true_type {};
+
+// Whether a JSON number fits the integer type V: the library's conversion of a float that does
+// not (NaN, infinite, out of range, negative into unsigned) is undefined behaviour, and of an
+// integer that does not a silent wrap. Found by fuzz_wire.
+template <class V>
+bool fits_integer(const nlohmann::json& j) {
+  using L = std::numeric_limits<V>;
+  if (j.is_number_float()) {
+    double d = j.get<double>();
+    return d >= static_cast<double>(L::min()) && d < static_cast<double>(L::max()) + 1.0;  // false for NaN
+  }
+  if (j.is_number_unsigned()) return j.get<uint64_t>() <= static_cast<uint64_t>(L::max());
+  if (j.is_number_integer()) return std::is_signed_v<V> ? true : j.get<int64_t>() >= 0;
+  return true;  // not a number: the conversion itself refuses it
+}
+
+// Every number in j that becomes an integer of V (or of its elements) fits it.
+template <class V>
+bool numbers_fit(const nlohmann::json& j) {
+  if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
+    return fits_integer<V>(j);
+  } else if constexpr (is_optional<V>::value) {
+    return numbers_fit<typename V::value_type>(j);
+  } else if constexpr (is_sequence<V>::value) {
+    if (!j.is_array()) return true;
+    for (const auto& e : j)
+      if (!numbers_fit<typename V::value_type>(e)) return false;
+    return true;
+  } else {
+    return true;  // strings, maps of strings, json, nested bodies (read_body checks their fields)
+  }
+}
 }  // namespace body_detail
 
 template <class T>
@@ -62,6 +101,8 @@ void read_body(const nlohmann::json& j, T& b) {
       if (need == Need::Required) throw std::invalid_argument(std::string(T::what) + " body without '" + name + "'");
       return;  // the default stays
     }
+    if (!body_detail::numbers_fit<V>(*it))
+      throw std::invalid_argument(std::string(T::what) + " body: '" + name + "' is out of range");
     try {
       if constexpr (body_detail::is_optional<V>::value)
         v = it->template get<typename V::value_type>();

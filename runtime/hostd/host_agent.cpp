@@ -154,7 +154,7 @@ void HostAgent::reply_error(const Message& m, const std::string& text) {
 void HostAgent::handle(Message m) {
   auto& c = controllers_[m.sender_addr];
   c.last_seen_ms = now_ms();
-  if (c.id != m.header.sender || (c.pid == 0 && m.sender_addr.rfind("ipc://", 0) == 0)) {
+  if (c.id != m.header.sender) {  // a controller seen for the first time: its process, if local
     c.id = m.header.sender;
     c.pid = m.sender_addr.rfind("ipc://", 0) == 0 ? node_->peer_pid(m.peer_identity) : 0;
     auto st = c.pid > 0 ? process_status(static_cast<pid_t>(c.pid)) : std::nullopt;

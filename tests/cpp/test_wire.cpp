@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
+#include <limits>
 #include <random>
 
+#include "bodies.hpp"
 #include "wire.hpp"
 
 using namespace xmesh;
@@ -198,4 +200,24 @@ TEST_CASE("a header nested too deep is refused before it is decoded", "[wire][se
   auto ok = json::to_cbor(json{{"k", 10}, {"s", "x"}});
   ok.push_back(0x00);
   CHECK_FALSE(decode_header(ok.data(), ok.size(), err));
+}
+
+TEST_CASE("numbers that do not fit a body's integer fields are refused, naming the field", "[wire][security]") {
+  // Found by fuzz_wire: a NaN (or 1e30, or -1 into an unsigned) for an integer field was converted
+  // with undefined behaviour.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const json& rank : {json(nan), json(1e30), json(-1e30), json(std::numeric_limits<double>::infinity())}) {
+    std::string why;
+    CHECK_FALSE(read_as<ProcExitedBody>({{"alloc", "a1"}, {"rank", rank}, {"addr", "ipc:///x"}, {"text", "t"}}, &why));
+    CHECK(why == "ProcExited body: 'rank' is out of range");
+  }
+  std::string why;
+  CHECK_FALSE(read_as<SyncStepBody>({{"op", "data"}, {"sid", "ab"}, {"pieces", {{0, -1, 2, 2, 0}}}}, &why));
+  CHECK(why == "Sync body: 'pieces' is out of range");
+  CHECK_FALSE(read_as<SyncStepBody>({{"op", "data"}, {"sid", "ab"}, {"pieces", {{0, nan, 2, 2, 0}}}}, &why));
+  // What fits still reads, floats of integral value included (as before).
+  auto ok = read_as<ProcExitedBody>({{"alloc", "a1"}, {"rank", 3.0}, {"addr", "ipc:///x"}, {"text", "t"}}, &why);
+  REQUIRE(ok);
+  CHECK(ok->rank == 3);
+  CHECK(read_as<SyncStepBody>({{"op", "data"}, {"sid", "ab"}, {"pieces", {{0, 1, 2, 2, 0}}}}));
 }
