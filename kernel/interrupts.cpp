@@ -41,6 +41,12 @@ void watch_interrupts() {
 }  // namespace
 
 void install_interrupt_handling() {
+  // A kernel may inherit SIGINT ignored (a Jupyter server started with `nohup ... &` passes it
+  // on). An ignored signal is discarded even while blocked, so the watcher would never see it,
+  // and Python installs its KeyboardInterrupt handler only over the default disposition: the
+  // kernel takes its SIGINT back before either starts.
+  struct sigaction current {};
+  if (sigaction(SIGINT, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) signal(SIGINT, SIG_DFL);
   sigset_t s = sigint_set();
   pthread_sigmask(SIG_BLOCK, &s, nullptr);
   g_main_thread = pthread_self();

@@ -144,3 +144,27 @@ def test_an_idle_interrupt_is_harmless(kernel):
         time.sleep(0.2)
     assert kernel.value("counters.incr.call_one().get()") == "1"
     assert kernel.value("1 + 1") == "2"
+
+
+def test_a_kernel_started_with_sigint_ignored_is_still_interruptible(kernel_rundir):
+    """Issue 17, defect 1: a server started with `nohup ... &` passes SIGINT to its kernels as
+    ignored; the Stop button then did nothing, silently."""
+    import signal
+
+    from kernel_session import KernelSession
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the kernel, as from such a server
+    try:
+        k = KernelSession(kernel_rundir)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    try:
+        msg_id = k.send("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+        k.wait_for_output(msg_id, lambda t: "sleeping" in t)
+        time.sleep(0.3)
+        k.interrupt()
+        r = k.collect(msg_id, timeout=30)
+        assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r
+        assert k.value("1 + 1") == "2"
+    finally:
+        k.close()
