@@ -304,7 +304,13 @@ void Node::on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sende
 void Node::on_refusal(Message& m, const RefuseBody& refusal) {
   if (!refusal.addr.empty()) mark_dead(refusal.addr, error_body(ErrorKind::Refused, refusal.reason));
   uint64_t held_back = 0;
-  if (refusal_notices_.take(&held_back)) control_.push(std::move(m));
+  if (!refusal_notices_.take(&held_back)) return;
+  if (held_back) {  // the user learns how many were not shown since the last one
+    RefuseBody counted = refusal;
+    counted.reason += " (" + std::to_string(held_back) + " more refusals were not shown)";
+    m.header.body = counted;
+  }
+  control_.push(std::move(m));
 }
 
 void Node::on_reply(Message& m) {

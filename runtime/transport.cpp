@@ -13,8 +13,8 @@ namespace xmesh {
 
 namespace {
 constexpr size_t kIpcPathMax = 107;
-constexpr size_t kHeaderRoom = 1 << 20;
-constexpr size_t kFdSpare = 32;  // kept free for libzmq, pipes and files whatever happens  // what a header frame may take beyond the wire frame limit
+constexpr size_t kHeaderRoom = 1 << 20;  // what a header frame may take beyond the wire frame limit
+constexpr size_t kFdSpare = 32;          // kept free for libzmq, pipes and files whatever happens
 
 // A piece of a large frame, sharing its memory: the last piece libzmq is done with frees it.
 zmq::message_t piece_of(const std::shared_ptr<zmq::message_t>& whole, size_t offset, size_t n) {
