@@ -19,16 +19,11 @@ bool is_chain_line(std::string_view line) {
          line == "The above exception was the direct cause of the following exception:";
 }
 
-// "[3] text", with the prefix repeated after each carriage return so that a progress bar that
-// redraws its line keeps its origin.
 std::string prefixed(const std::string& prefix, std::string_view line, bool newline) {
   std::string out;
   out.reserve(prefix.size() + line.size() + 1);
-  if (line.empty() || line[0] != '\r') out += prefix;
-  for (size_t i = 0; i < line.size(); ++i) {
-    out.push_back(line[i]);
-    if (line[i] == '\r' && i + 1 < line.size() && line[i + 1] != '\n') out += prefix;
-  }
+  out += prefix;
+  out.append(line);
   if (newline) out.push_back('\n');
   return out;
 }
@@ -114,6 +109,8 @@ void LogRouter::run() {
       int64_t now = now_ms();
       for (auto& kv : buckets_)
         if (!kv.second.agg.empty()) wait = std::min(wait, std::max<int64_t>(0, kv.second.deadline_ms - now));
+      int64_t board_due = boards_.next_due(now);
+      if (board_due >= 0) wait = std::min(wait, board_due);
     }
     auto m = logs_.pop(static_cast<int>(wait));
     bool got = m.has_value();
@@ -130,6 +127,7 @@ void LogRouter::run() {
   }
   std::lock_guard<std::mutex> g(mu_);
   for (auto& kv : buckets_) flush_bucket(kv.second);
+  emit_boards(now_ms(), true);
   emit_held_notices();
   publish_pending();
 }
@@ -172,6 +170,68 @@ void LogRouter::handle(Message& m) {
 
 void LogRouter::process_line(Source& src, const Alloc& alloc, const std::string& cell, int stream,
                              std::string_view line, bool has_newline) {
+  size_t cr = line.find('\r');
+  // "text\r\n" (a Windows line ending) is a line, not a redraw.
+  bool crlf = has_newline && cr == line.size() - 1 && !line.empty();
+  if (crlf) line.remove_suffix(1);
+  BarLine& bar = src.bar[stream];
+  if (bar.active() && bar.cell != cell) bar.end();  // a call of another cell prints: that bar was left
+  if (bar.active() && bar.cleared() && has_newline && cr == std::string_view::npos) {
+    // A line printed over a bar that cleared itself (tqdm.write): a line of its own; the bar
+    // is redrawn after it and goes on.
+    process_text_line(src, alloc, cell, stream, line, has_newline);
+    return;
+  }
+  if (has_newline && cr != std::string_view::npos && !crlf) {
+    // "\r<blank>\rmessage\n" in one piece: the same, the bar cleared and a line printed.
+    size_t last = line.rfind('\r');
+    BarLine probe = bar;
+    probe.feed(line.substr(0, last + 1));
+    if (probe.cleared() && last + 1 < line.size()) {
+      process_bar(src, alloc, cell, stream, line.substr(0, last + 1), false);
+      process_text_line(src, alloc, cell, stream, line.substr(last + 1), true);
+      return;
+    }
+  }
+  if (bar.active() || (cr != std::string_view::npos && !crlf)) {
+    process_bar(src, alloc, cell, stream, line, has_newline);
+    return;
+  }
+  process_text_line(src, alloc, cell, stream, line, has_newline);
+}
+
+// A piece of a line redrawn with '\r': the rank's row of its current board. A bar that ends
+// with text (its line's '\n') leaves that text as its final row; the rank's next bar in the
+// cell goes to the next board.
+void LogRouter::process_bar(Source& src, const Alloc& alloc, const std::string& cell, int stream,
+                            std::string_view piece, bool has_newline) {
+  BarLine& bar = src.bar[stream];
+  src.open[stream] = false;
+  if (!bar.active()) {
+    if (bar.cell != cell) bar.bars = 0;
+    bar.cell = cell;
+    bar.start();
+  }
+  bar.feed(piece);
+  ++stats_.lines;
+  if (!alloc.stream_to_client) {
+    ++stats_.hidden;
+    if (has_newline) bar.end();
+    return;
+  }
+  if (!bar.blank()) {
+    bool fresh = boards_.set_row(bar.cell, src.alloc, stream, bar.bars, alloc.label, src.rank, bar.text(), has_newline);
+    if (fresh) {  // its first display follows what the allocation printed before it
+      auto it = buckets_.find(std::make_tuple(bar.cell, stream, src.alloc));
+      if (it != buckets_.end()) flush_bucket(it->second);
+    }
+    emit_boards(now_ms(), false);
+  }
+  if (has_newline) bar.end();
+}
+
+void LogRouter::process_text_line(Source& src, const Alloc& alloc, const std::string& cell, int stream,
+                                  std::string_view line, bool has_newline) {
   // The newline that ends a line shown open (its last piece, a prompt) is not a line of its own:
   // the open line is ended before whatever is shown next.
   const bool ends_open_line = src.open[stream] && line.empty() && has_newline;
@@ -183,7 +243,7 @@ void LogRouter::process_line(Source& src, const Alloc& alloc, const std::string&
     return;
   }
   int64_t window = window_of(alloc);
-  bool immediate = window < 0 || !has_newline || line.find('\r') != std::string_view::npos;
+  bool immediate = window < 0 || !has_newline;
   if (stream == 2) {
     // A traceback goes out at once, whole, whatever the window: errors are never delayed.
     bool tb_line = false;
@@ -262,11 +322,40 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
       open_line_.insert({{cell, stream}, true});
     else if (open != open_line_.end())
       open_line_.erase(open);
-    if (!pending_.empty() && pending_.back().cell == cell && pending_.back().stream == stream) {
-      pending_.back().text += piece;
-    } else {
-      pending_.push_back({cell, stream, std::move(piece)});
+    pend_text(cell, stream, piece);
+  }
+}
+
+// Text joins the pending chunk before it when that is text of the same cell and stream.
+void LogRouter::pend_text(const std::string& cell, int stream, const std::string& text) {
+  if (!pending_.empty() && pending_.back().cell == cell && pending_.back().stream == stream &&
+      pending_.back().board.empty()) {
+    pending_.back().text += text;
+    return;
+  }
+  LogChunk c;
+  c.cell = cell;
+  c.stream = stream;
+  c.text = text;
+  pending_.push_back(std::move(c));
+}
+
+// Boards due to be shown go out in order with the text (an update replaces one still pending).
+void LogRouter::emit_boards(int64_t now, bool force) {
+  for (auto& u : boards_.take_due(now, force)) {
+    auto same = std::find_if(pending_.begin(), pending_.end(), [&](const LogChunk& c) { return c.board == u.id; });
+    if (same != pending_.end()) {
+      same->rows = std::move(u.rows);
+      continue;
     }
+    open_line_.erase({u.cell, u.stream});  // a board is a display of its own: text after it starts anew
+    LogChunk c;
+    c.cell = u.cell;
+    c.stream = u.stream;
+    c.board = u.id;
+    c.label = u.label;
+    c.rows = std::move(u.rows);
+    pending_.push_back(std::move(c));
   }
 }
 
@@ -285,6 +374,7 @@ void LogRouter::expire_windows(int64_t now) {
     if (!kv.second.agg.empty() && kv.second.deadline_ms <= now) flush_bucket(kv.second);
   for (auto it = buckets_.begin(); it != buckets_.end();)
     it = it->second.agg.empty() ? buckets_.erase(it) : std::next(it);
+  emit_boards(now, false);
   if (!held_.empty() && now - held_since_ms_ >= 1000) emit_held_notices();
 }
 
@@ -308,10 +398,7 @@ void LogRouter::emit_held_notices() {
     text += "; every line is in the log files";
     if (!a.hint.empty()) text += ": " + a.hint;
     text += "\n";
-    if (!pending_.empty() && pending_.back().cell == kv.first.first && pending_.back().stream == 2)
-      pending_.back().text += text;
-    else
-      pending_.push_back({kv.first.first, 2, text});
+    pend_text(kv.first.first, 2, text);
   }
   held_.clear();
 }
@@ -360,6 +447,7 @@ void LogRouter::flush_windows() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& kv : buckets_) flush_bucket(kv.second);
   buckets_.clear();
+  emit_boards(now_ms(), true);
   if (!held_.empty()) emit_held_notices();
   publish_pending();
 }

@@ -3,7 +3,9 @@
 // and turns them into chunks of display text, each tagged with the cell it belongs to:
 //   - every line gets its origin as a prefix ("[3] ", "[trainers 3] ");
 //   - within an aggregation window, lines of several ranks collapse (LineAggregator);
-//     stderr tracebacks, '\r' progress updates and partial lines skip the window;
+//     stderr tracebacks and partial lines skip the window;
+//   - lines redrawn with '\r' are progress bars: rows of boards (ProgressBoards) that the front
+//     end updates in place, one row per rank;
 //   - a display budget (lines per second) holds back what a flood would push into a browser,
 //     and says how many lines of which ranks it held back (the log files keep them all);
 //   - the marks host agents pass on make the flush barrier: wait_marks() returns once every
@@ -23,6 +25,7 @@
 
 #include "inbox.hpp"
 #include "log_aggregator.hpp"
+#include "progress_boards.hpp"
 
 namespace xmesh {
 
@@ -30,6 +33,9 @@ struct LogChunk {
   std::string cell;
   int stream = 1;  // 1 stdout, 2 stderr
   std::string text;
+  std::string board;          // non-empty: this chunk is that board's whole new state (no text)
+  std::string label;          // the board's allocation label
+  std::vector<BarRow> rows;   // the board's rows
 };
 
 struct LogRouterStats {
@@ -86,6 +92,7 @@ class LogRouter {
     bool ended[3] = {false, false, false};
     int tb_state = 0;  // stderr traceback: 0 none, 1 inside, 2 just after its last line
     bool open[3] = {false, false, false};  // by stream: its last text did not end its line
+    BarLine bar[3];                        // by stream: the line it redraws with '\r'
   };
   struct Bucket {  // one aggregation window: (cell, stream, alloc)
     std::string cell, alloc;
@@ -102,6 +109,12 @@ class LogRouter {
   void handle(Message& m);
   void process_line(Source& src, const Alloc& alloc, const std::string& cell, int stream, std::string_view line,
                     bool has_newline);
+  void process_text_line(Source& src, const Alloc& alloc, const std::string& cell, int stream,
+                         std::string_view line, bool has_newline);
+  void process_bar(Source& src, const Alloc& alloc, const std::string& cell, int stream, std::string_view piece,
+                   bool has_newline);
+  void emit_boards(int64_t now, bool force);
+  void pend_text(const std::string& cell, int stream, const std::string& text);
   void emit(const std::string& cell, int stream, const std::string& alloc_id, const std::string& text,
             const std::vector<std::vector<int64_t>>& ranks_of_lines);
   void flush_bucket(Bucket& b);
@@ -124,6 +137,7 @@ class LogRouter {
   std::unordered_map<std::string, std::pair<std::string, int64_t>> by_addr_;
   std::map<std::tuple<std::string, int, std::string>, Bucket> buckets_;
   std::map<std::pair<std::string, std::string>, Held> held_;  // (cell, alloc)
+  ProgressBoards boards_;
   int64_t default_window_ms_ = -1;
   int64_t rate_ = 0, burst_ = 0;
   double tokens_ = 0;

@@ -11,7 +11,7 @@ APT_PACKAGES=(
   python3 python3-dev python3-venv
   python3-cloudpickle python3-numpy python3-torch
   python3-pytest python3-pytest-timeout python3-pexpect mypy
-  python3-ipyparallel python3-distributed
+  python3-ipyparallel python3-distributed python3-tqdm
   procps iproute2 rsync
   # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers
   clang-14 libclang-rt-14-dev

@@ -623,6 +623,8 @@ void bind_output(py::module_& m) {
       .def("wait_output", [](LogRouter& r, double timeout) {
         return wait_sliced([&](int ms) { return r.wait_output(ms); }, timeout);
       })
+      // (cell, stream, text, None) for text; (cell, stream, "", (board id, label, [(rank, text,
+      // done)])) for a board of progress bars (runtime/progress_boards.hpp).
       .def("take_output", [](LogRouter& r) {
         std::vector<LogChunk> chunks;
         {
@@ -630,7 +632,15 @@ void bind_output(py::module_& m) {
           chunks = r.take_output();
         }
         py::list out;
-        for (auto& c : chunks) out.append(py::make_tuple(c.cell, c.stream, decode_text(c.text)));
+        for (auto& c : chunks) {
+          if (c.board.empty()) {
+            out.append(py::make_tuple(c.cell, c.stream, decode_text(c.text), py::none()));
+            continue;
+          }
+          py::list rows;
+          for (auto& r : c.rows) rows.append(py::make_tuple(r.rank, decode_text(r.text), r.done));
+          out.append(py::make_tuple(c.cell, c.stream, py::str(""), py::make_tuple(c.board, c.label, rows)));
+        }
         return out;
       })
       .def("stats", [](LogRouter& r) {

@@ -369,9 +369,7 @@ class _Stream:
                 try:
                     _wait.wait_call(self._call, None, description, any_result=True)
                 except KeyboardInterrupt:
-                    _wait.interrupted(self._fut)
-                    raise KeyboardInterrupt(f"interrupted stream; ranks still running: {self._fut.running_ranks()} "
-                                            f"({_wait.cancel_hint()})") from None
+                    raise self._fut.interrupted_error() from None
                 self._pending.extend(self._call.take())
                 continue
             index, ok, body, frames = self._pending.pop(0)
@@ -392,7 +390,10 @@ class _Stream:
                 if not self._pending:
                     self._pending.extend(self._call.take())
                     if not self._pending:
-                        await _wait.wait_call_async(self._call, self._fut.description, any_result=True)
+                        try:
+                            await _wait.wait_call_async(self._call, self._fut.description, any_result=True)
+                        except KeyboardInterrupt:
+                            raise self._fut.interrupted_error() from None
                     continue
                 index, ok, body, frames = self._pending.pop(0)
                 self._yielded += 1

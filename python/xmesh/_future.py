@@ -177,10 +177,7 @@ class Future:
             try:
                 ready = self._wait(timeout)
             except KeyboardInterrupt:
-                _wait.interrupted(self)
-                ranks = self.running_ranks()
-                raise KeyboardInterrupt(f"interrupted while waiting for {self._description}; ranks still running: "
-                                        f"{ranks} ({_wait.cancel_hint()})") from None
+                raise self.interrupted_error() from None
             if not ready:
                 raise TimeoutError(f"{self._description} did not finish within {timeout} s; "
                                    f"ranks still running: {self.running_ranks()}")
@@ -190,6 +187,13 @@ class Future:
         return self._resolved()
 
     result = get
+
+    def interrupted_error(self) -> KeyboardInterrupt:
+        """Ctrl-C broke a wait on this future: the calls go on (a second interrupt or cancel()
+        stops them); the error names the ranks still running."""
+        _wait.interrupted(self)
+        return KeyboardInterrupt(f"interrupted while waiting for {self._description}; ranks still running: "
+                                 f"{self.running_ranks()} ({_wait.cancel_hint()})")
 
     def _wait(self, timeout):
         """The one wait (_wait.wait_call): on the main thread it also shows the procs' output
@@ -225,7 +229,10 @@ class Future:
 
     def __await__(self):
         if not self._done:
-            yield from _wait.wait_call_async(self._call, self._description).__await__()
+            try:
+                yield from _wait.wait_call_async(self._call, self._description).__await__()
+            except KeyboardInterrupt:
+                raise self.interrupted_error() from None
             self._finish()
         if self._error is not None:
             raise self._error

@@ -29,6 +29,7 @@ def setup(shell):
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
+    _interrupt_awaits_like_waits(shell)
     _register_magics(shell)
     from . import _core, _debug_io, _logs, _runtime, _wait
 
@@ -171,9 +172,9 @@ class _KernelCellSink:
     def write(self, stream, text):
         write_std(stream, text)
 
-    def open_slot(self, slot_id):
+    def open_slot(self, slot_id, text=""):
         try:
-            _shell.display_pub.publish(data={"text/plain": ""}, metadata={}, transient={"display_id": slot_id})
+            _shell.display_pub.publish(data={"text/plain": text}, metadata={}, transient={"display_id": slot_id})
             return True
         except Exception:
             return False
@@ -263,6 +264,38 @@ def _name_errors_by_their_class(shell):
         shell.last_error = [getattr(etype, "__name__", str(etype)), str(evalue), stb]
 
     shell._showtraceback = _showtraceback
+
+
+def _interrupt_awaits_like_waits(shell):
+    """A cell with a top-level `await` runs on IPython's asyncio loop. Ctrl-C lands in the loop's
+    select(), not where the cell waits: IPython's runner then abandoned the cell's coroutine
+    mid-way (a later cell resumed it; the execution counter slipped) and showed asyncio's
+    internals. This runner delivers the interrupt into the cell's task instead (_wait.interrupt_task):
+    an xmesh future's await raises what get() raises, any other await a KeyboardInterrupt, and
+    the cell ends as a cell interrupted in get() does."""
+    import asyncio
+
+    from IPython.core.async_helpers import get_asyncio_loop
+
+    from . import _wait
+
+    def run_cell_coroutine(coro):
+        loop = get_asyncio_loop()
+        task = loop.create_task(coro)
+        while True:
+            try:
+                return loop.run_until_complete(task)
+            except KeyboardInterrupt:
+                if task.done():
+                    raise
+                _wait.interrupt_task(task)
+
+    def show_interrupted_await(shell, etype, value, tb, tb_offset=None):
+        exc = (KeyboardInterrupt, _wait.as_interrupt(value), tb) if _wait.is_interrupt(value) else (etype, value, tb)
+        shell.showtraceback(exc, tb_offset=tb_offset)
+
+    shell.loop_runner = run_cell_coroutine
+    shell.set_custom_exc((asyncio.CancelledError,), show_interrupted_await)
 
 
 def _keep_meshes_out_of_the_output_cache(shell):

@@ -12,10 +12,11 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import Optional, Protocol
+from typing import List, Optional, Protocol, Union
 
 from . import _core
 from ._env import env_float
+from ._progress import ProgressBoard, StdStreams
 
 
 BARRIER_TIMEOUT = env_float("XMESH_LOG_BARRIER_S", 5.0)
@@ -32,12 +33,6 @@ def write_std(stream, text):
         pass
 
 
-def write_to_std_streams(chunks):
-    """The script sink: chunks go to this process's stdout / stderr, in order."""
-    for _cell, stream, text in chunks:
-        write_std(stream, text)
-
-
 class LogOutput:
     def __init__(self, node, interactive, sink=None):
         self.router = _core.LogRouter(node)
@@ -48,7 +43,7 @@ class LogOutput:
         rate = int(env_float("XMESH_LOG_DISPLAY_RATE", 1000 if interactive else 0))
         self.router.set_display_rate(rate, int(env_float("XMESH_LOG_DISPLAY_BURST", 5 * rate)))
         # The kernel's router sends each chunk to the cell it belongs to (injected: _kernel.setup).
-        self.sink = sink or write_to_std_streams
+        self.sink = sink or StdStreams()
         self.lock = threading.RLock()
         self._stopped = False
         self._held = False  # the debugger prompt is open: remote output waits in the router,
@@ -84,7 +79,8 @@ class LogOutput:
         with self.lock:
             if self._held:
                 return
-            chunks = self.router.take_output()
+            chunks = [(cell, stream, text if board is None else ProgressBoard.from_core(board))
+                      for cell, stream, text, board in self.router.take_output()]
             if chunks:
                 self.sink(chunks)
 
@@ -119,6 +115,9 @@ class LogOutput:
         self._stopped = True
         self.router.stop()
         self.deliver_queued()
+        close = getattr(self.sink, "close", None)  # the script's sink prints bars that never ended
+        if close is not None:
+            close()
 
 
 # -- the destinations of remote output in a notebook (DESIGN §6) ------------------------------
@@ -128,7 +127,9 @@ class LogOutput:
 # on a future, between two bytecodes (a pending call), and at the end. Output of a cell that
 # already finished goes into that cell's output slot, a display made at its end when calls were
 # still running, updated from the runtime's thread while no cell runs. Output that belongs to no
-# cell it can reach is shown by the cell that runs (or the next one).
+# cell it can reach is shown by the cell that runs (or the next one). A board of progress bars
+# (_progress.py) is a display of its own, made where its first state would have been written and
+# updated in place from then on, whichever cell runs.
 
 class CellSink(Protocol):
     """What a notebook front end does with output; the kernel registers one (_kernel.py)."""
@@ -136,8 +137,8 @@ class CellSink(Protocol):
     def write(self, stream: int, text: str) -> None:
         """Main thread: text on the executing cell's stdout (1) or stderr (2)."""
 
-    def open_slot(self, slot_id: str) -> bool:
-        """Main thread, at the end of a cell: an empty display that later output goes into."""
+    def open_slot(self, slot_id: str, text: str = "") -> bool:
+        """Main thread: a display showing text (empty: a cell's slot that later output goes into)."""
 
     def update_slot(self, slot_id: str, text: str) -> None:
         """Main thread, while a cell runs: the slot's whole text (ordered before that reply)."""
@@ -148,27 +149,46 @@ class CellSink(Protocol):
 
 @dataclasses.dataclass(eq=False)
 class _Slot:
-    """A finished cell's output slot and the late output shown in it."""
+    """A display updated in place: a finished cell's output slot (the late output shown in it),
+    or a board of progress bars (board set)."""
     slot_id: str
-    parent: dict                 # the cell's request header (the update's parent)
-    late: list = dataclasses.field(default_factory=list)
+    parent: Optional[dict]       # the request header of the cell showing it (the update's parent)
+    late: list = dataclasses.field(default_factory=list)  # text, or a ProgressBoard shown inline
     late_chars: int = 0
     dropped_chars: int = 0
     last_publish: float = 0.0
     dirty: bool = False
     queued: bool = False         # an update waits in the executing cell's queue
+    shown: bool = True           # False: a board's display the main thread has yet to make
+    owner: str = ""              # the cell whose output shows a board's display
+    board: Optional[ProgressBoard] = None
 
-    def add(self, text: str, max_chars: int) -> None:
+    def add(self, text: Union[str, ProgressBoard], max_chars: int) -> None:
         self.late.append(text)
-        self.late_chars += len(text)
+        self.late_chars += len(text) if isinstance(text, str) else 0
         while self.late_chars > max_chars and len(self.late) > 1:
             dropped = self.late.pop(0)
-            self.late_chars -= len(dropped)
-            self.dropped_chars += len(dropped)
+            size = len(dropped) if isinstance(dropped, str) else 0
+            self.late_chars -= size
+            self.dropped_chars += size
         self.dirty = True
 
+    def set_board(self, board: ProgressBoard, max_chars: int) -> None:
+        """A board's new state: the display's own board, or one shown inline in the slot."""
+        self.dirty = True
+        if self.board is not None:
+            self.board = board
+            return
+        for i, entry in enumerate(self.late):
+            if isinstance(entry, ProgressBoard) and entry.board_id == board.board_id:
+                self.late[i] = board
+                return
+        self.add(board, max_chars)
+
     def text(self) -> str:
-        text = "".join(self.late)
+        if self.board is not None:
+            return self.board.render()
+        text = "".join(e if isinstance(e, str) else e.render() + "\n" for e in self.late)
         if self.dropped_chars:
             text = (f"[xmesh] {self.dropped_chars} earlier characters are not shown here: mesh.logs() or "
                     f"`xmesh logs NAME` have every line\n") + text
@@ -177,28 +197,35 @@ class _Slot:
 
 class CellOutput:
     """One queue per destination of remote output in a notebook: the executing cell's (drained
-    by the main thread), each finished cell's slot, and output waiting for a cell. It is the
-    LogOutput's sink (`route`); the kernel tells it when cells begin and end and publishes
-    through the CellSink it registered."""
+    by the main thread), each finished cell's slot, each board of progress bars, and output
+    waiting for a cell. It is the LogOutput's sink (`route`); the kernel tells it when cells
+    begin and end and publishes through the CellSink it registered."""
 
     SLOT_MAX_CHARS = 200_000
     SLOT_UPDATE_S = 0.1
     RECENT_MAX = 200
+    BOARDS_MAX = 1000
 
     def __init__(self, sink: CellSink) -> None:
         self.sink = sink
         self.lock = threading.RLock()
         self.current: Optional[str] = None   # the executing cell's token
         self.here: list = []                 # (stream, text) or (_UPDATE, slot): the executing cell's queue
-        self.waiting: list = []              # (stream, text) with no cell to show them in
+        self.waiting: list = []              # (stream, text or board) with no cell to show them in
         self.slots: "collections.OrderedDict[str, _Slot]" = collections.OrderedDict()
+        # board id -> the display showing it (its own, or the cell slot it is inline in)
+        self.boards: "collections.OrderedDict[str, _Slot]" = collections.OrderedDict()
 
     def begin_cell(self, token: str) -> None:
         with self.lock:
             self.current = token
             if self.waiting:
                 self.here.append((2, "[xmesh] output that arrived while no cell was running:\n"))
-                self.here.extend(self.waiting)
+                for stream, item in self.waiting:
+                    if isinstance(item, ProgressBoard):
+                        self._show_board_here(item)
+                    else:
+                        self.here.append((stream, item))
                 self.waiting.clear()
         self.drain()
 
@@ -213,38 +240,85 @@ class CellOutput:
                     while len(self.slots) > self.RECENT_MAX:
                         self.slots.popitem(last=False)
         with self.lock:
+            for display in self.boards.values():  # boards this cell shows are updated as its output
+                if display.owner == token:
+                    display.parent = parent
             if self.current == token:
                 self.current = None
         self.drain()
 
     def route(self, chunks: list) -> None:
-        """LogOutput's sink: each chunk (cell, stream, text) goes to the queue of its cell."""
-        publish = []
+        """LogOutput's sink: each chunk (cell, stream, text or ProgressBoard) goes to the queue
+        of its cell."""
+        publish: List[_Slot] = []
         with self.lock:
             cur = self.current
-            for cell, stream, text in chunks:
+            for cell, stream, item in chunks:
+                if isinstance(item, ProgressBoard):
+                    self._route_board(cell, stream, item, publish)
+                    continue
                 if cur is not None and (cell == cur or not cell):
-                    self.here.append((stream, text))
+                    self.here.append((stream, item))
                     continue
                 slot = self.slots.get(cell)
                 if slot is not None:
-                    slot.add(text, self.SLOT_MAX_CHARS)
-                    if cur is not None:  # the running cell's main thread publishes it, ordered
-                        self._queue_update(slot)
-                    elif slot not in publish:
-                        publish.append(slot)
+                    slot.add(item, self.SLOT_MAX_CHARS)
+                    self._refresh(slot, publish)
                 elif cur is not None:  # a cell with no slot, or another kernel's: the running cell shows it
-                    self.here.append((stream, text))
+                    self.here.append((stream, item))
                 else:
-                    self.waiting.append((stream, text))
+                    self.waiting.append((stream, item))
             queued = bool(self.here)
         if queued:
             if threading.current_thread() is threading.main_thread():
                 self.drain()
             else:
                 _core.call_on_main_thread()
-        for slot in publish:
-            self._publish_late(slot)
+        for display in publish:
+            self._publish_late(display)
+
+    def _route_board(self, cell: str, stream: int, board: ProgressBoard, publish: list) -> None:
+        """A board's state: updates the display showing it, or shows it where its cell's text
+        would go (lock held)."""
+        display = self.boards.get(board.board_id)
+        if display is not None:
+            display.set_board(board, self.SLOT_MAX_CHARS)
+            self._refresh(display, publish)
+            return
+        cur = self.current
+        if cur is not None and (cell == cur or not cell or cell not in self.slots):
+            self._show_board_here(board)
+            return
+        slot = self.slots.get(cell)
+        if slot is not None:
+            slot.set_board(board, self.SLOT_MAX_CHARS)
+            self._remember_board(board.board_id, slot)
+            self._refresh(slot, publish)
+            return
+        for i, (_, item) in enumerate(self.waiting):
+            if isinstance(item, ProgressBoard) and item.board_id == board.board_id:
+                self.waiting[i] = (stream, board)
+                return
+        self.waiting.append((stream, board))
+
+    def _show_board_here(self, board: ProgressBoard) -> None:
+        """A display of its own in the executing cell, made by its main thread (lock held)."""
+        display = _Slot(board.board_id, None, shown=False, owner=self.current or "", board=board, dirty=True)
+        self._remember_board(board.board_id, display)
+        self._queue_update(display)
+
+    def _remember_board(self, board_id: str, display: _Slot) -> None:
+        self.boards[board_id] = display
+        while len(self.boards) > self.BOARDS_MAX:
+            self.boards.popitem(last=False)
+
+    def _refresh(self, slot: _Slot, publish: list) -> None:
+        """A display whose text changed: the running cell's main thread updates it (ordered with
+        that cell's output), or, while no cell runs, this thread does (lock held)."""
+        if self.current is not None or not slot.shown:
+            self._queue_update(slot)
+        elif slot.parent is not None and slot not in publish:
+            publish.append(slot)
 
     def _queue_update(self, slot: _Slot) -> None:
         if not slot.queued:
@@ -264,11 +338,14 @@ class CellOutput:
                 stream, item = self.here.pop(0)
                 if stream is _UPDATE:
                     item.queued = item.dirty = False
-                    slot_id, text = item.slot_id, item.text()
-            if stream is _UPDATE:
-                self.sink.update_slot(slot_id, text)
-            else:
+                    slot_id, text, new = item.slot_id, item.text(), not item.shown
+                    item.shown = True
+            if stream is not _UPDATE:
                 self.sink.write(stream, item)
+            elif new:
+                self.sink.open_slot(slot_id, text)
+            else:
+                self.sink.update_slot(slot_id, text)
 
     def _publish_late(self, slot: _Slot, force: bool = False) -> None:
         """While no cell runs: the slot's update from this (runtime) thread, at most every
@@ -282,7 +359,7 @@ class CellOutput:
                 t.daemon = True
                 t.start()
                 return
-            if self.current is not None:  # a cell started meanwhile: its main thread sends it
+            if self.current is not None or slot.parent is None:  # a cell started meanwhile: its main thread sends it
                 self._queue_update(slot)
                 _core.call_on_main_thread()
                 return
@@ -292,4 +369,4 @@ class CellOutput:
         self.sink.publish_slot(slot.slot_id, text, slot.parent)
 
 
-_UPDATE = object()  # an item of the executing cell's queue: (_UPDATE, slot) updates that slot
+_UPDATE = object()  # an item of the executing cell's queue: (_UPDATE, slot) shows or updates that slot

@@ -83,6 +83,31 @@ def cancel_hint() -> str:
     return _cancel_hint[0]() if _cancel_hint else "fut.cancel() cancels them"
 
 
+# Ctrl-C during an asyncio loop's select() cannot be raised where the cell's coroutine waits:
+# the kernel's loop runner cancels the coroutine's task with this message instead, and the
+# await in wait_call_async turns it back into the KeyboardInterrupt that get() would raise.
+_INTERRUPT = "xmesh: interrupted by the user"
+
+
+def interrupt_task(task: "asyncio.Task[Any]") -> None:
+    """Delivers an interrupt into a task suspended in an await (see is_interrupt)."""
+    task.cancel(_INTERRUPT)
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether exc is the CancelledError of interrupt_task (an interrupt, not a cancel)."""
+    return isinstance(exc, asyncio.CancelledError) and exc.args[:1] == (_INTERRUPT,)
+
+
+def as_interrupt(exc: BaseException) -> KeyboardInterrupt:
+    """The KeyboardInterrupt an interrupt_task cancel stands for; the task's cancel request is
+    withdrawn, since the coroutine goes on (it handles the interrupt)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
+    return KeyboardInterrupt()
+
+
 def interrupted(future: Any) -> None:
     for hook in _interrupt_hooks:
         hook(future)
@@ -192,6 +217,10 @@ async def wait_call_async(call: Call, description: str, any_result: bool = False
     try:
         on_call()
         await waiter
+    except asyncio.CancelledError as e:
+        if is_interrupt(e):
+            raise as_interrupt(e) from None
+        raise
     finally:
         if slow is not None:
             slow.cancel()

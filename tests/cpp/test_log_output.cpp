@@ -1,5 +1,7 @@
 // Output markers, line aggregation and the controller's log router, without processes.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <functional>
 #include <thread>
 
 #include "bodies.hpp"
@@ -8,6 +10,7 @@
 #include "log_aggregator.hpp"
 #include "log_router.hpp"
 #include "output_marker.hpp"
+#include "progress_boards.hpp"
 #include "util.hpp"
 
 using namespace xmesh;
@@ -132,10 +135,11 @@ TEST_CASE("router: prefixes, cells, windows, tracebacks, progress bars", "[logs]
   CHECK(output_of(r, "c1", "world") == "[3] hello\n[3] world\n");
   CHECK(output_of(r, "c2", "named") == "[trainers 0] named\n");
 
-  // A progress bar keeps its prefix on every redraw, and is ended before other text.
+  // A line redrawn with '\r' is a progress bar (a board, below), never text; a Windows line
+  // ending is a line.
   inbox.push(log_message("a1", 1, "stdout", "c3", "\r 10%\r 20%"));
-  inbox.push(log_message("a1", 2, "stdout", "c3", "done\n"));
-  CHECK(output_of(r, "c3", "done") == "\r[1]  10%\r[1]  20%\n[2] done\n");
+  inbox.push(log_message("a1", 2, "stdout", "c3", "done\r\n"));
+  CHECK(output_of(r, "c3", "done") == "[2] done\n");
 
   // With a window, lines wait for it; a traceback on stderr does not.
   r.set_options("a1", true, 60000);
@@ -264,4 +268,112 @@ TEST_CASE("log file records read back as written, and what is not a record is re
   CHECK(layout::rank_log_of("rank12.log.4") == std::make_pair(int64_t(12), 4));
   for (const char* other : {"procs.json", "rank.log", "rankx.log", "rank3.log.", "rank3.logs", "rank3.log.1a", "xrank3.log"})
     CHECK_FALSE(layout::rank_log_of(other));
+}
+
+TEST_CASE("a line redrawn with carriage returns shows what a terminal would", "[logs]") {
+  BarLine bar;
+  bar.feed("\r  0%|");
+  CHECK(bar.text() == "  0%|");
+  bar.feed("   | 0/9");  // the rest of a piece cut mid-line
+  CHECK(bar.text() == "  0%|   | 0/9");
+  bar.feed("\r 50%|#  | 4/9\r100%|###| 9/9");
+  CHECK(bar.text() == "100%|###| 9/9");
+  CHECK_FALSE(bar.cleared());
+  bar.feed("\r        \r");  // tqdm clearing its bar before a message
+  CHECK(bar.cleared());
+  bar.feed(" 60%");
+  CHECK(bar.text() == " 60%");
+  BarLine trailing;  // print(f"{p}%", end="\r")
+  trailing.feed("10%\r");
+  trailing.feed("20%\r");
+  CHECK(trailing.text() == "20%");
+  trailing.feed("done");
+  CHECK(trailing.text() == "done");
+  trailing.end();
+  CHECK(trailing.bars == 1);
+  CHECK(trailing.text().empty());
+}
+
+namespace {
+
+std::vector<LogChunk> chunks_until(LogRouter& r, const std::function<bool(const std::vector<LogChunk>&)>& done) {
+  std::vector<LogChunk> all;
+  int64_t deadline = now_ms() + 5000;
+  while (!done(all) && now_ms() < deadline) {
+    r.wait_output(50);
+    for (auto& c : r.take_output()) all.push_back(std::move(c));
+  }
+  return all;
+}
+
+std::string rows_of(const LogChunk& c) {
+  std::string s;
+  for (auto& row : c.rows) s += std::to_string(row.rank) + "=" + row.text + (row.done ? "." : "") + ";";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("router: the bars of several ranks are rows of one board, in place of text", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("a", "", "");
+  r.set_default_window(-1);
+  r.start();
+  auto last_board = [](const std::vector<LogChunk>& cs, size_t nth) {
+    std::vector<std::string> ids;
+    const LogChunk* last = nullptr;
+    for (auto& c : cs) {
+      if (c.board.empty()) continue;
+      if (std::find(ids.begin(), ids.end(), c.board) == ids.end()) ids.push_back(c.board);
+      if (ids.size() > nth && c.board == ids[nth]) last = &c;
+    }
+    return last;
+  };
+  inbox.push(log_message("a", 0, "stderr", "c", "before\n\r 10%"));
+  inbox.push(log_message("a", 1, "stderr", "c", "\r 50%"));
+  inbox.push(log_message("a", 1, "stderr", "c", "\r      \rnote\n"));  // tqdm.write over a bar
+  inbox.push(log_message("a", 0, "stderr", "c", "\r100%"));
+  inbox.push(log_message("a", 0, "stderr", "c", "\n"));  // tqdm's close: the bar's end
+  inbox.push(log_message("a", 0, "stderr", "c", "\r 1/3"));  // the rank's next bar: the next board
+  inbox.push(log_message("a", 1, "stderr", "c", "\r 90%"));
+  r.flush_windows();
+  auto cs = chunks_until(r, [&](auto& all) {
+    auto b0 = last_board(all, 0);
+    auto b1 = last_board(all, 1);
+    return b0 && b1 && rows_of(*b0) == "0=100%.;1= 90%;" && rows_of(*b1) == "0= 1/3;";
+  });
+  REQUIRE(last_board(cs, 1));
+  CHECK(rows_of(*last_board(cs, 0)) == "0=100%.;1= 90%;");
+  CHECK(rows_of(*last_board(cs, 1)) == "0= 1/3;");
+  std::string text;
+  for (auto& c : cs) text += c.text;
+  CHECK(text == "[0] before\n[1] note\n");  // no redraw, no empty line: the bars are boards
+  // The board's first chunk comes after the text printed before it.
+  auto first = std::find_if(cs.begin(), cs.end(), [](auto& c) { return !c.board.empty(); });
+  REQUIRE(first != cs.end());
+  CHECK(std::find_if(cs.begin(), first, [](auto& c) { return c.text.find("before") != std::string::npos; }) != first);
+  // A bar in another cell starts that cell's first board.
+  inbox.push(log_message("a", 0, "stderr", "d", "\r 5%"));
+  r.flush_windows();
+  auto ds = chunks_until(r, [](auto& all) { return !all.empty(); });
+  REQUIRE(ds.size() == 1);
+  CHECK(ds[0].cell == "d");
+  CHECK(ds[0].board.find("xmesh-bars-d-") == 0);
+  r.stop();
+}
+
+TEST_CASE("progress boards: shown at once when new or when a bar ends, else at most every interval", "[logs]") {
+  ProgressBoards boards;
+  CHECK(boards.set_row("c", "a", 2, 0, "", 0, " 1%", false));  // new
+  CHECK(boards.next_due(1000) == 0);
+  auto due = boards.take_due(1000, false);
+  REQUIRE(due.size() == 1);
+  CHECK_FALSE(boards.set_row("c", "a", 2, 0, "", 1, " 2%", false));
+  CHECK(boards.next_due(1010) == ProgressBoards::kUpdateMs - 10);
+  CHECK(boards.take_due(1010, false).empty());
+  CHECK(boards.take_due(1010, true).size() == 1);  // forced (a flush)
+  boards.set_row("c", "a", 2, 0, "", 1, "100%", true);  // a bar's end is not held back
+  CHECK(boards.take_due(1020, false).size() == 1);
+  CHECK(boards.next_due(1020) == -1);
 }

@@ -80,4 +80,19 @@ class Logger(Actor):
         for i in range(n):
             write(f"r={r} seq={i}\\n")
         return n
+
+    @endpoint
+    def bars(self, steps, delay):
+        from tqdm import tqdm
+        r = current_rank().rank
+        for i in tqdm(range(steps), mininterval=0, desc="train", ncols=70):  # on stderr
+            time.sleep(delay * (1 + r))
+            if i == steps // 2 and r == 0:
+                tqdm.write("halfway on rank 0", file=sys.stderr)
+        for p in range(0, 101, 20):
+            print(f"\\rmanual {p}%", end="", flush=True)
+            time.sleep(delay)
+        print()
+        print(f"after the bars {r}")
+        return r
 '''

@@ -127,3 +127,54 @@ def test_late_output_through_nbclient(kernel_rundir, monkeypatch):
     assert "[0] late line 0" in text(nb.cells[1]) and "[1] late line 1" in text(nb.cells[1])
     assert "late line" not in text(nb.cells[2]) and "cell three" in text(nb.cells[2])
     json.dumps(nb)  # the executed notebook stays valid
+
+
+BARS = LOGGER + 'procs = this_host().spawn_procs({"gpus": 4})\nlogger = procs.spawn("log", Logger)\n' \
+                'logger.initialized.get()\n'
+
+
+def _bar_rows(text, kind):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(rf"^\[(\d)\] ({kind}.*)$", text, re.M)}
+
+
+def test_progress_bars_of_several_ranks_keep_a_line_each(kernel):
+    """tqdm (stderr) and a hand-written '\\r' bar (stdout) on 4 ranks at different speeds: each
+    bar is a display of its own with one row per rank, updated in place, ending as every rank's
+    final bar; nothing of a bar reaches the cell's text, no empty line is left behind."""
+    kernel.ok(BARS)
+    nb = Notebook()
+    c = kernel.send("logger.bars.call(12, 0.02).get()")
+    r = kernel.collect(c)
+    assert r.status == "ok", r
+    nb.add(c, r.outputs)
+    streams = "".join(m["content"]["text"] for m in r.outputs if m["msg_type"] == "stream")
+    assert "\r" not in streams and "%|" not in streams and "manual" not in streams
+    assert not re.search(r"^\[(ranks )?[\d,-]+\] $", streams, re.M), streams  # no empty prefixed line
+    assert "[0] halfway on rank 0" in streams
+    assert "after the bars" in streams
+    boards = [o for o in nb.cells[c] if o[0] == "display"]
+    assert len(boards) == 2, boards  # the tqdm bars and the hand-written ones
+    tq = _bar_rows(boards[0][1], "train")
+    manual = _bar_rows(boards[1][1], "manual")
+    assert sorted(tq) == [0, 1, 2, 3] and sorted(manual) == [0, 1, 2, 3], boards
+    assert all("100%" in t and "12/12" in t for t in tq.values()), tq
+    assert all(t == "manual 100%" for t in manual.values()), manual
+    # Updated in place while they ran: the bars' displays were updated, and each board made once.
+    updates = [m for m in r.outputs if m["msg_type"] == "update_display_data"]
+    assert {u["content"]["transient"]["display_id"] for u in updates} <= {b[2] for b in boards}
+    assert len(updates) >= 2
+
+
+def test_bars_of_a_call_left_running_go_on_updating_after_the_cell(kernel):
+    kernel.ok(BARS)
+    nb = Notebook()
+    c = kernel.send("fut = logger.bars.call(20, 0.05)")
+    nb.add(c, kernel.collect(c).outputs)
+    late = kernel.iopub_until(lambda m: m["msg_type"] == "update_display_data" and
+                              m["content"]["data"]["text/plain"].count("manual 100%") == 4, timeout=60)
+    nb.add(c, late)
+    assert kernel.value("sorted(fut.get().values())") == "[0, 1, 2, 3]"
+    text = nb.text(c)
+    assert len(_bar_rows(text, "train")) == 4 and all("20/20" in t for t in _bar_rows(text, "train").values()), text
+    assert len(_bar_rows(text, "manual")) == 4, text
+    assert "\r" not in text

@@ -168,3 +168,46 @@ def test_a_kernel_started_with_sigint_ignored_is_still_interruptible(kernel_rund
         assert k.value("1 + 1") == "2"
     finally:
         k.close()
+
+
+def _execution_count_is_consistent(kernel):
+    """The reply's execution_count and IPython's own counter (Out, history) agree."""
+    r = kernel.run("n = get_ipython().execution_count\nraise ValueError(n)")
+    assert r.status == "error"
+    count = r.reply["execution_count"]
+    assert r.error["evalue"] == str(count), (r.error, count)
+    r = kernel.run("'out'")
+    assert r.reply["execution_count"] == count + 1 and kernel.value(f"Out[{count + 1}]") == "'out'"
+
+
+def test_interrupting_a_top_level_await_is_like_interrupting_get(kernel):
+    """Issue 17, defect 3: an interrupted `await` gave asyncio's internals instead of the ranks
+    still running, left the cell's coroutine pending (resumed by a later cell) and the
+    execution counter off by one."""
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    msg_id = kernel.send("fut = counters.spin.call(60)\nprint('waiting', flush=True)\nawait fut")
+    kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
+    time.sleep(0.3)
+    kernel.interrupt()
+    r = kernel.collect(msg_id, timeout=30)
+    assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r
+    assert "ranks still running: [0, 1]" in r.error["evalue"] and "interrupt again" in r.error["evalue"]
+    assert "asyncio" not in r.error_text and "base_events" not in r.error_text, r.error_text
+    assert kernel.value("fut.done()") == "False"
+    _execution_count_is_consistent(kernel)
+    kernel.interrupt()  # idle: cancels what the interrupted await left running
+    r = kernel.run("await fut")
+    assert r.status == "error" and r.error["ename"] == "CancelledError", r.error_text
+    _execution_count_is_consistent(kernel)
+    # A plain asyncio await: interrupted as a KeyboardInterrupt, nothing resumes later.
+    msg_id = kernel.send("import asyncio\nprint('sleeping', flush=True)\nawait asyncio.sleep(30)\nresumed = True")
+    kernel.wait_for_output(msg_id, lambda t: "sleeping" in t)
+    time.sleep(0.3)
+    kernel.interrupt()
+    r = kernel.collect(msg_id, timeout=30)
+    assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r
+    assert "base_events" not in r.error_text, r.error_text
+    kernel.ok("await asyncio.sleep(0.2)")
+    assert kernel.value("'resumed' in globals()") == "False"
+    _execution_count_is_consistent(kernel)

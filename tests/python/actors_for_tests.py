@@ -178,6 +178,18 @@ class Printer(Actor):
         print()
 
     @endpoint
+    def bar(self, steps, pause):
+        """A hand-written progress bar, slower on higher ranks, then a line."""
+        import time
+
+        r = current_rank().rank
+        for i in range(1, steps + 1):
+            print(f"\rstep {i}/{steps}", end="", flush=True)
+            time.sleep(pause * (1 + r))
+        print()
+        print(f"trained {r}")
+
+    @endpoint
     def raw(self, data):
         os.write(1, data)
         return len(data)

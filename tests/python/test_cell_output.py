@@ -5,6 +5,7 @@ import threading
 import time
 
 from xmesh._logs import CellOutput
+from xmesh._progress import BarRow, ProgressBoard, StdStreams
 
 
 class RecordingSink:
@@ -20,8 +21,8 @@ class RecordingSink:
     def write(self, stream, text):
         self._add("write", threading.current_thread() is threading.main_thread(), stream, text)
 
-    def open_slot(self, slot_id):
-        self._add("open", slot_id)
+    def open_slot(self, slot_id, text=""):
+        self._add("open", slot_id, *([text] if text else []))
         return True
 
     def update_slot(self, slot_id, text):
@@ -96,3 +97,59 @@ def test_a_cell_without_running_calls_gets_no_slot_and_a_slot_keeps_its_newest_t
     assert ("write", True, 1, "to the running cell\n") in sink.events
     text = [e for e in sink.events if e[0] == "update"][-1][2]
     assert text.startswith("[xmesh] 7 earlier characters are not shown here") and text.endswith("abcdef\n")
+
+
+def board(board_id, *rows, label=""):
+    return ProgressBoard(board_id, label, [BarRow(r, t, d) for r, t, d in rows])
+
+
+def test_a_board_of_bars_is_a_display_of_its_own_updated_in_place():
+    sink = RecordingSink()
+    out = CellOutput(sink)
+    out.begin_cell("k.1")
+    out.route([("k.1", 2, "before\n"), ("k.1", 2, board("b1", (0, " 10%", False), (1, " 5%", False)))])
+    assert sink.events[-2:] == [("write", True, 2, "before\n"), ("open", "b1", "[0]  10%\n[1]  5%")]
+    # Two states before the main thread drains: one update with the newer.
+    t = threading.Thread(target=out.route, args=([("k.1", 2, board("b1", (0, "100%", True), (1, " 50%", False)))],))
+    t.start()
+    t.join()
+    out.route([("k.1", 2, board("b1", (0, "100%", True), (1, " 60%", False)))])
+    assert [e for e in sink.events if e[0] == "update"] == [("update", "b1", "[0] 100%\n[1]  60%")]
+    # After the cell: updated through the cell's header as parent, never as text.
+    out.end_cell("k.1", True, {"msg_id": "m1"})
+    out.route([("k.1", 2, board("b1", (0, "100%", True), (1, "100%", True)))])
+    assert sink.wait_for("publish")[-1] == ("publish", "b1", "[0] 100%\n[1] 100%", "m1")
+    assert not any(e[0] == "write" and "%" in e[3] for e in sink.events)
+
+
+def test_a_board_first_seen_after_its_cell_is_shown_in_the_cells_slot():
+    sink = RecordingSink()
+    out = CellOutput(sink)
+    out.begin_cell("k.1")
+    out.end_cell("k.1", True, {"msg_id": "m1"})
+    out.route([("k.1", 1, "line\n"), ("k.1", 1, board("b2", (3, " 1/9", False), label="trainers"))])
+    sink.wait_for("publish")
+    out.route([("k.1", 1, board("b2", (3, " 9/9", True), label="trainers"))])
+    time.sleep(2 * CellOutput.SLOT_UPDATE_S)
+    last = [e for e in sink.events if e[0] == "publish"][-1]
+    assert last[1:3] == ("xmesh-output-k.1", "line\n[trainers 3]  9/9\n")
+
+
+def test_many_ranks_bars_are_summarised_and_scripts_print_each_final_bar_once():
+    rows = [(r, f"{r:3d}%|", False) for r in range(40)]
+    rows[5] = (5, "100%|", True)
+    text = board("b", *rows).render()
+    assert text.splitlines() == ["[ranks 0-39] 40 bars: 1 done, 39 running (0%-39%)",
+                                 "[0]   0%|  (slowest)", "[39]  39%|  (fastest)"]
+    done = board("b", *[(r, "100%|", True) for r in range(40)]).render()
+    assert done.splitlines() == ["[ranks 0-39] 40 bars: all done", "[0] 100%|"]
+    import io
+
+    o, e = io.StringIO(), io.StringIO()
+    script = StdStreams(o, e, live=False)
+    script([("c", 2, board("x", (0, " 50%", False), (1, "100%", True)))])
+    script([("c", 2, board("x", (0, "100%", True), (1, "100%", True))), ("c", 1, "after\n")])
+    assert e.getvalue() == "[1] 100%\n[0] 100%\n" and o.getvalue() == "after\n"
+    script([("c", 2, board("y", (0, " 7%", False)))])
+    script.close()  # a bar that never ended is printed as last drawn
+    assert e.getvalue().endswith("[0]  7%\n")

@@ -13,7 +13,7 @@ LAYERS = [
     ["_core", "_env", "_protocol", "_error_kinds", "_paths", "_shape", "_errors", "_pids", "_pickling",
      "_display", "_value_mesh", "_context"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
-    ["_wait", "_control", "_runtime", "_logs", "_hostd", "_logfiles"],
+    ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles"],
     # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync
     ["_future", "_actor", "_allocation", "_proc_mesh", "_named", "_workspace"],
     # 3 proc side: hosting actors, output attribution, the proc's pdb, reloads, the worker

@@ -244,3 +244,38 @@ def test_a_long_line_comes_in_pieces_without_an_empty_line_and_whole_from_xmesh_
         assert texts == ["y" * (4 * 65536), "after"], [t[:20] for t in texts]
     finally:
         subprocess.run([PYTHON, "-m", "xmesh.cli", "stop", "longline"], capture_output=True, timeout=60)
+
+
+def test_progress_bars_in_a_script_end_as_one_line_per_rank(fresh_rundir):
+    """Piped output (a log file, CI) gets each rank's final bar once, never the redraws."""
+    r = run_program(PRELUDE + "procs = this_host().spawn_procs({'gpus': 3})\n"
+                    "p = procs.spawn('p', Printer)\n"
+                    "p.bar.call(8, 0.02).get()\n",
+                    env={"XMESH_RUNTIME_DIR": fresh_rundir})
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    for rank in range(3):
+        assert lines.count(f"[{rank}] step 8/8") == 1, lines
+        assert lines.index(f"[{rank}] step 8/8") < lines.index(f"[{rank}] trained {rank}"), lines
+    assert not any("step" in ln and "8/8" not in ln for ln in lines), lines
+
+
+def test_progress_bars_on_a_terminal_show_a_status_line(fresh_rundir):
+    """On a terminal the running bars are one status line (erased before other output), and
+    each rank's bar still ends as a line of its own."""
+    import pexpect
+
+    path = os.path.join(fresh_rundir, "bars.py")
+    with open(path, "w") as f:
+        f.write(PRELUDE + "procs = this_host().spawn_procs({'gpus': 2})\n"
+                "p = procs.spawn('p', Printer)\n"
+                "p.bar.call(10, 0.05).get()\nprint('END')\n")
+    env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
+    child = pexpect.spawn(PYTHON, [path], env=env, encoding="utf-8", timeout=60, dimensions=(24, 120))
+    child.expect("END")
+    out = child.before
+    child.expect(pexpect.EOF)
+    assert "\r\x1b[K[ranks 0-1] " in out  # the status line, with both ranks' bars
+    lines = [ln.split("\x1b[K")[-1] for ln in out.replace("\r\n", "\n").split("\n")]
+    assert "[0] step 10/10" in lines and "[1] step 10/10" in lines, lines
