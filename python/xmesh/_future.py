@@ -2,13 +2,16 @@
 without the GIL, woken by the call, by output or debugger stops for the main thread, or by
 Ctrl-C; a timeout does not consume the future; the outcome is cached."""
 import asyncio
+import collections
 import dataclasses
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _core, _pickling, _wait
+from . import _context, _core, _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
 from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime
+from ._shape import ranks_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +113,103 @@ class Done:
         return "<xmesh.Future done>"
 
 
+@dataclasses.dataclass(eq=False)
+class _Sent:
+    """A call to actors that may still run (see _SentCalls)."""
+    call: Any
+    targets: List[CallTarget]
+    description: str
+    cell: str
+    at: float
+
+    def key(self, index: int) -> Optional[Tuple[str, str]]:
+        """(proc address, actor id) of a target that is an actor; None for a proc."""
+        t = self.targets[index] if index < len(self.targets) else None
+        return (self.call.target_addr(index), t.actor_id) if t is not None and t.actor_id else None
+
+    def finished(self) -> bool:
+        return self.call.done or self.call.fatal
+
+
+class _SentCalls:
+    """This controller's calls to actors that may still run, oldest first. An actor handles one
+    message at a time, so a rank of a call whose actor still has an earlier call unanswered is
+    queued behind that call, not running: waits and interrupts say so (issue 17)."""
+
+    MAX = 512  # the newest calls are enough to explain a wait
+
+    def __init__(self) -> None:
+        self._calls: "collections.OrderedDict[int, _Sent]" = collections.OrderedDict()
+
+    def add(self, sent: _Sent) -> None:
+        self._calls[sent.call.id] = sent
+        while len(self._calls) > self.MAX:
+            self._calls.popitem(last=False)
+
+    def discard(self, call_id: int) -> None:
+        self._calls.pop(call_id, None)
+
+    def get(self, call_id: int) -> Optional[_Sent]:
+        return self._calls.get(call_id)
+
+    def blockers(self, sent: _Sent) -> Dict[int, _Sent]:
+        """{index: the earlier call its actor still runs} for the targets of sent that wait."""
+        busy: Dict[Tuple[str, str], _Sent] = {}
+        for call_id, earlier in list(self._calls.items()):
+            if call_id >= sent.call.id:
+                break
+            if earlier.finished():
+                self.discard(call_id)
+                continue
+            for i in earlier.call.missing():
+                key = earlier.key(i)
+                if key is not None:
+                    busy.setdefault(key, earlier)  # the oldest is the one running
+        found = {}
+        for i in sent.call.missing():
+            key = sent.key(i)
+            if key is not None and key in busy:
+                found[i] = busy[key]
+        return found
+
+
+_sent = _SentCalls()
+
+
+def _queued_behind(sent: _Sent) -> "list[tuple[_Sent, list[int]]]":
+    by_blocker: "dict[int, tuple[_Sent, list[int]]]" = {}
+    for i, earlier in _sent.blockers(sent).items():
+        t = sent.targets[i] if i < len(sent.targets) else None
+        by_blocker.setdefault(earlier.call.id, (earlier, []))[1].append(t.rank if t is not None else i)
+    return list(by_blocker.values())
+
+
+_queue_noticed: "collections.OrderedDict[int, set]" = collections.OrderedDict()
+
+
+def _notice_queued_calls(call: Any, description: str) -> None:
+    """A wait that goes on says, once per earlier call, that its ranks have not started: their
+    actors still run an earlier call (after an interrupted get(), the call it left running)."""
+    sent = _sent.get(call.id)
+    if sent is None:
+        return
+    said = _queue_noticed.setdefault(call.id, set())
+    while len(_queue_noticed) > 64:
+        _queue_noticed.popitem(last=False)
+    for earlier, ranks in _queued_behind(sent):
+        if earlier.call.id in said:
+            continue
+        said.add(earlier.call.id)
+        age = time.monotonic() - earlier.at
+        one = len(ranks) == 1
+        get_runtime().diag(f"{description} waits: {ranks_text(ranks)} {'has' if one else 'have'} not started it, "
+                           f"{'its actor still runs' if one else 'their actors still run'} {earlier.description} "
+                           f"(sent {age:.0f} s ago); an actor handles one message at a time")
+
+
+_wait.add_slow_wait_hook(_notice_queued_calls)
+
+
 class Future:
     """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
     frames) into the value; targets describes each index (rank, coords, actor) for errors."""
@@ -127,6 +227,9 @@ class Future:
         self._done = False
         self._value: Any = None
         self._error: Optional[BaseException] = None
+        self._sent = _Sent(call, self._targets, description, _context.controller_cell, time.monotonic())
+        if any(t.actor_id for t in self._targets):
+            _sent.add(self._sent)
 
     # -- waiting ---------------------------------------------------------------------------
     def _collect(self):
@@ -137,6 +240,7 @@ class Future:
         if self._done:
             return
         self._collect()
+        _sent.discard(self._call.id)
         rt = get_runtime()
         rt.node.forget_call(self._call.id)
         self._wait_for_output(rt)
@@ -166,8 +270,38 @@ class Future:
     def error_for(self, index: int, body: Any, frames: Any) -> BaseException:
         return _error_from(body, frames, self.target(index))
 
+    def _rank(self, index: int) -> int:
+        t = self.target(index)
+        return t.rank if t is not None else index
+
+    @property
+    def cell(self) -> str:
+        """The notebook cell that made the call ("" outside the kernel)."""
+        return self._sent.cell
+
+    def pending_ranks(self) -> list[int]:
+        """Ranks that have not answered (running, or queued behind an earlier call)."""
+        return [self._rank(i) for i in self._call.missing()]
+
     def running_ranks(self) -> list[int]:
-        return [t.rank if (t := self.target(i)) is not None else i for i in self._call.missing()]
+        """Ranks that have not answered and are not queued behind an earlier call."""
+        queued = _sent.blockers(self._sent)
+        return [self._rank(i) for i in self._call.missing() if i not in queued]
+
+    def queued_behind(self) -> "list[tuple[_Sent, list[int]]]":
+        """[(an earlier call, ranks of this one waiting behind it)]."""
+        return _queued_behind(self._sent)
+
+    def describe_pending(self) -> str:
+        """"ranks still running: [0, 1]; ranks [2, 3] queued behind X" (what an interrupt or a
+        timeout leaves behind)."""
+        parts = []
+        running = self.running_ranks()
+        if running:
+            parts.append(f"ranks still running: {running}")
+        for earlier, ranks in self.queued_behind():
+            parts.append(f"{ranks_text(ranks)} not started, queued behind {earlier.description}")
+        return "; ".join(parts) if parts else "every rank had answered (get() returns the result)"
 
     def get(self, timeout: Optional[float] = None) -> Any:
         """Waits for the result (seconds; None: no limit). Raises TimeoutError without
@@ -180,7 +314,7 @@ class Future:
                 raise self.interrupted_error() from None
             if not ready:
                 raise TimeoutError(f"{self._description} did not finish within {timeout} s; "
-                                   f"ranks still running: {self.running_ranks()}")
+                                   f"{self.describe_pending()}")
             self._finish()
         if self._error is not None:
             raise self._error
@@ -192,8 +326,9 @@ class Future:
         """Ctrl-C broke a wait on this future: the calls go on (a second interrupt or cancel()
         stops them); the error names the ranks still running."""
         _wait.interrupted(self)
-        return KeyboardInterrupt(f"interrupted while waiting for {self._description}; ranks still running: "
-                                 f"{self.running_ranks()} ({_wait.cancel_hint()})")
+        pending = self.describe_pending()
+        hint = f" ({_wait.cancel_hint()})" if self._call.missing() else ""
+        return KeyboardInterrupt(f"interrupted while waiting for {self._description}; {pending}{hint}")
 
     def _wait(self, timeout):
         """The one wait (_wait.wait_call): on the main thread it also shows the procs' output

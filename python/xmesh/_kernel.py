@@ -324,12 +324,18 @@ def note_interrupted(future):
 def on_idle_interrupt():
     """An interrupt while no cell runs (the "second interrupt"): cancel the calls that the
     last interrupted wait left running."""
+    from ._runtime import runtime_if_started
+    from ._shape import ranks_text
+
     with _interrupted_lock:
         pending = list(_interrupted)
         _interrupted.clear()
+    rt = runtime_if_started()
     for fut in pending:
         try:
-            fut.cancel()
+            ranks = fut.pending_ranks()
+            if fut.cancel() and rt is not None:  # said in the cell that made the call
+                rt.diag(f"interrupt: cancelled {fut.description} on {ranks_text(ranks)}", cell=fut.cell)
         except Exception:
             pass
 

@@ -34,7 +34,7 @@ _cancel_hint: List[Callable[[], str]] = []
 SlowWaitHook = Callable[[Call, str], None]
 _slow_wait_hooks: List[SlowWaitHook] = []
 # After this long, and as often after, a wait asks why its call is not done (stopped procs).
-SLOW_WAIT_S = float(os.environ.get("XMESH_WAIT_NOTICE_S", "5"))
+SLOW_WAIT_S = float(os.environ.get("XMESH_WAIT_NOTICE_S", "2"))
 Ready, Woken = _core.WaitOutcome.Ready, _core.WaitOutcome.Woken
 
 

@@ -211,3 +211,33 @@ def test_interrupting_a_top_level_await_is_like_interrupting_get(kernel):
     kernel.ok("await asyncio.sleep(0.2)")
     assert kernel.value("'resumed' in globals()") == "False"
     _execution_count_is_consistent(kernel)
+
+
+def test_a_call_queued_behind_an_interrupted_one_says_so(kernel):
+    """Issue 17, defect 4: after an interrupted get(), the next call to the same actors waited
+    without a word, and its own interrupt named ranks that had never started it."""
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    first = kernel.send("fut = counters.spin.call(60)\nfut.get()")
+    time.sleep(1.0)
+    kernel.interrupt()
+    r = kernel.collect(first, timeout=30)
+    assert "ranks still running: [0, 1]" in r.error["evalue"], r.error
+    second = kernel.send("print('sent', flush=True)\ncounters.incr.call().get()")
+    said = kernel.wait_for_output(second, lambda t: "have not started it" in t, timeout=20)
+    assert ("[xmesh] incr.call() waits: ranks 0-1 have not started it, their actors still run "
+            "spin.call()") in said, said
+    kernel.interrupt()
+    r = kernel.collect(second, timeout=30)
+    assert r.error["ename"] == "KeyboardInterrupt"
+    evalue = r.error["evalue"]
+    assert "ranks 0-1 not started, queued behind spin.call()" in evalue, evalue
+    assert "still running" not in evalue, evalue
+    # The idle interrupt cancels both, and says so in the cells that made the calls.
+    kernel.interrupt()
+    said = kernel.iopub_until(lambda m: m["msg_type"] == "update_display_data" and
+                              "cancelled spin.call() on ranks 0-1" in m["content"]["data"]["text/plain"],
+                              timeout=20)
+    assert said[-1]["parent_header"]["msg_id"] == first
+    assert kernel.value("fut.done()") == "True"
+    assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]
