@@ -559,6 +559,9 @@ struct ActorRecord {
   std::string shape;  // the actor mesh's shape (JSON text)
   std::vector<int64_t> proc_ranks;
   double spawned = 0;  // seconds since the epoch
+  // By endpoint, as endpoints: its signature without self ("(n: int) -> int"), and the first
+  // line of its docstring (completion and inspection in a kernel without the class).
+  std::vector<std::string> signatures, summaries;
   template <class F>
   static void fields(F&& f) {
     f("actor_id", &ActorRecord::actor_id, Need::Required);
@@ -568,6 +571,8 @@ struct ActorRecord {
     f("shape", &ActorRecord::shape, Need::Required);
     f("proc_ranks", &ActorRecord::proc_ranks, Need::Optional);
     f("spawned", &ActorRecord::spawned, Need::Optional);
+    f("signatures", &ActorRecord::signatures, Need::Optional);
+    f("summaries", &ActorRecord::summaries, Need::Optional);
   }
 };
 XMESH_BODY_JSON(ActorRecord)

@@ -69,10 +69,33 @@ def endpoints_of(cls):
     return names
 
 
+def endpoint_signatures(cls: type) -> "dict[str, tuple[str, str]]":
+    """{endpoint: (its signature without self, the first line of its docstring)}."""
+    out = {}
+    for name in endpoints_of(cls):
+        fn = getattr(getattr(cls, name), "fn", None)
+        out[name] = (_signature_text(fn), _summary(fn))
+    return out
+
+
+def _signature_text(fn: Any) -> str:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return "(...)"
+    params = list(sig.parameters.values())[1:]  # without self
+    return str(sig.replace(parameters=params))
+
+
+def _summary(fn: Any) -> str:
+    doc = inspect.getdoc(fn) or ""
+    return doc.strip().split("\n\n")[0].replace("\n", " ")
+
+
 class ActorMeshRef:
     """What an ActorMesh points at: one actor per proc of an allocation (picklable)."""
 
-    def __init__(self, actor_id, name, class_name, endpoints, addrs, base_shape, proc_ranks):
+    def __init__(self, actor_id, name, class_name, endpoints, addrs, base_shape, proc_ranks, signatures=None):
         self.actor_id = actor_id        # unique id of this spawn on each proc
         self.name = name                # the name the user gave
         self.class_name = class_name
@@ -80,6 +103,7 @@ class ActorMeshRef:
         self.addrs = list(addrs)        # by global proc rank
         self.base_shape = base_shape    # shape of the spawn (over global proc ranks)
         self.proc_ranks = proc_ranks    # global proc rank of each element, row-major over base_shape
+        self.signatures = signatures or {}  # endpoint -> (signature, summary), when the class is not here
 
 
 class ActorMesh(MeshTrait):
@@ -112,6 +136,19 @@ class ActorMesh(MeshTrait):
         if self._initialized is not None:
             yield from self._initialized.__await__()
         return self
+
+    def __dir__(self):
+        """Endpoints complete like methods (`actors.<Tab>`), also without the class."""
+        ref = self.__dict__.get("_ref")
+        return sorted(set(super().__dir__()) | set(ref.endpoints if ref is not None else ()))
+
+    def _endpoint_info(self, name: str) -> "tuple[str, str] | None":
+        """(signature without self, docstring summary) of an endpoint, when known."""
+        cls = self.__dict__.get("_cls")
+        if cls is not None and isinstance(getattr(cls, name, None), EndpointProperty):
+            fn = getattr(cls, name).fn
+            return _signature_text(fn), _summary(fn)
+        return self._ref.signatures.get(name)
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -344,7 +381,18 @@ class Endpoint:
                         ".choose(...), .stream(...) or .broadcast(...)")
 
     def __repr__(self):
-        return f"<Endpoint {self._mesh._ref.class_name}.{self._name} on {self._mesh.sizes}>"
+        info = self._mesh._endpoint_info(self._name)
+        return f"<Endpoint {self._mesh._ref.class_name}.{self._name}{info[0] if info else ''} on {self._mesh.sizes}>"
+
+    def getdoc(self) -> str:
+        """What IPython's inspection (Shift+Tab, `mesh.method?`) shows: the signature, the
+        docstring's summary and how to call it."""
+        info = self._mesh._endpoint_info(self._name)
+        head = f"{self._mesh._ref.class_name}.{self._name}{info[0] if info else '(...)'}"
+        summary = f"\n\n{info[1]}" if info and info[1] else ""
+        return (f"{head}{summary}\n\nAn endpoint of {self._mesh.sizes}: .call(...) (every actor, a ValueMesh), "
+                ".call_one(...) (a mesh of one), .choose(...) (any one), .stream(...) (results as they come), "
+                ".broadcast(...) (no reply).")
 
 
 class _Stream:

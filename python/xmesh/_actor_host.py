@@ -10,7 +10,7 @@ import traceback
 
 from . import _core, _debug_proc, _pickling, _proc_output
 from ._context import ActorContext, set_actor_context, set_current_cell
-from ._actor import EndpointProperty, endpoints_of
+from ._actor import EndpointProperty, endpoint_signatures
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages, set_actor_host_factory
 from ._shape import Point
@@ -115,9 +115,11 @@ class ActorThread(threading.Thread):
             _core.label_thread(threading.get_ident(), _debug_proc.thread_label(self.ctx))
             cls, args, kwargs = _pickling.loads(msg.frames)
             # What a controller that attaches later needs to call this actor without its class.
+            sigs = endpoint_signatures(cls)
             self.record = _core.ActorRecord(actor_id=self.actor_id, name=body.name, class_name=cls.__name__,
-                                            endpoints=endpoints_of(cls), shape=body.shape, proc_ranks=ranks,
-                                            spawned=time.time())
+                                            endpoints=list(sigs), shape=body.shape, proc_ranks=ranks,
+                                            spawned=time.time(), signatures=[s for s, _ in sigs.values()],
+                                            summaries=[d for _, d in sigs.values()])
             self.instance = cls(*args, **kwargs)
             ok, reply_body, frames = True, {"pid": os.getpid(), "host": _HOST}, None
         except BaseException as e:

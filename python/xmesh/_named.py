@@ -131,8 +131,10 @@ def actors_of(proc_mesh, name=None, timeout=30):
 
     def mesh_of(rec):
         shape = _core.Shape.from_json(rec.shape)
+        sigs = ({n: (s, d) for n, s, d in zip(rec.endpoints, rec.signatures, rec.summaries)}
+                if len(rec.signatures) == len(rec.endpoints) == len(rec.summaries) else {})
         ref = ActorMeshRef(rec.actor_id, rec.name, rec.class_name, rec.endpoints, addrs_list(addrs), shape,
-                           rec.proc_ranks)
+                           rec.proc_ranks, sigs)
         return ActorMesh(ref, shape, None, proc_mesh, None)
 
     if name is None:

@@ -241,3 +241,30 @@ def test_a_call_queued_behind_an_interrupted_one_says_so(kernel):
     assert said[-1]["parent_header"]["msg_id"] == first
     assert kernel.value("fut.done()") == "True"
     assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]
+
+
+def _shell_reply(kernel, msg_id, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = kernel.kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]
+    raise TimeoutError(msg_id)
+
+
+def test_endpoints_complete_and_inspect_also_without_their_class(kernel):
+    """Issue 17, defect 5: `actors.<Tab>` listed mesh methods, never endpoints."""
+    kernel.ok(COUNTER.replace("    def say(self, text):", "    def say(self, text: str, times: int = 1) -> str:\n"
+                                                           "        \"\"\"Prints text on every rank.\"\"\"")
+              + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+              'counters.initialized.get()\nfound = procs.actors("c")')
+    for mesh in ("counters", "found"):  # found: from the procs' records, the class unknown to it
+        code = f"{mesh}."
+        content = _shell_reply(kernel, kernel.kc.complete(code, len(code)))
+        matches = {m.rsplit(".", 1)[-1] for m in content["matches"]}
+        assert {"incr", "say", "spin", "slice"} <= matches and "_endpoint_info" not in matches, content["matches"]
+        code = f"{mesh}.say"
+        content = _shell_reply(kernel, kernel.kc.inspect(code, len(code)))
+        text = content["data"]["text/plain"]
+        assert "Counter.say(text: str, times: int = 1) -> str" in text, text
+        assert "Prints text on every rank." in text and ".call_one(" in text, text
