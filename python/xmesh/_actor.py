@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from . import _logfiles, _pickling, _wait
 from ._context import current_cell
 from ._display import html_table
-from ._errors import ActorError
+from ._errors import ActorError, SupervisionError
 from ._protocol import ErrorKind, error_kind, read_error
 from ._future import CallTarget, Done, Future, show_output_of
 from ._runtime import Kind, get_runtime, note_call
@@ -289,9 +289,16 @@ def _convert_values(shape):
                 errors.append(fut.error_for(index, body, frames))
         if errors:
             first = errors[0]
+            notes = []
             if len(errors) > 1:
-                first.args = (f"{first.args[0]}\n({len(errors)} of {shape.size} ranks failed; this is the first)",)
+                notes.append(f"{len(errors)} of {shape.size} ranks failed; this is the first")
                 first.failures = len(errors)
+            deaths = [str(e) for e in errors[1:] if isinstance(e, SupervisionError)] + fut.dead_unanswered()
+            if deaths:  # the runtime does not repeat what an error says
+                more = f" and {len(deaths) - 4} more" if len(deaths) > 4 else ""
+                notes.append("also " + "; ".join(deaths[:4]) + more)
+            if notes:
+                first.args = (f"{first.args[0]}\n(" + "; ".join(notes) + ")",)
             raise first
         return ValueMesh(shape, values)
 

@@ -6,10 +6,10 @@ import ctypes
 import os
 import threading
 import time
-import traceback
 
 from . import _core, _debug_proc, _pickling, _proc_output
 from ._context import ActorContext, set_actor_context, set_current_cell
+from ._errors import format_user_traceback
 from ._actor import EndpointProperty, endpoint_signatures
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages, set_actor_host_factory
@@ -36,7 +36,7 @@ class _Loop:
 
 
 def _error_body(exc, ctx, method):
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = format_user_traceback(exc)
     where = {}
     if ctx is not None:
         where = {"rank": ctx.rank, "actor": ctx.name}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import _core, _logfiles
-from ._future import WeakValue
+from ._future import WeakValue, death_reported
 from ._pids import unusual_state
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
 from ._wait import add_slow_wait_hook
@@ -45,9 +45,22 @@ class Allocation:
             all_gone = len(self.exited) >= len(self.procs)
         rt = get_runtime()
         if not self.stopped and not body.stopping:
-            rt.diag(body.text)
+            proc = self.procs.get(body.rank)
+            self._say_death(rt, body.text, proc.addr if proc is not None else "")
         if all_gone:
             rt.forget_alloc(self.id)
+
+    DEATH_NOTICE_DELAY_S = 0.5
+
+    def _say_death(self, rt, text, addr):
+        """A proc's death is said once: by the error of a call it failed, when the caller takes
+        that error within a moment (a wait on it ends as soon as the call fails), else here."""
+        def say():
+            if not death_reported(addr):
+                rt.diag(text)
+
+        timer = threading.Timer(self.DEATH_NOTICE_DELAY_S, say)
+        timer.start()  # not a daemon: a program that ends meanwhile still gets the notice
 
     def logdir(self, agent):
         """Where the host agent keeps this allocation's per-rank log files."""

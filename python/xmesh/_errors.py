@@ -1,5 +1,85 @@
-"""Exceptions a caller sees."""
+"""Exceptions a caller sees, and the tracebacks shown with them: the user's frames only, xmesh's
+own frames left out unless XMESH_DEBUG_TRACEBACKS=1 (on the proc side for remote tracebacks, in
+the kernel for local ones)."""
+import os
+import traceback
+import types
+from typing import Callable, List, Optional
+
 from ._shape import format_coords
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+SHOW_INTERNAL_FRAMES = os.environ.get("XMESH_DEBUG_TRACEBACKS", "") not in ("", "0")
+
+
+def internal_frame(filename: str) -> bool:
+    """Whether a frame is xmesh's own code (not the user's)."""
+    return filename.startswith(_PACKAGE_DIR)
+
+
+def without_internal_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
+    """The traceback without xmesh's frames (a new chain; frames are shared)."""
+    kept: List[types.TracebackType] = []
+    while tb is not None:
+        if not internal_frame(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def hide_internal_frames(exc: BaseException) -> Optional[types.TracebackType]:
+    """Strips xmesh's frames from exc and the exceptions chained to it (unless asked not to);
+    returns exc's new traceback."""
+    if SHOW_INTERNAL_FRAMES:
+        return exc.__traceback__
+    seen = set()
+    e: Optional[BaseException] = exc
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = without_internal_frames(e.__traceback__)
+        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return exc.__traceback__
+
+
+def format_user_traceback(exc: BaseException) -> str:
+    """The traceback text of exc as the user should read it (an endpoint's error)."""
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    if not SHOW_INTERNAL_FRAMES:
+        seen = set()
+        stack: list = [te]
+        while stack:
+            t = stack.pop()
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            t.stack = traceback.StackSummary.from_list([f for f in t.stack if not internal_frame(f.filename)])
+            stack.extend((t.__cause__, t.__context__))
+    return "".join(te.format())
+
+
+# How remote traceback text is shown here: the kernel turns frames of its notebook cells into
+# "Cell In [n]" with their source (injected, as xeus injects its publisher).
+_remote_traceback_filter: List[Callable[[str], str]] = []
+
+
+def set_remote_traceback_filter(fn: Callable[[str], str]) -> None:
+    _remote_traceback_filter[:] = [fn]
+
+
+def shown_remote_traceback(text: str) -> str:
+    for fn in _remote_traceback_filter:
+        try:
+            text = fn(text)
+        except Exception:
+            pass
+    return text
 
 
 class ActorError(Exception):

@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _context, _core, _pickling, _wait
-from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords
+from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords, shown_remote_traceback
 from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime
 from ._shape import ranks_text
@@ -47,7 +47,7 @@ def _error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseExce
             exc = _pickling.loads(frames)
         except Exception:
             exc = None
-    tb, host, method = err.traceback, err.host, err.method
+    tb, host, method = shown_remote_traceback(err.traceback or ""), err.host, err.method
     head = f"{where} on {host}" if host else where
     if method:
         head += f" failed in endpoint {method}()"
@@ -175,6 +175,19 @@ class _SentCalls:
 
 _sent = _SentCalls()
 
+# Procs whose death an error given to the caller named (their own notice is then not needed).
+_reported_deaths: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+
+
+def _note_reported_death(addr: str) -> None:
+    _reported_deaths[addr] = None
+    while len(_reported_deaths) > 1024:
+        _reported_deaths.popitem(last=False)
+
+
+def death_reported(addr: str) -> bool:
+    return addr in _reported_deaths
+
 
 def _queued_behind(sent: _Sent) -> "list[tuple[_Sent, list[int]]]":
     by_blocker: "dict[int, tuple[_Sent, list[int]]]" = {}
@@ -268,7 +281,10 @@ class Future:
         return self._targets[index] if index < len(self._targets) else None
 
     def error_for(self, index: int, body: Any, frames: Any) -> BaseException:
-        return _error_from(body, frames, self.target(index))
+        err = _error_from(body, frames, self.target(index))
+        if isinstance(err, SupervisionError):
+            _note_reported_death(self._call.target_addr(index))
+        return err
 
     def _rank(self, index: int) -> int:
         t = self.target(index)
@@ -282,6 +298,19 @@ class Future:
     def pending_ranks(self) -> list[int]:
         """Ranks that have not answered (running, or queued behind an earlier call)."""
         return [self._rank(i) for i in self._call.missing()]
+
+    def dead_unanswered(self) -> list[str]:
+        """"rank 0: proc rank 0 (pid 42) was killed by SIGKILL" for the targets that had not
+        answered when the call failed, whose procs are known dead."""
+        rt = get_runtime()
+        out = []
+        for i in self._call.missing():
+            addr = self._call.target_addr(i)
+            reason = rt.node.dead_reason(addr)
+            if reason is not None:
+                out.append(f"rank {self._rank(i)}: {read_error(reason).text or 'its proc died'}")
+                _note_reported_death(addr)
+        return out
 
     def running_ranks(self) -> list[int]:
         """Ranks that have not answered and are not queued behind an earlier call."""

@@ -30,6 +30,7 @@ def setup(shell):
     _keep_meshes_out_of_the_output_cache(shell)
     _name_errors_by_their_class(shell)
     _interrupt_awaits_like_waits(shell)
+    _show_the_users_frames(shell)
     _register_magics(shell)
     from . import _core, _debug_io, _logs, _runtime, _wait
 
@@ -296,6 +297,47 @@ def _interrupt_awaits_like_waits(shell):
 
     shell.loop_runner = run_cell_coroutine
     shell.set_custom_exc((asyncio.CancelledError,), show_interrupted_await)
+
+
+def _show_the_users_frames(shell):
+    """Tracebacks in a cell show the user's frames: xmesh's own are left out (the frames of
+    get(), the wait, the debugger's prompt), and an endpoint's frames from a notebook cell read
+    "Cell In [n], line L" with their source, as IPython shows local ones."""
+    import linecache
+    import re
+
+    from ._errors import hide_internal_frames, set_remote_traceback_filter
+
+    get_exc_info = shell._get_exc_info
+
+    def _get_exc_info(exc_tuple=None):
+        etype, value, tb = get_exc_info(exc_tuple)
+        if isinstance(value, BaseException):
+            value.__traceback__ = tb
+            tb = hide_internal_frames(value)
+        return etype, value, tb
+
+    frame_line = re.compile(r'^(\s*)File "([^"]+)", line (\d+), in (.*)$')
+
+    def cells_in(text):
+        out = []
+        lines = text.splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            m = frame_line.match(line.rstrip("\n"))
+            cell = m and shell.compile._filename_map.get(m.group(2))
+            if not cell:
+                out.append(line)
+                continue
+            indent, filename, lineno = m.group(1), m.group(2), int(m.group(3))
+            out.append(f"{indent}Cell In [{cell}], line {lineno}, in {m.group(4)}\n")
+            source = linecache.getline(filename, lineno).strip()
+            has_source = i + 1 < len(lines) and lines[i + 1].startswith(indent + "    ")
+            if source and not has_source:
+                out.append(f"{indent}  {source}\n")
+        return "".join(out)
+
+    shell._get_exc_info = _get_exc_info
+    set_remote_traceback_filter(cells_in)
 
 
 def _keep_meshes_out_of_the_output_cache(shell):

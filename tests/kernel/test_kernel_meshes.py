@@ -268,3 +268,24 @@ def test_endpoints_complete_and_inspect_also_without_their_class(kernel):
         text = content["data"]["text/plain"]
         assert "Counter.say(text: str, times: int = 1) -> str" in text, text
         assert "Prints text on every rank." in text and ".call_one(" in text, text
+
+
+def test_tracebacks_show_the_users_frames_and_a_killed_proc_once(kernel):
+    """Issue 17, defect 6: remote errors showed xmesh's frames first (proc and controller side)
+    and an endpoint from a notebook cell as <tmp>/xpython_N/123.py without its source; a proc
+    killed by a signal was reported twice (the error and a notice)."""
+    import re
+
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 1})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    r = kernel.run("counters.fail.call_one().get()")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", r.error_text)
+    assert r.error["ename"] == "ActorError"
+    assert "xmesh/_" not in text and "xpython_" not in text, text  # no xmesh frame, no temporary file
+    assert re.search(r"Cell In \[\d+\], line \d+, in fail\n +raise ValueError\(\"bad value on rank %d\"", text), text
+    assert "----> 1 counters.fail.call_one().get()" in text
+    r = kernel.run("counters.die.call_one().get()")
+    assert r.error["ename"] == "SupervisionError" and "exited with code 7" in r.error["evalue"], r.error
+    time.sleep(1.5)  # longer than a death notice waits for the error that reports it
+    r = kernel.ok("print('next')")
+    assert "exited with code 7" not in r.stderr + r.stdout, (r.stdout, r.stderr)

@@ -1,5 +1,6 @@
 """Errors a caller sees: endpoint exceptions, bad __init__, bad arguments, bad use."""
 import pytest
+from xmesh_testing import run_program
 from actors_for_tests import BadInit, Counter
 
 from xmesh import ActorError, this_host
@@ -124,3 +125,25 @@ def test_an_endpoint_named_like_a_mesh_attribute_is_refused_at_class_definition(
         @endpoint
         def total(self):
             return 2
+
+
+def test_remote_tracebacks_leave_xmesh_frames_out_unless_asked(fresh_rundir):
+    """The endpoint's traceback shows the user's frames; XMESH_DEBUG_TRACEBACKS=1 shows xmesh's
+    own too (for debugging xmesh itself)."""
+    program = ("from xmesh import this_host, Actor, endpoint\n"
+               "class A(Actor):\n"
+               "    @endpoint\n"
+               "    def boom(self):\n"
+               "        raise ValueError('boom')\n"
+               "procs = this_host().spawn_procs({'gpus': 1})\n"
+               "try:\n"
+               "    procs.spawn('a', A).boom.call_one().get()\n"
+               "except Exception as e:\n"
+               "    print('REMOTE', e.remote_traceback)\n")
+    plain = run_program(program, env={"XMESH_RUNTIME_DIR": fresh_rundir})
+    assert plain.returncode == 0, plain.stderr
+    assert "in boom" in plain.stdout and "raise ValueError('boom')" in plain.stdout
+    assert "_actor_host.py" not in plain.stdout, plain.stdout
+    debug = run_program(program, env={"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_DEBUG_TRACEBACKS": "1"})
+    assert debug.returncode == 0, debug.stderr
+    assert "_actor_host.py" in debug.stdout and "in boom" in debug.stdout, debug.stdout
