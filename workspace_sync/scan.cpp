@@ -68,10 +68,8 @@ class Scanner {
       previous_scan_ns_ = previous->scan_ns;
     }
     for (auto& p : opts.excludes) user_.add_line("", p);
-    if (opts.default_excludes) {
-      defaults_.add_line("", "__pycache__/");
-      defaults_.add_line("", "*.py[co]");
-    }
+    if (opts.default_excludes)
+      for (const char* p : kDefaultExcludes) defaults_.add_line("", p);
   }
 
   ScanResult run(int rootfd) {

@@ -13,10 +13,18 @@
 
 namespace xmesh::ws {
 
+// What a workspace never needs on the hosts, excluded unless the user's exclude= says
+// otherwise ("!.git/"): compiled Python, notebook checkpoints, version control, environments
+// and tools' caches.
+inline constexpr const char* kDefaultExcludes[] = {
+    "__pycache__/", "*.py[co]",     ".ipynb_checkpoints/", ".git/",         ".hg/",      ".svn/",
+    ".venv/",       "node_modules/", ".mypy_cache/",       ".pytest_cache/", ".ruff_cache/", ".tox/",
+    "*.egg-info/",  ".DS_Store"};
+
 struct ScanOptions {
   std::vector<std::string> excludes;  // gitignore syntax, relative to the root
   bool use_ignore_files = true;       // .gitignore and .xmeshignore
-  bool default_excludes = true;       // __pycache__/ and *.pyc
+  bool default_excludes = true;       // kDefaultExcludes
   uint64_t max_file_size = 0;         // 0: no limit; larger files are listed in too_large
 
   bool operator==(const ScanOptions& o) const {

@@ -6,12 +6,17 @@ import html
 MAX_ROWS = 64
 
 
-def html_table(title, headers, rows, note=""):
-    """title: HTML (already escaped); headers: plain strings; rows: lists of plain values."""
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+def html_table(title, headers, rows, note="", left=()):
+    """title: HTML (already escaped); headers: plain strings; rows: lists of plain values.
+    left: indexes of columns aligned left (names, paths; notebooks align cells right)."""
+    def cell(tag, i, value):
+        style = ' style="text-align: left"' if i in left else ""
+        return f"<{tag}{style}>{html.escape(str(value))}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(headers))
     body = []
     for row in rows[:MAX_ROWS]:
-        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+        body.append("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>")
     more = len(rows) - MAX_ROWS
     if more > 0:
         body.append(f'<tr><td colspan="{len(headers)}">... {more} more</td></tr>')

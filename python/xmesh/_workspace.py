@@ -158,6 +158,9 @@ def reload_procs(report, procs):
     report.reloads.sort(key=lambda r: r["rank"])
 
 
+_CHANGED_SHOWN = 10  # a report names up to this many files sent, else the largest
+
+
 def sync_workspace(spaces, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,
                    max_file_size=DEFAULT_MAX_FILE_SIZE, watch=False, compress="auto", conda=False):
     """The body of HostMesh.sync_workspace and ProcMesh.sync_workspace. spaces: [(space_for,
@@ -328,17 +331,27 @@ class SyncReport:
 
     # -- display -------------------------------------------------------------------------------
     def _reload_lines(self):
+        """(lines, warnings): what each rank reloaded, and what it could not (identical lines
+        of several ranks merged)."""
         lines = []
         by_modules: dict = {}
+        failures: dict = {}
         for r in self.reloads:
-            by_modules.setdefault(tuple(r.get("reloaded", [])), []).append(r["rank"])
+            for mod, err in r.get("failed", []):
+                failures.setdefault((mod, err), []).append(r["rank"])
+            if r.get("reloaded") or not r.get("failed"):  # a rank that only failed says so below
+                by_modules.setdefault(tuple(r.get("reloaded", [])), []).append(r["rank"])
         for mods, ranks in sorted(by_modules.items(), key=lambda kv: min(kv[1])):
             what = ", ".join(mods) if mods else "nothing (no changed module was loaded)"
             lines.append(f"reloaded on {ranks_text(ranks)}: {what}")
-        for r in sorted(self.reloads, key=lambda r: r["rank"]):
-            for mod, err in r.get("failed", []):
-                lines.append(f"rank {r['rank']} could not reload {mod}: {err}")
-        return lines
+        warnings = [f"warning: {ranks_text(ranks)} could not reload {mod}: {err}"
+                    for (mod, err), ranks in sorted(failures.items(), key=lambda kv: min(kv[1]))]
+        return lines, warnings
+
+    @property
+    def changed_files(self) -> list[str]:
+        """Paths whose content was sent (added or changed), in path order."""
+        return sorted({path for path, _, _ in self.files_sent})
 
     def summary(self) -> str:
         dirs = ", ".join(local + (f" -> {dest}" if dest else "") for local, dest in self._trees())
@@ -361,13 +374,18 @@ class SyncReport:
                     f"received {human_bytes(h['bytes_received'])}")
                 lines.append(f"  {h['host']}: {', '.join(h['dirs'])}: {state}")
         files = self.files_sent
-        if files:
+        changed = self.changed_files
+        if changed:
+            more = f" and {len(changed) - _CHANGED_SHOWN} more" if len(changed) > _CHANGED_SHOWN else ""
+            lines.append("  sent: " + ", ".join(changed[:_CHANGED_SHOWN]) + more)
+        if len(files) > _CHANGED_SHOWN:
             lines.append("  largest files sent: " + ", ".join(f"{p} ({human_bytes(s)})" for p, s, _ in files[:5]))
             lines.append("  largest directories sent: " + ", ".join(f"{d} ({human_bytes(s)})"
                                                                     for d, s in self.dirs_sent[:5]))
         for local, path, why in self.skipped[:10]:
             lines.append(f"  skipped {path}: {why}")
-        lines += ["  " + line for line in self._reload_lines()]
+        reloaded, warnings = self._reload_lines()
+        lines += ["  " + line for line in reloaded + warnings]
         return "\n".join(lines)
 
     def _repr_html_(self):
@@ -375,16 +393,22 @@ class SyncReport:
                  "" if h["same"] else str(h["changed"]), "" if h["same"] else str(h["deleted"]),
                  human_bytes(h["bytes_received"])] for h in self.hosts]
         parts = [html_table(html.escape(self.summary()), ["Host", "Directory", "Added", "Changed", "Deleted",
-                                                          "Received"], rows)]
+                                                          "Received"], rows, left=(0, 1))]
         files = self.files_sent
         if files:
-            parts.append(html_table("Largest files sent", ["File", "Size"],
-                                    [[p, human_bytes(s)] for p, s, _ in files[:5]]))
+            title = "Files sent" if len(files) <= _CHANGED_SHOWN else "Largest files sent"
+            shown = sorted(files) if len(files) <= _CHANGED_SHOWN else files[:5]
+            parts.append(html_table(title, ["File", "Size"], [[p, human_bytes(s)] for p, s, _ in shown], left=(0,)))
+        if len(files) > _CHANGED_SHOWN:
             parts.append(html_table("Largest directories sent", ["Directory", "Size"],
-                                    [[d, human_bytes(s)] for d, s in self.dirs_sent[:5]]))
-        extra = [f"skipped {path}: {why}" for _, path, why in self.skipped[:10]] + self._reload_lines()
+                                    [[d, human_bytes(s)] for d, s in self.dirs_sent[:5]], left=(0,)))
+        reloaded, warnings = self._reload_lines()
+        extra = [f"skipped {path}: {why}" for _, path, why in self.skipped[:10]] + reloaded
         if extra:
             parts.append("<pre>" + html.escape("\n".join(extra)) + "</pre>")
+        if warnings:  # styled as a warning, as notebooks show stderr
+            parts.append('<pre style="background: var(--jp-rendermime-error-background, #fdd); padding: 2px 4px">'
+                         + html.escape("\n".join(warnings)) + "</pre>")
         return "\n".join(parts)
 
 

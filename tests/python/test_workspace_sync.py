@@ -46,7 +46,8 @@ def test_initial_noop_change_delete_rename_modes_symlinks_and_ignores(fresh_rund
     assert ("outside", "symlink to /etc/passwd points outside the workspace (absolute)") in \
         [(p, why) for _, p, why in report.skipped]
     assert report.files_sent[0][0] == "pkg/data.txt" and report.dirs_sent[0][0] == "pkg/"
-    assert "largest files sent: pkg/data.txt" in repr(report) and "<table" in report._repr_html_()
+    assert "  sent: .gitignore, pkg/data.txt, " in repr(report) and "<table" in report._repr_html_()
+    assert '<td style="text-align: left">pkg/data.txt</td>' in report._repr_html_()
     assert sorted(os.listdir(root)) == [".gitignore", "alias.py", "pkg", "run.sh", "wsmod_a.py"]
     assert os.stat(f"{root}/run.sh").st_mode & 0o777 == 0o755
     assert os.readlink(f"{root}/alias.py") == "wsmod_a.py"
@@ -317,7 +318,11 @@ def test_auto_reload_runs_new_code_in_live_actors(fresh_rundir, tmp_path):
         write(f"{src}/wsmod_helper.py", "def base(:\n")
         broken = procs.sync_workspace(src, auto_reload=True)
         assert [f[0] for r in broken.reloads for f in r["failed"]] == ["wsmod_helper", "wsmod_helper"]
-        assert "rank 0 could not reload wsmod_helper: SyntaxError" in repr(broken)
+        # Identical failures of several ranks are one warning; no "nothing reloaded" line first.
+        text = repr(broken)
+        assert "  warning: ranks 0-1 could not reload wsmod_helper: SyntaxError" in text, text
+        assert "nothing (no changed module" not in text and text.count("could not reload") == 1, text
+        assert "background: var(--jp-rendermime-error-background" in broken._repr_html_()
         assert list(users.value.call().get(timeout=30).values()) == [22, 22]
     finally:
         sys.path.remove(src)
@@ -409,3 +414,27 @@ def test_cli_sync_of_a_named_allocation_with_reload(fresh_rundir, tmp_path):
     finally:
         procs.stop()
 
+
+
+def test_notebook_and_tool_clutter_stays_home_unless_asked(fresh_rundir, tmp_path):
+    """Issue 17, defect 7: .ipynb_checkpoints/ (and .git, environments, tools' caches) went to
+    every host, and a second sync's report named the checkpoint instead of the edited module."""
+    src = str(tmp_path / "ws")
+    write(f"{src}/mymod.py", "X = 1\n")
+    clutter = [".ipynb_checkpoints/mymod-checkpoint.py", ".git/config", ".venv/bin/python3", "node_modules/a/x.js",
+               ".mypy_cache/3.11/m.json", ".pytest_cache/v/cache", "mymod.egg-info/PKG-INFO", "sub/.ipynb_checkpoints/n.py"]
+    for path in clutter:
+        write(f"{src}/{path}", "clutter\n")
+    host = xmesh.hosts([fresh_rundir])
+    first = host.sync_workspace(src)
+    root = workspace_dir(fresh_rundir)
+    assert first.added == 1 and sorted(os.listdir(root)) == ["mymod.py", "sub"], (first, os.listdir(root))
+    assert os.listdir(f"{root}/sub") == []
+    write(f"{src}/mymod.py", "X = 2\n")
+    write(f"{src}/.ipynb_checkpoints/mymod-checkpoint.py", "X = 2\n")  # what JupyterLab saves beside
+    second = host.sync_workspace(src)
+    assert second.changed == 1 and second.changed_files == ["mymod.py"], second
+    assert "  sent: mymod.py" in repr(second)
+    # The user's exclude= has the last word.
+    third = host.sync_workspace(src, exclude=["!.git/"])
+    assert third.added == 1 and os.path.exists(f"{root}/.git/config")
