@@ -126,7 +126,7 @@ class DebugController:
                     self.new_stop = True
                     _core.wake_main()  # a waiting get() / await / stream opens the prompt now
                     self.last_stop_at = time.monotonic()
-                    threading.Timer(NOTICE_DELAY_S, self._notice_if_unseen, (s,)).start()
+                    threading.Timer(NOTICE_DELAY_S, self._notice_if_unseen, (s, time.monotonic())).start()
             elif ev == "running":
                 s.state = "running"
             elif ev == "ended":
@@ -141,12 +141,17 @@ class DebugController:
             sources[name] = "".join(lines) if lines else None
         self._command(addr, sid=body.sid, sources=sources)
 
-    def _notice_if_unseen(self, s):
-        """A stop that no waiting cell turned into a prompt (after a broadcast, or a call nobody
-        waits on): say so where that call came from."""
+    def _notice_if_unseen(self, s, first_at):
+        """Stops that no waiting cell turned into a prompt (after a broadcast, or a call nobody
+        waits on): said where their calls came from, once stops pause (ranks that stop together
+        are one line, every rank named)."""
         with self.cond:
             driver = self.driver
             if s.shown or s.state != "stopped" or (self.prompt_open and driver is None):
+                return
+            quiet_for = time.monotonic() - self.last_stop_at
+            if quiet_for < SETTLE_QUIET_S and time.monotonic() - first_at < NOTICE_DELAY_S + SETTLE_MAX_S:
+                threading.Timer(SETTLE_QUIET_S - quiet_for, self._notice_if_unseen, (s, first_at)).start()
                 return
             fresh = [x for x in self.sessions.values() if x.state == "stopped" and not x.shown]
             for x in fresh:
@@ -154,9 +159,14 @@ class DebugController:
         if driver is not None:  # the client in a terminal hears of every stop
             driver.write("\n[xmesh] stopped in pdb:\n" + format_table(fresh))
             return
-        where = f"{os.path.basename(s.file)}:{s.line} in {s.function}()"
-        self.rt.diag(f"{s.actor} rank {s.rank} stopped in pdb at {where} ({s.reason}); no call waits for it: "
-                      f"xmesh.debug() (or %xmesh_debug) opens the debugger", s.cell)
+        groups: dict = {}
+        for x in fresh:
+            where = f"{os.path.basename(x.file)}:{x.line} in {x.function}()"
+            groups.setdefault((x.actor, where, x.reason, x.cell), []).append(x.rank)
+        for (actor, where, reason, cell), ranks in groups.items():
+            self.rt.diag(f"{actor} {ranks_text(ranks)} stopped in pdb at {where} ({reason}); no call waits for "
+                         f"{'it' if len(ranks) == 1 else 'them'}: xmesh.debug() (or %xmesh_debug) opens the debugger",
+                         cell)
 
     def on_proc_exited(self, addr, text):
         with self.cond:

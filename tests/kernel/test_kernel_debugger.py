@@ -235,3 +235,15 @@ def test_xmesh_debug_from_a_terminal_takes_over_the_cells_prompt(kernel):
         client.expect(pexpect.EOF)
     finally:
         client.close(force=True)
+
+
+def test_a_broadcast_that_stops_every_rank_names_them_all(kernel):
+    """Issue 17, defect 8: the notice of stops no call waits for named one rank of four."""
+    kernel.ok(TRAINER.replace("if current_rank().rank != 1:", "if True:"))
+    msg_id = kernel.send("trainer.step.broadcast(10)\nimport time\ntime.sleep(3)\nprint('slept')")
+    said = kernel.wait_for_output(msg_id, lambda t: "slept" in t, timeout=30)
+    notices = [ln for ln in said.splitlines() if "stopped in pdb at" in ln]
+    assert len(notices) == 1, said
+    assert "trainer ranks 0-3 stopped in pdb at" in notices[0] and "no call waits for them" in notices[0], said
+    kernel.collect(msg_id)
+    kernel.ok("procs.stop()")
