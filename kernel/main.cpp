@@ -12,9 +12,9 @@
 #include "history_manager.hpp"
 #include "interrupts.hpp"
 #include "iopub_side_channel.hpp"
+#include "remote_breakpoints.hpp"
 #include "pybind11/embed.h"
 #include "util.hpp"
-#include "xeus-python/xdebugger.hpp"
 #include "xeus/xeus_context.hpp"
 #include "xeus/xkernel.hpp"
 #include "xeus/xkernel_configuration.hpp"
@@ -89,6 +89,10 @@ int main(int argc, char* argv[]) {
     return 2;
   }
 
+  // debugpy (JupyterLab's visual debugger) warns about frozen modules on stderr, which is the
+  // cell's: the embedded interpreter cannot take -Xfrozen_modules=off, and the warning is not
+  // the user's business (ipykernel keeps it in its log).
+  setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1", 0);
   start_python();
   auto history = std::make_unique<xmesh::kernel::HistoryManager>();
   auto& history_ref = *history;
@@ -103,7 +107,7 @@ int main(int argc, char* argv[]) {
     auto& interpreter_ref = *interpreter;
     xeus::xkernel kernel(config, user_name, std::move(context), std::move(interpreter),
                          xmesh::kernel::make_stdin_guarded_server, std::move(history), nullptr,
-                         xpyt::make_python_debugger, debugger_config);
+                         xmesh::kernel::make_xmesh_debugger, debugger_config);
     static_cast<xmesh::kernel::StdinGuardedServer&>(kernel.get_server()).route_replies_to(interpreter_ref);
     // Late output of finished cells is published from runtime threads through this channel.
     xmesh::kernel::make_iopub_side_channel(zmq_context, config.m_signature_scheme, config.m_key, user_name);

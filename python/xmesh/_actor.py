@@ -69,6 +69,26 @@ def endpoints_of(cls):
     return names
 
 
+def endpoints_in_file(path: str) -> "list[tuple[str, int, int]]":
+    """[(Class.endpoint, first line, last line)] of the endpoints of live Actor classes whose
+    code is in path (a notebook cell's file)."""
+    found = []
+    seen = set()
+    stack = list(Actor.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        stack.extend(cls.__subclasses__())
+        for name, value in vars(cls).items():
+            code = getattr(getattr(value, "fn", None), "__code__", None)
+            if isinstance(value, EndpointProperty) and code is not None and code.co_filename == path:
+                lines = [ln for _, _, ln in code.co_lines() if ln is not None] or [code.co_firstlineno]
+                found.append((f"{cls.__name__}.{name}", code.co_firstlineno, max(lines)))
+    return found
+
+
 def endpoint_signatures(cls: type) -> "dict[str, tuple[str, str]]":
     """{endpoint: (its signature without self, the first line of its docstring)}."""
     out = {}

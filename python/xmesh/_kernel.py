@@ -1,7 +1,7 @@
 """The Python side of the xmesh Jupyter kernel. kernel/xmesh_interpreter.cpp calls `setup`
 once the IPython shell exists, `begin_cell` / `end_cell` around each execution,
 `on_idle_interrupt` for an interrupt while no cell runs, and `shutdown` on a shutdown or
-restart request."""
+restart request; kernel/remote_breakpoints.cpp calls `note_breakpoints`."""
 import itertools
 import json
 import sys
@@ -96,6 +96,40 @@ def begin_cell(header_json, allow_stdin=False):
     _context.controller_cell = cell.token
     if _cells is not None:
         _cells.begin_cell(cell.token)
+    _explain_remote_breakpoints()
+
+
+# -- breakpoints of the front end's debugger (kernel/remote_breakpoints.cpp) --------------------
+_breakpoints = {}          # source path -> lines a front end's debugger set there
+_breakpoints_explained = set()
+_breakpoints_lock = threading.Lock()
+
+
+def note_breakpoints(path, lines):
+    """Control thread: a front end's debugger set these breakpoints in path (a cell's file)."""
+    with _breakpoints_lock:
+        _breakpoints[path] = set(lines)
+
+
+def _explain_remote_breakpoints():
+    """Main thread, around each cell: a breakpoint inside an endpoint would never fire (the
+    endpoint runs on the procs); the user is told once per breakpoint, in the cell."""
+    with _breakpoints_lock:
+        wanted = {p: set(ls) for p, ls in _breakpoints.items() if ls}
+    if not wanted:
+        return
+    from ._actor import endpoints_in_file
+
+    for path, lines in wanted.items():
+        for qualname, first, last in endpoints_in_file(path):
+            for line in sorted(lines):
+                if first <= line <= last and (path, line) not in _breakpoints_explained:
+                    _breakpoints_explained.add((path, line))
+                    cell = _shell.compile._filename_map.get(path) if _shell is not None else None
+                    where = f"Cell In [{cell}], line {line}" if cell else f"{path}, line {line}"
+                    write_std(2, f"[xmesh] the debugger's breakpoint at {where} is in the endpoint {qualname}, which "
+                                 f"runs on the procs, not in this kernel: it will not stop there. Put breakpoint() "
+                                 f"in the endpoint instead: xmesh's debugger stops every rank that reaches it.\n")
 
 
 def note_call(targets, call):
@@ -120,6 +154,7 @@ def end_cell():
     cell = _current
     if cell is None:
         return
+    _explain_remote_breakpoints()  # an actor class this cell defined
     rt = runtime_if_started()
     try:
         if rt is not None and rt.logs is not None:

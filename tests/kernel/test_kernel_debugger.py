@@ -2,6 +2,8 @@
 pdb becomes the `xmesh_dbg>` prompt, driven here through the Jupyter stdin channel as a front
 end's input box would."""
 import re
+import time
+from queue import Empty
 
 import pytest
 
@@ -247,3 +249,49 @@ def test_a_broadcast_that_stops_every_rank_names_them_all(kernel):
     assert "trainer ranks 0-3 stopped in pdb at" in notices[0] and "no call waits for them" in notices[0], said
     kernel.collect(msg_id)
     kernel.ok("procs.stop()")
+
+
+def _debug_request(kernel, command, arguments, seq):
+    msg = kernel.kc.session.msg("debug_request", {"type": "request", "seq": seq, "command": command,
+                                                  "arguments": arguments})
+    kernel.kc.control_channel.send(msg)
+    while True:
+        reply = kernel.kc.get_control_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply["content"]
+
+
+def test_the_visual_debugger_is_quiet_and_explains_breakpoints_in_endpoints(kernel):
+    """Issue 17, defect 9: JupyterLab's debugger put debugpy's frozen-modules warning into the
+    user's cell, and accepted a gutter breakpoint inside an endpoint that could never fire."""
+    kernel.ok(TRAINER)
+    init = _debug_request(kernel, "initialize", {"clientID": "test", "adapterID": "python", "pathFormat": "path",
+                                                 "linesStartAt1": True, "columnsStartAt1": True,
+                                                 "supportsVariableType": True, "locale": "en"}, 1)
+    assert init["success"], init
+    attach = _debug_request(kernel, "attach", {"justMyCode": False}, 2)
+    assert attach["success"], attach
+    dumped = _debug_request(kernel, "dumpCell", {"code": TRAINER}, 3)
+    path = dumped["body"]["sourcePath"]
+    line = TRAINER.splitlines().index("        z = y + 1") + 1
+    r = _debug_request(kernel, "setBreakpoints", {"source": {"path": path}, "breakpoints": [{"line": line}],
+                                                  "sourceModified": False}, 4)
+    assert r["success"], r
+    _debug_request(kernel, "configurationDone", {}, 5)
+    streams = []  # whichever cell a stray write lands in
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        try:
+            m = kernel.kc.get_iopub_msg(timeout=0.1)
+        except Empty:
+            continue
+        if m["msg_type"] == "stream":
+            streams.append(m["content"]["text"])
+    out = kernel.ok("print('after')")
+    streams += [m["content"]["text"] for m in out.outputs if m["msg_type"] == "stream"]
+    assert not any("frozen modules" in t for t in streams), streams
+    said = out.stderr
+    assert f"the debugger's breakpoint at Cell In [1], line {line} is in the endpoint Trainer.step" in said, said
+    again = kernel.ok("print('again')")
+    assert "breakpoint at" not in again.stderr  # said once
+    _debug_request(kernel, "disconnect", {"restart": False, "terminateDebuggee": False}, 6)
