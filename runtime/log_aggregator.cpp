@@ -127,9 +127,10 @@ std::string LineAggregator::render_group(const Group& g) const {
     bool same = std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values[0]; });
     if (same) {
       out += values[0];
-    } else if (values.size() <= 4) {
+    } else if (values.size() <= 4) {  // each value with its rank: {0:0.12,3:0.13}
       out.push_back('{');
-      for (size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + values[i];
+      for (size_t i = 0; i < values.size(); ++i)
+        out += (i ? "," : "") + std::to_string(g.ranks[order[i]]) + ":" + values[i];
       out.push_back('}');
     } else {
       auto num = [](const std::string& v) { return std::strtod(v.c_str(), nullptr); };

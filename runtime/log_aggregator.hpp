@@ -1,7 +1,7 @@
 // Aggregation of the lines ranks print within one window (DESIGN §6): lines that are the same
 // on several ranks become one line with their rank set ("[ranks 0-6,9] epoch 3 done"); lines
 // that differ only in their numbers become one line that keeps the numbers visible (per rank
-// when few ranks differ, "{0.12,0.13}", else as the range "[0.12..0.19]"). A rank's own
+// when few ranks differ, "{0:0.12,1:0.13}", else as the range "[0.12..0.19]"). A rank's own
 // repeated lines are never merged with each other: the k-th occurrence of a line shape on one
 // rank only joins the k-th occurrence on the others.
 #pragma once

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 from . import _logfiles, _pickling, _wait
 from ._context import current_cell
 from ._display import html_table
+from ._env import env_float
 from ._errors import ActorError, SupervisionError
 from ._protocol import ErrorKind, error_kind, read_error
 from ._future import CallTarget, Done, Future, show_output_of
@@ -110,6 +111,9 @@ def _signature_text(fn: Any) -> str:
 def _summary(fn: Any) -> str:
     doc = inspect.getdoc(fn) or ""
     return doc.strip().split("\n\n")[0].replace("\n", " ")
+
+
+DISPLAY_WAIT_S = env_float("XMESH_DISPLAY_WAIT_S", 10.0)
 
 
 class ActorMeshRef:
@@ -265,10 +269,12 @@ class ActorMesh(MeshTrait):
             proc_states = {g: (host, pid, state) for g, _, host, pid, state in pm.rank_states(whole=True)}
         init_state = "ready"
         if self._initialized is not None:
+            # Shown right after spawn (a cell's last line), the mesh is shown once its actors are
+            # up (or after DISPLAY_WAIT_S): a saved notebook keeps the state it showed.
             try:
-                self._initialized.get(timeout=0)
+                self._initialized.get(timeout=DISPLAY_WAIT_S)
             except TimeoutError:
-                init_state = "starting"
+                init_state = f"starting (shown after {DISPLAY_WAIT_S:g} s; display it again to refresh)"
             except Exception:
                 init_state = "__init__ failed"
         base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}

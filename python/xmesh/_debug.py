@@ -470,7 +470,7 @@ def open_prompt(waiting_for=None):
             s.shown = True
         io.write("[xmesh] actors stopped in pdb, and this run cannot take input (no stdin); "
                  "showing where they are and continuing them (XMESH_DEBUG=error fails instead)\n")
-        io.write(format_table(stopped))
+        io.show_table(stopped)
         io.write(ctrl.format_stacks())
         ctrl.continue_all(stopped)
         return

@@ -13,10 +13,24 @@ def coords_text(coords):
     return format_coords(coords) or "-"
 
 
+_TABLE_HEADERS = ("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.", "Reason")
+
+
+def _table_rows(sessions):
+    return [(s.actor, str(s.rank), coords_text(s.coords), s.host, s.function, str(s.line), s.reason)
+            for s in sorted(sessions, key=lambda s: (s.actor, s.rank))]
+
+
+def html_stop_table(sessions):
+    """The table of stopped actors as the notebook shows every xmesh table."""
+    from ._display import html_table
+
+    return html_table(f"{len(sessions)} actor{'s' if len(sessions) != 1 else ''} stopped in pdb",
+                      _TABLE_HEADERS, _table_rows(sessions), left=(0, 3, 4, 6))
+
+
 def format_table(sessions):
-    rows = [("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.", "Reason")]
-    for s in sorted(sessions, key=lambda s: (s.actor, s.rank)):
-        rows.append((s.actor, str(s.rank), coords_text(s.coords), s.host, s.function, str(s.line), s.reason))
+    rows = [_TABLE_HEADERS] + _table_rows(sessions)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     out = [line]
@@ -57,6 +71,10 @@ class TerminalIO:
     def write(self, text):
         sys.stdout.write(text)
         sys.stdout.flush()
+
+    def show_table(self, sessions):
+        """The table of stopped actors (text here; the notebook's I/O shows it as HTML)."""
+        self.write(format_table(sessions))
 
     def read(self, prompt):
         global _local_reading

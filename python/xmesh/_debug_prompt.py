@@ -1,7 +1,7 @@
 """The `xmesh_dbg>` prompt (DESIGN §7): Monarch's command grammar over a DebugController (list,
 attach, cast, continue, where, help, quit), talking through an I/O object (_debug_io)."""
 from . import _core
-from ._debug_io import TakenOver, format_table
+from ._debug_io import TakenOver
 from ._shape import ranks_text
 
 
@@ -40,7 +40,10 @@ class DebugPrompt:
         stopped = self.ctrl.stopped()
         for s in stopped:
             s.shown = True
-        self.io.write(format_table(stopped) if stopped else "[xmesh] no actors are stopped in pdb\n")
+        if stopped:
+            self.io.show_table(stopped)
+        else:
+            self.io.write("[xmesh] no actors are stopped in pdb\n")
         if not stopped and leave_when_resumed:
             return "resumed"
         while True:
@@ -68,7 +71,7 @@ class DebugPrompt:
         rest = rest.strip()
         try:
             if word in ("list", "l"):
-                self.io.write(format_table(self.ctrl.stopped()))
+                self.io.show_table(self.ctrl.stopped())
             elif word in ("attach", "a"):
                 self.attach(rest)
             elif word == "cast":

@@ -20,7 +20,7 @@ import struct
 import sys
 import threading
 
-from . import _core
+from . import _core, _debug_io
 from ._hostd import pid_alive
 from ._runtime import on_controller_shutdown, on_controller_start
 
@@ -70,6 +70,9 @@ class RemoteIO:
 
     def write(self, text):
         self._send({"out": text})
+
+    def show_table(self, sessions):
+        self.write(_debug_io.format_table(sessions))
 
     def read(self, prompt):
         self._send({"read": prompt})

@@ -28,6 +28,7 @@ def setup(shell):
     global _shell
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
+    _show_nothing_for_results_of_nothing(shell)
     _name_errors_by_their_class(shell)
     _interrupt_awaits_like_waits(shell)
     _show_the_users_frames(shell)
@@ -238,6 +239,14 @@ class _KernelIO(TerminalIO):
     def _wait_for_line(self, prompt):
         return input_request(prompt)
 
+    def show_table(self, sessions):
+        """An HTML table, like every xmesh display (text/plain: the terminal's table)."""
+        from ._debug_io import format_table, html_stop_table
+
+        sys.stdout.flush()  # the table goes after what the prompt wrote before it
+        _shell.display_pub.publish(data={"text/plain": format_table(sessions), "text/html": html_stop_table(sessions)},
+                                   metadata={})
+
 
 class _KernelFrontend:
     """The debugger prompt in a notebook cell: output in the cell, input through the Jupyter
@@ -373,6 +382,22 @@ def _show_the_users_frames(shell):
 
     shell._get_exc_info = _get_exc_info
     set_remote_traceback_filter(cells_in)
+
+
+def _show_nothing_for_results_of_nothing(shell):
+    """`actors.step.call().get()` of endpoints that return nothing is a ValueMesh of None: as a
+    cell's last expression it shows nothing, as IPython shows nothing for None."""
+    from ._value_mesh import ValueMesh
+
+    hook = shell.displayhook
+
+    class DisplayHook(type(hook)):
+        def __call__(self, result=None):
+            if isinstance(result, ValueMesh) and all(v is None for v in result.values()):
+                return
+            super().__call__(result)
+
+    hook.__class__ = DisplayHook  # the hook IPython installs during each cell, now with the rule
 
 
 def _keep_meshes_out_of_the_output_cache(shell):

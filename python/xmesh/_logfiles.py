@@ -5,6 +5,7 @@ The directory layout (a log directory per allocation with procs.json and rank<r>
 by size into rank<r>.log.1 (newest) ... rank<r>.log.N) is runtime/layout.hpp's and the record
 format runtime/log_record.hpp's; this module asks xmesh._core for both."""
 import collections
+import datetime
 import json
 import os
 import re
@@ -13,8 +14,21 @@ import time
 from . import _core
 from ._pids import pid_alive
 
-LogRecord = collections.namedtuple("LogRecord", "host pid rank coords actor stream time text")
 
+class LogRecord(collections.namedtuple("LogRecord", "host pid rank coords actor stream time text")):
+    """One line a proc wrote (host, pid, rank, coords, actor, stream, time, text). time: seconds
+    since the epoch (sortable); `when` is the same as a local datetime, and the repr shows it
+    readably."""
+
+    __slots__ = ()
+
+    @property
+    def when(self) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(self.time)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._fields if k != "time")
+        return f"LogRecord({fields}, time={self.when.isoformat(sep=' ', timespec='milliseconds')})"
 
 
 def logdir(runtime_dir, name, alloc_id):

@@ -146,16 +146,20 @@ def actors_of(proc_mesh, name=None, timeout=30):
 
 def allocations(runtime_dirs: Optional[list[str]] = None) -> list[dict]:
     """Live named allocations on this host (or on the agents of the given runtime
-    directories): name, shape, hosts, age, procs alive, and the controller attached."""
+    directories): name, shape, hosts (host names; runtime_dirs: their agents' directories),
+    age, procs alive, and the controller attached."""
     out: dict = {}
     for d in runtime_dirs or [_core.runtime_dir()]:
-        for a in agent(d).status().allocations:
+        status = agent(d).status()
+        for a in status.allocations:
             if not a.name or a.stopping:
                 continue
             entry = out.setdefault(a.name, {
-                "name": a.name, "shape": shape_dict(_shape_of(a.shape)), "hosts": [], "age_s": time.time() - a.created,
-                "procs": 0, "procs_alive": 0, "controller_pid": a.controller_pid, "attached": a.attached})
-            entry["hosts"].append(d)
+                "name": a.name, "shape": shape_dict(_shape_of(a.shape)), "hosts": [], "runtime_dirs": [],
+                "age_s": time.time() - a.created, "procs": 0, "procs_alive": 0, "controller_pid": a.controller_pid,
+                "attached": a.attached})
+            entry["hosts"].append(status.host or _core.hostname())
+            entry["runtime_dirs"].append(d)
             entry["procs"] += len(a.procs)
             entry["procs_alive"] += sum(p.alive for p in a.procs)
     return sorted(out.values(), key=lambda e: e["name"])

@@ -221,7 +221,7 @@ def _sync(args):
     if args.name not in named:
         raise RuntimeError(f"no live allocation named {args.name!r}"
                            + (f" (live: {', '.join(sorted(named))})" if named else ""))
-    agents = [agent(d) for d in named[args.name]["hosts"]]
+    agents = [agent(d) for d in named[args.name]["runtime_dirs"]]
 
     def procs_of():
         # The procs of the allocation, reached with the cookie they accept; nobody is taken over.

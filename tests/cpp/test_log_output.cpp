@@ -109,7 +109,7 @@ TEST_CASE("aggregation: same lines collapse, numbers stay visible, a rank's repe
   CHECK(out ==
         "[ranks 0-7] epoch 3 done\n"
         "[ranks 0-7] loss=[0.12..0.19] step 7\n"
-        "[ranks 0-2] acc {90,91,92}\n"
+        "[ranks 0-2] acc {0:90,1:91,2:92}\n"
         "[5] only five\n"
         "[5] only five\n");
   REQUIRE(ranks.size() == 5);

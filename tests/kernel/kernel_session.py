@@ -185,8 +185,11 @@ class Conversation:
 
     @property
     def stdout(self):
-        return "".join(m["content"]["text"] for m in self.outputs
-                       if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
+        """The cell's stdout, with the text form of its displays (the debugger's table) in place."""
+        return "".join(m["content"]["text"] if m["msg_type"] == "stream" else m["content"]["data"]["text/plain"]
+                       for m in self.outputs
+                       if (m["msg_type"] == "stream" and m["content"]["name"] == "stdout") or
+                       (m["msg_type"] == "display_data" and "text/plain" in m["content"]["data"]))
 
     def _pump(self, timeout):
         """Reads what is there on iopub and shell for this cell; returns an input_request prompt if one came."""

@@ -197,9 +197,13 @@ def test_a_notebook_run_without_stdin_shows_the_stops_and_finishes(kernel_rundir
             os.environ.pop("XMESH_RUNTIME_DIR", None)
         else:
             os.environ["XMESH_RUNTIME_DIR"] = env_rundir
-    text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    outputs = nb.cells[1].outputs
+    text = "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs)
     assert "cannot take input" in text
     assert "| trainer    | 2    | gpus=2 |" in text
+    # In a notebook the table is an HTML table, as every xmesh display (issue 17).
+    html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert len(html) == 1 and "3 actors stopped in pdb" in html[0] and "<td" in html[0], outputs
     assert "3 ranks (ranks 0,2-3) stopped in pdb (breakpoint):" in text
     assert "1 rank (rank 1) running:" in text
     assert "RESULT [20, 21, 22, 23]" in text

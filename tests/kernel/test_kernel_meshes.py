@@ -50,9 +50,9 @@ def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(ker
 def test_remote_output_reaches_the_waiting_cell(kernel):
     kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)')
     r = kernel.ok("counters.say.call('hello from').get()\nimport time; time.sleep(0.5)")
-    assert "[ranks 0-1] hello from {0,1}" in r.stdout  # aggregated (the kernel's default window)
+    assert "[ranks 0-1] hello from {0:0,1:1}" in r.stdout  # aggregated (the kernel's default window)
     r = kernel.ok("await counters.say.call('awaited')")
-    assert "[ranks 0-1] awaited {0,1}" in r.stdout
+    assert "[ranks 0-1] awaited {0:0,1:1}" in r.stdout
 
 
 def test_top_level_await(kernel):
@@ -289,3 +289,18 @@ def test_tracebacks_show_the_users_frames_and_a_killed_proc_once(kernel):
     time.sleep(1.5)  # longer than a death notice waits for the error that reports it
     r = kernel.ok("print('next')")
     assert "exited with code 7" not in r.stderr + r.stdout, (r.stdout, r.stderr)
+
+
+def test_displays_right_after_spawn_and_results_of_nothing(kernel):
+    """Issue 17, defect 10: a mesh displayed right after spawn said "starting" (and the saved
+    notebook kept it); a ValueMesh of None as a cell's last line was displayed."""
+    kernel.ok(COUNTER.replace("        self.value = 0", "        import time\n        time.sleep(1.0)\n"
+                                                     "        self.value = 0"))
+    r = kernel.ok('procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\ncounters')
+    html = [d["text/html"] for d in r.data if "text/html" in d]
+    assert html and html[0].count(">ready<") == 2 and "starting" not in html[0], html
+    r = kernel.ok("counters.spin.call(0).get()")
+    assert r.data, "a ValueMesh with values is displayed"
+    r = kernel.ok("class Quiet(Actor):\n    @endpoint\n    def nothing(self):\n        pass\n"
+                  "quiet = procs.spawn('q', Quiet)\nquiet.initialized.get()\nquiet.nothing.call().get()")
+    assert r.data == [] and r.text is None, r.outputs

@@ -143,3 +143,18 @@ def test_comms_are_answered(kernel):
         if kernel.value("opened") == "[{'hello': 1}]":
             break
     assert kernel.value("opened") == "[{'hello': 1}]"
+
+
+def test_the_kernelspec_has_a_logo():
+    """Issue 17, defect 10: launchers showed a letter for want of a logo."""
+    import struct
+
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec_dir = KernelSpecManager().get_kernel_spec("xmesh").resource_dir
+    for size in (32, 64):
+        with open(os.path.join(spec_dir, f"logo-{size}x{size}.png"), "rb") as f:
+            head = f.read(24)
+        assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (size, size)
+    with open(os.path.join(spec_dir, "logo-svg.svg")) as f:
+        assert f.read().startswith("<svg")

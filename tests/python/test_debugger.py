@@ -258,6 +258,11 @@ class ScriptedIO:
     def write(self, text):
         self.shown.append(text)
 
+    def show_table(self, sessions):
+        from xmesh._debug_io import format_table
+
+        self.write(format_table(sessions))
+
     def read(self, prompt):
         self.shown.append(prompt)
         if not self.lines:

@@ -111,7 +111,7 @@ def test_logging_option_level_visibility_and_bad_input(printers, capfd):
     procs.logging_option()  # back to showing, aggregated over 3 s
     p.lines.call(2, text="agg").get()  # the barrier ends the window early
     out = capfd.readouterr().out
-    assert "[printers ranks 0-1] agg r={0,1} i=0" in out and "[printers ranks 0-1] agg r={0,1} i=1" in out
+    assert "[printers ranks 0-1] agg r={0:0,1:1} i=0" in out and "[printers ranks 0-1] agg r={0:0,1:1} i=1" in out
 
 
 def test_a_crash_shows_its_last_lines(fresh_rundir):
@@ -279,3 +279,12 @@ def test_progress_bars_on_a_terminal_show_a_status_line(fresh_rundir):
     assert "\r\x1b[K[ranks 0-1] " in out  # the status line, with both ranks' bars
     lines = [ln.split("\x1b[K")[-1] for ln in out.replace("\r\n", "\n").split("\n")]
     assert "[0] step 10/10" in lines and "[1] step 10/10" in lines, lines
+
+
+def test_log_records_show_their_time_readably(printers):
+    procs, p = printers
+    p.slice(gpus=0).lines.call_one(1, "stamp").get()
+    rec = procs.logs(rank=0, grep="stamp")[-1]
+    assert abs(rec.when.timestamp() - rec.time) < 1e-3
+    assert f"time={rec.when.isoformat(sep=' ', timespec='milliseconds')}" in repr(rec)
+    assert str(rec.time) not in repr(rec)

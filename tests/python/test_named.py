@@ -1,6 +1,7 @@
 """Named allocations from a plain program: a clear error for bad names, for a missing
 allocation and a missing actor mesh; a named allocation outlives the program that spawned it."""
 import os
+import socket
 import subprocess
 
 import pytest
@@ -31,6 +32,9 @@ def test_a_named_allocation_outlives_its_program_and_lists_its_actors(fresh_rund
     assert r.returncode == 0, r.stderr
     pids = eval(r.stdout.strip().splitlines()[-1])
     assert all(pid_alive(p) for p in pids)
+    # Listed with host names (issue 17: the runtime directory was shown as the host).
+    (listed,) = [a for a in xmesh.allocations([fresh_rundir]) if a["name"] == "kept"]
+    assert listed["hosts"] == [socket.gethostname()] and listed["runtime_dirs"] == [fresh_rundir], listed
     procs = xmesh.attach("kept", hosts=xmesh.hosts([fresh_rundir]))
     assert sorted(procs.pids) == sorted(pids)
     assert set(procs.actors()) == {"counter"}
