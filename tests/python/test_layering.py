@@ -82,7 +82,10 @@ def test_the_checks_see_imports(tmp_path):
 
 # Private names a module may touch on objects that are not the package's: IPython's traceback
 # hook (the kernel replaces it) and the marker the proc's pdb leaves on a user's exception.
-FOREIGN_PRIVATE = {("_kernel", "_showtraceback"), ("_debug_proc", "_xmesh_post_mortem_done")}
+# Third-party internals with no public equivalent: IPython's traceback hook, its exception
+# lookup (where the kernel leaves xmesh's frames out) and its cell-file map ("Cell In [n]").
+FOREIGN_PRIVATE = {("_kernel", "_showtraceback"), ("_kernel", "_get_exc_info"), ("_kernel", "_filename_map"),
+                   ("_debug_proc", "_xmesh_post_mortem_done")}
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 
 
