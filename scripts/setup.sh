@@ -13,6 +13,8 @@ APT_PACKAGES=(
   python3-pytest python3-pytest-timeout python3-pexpect mypy
   python3-ipyparallel python3-distributed python3-tqdm
   procps iproute2 rsync
+  # the browser tests: Debian's Chromium, driven by Playwright (build/frontend)
+  chromium fonts-dejavu-core
   # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers
   clang-14 libclang-rt-14-dev
   # the kernel (xeus 2.4 + xeus-python 0.14) and the Jupyter tools around it
@@ -46,6 +48,7 @@ if [[ ! -f build/build.ninja ]]; then
 fi
 cmake --build build -j "$(nproc)"
 tests/fuzz/build.sh build
+scripts/frontend_env.sh
 if [[ $EUID -eq 0 ]]; then
   cmake --install build > build/install.log
   ldconfig
