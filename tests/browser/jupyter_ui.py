@@ -113,9 +113,24 @@ class NotebookPage:
 
     def run(self, i, wait=True, timeout=60):
         """Runs cell i with the toolbar's run button; waits until it has run (its prompt shows a
-        number) unless wait is False."""
-        self.cell(i).locator(".jp-InputArea-editor").click()
-        self.page.click(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
+        number) unless wait is False. A press the front end drops (its kernel connection not
+        quite ready, which the indicator does not show) is pressed again."""
+        before = self.prompt(i)
+
+        def started():
+            now = self.prompt(i)
+            return now == "[*]:" or (re.fullmatch(r"\[\d+\]:", now) is not None and now != before)
+
+        for _ in range(5):
+            self.cell(i).locator(".jp-InputArea-editor").click()
+            self.page.click(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
+            deadline = time.monotonic() + 5
+            while not started() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if started():
+                break
+        else:
+            raise TimeoutError(f"cell {i} never started (prompt {before!r})")
         if wait:
             self.wait_done(i, timeout)
 
