@@ -2,6 +2,7 @@
 would: a Jupyter server of build/frontend started on loopback (`JupyterServer`), notebooks
 written beforehand (`write_notebook`), and a `NotebookPage` that runs cells, answers the input
 box, presses toolbar buttons and reads outputs from the page."""
+import json
 import os
 import re
 import secrets
@@ -80,6 +81,17 @@ class JupyterServer:
         with urllib.request.urlopen(self.url(path), timeout=10) as r:
             return r.read()
 
+    def start_session(self, path):
+        """A session for the notebook with an xmesh kernel, made through the REST API before the
+        page opens it: the page then connects to it (on a first load JupyterLab may ask which
+        kernel to start before it has read the kernelspecs)."""
+        body = json.dumps({"path": path, "name": path, "type": "notebook", "kernel": {"name": "xmesh"}}).encode()
+        req = urllib.request.Request(f"{self.base}/api/sessions", data=body, method="POST",
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -99,6 +111,7 @@ class NotebookPage:
 
     def __init__(self, page, server, name, ui="lab"):
         self.page = page
+        server.start_session(name)
         # JupyterLab restores the tabs of the last session unless reset: one notebook per page.
         page.goto(server.url(f"lab/tree/{name}", "reset") if ui == "lab" else server.url(f"notebooks/{name}"))
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)
@@ -122,6 +135,7 @@ class NotebookPage:
             return now == "[*]:" or (re.fullmatch(r"\[\d+\]:", now) is not None and now != before)
 
         for _ in range(5):
+            self._choose_xmesh_if_asked()
             self.cell(i).locator(".jp-InputArea-editor").click()
             self.page.click(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
             deadline = time.monotonic() + 5
@@ -133,6 +147,15 @@ class NotebookPage:
             raise TimeoutError(f"cell {i} never started (prompt {before!r})")
         if wait:
             self.wait_done(i, timeout)
+
+    def _choose_xmesh_if_asked(self):
+        """A "Select Kernel" dialog (should the front end not know the session's kernel yet):
+        the xmesh kernel."""
+        dialog = self.page.locator(".jp-Dialog")
+        if dialog.count() and dialog.locator("select").count():
+            dialog.locator("select").select_option(label="Python 3 (xmesh)")
+            self.accept_dialog()
+            self.wait_idle()
 
     def prompt(self, i):
         return _visible_text(self.cell(i).locator(".jp-InputPrompt").inner_text()).strip()
