@@ -31,7 +31,8 @@ void StopProcsBody::check() const {
 }
 
 void DebugEventBody::check() const {
-  if (ev != "prompt" && ev != "running" && ev != "ended" && ev != "sources") refuse(what, "'ev' is " + ev);
+  if (ev != "prompt" && ev != "running" && ev != "ended" && ev != "sources" && ev != "pause")
+    refuse(what, "'ev' is " + ev);
 }
 
 void SyncStepBody::check() const {

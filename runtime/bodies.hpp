@@ -663,7 +663,8 @@ XMESH_BODY_JSON(FlushOutputReply)
 // source of files the proc does not have (sources).
 struct DebugEventBody {
   static constexpr const char* what = "DebugEvent";
-  std::string ev;             // "prompt", "running", "ended", "sources"
+  std::string ev;             // "prompt", "running", "ended", "sources", "pause" (reason: "pausing",
+                              // "idle"; for each actor rank a pause reached)
   std::string sid;            // the session, unique in its proc
   std::string out;            // pdb's output since the last event
   bool stop = false;          // prompt: a new stop (not the answer to a command)
@@ -707,12 +708,23 @@ struct DebugCommandBody {
   std::optional<std::string> cmd;
   bool resume = false;                    // clear breakpoints and continue
   std::optional<nlohmann::json> sources;  // {file: text or null}
+  // Attach to running actors (sid unused): stop the ranks pause_ranks of the actor mesh named
+  // pause_actor where they run (unpause: withdraw a pause that has not stopped them yet;
+  // pause_idle: an idle one stops at the start of its next call, else it is only reported).
+  std::optional<std::string> pause_actor;
+  std::vector<int64_t> pause_ranks;
+  bool unpause = false;
+  bool pause_idle = false;
   template <class F>
   static void fields(F&& f) {
     f("sid", &DebugCommandBody::sid, Need::Required);
     f("cmd", &DebugCommandBody::cmd, Need::Optional);
     f("resume", &DebugCommandBody::resume, Need::Optional);
     f("sources", &DebugCommandBody::sources, Need::Optional);
+    f("pause_actor", &DebugCommandBody::pause_actor, Need::Optional);
+    f("pause_ranks", &DebugCommandBody::pause_ranks, Need::Optional);
+    f("unpause", &DebugCommandBody::unpause, Need::Optional);
+    f("pause_idle", &DebugCommandBody::pause_idle, Need::Optional);
   }
 };
 XMESH_BODY_JSON(DebugCommandBody)

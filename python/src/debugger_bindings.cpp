@@ -20,6 +20,9 @@ using namespace xmesh;
 // CPython's own dumper, the one faulthandler's watchdog thread calls without the GIL
 // (exported by libpython; declared only in its internal headers).
 extern "C" const char* _Py_DumpTracebackThreads(int fd, PyInterpreterState* interp, PyThreadState* current_tstate);
+// What sys.settrace calls, for any thread state while the GIL is held (exported by libpython,
+// declared in its cpython/ headers): the debugger's attach sets a trace on one running thread.
+extern "C" int _PyEval_SetTrace(PyThreadState* tstate, Py_tracefunc func, PyObject* arg);
 
 namespace {
 
@@ -62,9 +65,41 @@ std::vector<StackFrame> frames_from(const py::iterable& frames) {
   return out;
 }
 
+// Attaching to a running thread (issue 18): a C trace function on that thread alone, set only
+// while an attach waits (no cost otherwise). At the thread's next call or line event it hands
+// the frame to the callback, which either lets it pass (xmesh's own frames) or takes the stop:
+// it removes this trace and starts pdb in the frame.
+int attach_trace(PyObject* callback, PyFrameObject* frame, int what, PyObject*) {
+  if (what != PyTrace_CALL && what != PyTrace_LINE) return 0;
+  PyObject* r = PyObject_CallOneArg(callback, reinterpret_cast<PyObject*>(frame));
+  if (r == nullptr) {  // a broken callback must not break the thread: stop watching
+    PyErr_WriteUnraisable(callback);
+    _PyEval_SetTrace(PyThreadState_Get(), nullptr, nullptr);
+    return 0;
+  }
+  Py_DECREF(r);
+  return 0;
+}
+
+PyThreadState* thread_state_of(unsigned long ident) {
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t != nullptr;
+       t = PyThreadState_Next(t))
+    if (t->thread_id == ident) return t;
+  return nullptr;
+}
+
 }  // namespace
 
 void bind_debugger(py::module_& m) {
+  m.def("trace_thread", [](unsigned long ident, const py::object& callback) {
+    PyThreadState* t = thread_state_of(ident);
+    if (t == nullptr) return false;
+    bool off = callback.is_none();
+    if (_PyEval_SetTrace(t, off ? nullptr : attach_trace, off ? nullptr : callback.ptr()) < 0)
+      throw py::error_already_set();
+    return true;
+  }, "Sets (None: removes) the attach trace of the thread `ident`: callback(frame) at its next call or "
+     "line event, until removed. False if no such thread.");
   m.def("enable_stack_dumps", [](Node& n) { n.set_stack_dumper(dump_python_stacks); },
         "Lets this process answer DumpStacks from its node's I/O thread, without the GIL.");
   m.def("label_thread", [](uint64_t ident, const std::string& label) {

@@ -62,6 +62,25 @@ def _reply(node, msg, ok, body, frames, mark):
     node.reply(msg, ok, body, frames)
 
 
+class _PauseTarget:
+    """An actor thread as an attach sees it (see _debug_proc.set_actor_threads)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.ident = t.ident
+        self.busy = t.busy
+        self.in_async = t.current_coro is not None  # its code runs on the proc's loop thread
+        self.rank = t.ctx.rank
+
+    @property
+    def pause_next(self):
+        return self._t.pause_next
+
+    @pause_next.setter
+    def pause_next(self, on):
+        self._t.pause_next = on
+
+
 class ActorThread(threading.Thread):
     def __init__(self, host, actor_id, inbox):
         super().__init__(name=f"xmesh-actor-{actor_id}", daemon=True)
@@ -73,12 +92,18 @@ class ActorThread(threading.Thread):
         self.init_error = None
         self.ctx = None
         self.current = None  # (corr, index) of the message being handled
+        self.pause_next = False  # an attach came while idle: stop in the next call
         self.current_task = None
         self.current_coro = None  # the async endpoint being awaited (its frames for `where`)
         self.cancelled = set()
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
         self.record = None   # see _spawn
         self.actor_name = "?"
+
+    @property
+    def busy(self):
+        """In a call (an attach stops it where it runs; an idle one stops at its next call)."""
+        return self.current is not None
 
     def run(self):
         _core.name_os_thread("xmesh-actor")
@@ -171,6 +196,9 @@ class ActorThread(threading.Thread):
                 self.endpoints[method] = ep
             args, kwargs = _pickling.loads(msg.frames)
             self.current = (msg.corr, msg.index)
+            if self.pause_next and not ep.is_async:  # an attach while it was idle: stop in this call
+                self.pause_next = False
+                _debug_proc.pause_this_thread()
             if ep.is_async:
                 result = self._run_async(ep.fn(self.instance, *args, **kwargs), cell)
             else:
@@ -239,6 +267,7 @@ class ActorHost:
         self._lock = threading.Lock()
 
     def start(self):
+        _debug_proc.set_actor_threads(self.threads_of)
         self._serve_control(self.rt.control)
         threading.Thread(target=self._events, name="xmesh-actor-host", daemon=True).start()
 
@@ -323,6 +352,13 @@ class ActorHost:
     def forget(self, actor_id):
         with self._lock:
             self.actors.pop(actor_id, None)
+
+    def threads_of(self, mesh_name, ranks):
+        """What an attach pauses: the actor threads of that mesh's ranks on this proc."""
+        with self._lock:
+            threads = list(self.actors.values())
+        return [_PauseTarget(t) for t in threads
+                if t.ctx is not None and t.ctx.mesh_name == mesh_name and t.ctx.rank in ranks]
 
     def cancel(self, actor_id, corr, index):
         with self._lock:

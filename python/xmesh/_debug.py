@@ -24,6 +24,7 @@ ANSWER_WAIT_S = 30.0   # how long a pdb command may take before the prompt comes
 NOTICE_DELAY_S = 0.5   # a stop no waiting cell picked up by then gets a notice
 SETTLE_QUIET_S = 0.15  # ranks that hit a breakpoint together: the table waits until stops pause
 SETTLE_MAX_S = 1.0
+PAUSE_WAIT_S = 1.0     # an attach to a running rank waits this long for it to stop
 
 
 class DebuggerQuit(RuntimeError):
@@ -95,6 +96,7 @@ class DebugController:
         self.post_mortem = False
         self.commands_sent = 0   # DebugCommand messages (tests count them: one per command per rank)
         self.last_stop_at = 0.0
+        self.pauses = {}         # (actor, rank) -> what its proc said of a pause: "pausing" or "idle"
 
     # -- events (the runtime's control thread) ------------------------------------------------
     def on_event(self, msg):
@@ -103,6 +105,11 @@ class DebugController:
         ev = body.ev
         if ev == "sources":
             self._send_sources(addr, body)
+            return
+        if ev == "pause":
+            with self.cond:
+                self.pauses[(body.actor, body.rank)] = body.reason
+                self.cond.notify_all()
             return
         with self.cond:
             key = (addr, body.sid)
@@ -302,9 +309,60 @@ class DebugController:
                 s.shown = True  # the answer shows where it stopped now
             return {s: s.take_output() for s in sessions}
 
+    def pause(self, actor, ranks, wait_s=None, idle_too=True):
+        """Stops running ranks of the actor mesh `actor` where they are (an attach to a rank that
+        is not stopped). {rank: state}: "stopped" (in the table now), "idle" (it stops at the
+        start of its next call; with idle_too False it is only reported, "idle-now"), "native"
+        (inside a C call or a blocking system call: it stops
+        when it returns to Python; `continue` withdraws the pause), "async" (in an async
+        endpoint: not yet), "unknown" (no such rank of a live actor mesh of this controller)."""
+        wait_s = PAUSE_WAIT_S if wait_s is None else wait_s
+        addrs = sorted({p.addr for a in self.rt.owned_allocs() for r, p in a.procs.items() if r in a.alive_ranks()})
+        with self.cond:
+            for r in ranks:
+                self.pauses.pop((actor, r), None)
+        for addr in addrs:
+            self._command(addr, sid="", pause_actor=actor, pause_ranks=list(ranks), pause_idle=idle_too)
+        deadline = time.monotonic() + wait_s
+        with self.cond:
+            while True:
+                states = {r: self._pause_state(actor, r) for r in ranks}
+                if all(v in ("stopped", "idle", "idle-now", "async") for v in states.values()) or \
+                        time.monotonic() >= deadline:
+                    break
+                self.cond.wait(0.01)
+        return {r: {"pausing": "native", None: "unknown"}.get(v, v) for r, v in states.items()}
+
+    def live_proc_count(self):
+        return sum(len(a.alive_ranks()) for a in self.rt.owned_allocs())
+
+    def _pause_state(self, actor, rank):
+        for s in self.sessions.values():
+            if s.actor == actor and s.rank == rank and s.state == "stopped":
+                return "stopped"
+        return self.pauses.get((actor, rank))
+
+    def unpause(self, actor, ranks):
+        """Withdraws pauses that have not stopped their ranks yet (`continue`)."""
+        addrs = sorted({p.addr for a in self.rt.owned_allocs() for r, p in a.procs.items() if r in a.alive_ranks()})
+        for addr in addrs:
+            self._command(addr, sid="", pause_actor=actor, pause_ranks=list(ranks), unpause=True)
+        with self.cond:
+            for r in ranks:
+                self.pauses.pop((actor, r), None)
+
     def continue_all(self, sessions=None):
-        """Clears breakpoints and continues the given (default: every stopped) session."""
+        """Clears breakpoints and continues the given (default: every stopped) session; with
+        none given, pauses that have not stopped their ranks yet are withdrawn too."""
         with self.command_lock:
+            if sessions is None:
+                with self.cond:
+                    pending = {}
+                    for (actor, rank), state in self.pauses.items():
+                        if state in ("pausing", "idle"):
+                            pending.setdefault(actor, []).append(rank)
+                for actor, ranks in pending.items():
+                    self.unpause(actor, ranks)
             return self._continue(self.stopped() if sessions is None else sessions)
 
     def _continue(self, sessions):

@@ -293,8 +293,59 @@ def adopted_by(addr):
         s.announce_again()
 
 
+# -- attaching to running actors (issue 18) -------------------------------------------------------
+# An attach to a rank that is not stopped sets a trace on that actor's thread alone
+# (_core.trace_thread; nothing traces otherwise). At the thread's next event in the user's code
+# the trace goes and pdb starts there, reason "attached"; an idle actor stops at its next call.
+_skip_check = bdb.Bdb(skip=_SKIP)
+_actor_threads = None      # injected by _actor_host: (mesh name, rank) -> [ActorThread-like]
+
+
+def set_actor_threads(lookup):
+    """lookup(mesh name, ranks) -> the actor threads running those ranks here, each with .ident,
+    .busy (in a call) and .pause_next (stop at the start of the next call)."""
+    global _actor_threads
+    _actor_threads = lookup
+
+
+def _stop_in_users_code(frame):
+    """The attach trace's callback, on the paused thread: the first frame of the user's stops."""
+    if _skip_check.is_skipped_module(frame.f_globals.get("__name__")):
+        return
+    _core.trace_thread(threading.get_ident(), None)
+    _session_for_this_thread("attached").set_trace(frame)
+
+
+def pause_this_thread():
+    """The actor's thread, before running a call it was asked to stop in: stops at its first
+    line of the user's code."""
+    _core.trace_thread(threading.get_ident(), _stop_in_users_code)
+
+
+def _pause(body):
+    for t in (_actor_threads(body.pause_actor, body.pause_ranks) if _actor_threads else []):
+        if body.unpause:
+            t.pause_next = False
+            _core.trace_thread(t.ident, None)
+            continue
+        if t.in_async:  # its coroutine runs on the loop's thread, among other actors' (not yet)
+            state = "async"
+        elif t.busy:
+            _core.trace_thread(t.ident, _stop_in_users_code)
+            state = "pausing"
+        elif body.pause_idle:
+            t.pause_next = True
+            state = "idle"
+        else:
+            state = "idle-now"
+        _send(ev="pause", sid="", actor=body.pause_actor, rank=t.rank, reason=state)
+
+
 def deliver(body: "_core.DebugCommandBody") -> None:
     """A DebugCommand from the controller (the proc's main thread calls this)."""
+    if body.pause_actor is not None:
+        _pause(body)
+        return
     sid = body.sid
     if sid == "*":
         targets = list(_sessions.values())

@@ -7,7 +7,9 @@ from ._shape import ranks_text
 
 HELP = """xmesh debugger commands:
   list (l)                          the table of stopped actors
-  attach (a) <actor> <rank>         talk to that rank's pdb; `detach` comes back here
+  attach (a) <actor> <rank>         talk to that rank's pdb; `detach` comes back here (a running
+                                    rank is stopped where it is first)
+  pause <actor> ranks(...)          stop running ranks where they are (they join the table)
   cast <actor> ranks(...) <cmd>     one pdb command to several ranks, answers grouped
                                     ranks(3), ranks(1,4,6), ranks(2:8:2), ranks(gpus=0:4, hosts=(0,2))
   continue (c)                      clear breakpoints and continue every stopped actor
@@ -74,6 +76,8 @@ class DebugPrompt:
                 self.io.show_table(self.ctrl.stopped())
             elif word in ("attach", "a"):
                 self.attach(rest)
+            elif word == "pause":
+                self.pause(rest)
             elif word == "cast":
                 self.cast(rest)
             elif word in ("continue", "c"):
@@ -105,23 +109,36 @@ class DebugPrompt:
         raise _CommandError(f"{what}: name the actor first, one of: {', '.join(actors)}"
                             + (f" (got {parts[0]!r})" if parts else ""))
 
+    def _running_actor_and_rest(self, text, usage):
+        """<actor> <rest> where the actor may be running (not in the table): any name."""
+        parts = text.split(None, 1)
+        if parts and parts[0] in self.ctrl.actors() or (parts and parts[0].isidentifier()):
+            return parts[0], (parts[1] if len(parts) > 1 else "")
+        return self._actor_and_rest(text, usage)
+
     def attach(self, text):
-        actor, rest = self._actor_and_rest(text, "usage: attach <actor> <rank>")
+        actor, rest = self._running_actor_and_rest(text, "usage: attach <actor> <rank>")
         try:
             rank = int(rest.strip())
         except ValueError:
             raise _CommandError(f"usage: attach <actor> <rank>; {rest.strip()!r} is not a rank") from None
         s = self.ctrl.find(actor, rank)
         if s is None or s.state != "stopped":
-            ranks = [x.rank for x in self.ctrl.stopped() if x.actor == actor]
-            raise _CommandError(f"{actor} rank {rank} is not stopped in pdb (stopped ranks of {actor}: "
-                                f"{_core.describe_ranks(ranks) if ranks else 'none'})")
+            # A running rank: stopped where it is first (reason "attached").
+            state = self.ctrl.pause(actor, [rank], idle_too=False)[rank]
+            if state != "stopped":
+                raise _CommandError(_PAUSE_STATES[state].format(what=f"{actor} rank {rank}"))
+            s = self.ctrl.find(actor, rank)
         self.io.write(f"[xmesh] attached to {actor} rank {rank}; `detach` returns to xmesh_dbg>\n")
         prompt = self._show(s.take_output())
         while True:
             cmd = self._read(f"[{actor} {rank}] {prompt}")
             if cmd.strip() == "detach":
-                self.io.write(f"[xmesh] detached from {actor} rank {rank}\n")
+                if s.reason == "attached":  # stopped only to look: it runs on from where it was
+                    self.ctrl.continue_all([s])
+                    self.io.write(f"[xmesh] detached from {actor} rank {rank}; it runs on\n")
+                else:
+                    self.io.write(f"[xmesh] detached from {actor} rank {rank}\n")
                 return
             answers = self.ctrl.send([s], cmd.rstrip("\n"))
             prompt = self._show(answers[s])
@@ -129,6 +146,25 @@ class DebugPrompt:
                 self.io.write(f"[xmesh] {actor} rank {rank} is {'running' if s.state != 'ended' else 'done'}; "
                               f"detached\n")
                 return
+
+    def pause(self, text):
+        actor, rest = self._running_actor_and_rest(text, "usage: pause <actor> ranks(...)")
+        rest = rest.strip() or "ranks(:)"
+        try:
+            # The mesh need not be stopped anywhere yet: ranks are counted over this controller's procs.
+            ranks = _core.select_ranks(rest, ["rank"], [max(1, self.ctrl.live_proc_count())])
+        except ValueError as e:
+            raise _CommandError(f"{e}; usage: pause <actor> ranks(...)") from None
+        by_state = {}
+        for rank, state in self.ctrl.pause(actor, ranks).items():
+            by_state.setdefault(state, []).append(rank)
+        if set(by_state) == {"unknown"}:
+            raise _CommandError(_PAUSE_STATES["unknown"].format(what=f"{actor} {ranks_text(ranks)}"))
+        for state in ("idle", "native", "async"):
+            if state in by_state:
+                self.io.write(f"[xmesh] {_PAUSE_STATES[state].format(what=f'{actor} {ranks_text(by_state[state])}')}\n")
+        if "stopped" in by_state:
+            self.io.show_table(self.ctrl.stopped())
 
     def _show(self, text):
         """Writes pdb's output, returning its trailing prompt ("(Pdb) ") for the input box."""
@@ -177,6 +213,16 @@ class DebugPrompt:
         with self.ctrl.cond:
             sizes = next((s.sizes for s in self.ctrl.sessions.values() if s.actor == actor and s.sizes), {})
         return list(sizes), list(sizes.values())
+
+
+_PAUSE_STATES = {
+    "idle": "{what} is idle: it stops at the start of its next call (the table shows it then)",
+    "idle-now": "{what} is not stopped in pdb and runs no call now (`pause` stops it at the start of its next)",
+    "native": "{what} is inside a C call or a blocking system call: it stops as soon as it returns to "
+              "Python (the table shows it then; `continue` withdraws the pause); `where` shows where it is",
+    "async": "{what} is in an async endpoint, which attach cannot stop yet: put breakpoint() in it",
+    "unknown": "no live rank {what} here: the actor mesh's name and rank, as `where` shows them",
+}
 
 
 class _CommandError(Exception):

@@ -207,6 +207,14 @@ class Printer(Actor):
         os._exit(9)
 
 
+def busy_result(until_total):
+    total = i = 0
+    while total < until_total:
+        i += 1
+        total += i % 7
+    return total, i
+
+
 class Stopper(Actor):
     """Stops in pdb on the ranks it is told to (the debugger tests)."""
 
@@ -225,6 +233,11 @@ class Stopper(Actor):
         y = x + 100
         breakpoint()
         return y
+
+    @endpoint
+    def busy(self, until_total):
+        """Spins in a Python loop (busy_result computes the same locally)."""
+        return busy_result(until_total)
 
     @endpoint
     def walk(self):

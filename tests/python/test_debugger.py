@@ -447,15 +447,16 @@ def test_a_rank_that_dies_while_stopped_leaves_the_table_with_a_note():
 
 def test_bad_commands_keep_the_prompt(stoppers):
     procs, mesh = stoppers
-    fut = mesh.step.call(1, stop_ranks=(1,))
+    fut = mesh.step.call(1, stop_ranks=(1,), sleep=0)
     stopped_sessions(1)
+    time.sleep(0.3)  # rank 0 has answered: idle
     io = ScriptedIO(["attach stoppers 0", "attach stoppers x", "attach nobody 1", "cast stoppers ranks(1", "cast stoppers ranks(gpu=1) p y",
                      "cast stoppers ranks(1)", "detach", "jump", "c"])
     assert _debug.DebugPrompt(_debug.controller(), io).run() == "resumed"
     text = io.text
-    assert "stoppers rank 0 is not stopped in pdb (stopped ranks of stoppers: 1)" in text
+    assert "stoppers rank 0 is not stopped in pdb and runs no call now" in text, text
     assert "'x' is not a rank" in text
-    assert "name the actor first, one of: stoppers (got 'nobody')" in text
+    assert "no live rank nobody rank 1 here" in text, text
     assert "has no closing parenthesis" in text
     assert "this mesh has no dimension 'gpu' (its dimensions: gpus)" in text
     assert "cast needs a pdb command after the ranks" in text
@@ -466,3 +467,57 @@ def test_bad_commands_keep_the_prompt(stoppers):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def running_in(actor, rank, function):
+    """Whether `where` shows that rank running inside that function."""
+    stacks = _debug.controller().stacks()[0].get(actor, [])
+    return any(r == rank and state == "running" and any(f[2] == function for f in frames)
+               for r, state, frames in stacks)
+
+
+def test_attach_stops_a_running_rank_where_it_is_and_detach_lets_it_run_on(stoppers):
+    """Issue 18: `attach` on a rank that runs (a Python loop) stops it at its next line in the
+    user's code; pdb works there; `detach` lets it run on, and the call's result is unchanged."""
+    from actors_for_tests import busy_result
+
+    procs, mesh = stoppers
+    work = 12_000_000
+    fut = mesh.busy.call(work)
+    assert wait_until(lambda: running_in("stoppers", 1, "busy_result"), timeout=20)
+    io = ScriptedIO(["attach stoppers 1", "p (i > 0, total < until_total)", "n", "p 'still here'", "detach"])
+    _debug.DebugPrompt(_debug.controller(), io).run(leave_when_resumed=False)
+    text = io.text
+    assert "[xmesh] attached to stoppers rank 1" in text, text
+    assert "(True, True)" in text and "'still here'" in text, text
+    assert "detached from stoppers rank 1; it runs on" in text, text
+    assert list(fut.get(timeout=60).values()) == [busy_result(work)] * 2
+
+
+def test_pause_several_ranks_and_a_rank_in_a_native_wait(stoppers):
+    """`pause` stops running ranks (they join the table, reason `attached`); a rank in
+    time.sleep stops once it returns to Python; `continue` lets every one go."""
+    procs, mesh = stoppers
+    ctrl = _debug.controller()
+    fut = mesh.step.call(1, stop_ranks=(), sleep=2.0)
+    assert wait_until(lambda: running_in("stoppers", 0, "step") and running_in("stoppers", 1, "step"), timeout=20)
+    io = ScriptedIO(["pause stoppers ranks(0:2)"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "inside a C call or a blocking system call" in io.text, io.text
+    sessions = stopped_sessions(2)  # once time.sleep returned
+    assert {s.reason for s in sessions} == {"attached"} and {s.rank for s in sessions} == {0, 1}
+    assert all(s.function == "step" for s in sessions), [(s.function, s.line) for s in sessions]
+    ctrl.continue_all()
+    assert sorted(fut.get(timeout=30).values()) == [2, 3]
+    # An idle actor: `attach` says so and leaves it be; `pause` stops it at the start of its next call.
+    io = ScriptedIO(["attach stoppers 0", "pause stoppers ranks(0)"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "stoppers rank 0 is not stopped in pdb and runs no call now" in io.text, io.text
+    assert "stoppers rank 0 is idle: it stops at the start of its next call" in io.text, io.text
+    fut = mesh.slice(gpus=0).walk.call_one()
+    (s,) = stopped_sessions(1)
+    assert s.reason == "attached" and s.function == "walk"
+    ctrl.continue_all()
+    stopped_sessions(1)  # walk's own breakpoint()
+    ctrl.continue_all()
+    assert fut.get(timeout=30) == 21
