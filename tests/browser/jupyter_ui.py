@@ -194,8 +194,15 @@ class NotebookPage:
         """Types a line into the input box (the debugger's prompt) and presses Enter."""
         box = self.page.locator(".jp-Stdin-input").last
         box.wait_for(timeout=timeout * 1000)
+        handle = box.element_handle()
         box.fill(text)
         box.press("Enter")
+        # The box becomes text; the next prompt's box is a new one (input_prompt waits for it).
+        deadline = time.monotonic() + timeout
+        while handle.evaluate("e => e.isConnected && e.classList.contains('jp-Stdin-input')"):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the input box did not take the answer")
+            time.sleep(0.02)
 
     def input_prompt(self, timeout=30):
         """The prompt text next to the open input box."""
