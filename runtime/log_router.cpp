@@ -174,26 +174,22 @@ void LogRouter::process_line(Source& src, const Alloc& alloc, const std::string&
   // "text\r\n" (a Windows line ending) is a line, not a redraw.
   bool crlf = has_newline && cr == line.size() - 1 && !line.empty();
   if (crlf) line.remove_suffix(1);
+  bool redraws = cr != std::string_view::npos && !crlf;
   BarLine& bar = src.bar[stream];
   if (bar.active() && bar.cell != cell) bar.end();  // a call of another cell prints: that bar was left
-  if (bar.active() && bar.cleared() && has_newline && cr == std::string_view::npos) {
-    // A line printed over a bar that cleared itself (tqdm.write): a line of its own; the bar
-    // is redrawn after it and goes on.
-    process_text_line(src, alloc, cell, stream, line, has_newline);
-    return;
-  }
-  if (has_newline && cr != std::string_view::npos && !crlf) {
-    // "\r<blank>\rmessage\n" in one piece: the same, the bar cleared and a line printed.
-    size_t last = line.rfind('\r');
+  if (has_newline && (bar.active() || redraws)) {
+    // A line printed over a bar that cleared itself (tqdm.write: "\r<blank>\r", then
+    // "message\n", in one piece or two) is a line of its own; the bar goes on after it.
+    size_t split = redraws ? line.rfind('\r') + 1 : 0;
     BarLine probe = bar;
-    probe.feed(line.substr(0, last + 1));
-    if (probe.cleared() && last + 1 < line.size()) {
-      process_bar(src, alloc, cell, stream, line.substr(0, last + 1), false);
-      process_text_line(src, alloc, cell, stream, line.substr(last + 1), true);
+    probe.feed(line.substr(0, split));
+    if (probe.cleared() && (split < line.size() || !redraws)) {
+      if (split > 0) process_bar(src, alloc, cell, stream, line.substr(0, split), false);
+      process_text_line(src, alloc, cell, stream, line.substr(split), true);
       return;
     }
   }
-  if (bar.active() || (cr != std::string_view::npos && !crlf)) {
+  if (bar.active() || redraws) {
     process_bar(src, alloc, cell, stream, line, has_newline);
     return;
   }

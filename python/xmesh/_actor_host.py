@@ -62,25 +62,6 @@ def _reply(node, msg, ok, body, frames, mark):
     node.reply(msg, ok, body, frames)
 
 
-class _PauseTarget:
-    """An actor thread as an attach sees it (see _debug_proc.set_actor_threads)."""
-
-    def __init__(self, t):
-        self._t = t
-        self.ident = t.ident
-        self.busy = t.busy
-        self.in_async = t.current_coro is not None  # its code runs on the proc's loop thread
-        self.rank = t.ctx.rank
-
-    @property
-    def pause_next(self):
-        return self._t.pause_next
-
-    @pause_next.setter
-    def pause_next(self, on):
-        self._t.pause_next = on
-
-
 class ActorThread(threading.Thread):
     def __init__(self, host, actor_id, inbox):
         super().__init__(name=f"xmesh-actor-{actor_id}", daemon=True)
@@ -104,6 +85,15 @@ class ActorThread(threading.Thread):
     def busy(self):
         """In a call (an attach stops it where it runs; an idle one stops at its next call)."""
         return self.current is not None
+
+    @property
+    def in_async(self):
+        """In an async endpoint: its code runs on the proc's loop thread."""
+        return self.current_coro is not None
+
+    @property
+    def rank(self):
+        return self.ctx.rank
 
     def run(self):
         _core.name_os_thread("xmesh-actor")
@@ -357,8 +347,7 @@ class ActorHost:
         """What an attach pauses: the actor threads of that mesh's ranks on this proc."""
         with self._lock:
             threads = list(self.actors.values())
-        return [_PauseTarget(t) for t in threads
-                if t.ctx is not None and t.ctx.mesh_name == mesh_name and t.ctx.rank in ranks]
+        return [t for t in threads if t.ctx is not None and t.ctx.mesh_name == mesh_name and t.ctx.rank in ranks]
 
     def cancel(self, actor_id, corr, index):
         with self._lock:

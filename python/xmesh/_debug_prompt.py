@@ -112,7 +112,7 @@ class DebugPrompt:
     def _running_actor_and_rest(self, text, usage):
         """<actor> <rest> where the actor may be running (not in the table): any name."""
         parts = text.split(None, 1)
-        if parts and parts[0] in self.ctrl.actors() or (parts and parts[0].isidentifier()):
+        if parts and (parts[0] in self.ctrl.actors() or parts[0].isidentifier()):
             return parts[0], (parts[1] if len(parts) > 1 else "")
         return self._actor_and_rest(text, usage)
 

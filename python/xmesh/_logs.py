@@ -16,7 +16,7 @@ from typing import List, Optional, Protocol, Union
 
 from . import _core
 from ._env import env_float
-from ._progress import ProgressBoard, StdStreams
+from ._progress import ProgressBoard, StdStreams, write_flushed
 
 
 BARRIER_TIMEOUT = env_float("XMESH_LOG_BARRIER_S", 5.0)
@@ -25,12 +25,7 @@ BARRIER_TIMEOUT = env_float("XMESH_LOG_BARRIER_S", 5.0)
 def write_std(stream, text):
     """Writes text on this process's stdout (stream 1) or stderr (2), flushed; a closed or
     broken stream does not raise."""
-    out = sys.stderr if stream == 2 else sys.stdout
-    try:
-        out.write(text)
-        out.flush()
-    except Exception:
-        pass
+    write_flushed(sys.stderr if stream == 2 else sys.stdout, text)
 
 
 class LogOutput:
@@ -359,7 +354,8 @@ class CellOutput:
                 t.daemon = True
                 t.start()
                 return
-            if self.current is not None or slot.parent is None:  # a cell started meanwhile: its main thread sends it
+            # A cell started meanwhile, or a board whose cell has not ended: a main thread sends it.
+            if self.current is not None or slot.parent is None:
                 self._queue_update(slot)
                 _core.call_on_main_thread()
                 return

@@ -69,7 +69,7 @@ class ProgressBoard:
             p = percent_of(r.text)
             parts.append("done" if r.done else f"{p}%" if p is not None else r.text.strip()[:20])
         prefix = _core.rank_prefix(self.label, [r.rank for r in self.rows])
-        return prefix + (self.row_line(self.rows[0])[len(prefix):] if len(self.rows) == 1 else " ".join(parts))
+        return prefix + (self.rows[0].text if len(self.rows) == 1 else " ".join(parts))
 
 
 _PERCENT = re.compile(r"(\d{1,3})(?:\.\d+)?%")
@@ -81,7 +81,8 @@ def percent_of(text: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def _write(stream: TextIO, text: str) -> None:
+def write_flushed(stream: TextIO, text: str) -> None:
+    """Writes and flushes; a closed or broken stream does not raise."""
     try:
         stream.write(text)
         stream.flush()
@@ -123,7 +124,7 @@ class StdStreams:
                 self._board(stream, item)
             else:
                 self._erase_status()
-                _write(self._stream(stream), item)
+                write_flushed(self._stream(stream), item)
         self._draw_status()
 
     def _board(self, stream: int, board: ProgressBoard) -> None:
@@ -131,7 +132,7 @@ class StdStreams:
         ended = [r for r in board.rows if r.done and r.rank not in printed]
         if ended:
             self._erase_status()
-            _write(self._stream(stream), "".join(board.row_line(r) + "\n" for r in ended))
+            write_flushed(self._stream(stream), "".join(board.row_line(r) + "\n" for r in ended))
             printed.update(r.rank for r in ended)
         if board.done:
             self.running.pop(board.board_id, None)
@@ -143,12 +144,12 @@ class StdStreams:
             return
         width = max(20, shutil.get_terminal_size((100, 20)).columns - 1)
         line = " | ".join(b.status() for _, b in self.running.values())[:width]
-        _write(self._stream(2), "\r\x1b[K" + line)
+        write_flushed(self._stream(2), "\r\x1b[K" + line)
         self.status_shown = True
 
     def _erase_status(self) -> None:
         if self.status_shown:
-            _write(self._stream(2), "\r\x1b[K")
+            write_flushed(self._stream(2), "\r\x1b[K")
             self.status_shown = False
 
     def close(self) -> None:
@@ -158,5 +159,5 @@ class StdStreams:
             printed = self.printed.get(board.board_id, set())
             rest = [r for r in board.rows if r.rank not in printed]
             if rest:
-                _write(self._stream(stream), "".join(board.row_line(r) + "\n" for r in rest))
+                write_flushed(self._stream(stream), "".join(board.row_line(r) + "\n" for r in rest))
         self.running.clear()

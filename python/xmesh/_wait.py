@@ -144,15 +144,8 @@ def wait_call(call: Call, timeout: Optional[float], description: str, any_result
         return True
     if main:
         hooks(description)  # what came before this wait: output, actors already stopped
-    if not debugger:
-        return _wait_loop(call, deadline, any_result, main, hooks, description, None)
     # Only a user's wait (the runtime's own requests have timeouts and say what did not answer).
-    notice_at = time.monotonic() + SLOW_WAIT_S if main and _slow_wait_hooks else None
-    return _wait_loop(call, deadline, any_result, main, hooks, description, notice_at)
-
-
-def _wait_loop(call: Call, deadline: Optional[float], any_result: bool, main: bool,
-               hooks: Callable[[str], None], description: str, notice_at: Optional[float]) -> bool:
+    notice_at = time.monotonic() + SLOW_WAIT_S if main and debugger and _slow_wait_hooks else None
     while True:
         now = time.monotonic()
         left = None if deadline is None else max(0.0, deadline - now)
