@@ -25,6 +25,7 @@ class _Loop:
     def __init__(self):
         self._loop = None
         self._lock = threading.Lock()
+        self.ident = None  # its thread's (an attach traces it)
 
     def get(self):
         with self._lock:
@@ -32,6 +33,7 @@ class _Loop:
                 self._loop = asyncio.new_event_loop()
                 t = threading.Thread(target=self._loop.run_forever, name="xmesh-asyncio", daemon=True)
                 t.start()
+                self.ident = t.ident
         return self._loop
 
 
@@ -74,22 +76,15 @@ class ActorThread(threading.Thread):
         self.ctx = None
         self.current = None  # (corr, index) of the message being handled
         self.pause_next = False  # an attach came while idle: stop in the next call
+        self.pause_lock = threading.Lock()  # an attach and the start or end of a call, in turn
+        self.current_async = False  # the call is an async endpoint's
+        self.loop_task = None       # its asyncio task, once running on the loop
         self.current_task = None
         self.current_coro = None  # the async endpoint being awaited (its frames for `where`)
         self.cancelled = set()
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
         self.record = None   # see _spawn
         self.actor_name = "?"
-
-    @property
-    def busy(self):
-        """In a call (an attach stops it where it runs; an idle one stops at its next call)."""
-        return self.current is not None
-
-    @property
-    def in_async(self):
-        """In an async endpoint: its code runs on the proc's loop thread."""
-        return self.current_coro is not None
 
     @property
     def rank(self):
@@ -185,15 +180,12 @@ class ActorThread(threading.Thread):
                     raise AttributeError(f"{type(self.instance).__name__} has no endpoint {method!r}")
                 self.endpoints[method] = ep
             args, kwargs = _pickling.loads(msg.frames)
-            self.current = (msg.corr, msg.index)
-            if self.pause_next and not ep.is_async:  # an attach while it was idle: stop in this call
-                self.pause_next = False
-                _debug_proc.pause_this_thread()
+            self._call_starts((msg.corr, msg.index), ep.is_async)
             if ep.is_async:
                 result = self._run_async(ep.fn(self.instance, *args, **kwargs), cell)
             else:
                 result = ep.fn(self.instance, *args, **kwargs)
-            self.current = None
+            self._call_ends()
             if msg.corr == 0:
                 return True, None, None, None
             try:
@@ -201,12 +193,67 @@ class ActorThread(threading.Thread):
             except Exception as e:
                 raise TypeError(f"the result of {method}() cannot be sent back: {type(e).__name__}: {e}") from e
         except BaseException as e:
-            self.current = None
+            self._call_ends()
             if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
                 return False, error(ErrorKind.Cancelled, "cancelled by the caller"), None, None
             _debug_proc.post_mortem(e)
             body, frames = _error_body(e, self.ctx, method)
             return False, body, frames, e if isinstance(e, SystemExit) else None
+
+    # -- attach (issue 18): who stops where is decided under pause_lock, against a call that
+    # starts or ends at the same moment.
+    def _call_starts(self, key, is_async):
+        with self.pause_lock:
+            self.current, self.current_async = key, is_async
+            if self.pause_next and not is_async:  # an attach while it was idle: stop in this call
+                self.pause_next = False
+                _debug_proc.pause_thread(self.ident)
+
+    def _call_ends(self):
+        with self.pause_lock:
+            self.current, self.current_async = None, False
+            # A pause that did not reach the user's code (the call ended in native code): it
+            # stops the next call instead, and nothing traces the thread in between.
+            if _debug_proc.unpause_thread(self.ident):
+                self.pause_next = True
+
+    def _task_starts(self):
+        """On the loop's thread, as the async endpoint's task starts."""
+        with self.pause_lock:
+            self.loop_task = asyncio.current_task()
+            if self.pause_next:
+                self.pause_next = False
+                _debug_proc.pause_task(self.loop_task, threading.get_ident())
+
+    def _task_ends(self):
+        with self.pause_lock:
+            if _debug_proc.unpause_task(self.loop_task):
+                self.pause_next = True
+            self.loop_task = None
+
+    def request_pause(self, idle_too):
+        """An attach: stops this actor where it runs, or at the start of its next call. What the
+        controller is told: "pausing" (its thread traced), "pausing-async" (its task, when it
+        next runs), "idle" (its next call), "idle-now" (idle, and idle_too was False)."""
+        with self.pause_lock:
+            if self.current is None:
+                self.pause_next = idle_too
+                return "idle" if idle_too else "idle-now"
+            if not self.current_async:
+                _debug_proc.pause_thread(self.ident)
+                return "pausing"
+            if self.loop_task is None:  # its task has not started on the loop yet
+                self.pause_next = True
+            else:
+                _debug_proc.pause_task(self.loop_task, self.host.loop.ident)
+            return "pausing-async"
+
+    def withdraw_pause(self):
+        with self.pause_lock:
+            self.pause_next = False
+            _debug_proc.unpause_thread(self.ident)
+            if self.loop_task is not None:
+                _debug_proc.unpause_task(self.loop_task)
 
     def _run_async(self, coro, cell):
         loop = self.host.loop.get()
@@ -215,6 +262,7 @@ class ActorThread(threading.Thread):
         async def runner():
             set_actor_context(ctx)
             set_current_cell(cell)
+            self._task_starts()
             try:
                 return await coro
             except BaseException as e:
@@ -222,6 +270,7 @@ class ActorThread(threading.Thread):
                     _debug_proc.post_mortem(e)  # on the loop's thread, where the frames are
                 raise
             finally:
+                self._task_ends()
                 _debug_proc.call_finished()
 
         fut = asyncio.run_coroutine_threadsafe(runner(), loop)

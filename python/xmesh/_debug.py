@@ -180,7 +180,8 @@ class DebugController:
             gone = [s for s in self.sessions.values() if s.addr == addr]
             for s in gone:
                 del self.sessions[s.key]
-                self.notes.append(f"{s.actor} rank {s.rank} died while stopped in pdb: {text}")
+                if s.state == "stopped":  # (a session that ran on since is only forgotten)
+                    self.notes.append(f"{s.actor} rank {s.rank} died while stopped in pdb: {text}")
             if gone:
                 self.cond.notify_all()
 
@@ -313,9 +314,10 @@ class DebugController:
         """Stops running ranks of the actor mesh `actor` where they are (an attach to a rank that
         is not stopped). {rank: state}: "stopped" (in the table now), "idle" (it stops at the
         start of its next call; with idle_too False it is only reported, "idle-now"), "native"
-        (inside a C call or a blocking system call: it stops
-        when it returns to Python; `continue` withdraws the pause), "async" (in an async
-        endpoint: not yet), "unknown" (no such rank of a live actor mesh of this controller)."""
+        (inside a C call or a blocking system call: it stops when it returns to Python),
+        "awaiting" (an async endpoint waiting for something: it stops when its coroutine runs
+        again), "unknown" (no such live rank here: why_not_paused says why). `continue`
+        withdraws a pause that has not stopped its rank yet."""
         wait_s = PAUSE_WAIT_S if wait_s is None else wait_s
         addrs = sorted({p.addr for a in self.rt.owned_allocs() for r, p in a.procs.items() if r in a.alive_ranks()})
         with self.cond:
@@ -327,11 +329,17 @@ class DebugController:
         with self.cond:
             while True:
                 states = {r: self._pause_state(actor, r) for r in ranks}
-                if all(v in ("stopped", "idle", "idle-now", "async") for v in states.values()) or \
+                if all(v in ("stopped", "idle", "idle-now") for v in states.values()) or \
                         time.monotonic() >= deadline:
                     break
                 self.cond.wait(0.01)
-        return {r: {"pausing": "native", None: "unknown"}.get(v, v) for r, v in states.items()}
+        return {r: {"pausing": "native", "pausing-async": "awaiting", None: "unknown"}.get(v, v)
+                for r, v in states.items()}
+
+    def why_not_paused(self, actor, ranks):
+        from ._debug_find import why_not_paused
+
+        return why_not_paused(self.rt, actor, ranks)
 
     def live_proc_count(self):
         return sum(len(a.alive_ranks()) for a in self.rt.owned_allocs())
@@ -359,7 +367,7 @@ class DebugController:
                 with self.cond:
                     pending = {}
                     for (actor, rank), state in self.pauses.items():
-                        if state in ("pausing", "idle"):
+                        if state in ("pausing", "pausing-async", "idle"):
                             pending.setdefault(actor, []).append(rank)
                 for actor, ranks in pending.items():
                     self.unpause(actor, ranks)
@@ -457,8 +465,13 @@ class DebugController:
         alloc, rank, p = found
         return f"proc rank {rank} of {describe_alloc(alloc)} (pid {p.pid}) did not answer"
 
-    def format_stacks(self):
+    def format_stacks(self, only=None):
+        """`where`: every rank's stack, or with only=(actor, ranks) those ranks'."""
         by_mesh, unanswered = self.stacks()
+        if only is not None:
+            actor, ranks = only
+            by_mesh = {actor: [t for t in by_mesh.get(actor, []) if t[0] in ranks]}
+            by_mesh = {a: v for a, v in by_mesh.items() if v}
         if not by_mesh:
             return "no live actors\n"
         out = []
@@ -508,7 +521,10 @@ def on_wait(future_description):
     open_prompt(waiting_for=future_description)
 
 
-def open_prompt(waiting_for=None):
+def open_prompt(waiting_for=None, explicit=False):
+    """The `xmesh_dbg>` prompt in this process (cell or terminal). explicit: the user asked for it
+    (xmesh.debug(), %xmesh_debug): with nothing stopped it still opens while actors run, so
+    that `where`, `attach` and `pause` reach them."""
     ctrl = controller()
     mode = os.environ.get("XMESH_DEBUG", "").lower()
     io = _debug_io.frontend().io()
@@ -543,7 +559,7 @@ def open_prompt(waiting_for=None):
         logs.hold(True)
     _debug_io.frontend().show_pending_output()
     try:
-        outcome = DebugPrompt(ctrl, io).run()
+        outcome = DebugPrompt(ctrl, io).run(stay_open=explicit and not stopped and ctrl.live_proc_count() > 0)
     except TakenOver:
         outcome = "taken over"
     except KeyboardInterrupt:
@@ -586,7 +602,7 @@ class _DebugFunction:
     def __call__(self) -> None:
         ctrl = controller()
         ctrl.new_stop = False
-        open_prompt(waiting_for=None)
+        open_prompt(waiting_for=None, explicit=True)
 
     def post_mortem(self, on: bool = True) -> None:
         controller().set_post_mortem(on)

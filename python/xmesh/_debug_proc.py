@@ -9,6 +9,7 @@ Events (body "ev"): "prompt" (the session waits for a command; with its location
 prompt of a stop carries the whole table row and the stack), "running" (a command let the code
 run on), "ended" (the call finished: the session is gone), "sources" (files of the stack this
 host cannot read: the controller sends their text, so `l` works on notebook-defined code)."""
+import asyncio
 import bdb
 import itertools
 import linecache
@@ -16,6 +17,7 @@ import os
 import pdb
 import queue
 import sys
+import sysconfig
 import threading
 
 from . import _core, _proc_output
@@ -24,7 +26,7 @@ from ._context import actor_context, current_cell, current_rank, current_size
 _HOST = _core.hostname()
 _sids = itertools.count(1)
 _sessions = {}             # sid -> RemotePdb (stopped or stepping)
-_by_thread = {}            # thread ident -> RemotePdb
+_by_thread = {}            # (thread ident, asyncio task or None) -> RemotePdb
 _lock = threading.Lock()
 _post_mortem = False
 # Frames of these modules are the runtime's, not the user's: pdb never stops in them.
@@ -116,6 +118,7 @@ class RemotePdb(pdb.Pdb):
         self.reason = reason
         self.sid = f"{os.getpid()}.{next(_sids)}"
         self.thread = threading.get_ident()
+        self.key = _session_key()  # the loop's thread runs several actors' async calls: one each
         self.announced = False
         self.fresh_stop = True
         self.cell = current_cell() or ""
@@ -130,7 +133,7 @@ class RemotePdb(pdb.Pdb):
             self.coords, self.sizes = {}, {}
         with _lock:
             _sessions[self.sid] = self
-            _by_thread[self.thread] = self
+            _by_thread[self.key] = self
 
     # -- pdb hooks ---------------------------------------------------------------------------
     def interaction(self, frame, traceback):
@@ -143,6 +146,7 @@ class RemotePdb(pdb.Pdb):
             _proc_output.redirect_thread(self.thread, None)
             if self.sid in _sessions:
                 _send(ev="running", sid=self.sid, out=self.relay.take())
+            _rearm_paused_tasks(self.thread)
 
     # -- the relay ---------------------------------------------------------------------------
     def _location(self):
@@ -207,14 +211,19 @@ class RemotePdb(pdb.Pdb):
         with _lock:
             if _sessions.pop(self.sid, None) is None:
                 return
-            _by_thread.pop(self.thread, None)
+            _by_thread.pop(self.key, None)
         sys.settrace(None)
+        _rearm_paused_tasks(self.thread)
         _send(ev="ended", sid=self.sid, out=self.relay.take())
 
 
 # -- entry points ------------------------------------------------------------------------------
+def _session_key():
+    return threading.get_ident(), _current_task()
+
+
 def _session_for_this_thread(reason):
-    s = _by_thread.get(threading.get_ident())
+    s = _by_thread.get(_session_key())
     if s is None:
         s = RemotePdb(reason)
     else:
@@ -274,8 +283,8 @@ def post_mortem(exc):
 
 
 def call_finished():
-    """The actor thread's call is over: a session it had ends (tracing stops with it)."""
-    s = _by_thread.get(threading.get_ident())
+    """The actor's call is over: a session it had ends (tracing stops with it)."""
+    s = _by_thread.get(_session_key())
     if s is not None:
         s.end()
 
@@ -297,47 +306,127 @@ def adopted_by(addr):
 # An attach to a rank that is not stopped sets a trace on that actor's thread alone
 # (_core.trace_thread; nothing traces otherwise). At the thread's next event in the user's code
 # the trace goes and pdb starts there, reason "attached"; an idle actor stops at its next call.
+# An async endpoint runs on the proc's loop thread among other actors' coroutines: that thread
+# is traced, and stops only in the asyncio task of the paused actor's call, when it next runs.
 _skip_check = bdb.Bdb(skip=_SKIP)
+_LIBRARY = (sysconfig.get_paths()["stdlib"] + os.sep, "<frozen ")  # the standard library's files
 _actor_threads = None      # injected by _actor_host: (mesh name, rank) -> [ActorThread-like]
+_pause_lock = threading.Lock()
+_traced_threads = set()    # actor threads traced until they reach the user's code
+_paused_tasks = {}         # asyncio task -> ident of its loop's thread (traced while any waits)
 
 
 def set_actor_threads(lookup):
-    """lookup(mesh name, ranks) -> the actor threads running those ranks here, each with .ident,
-    .busy (in a call) and .pause_next (stop at the start of the next call)."""
+    """lookup(mesh name, ranks) -> the actor threads running those ranks here, each with .rank,
+    .request_pause(idle_too) -> state and .withdraw_pause() (ActorThread)."""
     global _actor_threads
     _actor_threads = lookup
 
 
+def _current_task():
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no loop runs on this thread
+        return None
+
+
+def _users_frame(frame):
+    """The innermost frame of the user's code from frame outwards (xmesh's and the standard
+    library's are not), or None."""
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_LIBRARY) and \
+                not _skip_check.is_skipped_module(frame.f_globals.get("__name__")):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _stop_attached(frame, user):
+    """pdb from the traced event at frame: there if it is the user's, else (the standard
+    library, called by the user's code) at the user's next line, once it returns there."""
+    s = _session_for_this_thread("attached")
+    s.set_trace(frame)
+    if user is not frame:
+        s.set_next(user)
+
+
 def _stop_in_users_code(frame):
-    """The attach trace's callback, on the paused thread: the first frame of the user's stops."""
-    if _skip_check.is_skipped_module(frame.f_globals.get("__name__")):
+    """The attach trace's callback on an actor's thread."""
+    user = _users_frame(frame)
+    if user is None:
         return
-    _core.trace_thread(threading.get_ident(), None)
-    _session_for_this_thread("attached").set_trace(frame)
+    ident = threading.get_ident()
+    with _pause_lock:
+        _traced_threads.discard(ident)
+        _core.trace_thread(ident, None)
+    _stop_attached(frame, user)
 
 
-def pause_this_thread():
-    """The actor's thread, before running a call it was asked to stop in: stops at its first
-    line of the user's code."""
-    _core.trace_thread(threading.get_ident(), _stop_in_users_code)
+def _stop_in_paused_task(frame):
+    """The attach trace's callback on the loop's thread: stops in a paused actor's task only."""
+    task = _current_task()
+    if task is None or task not in _paused_tasks:
+        return
+    user = _users_frame(frame)
+    if user is None:
+        return
+    ident = threading.get_ident()
+    with _pause_lock:
+        _paused_tasks.pop(task, None)
+        if ident not in _paused_tasks.values():
+            _core.trace_thread(ident, None)
+    _stop_attached(frame, user)
+
+
+def pause_thread(ident):
+    """Stops the actor thread `ident` at its next line of the user's code."""
+    with _pause_lock:
+        _traced_threads.add(ident)
+        _core.trace_thread(ident, _stop_in_users_code)
+
+
+def unpause_thread(ident):
+    """Withdraws pause_thread; True if it had not stopped the thread yet."""
+    with _pause_lock:
+        if ident not in _traced_threads:
+            return False
+        _traced_threads.discard(ident)
+        _core.trace_thread(ident, None)
+        return True
+
+
+def pause_task(task, loop_ident):
+    """Stops the asyncio task (an async endpoint's call) at its next line of the user's code."""
+    with _pause_lock:
+        _paused_tasks[task] = loop_ident
+        _core.trace_thread(loop_ident, _stop_in_paused_task)
+
+
+def unpause_task(task):
+    """Withdraws pause_task; True if it had not stopped the task yet."""
+    with _pause_lock:
+        ident = _paused_tasks.pop(task, None)
+        if ident is None:
+            return False
+        if ident not in _paused_tasks.values():
+            _core.trace_thread(ident, None)
+        return True
+
+
+def _rearm_paused_tasks(ident):
+    """A session on the loop's thread let it run on: pdb took the thread's trace over, so tasks
+    still waiting for their pause get it back."""
+    with _pause_lock:
+        if ident in _paused_tasks.values():
+            _core.trace_thread(ident, _stop_in_paused_task)
 
 
 def _pause(body):
     for t in (_actor_threads(body.pause_actor, body.pause_ranks) if _actor_threads else []):
         if body.unpause:
-            t.pause_next = False
-            _core.trace_thread(t.ident, None)
+            t.withdraw_pause()
             continue
-        if t.in_async:  # its coroutine runs on the loop's thread, among other actors' (not yet)
-            state = "async"
-        elif t.busy:
-            _core.trace_thread(t.ident, _stop_in_users_code)
-            state = "pausing"
-        elif body.pause_idle:
-            t.pause_next = True
-            state = "idle"
-        else:
-            state = "idle-now"
+        state = t.request_pause(body.pause_idle)
         _send(ev="pause", sid="", actor=body.pause_actor, rank=t.rank, reason=state)
 
 

@@ -35,7 +35,9 @@ class DebugPrompt:
             raise TakenOver()
         return self.io.read(prompt)
 
-    def run(self, leave_when_resumed=True, greeting=""):
+    def run(self, leave_when_resumed=True, greeting="", stay_open=False):
+        """stay_open (the user opened the debugger with nothing stopped, to look at or attach to
+        running ranks): the prompt stays until `quit` or `continue`."""
         if greeting:
             self.io.write(greeting)
         self._notes()
@@ -44,6 +46,10 @@ class DebugPrompt:
             s.shown = True
         if stopped:
             self.io.show_table(stopped)
+        elif stay_open:
+            self.io.write("[xmesh] no actors are stopped in pdb; `where` shows every rank, `attach` or `pause` "
+                          "stops running ones, `quit` leaves\n")
+            leave_when_resumed = False
         else:
             self.io.write("[xmesh] no actors are stopped in pdb\n")
         if not stopped and leave_when_resumed:
@@ -56,6 +62,8 @@ class DebugPrompt:
             outcome = self.handle(line)
             if outcome == "quit":
                 return "quit"
+            if outcome == "continued" and stay_open:
+                return "resumed"
             self._notes()
             if leave_when_resumed and not self.ctrl.stopped():
                 self.io.write("[xmesh] no actor is stopped in pdb any more\n")
@@ -83,6 +91,7 @@ class DebugPrompt:
             elif word in ("continue", "c"):
                 n = len(self.ctrl.continue_all())
                 self.io.write(f"[xmesh] continued {n} session{'s' if n != 1 else ''}\n")
+                return "continued"
             elif word in ("where", "w", "bt"):
                 self.io.write(self.ctrl.format_stacks())
             elif word in ("help", "h", "?"):
@@ -127,7 +136,7 @@ class DebugPrompt:
             # A running rank: stopped where it is first (reason "attached").
             state = self.ctrl.pause(actor, [rank], idle_too=False)[rank]
             if state != "stopped":
-                raise _CommandError(_PAUSE_STATES[state].format(what=f"{actor} rank {rank}"))
+                raise _CommandError(self._not_stopped(actor, [rank], state))
             s = self.ctrl.find(actor, rank)
         self.io.write(f"[xmesh] attached to {actor} rank {rank}; `detach` returns to xmesh_dbg>\n")
         prompt = self._show(s.take_output())
@@ -159,12 +168,21 @@ class DebugPrompt:
         for rank, state in self.ctrl.pause(actor, ranks).items():
             by_state.setdefault(state, []).append(rank)
         if set(by_state) == {"unknown"}:
-            raise _CommandError(_PAUSE_STATES["unknown"].format(what=f"{actor} {ranks_text(ranks)}"))
-        for state in ("idle", "native", "async"):
+            raise _CommandError(self._not_stopped(actor, ranks, "unknown"))
+        for state in ("idle", "native", "awaiting", "unknown"):
             if state in by_state:
-                self.io.write(f"[xmesh] {_PAUSE_STATES[state].format(what=f'{actor} {ranks_text(by_state[state])}')}\n")
+                self.io.write(f"[xmesh] {self._not_stopped(actor, by_state[state], state)}\n")
         if "stopped" in by_state:
             self.io.show_table(self.ctrl.stopped())
+
+    def _not_stopped(self, actor, ranks, state):
+        """Why ranks a pause asked for are not in the table, with where they are if running."""
+        if state == "unknown":
+            return self.ctrl.why_not_paused(actor, ranks)
+        text = _PAUSE_STATES[state].format(what=f"{actor} {ranks_text(ranks)}")
+        if state in ("native", "awaiting"):
+            text += ":\n" + self.ctrl.format_stacks(only=(actor, ranks)).rstrip("\n")
+        return text
 
     def _show(self, text):
         """Writes pdb's output, returning its trailing prompt ("(Pdb) ") for the input box."""
@@ -219,9 +237,9 @@ _PAUSE_STATES = {
     "idle": "{what} is idle: it stops at the start of its next call (the table shows it then)",
     "idle-now": "{what} is not stopped in pdb and runs no call now (`pause` stops it at the start of its next)",
     "native": "{what} is inside a C call or a blocking system call: it stops as soon as it returns to "
-              "Python (the table shows it then; `continue` withdraws the pause); `where` shows where it is",
-    "async": "{what} is in an async endpoint, which attach cannot stop yet: put breakpoint() in it",
-    "unknown": "no live rank {what} here: the actor mesh's name and rank, as `where` shows them",
+              "Python (the table shows it then; `continue` withdraws the pause)",
+    "awaiting": "{what} is in an async endpoint awaiting something: it stops when its coroutine runs again "
+                "(the table shows it then; `continue` withdraws the pause)",
 }
 
 

@@ -299,3 +299,53 @@ def test_the_visual_debugger_is_quiet_and_explains_breakpoints_in_endpoints(kern
     again = kernel.ok("print('again')")
     assert "breakpoint at" not in again.stderr  # said once
     _debug_request(kernel, "disconnect", {"restart": False, "terminateDebuggee": False}, 6)
+
+
+SPINNER = '''
+import os
+from xmesh import Actor, endpoint, this_host
+
+class Spinner(Actor):
+    @endpoint
+    def spin_until(self, path):
+        looks = 0
+        while not os.path.exists(path):
+            looks += 1
+        return looks
+
+procs = this_host().spawn_procs({"gpus": 2})
+spinner = procs.spawn("spinner", Spinner)
+spinner.initialized.get()
+'''
+
+
+def test_after_interrupting_a_hanging_cell_the_magic_attaches_to_a_running_rank(kernel, tmp_path):
+    """Issue 18 in the notebook: a cell hangs on ranks spinning in Python; the user interrupts it
+    (the calls go on), opens %xmesh_debug with nothing stopped, `where`s, attaches to a running
+    rank, looks at a local, detaches (it runs on) and leaves; the call then completes."""
+    go = str(tmp_path / "go")
+    kernel.ok(SPINNER)
+    conv = kernel.converse(f"fut = spinner.spin_until.call({go!r})\nfut.get()")
+    time.sleep(1.0)  # the cell hangs
+    kernel.interrupt()
+    r = conv.finish()
+    assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r.error_text
+
+    conv = kernel.converse("%xmesh_debug")
+    prompt, out = conv.expect_prompt()
+    assert prompt == "xmesh_dbg> " and "no actors are stopped in pdb; `where` shows every rank" in out, out
+    prompt, out = conv.say("where")
+    assert re.search(r"2 ranks \(ranks 0-1\) running", out) and "spin_until" in out, out
+    prompt, out = conv.say("attach spinner 1")
+    assert prompt == "[spinner 1] (Pdb) " and "attached to spinner rank 1" in out, out
+    assert "spin_until()" in out, out
+    prompt, out = conv.say("p looks > 0")
+    assert out.strip() == "True"
+    prompt, out = conv.say("detach")
+    assert prompt == "xmesh_dbg> " and "detached from spinner rank 1; it runs on" in out, out
+    conv.answer("quit")
+    r = conv.finish()
+    assert r.status == "ok", r.error_text
+
+    kernel.ok(f"open({go!r}, 'w').close()")
+    assert kernel.value("all(v > 0 for v in fut.get(timeout=60).values())") == "True"

@@ -240,6 +240,23 @@ class Stopper(Actor):
         return busy_result(until_total)
 
     @endpoint
+    async def count_async(self, rounds, nap):
+        """Awaits asyncio.sleep `rounds` times, counting (an attach stops it between naps)."""
+        done = 0
+        for _ in range(rounds):
+            await asyncio.sleep(nap)
+            done += 1
+        return done
+
+    @endpoint
+    def spin_until(self, path):
+        """Spins in Python until the file `path` exists; how many times it looked."""
+        looks = 0
+        while not os.path.exists(path):
+            looks += 1
+        return looks
+
+    @endpoint
     def walk(self):
         a = 1
         breakpoint()

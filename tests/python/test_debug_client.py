@@ -216,3 +216,65 @@ def test_a_client_that_floods_or_stops_reading_never_holds_the_debugger():
         child.expect(r"RESULT \[20, 21, 22, 23\]")
         child.expect(pexpect.EOF)
         client.expect(pexpect.EOF)
+
+
+PROGRAM_SPINNING = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {here!r})
+    from actors_for_tests import Stopper
+    from xmesh import this_host
+
+    procs = this_host().spawn_procs({{"gpus": 2}}, name="spinjob")
+    s = procs.spawn("spinner", Stopper)
+    s.initialized.get()
+    print("READY", flush=True)
+    looks = s.spin_until.call({go!r}).get()
+    print("RESULT", all(n > 0 for n in looks.values()), flush=True)
+    procs.stop()
+''')
+
+
+def test_a_client_attaches_to_a_rank_running_while_a_scripts_get_waits(tmp_path):
+    """Issue 18 from a terminal: a script waits in get() on ranks spinning in Python; another
+    program cannot pause them (it names the owner), `xmesh debug` can: attach stops the rank where
+    it runs, pdb answers there, detach lets it run on and the script's call completes."""
+    from test_debugger import ScriptedIO
+    from xmesh import _debug, this_host
+
+    go = str(tmp_path / "go")
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM_SPINNING.format(here=HERE, go=go))
+    prog = subprocess.Popen([PYTHON, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        assert prog.stdout.readline().strip() == "READY"
+        this_host()  # this test's own controller, on the same host agent
+        io = ScriptedIO(["attach spinner 0"])
+        _debug.DebugPrompt(_debug.controller(), io).run(leave_when_resumed=False)
+        assert "no actor mesh named 'spinner' lives on this program's procs" in io.text, io.text
+        assert (f"only its owner can pause an actor of another program's allocation: 'spinjob' of controller pid "
+                f"{prog.pid} (`xmesh debug --pid {prog.pid}` debugs it)") in io.text, io.text
+
+        client = debug_client("spinjob")
+        client.expect("xmesh_dbg> ")
+        client.sendline("where")
+        client.expect("xmesh_dbg> ")
+        assert "2 ranks (ranks 0-1) running" in client.before and "spin_until" in client.before, client.before
+        client.sendline("attach spinner 0")
+        client.expect(r"\[spinner 0\] \(Pdb\) ")
+        assert "attached to spinner rank 0" in client.before and "spin_until()" in client.before, client.before
+        client.sendline("p looks > 0")
+        client.expect(r"\[spinner 0\] \(Pdb\) ")
+        assert "True" in client.before
+        client.sendline("n")
+        client.expect(r"\[spinner 0\] \(Pdb\) ")
+        client.sendline("detach")
+        client.expect("detached from spinner rank 0; it runs on")
+        client.expect("xmesh_dbg> ")
+        open(go, "w").close()
+        out, _ = prog.communicate(timeout=60)
+        assert "RESULT True" in out
+        client.expect(pexpect.EOF)
+        client.close()
+    finally:
+        prog.kill()
+        prog.wait()

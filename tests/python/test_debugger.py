@@ -456,7 +456,7 @@ def test_bad_commands_keep_the_prompt(stoppers):
     text = io.text
     assert "stoppers rank 0 is not stopped in pdb and runs no call now" in text, text
     assert "'x' is not a rank" in text
-    assert "no live rank nobody rank 1 here" in text, text
+    assert "no actor mesh named 'nobody' lives on this program's procs; live ones:" in text, text
     assert "has no closing parenthesis" in text
     assert "this mesh has no dimension 'gpu' (its dimensions: gpus)" in text
     assert "cast needs a pdb command after the ranks" in text
@@ -469,10 +469,10 @@ if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
 
 
-def running_in(actor, rank, function):
-    """Whether `where` shows that rank running inside that function."""
+def running_in(actor, rank, function, how="running"):
+    """Whether `where` shows that rank running (or `how`: "awaiting") inside that function."""
     stacks = _debug.controller().stacks()[0].get(actor, [])
-    return any(r == rank and state == "running" and any(f[2] == function for f in frames)
+    return any(r == rank and state == how and any(f[2] == function for f in frames)
                for r, state, frames in stacks)
 
 
@@ -521,3 +521,85 @@ def test_pause_several_ranks_and_a_rank_in_a_native_wait(stoppers):
     stopped_sessions(1)  # walk's own breakpoint()
     ctrl.continue_all()
     assert fut.get(timeout=30) == 21
+
+
+def test_attach_stops_an_async_endpoint_in_its_own_coroutine_only(stoppers):
+    """An async endpoint runs on the proc's loop thread beside other actors' coroutines: attach
+    stops it at its next line in its own coroutine (never another actor's), detach lets it run
+    on with its result unchanged; one awaiting something long is said to be awaiting, with its
+    stack, and stops when its coroutine runs again."""
+    procs, mesh = stoppers
+    others = procs.spawn("others", Stopper)
+    others.initialized.get()
+    ctrl = _debug.controller()
+    theirs = others.count_async.call(40, 0.02)  # lines on the same loop all along
+    mine = mesh.count_async.call(40, 0.02)
+    assert wait_until(lambda: running_in("stoppers", 0, "count_async", "awaiting"), timeout=20)
+    io = ScriptedIO(["attach stoppers 0", "p 0 <= done < 40", "n", "detach"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "[xmesh] attached to stoppers rank 0" in io.text and "True" in io.text, io.text
+    assert "detached from stoppers rank 0; it runs on" in io.text, io.text
+    assert list(mine.get(timeout=30).values()) == [40, 40] and list(theirs.get(timeout=30).values()) == [40, 40]
+    assert not any(s.actor == "others" for s in ctrl.sessions.values())
+
+    long_nap = mesh.slice(gpus=1).count_async.call_one(2, 3.0)
+    assert wait_until(lambda: running_in("stoppers", 1, "count_async", "awaiting"), timeout=20), \
+        (ctrl.stopped(), ctrl.format_stacks())
+    io = ScriptedIO(["attach stoppers 1"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "stoppers rank 1 is in an async endpoint awaiting something" in io.text, io.text
+    assert "count_async" in io.text and "await asyncio.sleep(nap)" in io.text, io.text  # where it awaits
+    (s,) = stopped_sessions(1)  # when the nap ends
+    assert (s.actor, s.rank, s.reason, s.function) == ("stoppers", 1, "attached", "count_async")
+    ctrl.continue_all()
+    assert long_nap.get(timeout=30) == 2
+    others.stop()
+
+
+def test_pause_three_ranks_of_four_then_continue():
+    """`pause` on ranks 0-2 of a 4-rank mesh: those three join the table where they run, rank 3
+    is not disturbed and finishes; `continue` lets them finish with their results unchanged."""
+    from actors_for_tests import busy_result
+
+    procs = this_host().spawn_procs({"gpus": 4})
+    try:
+        mesh = procs.spawn("spinners", Stopper)
+        mesh.initialized.get()
+        ctrl = _debug.controller()
+        work = 60_000_000
+        fut = mesh.busy.call(work)
+        assert wait_until(lambda: all(running_in("spinners", r, "busy_result") for r in range(3)), timeout=20)
+        io = ScriptedIO(["pause spinners ranks(0:3)"])
+        _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+        stopped = [s for s in ctrl.stopped() if s.actor == "spinners"]
+        assert sorted(s.rank for s in stopped) == [0, 1, 2], io.text
+        assert {s.reason for s in stopped} == {"attached"} and {s.function for s in stopped} == {"busy_result"}
+        assert wait_until(lambda: not running_in("spinners", 3, "busy_result"), timeout=60)  # rank 3 finished
+        assert len([s for s in ctrl.stopped() if s.actor == "spinners"]) == 3
+        ctrl.continue_all()
+        assert list(fut.get(timeout=60).values()) == [busy_result(work)] * 4
+    finally:
+        procs.stop()
+
+
+def test_attach_names_an_unknown_actor_a_rank_past_the_end_and_a_dead_rank(stoppers):
+    from actors_for_tests import Printer
+
+    ctrl = _debug.controller()
+    io = ScriptedIO(["attach nosuch 0", "attach stoppers 5", "pause stoppers ranks(7)"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "no actor mesh named 'nosuch' lives on this program's procs; live ones: " in io.text, io.text
+    assert "stoppers" in io.text.split("live ones: ")[1].splitlines()[0], io.text
+    assert "stoppers has 2 ranks (0-1): no rank 5" in io.text, io.text
+    assert "rank 7 is out of range" in io.text, io.text  # the selector itself
+    procs = this_host().spawn_procs({"gpus": 2})
+    try:
+        doomed = procs.spawn("doomed", Printer)
+        doomed.initialized.get()
+        with pytest.raises(Exception):
+            doomed.slice(gpus=1).crash.call_one("bye").get(timeout=30)
+        io = ScriptedIO(["attach doomed 1"])
+        _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+        assert "doomed rank 1 is dead:" in io.text and "exit" in io.text, io.text
+    finally:
+        procs.stop()

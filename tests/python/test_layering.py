@@ -19,7 +19,7 @@ LAYERS = [
     # 3 proc side: hosting actors, output attribution, the proc's pdb, reloads, the worker
     ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_worker"],
     # 4 integration: the debugger's controller side and `xmesh debug`, the kernel, the command
-    ["_debug_io", "_debug_prompt", "_debug", "_debug_remote", "_kernel", "_run_notebook", "cli", "__init__"],
+    ["_debug_io", "_debug_prompt", "_debug_find", "_debug", "_debug_remote", "_kernel", "_run_notebook", "cli", "__init__"],
 ]
 LAYER_OF = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 PACKAGE = os.path.dirname(xmesh.__file__)
