@@ -60,6 +60,18 @@ class LogFlood(Actor):
 # ---- the debugger (debug_bench.py) ------------------------------------------------------------------
 class DebugTarget(Actor):
     @endpoint
+    def noop(self):
+        return None
+
+    @endpoint
+    def spin_until(self, path):
+        """Spins in Python until the file `path` exists (what an attach stops)."""
+        looks = 0
+        while not os.path.exists(path):
+            looks += 1
+        return looks
+
+    @endpoint
     def stop_here(self):
         x = 1
         breakpoint()  # xmesh's remote pdb: one message each way per command

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The debugger, xmesh beside its peers in one run on this machine: how long one pdb command
-takes while attached (`p 1` to its answer), one command cast to 16 ranks, and the time from
-`breakpoint()` on 16 ranks to the complete table of stopped actors. Prints one table and the
-ratios.
+takes while attached (`p 1` to its answer), one command cast to 16 ranks, the time from
+`breakpoint()` on 16 ranks to the complete table of stopped actors, the time from `attach` to
+the pdb prompt of a rank spinning in Python (beside a local pdb started by a signal), and a
+no-op call to the attached rank before and after (beside a rank never attached). Prints one
+table and the ratios.
 
     /usr/bin/python3 bench/debug_bench.py [--quick]
 
@@ -16,8 +18,10 @@ script here). Peers:
 """
 import argparse
 import os
+import signal
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,8 +31,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYT
 import pexpect  # noqa: E402
 
 import bench_actors  # noqa: E402
+from actor_rtt import timed_us  # noqa: E402
 from bench_stats import samples_row  # noqa: E402
-from xmesh import _debug, this_host, this_proc  # noqa: E402
+from xmesh import _debug, _debug_io, this_host, this_proc  # noqa: E402
 
 RANKS = 16
 PYTHON = "/usr/bin/python3"
@@ -53,6 +58,9 @@ class ScriptIO:
             self.first_write_at = time.monotonic()
         self.written.append(text)
 
+    def show_table(self, sessions):
+        self.write(_debug_io.format_table(sessions))
+
     def read(self, prompt):
         now = time.monotonic()
         if self.sent is not None:
@@ -65,20 +73,26 @@ class ScriptIO:
         return self.sent
 
 
-class scripted_prompt:
-    """While active, the prompt a waiting get() opens talks to io instead of a terminal."""
+class scripted_prompt(_debug_io.TerminalFrontend):
+    """While active, the prompt a waiting get() opens talks to io instead of a terminal (the
+    debugger's front end, as the kernel replaces it)."""
 
     def __init__(self, io):
-        self.io = io
+        self._io = io
+
+    def io(self):
+        return self._io
+
+    def input_possible(self):
+        return True
 
     def __enter__(self):
-        self.saved = _debug.TerminalIO, _debug._input_possible
-        _debug.TerminalIO = lambda: self.io
-        _debug._input_possible = lambda: True
-        return self.io
+        self.saved = _debug_io.frontend()
+        _debug_io.set_frontend(self)
+        return self._io
 
     def __exit__(self, *exc):
-        _debug.TerminalIO, _debug._input_possible = self.saved
+        _debug_io.set_frontend(self.saved)
 
 
 def answers(io, command, expected):
@@ -118,6 +132,37 @@ def xmesh_table(targets):
     if len(rows) != RANKS:
         raise AssertionError(f"the table has {len(rows)} rows, not {RANKS}:\n{table}")
     return ctrl.last_stop_at - t0, io.first_write_at - t0
+
+
+def xmesh_attach_running(targets, n, workdir):
+    """ms from `attach targets 0` to its pdb prompt, rank 0 spinning in Python (detached, so
+    running again, between two)."""
+    go = os.path.join(workdir, "go")
+    fut = targets.slice(gpus=0).spin_until.call_one(go)
+    ctrl = _debug.controller()
+    deadline = time.monotonic() + 30
+    while not any(r == 0 and state == "running" for r, state, _ in ctrl.stacks()[0].get("targets", [])):
+        if time.monotonic() > deadline:
+            raise AssertionError("rank 0 never ran spin_until")
+        time.sleep(0.05)
+    io = ScriptIO(["attach targets 0", "detach"] * n)
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    open(go, "w").close()
+    if fut.get(timeout=60) <= 0:
+        raise AssertionError("spin_until never looked")
+    if answers(io, "detach", "it runs on") == []:
+        raise AssertionError("no detach answered")
+    return answers(io, "attach targets 0", "attached to targets rank 0")
+
+
+def noop_rounds(targets, rounds, n):
+    """Median µs of a no-op call_one to rank 0 and to rank 1, in alternating rounds."""
+    r0, r1 = targets.slice(gpus=0), targets.slice(gpus=1)
+    a, b = [], []
+    for _ in range(rounds):
+        a += timed_us(lambda: r0.noop.call_one().get(), n, 20)
+        b += timed_us(lambda: r1.noop.call_one().get(), n, 20)
+    return statistics.median(a), statistics.median(b)
 
 
 # -- one blocking RPC per write ----------------------------------------------------------------------
@@ -196,6 +241,32 @@ def local_pdb(n):
         child.close(force=True)
 
 
+def local_signal_pdb(n):
+    """ms from SIGUSR1 to the pdb prompt of a local process spinning in Python whose handler
+    starts pdb in the interrupted frame (how a running local program is usually broken into)."""
+    code = ("import pdb, signal\n"
+            "signal.signal(signal.SIGUSR1, lambda s, f: pdb.Pdb().set_trace(f))\n"
+            "print('ready', flush=True)\n"
+            "looks = 0\n"
+            "while True:\n"
+            "    looks += 1\n")
+    child = pexpect.spawn(PYTHON, ["-c", code], encoding="utf-8", timeout=30, env=dict(os.environ, PYTHONSTARTUP=""))
+    child.delaybeforesend = None
+    try:
+        child.expect_exact("ready")
+        times = []
+        for _ in range(n):
+            t = time.monotonic()
+            child.kill(signal.SIGUSR1)
+            child.expect_exact("(Pdb) ")
+            times.append((time.monotonic() - t) * 1000)
+            child.sendline("c")
+            child.expect_exact("c\r\n")
+        return times
+    finally:
+        child.close(force=True)
+
+
 # -- report -------------------------------------------------------------------------------------------
 def row(name, ms):
     return samples_row(name, ms, 90, name_width=26, count_width=6)
@@ -206,6 +277,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer samples")
     args = ap.parse_args()
     n, casts, stops = (50, 10, 2) if args.quick else (300, 40, 5)
+    attaches, noop_n = (10, 300) if args.quick else (40, 2000)
     os.environ.setdefault("XMESH_DEBUG", "")  # the prompt, never the error mode
 
     procs = this_host().spawn_procs({"gpus": RANKS})
@@ -216,6 +288,11 @@ def main():
         for s in sessions:
             s.initialized.get()
 
+        noop_before = noop_rounds(targets, 4, noop_n // 4)
+        with tempfile.TemporaryDirectory() as workdir:
+            xm_attach = xmesh_attach_running(targets, attaches, workdir)
+        noop_after = noop_rounds(targets, 4, noop_n // 4)
+        plain_attach = local_signal_pdb(attaches)
         plain = local_pdb(n)
         xm_attached = xmesh_attached(targets, n)
         sim_att = sim_attached(targets, sessions, n)
@@ -245,7 +322,18 @@ def main():
     print(row("xmesh, all stops known", stopped))
     print(row("xmesh, table shown", shown))
     print(row("blocking RPC per write", sim_ms))
+    print("attach to a rank spinning in Python, to its pdb prompt, ms")
+    print(row("local pdb on SIGUSR1", plain_attach))
+    print(row("xmesh attach", xm_attach))
+    print(f"a no-op call_one, median µs: rank 0 / rank 1 (never attached), before any attach "
+          f"{noop_before[0]:.1f} / {noop_before[1]:.1f}, after {attaches} attaches to rank 0 "
+          f"{noop_after[0]:.1f} / {noop_after[1]:.1f}")
     print()
+    print(f"attach to a running rank: xmesh median {statistics.median(xm_attach):.1f} ms (target < 50 ms), "
+          f"a local pdb on SIGUSR1: {statistics.median(plain_attach):.1f} ms")
+    before, after = noop_before[0] / noop_before[1], noop_after[0] / noop_after[1]
+    print(f"no-op call on the attached rank relative to the untouched one: {before:.2f} before, {after:.2f} "
+          f"after (no trace stays behind: the ratio stays near 1)")
     print(f"attached command: xmesh median {statistics.median(xm_attached):.2f} ms (target < 5 ms), "
           f"{statistics.median(sim_att) / statistics.median(xm_attached):.1f}x faster than a blocking RPC per write, "
           f"plain local pdb on a terminal: {statistics.median(plain):.2f} ms")

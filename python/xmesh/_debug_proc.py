@@ -284,6 +284,8 @@ def post_mortem(exc):
 
 def call_finished():
     """The actor's call is over: a session it had ends (tracing stops with it)."""
+    if not _by_thread:
+        return  # (every call passes here: nothing to look up while no session exists)
     s = _by_thread.get(_session_key())
     if s is not None:
         s.end()
@@ -324,10 +326,8 @@ def set_actor_threads(lookup):
 
 
 def _current_task():
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no loop runs on this thread
-        return None
+    loop = asyncio._get_running_loop()  # (None on an actor's thread: no exception raised and caught)
+    return asyncio.current_task(loop) if loop is not None else None
 
 
 def _users_frame(frame):
@@ -387,6 +387,8 @@ def pause_thread(ident):
 
 def unpause_thread(ident):
     """Withdraws pause_thread; True if it had not stopped the thread yet."""
+    if ident not in _traced_threads:
+        return False  # (the end of every call asks: no lock while nothing is paused)
     with _pause_lock:
         if ident not in _traced_threads:
             return False
@@ -404,6 +406,8 @@ def pause_task(task, loop_ident):
 
 def unpause_task(task):
     """Withdraws pause_task; True if it had not stopped the task yet."""
+    if task not in _paused_tasks:
+        return False
     with _pause_lock:
         ident = _paused_tasks.pop(task, None)
         if ident is None:

@@ -523,6 +523,22 @@ def test_pause_several_ranks_and_a_rank_in_a_native_wait(stoppers):
     assert fut.get(timeout=30) == 21
 
 
+def test_continue_before_a_native_wait_ends_withdraws_the_pause(stoppers):
+    """A rank in time.sleep cannot stop before it returns to Python; `continue` meanwhile
+    withdraws the pause: it finishes its call without stopping, and its next call too."""
+    procs, mesh = stoppers
+    ctrl = _debug.controller()
+    fut = mesh.step.call(1, stop_ranks=(), sleep=2.0)
+    assert wait_until(lambda: running_in("stoppers", 0, "step"), timeout=20)
+    io = ScriptedIO(["attach stoppers 0", "continue"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "stoppers rank 0 is inside a C call or a blocking system call" in io.text, io.text
+    assert "time.sleep(sleep)" in io.text, io.text  # where it waits
+    assert sorted(fut.get(timeout=30).values()) == [2, 3]
+    assert mesh.slice(gpus=0).step.call_one(5, stop_ranks=(), sleep=0).get(timeout=30) == 10
+    assert ctrl.stopped() == []
+
+
 def test_attach_stops_an_async_endpoint_in_its_own_coroutine_only(stoppers):
     """An async endpoint runs on the proc's loop thread beside other actors' coroutines: attach
     stops it at its next line in its own coroutine (never another actor's), detach lets it run
@@ -569,8 +585,9 @@ def test_pause_three_ranks_of_four_then_continue():
         work = 60_000_000
         fut = mesh.busy.call(work)
         assert wait_until(lambda: all(running_in("spinners", r, "busy_result") for r in range(3)), timeout=20)
-        io = ScriptedIO(["pause spinners ranks(0:3)"])
+        io = ScriptedIO(["pause spinners ranks(0:3)", "cast spinners ranks(0:3) p i > 0 and total < until_total"])
         _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+        assert "[spinners ranks 0-2]\nTrue\n" in io.text, io.text  # cast works on paused ranks
         stopped = [s for s in ctrl.stopped() if s.actor == "spinners"]
         assert sorted(s.rank for s in stopped) == [0, 1, 2], io.text
         assert {s.reason for s in stopped} == {"attached"} and {s.function for s in stopped} == {"busy_result"}
