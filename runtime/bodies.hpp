@@ -630,7 +630,8 @@ struct ProcInfoReply {
 };
 XMESH_BODY_JSON(ProcInfoReply)
 
-// DumpStacks (controller -> proc) is answered from the I/O thread, without the GIL, with every
+// DumpStacks (controller -> proc) is answered from the I/O thread (the dump taken with the GIL by
+// a helper thread, or without it when the GIL stays held: python/src/debugger_bindings.cpp), with every
 // thread's Python stack as CPython's fault handler writes it and what runs on each thread.
 struct DumpStacksReply {
   static constexpr const char* what = "DumpStacks reply";

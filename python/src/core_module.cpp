@@ -305,7 +305,7 @@ void bind_bodies(py::module_& m) {
   bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
   bind_body<ProcInfoBody>(m, "ProcInfoBody", "ProcInfo: ask a proc its pid and actors.");
   bind_body<ProcInfoReply>(m, "ProcInfoReply", "A proc's pid and actors.");
-  bind_body<DumpStacksReply>(m, "DumpStacksReply", "Every thread's stack of a proc, taken without the GIL.");
+  bind_body<DumpStacksReply>(m, "DumpStacksReply", "Every thread's stack of a proc, answered by its I/O thread.");
   bind_body<FlushOutputReply>(m, "FlushOutputReply", "The output marker a FlushOutput wrote.");
   bind_body<DebugEventBody>(m, "DebugEventBody", "DebugEvent: a pdb session stopped, runs, ended or asks for sources.");
   bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");

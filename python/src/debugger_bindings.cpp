@@ -1,11 +1,17 @@
-// The debugger's pieces in xmesh._core: the proc's GIL-free stack dump (answered by the node's
-// I/O thread, so a rank stuck in a C call or a deadlock still shows where it is), thread
+// The debugger's pieces in xmesh._core: the proc's stack dump (answered by the node's I/O thread,
+// with the GIL when it can be had, so a rank stuck in a C call or a deadlock still shows where it
+// is), the attach trace, thread
 // labels for it, rank selectors and stack grouping (debugger/).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <sys/mman.h>
+#include <thread>
 #include <unistd.h>
 
 #include "bodies.hpp"
@@ -29,23 +35,90 @@ namespace {
 std::mutex g_labels_mu;
 std::map<uint64_t, std::string> g_labels;  // thread ident -> what runs there ("actor trainer")
 
-json dump_python_stacks() {
+// What _Py_DumpTracebackThreads writes: every thread's frames, as faulthandler prints them.
+std::string dump_to_text(PyThreadState* current, const char** err) {
   std::string text;
   int fd = memfd_create("xmesh-stacks", MFD_CLOEXEC);
-  DumpStacksReply reply;
-  reply.pid = getpid();
   if (fd < 0) {
-    reply.error = "memfd_create failed";
-    return reply;
+    *err = "memfd_create failed";
+    return text;
   }
-  const char* err = _Py_DumpTracebackThreads(fd, nullptr, nullptr);
+  *err = _Py_DumpTracebackThreads(fd, nullptr, current);
   if (lseek(fd, 0, SEEK_SET) == 0) {
     char buf[65536];
     ssize_t n;
     while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
   }
   close(fd);
-  reply.stacks = std::move(text);
+  return text;
+}
+
+// The dump reads other threads' frames. With the GIL held that is safe: every other thread is
+// parked at a safe point or inside C, its frames still. Without it, a thread running Python
+// pushes and pops frames under the reader (a proc crashed so, `where` polled while async
+// endpoints churned). So a helper thread takes the GIL and dumps; the I/O thread waits for it
+// kGilWaitMs and only when the GIL stays taken that long (a thread holding it inside C, or a
+// deadlock: frames that do not move) dumps without it, as faulthandler's watchdog does.
+class GilDumper {
+ public:
+  static constexpr int kGilWaitMs = 250;
+
+  // The text of a dump taken with the GIL, or nothing if it could not be had in time.
+  std::optional<std::string> dump(const char** err) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (busy_) return std::nullopt;  // still waiting for the GIL since an earlier request
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { serve(); }).detach();
+    }
+    busy_ = true;
+    uint64_t ticket = ++wanted_;
+    cv_.notify_all();
+    if (!cv_.wait_for(lk, std::chrono::milliseconds(kGilWaitMs), [&] { return done_ >= ticket; }))
+      return std::nullopt;
+    *err = err_;
+    return std::move(text_);
+  }
+
+ private:
+  void serve() {
+    for (;;) {
+      uint64_t ticket;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return wanted_ > done_; });
+        ticket = wanted_;
+      }
+      if (_Py_IsFinalizing()) return;  // no GIL to take any more (busy_ stays: dumps go without)
+      PyGILState_STATE gil = PyGILState_Ensure();
+      const char* err = nullptr;
+      std::string text = dump_to_text(PyThreadState_Get(), &err);
+      PyGILState_Release(gil);
+      std::lock_guard<std::mutex> g(mu_);
+      text_ = std::move(text);  // (a request that stopped waiting leaves it for nobody)
+      err_ = err;
+      done_ = ticket;
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false, busy_ = false;
+  uint64_t wanted_ = 0, done_ = 0;
+  std::string text_;
+  const char* err_ = nullptr;
+};
+
+GilDumper g_gil_dumper;
+
+json dump_python_stacks() {
+  DumpStacksReply reply;
+  reply.pid = getpid();
+  const char* err = nullptr;
+  auto with_gil = g_gil_dumper.dump(&err);
+  reply.stacks = with_gil ? std::move(*with_gil) : dump_to_text(nullptr, &err);
   {
     std::lock_guard<std::mutex> g(g_labels_mu);
     for (auto& [ident, label] : g_labels) reply.labels[std::to_string(ident)] = label;
@@ -101,7 +174,7 @@ void bind_debugger(py::module_& m) {
   }, "Sets (None: removes) the attach trace of the thread `ident`: callback(frame) at its next call or "
      "line event, until removed. False if no such thread.");
   m.def("enable_stack_dumps", [](Node& n) { n.set_stack_dumper(dump_python_stacks); },
-        "Lets this process answer DumpStacks from its node's I/O thread, without the GIL.");
+        "Lets this process answer DumpStacks from its node's I/O thread (with the GIL if it can be had in time).");
   m.def("label_thread", [](uint64_t ident, const std::string& label) {
     std::lock_guard<std::mutex> g(g_labels_mu);
     if (label.empty()) {

@@ -2,10 +2,10 @@
 
 `DebugController` keeps the table of debug sessions the procs report (DebugEvent messages, see
 _debug_proc), sends them pdb commands (DebugCommand) and gathers stacks (DumpStacks, answered
-by each proc's I/O thread without its GIL). `DebugPrompt` is the `xmesh_dbg>` command loop; it
-talks to the user through a small I/O object: the notebook cell (Jupyter stdin channel), the
-terminal a script runs in, or an `xmesh debug` client. A `get()` / `await` that sees a new stop
-opens the prompt (`on_wait`)."""
+by each proc's I/O thread even while its Python threads are busy). `DebugPrompt` is the
+`xmesh_dbg>` command loop; it talks to the user through a small I/O object: the notebook cell
+(Jupyter stdin channel), the terminal a script runs in, or an `xmesh debug` client. A `get()` /
+`await` that sees a new stop opens the prompt (`on_wait`)."""
 import linecache
 import os
 import signal
@@ -405,7 +405,7 @@ class DebugController:
     # -- stacks -------------------------------------------------------------------------------------
     def stacks(self, timeout=2.0):
         """Per actor mesh: [(rank, state, frames)] for every rank of every live actor, the
-        stopped ones from their pdb session, the others dumped by their proc without the GIL."""
+        stopped ones from their pdb session, the others dumped by their proc's I/O thread."""
         from ._runtime import Kind
 
         addrs = sorted({p.addr for a in self.rt.owned_allocs() for r, p in a.procs.items()
@@ -417,7 +417,8 @@ class DebugController:
             deadline = time.monotonic() + timeout
             dumping = Request(self.rt.node, addrs, Kind.DumpStacks)
             # What async endpoints await is in their suspended coroutines, which only Python
-            # can walk (with the GIL): asked beside the GIL-free dump, used where it answers.
+            # can walk: asked beside the thread dump (which a proc answers even while a thread
+            # holds its GIL in C), used where it answers.
             asking = Request(self.rt.node, addrs, Kind.ProcInfo, _core.ProcInfoBody(async_stacks=True).to_dict())
             dumps = dumping.answers(timeout, "`where`")
             tasks = asking.answers(max(0.0, deadline - time.monotonic()), "`where`")

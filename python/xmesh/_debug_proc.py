@@ -146,7 +146,8 @@ class RemotePdb(pdb.Pdb):
             _proc_output.redirect_thread(self.thread, None)
             if self.sid in _sessions:
                 _send(ev="running", sid=self.sid, out=self.relay.take())
-            _rearm_paused_tasks(self.thread)
+            if sys.gettrace() is None:  # it continued (stepping keeps pdb's own trace)
+                _rearm_paused_tasks(self.thread)
 
     # -- the relay ---------------------------------------------------------------------------
     def _location(self):
@@ -313,7 +314,9 @@ def adopted_by(addr):
 _skip_check = bdb.Bdb(skip=_SKIP)
 _LIBRARY = (sysconfig.get_paths()["stdlib"] + os.sep, "<frozen ")  # the standard library's files
 _actor_threads = None      # injected by _actor_host: (mesh name, rank) -> [ActorThread-like]
-_pause_lock = threading.Lock()
+# Reentrant: a trace callback may fire on a thread that holds it (a line event inside a block
+# that holds it, once that thread is traced).
+_pause_lock = threading.RLock()
 _traced_threads = set()    # actor threads traced until they reach the user's code
 _paused_tasks = {}         # asyncio task -> ident of its loop's thread (traced while any waits)
 

@@ -41,7 +41,7 @@ def main():
     _debug_proc.set_post_mortem(os.environ.get("XMESH_POST_MORTEM") == "1")
 
     rt = init_proc_runtime()
-    _core.enable_stack_dumps(rt.node)  # the debugger's `where`, answered without the GIL
+    _core.enable_stack_dumps(rt.node)  # the debugger's `where`, answered by the I/O thread
     rt.ensure_actor_host()
     rt.control.on(Kind.Adopt, lambda msg: _adopt(rt, msg))
     rank = int(os.environ["XMESH_RANK"])

@@ -215,6 +215,10 @@ def busy_result(until_total):
     return total, i
 
 
+def _deep(i, depth):
+    return i if depth == 0 else _deep(i, depth - 1)
+
+
 class Stopper(Actor):
     """Stops in pdb on the ranks it is told to (the debugger tests)."""
 
@@ -247,6 +251,19 @@ class Stopper(Actor):
             await asyncio.sleep(nap)
             done += 1
         return done
+
+    @endpoint
+    async def churn(self, seconds):
+        """Pushes and pops frames as fast as it can, on the loop's thread and on its own."""
+        async def leaf(i):
+            return _deep(i, 30)
+
+        turns = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            turns += 1 + await leaf(0)
+            await asyncio.sleep(0)
+        return turns > 0
 
     @endpoint
     def spin_until(self, path):

@@ -558,6 +558,20 @@ def test_attach_stops_an_async_endpoint_in_its_own_coroutine_only(stoppers):
     assert list(mine.get(timeout=30).values()) == [40, 40] and list(theirs.get(timeout=30).values()) == [40, 40]
     assert not any(s.actor == "others" for s in ctrl.sessions.values())
 
+    # Two actors of one proc paused in async endpoints: one stops (and holds the loop); once it
+    # runs on, the other's pause (kept meanwhile) stops the other in its own coroutine.
+    theirs = others.slice(gpus=0).count_async.call_one(40, 0.02)
+    mine = mesh.slice(gpus=0).count_async.call_one(40, 0.02)
+    assert wait_until(lambda: running_in("stoppers", 0, "count_async", "awaiting")
+                      and running_in("others", 0, "count_async", "awaiting"), timeout=20)
+    io = ScriptedIO(["pause stoppers ranks(0)", "pause others ranks(0)", "attach stoppers 0", "detach"])
+    _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
+    assert "others rank 0 is in an async endpoint awaiting something" in io.text, io.text
+    (s,) = stopped_sessions(1)
+    assert (s.actor, s.rank, s.function) == ("others", 0, "count_async"), io.text
+    ctrl.continue_all()
+    assert mine.get(timeout=30) == 40 and theirs.get(timeout=30) == 40
+
     long_nap = mesh.slice(gpus=1).count_async.call_one(2, 3.0)
     assert wait_until(lambda: running_in("stoppers", 1, "count_async", "awaiting"), timeout=20), \
         (ctrl.stopped(), ctrl.format_stacks())
@@ -620,3 +634,25 @@ def test_attach_names_an_unknown_actor_a_rank_past_the_end_and_a_dead_rank(stopp
         assert "doomed rank 1 is dead:" in io.text and "exit" in io.text, io.text
     finally:
         procs.stop()
+
+
+def test_where_never_breaks_a_proc_whose_frames_churn(stoppers):
+    """Defect: the stack dump read other threads' frames without the GIL, and a proc whose
+    threads pushed and popped frames meanwhile was killed by SIGSEGV (in every run of this test
+    before the fix).
+    The dump now takes the GIL, and goes without it only when the GIL stays held (a thread in C,
+    a deadlock: frames that do not move)."""
+    procs, mesh = stoppers
+    others = procs.spawn("churners", Stopper)
+    others.initialized.get()
+    ctrl = _debug.controller()
+    futs = [mesh.churn.call(4.0), others.churn.call(4.0)]
+    dumps = 0
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        ctrl.stacks()
+        dumps += 1
+    assert dumps > 100
+    for fut in futs:
+        assert list(fut.get(timeout=30).values()) == [True, True]
+    others.stop()
