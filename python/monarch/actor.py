@@ -1,9 +1,13 @@
-"""`monarch.actor` on xmesh. The names below behave as in Monarch; any other name Monarch's
-module has raises NotImplementedError naming it, never a silent difference."""
+"""`monarch.actor` on xmesh. The names in __all__ behave as in Monarch 0.7 (README's table says
+where xmesh differs); any other name Monarch's module exports raises NotImplementedError that
+says why, never a silent difference and never AttributeError."""
 from xmesh import (  # noqa: F401
+    Accumulator,
     Actor,
     ActorError,
     ActorMesh,
+    Endpoint,
+    Extent,
     Future,
     HostMesh,
     Point,
@@ -13,18 +17,41 @@ from xmesh import (  # noqa: F401
     current_size,
     endpoint,
     proc_mesh,
+    returns_future,
     this_host,
     this_proc,
 )
 from xmesh._errors import SupervisionError  # noqa: F401
 
 __all__ = [
-    "Actor", "ActorError", "ActorMesh", "Future", "HostMesh", "Point", "ProcMesh", "SupervisionError",
-    "ValueMesh", "current_rank", "current_size", "endpoint", "proc_mesh", "this_host", "this_proc",
+    "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "Point",
+    "ProcMesh", "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "proc_mesh",
+    "returns_future", "this_host", "this_proc",
 ]
+
+# Monarch 0.7's other public names, and why xmesh has none of them yet (or ever).
+_NOT_YET = "is not supported by xmesh yet (issue 19, Monarch compatibility, is under way)"
+_MISSING = {
+    **{name: _NOT_YET for name in (
+        "Channel", "Port", "PortReceiver", "send", "as_endpoint", "concurrent_endpoint", "context", "Context",
+        "current_actor_name", "get_or_spawn_controller", "MeshFailure", "unhandled_fault_hook",
+        "shutdown_context")},
+    **{name: "comes with xmesh's hosts over TCP (issue 20); until then meshes live on this machine's agents"
+       for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
+                    "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",
+                    "default_bootstrap_cmd")},
+    **{name: "is Monarch's own runtime internals (hyperactor ids, its debugger actor, its config); xmesh has "
+             "its own (xmesh.debug(), `xmesh debug`)"
+       for name in ("ProcId", "Uid", "debug_controller", "config")},
+    **{name: "is Monarch's OpenTelemetry instrumentation, which xmesh does not have"
+       for name in ("get_meter", "span", "traced")},
+}
 
 
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
+    why = _MISSING.get(name)
+    if why is not None:
+        raise NotImplementedError(f"monarch.actor.{name} {why}")
     raise NotImplementedError(f"monarch.actor.{name} is not supported by xmesh (supported: {', '.join(__all__)})")

@@ -7,21 +7,22 @@
 from . import _core
 # The composition root: these register themselves with the runtime (python/README.md, layers).
 from . import _actor_host, _debug_remote  # noqa: F401
-from ._actor import Actor, ActorMesh, Endpoint, endpoint
+from ._actor import Accumulator, Actor, ActorMesh, Endpoint, endpoint
 from ._context import current_rank, current_size
 from ._debug import debug
 from ._errors import ActorError, SupervisionError, TakenOverError
-from ._future import Future
+from ._future import Future, returns_future
 from ._named import allocations
 from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, this_host, this_proc
-from ._shape import Point
+from ._shape import Extent, Point
 from ._value_mesh import ValueMesh
 from ._workspace import SyncReport, Workspace
 
 __version__ = _core.version()
 
 __all__ = [
-    "Actor", "ActorError", "ActorMesh", "Endpoint", "Future", "HostMesh", "Point", "ProcMesh",
-    "SupervisionError", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "attach", "current_rank", "current_size",
-    "debug", "endpoint", "hosts", "proc_mesh", "this_host", "this_proc",
+    "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "Point",
+    "ProcMesh", "SupervisionError", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations",
+    "attach", "current_rank", "current_size", "debug", "endpoint", "hosts", "proc_mesh", "returns_future",
+    "this_host", "this_proc",
 ]

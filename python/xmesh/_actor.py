@@ -13,7 +13,7 @@ from ._display import html_table
 from ._env import env_float
 from ._errors import ActorError, SupervisionError
 from ._protocol import ErrorKind, error_kind, read_error
-from ._future import CallTarget, Done, Future, show_output_of
+from ._future import CallTarget, CoroutineFuture, Done, Future, show_output_of
 from ._runtime import Kind, get_runtime, note_call
 from ._shape import MeshTrait, Point
 from ._value_mesh import ValueMesh
@@ -432,7 +432,7 @@ class _Stream:
     """Results of a stream(): iterate for values as they arrive, or `async for`."""
 
     def __init__(self, call, described, name, keepalive=None):
-        self._fut = Future(call, lambda r, f: None, described, f"{name}.stream()", keepalive)
+        self._fut: Future = Future(call, lambda r, f: None, described, f"{name}.stream()", keepalive)
         self._call = call
         self._pending = []
         self._yielded = 0
@@ -481,3 +481,32 @@ class _Stream:
                 yield self._value_of(index, ok, body, frames)
         finally:
             self._finished()
+
+
+class Accumulator:
+    """Folds the replies of one broadcast of an endpoint into one value, in the order they
+    arrive (Monarch's Accumulator): `Accumulator(mesh.count, 0, lambda acc, r: acc + r)`, then
+    `.accumulate(*args).get()` or `await`. The call goes out at accumulate(); the fold runs
+    when the returned Future is first observed."""
+
+    def __init__(self, endpoint: "Endpoint", identity: Any, combine: Callable[[Any, Any], Any]) -> None:
+        if not isinstance(endpoint, Endpoint):
+            raise TypeError(f"Accumulator needs an endpoint of an actor mesh (mesh.method), got {endpoint!r}")
+        if not callable(combine):
+            raise TypeError(f"Accumulator's combine must be callable (accumulated, reply) -> accumulated, "
+                            f"got {combine!r}")
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future:
+        replies = self._endpoint.stream(*args, **kwargs)
+        identity, combine = self._identity, self._combine
+
+        async def fold() -> Any:
+            value = identity
+            async for reply in replies:
+                value = combine(value, reply)
+            return value
+
+        return CoroutineFuture(fold, f"{self._endpoint._name}.accumulate()")

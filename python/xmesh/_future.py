@@ -4,14 +4,18 @@ Ctrl-C; a timeout does not consume the future; the outcome is cached."""
 import asyncio
 import collections
 import dataclasses
+import functools
+import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from . import _context, _core, _pickling, _wait
 from ._errors import ActorError, SupervisionError, TakenOverError, describe_coords, shown_remote_traceback
 from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime
 from ._shape import ranks_text
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,8 +227,8 @@ def _notice_queued_calls(call: Any, description: str) -> None:
 _wait.add_slow_wait_hook(_notice_queued_calls)
 
 
-class Future:
-    """The eventual result of a call. `convert(results)` turns the list of (index, ok, body,
+class Future(Generic[T]):
+    """The eventual result of a call (`Future[int]` in annotations, as in Monarch). `convert(results)` turns the list of (index, ok, body,
     frames) into the value; targets describes each index (rank, coords, actor) for errors."""
 
     def __init__(self, call: Any, convert: Callable[[dict, "Future"], Any],
@@ -405,3 +409,110 @@ class Future:
     def __repr__(self):
         state = "done" if self._done else f"{self._call.received}/{len(self._call)} answered"
         return f"<xmesh.Future {self._description}: {state}>"
+
+
+class CoroutineFuture(Future[T]):
+    """The Future of a coroutine (Monarch's `returns_future`, `Accumulator`): nothing runs until
+    it is first observed; `await` runs it on the awaiting loop, `get()` on a loop of its own in
+    the calling thread (in a helper thread when that thread already runs a loop). It runs once;
+    its outcome is kept, and a `get()` that times out leaves it to finish at the next one."""
+
+    def __init__(self, make: Callable[[], Any], description: str) -> None:
+        # No call underneath: Future's call-specific state is not set, and not used.
+        self._make = make
+        self._description = description
+        self._outcome: Optional[Tuple[bool, Any]] = None
+        self._task: Optional[asyncio.Task] = None
+        self._task_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._private_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._lock = threading.Lock()
+
+    async def _body(self) -> None:
+        try:
+            self._outcome = (True, await self._make())
+        except (Exception, asyncio.CancelledError) as e:
+            self._outcome = (False, e)
+
+    def _result(self) -> Any:
+        assert self._outcome is not None
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        check_timeout(timeout)
+        if self._outcome is None:
+            if asyncio._get_running_loop() is None:
+                self._run_privately(timeout)
+            else:  # this thread's loop is busy running the caller: a helper thread runs it
+                failed: list = []
+                helper = threading.Thread(target=self._run_in_helper, args=(timeout, failed), daemon=True,
+                                          name="xmesh-future")
+                helper.start()
+                helper.join()
+                if failed:
+                    raise failed[0]
+        return self._result()
+
+    result = get
+
+    def _run_in_helper(self, timeout: Optional[float], failed: list) -> None:
+        try:
+            self._run_privately(timeout)
+        except BaseException as e:  # raised again in the caller's thread
+            failed.append(e)
+
+    def _run_privately(self, timeout: Optional[float]) -> None:
+        with self._lock:
+            if self._outcome is not None:
+                return
+            if self._task is not None and self._task_loop is not self._private_loop:
+                raise RuntimeError(f"{self._description} is being awaited on another event loop: await it there")
+            if self._private_loop is None:
+                self._private_loop = self._task_loop = asyncio.new_event_loop()
+                self._task = self._private_loop.create_task(self._body())
+            assert self._task is not None
+            self._private_loop.run_until_complete(asyncio.wait([self._task], timeout=timeout))
+            if not self._task.done():
+                raise TimeoutError(f"{self._description} did not finish within {timeout} s")
+            self._private_loop.close()
+
+    def done(self) -> bool:
+        return self._outcome is not None
+
+    def cancel(self) -> bool:
+        """Cancels the coroutine if it runs (it then raises CancelledError); False otherwise."""
+        if self._outcome is not None or self._task is None:
+            return False
+        self._task.cancel()
+        return True
+
+    def __await__(self):
+        if self._outcome is None:
+            loop = asyncio.get_running_loop()
+            if self._task is None:
+                self._task_loop = loop
+                self._task = loop.create_task(self._body())
+            if self._task_loop is loop:
+                # Shielded: an awaiter that is cancelled leaves the run to the others.
+                yield from asyncio.shield(self._task).__await__()
+            else:  # a get() started it on its own loop: finished there, off this loop
+                yield from loop.run_in_executor(None, self.get).__await__()
+        return self._result()
+
+    def __repr__(self):
+        return f"<xmesh.Future {self._description}: {'done' if self._outcome is not None else 'not done'}>"
+
+
+def returns_future(fn: Callable[..., Any]) -> Callable[..., "CoroutineFuture"]:
+    """Monarch's decorator: an `async def` whose calls return a Future (`.get()` or `await`),
+    run when that Future is first observed."""
+    if not asyncio.iscoroutinefunction(fn):
+        raise TypeError(f"returns_future decorates an async def, not {fn!r}")
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> CoroutineFuture:
+        return CoroutineFuture(lambda: fn(*args, **kwargs), f"{getattr(fn, '__qualname__', 'coroutine')}()")
+
+    return wrapper

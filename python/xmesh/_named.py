@@ -87,7 +87,7 @@ def attach_named(host_mesh, name, make_mesh, expected_shape=None):
     described = [CallTarget(r, {}, "proc") for r in live]
     mesh = make_mesh(alloc, shape)  # no lease: a named allocation outlives its handles
     rebuild = lambda: make_mesh(alloc, shape)  # noqa: E731
-    ready = Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
+    ready: Future = Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
     mesh.set_ready(ready)
     # The runtime's own wait: ranks stopped in pdb that the procs announce now are the user's
     # to look at (xmesh.debug()), not a prompt inside attach().

@@ -20,13 +20,91 @@ def ranks_text(ranks):
     return text if text.startswith("ranks") else f"rank {text}"
 
 
+class Extent(Mapping):
+    """The sizes of a mesh's dimensions, in order: a read-only mapping {label: size} with
+    `.labels`, `.sizes` and `.nelements` (Monarch's Extent). Equal to a dict of the same items."""
+
+    __slots__ = ("_labels", "_sizes")
+
+    def __init__(self, labels: Iterable[str], sizes: Iterable[int]) -> None:
+        labels, sizes = list(labels), list(sizes)
+        if len(labels) != len(sizes):
+            raise ValueError(f"an extent needs one size per label, got labels {labels} and sizes {sizes}")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"an extent's labels must differ, got {labels}")
+        for label, size in zip(labels, sizes):
+            if not isinstance(label, str):
+                raise TypeError(f"an extent's labels are strings, got {label!r}")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise ValueError(f"dimension {label!r} needs a size >= 0, got {size!r}")
+        self._labels, self._sizes = labels, sizes
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self._labels)
+
+    @property
+    def sizes(self) -> list[int]:
+        return list(self._sizes)
+
+    @property
+    def nelements(self) -> int:
+        n = 1
+        for size in self._sizes:
+            n *= size
+        return n
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self._sizes[self._labels.index(label)]
+        except ValueError:
+            raise KeyError(label) from None
+
+    def __iter__(self):
+        return iter(self._labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __eq__(self, other):
+        if isinstance(other, Extent):
+            return self._labels == other._labels and self._sizes == other._sizes
+        return Mapping.__eq__(self, other)
+
+    def __hash__(self):
+        return hash((tuple(self._labels), tuple(self._sizes)))
+
+    def __repr__(self):
+        return f"Extent({dict(zip(self._labels, self._sizes))})"
+
+    def __str__(self):
+        return "{" + ", ".join(f"'{k}': {v}" for k, v in zip(self._labels, self._sizes)) + "}"
+
+    def __reduce__(self):
+        return (Extent, (self._labels, self._sizes))
+
+    def shape(self) -> Shape:
+        """The dense shape of ranks 0..nelements-1 over these dimensions."""
+        return _core.Shape.dense(self._labels, self._sizes)
+
+
+def extent_of(shape: Shape) -> Extent:
+    return Extent(shape.labels, shape.sizes)
+
+
 class Point(Mapping):
     """A position in a mesh: `.rank` (row-major index) and a coordinate per dimension,
-    readable as `point["gpus"]` or `point.gpus`."""
+    readable as `point["gpus"]` or `point.gpus`. Made from a rank and the mesh's shape, or
+    as in Monarch from a rank and an Extent (or a {label: size} dict)."""
 
     __slots__ = ("rank", "shape", "_coords")
 
-    def __init__(self, rank: int, shape: Shape) -> None:
+    def __init__(self, rank: int, shape: "Shape | Extent | Mapping[str, int]") -> None:
+        if isinstance(shape, Mapping):
+            extent = shape if isinstance(shape, Extent) else Extent(shape.keys(), shape.values())
+            if not 0 <= rank < max(1, extent.nelements):
+                raise IndexError(f"rank {rank} is outside an extent of {extent.nelements} ({extent})")
+            shape = extent.shape()
         self.rank = rank
         self.shape = shape
         values = shape.coords_of(rank) if shape.size > 0 and shape.ndim > 0 else []
@@ -48,12 +126,14 @@ class Point(Mapping):
             raise AttributeError(f"point has no dimension {name!r}; its dimensions are {tuple(self._coords)}") from None
 
     @property
-    def extent(self) -> dict[str, int]:
-        return dict(zip(self.shape.labels, self.shape.sizes))
+    def extent(self) -> Extent:
+        return extent_of(self.shape)
 
-    @property
-    def size(self) -> int:
-        return self.shape.size
+    def size(self, label: str) -> int:
+        """The size of one dimension of the mesh this point is in (Monarch's Point.size)."""
+        if label not in self._coords:
+            raise KeyError(f"point has no dimension {label!r}; its dimensions are {tuple(self._coords)}")
+        return self.shape.dim_size(label)
 
     def __repr__(self):
         inner = format_coords(self._coords)
@@ -155,8 +235,9 @@ class MeshTrait:
         return dict(zip(self._shape.labels, self._shape.sizes))
 
     @property
-    def extent(self) -> dict[str, int]:
-        return self.sizes
+    def extent(self) -> Extent:
+        """The mesh's dimensions and sizes (equal to `sizes`, as Monarch's Extent)."""
+        return extent_of(self._shape)
 
     @property
     def shape(self) -> Shape:

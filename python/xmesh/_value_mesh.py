@@ -1,13 +1,18 @@
 """ValueMesh: the results of a call, one per actor, indexed like the mesh that was called."""
 import html
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ._display import html_table
 from ._shape import MeshTrait, Point, slice_shape
 
+T = TypeVar("T")
 
-class ValueMesh(MeshTrait):
+
+class ValueMesh(MeshTrait, Generic[T]):
+    """One value per element of a mesh, indexed like it: `.item(**coords)`, `.items()`
+    ((Point, value) pairs), `.values()`, `.get(rank)`, slicing as on any mesh."""
+
     def __init__(self, shape: Any, values: list) -> None:
         if len(values) != shape.size:
             raise ValueError(f"a mesh of {shape.size} needs {shape.size} values, got {len(values)}")
@@ -40,8 +45,20 @@ class ValueMesh(MeshTrait):
         for i, v in enumerate(self._values):
             yield Point(i, self._shape), v
 
-    def values(self) -> Iterator[Any]:
-        return iter(list(self._values))
+    def values(self) -> list:
+        """The values in rank order (a list, as Monarch's)."""
+        return list(self._values)
+
+    def get(self, rank: int) -> Any:
+        """The value of the rank-th element of this mesh (row-major, from 0)."""
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise TypeError(f"get() takes a rank (an int), got {rank!r}")
+        if not 0 <= rank < len(self._values):
+            raise IndexError(f"rank {rank} is out of range for a ValueMesh of {len(self._values)}")
+        return self._values[rank]
+
+    def __len__(self) -> int:
+        return len(self._values)
 
     def __iter__(self):
         return self.items()

@@ -1,0 +1,157 @@
+"""Monarch 0.7's public actor API on xmesh (issue 19), written in Monarch's documented style
+and imported from `monarch.actor`: typed futures, Extent and Point, ValueMesh's return
+types, returns_future, Accumulator, and the names xmesh has not (yet)."""
+import asyncio
+
+import pytest
+
+from monarch.actor import (
+    Accumulator, Actor, Extent, Future, Point, ValueMesh, current_rank, endpoint, returns_future, this_host,
+)
+
+
+class Counter(Actor):
+    def __init__(self, start: int) -> None:
+        self.value = start
+
+    @endpoint
+    def incr(self) -> int:
+        self.value += 1
+        return self.value
+
+    @endpoint
+    def get_value(self) -> int:
+        return self.value
+
+    @endpoint
+    def rank_times(self, k: int) -> int:
+        return current_rank().rank * k
+
+
+@pytest.fixture(scope="module")
+def counters():
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    mesh = procs.spawn("counters", Counter, 10)
+    mesh.initialized.get()
+    yield mesh
+    procs.stop()
+
+
+def test_future_is_generic_and_its_value_has_monarchs_types(counters):
+    fut: Future[int] = counters.slice(gpus=0).get_value.call_one()
+    assert fut.get() == 10
+    values: ValueMesh[int] = counters.rank_times.call(3).get()
+    assert values.values() == [0, 3, 6, 9] and isinstance(values.values(), list)
+    assert len(values) == 4 and values.get(2) == 6
+    with pytest.raises(IndexError, match="rank 4 is out of range"):
+        values.get(4)
+    point, value = list(values.items())[3]
+    assert (point.rank, point["gpus"], value) == (3, 3, 9)
+    assert point.extent == Extent(["gpus"], [4]) and point.size("gpus") == 4
+    assert values.item(gpus=1) == 3
+
+
+def test_extent_and_point_as_in_monarch(counters):
+    extent = Extent(["hosts", "gpus"], [2, 4])
+    assert extent.labels == ["hosts", "gpus"] and extent.sizes == [2, 4] and extent.nelements == 8
+    assert dict(extent) == {"hosts": 2, "gpus": 4} and extent["gpus"] == 4 and len(extent) == 2
+    assert extent == {"hosts": 2, "gpus": 4} and extent != Extent(["gpus", "hosts"], [4, 2])
+    point = Point(5, extent)
+    assert point.rank == 5
+    assert dict(point) == {"hosts": 1, "gpus": 1} and point.extent == extent and point.size("hosts") == 2
+    with pytest.raises(IndexError, match="rank 8 is outside an extent of 8"):
+        Point(8, extent)
+    with pytest.raises(ValueError, match="one size per label"):
+        Extent(["a"], [1, 2])
+    assert counters.extent == Extent(["gpus"], [4]) and counters.extent == {"gpus": 4}
+    import pickle
+    assert pickle.loads(pickle.dumps(extent)) == extent and pickle.loads(pickle.dumps(point)) == point
+
+
+@returns_future
+async def total_after_increments(mesh, times: int) -> int:
+    for _ in range(times):
+        await mesh.incr.call()
+    values = await mesh.get_value.call()
+    return sum(values.values())
+
+
+def test_returns_future_runs_once_when_first_observed_by_get_or_await():
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        mesh = procs.spawn("lazy", Counter, 0)
+        fut = total_after_increments(mesh, 3)
+        assert not fut.done()
+        assert mesh.get_value.call().get().values() == [0, 0]  # nothing ran yet: it is lazy
+        assert fut.get() == 6 and fut.done()
+        assert fut.get() == 6  # kept, not run again
+        assert asyncio.run(_await(fut)) == 6
+        fut2 = total_after_increments(mesh, 1)
+        assert asyncio.run(_await(fut2)) == 8 and fut2.get() == 8
+    finally:
+        procs.stop()
+
+
+async def _await(fut):
+    return await fut
+
+
+def test_returns_future_errors_and_timeouts():
+    @returns_future
+    async def slow_then_fail(delay: float) -> None:
+        await asyncio.sleep(delay)
+        raise ValueError("failed after the nap")
+
+    fut = slow_then_fail(0.5)
+    with pytest.raises(TimeoutError, match="did not finish within 0.05 s"):
+        fut.get(timeout=0.05)
+    with pytest.raises(ValueError, match="failed after the nap"):  # the same run, finished
+        fut.get()
+    with pytest.raises(TypeError, match="returns_future decorates an async def"):
+        returns_future(lambda: 1)
+
+
+def test_accumulator_folds_a_broadcast_in_arrival_order(counters):
+    total = Accumulator(counters.rank_times, 0, lambda acc, reply: acc + reply)
+    assert total.accumulate(5).get() == (0 + 1 + 2 + 3) * 5
+    seen = Accumulator(counters.rank_times, [], lambda acc, reply: acc + [reply])
+    assert sorted(asyncio.run(_await(seen.accumulate(1)))) == [0, 1, 2, 3]
+    with pytest.raises(TypeError, match="needs an endpoint of an actor mesh"):
+        Accumulator(lambda: 0, 0, max)
+
+
+def test_names_xmesh_lacks_say_why_instead_of_attribute_error():
+    import monarch.actor as m
+
+    for name in ("Channel", "context", "get_or_spawn_controller"):
+        with pytest.raises(NotImplementedError, match=f"monarch.actor.{name} is not supported by xmesh yet"):
+            getattr(m, name)
+    with pytest.raises(NotImplementedError, match="comes with xmesh's hosts over TCP"):
+        m.attach_to_workers
+    with pytest.raises(NotImplementedError, match="OpenTelemetry"):
+        m.traced
+    for name in m.__all__:
+        getattr(m, name)  # every listed name exists
+
+
+# What Monarch 0.7's `monarch.actor` exports (its __all__).
+MONARCH_0_7_NAMES = [
+    "Accumulator", "Actor", "ActorError", "as_endpoint", "attach", "attach_to_workers", "Channel", "ChannelTransport",
+    "concurrent_endpoint", "config", "context", "Context", "current_actor_name", "current_rank", "current_size",
+    "debug_controller", "default_bootstrap_cmd", "enable_transport", "endpoint", "Endpoint", "Extent", "Future",
+    "get_meter", "get_or_spawn_controller", "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcId",
+    "ProcMesh", "returns_future", "run_worker_loop_forever", "run_worker_loop_until_shutdown", "send",
+    "shutdown_context", "span", "start_worker_loop_forever", "this_host", "this_proc", "traced", "Uid",
+    "unhandled_fault_hook", "ValueMesh",
+]
+
+
+def test_every_monarch_name_is_supported_or_says_why_not():
+    import monarch.actor as m
+
+    for name in MONARCH_0_7_NAMES:
+        if name in m.__all__:
+            continue
+        with pytest.raises(NotImplementedError) as raised:
+            getattr(m, name)
+        assert "(supported:" not in str(raised.value), f"{name}: no reason given: {raised.value}"
