@@ -18,6 +18,7 @@ from xmesh import (  # noqa: F401
     endpoint,
     proc_mesh,
     returns_future,
+    shutdown_context,
     this_host,
     this_proc,
 )
@@ -26,7 +27,7 @@ from xmesh._errors import SupervisionError  # noqa: F401
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "Point",
     "ProcMesh", "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "proc_mesh",
-    "returns_future", "this_host", "this_proc",
+    "returns_future", "shutdown_context", "this_host", "this_proc",
 ]
 
 # Monarch 0.7's other public names, and why xmesh has none of them yet (or ever).
@@ -34,8 +35,7 @@ _NOT_YET = "is not supported by xmesh yet (issue 19, Monarch compatibility, is u
 _MISSING = {
     **{name: _NOT_YET for name in (
         "Channel", "Port", "PortReceiver", "send", "as_endpoint", "concurrent_endpoint", "context", "Context",
-        "current_actor_name", "get_or_spawn_controller", "MeshFailure", "unhandled_fault_hook",
-        "shutdown_context")},
+        "current_actor_name", "get_or_spawn_controller", "MeshFailure", "unhandled_fault_hook")},
     **{name: "comes with xmesh's hosts over TCP (issue 20); until then meshes live on this machine's agents"
        for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",

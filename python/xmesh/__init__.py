@@ -13,7 +13,7 @@ from ._debug import debug
 from ._errors import ActorError, SupervisionError, TakenOverError
 from ._future import Future, returns_future
 from ._named import allocations
-from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, this_host, this_proc
+from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, shutdown_context, this_host, this_proc
 from ._shape import Extent, Point
 from ._value_mesh import ValueMesh
 from ._workspace import SyncReport, Workspace
@@ -24,5 +24,5 @@ __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "Point",
     "ProcMesh", "SupervisionError", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations",
     "attach", "current_rank", "current_size", "debug", "endpoint", "hosts", "proc_mesh", "returns_future",
-    "this_host", "this_proc",
+    "shutdown_context", "this_host", "this_proc",
 ]

@@ -2,6 +2,7 @@
 import html
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable
 from typing import Any, Optional, Union
@@ -17,7 +18,7 @@ from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._env import env_seconds_from_ms
 from ._protocol import ErrorKind, error, error_kind
-from ._runtime import Kind, get_runtime, note_call, proc_environment
+from ._runtime import Kind, get_runtime, note_call, proc_environment, shutdown_client
 from ._shape import MeshTrait, Point, dense_shape
 from ._wait import request
 from ._workspace import DEFAULT_MAX_FILE_SIZE, Workspace, seed_named_workspace, sync_workspace
@@ -504,3 +505,15 @@ def proc_mesh(*, gpus: Optional[int] = None, hosts: int = 1, env: Optional[dict[
     if setup is not None:
         raise NotImplementedError("proc_mesh(setup=...) is not supported by xmesh")
     return this_host().spawn_procs({"hosts": hosts, "gpus": gpus if gpus is not None else 1}, env=env)
+
+
+def shutdown_context(host_timeout: Optional[float] = None) -> Done:
+    """Monarch's shutdown_context(): shuts this program's controller down (its unnamed
+    allocations' procs stop, waiting at most host_timeout seconds, default 5; named allocations
+    stay for a later controller). It cannot start again in this process: later xmesh calls
+    raise RuntimeError. Returns a done Future (also when there was nothing to shut down)."""
+    if host_timeout is not None and (isinstance(host_timeout, bool) or not isinstance(host_timeout, (int, float))
+                                     or not math.isfinite(host_timeout) or host_timeout < 0):
+        raise ValueError(f"host_timeout must be a finite number of seconds >= 0 or None, got {host_timeout!r}")
+    shutdown_client(host_timeout)
+    return Done(None)

@@ -122,7 +122,9 @@ class Runtime:
         self._write("stderr", f"[xmesh] {text}\n", cell)
 
     # -- shutdown --------------------------------------------------------------------------
-    def shutdown(self):
+    def shutdown(self, wait_s=None):
+        """Stops this runtime; a controller's unnamed allocations stop with it, waiting at most
+        wait_s (default XMESH_EXIT_WAIT, 5 s) for their procs to exit."""
         if self._closed:
             return
         self._closed = True
@@ -136,7 +138,7 @@ class Runtime:
                     a.request_stop(immediately=False)
                 except Exception:
                     pass
-            deadline = time.monotonic() + env_float("XMESH_EXIT_WAIT", 5.0)
+            deadline = time.monotonic() + (env_float("XMESH_EXIT_WAIT", 5.0) if wait_s is None else wait_s)
             for a in allocs:
                 a.wait_exited(max(0.0, deadline - time.monotonic()))
             # The procs' last lines were sent before their exit notices: print them.
@@ -213,15 +215,38 @@ def set_output(interactive, sink):
     _wiring.output_sink = sink
 
 
+_client_shut_down = False  # shutdown_client() ran: no controller runtime again in this process
+_shutdown_claimed = False
+
+
 def get_runtime():
     """The runtime of this process, creating a controller runtime on first use."""
     global _runtime
-    if _runtime is not None:
+    if _runtime is not None and not _client_shut_down:
         return _runtime
     with _runtime_lock:
+        if _client_shut_down:
+            raise RuntimeError("this program's xmesh controller was shut down (shutdown_context()); it cannot "
+                               "start again in this process")
         if _runtime is None:
             _runtime = _make_controller()
     return _runtime
+
+
+def shutdown_client(wait_s=None):
+    """Monarch's shutdown_context(): this process's controller runtime stops, its unnamed
+    allocations with it (named ones stay for a later controller), and cannot start again here.
+    False when no controller runtime runs (one started later can still be shut down) or it
+    was already shut down."""
+    global _client_shut_down, _shutdown_claimed
+    with _runtime_lock:
+        rt = _runtime
+        if _shutdown_claimed or rt is None or rt.role != "controller":
+            return False
+        _shutdown_claimed = True
+    rt.shutdown(wait_s)  # (its hooks still reach the runtime)
+    _client_shut_down = True
+    return True
 
 
 def _forget_runtime_in_child():

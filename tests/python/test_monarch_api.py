@@ -155,3 +155,48 @@ def test_every_monarch_name_is_supported_or_says_why_not():
         with pytest.raises(NotImplementedError) as raised:
             getattr(m, name)
         assert "(supported:" not in str(raised.value), f"{name}: no reason given: {raised.value}"
+
+
+SHUTDOWN_PROGRAM = """
+import os, sys
+sys.path.insert(0, {here!r})
+from monarch.actor import Actor, endpoint, shutdown_context, this_host
+
+class Pid(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+print("NOTHING", shutdown_context().get())  # no controller yet: nothing to do, one can start later
+procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+pids = procs.spawn("pid", Pid).pid.call().get().values()
+assert shutdown_context(host_timeout=5).get() is None
+gone = []
+for pid in pids:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        gone.append(pid)
+print("GONE", len(gone))
+print("AGAIN", shutdown_context().get())
+try:
+    this_host().spawn_procs(per_host={{"gpus": 1}})
+except RuntimeError as e:
+    print("REFUSED", e)
+try:
+    shutdown_context(host_timeout=-1)
+except ValueError as e:
+    print("BAD", e)
+"""
+
+
+def test_shutdown_context_stops_the_controller_for_good():
+    import os
+
+    from xmesh_testing import run_program
+
+    r = run_program(SHUTDOWN_PROGRAM.format(here=os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr
+    assert "NOTHING None" in r.stdout and "GONE 2" in r.stdout and "AGAIN None" in r.stdout, r.stdout
+    assert "REFUSED this program's xmesh controller was shut down (shutdown_context())" in r.stdout, r.stdout
+    assert "BAD host_timeout must be a finite number of seconds >= 0" in r.stdout, r.stdout
