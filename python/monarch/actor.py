@@ -22,20 +22,37 @@ from xmesh import (  # noqa: F401
     this_host,
     this_proc,
 )
-from xmesh._errors import SupervisionError  # noqa: F401
+from xmesh._errors import MeshFailure, SupervisionError  # noqa: F401
+from xmesh._runtime import report_fault, set_unhandled_fault_hook
 
 __all__ = [
-    "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "Point",
-    "ProcMesh", "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "proc_mesh",
-    "returns_future", "shutdown_context", "this_host", "this_proc",
+    "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "MeshFailure",
+    "Point", "ProcMesh", "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "proc_mesh",
+    "returns_future", "shutdown_context", "this_host", "this_proc", "unhandled_fault_hook",
 ]
+
+
+def unhandled_fault_hook(failure: MeshFailure) -> None:
+    """Gets every failure nobody handled (an actor's broadcast raised, a proc or host died with
+    no call to report it). Monarch's default exits the program; xmesh's says the failure where
+    it belongs (the cell that caused it, or stderr) and the program or notebook lives on.
+    Replace it as in Monarch (`monarch.actor.unhandled_fault_hook = my_hook`): return to drop
+    the failure, raise to stop a script (in a notebook the kernel lives on)."""
+    report_fault(failure)
+
+
+def _to_the_current_hook(failure: MeshFailure) -> None:
+    globals()["unhandled_fault_hook"](failure)  # whatever the program assigned since
+
+
+set_unhandled_fault_hook(_to_the_current_hook)
 
 # Monarch 0.7's other public names, and why xmesh has none of them yet (or ever).
 _NOT_YET = "is not supported by xmesh yet (issue 19, Monarch compatibility, is under way)"
 _MISSING = {
     **{name: _NOT_YET for name in (
         "Channel", "Port", "PortReceiver", "send", "as_endpoint", "concurrent_endpoint", "context", "Context",
-        "current_actor_name", "get_or_spawn_controller", "MeshFailure", "unhandled_fault_hook")},
+        "current_actor_name", "get_or_spawn_controller")},
     **{name: "comes with xmesh's hosts over TCP (issue 20); until then meshes live on this machine's agents"
        for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",

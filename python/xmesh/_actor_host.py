@@ -158,7 +158,7 @@ class ActorThread(threading.Thread):
             raised = _core.ErrorBody.from_dict(body)
             text = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
                     f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{raised.traceback}")
-            fault = dict(raised.to_dict(), text=text, cell=cell)
+            fault = dict(raised.to_dict(), text=text, cell=cell, info={"mesh": self.actor_name})
             try:
                 self.node.send(msg.sender_addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
             except Exception:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import _core, _logfiles
+from ._errors import MeshFailure
 from ._future import WeakValue, death_reported
 from ._pids import unusual_state
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
@@ -46,18 +47,19 @@ class Allocation:
         rt = get_runtime()
         if not self.stopped and not body.stopping:
             proc = self.procs.get(body.rank)
-            self._say_death(rt, body.text, proc.addr if proc is not None else "")
+            self._say_death(rt, body.text, proc.addr if proc is not None else "", body.rank)
         if all_gone:
             rt.forget_alloc(self.id)
 
     DEATH_NOTICE_DELAY_S = 0.5
 
-    def _say_death(self, rt, text, addr):
+    def _say_death(self, rt, text, addr, rank):
         """A proc's death is said once: by the error of a call it failed, when the caller takes
-        that error within a moment (a wait on it ends as soon as the call fails), else here."""
+        that error within a moment (a wait on it ends as soon as the call fails), else here, as
+        a failure nobody waits for (the unhandled fault hook's)."""
         def say():
             if not death_reported(addr):
-                rt.diag(text)
+                rt.unhandled_fault(MeshFailure(self.name or self.id, text, "proc", rank))
 
         timer = threading.Timer(self.DEATH_NOTICE_DELAY_S, say)
         timer.start()  # not a daemon: a program that ends meanwhile still gets the notice

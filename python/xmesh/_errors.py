@@ -108,5 +108,34 @@ class TakenOverError(RuntimeError):
     owns it; its procs refuse this one's calls."""
 
 
+class MeshFailure:
+    """A failure nobody was waiting for (Monarch's MeshFailure): an actor's broadcast raised
+    ("actor"), a proc died with no call to report it ("proc"), a host agent was lost ("host").
+    `mesh_name` names the actor mesh or allocation, `report()` (and str()) says what happened;
+    it goes to the unhandled fault hook."""
+
+    def __init__(self, mesh_name: str, text: str, kind: str, rank: Optional[int] = None, cell: str = "") -> None:
+        self.mesh_name = mesh_name
+        self.kind = kind
+        self.rank = rank
+        self.cell = cell  # the notebook cell whose call it follows ("" when none)
+        self._text = text
+
+    @property
+    def mesh(self) -> str:
+        """What failed, by name (Monarch gives the mesh object; xmesh the name it goes by)."""
+        return self.mesh_name
+
+    def report(self) -> str:
+        return self._text
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"MeshFailure({self.kind} failure of {self.mesh_name!r}" + \
+            (f" rank {self.rank}" if self.rank is not None else "") + ")"
+
+
 def describe_coords(coords):
     return f"({format_coords(coords)})" if coords else ""

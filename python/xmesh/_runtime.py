@@ -4,6 +4,7 @@ by `_worker`."""
 import atexit
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -11,6 +12,7 @@ import time
 from . import _core
 from ._control import ControlTable
 from ._env import env_float
+from ._errors import MeshFailure
 
 Kind = _core.Kind
 
@@ -39,7 +41,6 @@ class Runtime:
         self._actor_host = None
         self._closed = False
         self.logs = None  # a controller's LogOutput (start_controller_threads)
-        self.fault_hook = self._default_fault_hook
         # Every cookie a proc of this controller may present: our own, and those of the named
         # allocations we attached (their procs keep the cookie they were started with). Every
         # proc we own accepts all of them, so any two can call each other.
@@ -53,7 +54,7 @@ class Runtime:
         self.logs = LogOutput(self.node, _wiring.interactive, _wiring.output_sink)
         self.control.on(Kind.ProcExited, self._on_proc_exited)
         self.control.on(Kind.PeerDead, self._on_peer_dead)
-        self.control.on(Kind.Fault, lambda msg: self.fault_hook(msg.fault()))
+        self.control.on(Kind.Fault, lambda msg: self.unhandled_fault(_failure_of_fault(msg.fault())))
         self.control.on(Kind.Refuse, lambda msg: self.diag(msg.refuse().reason or "a peer refused this controller"))
         for hook in _wiring.controller_start:
             hook(self)
@@ -101,7 +102,8 @@ class Runtime:
     def _on_peer_dead(self, msg):
         body = msg.peer_dead()
         if body.host_lost:
-            self.diag(body.error.get("text", f"the host agent at {body.addr} was lost"))
+            text = body.error.get("text", f"the host agent at {body.addr} was lost")
+            self.unhandled_fault(MeshFailure(body.addr, text, "host"))
 
     def _write(self, stream, text, cell=""):
         """Prints on the controller's stdout or stderr: through the log output (which knows
@@ -114,8 +116,24 @@ class Runtime:
         with self._print_lock:
             write_std(2 if stream == "stderr" else 1, text)
 
-    def _default_fault_hook(self, body: "_core.ErrorBody") -> None:
-        self.diag(body.text or "an actor failed with nobody waiting for the result", body.cell or "")
+    def unhandled_fault(self, failure: MeshFailure) -> None:
+        """A failure nobody waits for (MeshFailure) goes to the hook the program installed
+        (Monarch's unhandled_fault_hook, through the monarch shim) or, by default, is said in an
+        [xmesh] line where it belongs; the program or notebook lives on. A hook that returns
+        drops it; one that raises stops a script as Monarch does (KeyboardInterrupt in its main
+        thread), while in the notebook the kernel lives on and the cell says so."""
+        hook = _wiring.unhandled_fault_hook
+        if hook is None:
+            self.diag(failure.report(), failure.cell)
+            return
+        try:
+            hook(failure)
+        except BaseException as e:
+            stops = not _wiring.interactive
+            self.diag(f"{failure.report()}\nthe unhandled fault hook raised {type(e).__name__}: {e}; "
+                      + ("stopping the program, as Monarch does" if stops else "the notebook lives on"), failure.cell)
+            if stops:  # a real SIGINT to the main thread: it also ends a sleep or a blocking call
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     def diag(self, text, cell=""):
         """An `[xmesh] ...` line of the runtime's own on stderr (in the kernel: in that cell)."""
@@ -168,6 +186,7 @@ class _Wiring:
         self.actor_host_factory = None  # ActorHost(runtime): lets this process host actors
         self.interactive = False       # remote output read by a person (the kernel): windows, budget
         self.output_sink = None        # where remote output goes (None: stdout / stderr)
+        self.unhandled_fault_hook = None  # fn(MeshFailure) for failures nobody waits for
 
 
 _wiring = _Wiring()
@@ -179,6 +198,23 @@ def on_controller_start(hook):
     _wiring.controller_start.append(hook)
     if _runtime is not None and _runtime.role == "controller" and _runtime.logs is not None:
         hook(_runtime)
+
+
+def set_unhandled_fault_hook(fn):
+    """fn(MeshFailure) gets every failure nobody waits for (None: the default [xmesh] line)."""
+    _wiring.unhandled_fault_hook = fn
+
+
+def report_fault(failure):
+    """The default for an unhandled failure: an [xmesh] line where it belongs."""
+    get_runtime().diag(failure.report(), failure.cell)
+
+
+def _failure_of_fault(body):
+    """A Fault message (an actor's broadcast raised) as a MeshFailure."""
+    mesh = (body.info or {}).get("mesh") or body.actor or "?"
+    return MeshFailure(mesh, body.text or "an actor failed with nobody waiting for the result", "actor",
+                       body.rank, body.cell or "")
 
 
 def on_controller_shutdown(hook):

@@ -200,3 +200,77 @@ def test_shutdown_context_stops_the_controller_for_good():
     assert "NOTHING None" in r.stdout and "GONE 2" in r.stdout and "AGAIN None" in r.stdout, r.stdout
     assert "REFUSED this program's xmesh controller was shut down (shutdown_context())" in r.stdout, r.stdout
     assert "BAD host_timeout must be a finite number of seconds >= 0" in r.stdout, r.stdout
+
+
+FAULT_HOOK_PROGRAM = """
+import sys, time
+sys.path.insert(0, {here!r})
+import monarch.actor
+from monarch.actor import MeshFailure, this_host
+from actors_for_tests import Counter, Printer
+
+procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+c = procs.spawn("b", Counter)
+c.slice(gpus=0).fail.broadcast("default hook")
+time.sleep(1.0)
+print("PHASE 2", flush=True)
+seen = []
+
+def my_hook(failure: MeshFailure) -> None:
+    seen.append((failure.kind, failure.mesh_name, failure.rank, "raised" in failure.report()))
+
+monarch.actor.unhandled_fault_hook = my_hook
+c.slice(gpus=1).fail.broadcast("my hook")
+p = procs.spawn("printers", Printer)
+p.slice(gpus=1).crash.broadcast("bye")
+deadline = time.time() + 30
+while len(seen) < 2 and time.time() < deadline:
+    time.sleep(0.05)
+print("SEEN", sorted(seen, key=str), flush=True)
+print("ALIVE", c.slice(gpus=0).incr.call_one().get(), flush=True)
+procs.stop()
+"""
+
+
+def test_unhandled_fault_hook_default_and_replaced():
+    """Monarch's unhandled_fault_hook: by default xmesh says the failure and lives on (Monarch's
+    exits); a hook the program assigns gets every failure nobody waits for, as a MeshFailure."""
+    import os
+
+    from xmesh_testing import run_program
+
+    r = run_program(FAULT_HOOK_PROGRAM.format(here=os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr
+    assert "ValueError: default hook on rank 0" in r.stderr  # the default: said, the program lives on
+    assert "my hook" not in r.stderr, r.stderr  # the program's hook took that one
+    assert "SEEN [('actor', 'b', 1, True), ('proc', " in r.stdout, r.stdout
+    assert ", 1, False)]" in r.stdout and "ALIVE 1" in r.stdout, r.stdout
+
+
+RAISING_HOOK_PROGRAM = """
+import sys, time
+sys.path.insert(0, {here!r})
+import monarch.actor
+from monarch.actor import this_host
+from actors_for_tests import Counter
+
+def stop(failure):
+    sys.exit(1)  # Monarch's own default
+
+monarch.actor.unhandled_fault_hook = stop
+procs = this_host().spawn_procs(per_host={{"gpus": 1}})
+procs.spawn("b", Counter).fail.broadcast("stop here")
+time.sleep(30)
+print("NOT STOPPED")
+"""
+
+
+def test_a_fault_hook_that_raises_stops_a_script_as_in_monarch():
+    import os
+
+    from xmesh_testing import run_program
+
+    r = run_program(RAISING_HOOK_PROGRAM.format(here=os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode != 0 and "NOT STOPPED" not in r.stdout
+    assert "the unhandled fault hook raised SystemExit: 1; stopping the program, as Monarch does" in r.stderr, r.stderr
+    assert "KeyboardInterrupt" in r.stderr
