@@ -228,8 +228,9 @@ _wait.add_slow_wait_hook(_notice_queued_calls)
 
 
 class Future(Generic[T]):
-    """The eventual result of a call (`Future[int]` in annotations, as in Monarch). `convert(results)` turns the list of (index, ok, body,
-    frames) into the value; targets describes each index (rank, coords, actor) for errors."""
+    """The eventual result of a call (`Future[int]` in annotations, as in Monarch).
+    `convert(results)` turns the list of (index, ok, body, frames) into the value; targets
+    describes each index (rank, coords, actor) for errors."""
 
     def __init__(self, call: Any, convert: Callable[[dict, "Future"], Any],
                  targets: Optional[list[CallTarget]] = None, description: str = "call", keepalive: Any = None) -> None:
@@ -480,6 +481,33 @@ class CoroutineFuture(Future[T]):
 
     def done(self) -> bool:
         return self._outcome is not None
+
+    # What a call's Future says of its ranks: a coroutine has none of its own.
+    def release(self) -> None:
+        pass
+
+    def target(self, index: int) -> "CallTarget | None":
+        return None
+
+    @property
+    def cell(self) -> str:
+        return ""
+
+    def pending_ranks(self) -> list[int]:
+        return []
+
+    running_ranks = pending_ranks
+
+    def dead_unanswered(self) -> list[str]:
+        return []
+
+    def queued_behind(self) -> "list[tuple[_Sent, list[int]]]":
+        return []
+
+    def describe_pending(self) -> str:
+        if self._outcome is not None:
+            return "done"
+        return "running" if self._task is not None else "not started (it starts when first observed)"
 
     def cancel(self) -> bool:
         """Cancels the coroutine if it runs (it then raises CancelledError); False otherwise."""

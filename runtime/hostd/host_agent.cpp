@@ -361,7 +361,17 @@ void HostAgent::spawn_procs(const Message& m) {
     for (auto& r : req.ranks) a->procs.push_back(start_proc(req, r, *a, logdir));
   } catch (const std::exception& e) {
     const bool no_fds = errno == EMFILE || errno == ENFILE;
-    for (auto& p : a->procs) kill(-p->pid, SIGKILL);
+    // The procs started so far are killed, and their pipes and log files closed now rather
+    // than when they are reaped: a spawn retried at once (after running out of files) needs them.
+    for (auto& p : a->procs) {
+      kill(-p->pid, SIGKILL);
+      for (Stream* st : {&p->out, &p->err}) {
+        if (st->fd >= 0) close(st->fd);
+        st->fd = -1;
+      }
+      if (p->log) fclose(p->log);
+      p->log = nullptr;
+    }
     std::string why = "cannot start proc " + std::to_string(a->procs.size()) + " of " + std::to_string(req.ranks.size()) +
                       " on " + hostname() + ": " + e.what();
     rlimit rl{};
