@@ -1,14 +1,14 @@
 """Async endpoints and asyncio.gather over several meshes and futures."""
 import asyncio
 
-from monarch.actor import Actor, current_rank, endpoint, proc_mesh
+from monarch.actor import Actor, context, endpoint, proc_mesh
 
 
 class Sleeper(Actor):
     @endpoint
     async def nap(self, seconds):
         await asyncio.sleep(seconds)
-        return current_rank().rank
+        return context().actor_instance.rank.rank  # which actor (current_rank() is the message's point)
 
 
 async def main():

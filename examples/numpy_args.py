@@ -1,7 +1,7 @@
 """64 MiB numpy arrays as arguments and results (sent without copying into the pickle)."""
 import numpy as np
 
-from monarch.actor import Actor, current_rank, endpoint, this_host
+from monarch.actor import Actor, context, endpoint, this_host
 
 
 class Reducer(Actor):
@@ -11,7 +11,7 @@ class Reducer(Actor):
 
     @endpoint
     def make(self, n):
-        return np.full(n, current_rank().rank, dtype=np.float32)
+        return np.full(n, context().actor_instance.rank.rank, dtype=np.float32)  # which actor made it
 
 
 procs = this_host().spawn_procs({"gpus": 2})

@@ -1,12 +1,17 @@
 """Named dimensions: slice keeps or drops a dimension; split, flatten and rename reshape."""
-from monarch.actor import Actor, current_rank, endpoint, this_host
+from monarch.actor import Actor, context, current_rank, endpoint, this_host
 
 
 class Where(Actor):
     @endpoint
     def where(self):
-        p = current_rank()
-        return p.rank
+        # Which actor answered: its rank in the mesh it was spawned as. (current_rank() is the
+        # message's point: its rank within the slice that was called.)
+        return context().actor_instance.rank.rank
+
+    @endpoint
+    def point_in_call(self):
+        return current_rank().rank, current_rank().extent.nelements
 
 
 procs = this_host().spawn_procs({"gpus": 8})
@@ -18,6 +23,7 @@ grid = mesh.split(gpus=("dp", "tp"), tp=2)
 print("grid sizes:", grid.sizes)
 print("tp=1 column:", list(grid.slice(tp=1).where.call().get().values()))
 print("dp=2 row:", list(grid.slice(dp=2).where.call().get().values()))
+print("tp=1 column, as each actor sees the call:", list(grid.slice(tp=1).point_in_call.call().get().values()))
 flat = grid.rename(dp="replica").flatten("all")
 print("renamed+flattened:", flat.sizes, list(flat.slice(all=slice(5, 8)).where.call().get().values()))
 try:

@@ -265,6 +265,33 @@ struct CancelBody {
 };
 XMESH_BODY_JSON(CancelBody)
 
+// Call (caller -> actor): absent on the fast path (the whole actor mesh called, the reply to the
+// caller). Present when the message's point is not the actor's own (a slice, a renamed or
+// reshaped mesh, choose), when the reply goes to a port (send(..., port=)), or when a plain
+// method is called as an endpoint (as_endpoint()).
+struct CallBody {
+  static constexpr const char* what = "Call";
+  std::optional<std::vector<std::string>> labels;  // the called mesh's extent: its dimensions
+  std::optional<std::vector<int64_t>> sizes;       //   and their sizes (both or neither)
+  std::optional<int64_t> rank;        // the message's rank in that extent (default: its target index)
+  std::optional<std::string> reply_addr;  // the reply goes to this port instead of the caller
+  std::optional<uint64_t> reply_corr;     //   (owner's address and the port's id; both or neither)
+  std::optional<bool> as_endpoint;    // the method is a plain one, called as an endpoint (as_endpoint())
+  std::optional<bool> explicit_port;  //   taking a Port first (as_endpoint(..., explicit_response_port=True))
+  template <class F>
+  static void fields(F&& f) {
+    f("labels", &CallBody::labels, Need::Optional);
+    f("as_endpoint", &CallBody::as_endpoint, Need::Optional);
+    f("explicit_port", &CallBody::explicit_port, Need::Optional);
+    f("sizes", &CallBody::sizes, Need::Optional);
+    f("rank", &CallBody::rank, Need::Optional);
+    f("reply_addr", &CallBody::reply_addr, Need::Optional);
+    f("reply_corr", &CallBody::reply_corr, Need::Optional);
+  }
+  void check() const;
+};
+XMESH_BODY_JSON(CallBody)
+
 // Configure (controller -> proc): settings; only those present change.
 struct ConfigureBody {
   static constexpr const char* what = "Configure";

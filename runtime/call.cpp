@@ -10,6 +10,10 @@ namespace xmesh {
 Call::Call(uint64_t id, std::vector<std::string> target_addrs)
     : id_(id), addrs_(std::move(target_addrs)), have_(addrs_.size(), false) {}
 
+Call::Call(uint64_t id, PortTag, bool once) : id_(id), port_(true), once_(once) {}
+
+bool Call::complete() const { return port_ ? once_ && received_ > 0 : received_ == have_.size(); }
+
 Call::~Call() {
   if (efd_ >= 0) ::close(efd_);
 }
@@ -18,8 +22,12 @@ bool Call::deliver(CallResult r) {
   bool wake;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
-    have_[r.index] = true;
+    if (port_) {
+      if (once_ && received_ > 0) return false;
+    } else {
+      if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
+      have_[r.index] = true;
+    }
     ++received_;
     if (!r.ok && error_kind_of(r.body) == ErrorKind::Supervision) fatal_ = true;
     untaken_.push_back(std::move(r));
@@ -29,7 +37,7 @@ bool Call::deliver(CallResult r) {
       (void)n;
     }
     // A fan-out to N targets must not wake a waiter for the whole call N times.
-    wake = any_waiters_ > 0 || received_ == have_.size() || fatal_;
+    wake = any_waiters_ > 0 || complete() || fatal_;
   }
   if (wake) cv_.notify_all();
   return true;
@@ -54,7 +62,7 @@ size_t Call::fail_all(const json& error) { return fail_where(nullptr, error); }
 
 bool Call::done() const {
   std::lock_guard<std::mutex> g(mu_);
-  return received_ == have_.size();
+  return complete();
 }
 
 size_t Call::received() const {
@@ -69,7 +77,7 @@ bool Call::fatal() const {
 
 bool Call::wait_done(int timeout_ms) {
   std::unique_lock<std::mutex> g(mu_);
-  auto ready = [&] { return received_ == have_.size() || fatal_; };
+  auto ready = [&] { return complete() || fatal_; };
   if (timeout_ms == 0) return ready();  // a zero timed wait would still sleep for the timer slack
   if (timeout_ms < 0) {
     cv_.wait(g, ready);
@@ -80,7 +88,7 @@ bool Call::wait_done(int timeout_ms) {
 
 WaitOutcome Call::wait_for(bool any, int timeout_ms) {
   std::unique_lock<std::mutex> g(mu_);
-  auto ready = [&] { return any ? !untaken_.empty() || received_ == have_.size() : received_ == have_.size() || fatal_; };
+  auto ready = [&] { return any ? !untaken_.empty() || complete() : complete() || fatal_; };
   auto outcome = [&] {
     if (ready()) return WaitOutcome::Ready;
     if (woken_) {
@@ -136,7 +144,7 @@ int Call::fd() {
   std::lock_guard<std::mutex> g(mu_);
   if (efd_ < 0) {
     efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!untaken_.empty() || received_ == have_.size()) {
+    if (!untaken_.empty() || complete()) {
       uint64_t one = 1;
       ssize_t n = ::write(efd_, &one, sizeof(one));
       (void)n;

@@ -25,10 +25,15 @@ enum class WaitOutcome { Ready, Woken, Timeout };
 class Call {
  public:
   Call(uint64_t id, std::vector<std::string> target_addrs);
+  // A port (Monarch's Channel.open): no targets; any number of results from anyone holding its
+  // id, each kept with the index its sender gave (a rank, or -1); a once port takes one.
+  struct PortTag {};
+  Call(uint64_t id, PortTag, bool once);
   ~Call();
+  bool is_port() const { return port_; }
   uint64_t id() const { return id_; }
   size_t size() const { return addrs_.size(); }
-  const std::string& target_addr(size_t i) const { return addrs_[i]; }
+  const std::string& target_addr(size_t i) const { return addrs_.at(i); }  // out_of_range: IndexError
 
   // Returns false if that target had already answered (late duplicates are dropped).
   bool deliver(CallResult r);
@@ -57,6 +62,7 @@ class Call {
 
  private:
   size_t fail_where(const std::string* addr, const json& error);  // nullptr: every target
+  bool complete() const;  // every target answered (a once port: its one result came); mu_ held
   uint64_t id_;
   std::vector<std::string> addrs_;
   mutable std::mutex mu_;
@@ -68,6 +74,8 @@ class Call {
   int any_waiters_ = 0;  // threads in wait_for(any): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
   int efd_ = -1;
+  bool port_ = false;
+  bool once_ = false;
 };
 
 }  // namespace xmesh

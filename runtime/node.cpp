@@ -110,6 +110,12 @@ std::shared_ptr<Call> Node::expect(const std::vector<std::string>& addrs) {
   return c;
 }
 
+std::shared_ptr<Call> Node::open_port(bool once) {
+  auto c = std::make_shared<Call>(calls_.next_id(), Call::PortTag{}, once);
+  calls_.add(c);
+  return c;
+}
+
 void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::message_t> frames) {
   if (call_msg.sender_addr.empty() || call_msg.header.corr == 0) return;  // nobody waits
   Header h;

@@ -78,6 +78,9 @@ class Node {
   // Registers a Call whose targets will answer without being sent anything (for example
   // procs announcing they are ready); supervision fails it like any other.
   std::shared_ptr<Call> expect(const std::vector<std::string>& addrs);
+  // Opens a port (Monarch's Channel.open): Reply messages carrying its id land in it, from
+  // whoever holds the id, until forget_call; a once port closes after its first.
+  std::shared_ptr<Call> open_port(bool once);
   // Answers a Call message (sends Reply to the caller's address, same corr and index).
   void reply(const Message& call_msg, bool ok, json body, std::vector<zmq::message_t> frames);
   // Drops the Call registration (cancelled or abandoned futures).

@@ -6,18 +6,27 @@ from xmesh import (  # noqa: F401
     Actor,
     ActorError,
     ActorMesh,
+    Channel,
+    Context,
     Endpoint,
     Extent,
     Future,
     HostMesh,
     Point,
+    Port,
+    PortReceiver,
     ProcMesh,
     ValueMesh,
+    as_endpoint,
+    context,
+    current_actor_name,
     current_rank,
     current_size,
     endpoint,
+    get_or_spawn_controller,
     proc_mesh,
     returns_future,
+    send,
     shutdown_context,
     this_host,
     this_proc,
@@ -26,9 +35,11 @@ from xmesh._errors import MeshFailure, SupervisionError  # noqa: F401
 from xmesh._runtime import report_fault, set_unhandled_fault_hook
 
 __all__ = [
-    "Accumulator", "Actor", "ActorError", "ActorMesh", "Endpoint", "Extent", "Future", "HostMesh", "MeshFailure",
-    "Point", "ProcMesh", "SupervisionError", "ValueMesh", "current_rank", "current_size", "endpoint", "proc_mesh",
-    "returns_future", "shutdown_context", "this_host", "this_proc", "unhandled_fault_hook",
+    "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
+    "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh",
+    "as_endpoint", "context", "current_actor_name", "current_rank", "current_size", "endpoint", "get_or_spawn_controller",
+    "proc_mesh", "returns_future",
+    "send", "shutdown_context", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -51,8 +62,7 @@ set_unhandled_fault_hook(_to_the_current_hook)
 _NOT_YET = "is not supported by xmesh yet (issue 19, Monarch compatibility, is under way)"
 _MISSING = {
     **{name: _NOT_YET for name in (
-        "Channel", "Port", "PortReceiver", "send", "as_endpoint", "concurrent_endpoint", "context", "Context",
-        "current_actor_name", "get_or_spawn_controller")},
+        "concurrent_endpoint",)},
     **{name: "comes with xmesh's hosts over TCP (issue 20); until then meshes live on this machine's agents"
        for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",

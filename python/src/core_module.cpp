@@ -299,6 +299,7 @@ void bind_bodies(py::module_& m) {
   bind_body<AttachReply>(m, "AttachReply", "What a controller needs to reach an attached allocation.");
   bind_body<AllocationStatus>(m, "AllocationStatus", "One allocation of an agent's Status.");
   bind_body<StatusReply>(m, "StatusReply", "What an agent runs.");
+  bind_body<CallBody>(m, "CallBody", "Call: the message's point when not the actor's own, and a port for the reply.");
   bind_body<SpawnActorBody>(m, "SpawnActorBody", "SpawnActor: create one actor of a mesh on a proc.");
   bind_body<ActorRecord>(m, "ActorRecord", "A live actor as its proc describes it.");
   bind_body<RefuseBody>(m, "RefuseBody", "Refuse: why a connection is refused.");
@@ -348,6 +349,10 @@ void bind_messages(py::module_& m) {
       .def("fault", &parse_body<ErrorBody>)
       .def("proc_info", &parse_body<ProcInfoBody>)
       .def("spawn_actor", &parse_body<SpawnActorBody>)
+      .def("call_body", &parse_body<CallBody>)
+      .def_property_readonly("has_body", [](PyMessage& p) {
+        return p.m.header.body.is_object() && !p.m.header.body.empty();
+      })
       .def("refuse", &parse_body<RefuseBody>)
       .def("debug_event", &parse_body<DebugEventBody>)
       .def("debug_command", &parse_body<DebugCommandBody>)
@@ -412,6 +417,7 @@ void bind_calls(py::module_& m) {
       .def_property_readonly("done", &Call::done)
       .def_property_readonly("received", &Call::received)
       .def_property_readonly("fatal", &Call::fatal)
+      .def_property_readonly("is_port", &Call::is_port)
       .def("target_addr", &Call::target_addr)
       .def("wait", [](Call& c, const py::object& timeout) {
         return wait_sliced([&](int ms) { return c.wait_done(ms); }, opt_timeout(timeout));
@@ -500,6 +506,7 @@ void bind_node(py::module_& m) {
         n.reply(msg.m, ok, std::move(b), std::move(fr));
       }, py::arg("msg"), py::arg("ok"), py::arg("body") = py::none(), py::arg("frames") = py::none())
       .def("expect", &Node::expect, py::call_guard<py::gil_scoped_release>())
+      .def("open_port", &Node::open_port, py::arg("once") = false)
       .def("forget_call", &Node::forget_call)
       .def_property_readonly("control", [](Node& n) { return &n.control(); }, py::return_value_policy::reference_internal)
       .def_property_readonly("logs", [](Node& n) { return &n.logs(); }, py::return_value_policy::reference_internal)

@@ -41,6 +41,9 @@ class EndpointProperty:
         self.name = fn.__name__
         self.is_async = inspect.iscoroutinefunction(fn)
         self.propagate = propagate
+        # The endpoint's first argument (after self) is a Port for its answer: it sends what it
+        # answers (later, even), its return value is not the answer.
+        self.explicit_response_port = explicit_response_port
         functools.update_wrapper(self, fn)
 
     def __set_name__(self, owner, name):
@@ -183,6 +186,8 @@ class ActorMesh(MeshTrait):
         if name in ref.endpoints:
             return Endpoint(self, name)
         cls = self.__dict__.get("_cls")
+        if cls is not None and callable(getattr(cls, name, None)):
+            return NotAnEndpoint(self, name)
         if cls is not None and hasattr(cls, name):
             raise AttributeError(f"{ref.class_name}.{name} is not an endpoint: decorate it with @endpoint to call it "
                                  "through the mesh")
@@ -200,6 +205,16 @@ class ActorMesh(MeshTrait):
         if cached is None:
             cached = self._targets_cache = self._compute_targets()
         return cached
+
+    def _point_body(self) -> Optional[dict]:
+        """The Call body that tells each target its point in this mesh (Monarch's message
+        rank), or None when that is the actor's own (the whole mesh as spawned: the fast path)."""
+        if "_point_cache" not in self.__dict__:
+            shape, base = self._shape, self._ref.base_shape
+            same = (list(shape.labels) == list(base.labels) and list(shape.sizes) == list(base.sizes)
+                    and list(shape.ranks()) == list(base.ranks()))
+            self._point_cache = None if same else {"labels": list(shape.labels), "sizes": list(shape.sizes)}
+        return self._point_cache
 
     def _compute_targets(self):
         ref = self._ref
@@ -349,25 +364,61 @@ _CALL = int(Kind.Call)
 _NO_ARGS = _pickling.dumps(((), {}))
 
 
+class NotAnEndpoint:
+    """`mesh.method` for a method of the actor's class that is not an endpoint (Monarch's):
+    using it says so; `as_endpoint(mesh.method)` calls it as one."""
+
+    def __init__(self, mesh: ActorMesh, name: str) -> None:
+        self.mesh = mesh
+        self.name = name
+
+    def _refusal(self) -> str:
+        return (f"{self.mesh._ref.class_name}.{self.name} is not an endpoint: decorate it with @endpoint, or call it "
+                f"as one with as_endpoint(mesh.{self.name}).call(...)")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(self._refusal())
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("call", "call_one", "choose", "stream", "broadcast"):
+            raise AttributeError(self._refusal())
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"<NotAnEndpoint {self.mesh._ref.class_name}.{self.name}>"
+
+
+def as_endpoint(not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool = False) -> "Endpoint":
+    """Calls a plain method of a spawned actor as an endpoint (Monarch's):
+    `as_endpoint(mesh.method).call(...)`; explicit_response_port=True passes it a Port first."""
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise ValueError(f"as_endpoint() expects a method of a spawned actor (mesh.method), got {not_an_endpoint!r}")
+    extra = {"as_endpoint": True, "explicit_port": True} if explicit_response_port else {"as_endpoint": True}
+    return Endpoint(not_an_endpoint.mesh, not_an_endpoint.name, extra)
+
+
 class Endpoint:
     """One endpoint of an actor mesh, with Monarch's adverbs."""
 
-    def __init__(self, mesh: ActorMesh, name: str) -> None:
+    def __init__(self, mesh: ActorMesh, name: str, extra_body: Optional[dict] = None) -> None:
         self._mesh = mesh
         self._name = name
+        self._extra_body = extra_body  # what every call of it says besides its point (as_endpoint)
 
-    def _send(self, targets, described, args, kwargs, adverb, expect_reply=True):
+    def _send(self, targets, described, args, kwargs, adverb, expect_reply=True, body=None):
         self._mesh._check_usable()
+        if self._extra_body:
+            body = dict(body or {}, **self._extra_body)
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
         # The causal context (the cell) travels with the call: the procs' output is shown there.
-        call = get_runtime().node.call(targets, _CALL, self._name, None, frames, expect_reply, current_cell())
+        call = get_runtime().node.call(targets, _CALL, self._name, body, frames, expect_reply, current_cell())
         note_call(targets, call if expect_reply else None)
         return call, described
 
     def call(self, *args: Any, **kwargs: Any) -> Future:
         """Calls every actor; a Future of the ValueMesh of results."""
         targets, described = self._mesh._targets()
-        call, described = self._send(targets, described, args, kwargs, "call")
+        call, described = self._send(targets, described, args, kwargs, "call", body=self._mesh._point_body())
         return Future(call, _convert_values(self._mesh._shape), described, f"{self._name}.call()",
                       self._mesh._lease())
 
@@ -377,7 +428,7 @@ class Endpoint:
             raise ValueError(f"call_one() needs a mesh of exactly one actor; this one has {self._mesh._shape.size} "
                              f"{self._mesh.sizes}: slice it first, or use call() or choose()")
         targets, described = self._mesh._targets()
-        call, described = self._send(targets, described, args, kwargs, "call_one")
+        call, described = self._send(targets, described, args, kwargs, "call_one", body=self._mesh._point_body())
         return Future(call, _convert_one, described, f"{self._name}.call_one()", self._mesh._lease())
 
     def choose(self, *args: Any, **kwargs: Any) -> Future:
@@ -386,13 +437,13 @@ class Endpoint:
         if not targets:
             raise ValueError("choose() on an empty mesh")
         i = next(self._mesh._choose_counter) % len(targets)
-        call, described = self._send([targets[i]], [described[i]], args, kwargs, "choose")
+        call, described = self._send([targets[i]], [described[i]], args, kwargs, "choose", body=self._chosen_body(i))
         return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease())
 
     def stream(self, *args: Any, **kwargs: Any) -> "_Stream":
         """Calls every actor and yields results as they arrive (in arrival order)."""
         targets, described = self._mesh._targets()
-        call, described = self._send(targets, described, args, kwargs, "stream")
+        call, described = self._send(targets, described, args, kwargs, "stream", body=self._mesh._point_body())
         return _Stream(call, described, self._name, self._mesh._lease())
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
@@ -400,14 +451,42 @@ class Endpoint:
         the controller), and the actor lives on. A message that could not be sent (the proc
         stopped reading past the send timeout, say) raises here: nothing vanishes silently."""
         targets, described = self._mesh._targets()
-        call, described = self._send(targets, described, args, kwargs, "broadcast", expect_reply=False)
+        self._cast(targets, described, args, kwargs, self._mesh._point_body(), "broadcast")
+
+    def _chosen_body(self, i: int) -> dict:
+        """choose(): the one message's point is the chosen actor's in the mesh it was chosen from."""
+        return dict(self._mesh._point_body() or {}, rank=i)
+
+    def _cast(self, targets: list, described: list, args: tuple, kwargs: dict, body: Optional[dict],
+              adverb: str) -> None:
+        """Sends without a reply to the caller (broadcast, send()); a target the message could
+        not reach raises here."""
+        call, described = self._send(targets, described, args, kwargs, adverb, expect_reply=False, body=body)
         unsent = [(index, read_error(body).text) for index, _ok, body, _ in call.take()
                   if error_kind(body) == ErrorKind.Send]
         if unsent:
             index, text = unsent[0]
             target = described[index]
             more = f" (and {len(unsent) - 1} more)" if len(unsent) > 1 else ""
-            raise RuntimeError(f"{self._name}.broadcast() did not reach {target.actor} rank {target.rank}{more}: {text}")
+            raise RuntimeError(f"{self._name}.{adverb}() did not reach {target.actor} rank {target.rank}{more}: {text}")
+
+    def _send_to_port(self, args: tuple, kwargs: dict, port: Any, selection: str) -> None:  # see send()
+        """Monarch's send(): every actor ("all") or one ("choose"), answering to port (or,
+        without one, like broadcast)."""
+        targets, described = self._mesh._targets()
+        if selection == "all":
+            body = self._mesh._point_body()
+        elif selection == "choose":
+            if not targets:
+                raise ValueError("send(selection='choose') on an empty mesh")
+            i = next(self._mesh._choose_counter) % len(targets)
+            targets, described, body = [targets[i]], [described[i]], self._chosen_body(i)
+        else:
+            raise ValueError(f"send(): selection is 'all' or 'choose', got {selection!r}")
+        if port is not None:
+            addr, corr = port.reply_target
+            body = dict(body or {}, reply_addr=addr, reply_corr=corr)
+        self._cast(targets, described, args, kwargs, body, "send")
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"call the endpoint through an adverb: {self._name}.call(...), .call_one(...), "
@@ -481,6 +560,23 @@ class _Stream:
                 yield self._value_of(index, ok, body, frames)
         finally:
             self._finished()
+
+
+def send(endpoint: "Endpoint", args: tuple = (), kwargs: Optional[dict] = None, port: Any = None,
+         selection: str = "all") -> None:
+    """Monarch's send(): calls endpoint (`mesh.method`) on every actor of its mesh
+    (selection="all") or on one ("choose") without waiting. Each answer goes to port (a Port
+    from Channel.open(); a ranked receiver gets (message rank, value)); without a port it is a
+    broadcast, whose errors go to the fault hook."""
+    if not isinstance(endpoint, Endpoint):
+        raise TypeError(f"send() needs an endpoint of an actor mesh (mesh.method), got {endpoint!r}")
+    if not isinstance(args, tuple):
+        raise TypeError(f"send()'s args is a tuple of positional arguments, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"send()'s kwargs is a dict of keyword arguments, got {type(kwargs).__name__}")
+    if port is not None and not hasattr(port, "reply_target"):
+        raise TypeError(f"send()'s port is a Port (from Channel.open()), got {port!r}")
+    endpoint._send_to_port(args, kwargs or {}, port, selection)
 
 
 class Accumulator:

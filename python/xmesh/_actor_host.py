@@ -8,12 +8,12 @@ import threading
 import time
 
 from . import _core, _debug_proc, _pickling, _proc_output
-from ._context import ActorContext, set_actor_context, set_current_cell
-from ._errors import format_user_traceback
+from ._context import ActorContext, current_message, reset_message, set_actor_context, set_current_cell, set_message
+from ._errors import error_reply
 from ._actor import EndpointProperty, endpoint_signatures
+from ._ports import Port
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages, set_actor_host_factory
-from ._shape import Point
 
 _HOST = _core.hostname()
 _CALL = Kind.Call
@@ -35,25 +35,6 @@ class _Loop:
                 t.start()
                 self.ident = t.ident
         return self._loop
-
-
-def _error_body(exc, ctx, method):
-    tb = format_user_traceback(exc)
-    where = {}
-    if ctx is not None:
-        where = {"rank": ctx.rank, "actor": ctx.name}
-        try:
-            where["coords"] = dict(Point(ctx.rank, ctx.shape))
-        except Exception:
-            pass
-    body = error(ErrorKind.Actor, str(exc), type=type(exc).__name__, traceback=tb, host=_HOST, method=method,
-                 pid=os.getpid(), **where)
-    try:
-        frames = _pickling.dumps(exc)
-        _pickling.loads(frames)  # an exception that pickles but cannot be rebuilt: send text only
-    except Exception:
-        frames = None
-    return body, frames
 
 
 def _reply(node, msg, ok, body, frames, mark):
@@ -104,6 +85,8 @@ class ActorThread(threading.Thread):
             except _RemoteCancel:
                 # A cancellation that landed just after its call finished: nothing to stop.
                 pass
+            if self.ctx is not None and self.ctx.stop_requested:
+                break  # what is queued behind is answered "stopped" (remove_actor)
         self.node.remove_actor(self.actor_id)
         self.host.forget(self.actor_id)
         _core.label_thread(threading.get_ident(), "")
@@ -123,7 +106,9 @@ class ActorThread(threading.Thread):
                                     proc_rank, self.actor_name)
             set_actor_context(self.ctx)
             _core.label_thread(threading.get_ident(), _debug_proc.thread_label(self.ctx))
-            cls, args, kwargs = _pickling.loads(msg.frames)
+            cls, args, kwargs, handles = _pickling.loads(msg.frames)
+            self.ctx.class_name = f"{cls.__module__}.{cls.__qualname__}"
+            self.ctx.handles = handles
             # What a controller that attaches later needs to call this actor without its class.
             sigs = endpoint_signatures(cls)
             self.record = _core.ActorRecord(actor_id=self.actor_id, name=body.name, class_name=cls.__name__,
@@ -134,7 +119,7 @@ class ActorThread(threading.Thread):
             ok, reply_body, frames = True, {"pid": os.getpid(), "host": _HOST}, None
         except BaseException as e:
             self.init_error = e
-            ok, (reply_body, frames) = False, _error_body(e, self.ctx, "__init__")
+            ok, (reply_body, frames) = False, error_reply(e, self.ctx, "__init__")
         _reply(self.node, msg, ok, reply_body, frames, _proc_output.end(out))
 
     def _call(self, msg):
@@ -146,47 +131,114 @@ class ActorThread(threading.Thread):
             if not broadcast:
                 self.node.reply(msg, False, error(ErrorKind.Cancelled, "cancelled by the caller"))
             return
+        try:
+            body = msg.call_body() if msg.has_body else None
+        except ValueError as e:  # a malformed body (a peer of another version, or hostile)
+            self.node.reply(msg, False, error(ErrorKind.Actor, f"the call to {method}() could not be read: {e}"))
+            return
         cell = msg.ctx or ""
         out = _proc_output.begin(cell, self.actor_name)
         set_current_cell(cell)
-        ok, body, frames, exiting = self._run_call(msg, method, cell)
+        port = self._answer_port(msg, body, method)
+        token = set_message(msg, body)
+        try:
+            ok, rbody, frames, exiting = self._run_call(msg, method, cell, port, body)
+        finally:
+            reset_message(token)
         _debug_proc.call_finished()
         mark = _proc_output.end(out)
-        if not broadcast:
-            _reply(self.node, msg, ok, body, frames, mark)
-        elif not ok and error_kind(body) == ErrorKind.Actor:
-            raised = _core.ErrorBody.from_dict(body)
-            text = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
-                    f"on {_HOST}: broadcast to {method}() raised, nobody waits for it:\n{raised.traceback}")
-            fault = dict(raised.to_dict(), text=text, cell=cell, info={"mesh": self.actor_name})
-            try:
-                self.node.send(msg.sender_addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
-            except Exception:
-                pass
+        if port is not None:
+            self._answer_through(port, ok, rbody, frames, method, cell, msg, body)
+        elif not broadcast:
+            _reply(self.node, msg, ok, rbody, frames, mark)
+        elif not ok and error_kind(rbody) == ErrorKind.Actor:
+            self._fault(msg, rbody, method, cell, "broadcast to")
         if exiting is not None:
             raise exiting
 
-    def _run_call(self, msg, method, cell):
+    def _answer_port(self, msg, body, method):
+        """The Port this message is answered through, or None (the usual reply): the port a
+        send(..., port=) named, or for an explicit-port endpoint one answering this call."""
+        if body is not None and body.reply_addr is not None:
+            rank = body.rank if body.rank is not None else msg.index
+            return Port(body.reply_addr, body.reply_corr, rank)
+        ep = self._endpoint(method, body)
+        if ep is not None and ep.explicit_response_port:
+            return Port(msg.sender_addr, msg.corr, msg.index, once=True)
+        return None
+
+    def _endpoint(self, method, body=None):
+        """The EndpointProperty of method (looked up once), or None when there is none; for a
+        plain method called through as_endpoint(), one made for it."""
+        if body is not None and body.as_endpoint:
+            return self._plain_method(method, bool(body.explicit_port))
+        ep = self.endpoints.get(method)
+        if ep is None and self.instance is not None:
+            ep = getattr(type(self.instance), method, None)
+            if not isinstance(ep, EndpointProperty):
+                return None
+            self.endpoints[method] = ep
+        return ep
+
+    def _plain_method(self, method, explicit_port):
+        key = (method, explicit_port)
+        ep = self.endpoints.get(key)
+        if ep is None and self.instance is not None:
+            fn = getattr(type(self.instance), method, None)
+            if isinstance(fn, EndpointProperty):
+                fn = fn.fn
+            if method.startswith("__") or not callable(fn):
+                return None
+            ep = self.endpoints[key] = EndpointProperty(fn, explicit_response_port=explicit_port)
+        return ep
+
+    def _answer_through(self, port, ok, body, frames, method, cell, msg, msg_body):
+        """An answer through a port: the value or error of a plain endpoint; for an
+        explicit-port endpoint only an error, and only if it had not answered (it answers
+        itself). An answer nobody can take goes to the fault path like a broadcast's."""
+        explicit = getattr(self._endpoint(method, msg_body), "explicit_response_port", False)
+        if ok and explicit:
+            return
+        try:
+            if explicit and port.used:
+                raise RuntimeError("the endpoint had answered through its port already")
+            port.answer(ok, body, frames)
+        except Exception as e:
+            if not ok and error_kind(body) == ErrorKind.Actor:
+                self._fault(msg, body, method, cell, f"the answer through a port ({e}) of")
+
+    def _fault(self, msg, body, method, cell, how):
+        """An endpoint's error that nobody waits for: the controller's fault hook gets it."""
+        raised = _core.ErrorBody.from_dict(body)
+        text = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
+                f"on {_HOST}: {how} {method}() raised, nobody waits for it:\n{raised.traceback}")
+        fault = dict(raised.to_dict(), text=text, cell=cell, info={"mesh": self.actor_name})
+        try:
+            self.node.send(msg.sender_addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
+        except Exception:
+            pass
+
+    def _run_call(self, msg, method, cell, port, body):
         """Runs one endpoint call: (ok, body, frames) of its reply, and the SystemExit it raised
         (re-raised once the reply is sent)."""
         try:
             if self.init_error is not None:
                 raise RuntimeError(f"the actor's __init__ failed, so it cannot run {method}(): "
                                    f"{type(self.init_error).__name__}: {self.init_error}") from self.init_error
-            ep = self.endpoints.get(method)
+            ep = self._endpoint(method, body)
             if ep is None:
-                ep = getattr(type(self.instance), method, None)
-                if not isinstance(ep, EndpointProperty):
-                    raise AttributeError(f"{type(self.instance).__name__} has no endpoint {method!r}")
-                self.endpoints[method] = ep
+                what = "method" if body is not None and body.as_endpoint else "endpoint"
+                raise AttributeError(f"{type(self.instance).__name__} has no {what} {method!r}")
             args, kwargs = _pickling.loads(msg.frames)
+            if ep.explicit_response_port:
+                args = (port,) + tuple(args)
             self._call_starts((msg.corr, msg.index), ep.is_async)
             if ep.is_async:
                 result = self._run_async(ep.fn(self.instance, *args, **kwargs), cell)
             else:
                 result = ep.fn(self.instance, *args, **kwargs)
             self._call_ends()
-            if msg.corr == 0:
+            if msg.corr == 0 and port is None:
                 return True, None, None, None
             try:
                 return True, None, _pickling.dumps(result), None
@@ -197,7 +249,7 @@ class ActorThread(threading.Thread):
             if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
                 return False, error(ErrorKind.Cancelled, "cancelled by the caller"), None, None
             _debug_proc.post_mortem(e)
-            body, frames = _error_body(e, self.ctx, method)
+            body, frames = error_reply(e, self.ctx, method)
             return False, body, frames, e if isinstance(e, SystemExit) else None
 
     # -- attach (issue 18): who stops where is decided under pause_lock, against a call that
@@ -258,10 +310,13 @@ class ActorThread(threading.Thread):
     def _run_async(self, coro, cell):
         loop = self.host.loop.get()
         ctx = self.ctx
+        handling = current_message()
 
         async def runner():
             set_actor_context(ctx)
             set_current_cell(cell)
+            if handling is not None:
+                set_message(*handling)
             self._task_starts()
             try:
                 return await coro

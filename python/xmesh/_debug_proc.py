@@ -21,7 +21,7 @@ import sysconfig
 import threading
 
 from . import _core, _proc_output
-from ._context import actor_context, current_cell, current_rank, current_size
+from ._context import actor_context, actor_point, current_cell
 
 _HOST = _core.hostname()
 _sids = itertools.count(1)
@@ -124,11 +124,11 @@ class RemotePdb(pdb.Pdb):
         self.cell = current_cell() or ""
         ctx = actor_context()
         self.actor = getattr(ctx, "mesh_name", None) or "proc"
-        point = current_rank()
+        point = actor_point()  # the debugger names actors by their rank in their mesh
         self.rank = point.rank
         try:
             self.coords = dict(point)
-            self.sizes = current_size()
+            self.sizes = dict(zip(point.shape.labels, point.shape.sizes))
         except Exception:
             self.coords, self.sizes = {}, {}
         with _lock:

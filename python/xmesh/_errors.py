@@ -6,7 +6,9 @@ import traceback
 import types
 from typing import Callable, List, Optional
 
-from ._shape import format_coords
+from . import _core, _pickling
+from ._protocol import ErrorKind, error
+from ._shape import Point, format_coords
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 SHOW_INTERNAL_FRAMES = os.environ.get("XMESH_DEBUG_TRACEBACKS", "") not in ("", "0")
@@ -46,6 +48,27 @@ def hide_internal_frames(exc: BaseException) -> Optional[types.TracebackType]:
         e.__traceback__ = without_internal_frames(e.__traceback__)
         stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return exc.__traceback__
+
+
+def error_reply(exc: BaseException, ctx: object, method: str) -> "tuple[dict, Optional[bytes]]":
+    """(body, frames) of the reply an endpoint's exception makes: kind Actor, the text, the
+    user's traceback, where it ran (ctx: the actor's ActorContext, or None); frames hold the
+    pickled exception when it also unpickles (else the caller gets the text only)."""
+    where: dict = {}
+    if ctx is not None:
+        where = {"rank": ctx.rank, "actor": ctx.name}  # type: ignore[attr-defined]
+        try:
+            where["coords"] = dict(Point(ctx.rank, ctx.shape))  # type: ignore[attr-defined]
+        except Exception:
+            pass
+    body = error(ErrorKind.Actor, str(exc), type=type(exc).__name__, traceback=format_user_traceback(exc),
+                 host=_core.hostname(), method=method, pid=os.getpid(), **where)
+    try:
+        frames = _pickling.dumps(exc)
+        _pickling.loads(frames)  # an exception that pickles but cannot be rebuilt: send text only
+    except Exception:
+        frames = None
+    return body, frames
 
 
 def format_user_traceback(exc: BaseException) -> str:

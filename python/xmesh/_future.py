@@ -28,7 +28,7 @@ class CallTarget:
     actor_id: str = ""   # the actor's id on its proc ("" for procs)
 
 
-def _error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseException:
+def error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseException:
     """Turns an error reply (or a supervision failure) into the exception the caller sees."""
     kind = error_kind(body) or ErrorKind.Actor
     err = read_error(body)
@@ -286,7 +286,7 @@ class Future(Generic[T]):
         return self._targets[index] if index < len(self._targets) else None
 
     def error_for(self, index: int, body: Any, frames: Any) -> BaseException:
-        err = _error_from(body, frames, self.target(index))
+        err = error_from(body, frames, self.target(index))
         if isinstance(err, SupervisionError):
             _note_reported_death(self._call.target_addr(index))
         return err
@@ -412,7 +412,34 @@ class Future(Generic[T]):
         return f"<xmesh.Future {self._description}: {state}>"
 
 
-class CoroutineFuture(Future[T]):
+class LocalFuture(Future[T]):
+    """A Future with no call of actors underneath (a coroutine's, a port receiver's): what a
+    call's Future says of its ranks, it has none of. Subclasses set their own state instead of
+    Future's and provide get, __await__, done, cancel and describe_pending."""
+
+    def release(self) -> None:
+        pass
+
+    def target(self, index: int) -> "CallTarget | None":
+        return None
+
+    @property
+    def cell(self) -> str:
+        return ""
+
+    def pending_ranks(self) -> list[int]:
+        return []
+
+    running_ranks = pending_ranks
+
+    def dead_unanswered(self) -> list[str]:
+        return []
+
+    def queued_behind(self) -> "list[tuple[_Sent, list[int]]]":
+        return []
+
+
+class CoroutineFuture(LocalFuture[T]):
     """The Future of a coroutine (Monarch's `returns_future`, `Accumulator`): nothing runs until
     it is first observed; `await` runs it on the awaiting loop, `get()` on a loop of its own in
     the calling thread (in a helper thread when that thread already runs a loop). It runs once;
@@ -481,28 +508,6 @@ class CoroutineFuture(Future[T]):
 
     def done(self) -> bool:
         return self._outcome is not None
-
-    # What a call's Future says of its ranks: a coroutine has none of its own.
-    def release(self) -> None:
-        pass
-
-    def target(self, index: int) -> "CallTarget | None":
-        return None
-
-    @property
-    def cell(self) -> str:
-        return ""
-
-    def pending_ranks(self) -> list[int]:
-        return []
-
-    running_ranks = pending_ranks
-
-    def dead_unanswered(self) -> list[str]:
-        return []
-
-    def queued_behind(self) -> "list[tuple[_Sent, list[int]]]":
-        return []
 
     def describe_pending(self) -> str:
         if self._outcome is not None:

@@ -5,12 +5,12 @@ import logging
 import math
 import os
 from collections.abc import Iterable
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from . import _core, _logfiles, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._allocation import Allocation, Lease, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
-from ._context import current_cell
+from ._context import creator_record, current_cell
 from ._display import html_table
 from ._future import CallTarget, Done, Future
 from ._hostd import HostdError, agent
@@ -34,6 +34,16 @@ def _rank_env(rank, coords, shape, per_host):
         env["CUDA_VISIBLE_DEVICES"] = str(coords["gpus"])
         env["LOCAL_RANK"] = str(coords["gpus"])
     return env
+
+
+# What every spawn hands its actors for get_or_spawn_controller (their controller's registry
+# actor): provided by _controllers, which the composition root imports.
+_registry_provider: Callable[[], Any] = lambda: None
+
+
+def set_registry_provider(provider: Callable[[], Any]) -> None:
+    global _registry_provider
+    _registry_provider = provider
 
 
 class ProcMesh(MeshTrait):
@@ -96,17 +106,23 @@ class ProcMesh(MeshTrait):
         rt = get_runtime()
         if self._local_addr is not None:
             rt.ensure_actor_host()
-        try:
-            frames = _pickling.dumps((actor_class, args, kwargs))
-        except Exception as e:
-            raise TypeError(f"cannot send {actor_class.__name__} and its arguments to the procs: "
-                            f"{type(e).__name__}: {e}") from e
         actor_id = f"{name}.{_core.random_hex(4)}"
         addrs = self.proc_addrs()
         proc_ranks = list(self._shape.ranks())
         # The actor mesh has this proc mesh's (possibly sliced) dimensions, ranks 0..n-1.
         actor_shape = _core.Shape.dense(list(self._shape.labels), list(self._shape.sizes)) \
             if self._shape.ndim else _core.Shape([], 0, [], [])
+        ref = ActorMeshRef(actor_id, name, actor_class.__name__, endpoints_of(actor_class), addrs_list(addrs),
+                           actor_shape, proc_ranks)
+        # What context() tells each actor: its procs, its own mesh, who spawned it.
+        # Pickled apart (frames as bytes) so that a proc unpickles them only when context() asks.
+        handles = [bytes(f) for f in _pickling.dumps((self, ActorMesh(ref, actor_shape), creator_record(),
+                                                      _registry_provider()))]
+        try:
+            frames = _pickling.dumps((actor_class, args, kwargs, handles))
+        except Exception as e:
+            raise TypeError(f"cannot send {actor_class.__name__} and its arguments to the procs: "
+                            f"{type(e).__name__}: {e}") from e
         targets = [(addrs[r], actor_id) for r in proc_ranks]
         body = _core.SpawnActorBody(name=name, class_name=actor_class.__qualname__, shape=actor_shape.to_json(),
                                     proc_ranks=proc_ranks)
@@ -114,8 +130,6 @@ class ProcMesh(MeshTrait):
         note_call(targets, call)
         described = [CallTarget(i, dict(Point(i, actor_shape)), f"{actor_class.__name__} {name!r}")
                      for i in range(len(targets))]
-        ref = ActorMeshRef(actor_id, name, actor_class.__name__, endpoints_of(actor_class), addrs_list(addrs),
-                           actor_shape, proc_ranks)
         mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
 
         # Rebuilt only after a successful initialization, so it needs no initialized Future.

@@ -48,6 +48,31 @@ TEST_CASE("a call completes when every target answered, once each", "[call]") {
   CHECK(rest[0].body["kind"] == "supervision");
 }
 
+TEST_CASE("a port takes results from anyone in order until closed, a once port only one", "[call][port]") {
+  Call port(9, Call::PortTag{}, false);
+  CHECK(port.is_port());
+  CHECK(port.size() == 0);
+  CHECK(port.missing().empty());
+  CHECK_FALSE(port.done());
+  CHECK(port.wait_for(true, 0) == WaitOutcome::Timeout);
+  CHECK(port.deliver(ok_result(3)));
+  CHECK(port.deliver(ok_result(3)));   // the same rank twice: both kept (a stream of sends)
+  CHECK(port.deliver(ok_result(-1)));  // an unranked send
+  CHECK_FALSE(port.done());
+  CHECK(port.wait_for(true, 0) == WaitOutcome::Ready);
+  auto got = port.take();
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].index == 3);
+  CHECK(got[2].index == -1);
+  CHECK_THROWS_AS(port.target_addr(0), std::out_of_range);
+
+  Call once(10, Call::PortTag{}, true);
+  CHECK(once.deliver(ok_result(0)));
+  CHECK(once.done());
+  CHECK_FALSE(once.deliver(ok_result(1)));  // a second send to a once port is dropped
+  CHECK(once.take().size() == 1);
+}
+
 TEST_CASE("waiters wake on delivery from another thread", "[call]") {
   Call c(2, {"a", "b"});
   std::thread t([&] {

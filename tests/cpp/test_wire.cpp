@@ -221,3 +221,21 @@ TEST_CASE("numbers that do not fit a body's integer fields are refused, naming t
   CHECK(ok->rank == 3);
   CHECK(read_as<SyncStepBody>({{"op", "data"}, {"sid", "ab"}, {"pieces", {{0, 1, 2, 2, 0}}}}));
 }
+
+TEST_CASE("a Call body names its extent and reply port consistently, or is refused", "[wire][security]") {
+  std::string why;
+  auto ok = read_as<CallBody>({{"labels", {"hosts", "gpus"}}, {"sizes", {2, 3}}, {"rank", 5}}, &why);
+  REQUIRE(ok);
+  CHECK(ok->sizes->at(1) == 3);
+  CHECK(read_as<CallBody>(json::object()));  // the fast path's empty body
+  CHECK(read_as<CallBody>({{"reply_addr", "ipc:///x"}, {"reply_corr", 4}}));
+  CHECK_FALSE(read_as<CallBody>({{"labels", {"gpus"}}}, &why));
+  CHECK(why == "Call body: labels and sizes come together");
+  CHECK_FALSE(read_as<CallBody>({{"labels", {"gpus"}}, {"sizes", {2, 3}}}, &why));
+  CHECK_FALSE(read_as<CallBody>({{"labels", {"gpus"}}, {"sizes", {4}}, {"rank", 4}}, &why));
+  CHECK(why == "Call body: rank is outside the extent");
+  CHECK_FALSE(read_as<CallBody>({{"labels", {"a", "b", "c"}}, {"sizes", {1 << 20, 1 << 20, 1 << 20}}}, &why));
+  CHECK_FALSE(read_as<CallBody>({{"reply_addr", "ipc:///x"}}, &why));
+  CHECK(why == "Call body: reply_addr and reply_corr come together");
+  CHECK_FALSE(read_as<CallBody>({{"rank", -2}}, &why));
+}

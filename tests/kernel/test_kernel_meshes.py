@@ -304,3 +304,34 @@ def test_displays_right_after_spawn_and_results_of_nothing(kernel):
     r = kernel.ok("class Quiet(Actor):\n    @endpoint\n    def nothing(self):\n        pass\n"
                   "quiet = procs.spawn('q', Quiet)\nquiet.initialized.get()\nquiet.nothing.call().get()")
     assert r.data == [] and r.text is None, r.outputs
+
+
+CONTROLLER = """
+from monarch.actor import Actor, endpoint, get_or_spawn_controller, this_host
+
+class Registry(Actor):
+    def __init__(self):
+        self.seen = []
+
+    @endpoint
+    def add(self, item):
+        self.seen.append(item)
+        return list(self.seen)
+
+class Reporter(Actor):
+    @endpoint
+    def report(self, item):
+        return get_or_spawn_controller("registry", Registry).get().add.call_one(item).get()
+"""
+
+
+def test_a_controller_singleton_lives_across_cells_and_actors_find_it(kernel):
+    kernel.ok(CONTROLLER)
+    assert kernel.value('get_or_spawn_controller("registry", Registry).get().add.call_one("cell 1").get()') == \
+        "['cell 1']"
+    assert kernel.value('get_or_spawn_controller("registry", Registry).get().add.call_one("cell 2").get()') == \
+        "['cell 1', 'cell 2']"
+    kernel.ok('procs = this_host().spawn_procs({"gpus": 2})\nreporters = procs.spawn("r", Reporter)')
+    seen = ast.literal_eval(kernel.value('reporters.slice(gpus=1).report.call_one("actor").get()'))
+    assert seen == ["cell 1", "cell 2", "actor"]
+    kernel.ok("procs.stop()")

@@ -6,7 +6,13 @@ import os
 import sys
 import time
 
-from xmesh import Actor, current_rank, current_size, endpoint
+from xmesh import Actor, context, current_rank, current_size, endpoint
+
+
+def my_rank() -> int:
+    """Which actor this is: its rank in its mesh (current_rank() is the message's point, which
+    differs when a slice was called)."""
+    return context().actor_instance.rank.rank
 
 
 class Counter(Actor):
@@ -29,9 +35,16 @@ class Counter(Actor):
         return self.value
 
     @endpoint
+    async def arank(self):
+        await asyncio.sleep(0.01)
+        return current_rank().rank, current_size()
+
+    @endpoint
     def whoami(self):
+        me = context().actor_instance.rank  # the actor's own point; current_rank() is the message's
         p = current_rank()
-        return {"rank": p.rank, "coords": dict(p), "size": current_size(), "pid": os.getpid(),
+        return {"rank": me.rank, "coords": dict(me), "size": dict(me.extent), "message_rank": p.rank,
+                "message_coords": dict(p), "message_size": current_size(), "pid": os.getpid(),
                 "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "hostd_dir": os.environ.get("XMESH_RUNTIME_DIR")}
 
     @endpoint
@@ -111,7 +124,7 @@ class BadInit(Actor):
 class Ponger(Actor):
     @endpoint
     def ping(self, n):
-        return f"pong {n} from {current_rank().rank}"
+        return f"pong {n} from {context().actor_instance.rank.rank}"
 
 
 class Spawner(Actor):
@@ -137,7 +150,7 @@ class Pinger(Actor):
 
     @endpoint
     async def ping_one_async(self, n):
-        r = current_rank().rank
+        r = my_rank()
         return await self.pongers.slice(gpus=r).ping.call_one(n)
 
 
@@ -150,7 +163,7 @@ class Printer(Actor):
         import subprocess
         import sys
 
-        r = current_rank().rank
+        r = my_rank()
         print(f"{tag} print {r}")
         os.write(1, f"{tag} os.write {r}\n".encode())
         libc = ctypes.CDLL(None)
@@ -161,7 +174,7 @@ class Printer(Actor):
 
     @endpoint
     def lines(self, n, text="line"):
-        r = current_rank().rank
+        r = my_rank()
         for i in range(n):
             print(f"{text} r={r} i={i}")
         return n
@@ -182,7 +195,7 @@ class Printer(Actor):
         """A hand-written progress bar, slower on higher ranks, then a line."""
         import time
 
-        r = current_rank().rank
+        r = my_rank()
         for i in range(1, steps + 1):
             print(f"\rstep {i}/{steps}", end="", flush=True)
             time.sleep(pause * (1 + r))
@@ -198,8 +211,8 @@ class Printer(Actor):
     def log(self):
         import logging
 
-        logging.getLogger("trainer").info("info from %d", current_rank().rank)
-        logging.getLogger("trainer").warning("warning from %d", current_rank().rank)
+        logging.getLogger("trainer").info("info from %d", my_rank())
+        logging.getLogger("trainer").warning("warning from %d", my_rank())
 
     @endpoint
     def crash(self, text):
@@ -224,9 +237,9 @@ class Stopper(Actor):
 
     @endpoint
     def step(self, x, stop_ranks=(0,), sleep=1.0):
-        y = x * 2 + current_rank().rank
+        y = x * 2 + my_rank()
         z = y + 1
-        if current_rank().rank in stop_ranks:
+        if my_rank() in stop_ranks:
             breakpoint()
         else:
             time.sleep(sleep)
@@ -287,12 +300,12 @@ class Stopper(Actor):
         import ctypes
 
         ctypes.PyDLL(None).sleep(int(seconds))  # libc sleep() called with the GIL held
-        return current_rank().rank
+        return my_rank()
 
     @endpoint
     async def await_nap(self, seconds):
         await self._nap(seconds)
-        return current_rank().rank
+        return my_rank()
 
     async def _nap(self, seconds):
         await asyncio.sleep(seconds)

@@ -59,8 +59,8 @@ def test_unpicklable_result_is_a_clear_error(counters):
 
 
 def test_unknown_and_plain_methods(counters):
-    with pytest.raises(AttributeError, match="not an endpoint"):
-        counters.not_an_endpoint
+    with pytest.raises(AttributeError, match="not an endpoint: decorate it with @endpoint, or call it as one"):
+        counters.not_an_endpoint.call()  # Monarch's NotAnEndpoint: as_endpoint(...) would call it
     with pytest.raises(AttributeError, match="has no endpoint 'nope'"):
         counters.nope
 

@@ -123,7 +123,7 @@ def test_accumulator_folds_a_broadcast_in_arrival_order(counters):
 def test_names_xmesh_lacks_say_why_instead_of_attribute_error():
     import monarch.actor as m
 
-    for name in ("Channel", "context", "get_or_spawn_controller"):
+    for name in ("concurrent_endpoint",):
         with pytest.raises(NotImplementedError, match=f"monarch.actor.{name} is not supported by xmesh yet"):
             getattr(m, name)
     with pytest.raises(NotImplementedError, match="comes with xmesh's hosts over TCP"):

@@ -33,6 +33,6 @@ def test_asyncio_toy(package, tmp_path):
 
 
 def test_unsupported_monarch_name_is_named():
-    r = run_program("import monarch.actor as m\ntry:\n    m.Channel\nexcept NotImplementedError as e:\n    print(e)\n")
+    r = run_program("import monarch.actor as m\ntry:\n    m.traced\nexcept NotImplementedError as e:\n    print(e)\n")
     assert r.returncode == 0, r.stderr
-    assert "monarch.actor.Channel is not supported by xmesh" in r.stdout
+    assert "monarch.actor.traced is Monarch's OpenTelemetry instrumentation" in r.stdout

@@ -93,6 +93,9 @@ def test_current_rank_and_env_per_rank(mesh):
     infos = list(mesh.whoami.call().get(timeout=30).values())
     assert [i["coords"] for i in infos][4] == {"hosts": 1, "gpus": 1}
     assert all(i["size"] == {"hosts": 2, "gpus": 3} for i in infos)
+    # Called on the whole mesh, the message's point is the actor's own.
+    assert [(i["message_rank"], i["message_coords"], i["message_size"]) for i in infos] == \
+        [(i["rank"], i["coords"], i["size"]) for i in infos]
     assert [i["cuda"] for i in infos] == ["0", "1", "2", "0", "1", "2"]
     assert len({i["pid"] for i in infos}) == 6
     # Actors spawned on a slice see ranks and shape relative to that slice.
@@ -100,5 +103,33 @@ def test_current_rank_and_env_per_rank(mesh):
     sub_actors = pm.spawn("sub", Counter)
     infos = list(sub_actors.whoami.call().get(timeout=30).values())
     assert [i["rank"] for i in infos] == [0, 1, 2]
-    assert infos[0]["size"] == {"gpus": 3}
+    assert infos[0]["size"] == {"gpus": 3} and infos[0]["message_size"] == {"gpus": 3}
     assert sub is not None
+
+
+def test_current_rank_is_the_messages_point_in_the_slice_called(mesh):
+    """Monarch's current_rank(): where the actor sits in the mesh or slice the message went to
+    (context().actor_instance.rank stays the actor's own)."""
+    def seen(m, adverb="call"):
+        if adverb == "call":
+            return [(i["rank"], i["message_rank"], i["message_coords"], i["message_size"])
+                    for i in m.whoami.call().get(timeout=30).values()]
+        i = getattr(m.whoami, adverb)().get(timeout=30)
+        return i["rank"], i["message_rank"], i["message_coords"], i["message_size"]
+
+    assert seen(mesh.slice(gpus=slice(1, 3))) == [
+        (1, 0, {"hosts": 0, "gpus": 0}, {"hosts": 2, "gpus": 2}), (2, 1, {"hosts": 0, "gpus": 1}, {"hosts": 2, "gpus": 2}),
+        (4, 2, {"hosts": 1, "gpus": 0}, {"hosts": 2, "gpus": 2}), (5, 3, {"hosts": 1, "gpus": 1}, {"hosts": 2, "gpus": 2})]
+    assert seen(mesh.slice(hosts=1)) == [(3, 0, {"gpus": 0}, {"gpus": 3}), (4, 1, {"gpus": 1}, {"gpus": 3}),
+                                         (5, 2, {"gpus": 2}, {"gpus": 3})]
+    assert seen(mesh.slice(hosts=1, gpus=2), "call_one") == (5, 0, {}, {})
+    # Reshaped without slicing: the message's extent is the reshaped one.
+    assert [s[1:] for s in seen(mesh.flatten("all").slice(all=slice(4, 6)))] == [(0, {"all": 0}, {"all": 2}),
+                                                                                (1, {"all": 1}, {"all": 2})]
+    assert seen(mesh.rename(gpus="workers").slice(hosts=0))[2] == (2, 2, {"workers": 2}, {"workers": 3})
+    # choose(): the chosen actor's point in the mesh it was chosen from.
+    for _ in range(3):
+        rank, message_rank, coords, size = seen(mesh.slice(hosts=1), "choose")
+        assert message_rank == rank - 3 and coords == {"gpus": rank - 3} and size == {"gpus": 3}
+    # An async endpoint sees its own message's point too.
+    assert [v for v in mesh.slice(gpus=2).arank.call().get(timeout=30).values()] == [(0, {"hosts": 2}), (1, {"hosts": 2})]
