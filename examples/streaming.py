@@ -15,7 +15,8 @@ class Worker(Actor):
 procs = this_host().spawn_procs({"gpus": 4})
 workers = procs.spawn("workers", Worker)
 arrivals = []
-for value in workers.work.stream(10):
+for reply in workers.work.stream(10):  # a Future per reply, in arrival order
+    value = reply.get()
     arrivals.append(value)
     print("arrived:", value)
 print("arrival order:", arrivals)

@@ -18,6 +18,7 @@ from xmesh import (  # noqa: F401
     ProcMesh,
     ValueMesh,
     as_endpoint,
+    concurrent_endpoint,
     context,
     current_actor_name,
     current_rank,
@@ -37,9 +38,9 @@ from xmesh._runtime import report_fault, set_unhandled_fault_hook
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh",
-    "as_endpoint", "context", "current_actor_name", "current_rank", "current_size", "endpoint", "get_or_spawn_controller",
-    "proc_mesh", "returns_future",
-    "send", "shutdown_context", "this_host", "this_proc", "unhandled_fault_hook",
+    "as_endpoint", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
+    "endpoint", "get_or_spawn_controller", "proc_mesh", "returns_future", "send", "shutdown_context",
+    "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -59,10 +60,7 @@ def _to_the_current_hook(failure: MeshFailure) -> None:
 set_unhandled_fault_hook(_to_the_current_hook)
 
 # Monarch 0.7's other public names, and why xmesh has none of them yet (or ever).
-_NOT_YET = "is not supported by xmesh yet (issue 19, Monarch compatibility, is under way)"
 _MISSING = {
-    **{name: _NOT_YET for name in (
-        "concurrent_endpoint",)},
     **{name: "comes with xmesh's hosts over TCP (issue 20); until then meshes live on this machine's agents"
        for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",

@@ -8,7 +8,7 @@ from . import _core
 # The composition root: these register themselves with the runtime (python/README.md, layers).
 from . import _actor_host, _debug_remote  # noqa: F401
 from ._controllers import get_or_spawn_controller
-from ._actor import Accumulator, Actor, ActorMesh, Endpoint, as_endpoint, endpoint, send
+from ._actor import Accumulator, Actor, ActorMesh, Endpoint, as_endpoint, concurrent_endpoint, endpoint, send
 from ._context import current_rank, current_size
 from ._debug import debug
 from ._errors import ActorError, SupervisionError, TakenOverError
@@ -26,7 +26,7 @@ __version__ = _core.version()
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "Instance", "Point", "Port", "PortReceiver", "ProcMesh", "RankedPortReceiver", "SupervisionError",
-    "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "as_endpoint", "attach", "context",
+    "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "as_endpoint", "attach", "concurrent_endpoint", "context",
     "current_actor_name", "current_rank", "current_size", "debug", "endpoint", "get_or_spawn_controller", "hosts",
     "proc_mesh",
     "returns_future", "send", "shutdown_context", "this_host", "this_proc",

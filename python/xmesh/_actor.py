@@ -13,7 +13,7 @@ from ._display import html_table
 from ._env import env_float
 from ._errors import ActorError, SupervisionError
 from ._protocol import ErrorKind, error_kind, read_error
-from ._future import CallTarget, CoroutineFuture, Done, Future, show_output_of
+from ._future import CallTarget, CoroutineFuture, Done, Future, LocalFuture, check_timeout, show_output_of
 from ._runtime import Kind, get_runtime, note_call
 from ._shape import MeshTrait, Point
 from ._value_mesh import ValueMesh
@@ -36,7 +36,7 @@ class Actor:
 class EndpointProperty:
     """What @endpoint puts on the class: the function, and how to call it."""
 
-    def __init__(self, fn, propagate=None, explicit_response_port=False):
+    def __init__(self, fn, propagate=None, explicit_response_port=False, concurrent=False):
         self.fn = fn
         self.name = fn.__name__
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -44,6 +44,9 @@ class EndpointProperty:
         # The endpoint's first argument (after self) is a Port for its answer: it sends what it
         # answers (later, even), its return value is not the answer.
         self.explicit_response_port = explicit_response_port
+        # An async endpoint run as a task of the proc's loop: the actor takes its next message
+        # at once (Monarch's concurrent_endpoint); it answers through a port when it finishes.
+        self.concurrent = concurrent
         functools.update_wrapper(self, fn)
 
     def __set_name__(self, owner, name):
@@ -62,6 +65,23 @@ def endpoint(fn: Optional[Callable] = None, *, propagate: Any = None,
     if fn is None:
         return lambda f: EndpointProperty(f, propagate, explicit_response_port)
     return EndpointProperty(fn, propagate, explicit_response_port)
+
+
+def concurrent_endpoint(method: Optional[Callable] = None, *, propagate: Any = None,
+                        explicit_response_port: bool = False, instrument: bool = True) -> Any:
+    """Monarch's @concurrent_endpoint: an `async def` endpoint whose calls run as tasks on the
+    proc's asyncio loop, so the actor takes its next message as soon as one starts (several
+    of its calls run at once, each started in arrival order). Each answers its caller when it
+    finishes; with explicit_response_port=True it gets a Port first and answers through it.
+    `instrument` is accepted for Monarch's signature (xmesh has no tracing spans)."""
+    if method is None:
+        return lambda f: concurrent_endpoint(f, propagate=propagate, explicit_response_port=explicit_response_port,
+                                             instrument=instrument)
+    if isinstance(method, EndpointProperty):
+        raise ValueError("concurrent_endpoint does not wrap @endpoint; pass endpoint options to @concurrent_endpoint")
+    if not inspect.iscoroutinefunction(method):
+        raise ValueError(f"concurrent_endpoint can only wrap async endpoints (async def), not {method!r}")
+    return EndpointProperty(method, propagate, explicit_response_port, concurrent=True)
 
 
 def endpoints_of(cls):
@@ -263,11 +283,12 @@ class ActorMesh(MeshTrait):
                                "an actor)")
         return pm
 
-    def stop(self) -> None:
-        """Stops these actors (their procs stay)."""
+    def stop(self) -> Done:
+        """Stops these actors (their procs stay); a done Future, as Monarch's is awaitable."""
         rt = get_runtime()
         targets, _ = self._targets()
         rt.node.call(targets, int(Kind.StopActor), "", {}, None, False)
+        return Done(None)
 
     def _summary(self):
         return f"ActorMesh {self._ref.name!r} ({self._ref.class_name}) {self.sizes}"
@@ -441,7 +462,8 @@ class Endpoint:
         return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease())
 
     def stream(self, *args: Any, **kwargs: Any) -> "_Stream":
-        """Calls every actor and yields results as they arrive (in arrival order)."""
+        """Calls every actor; iterated, a Future per reply, each resolving to the next reply to
+        arrive (Monarch's); `async for` over it gives the values in arrival order."""
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "stream", body=self._mesh._point_body())
         return _Stream(call, described, self._name, self._mesh._lease())
@@ -508,34 +530,55 @@ class Endpoint:
 
 
 class _Stream:
-    """Results of a stream(): iterate for values as they arrive, or `async for`."""
+    """What stream() returns: iterated, a Future per reply (Monarch's: each resolves to the next
+    reply to arrive, taken when first waited on); `async for` gives the values themselves, in
+    arrival order."""
 
     def __init__(self, call, described, name, keepalive=None):
         self._fut: Future = Future(call, lambda r, f: None, described, f"{name}.stream()", keepalive)
         self._call = call
         self._pending = []
-        self._yielded = 0
+        self._taken = 0
 
-    def _value_of(self, index, ok, body, frames):
+    def _outcome(self, index, ok, body, frames):
+        """(True, value) or (False, the error) of one reply; the stream ends with its last."""
+        self._taken += 1
+        if self._taken == len(self._call):
+            self._finished()
         show_output_of(get_runtime(), self._call, [(index, body)])  # what it printed first is shown first
         if ok:
-            return _pickling.loads(frames)
-        raise self._fut.error_for(index, body, frames)
+            return True, _pickling.loads(frames)
+        return False, self._fut.error_for(index, body, frames)
 
-    def __iter__(self):
+    def next_outcome(self, timeout: Optional[float]) -> tuple:
+        """The next reply to arrive (waiting at most timeout seconds: TimeoutError)."""
         description = self._fut.description
-        while self._yielded < len(self._call):
+        while not self._pending:
+            try:
+                if not _wait.wait_call(self._call, timeout, description, any_result=True):
+                    raise TimeoutError(f"{description}: no further reply within {timeout} s; "
+                                       f"{self._fut.describe_pending()}")
+            except KeyboardInterrupt:
+                raise self._fut.interrupted_error() from None
+            self._pending.extend(self._call.take())
+        return self._outcome(*self._pending.pop(0))
+
+    async def next_outcome_async(self) -> tuple:
+        while not self._pending:
+            self._pending.extend(self._call.take())
             if not self._pending:
                 try:
-                    _wait.wait_call(self._call, None, description, any_result=True)
+                    await _wait.wait_call_async(self._call, self._fut.description, any_result=True)
                 except KeyboardInterrupt:
                     raise self._fut.interrupted_error() from None
-                self._pending.extend(self._call.take())
-                continue
-            index, ok, body, frames = self._pending.pop(0)
-            self._yielded += 1
-            yield self._value_of(index, ok, body, frames)
-        self._finished()
+        return self._outcome(*self._pending.pop(0))
+
+    def __len__(self) -> int:
+        return len(self._call)
+
+    def __iter__(self):
+        for _ in range(len(self._call)):
+            yield StreamReply(self)
 
     def _finished(self):
         get_runtime().node.forget_call(self._call.id)
@@ -545,21 +588,53 @@ class _Stream:
         return self._agen()
 
     async def _agen(self):
-        try:
-            while self._yielded < len(self._call):
-                if not self._pending:
-                    self._pending.extend(self._call.take())
-                    if not self._pending:
-                        try:
-                            await _wait.wait_call_async(self._call, self._fut.description, any_result=True)
-                        except KeyboardInterrupt:
-                            raise self._fut.interrupted_error() from None
-                    continue
-                index, ok, body, frames = self._pending.pop(0)
-                self._yielded += 1
-                yield self._value_of(index, ok, body, frames)
-        finally:
-            self._finished()
+        while self._taken < len(self._call):
+            ok, value = await self.next_outcome_async()
+            if not ok:
+                raise value
+            yield value
+
+
+class StreamReply(LocalFuture):
+    """One reply of a stream(), as Monarch's stream yields them: `.get(timeout)` or `await`
+    gives the next reply to arrive (its value, or raises its error), taken once."""
+
+    def __init__(self, stream: _Stream) -> None:
+        self._stream = stream
+        self._description = stream._fut.description
+        self._outcome_: Optional[tuple] = None
+
+    def _result(self) -> Any:
+        assert self._outcome_ is not None
+        ok, value = self._outcome_
+        if not ok:
+            raise value
+        return value
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        check_timeout(timeout)
+        if self._outcome_ is None:
+            self._outcome_ = self._stream.next_outcome(timeout)
+        return self._result()
+
+    result = get
+
+    def __await__(self):
+        if self._outcome_ is None:
+            self._outcome_ = yield from self._stream.next_outcome_async().__await__()
+        return self._result()
+
+    def done(self) -> bool:
+        return self._outcome_ is not None
+
+    def cancel(self) -> bool:
+        return False
+
+    def describe_pending(self) -> str:
+        return "received" if self._outcome_ is not None else "waiting for the next reply"
+
+    def __repr__(self) -> str:
+        return f"<xmesh.Future {self._description} reply: {self.describe_pending()}>"
 
 
 def send(endpoint: "Endpoint", args: tuple = (), kwargs: Optional[dict] = None, port: Any = None,

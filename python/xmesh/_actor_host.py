@@ -64,6 +64,7 @@ class ActorThread(threading.Thread):
         self.current_coro = None  # the async endpoint being awaited (its frames for `where`)
         self.cancelled = set()
         self.endpoints = {}  # method name -> EndpointProperty, looked up once
+        self.concurrent = {}  # (corr, index) -> the running task of a concurrent endpoint's call
         self.record = None   # see _spawn
         self.actor_name = "?"
 
@@ -87,6 +88,8 @@ class ActorThread(threading.Thread):
                 pass
             if self.ctx is not None and self.ctx.stop_requested:
                 break  # what is queued behind is answered "stopped" (remove_actor)
+        for task in list(self.concurrent.values()):
+            task.cancel()  # a stopped actor's concurrent calls end too (their callers are told)
         self.node.remove_actor(self.actor_id)
         self.host.forget(self.actor_id)
         _core.label_thread(threading.get_ident(), "")
@@ -152,7 +155,7 @@ class ActorThread(threading.Thread):
         elif not broadcast:
             _reply(self.node, msg, ok, rbody, frames, mark)
         elif not ok and error_kind(rbody) == ErrorKind.Actor:
-            self._fault(msg, rbody, method, cell, "broadcast to")
+            self._fault_to(msg.sender_addr, rbody, method, cell, "broadcast to")
         if exiting is not None:
             raise exiting
 
@@ -163,7 +166,7 @@ class ActorThread(threading.Thread):
             rank = body.rank if body.rank is not None else msg.index
             return Port(body.reply_addr, body.reply_corr, rank)
         ep = self._endpoint(method, body)
-        if ep is not None and ep.explicit_response_port:
+        if ep is not None and (ep.explicit_response_port or ep.concurrent):
             return Port(msg.sender_addr, msg.corr, msg.index, once=True)
         return None
 
@@ -196,25 +199,35 @@ class ActorThread(threading.Thread):
         """An answer through a port: the value or error of a plain endpoint; for an
         explicit-port endpoint only an error, and only if it had not answered (it answers
         itself). An answer nobody can take goes to the fault path like a broadcast's."""
-        explicit = getattr(self._endpoint(method, msg_body), "explicit_response_port", False)
-        if ok and explicit:
-            return
-        try:
-            if explicit and port.used:
-                raise RuntimeError("the endpoint had answered through its port already")
-            port.answer(ok, body, frames)
-        except Exception as e:
-            if not ok and error_kind(body) == ErrorKind.Actor:
-                self._fault(msg, body, method, cell, f"the answer through a port ({e}) of")
+        ep = self._endpoint(method, msg_body)
+        explicit = ep is not None and ep.explicit_response_port
+        if ok and ep is not None and (explicit or ep.concurrent):
+            return  # it answers itself (a concurrent endpoint's task, when it ends)
+        self._answer_or_fault(port, ok, body, frames, method, cell, explicit and port.used)
 
-    def _fault(self, msg, body, method, cell, how):
+    def _answer_or_fault(self, port, ok, body, frames, method, cell, answered):
+        """Sends an answer through port; an error nobody can take (a broadcast's, one after the
+        endpoint answered already, one the port cannot carry) goes to the fault path."""
+        addr, corr = port.reply_target
+        if ok or (corr and not answered):
+            try:
+                port.answer(ok, body, frames)
+                return
+            except Exception as e:
+                how = f"the answer through a port ({e}) of"
+        else:
+            how = "broadcast to" if not corr else "after answering through its port,"
+        if not ok and error_kind(body) == ErrorKind.Actor:
+            self._fault_to(addr, body, method, cell, how)
+
+    def _fault_to(self, addr, body, method, cell, how):
         """An endpoint's error that nobody waits for: the controller's fault hook gets it."""
         raised = _core.ErrorBody.from_dict(body)
         text = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
                 f"on {_HOST}: {how} {method}() raised, nobody waits for it:\n{raised.traceback}")
         fault = dict(raised.to_dict(), text=text, cell=cell, info={"mesh": self.actor_name})
         try:
-            self.node.send(msg.sender_addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
+            self.node.send(addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
         except Exception:
             pass
 
@@ -232,6 +245,9 @@ class ActorThread(threading.Thread):
             args, kwargs = _pickling.loads(msg.frames)
             if ep.explicit_response_port:
                 args = (port,) + tuple(args)
+            if ep.concurrent:
+                self._start_concurrent(ep, method, args, kwargs, port, cell, (msg.corr, msg.index))
+                return True, None, None, None
             self._call_starts((msg.corr, msg.index), ep.is_async)
             if ep.is_async:
                 result = self._run_async(ep.fn(self.instance, *args, **kwargs), cell)
@@ -240,10 +256,7 @@ class ActorThread(threading.Thread):
             self._call_ends()
             if msg.corr == 0 and port is None:
                 return True, None, None, None
-            try:
-                return True, None, _pickling.dumps(result), None
-            except Exception as e:
-                raise TypeError(f"the result of {method}() cannot be sent back: {type(e).__name__}: {e}") from e
+            return True, None, _pickled_result(result, method), None
         except BaseException as e:
             self._call_ends()
             if isinstance(e, (asyncio.CancelledError, _RemoteCancel)):
@@ -335,8 +348,38 @@ class ActorThread(threading.Thread):
         finally:
             self.current_task = self.current_coro = None
 
+    def _start_concurrent(self, ep, method, args, kwargs, port, cell, key):
+        """A concurrent endpoint's call: a task on the proc's loop, started now (tasks start in
+        the order their messages came); the actor thread goes on to its next message."""
+        loop = self.host.loop.get()
+        ctx, handling, instance = self.ctx, current_message(), self.instance
+
+        async def runner():
+            set_actor_context(ctx)
+            set_current_cell(cell)
+            if handling is not None:
+                set_message(*handling)
+            try:
+                value = await ep.fn(instance, *args, **kwargs)
+                if not ep.explicit_response_port:
+                    port.answer(True, None, _pickled_result(value, method))
+            except BaseException as e:
+                if isinstance(e, asyncio.CancelledError):
+                    body, frames = error(ErrorKind.Cancelled, "cancelled by the caller"), None
+                else:
+                    body, frames = error_reply(e, ctx, method)
+                self._answer_or_fault(port, False, body, frames, method, cell, port.used)
+            finally:
+                self.concurrent.pop(key, None)
+
+        self.concurrent[key] = asyncio.run_coroutine_threadsafe(runner(), loop)
+
     def cancel(self, corr, index):
         key = (corr, index)
+        task = self.concurrent.get(key)
+        if task is not None:
+            task.cancel()  # cancels the task on the loop
+            return
         if self.current == key:
             if self.current_task is not None:
                 self.current_task.cancel()
@@ -345,6 +388,13 @@ class ActorThread(threading.Thread):
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(_RemoteCancel))
         else:
             self.cancelled.add(key)
+
+
+def _pickled_result(value, method):
+    try:
+        return _pickling.dumps(value)
+    except Exception as e:
+        raise TypeError(f"the result of {method}() cannot be sent back: {type(e).__name__}: {e}") from e
 
 
 class _RemoteCancel(BaseException):

@@ -433,7 +433,10 @@ def on_idle_interrupt():
         pending = list(_interrupted)
         _interrupted.clear()
     rt = runtime_if_started()
-    for fut in pending:
+    # Newest first: a call queued behind a running one must be marked cancelled on its procs
+    # before the running call's cancel frees the actor to start it (one sender's messages keep
+    # their order, and the procs handle Cancel in that order).
+    for fut in reversed(pending):
         try:
             ranks = fut.pending_ranks()
             if fut.cancel() and rt is not None:  # said in the cell that made the call

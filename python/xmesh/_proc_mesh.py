@@ -238,13 +238,16 @@ class ProcMesh(MeshTrait):
         return sync_workspace([(space_for, agents)], procs_of, workspace, dest=dest, exclude=exclude, auto_reload=auto_reload,
                               max_file_size=max_file_size, watch=watch, compress=compress, conda=conda)
 
-    def stop(self, timeout: Optional[float] = None) -> None:
-        """Stops every proc of the allocation (SIGTERM, then SIGKILL after the grace)."""
+    def stop(self, timeout: Optional[float] = None) -> Done:
+        """Stops every proc of the allocation (SIGTERM, then SIGKILL after the grace) and
+        returns once they exited, with a done Future (so `procs.stop().get()` and `await
+        procs.stop()` work as in Monarch)."""
         if self._alloc is None:
             raise RuntimeError("this_proc() cannot be stopped")
         self._alloc.request_stop(immediately=False)
         grace = env_seconds_from_ms("XMESH_STOP_GRACE_MS", 3000)
         self._alloc.wait_exited(timeout if timeout is not None else grace + 5.0)
+        return Done(None)
 
     def __enter__(self):
         return self

@@ -76,11 +76,11 @@ def test_breakpoints_on_several_ranks_make_the_cell_the_debugger(kernel):
     assert "RESULT [20, 21, 22, 23]" in r.stdout
 
 
-@pytest.mark.parametrize("loop", ["for", "async for"])
+@pytest.mark.parametrize("loop", ["f.get() for f", "v async for v"])
 def test_a_cell_iterating_a_stream_becomes_the_debugger_too(kernel, loop):
     """Defect: only get() and await ran the debugger; a stream over stopped ranks hung."""
     kernel.ok(TRAINER)
-    code = (f"r = [v {loop} v in trainer.step.stream(10)]\nprint('RESULT', sorted(r))")
+    code = (f"r = [{loop} in trainer.step.stream(10)]\nprint('RESULT', sorted(r))")
     conv = kernel.converse(code)
     prompt, out = conv.expect_prompt()
     assert prompt == "xmesh_dbg> "

@@ -62,14 +62,33 @@ def test_choose_picks_one_actor_and_rotates(counters):
 
 def test_stream_yields_as_results_arrive(counters):
     order = []
-    for rank in counters.sleep.stream(0.0):
-        order.append(rank)
+    for reply in counters.sleep.stream(0.0):  # Monarch's: a Future per reply
+        order.append(reply.get(timeout=30))
     assert sorted(order) == [0, 1, 2, 3]
     # rank 0 answers at once, the others after 1.5 s: the first value comes before the rest.
     gen = iter(counters.slice(gpus=slice(1, 4)).sleep.stream(1.5))
     fast = counters.slice(gpus=0).sleep.call_one(0).get(timeout=30)
     assert fast == 0
-    assert sorted(gen) == [1, 2, 3]
+    assert sorted(f.get(timeout=30) for f in gen) == [1, 2, 3]
+
+
+def test_stream_replies_are_futures_of_the_next_arrival(counters):
+    stream = counters.sleep.stream(0.0)
+    assert len(stream) == 4
+    replies = list(stream)
+    assert len(replies) == 4 and not any(r.done() for r in replies)
+
+    async def main():
+        return [await r for r in reversed(replies)]  # each takes the next reply when waited on
+
+    assert sorted(asyncio.run(main())) == [0, 1, 2, 3] and all(r.done() for r in replies)
+    slow = list(counters.slice(gpus=0).sleep.stream(1.0))[0]
+    with pytest.raises(TimeoutError, match="no further reply within 0.1 s"):
+        slow.get(timeout=0.1)
+    assert slow.get(timeout=30) == 0  # a timeout does not consume it
+    [failing] = counters.slice(gpus=1).fail.stream("streamed")
+    with pytest.raises(xmesh.ActorError, match="streamed on rank 1"):
+        failing.get(timeout=30)
 
 
 def test_async_stream(counters):

@@ -178,7 +178,7 @@ def test_streams_honour_the_debugger_like_get():
     """Defect: stream() and `async for` waited forever on ranks stopped in breakpoint(): only
     get() and await ran the debugger. Every wait goes through the one wait now."""
     r = run_program(program('''
-        print("STREAM", sorted(s.step.stream(10, stop_ranks=(0, 2, 3), sleep=0.5)))
+        print("STREAM", sorted(f.get() for f in s.step.stream(10, stop_ranks=(0, 2, 3), sleep=0.5)))
         import asyncio
 
         async def main():

@@ -247,7 +247,8 @@ def test_a_call_in_flight_keeps_its_unnamed_allocation_alive():
     import xmesh
 
     assert xmesh.this_host().spawn_procs({"gpus": 1}).spawn("c", Counter, 3).incr.call_one(2).get(timeout=30) == 5
-    assert sorted(xmesh.this_host().spawn_procs({"gpus": 2}).spawn("c", Counter, 1).incr.stream(1)) == [2, 2]
+    assert sorted(f.get() for f in xmesh.this_host().spawn_procs({"gpus": 2}).spawn("c", Counter, 1).incr.stream(1)) \
+        == [2, 2]
     fut = xmesh.this_host().spawn_procs({"gpus": 1}).spawn("p", Stopper).pid.call()
     pid, = fut.get(timeout=30).values()
     # Once the call finished, the future no longer holds the allocation: it stops as its last

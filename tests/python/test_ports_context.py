@@ -2,7 +2,7 @@
 PortReceiver across procs and in actors, endpoints with an explicit response port, send() with
 a port and a selection, context() (the actor, its rank, mesh, procs and creator, the message's
 point and sender), get_or_spawn_controller (one actor per name, from the controller and its
-actors), and as_endpoint (a plain method called as an endpoint)."""
+actors), as_endpoint (a plain method called as an endpoint) and concurrent_endpoint."""
 import asyncio
 import os
 import threading
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from monarch.actor import (
-    Actor, ActorError, Channel, Port, PortReceiver, as_endpoint, context, current_actor_name, current_rank, endpoint,
+    Actor, ActorError, Channel, Port, PortReceiver, as_endpoint, concurrent_endpoint, context, current_actor_name, current_rank, endpoint,
     get_or_spawn_controller, send, this_host, this_proc,
 )
 
@@ -359,3 +359,77 @@ def test_a_call_whose_body_does_not_read_is_answered_with_the_reason(workers):
         [(index, ok, body, frames)] = call.take()
         assert not ok and "could not be read" in body["text"] and why in body["text"]
     assert workers.slice(hosts=0, gpus=0).value.call_one(1).get(timeout=30) == 100
+
+
+class Overlapping(Actor):
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.gate: "asyncio.Event | None" = None  # made on the proc's loop, where the endpoints run
+
+    def _gate(self) -> asyncio.Event:
+        if self.gate is None:
+            self.gate = asyncio.Event()
+        return self.gate
+
+    @concurrent_endpoint
+    async def wait_for_gate(self, tag: str) -> str:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await self._gate().wait()
+        finally:
+            self.running -= 1
+        return f"{tag} through"
+
+    @endpoint
+    async def open_gate(self) -> int:
+        self._gate().set()
+        return self.running
+
+    @endpoint
+    def most_at_once(self) -> int:
+        return self.most
+
+    @concurrent_endpoint
+    async def fails(self) -> None:
+        await asyncio.sleep(0)
+        raise OSError("concurrent failure")
+
+    @concurrent_endpoint(explicit_response_port=True)
+    async def answers(self, port: Port, x: int) -> None:
+        await asyncio.sleep(0)
+        port.send(x + 1)
+
+    @concurrent_endpoint
+    async def forever(self) -> None:
+        await asyncio.sleep(3600)
+
+
+def test_concurrent_endpoints_run_several_calls_of_one_actor_at_once():
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        mesh = procs.spawn("overlap", Overlapping)
+        pending = [mesh.wait_for_gate.call_one(t) for t in ("a", "b", "c")]
+        # The actor took open_gate while the three calls were still waiting at the gate.
+        assert mesh.open_gate.call_one().get(timeout=30) == 3
+        assert [p.get(timeout=30) for p in pending] == ["a through", "b through", "c through"]
+        assert mesh.most_at_once.call_one().get(timeout=30) == 3
+        with pytest.raises(ActorError, match="concurrent failure") as raised:
+            mesh.fails.call_one().get(timeout=30)
+        assert isinstance(raised.value.exception, OSError)
+        assert mesh.answers.call_one(41).get(timeout=30) == 42
+        stuck = mesh.forever.call_one()
+        assert stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            stuck.get(timeout=30)
+        assert mesh.most_at_once.call_one().get(timeout=30) == 3  # the actor goes on
+    finally:
+        procs.stop()
+
+
+def test_concurrent_endpoint_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="only wrap async endpoints"):
+        concurrent_endpoint(lambda self: 0)
+    with pytest.raises(ValueError, match="does not wrap @endpoint"):
+        concurrent_endpoint(endpoint(lambda self: 0))
