@@ -117,17 +117,19 @@ def endpoint_signatures(cls: type) -> "dict[str, tuple[str, str]]":
     """{endpoint: (its signature without self, the first line of its docstring)}."""
     out = {}
     for name in endpoints_of(cls):
-        fn = getattr(getattr(cls, name), "fn", None)
-        out[name] = (_signature_text(fn), _summary(fn))
+        ep = getattr(cls, name)
+        out[name] = (_signature_text(ep), _summary(ep.fn))
     return out
 
 
-def _signature_text(fn: Any) -> str:
+def _signature_text(ep: "EndpointProperty") -> str:
+    """The parameters a caller passes: without self, and without the Port an explicit-port
+    endpoint is given."""
     try:
-        sig = inspect.signature(fn)
+        sig = inspect.signature(ep.fn)
     except (TypeError, ValueError):
         return "(...)"
-    params = list(sig.parameters.values())[1:]  # without self
+    params = list(sig.parameters.values())[2 if ep.explicit_response_port else 1:]
     return str(sig.replace(parameters=params))
 
 
@@ -193,8 +195,8 @@ class ActorMesh(MeshTrait):
         """(signature without self, docstring summary) of an endpoint, when known."""
         cls = self.__dict__.get("_cls")
         if cls is not None and isinstance(getattr(cls, name, None), EndpointProperty):
-            fn = getattr(cls, name).fn
-            return _signature_text(fn), _summary(fn)
+            ep = getattr(cls, name)
+            return _signature_text(ep), _summary(ep.fn)
         return self._ref.signatures.get(name)
 
     def __getattr__(self, name):

@@ -130,8 +130,11 @@ def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
     assert "interrupt again" in r.error["evalue"]
     # The kernel lives; the ranks still spin.
     assert kernel.value("fut.done()") == "False"
-    # A second interrupt (the kernel is idle now) cancels them.
+    # A second interrupt (the kernel is idle now) cancels them; the next cell waits until it
+    # did (a cell sent at once could start before the signal is handled, and get it instead).
     kernel.interrupt()
+    kernel.iopub_until(lambda m: m["msg_type"] == "update_display_data" and
+                       "cancelled spin.call() on ranks 0-1" in m["content"]["data"]["text/plain"], timeout=20)
     r = kernel.run("fut.get(timeout=20)")
     assert r.status == "error" and r.error["ename"] == "CancelledError", r.error_text
     assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]

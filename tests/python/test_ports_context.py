@@ -433,3 +433,8 @@ def test_concurrent_endpoint_refuses_what_it_cannot_run():
         concurrent_endpoint(lambda self: 0)
     with pytest.raises(ValueError, match="does not wrap @endpoint"):
         concurrent_endpoint(endpoint(lambda self: 0))
+
+
+def test_an_explicit_port_endpoint_shows_the_parameters_callers_pass(workers):
+    assert "Worker.hold(x: int) -> None" in repr(workers.hold)
+    assert "Worker.value(x: int) -> int" in repr(workers.value)
