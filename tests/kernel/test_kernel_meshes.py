@@ -338,3 +338,29 @@ def test_a_controller_singleton_lives_across_cells_and_actors_find_it(kernel):
     seen = ast.literal_eval(kernel.value('reporters.slice(gpus=1).report.call_one("actor").get()'))
     assert seen == ["cell 1", "cell 2", "actor"]
     kernel.ok("procs.stop()")
+
+
+PUSHER = """
+from monarch.actor import Actor, Channel, Port, context, endpoint, this_host
+
+class Pusher(Actor):
+    @endpoint
+    def push(self, port: Port, n: int) -> None:
+        for i in range(n):
+            port.send((context().actor_instance.rank.rank, i))
+
+    @endpoint
+    def rank(self) -> int:
+        return context().actor_instance.rank.rank
+"""
+
+
+def test_ports_and_stream_replies_are_awaited_in_cells(kernel):
+    kernel.ok(PUSHER + 'procs = this_host().spawn_procs({"gpus": 2})\npushers = procs.spawn("p", Pusher)')
+    got = kernel.value("port, receiver = Channel.open()\npushers.push.broadcast(port, 2)\n"
+                       "sorted([await receiver.recv() for _ in range(4)])")
+    assert ast.literal_eval(got) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    again = kernel.value("pushers.push.broadcast(port, 1)\nsorted([receiver.recv().get(timeout=30) for _ in range(2)])")
+    assert ast.literal_eval(again) == [(0, 0), (1, 0)]
+    assert kernel.value("sorted([await reply for reply in pushers.rank.stream()])") == "[0, 1]"
+    kernel.ok("procs.stop()")
