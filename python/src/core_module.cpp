@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "call.hpp"
+#include "keys.hpp"
 #include "inbox.hpp"
 #include "log_router.hpp"
 #include "bodies.hpp"
@@ -242,6 +243,15 @@ void bind_process(py::module_& m) {
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());  // Linux keeps 15 bytes
   }, "Names the calling thread for top -H, perf and gdb (Python 3.11 does not).");
   m.def("random_hex", &random_hex);
+  // Key files for hosts over TCP (runtime/keys.hpp); a bad file raises KeyFileError naming why.
+  m.def("curve_available", &curve_available);
+  m.def("write_new_key_file", [](const std::string& path, bool overwrite) {
+    auto keys = generate_curve_keys();
+    write_key_file(path, keys, overwrite);
+    return keys.public_z85;
+  }, py::arg("path"), py::arg("overwrite") = false, "Writes a fresh keypair (mode 0600); returns its public key.");
+  m.def("key_file_public_key", [](const std::string& path) { return read_key_file(path).public_z85; },
+        py::arg("path"), "Checks a key file (owner, mode, a valid pair) and returns its public key.");
   m.def("drain_releases", &drain_releases);
   m.def("libxmesh_path", []() {
     Dl_info info;
@@ -667,6 +677,7 @@ void bind_output(py::module_& m) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "xmesh runtime core (libxmesh)";
   py::register_exception<SendError>(m, "SendError", PyExc_RuntimeError);
+  py::register_exception<KeyFileError>(m, "KeyFileError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

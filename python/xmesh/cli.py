@@ -267,6 +267,15 @@ def _run(args):
     return code
 
 
+def _keygen(args):
+    from . import _core
+
+    public = _core.write_new_key_file(args.file, args.force)
+    print(f"wrote {args.file} (mode 0600; public key {public}). Whoever holds this file can run code on every "
+          "host that accepts it: copy it only to the machines of this cluster, over a channel you trust.")
+    return 0
+
+
 def _workspace_default_limit():
     from ._workspace import DEFAULT_MAX_FILE_SIZE
 
@@ -330,6 +339,11 @@ def main(argv=None):
     p.add_argument("--kernel", default="xmesh", help="kernelspec to run it on (default: xmesh)")
     p.add_argument("-q", "--quiet", action="store_true", help="print progress only, not the cells' outputs")
     p.set_defaults(func=_run)
+    p = sub.add_parser("keygen", help="write a new key file (mode 0600) for hosts over TCP: the shared secret "
+                                      "that authenticates and encrypts every link")
+    p.add_argument("file")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(func=_keygen)
     p = sub.add_parser("shutdown", help="stop this user's host agent and every proc it owns")
     p.add_argument("--runtime-dir")
     p.set_defaults(func=_shutdown)

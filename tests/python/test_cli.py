@@ -41,3 +41,28 @@ def test_another_users_runtime_directory_is_named_as_such(tmp_path):
                            text=True, timeout=60)
         assert r.returncode == 1
         assert f"permission denied: the runtime directory {other} is owned by uid 65534" in r.stderr, r.stderr
+
+
+def test_keygen_writes_a_private_key_file_and_refuses_to_overwrite_it(tmp_path):
+    """Issue 20's key file: 0600, a valid CURVE pair, never silently replaced; a copy others can
+    read is refused wherever it is read."""
+    from xmesh import _core
+
+    path = tmp_path / "cluster.key"
+    r = xmesh("keygen", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "Whoever holds this file can run code on every host" in r.stdout
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    public = _core.key_file_public_key(str(path))
+    assert len(public) == 40 and public in r.stdout
+    again = xmesh("keygen", str(path))
+    assert again.returncode == 1 and "exists already (--force replaces it)" in again.stderr
+    assert _core.key_file_public_key(str(path)) == public  # untouched
+    assert xmesh("keygen", "--force", str(path)).returncode == 0
+    assert _core.key_file_public_key(str(path)) != public
+    os.chmod(path, 0o640)
+    try:
+        _core.key_file_public_key(str(path))
+        raise AssertionError("a key file others can read was accepted")
+    except _core.KeyFileError as e:
+        assert "open to other users (mode 0640)" in str(e) and f"chmod 600 {path}" in str(e)
