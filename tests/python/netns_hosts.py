@@ -1,0 +1,112 @@
+"""Test hosts on one machine (issue 20): network namespaces joined by veth pairs to a bridge the
+test creates in the root namespace, each with its own address and, for the processes started in
+it, its own hostname (a UTS namespace). Only addresses these tests create are used (10.231.N.0/24,
+on links that exist only while the test runs); everything is torn down afterwards, the veth from
+the root side before its namespace (PLATFORM-NOTES). Root is needed; `unavailable()` says why
+namespaces cannot be made here, for a skip with a clear message."""
+import os
+import subprocess
+import time
+from typing import List, Optional
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
+
+
+def unavailable() -> Optional[str]:
+    """Why namespace hosts cannot be made here (None: they can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    probe = f"xmprobe{os.getpid()}"
+    r = _ip("netns", "add", probe, check=False)
+    if r.returncode != 0:
+        return f"`ip netns add` failed: {r.stderr.strip()}"
+    _ip("netns", "del", probe, check=False)
+    return None
+
+
+class Host:
+    """One namespace host: its namespace, hostname, address and the root-side end of its link."""
+
+    def __init__(self, netns: str, hostname: str, addr: str, link: str) -> None:
+        self.netns = netns
+        self.hostname = hostname
+        self.addr = addr
+        self.link = link  # the veth end in the root namespace (down: the host is cut off)
+
+    def command(self, argv: List[str]) -> List[str]:
+        """argv run inside this host: its network namespace and a UTS namespace named hostname."""
+        script = 'hostname "$0" && exec "$@"'
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", script, self.hostname, *argv]
+
+    def popen(self, argv: List[str], **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(self.command(argv), **kwargs)
+
+    def cut(self) -> None:
+        _ip("link", "set", self.link, "down")
+
+    def restore(self) -> None:
+        _ip("link", "set", self.link, "up")
+
+
+class NetnsHosts:
+    """n hosts named node-a, node-b...; the root namespace reaches them at `.gateway`. Use as a
+    context manager: everything it made goes when it ends, also after a failure."""
+
+    def __init__(self, n: int) -> None:
+        self.tag = f"{os.getpid() % 10000}{int(time.monotonic() * 1000) % 1000:03d}"
+        self.net = 231
+        self.subnet = 1 + os.getpid() % 250  # 10.231.<subnet>.0/24, distinct per test process
+        self.bridge = f"xmb{self.tag}"
+        self.gateway = f"10.{self.net}.{self.subnet}.1"
+        self.hosts: List[Host] = []
+        self._n = n
+
+    def __enter__(self) -> "NetnsHosts":
+        try:
+            self._make()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _make(self) -> None:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i in range(self._n):
+            netns, link = f"xmn{self.tag}{i}", f"xmv{self.tag}{i}"
+            host = Host(netns, f"node-{chr(ord('a') + i)}", f"10.{self.net}.{self.subnet}.{10 + i}", link)
+            _ip("netns", "add", netns)
+            self.hosts.append(host)
+            _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns)
+            _ip("link", "set", link, "master", self.bridge)
+            _ip("link", "set", link, "up")
+            _ip("-n", netns, "addr", "add", f"{host.addr}/24", "dev", "eth0")
+            _ip("-n", netns, "link", "set", "eth0", "up")
+            _ip("-n", netns, "link", "set", "lo", "up")
+            _ip("-n", netns, "route", "add", "default", "via", self.gateway)
+
+    def close(self) -> None:
+        for host in self.hosts:
+            # Whatever still runs in the namespace goes with it.
+            pids = _ip("netns", "pids", host.netns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _ip("link", "del", host.link, check=False)
+            _ip("netns", "del", host.netns, check=False)
+        self.hosts = []
+        _ip("link", "del", self.bridge, check=False)
+
+    @staticmethod
+    def leftovers(tag: str) -> List[str]:
+        """Namespaces and links of a tag still present (a teardown check)."""
+        names = _ip("netns", "list", check=False).stdout + _ip("-o", "link", "show", check=False).stdout
+        return [line for line in names.splitlines() if tag in line]
