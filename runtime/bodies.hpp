@@ -144,6 +144,7 @@ struct HelloBody {
   int proto = -1;                 // the protocol version (kinds.def, bodies)
   std::string version, build;     // the sender's xmesh version and build id
   std::string reply_cookie;       // the credential to present when connecting back
+  std::string cookie;             // the credential it presents: checked here on key (TCP) links
   std::string addr, role, host;   // where it listens, "controller" / "proc" / "hostd", its hostname
   int64_t pid = 0;
   uint64_t max_message_bytes = 0;  // the largest message it sends or accepts
@@ -153,6 +154,7 @@ struct HelloBody {
     f("version", &HelloBody::version, Need::Optional);
     f("build", &HelloBody::build, Need::Optional);
     f("reply_cookie", &HelloBody::reply_cookie, Need::Optional);
+    f("cookie", &HelloBody::cookie, Need::Optional);
     f("addr", &HelloBody::addr, Need::Optional);
     f("role", &HelloBody::role, Need::Optional);
     f("host", &HelloBody::host, Need::Optional);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include <zmq_addon.hpp>
@@ -60,7 +61,8 @@ void Gatekeeper::serve(zmq::socket_t& zap) {
       if (e.num() == ETERM) break;
       continue;
     }
-    std::string why = judge(request);
+    std::string user_id;
+    std::string why = judge(request, &user_id);
     if (why.empty()) {
       ++admitted_;
     } else {
@@ -72,7 +74,7 @@ void Gatekeeper::serve(zmq::socket_t& zap) {
     reply.emplace_back(frame_str(request, 1));  // the request id
     reply.emplace_back(std::string(why.empty() ? "200" : "400"));
     reply.emplace_back(why.empty() ? std::string("OK") : why);
-    reply.emplace_back(std::string());  // user id
+    reply.emplace_back(why.empty() ? user_id : std::string());  // user id (a message's "User-Id")
     reply.emplace_back(std::string());  // metadata
     try {
       zmq::send_multipart(zap, reply);
@@ -84,7 +86,14 @@ void Gatekeeper::serve(zmq::socket_t& zap) {
 }
 
 // Frames: version, request id, domain, address, routing id, mechanism, credentials...
-std::string Gatekeeper::judge(const std::vector<zmq::message_t>& request) const {
+void Gatekeeper::admit_curve_key(const std::string& public_z85) {
+  uint8_t raw[32];
+  if (public_z85.size() != 40 || zmq_z85_decode(raw, public_z85.c_str()) == nullptr)
+    throw std::invalid_argument("admit_curve_key: not a Z85 CURVE public key");
+  curve_public_.assign(reinterpret_cast<const char*>(raw), sizeof raw);
+}
+
+std::string Gatekeeper::judge(const std::vector<zmq::message_t>& request, std::string* user_id) const {
   if (request.size() < 6 || frame_str(request, 0) != "1.0") return "a malformed ZAP request";
   const std::string address = frame_str(request, 3), mechanism = frame_str(request, 5);
   long uid = -1, pid = -1;
@@ -92,15 +101,34 @@ std::string Gatekeeper::judge(const std::vector<zmq::message_t>& request) const 
   const std::string who = local ? "pid " + std::to_string(pid) : (address.empty() ? "a peer" : address);
   if (local && uid != static_cast<long>(geteuid()))
     return who + " runs as uid " + std::to_string(uid) + ", this " + role_ + " as uid " + std::to_string(geteuid());
+  if (mechanism == "CURVE" && request.size() >= 7) {
+    if (curve_public_.empty()) return who + " presented a CURVE key; this " + role_ + " takes no keys";
+    if (frame_str(request, 6) != curve_public_) return who + " presented a key that is not this cluster's";
+    *user_id = kCurveUserId;  // its cookie is checked at its Hello
+    return "";
+  }
   if (mechanism != "PLAIN" || request.size() < 8)
     return who + " presented no credentials (mechanism " + mechanism + ")";
   if (!accepts_(frame_str(request, 7))) return who + " presented a wrong or missing cookie";
+  *user_id = "plain";
   return "";
 }
 
 void require_handshake(zmq::socket_t& router) {
   router.set(zmq::sockopt::plain_server, 1);
   router.set(zmq::sockopt::zap_domain, kDomain);
+}
+
+void require_curve_handshake(zmq::socket_t& router, const std::string& secret_z85) {
+  router.set(zmq::sockopt::curve_server, 1);
+  router.set(zmq::sockopt::curve_secretkey, secret_z85);
+  router.set(zmq::sockopt::zap_domain, kDomain);
+}
+
+void present_curve_key(zmq::socket_t& dealer, const std::string& public_z85, const std::string& secret_z85) {
+  dealer.set(zmq::sockopt::curve_serverkey, public_z85);  // one pair for the cluster: the server's too
+  dealer.set(zmq::sockopt::curve_publickey, public_z85);
+  dealer.set(zmq::sockopt::curve_secretkey, secret_z85);
 }
 
 void present_credentials(zmq::socket_t& dealer, const std::string& role, const std::string& cookie) {
@@ -114,7 +142,11 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std:
   static std::atomic<uint64_t> serial{0};
   const std::string endpoint =
       "inproc://xmesh-handshake-" + std::to_string(getpid()) + "-" + std::to_string(++serial);
-  const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  // A CURVE server that cannot open a client's HELLO (another cluster's key) just closes the
+  // connection: on TCP a disconnect before the handshake succeeded is a refusal too.
+  const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                     (peer_addr_.rfind("tcp://", 0) == 0 ? ZMQ_EVENT_DISCONNECTED : 0);
   if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), events) != 0)
     throw zmq::error_t();
   events_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
@@ -143,14 +175,22 @@ HandshakeWatch::State HandshakeWatch::poll(std::string* why) {
       state_ = State::Succeeded;
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       state_ = State::Refused;
-      *why = "the node at " + peer_addr_ + " refused this node's credentials (wrong or missing cookie, status " +
-             std::to_string(value) + "): connection refused";
+      *why = "the node at " + peer_addr_ + " refused this node's credentials (" +
+             (peer_addr_.rfind("tcp://", 0) == 0 ? "not this cluster's key file" : "wrong or missing cookie") +
+             ", status " + std::to_string(value) + "): connection refused";
+    } else if (id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      state_ = State::Refused;
+      *why = "the node at " + peer_addr_ + " closed the connection during the handshake: the two sides do not "
+             "hold the same key file (or one holds none): connection refused";
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       state_ = State::Refused;
       *why = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
                  ? "the node at " + peer_addr_ +
-                       " does not authenticate connections (an xmesh older than this one, or not an xmesh "
-                       "node): connection refused"
+                       (peer_addr_.rfind("tcp://", 0) == 0
+                            ? " authenticates otherwise (one side has a key file and the other not, or it is not "
+                              "an xmesh node): connection refused"
+                            : " does not authenticate connections (an xmesh older than this one, or not an xmesh "
+                              "node): connection refused")
                  : "the handshake with " + peer_addr_ + " failed (ZMTP protocol error " + std::to_string(value) +
                        "): connection refused";
     }

@@ -29,6 +29,11 @@ class Gatekeeper {
   // Binds the context's ZAP endpoint; the handler thread answers until the context is shut
   // down. Construct it before any socket of ctx accepts connections.
   Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts);
+  // Admits CURVE connections (TCP links) from peers proving they hold this public key's pair
+  // (the cluster's key file); call before any socket of ctx accepts connections. Without it,
+  // CURVE connections are refused. A CURVE connection carries no cookie: the node checks the one
+  // its Hello presents (the ZAP reply's User-Id, "curve", tells it so).
+  void admit_curve_key(const std::string& public_z85);
   ~Gatekeeper();
   Gatekeeper(const Gatekeeper&) = delete;
   Gatekeeper& operator=(const Gatekeeper&) = delete;
@@ -40,10 +45,11 @@ class Gatekeeper {
  private:
   void serve(zmq::socket_t& zap);
   // The verdict on one ZAP request: "" to admit, else why not.
-  std::string judge(const std::vector<zmq::message_t>& request) const;
+  std::string judge(const std::vector<zmq::message_t>& request, std::string* user_id) const;
 
   std::string role_;
   Accepts accepts_;
+  std::string curve_public_;  // 32 bytes, empty: no CURVE
   std::unique_ptr<zmq::socket_t> zap_;
   std::thread thread_;
   std::atomic<uint64_t> admitted_{0}, refused_{0};
@@ -54,6 +60,12 @@ class Gatekeeper {
 void require_handshake(zmq::socket_t& router);
 // Makes dealer present cookie (as PLAIN password) on every connection it makes.
 void present_credentials(zmq::socket_t& dealer, const std::string& role, const std::string& cookie);
+// The same over TCP: router a CURVE server with the cluster's secret key (its Gatekeeper judges
+// each client's key); dealer a CURVE client proving it holds the pair (encrypted from then on).
+void require_curve_handshake(zmq::socket_t& router, const std::string& secret_z85);
+void present_curve_key(zmq::socket_t& dealer, const std::string& public_z85, const std::string& secret_z85);
+// The user id a Gatekeeper gives connections it admitted by key ("curve"), read from a message.
+constexpr const char* kCurveUserId = "curve";
 
 // Follows the handshakes of one DEALER until the first one ends (then stops watching).
 class HandshakeWatch {

@@ -40,7 +40,8 @@ class Node {
  public:
   // role: "controller", "proc", "hostd" (diagnostics and ids). bind_addr: "ipc://path" or
   // "tcp://host:port". accept_cookie: the credential peers must present in Hello.
-  Node(std::string role, std::string bind_addr, std::string accept_cookie);
+  // key_file: the cluster's key (runtime/keys.hpp) for TCP links; "" for none.
+  Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file = "");
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;

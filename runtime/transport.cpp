@@ -30,12 +30,20 @@ std::string short_host() {
   return dot == std::string::npos ? h : h.substr(0, dot);
 }
 
+// Whether a tcp:// address is one only this machine reaches (127.0.0.0/8, ::1, localhost).
+bool loopback_tcp(const std::string& addr) {
+  std::string host = addr.substr(6, addr.rfind(':') == std::string::npos ? std::string::npos : addr.rfind(':') - 6);
+  if (!host.empty() && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 void set_common_options(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, static_cast<int>(env_int("XMESH_LINGER_MS", 1000)));
 }
 }  // namespace
 
-Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie)
+Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
+                     const std::string& key_file)
     : role_(std::move(role)), ctx_(1) {
   std::string inc_hex = random_hex(8);
   incarnation_ = std::stoull(inc_hex, nullptr, 16);
@@ -46,11 +54,13 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
   max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
   raise_fd_limit();
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
+  if (!key_file.empty()) keys_ = read_key_file(key_file);  // KeyFileError naming what is wrong
   // Before the ROUTER exists, so that no connection is ever accepted unjudged.
   gatekeeper_ = std::make_unique<Gatekeeper>(ctx_, role_, [this](const std::string& cookie) {
     std::lock_guard<std::mutex> g(mu_);
     return accepted_cookies_.count(cookie) > 0;
   });
+  if (keys_) gatekeeper_->admit_curve_key(keys_->public_z85);
   try {
     bind(bind_addr);
   } catch (...) {
@@ -71,9 +81,16 @@ void Transport::bind(const std::string& bind_addr) {
                                " bytes (use a shorter XMESH_RUNTIME_DIR)");
     unlink(path.c_str());
   }
+  const bool tcp = bind_addr.rfind("tcp://", 0) == 0;
+  if (tcp && !keys_ && !loopback_tcp(bind_addr))
+    throw std::runtime_error("refusing to listen on " + bind_addr + " without a key file: anyone who can reach it "
+                             "could make this process run code (write one with `xmesh keygen FILE`)");
   router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   set_common_options(*router_);
-  require_handshake(*router_);
+  if (tcp && keys_)
+    require_curve_handshake(*router_, keys_->secret_z85);
+  else
+    require_handshake(*router_);
   // A connection that has not finished its handshake by then is closed: held connections
   // cannot pile up (each is an fd) faster than they go.
   router_->set(zmq::sockopt::handshake_ivl, static_cast<int>(env_int("XMESH_HANDSHAKE_MS", 5000)));
@@ -157,7 +174,7 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   p->sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
   auto c = peer_cookies_.find(addr);
   p->cookie = c != peer_cookies_.end() ? c->second : default_cookie_;
-  present_credentials(*p->sock, role_, p->cookie);
+  present_to(*p->sock, addr, p->cookie);
   try {
     p->watch = std::make_unique<HandshakeWatch>(ctx_, *p->sock, addr);
     p->sock->connect(addr);
@@ -197,6 +214,7 @@ void Transport::send_hello_locked(OutPeer& p) {
     std::lock_guard<std::mutex> g(mu_);
     hello.reply_cookie = accepted_cookies_.empty() ? "" : *accepted_cookies_.begin();
   }
+  hello.cookie = p.cookie;  // what a key-authenticated (TCP) link checks here, the handshake carrying none
   hello.proto = protocol_version();
   hello.version = version_string();
   hello.build = build_id();
@@ -309,7 +327,7 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 500);
     s.set(zmq::sockopt::routing_id, connection_id());
-    present_credentials(s, role_, cookie);
+    present_to(s, to_addr, cookie);
     s.connect(to_addr);
     Header h;
     h.kind = Kind::Refuse;
@@ -321,6 +339,13 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
     (void)s.send(m, zmq::send_flags::dontwait);
   } catch (const zmq::error_t&) {
   }
+}
+
+void Transport::present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie) {
+  if (keys_ && addr.rfind("tcp://", 0) == 0)
+    present_curve_key(dealer, keys_->public_z85, keys_->secret_z85);  // the cookie goes in Hello
+  else
+    present_credentials(dealer, role_, cookie);
 }
 
 void Transport::set_receive_timeout(int ms) { router_->set(zmq::sockopt::rcvtimeo, ms); }
@@ -346,12 +371,15 @@ std::optional<Transport::Received> Transport::receive() {
     return std::nullopt;
   }
   std::string identity = parts[0].to_string();
+  // Admitted by key (CURVE, a TCP link): its cookie is still to be checked, at its Hello.
+  const char* user_id = zmq_msg_gets(parts[1].handle(), "User-Id");
+  const bool by_key = user_id != nullptr && std::strcmp(user_id, kCurveUserId) == 0;
   Message m;
   m.header = std::move(*h);
   m.peer_identity = identity;
   m.frames.reserve(parts.size() - 2);
   for (size_t i = 2; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
-  auto received = admit(identity, std::move(m));
+  auto received = admit(identity, std::move(m), by_key);
   if (!received || received->refusal) return received;
   Message& got = received->msg;
   if (got.payload_bytes() > max_message_bytes_) {  // answered by the node, naming both limits
@@ -371,13 +399,13 @@ std::optional<Transport::Received> Transport::receive() {
 
 // What a decoded message from identity becomes: its Hello handled, a refusal passed up,
 // anything else from a stranger dropped; then its sequence number checked.
-std::optional<Transport::Received> Transport::admit(const std::string& identity, Message m) {
+std::optional<Transport::Received> Transport::admit(const std::string& identity, Message m, bool by_key) {
   InPeer* in = &in_peer(identity);
   if (in->refused) return std::nullopt;
   if (m.header.kind == Kind::Hello) {
     // First on every connection; from an identity already known it is a new connection (its
     // peer lost the old one, say after this node stalled), whose numbers start again.
-    handle_hello(*in, m);
+    handle_hello(*in, m, by_key);
     return std::nullopt;
   }
   if (!in->authed) {
@@ -488,7 +516,7 @@ void Transport::forget_gone_peers() {
 
 // A Hello of another protocol version, or with credentials this node does not accept, is
 // refused (the peer is told why); else the identity is authenticated as the node at its addr.
-void Transport::handle_hello(InPeer& in, const Message& m) {
+void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
   HelloBody hello;
   if (auto read = read_as<HelloBody>(m.header.body)) {
     hello = std::move(*read);
@@ -509,6 +537,11 @@ void Transport::handle_hello(InPeer& in, const Message& m) {
     reason = "the " + peer + " runs xmesh " + (hello.version.empty() ? "?" : hello.version) + " (protocol " +
              std::to_string(hello.proto) + "); this " + role_ + " runs xmesh " + version_string() + " (protocol " +
              std::to_string(protocol_version()) + "): connection refused";
+  } else if (by_key) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!accepted_cookies_.count(hello.cookie))
+      reason = "the " + peer + " holds this cluster's key but presented a wrong or missing cookie (another "
+               "job's controller?): connection refused";
   }
   if (!reason.empty()) {
     in.refused = true;

@@ -20,6 +20,7 @@
 
 #include "bodies.hpp"
 #include "handshake.hpp"
+#include "keys.hpp"
 #include "seq.hpp"
 #include "wire.hpp"
 
@@ -42,7 +43,11 @@ struct NodeStats {
 class Transport {
  public:
   // bind_addr: "ipc://path" or "tcp://host:port"; accept_cookie: what peers must present.
-  Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie);
+  // key_file (runtime/keys.hpp; "" for none): TCP links, listening and dialling, authenticate and
+  // encrypt with its CURVE pair, the cookie then checked at Hello. Without one, only a loopback
+  // TCP address may be listened on.
+  Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
+            const std::string& key_file = "");
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -121,8 +126,10 @@ class Transport {
   std::string connection_id();  // "<node id>.<n>": the routing id of one outbound connection
   void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
   bool join_pieces(Message& m);
-  std::optional<Received> admit(const std::string& identity, Message m);
-  void handle_hello(InPeer& in, const Message& m);
+  std::optional<Received> admit(const std::string& identity, Message m, bool by_key);
+  void handle_hello(InPeer& in, const Message& m, bool by_key);
+  // How a DEALER to addr proves who it is: CURVE with the key file on TCP, else the cookie.
+  void present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie);
   InPeer& in_peer(const std::string& identity);  // I/O thread only
   void forget_gone_peers();                       // under mu_
 
@@ -131,6 +138,7 @@ class Transport {
   size_t max_message_bytes_;
 
   int64_t send_timeout_ms_;
+  std::optional<CurveKeys> keys_;  // the cluster's key file, for TCP links
   zmq::context_t ctx_;
   std::unique_ptr<Gatekeeper> gatekeeper_;  // judges every connection to router_
   std::unique_ptr<zmq::socket_t> router_;

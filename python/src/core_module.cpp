@@ -472,8 +472,8 @@ void bind_node(py::module_& m) {
       .def_readonly("peers", &NodeStats::peers);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
-      .def(py::init<std::string, std::string, std::string>(), py::arg("role"), py::arg("bind_addr"),
-           py::arg("accept_cookie"))
+      .def(py::init<std::string, std::string, std::string, std::string>(), py::arg("role"), py::arg("bind_addr"),
+           py::arg("accept_cookie"), py::arg("key_file") = "")
       .def("start", &Node::start)
       .def("stop", &Node::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("id", &Node::id)

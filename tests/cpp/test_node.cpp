@@ -1,3 +1,4 @@
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 
 #include "bodies.hpp"
 #include "handshake.hpp"
+#include "keys.hpp"
 #include "node.hpp"
 #include "util.hpp"
 
@@ -629,4 +631,110 @@ TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "
   for (int i = 0; i < 100 && c.stats().malformed == malformed; ++i) usleep(10000);
   CHECK(c.stats().malformed == malformed + 1);
   CHECK(!c.is_dead(p2.addr()));
+}
+
+// ---- TCP links: CURVE with the cluster's key file (issue 20) ---------------------------------
+namespace {
+struct KeyDir {
+  std::string dir;
+  KeyDir() {
+    char tmpl[] = "/tmp/xmkeynode-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  ~KeyDir() { std::system(("rm -rf " + dir).c_str()); }
+  std::string make(const std::string& name) {
+    auto path = dir + "/" + name;
+    write_key_file(path, generate_curve_keys(), false);
+    return path;
+  }
+};
+
+// A call from `from` to `to` that must fail at once with a refusal; its text.
+std::string refused_text(Node& from, Node& to) {
+  Header h;
+  h.kind = Kind::Call;
+  auto c = from.call({{to.addr(), "x"}}, h, {}, true);
+  REQUIRE(c->wait_done(10000));
+  auto taken = c->take();
+  REQUIRE(taken.size() == 1);
+  CHECK_FALSE(taken[0].ok);
+  return taken[0].body.value("text", std::string());
+}
+}  // namespace
+
+TEST_CASE("nodes holding the cluster's key and cookie talk over TCP", "[node][security][tcp]") {
+  KeyDir keys;
+  auto k = keys.make("cluster.key");
+  Node a("controller", "tcp://127.0.0.1:*", "k", k), b("proc", "tcp://127.0.0.1:*", "k", k);
+  CHECK(b.addr().rfind("tcp://127.0.0.1:", 0) == 0);
+  a.set_default_cookie("k");
+  b.set_default_cookie("k");
+  a.start();
+  b.start();
+  require_heard(a, b);
+  require_heard(b, a);
+}
+
+TEST_CASE("a TCP peer with another key, no key, or the key and a wrong cookie is refused, saying why",
+          "[node][security][tcp]") {
+  KeyDir keys;
+  auto k = keys.make("cluster.key"), other = keys.make("other.key");
+  Node b("proc", "tcp://127.0.0.1:*", "k", k);
+  b.start();
+  SECTION("another cluster's key") {
+    Node c("controller", "tcp://127.0.0.1:*", "k", other);
+    c.set_default_cookie("k");
+    c.start();
+    CHECK_THAT(refused_text(c, b), Catch::Contains("the same key file") || Catch::Contains("not this cluster's key"));
+  }
+  SECTION("no key file") {
+    Node d("controller", "tcp://127.0.0.1:*", "k");
+    d.set_default_cookie("k");
+    d.start();
+    // Which of the two the client sees first varies: a mechanism mismatch, or the server closing.
+    CHECK_THAT(refused_text(d, b), Catch::Contains("one side has a key file and the other not") ||
+                                       Catch::Contains("(or one holds none)"));
+  }
+  SECTION("the key, but another job's cookie") {
+    Node e("controller", "tcp://127.0.0.1:*", "wrong", k);
+    e.set_default_cookie("wrong");
+    e.start();
+    CHECK_THAT(refused_text(e, b), Catch::Contains("presented a wrong or missing cookie"));
+  }
+  auto nothing = b.control().pop(300);
+  CHECK_FALSE(nothing);  // nothing of theirs was dispatched
+}
+
+TEST_CASE("a node listens on a non-loopback TCP address only with a key file", "[node][security][tcp]") {
+  CHECK_THROWS_WITH(Node("hostd", "tcp://0.0.0.0:*", "k"), Catch::Contains("without a key file"));
+  KeyDir keys;
+  Node ok("hostd", "tcp://0.0.0.0:*", "k", keys.make("cluster.key"));
+  CHECK(ok.addr().rfind("tcp://0.0.0.0:", 0) == 0);
+  Node loopback("hostd", "tcp://127.0.0.1:*", "k");  // this machine only: a cookie is enough
+  CHECK(!loopback.addr().empty());
+}
+
+TEST_CASE("plaintext on a key-protected TCP port is never read", "[node][security][tcp]") {
+  KeyDir keys;
+  Node b("proc", "tcp://127.0.0.1:*", "k", keys.make("cluster.key"));
+  b.start();
+  // A ZeroMQ peer with the right cookie but PLAIN (no key), then raw bytes on a TCP socket.
+  RawPeer raw(tmp_addr("rawtcp"), "k");
+  raw.connect(b.addr());
+  raw.send_header(json{{"kind", "configure"}});
+  std::string host_port = b.addr().substr(6);
+  auto colon = host_port.rfind(':');
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port.substr(colon + 1))));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  const char junk[] = "\x80\x04\x95cos\nsystem\n(S'touch /tmp/pwned'\ntR.";
+  (void)::write(fd, junk, sizeof junk);
+  ::close(fd);
+  CHECK_FALSE(b.control().pop(500));
+  CHECK(b.stats().received == 0);
 }
