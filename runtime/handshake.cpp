@@ -37,8 +37,14 @@ std::string frame_str(const std::vector<zmq::message_t>& f, size_t i) {
 }
 }  // namespace
 
-Gatekeeper::Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts)
+Gatekeeper::Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts, const std::string& curve_public_z85)
     : role_(std::move(role)), accepts_(std::move(accepts)), refusal_log_(3, 60000) {
+  if (!curve_public_z85.empty()) {
+    uint8_t raw[32];
+    if (curve_public_z85.size() != 40 || zmq_z85_decode(raw, curve_public_z85.c_str()) == nullptr)
+      throw std::invalid_argument("Gatekeeper: not a Z85 CURVE public key");
+    curve_public_.assign(reinterpret_cast<const char*>(raw), sizeof raw);
+  }
   zap_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
   zap_->set(zmq::sockopt::linger, 0);
   zap_->bind(kZapEndpoint);
@@ -86,13 +92,6 @@ void Gatekeeper::serve(zmq::socket_t& zap) {
 }
 
 // Frames: version, request id, domain, address, routing id, mechanism, credentials...
-void Gatekeeper::admit_curve_key(const std::string& public_z85) {
-  uint8_t raw[32];
-  if (public_z85.size() != 40 || zmq_z85_decode(raw, public_z85.c_str()) == nullptr)
-    throw std::invalid_argument("admit_curve_key: not a Z85 CURVE public key");
-  curve_public_.assign(reinterpret_cast<const char*>(raw), sizeof raw);
-}
-
 std::string Gatekeeper::judge(const std::vector<zmq::message_t>& request, std::string* user_id) const {
   if (request.size() < 6 || frame_str(request, 0) != "1.0") return "a malformed ZAP request";
   const std::string address = frame_str(request, 3), mechanism = frame_str(request, 5);

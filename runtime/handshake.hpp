@@ -28,12 +28,11 @@ class Gatekeeper {
   using Accepts = std::function<bool(const std::string& cookie)>;
   // Binds the context's ZAP endpoint; the handler thread answers until the context is shut
   // down. Construct it before any socket of ctx accepts connections.
-  Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts);
-  // Admits CURVE connections (TCP links) from peers proving they hold this public key's pair
-  // (the cluster's key file); call before any socket of ctx accepts connections. Without it,
-  // CURVE connections are refused. A CURVE connection carries no cookie: the node checks the one
-  // its Hello presents (the ZAP reply's User-Id, "curve", tells it so).
-  void admit_curve_key(const std::string& public_z85);
+  // curve_public_z85 (the cluster's key file, "" for none): CURVE connections (TCP links) are
+  // admitted from peers proving they hold this key's pair, and refused without one. A CURVE
+  // connection carries no cookie: the node checks the one its Hello presents (the ZAP reply's
+  // User-Id, "curve", tells it so).
+  Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts, const std::string& curve_public_z85 = "");
   ~Gatekeeper();
   Gatekeeper(const Gatekeeper&) = delete;
   Gatekeeper& operator=(const Gatekeeper&) = delete;

@@ -56,11 +56,13 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
   if (!key_file.empty()) keys_ = read_key_file(key_file);  // KeyFileError naming what is wrong
   // Before the ROUTER exists, so that no connection is ever accepted unjudged.
-  gatekeeper_ = std::make_unique<Gatekeeper>(ctx_, role_, [this](const std::string& cookie) {
-    std::lock_guard<std::mutex> g(mu_);
-    return accepted_cookies_.count(cookie) > 0;
-  });
-  if (keys_) gatekeeper_->admit_curve_key(keys_->public_z85);
+  gatekeeper_ = std::make_unique<Gatekeeper>(
+      ctx_, role_,
+      [this](const std::string& cookie) {
+        std::lock_guard<std::mutex> g(mu_);
+        return accepted_cookies_.count(cookie) > 0;
+      },
+      keys_ ? keys_->public_z85 : std::string());
   try {
     bind(bind_addr);
   } catch (...) {
@@ -371,8 +373,8 @@ std::optional<Transport::Received> Transport::receive() {
     return std::nullopt;
   }
   std::string identity = parts[0].to_string();
-  // Admitted by key (CURVE, a TCP link): its cookie is still to be checked, at its Hello.
-  const char* user_id = zmq_msg_gets(parts[1].handle(), "User-Id");
+  // A Hello on a connection admitted by key (CURVE, a TCP link): its cookie is checked there.
+  const char* user_id = h->kind == Kind::Hello ? zmq_msg_gets(parts[1].handle(), "User-Id") : nullptr;
   const bool by_key = user_id != nullptr && std::strcmp(user_id, kCurveUserId) == 0;
   Message m;
   m.header = std::move(*h);

@@ -456,11 +456,8 @@ class Endpoint:
 
     def choose(self, *args: Any, **kwargs: Any) -> Future:
         """Calls one actor of the mesh (rotating through them); a Future of its result."""
-        targets, described = self._mesh._targets()
-        if not targets:
-            raise ValueError("choose() on an empty mesh")
-        i = next(self._mesh._choose_counter) % len(targets)
-        call, described = self._send([targets[i]], [described[i]], args, kwargs, "choose", body=self._chosen_body(i))
+        targets, described, body = self._choose_one("choose()")
+        call, described = self._send(targets, described, args, kwargs, "choose", body=body)
         return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease())
 
     def stream(self, *args: Any, **kwargs: Any) -> "_Stream":
@@ -477,9 +474,14 @@ class Endpoint:
         targets, described = self._mesh._targets()
         self._cast(targets, described, args, kwargs, self._mesh._point_body(), "broadcast")
 
-    def _chosen_body(self, i: int) -> dict:
-        """choose(): the one message's point is the chosen actor's in the mesh it was chosen from."""
-        return dict(self._mesh._point_body() or {}, rank=i)
+    def _choose_one(self, what: str) -> "tuple[list, list, dict]":
+        """([target], [its description], the Call body) of the next actor in rotation: the
+        message's point is the chosen actor's in the mesh it was chosen from."""
+        targets, described = self._mesh._targets()
+        if not targets:
+            raise ValueError(f"{what} on an empty mesh")
+        i = next(self._mesh._choose_counter) % len(targets)
+        return [targets[i]], [described[i]], dict(self._mesh._point_body() or {}, rank=i)
 
     def _cast(self, targets: list, described: list, args: tuple, kwargs: dict, body: Optional[dict],
               adverb: str) -> None:
@@ -497,14 +499,11 @@ class Endpoint:
     def _send_to_port(self, args: tuple, kwargs: dict, port: Any, selection: str) -> None:  # see send()
         """Monarch's send(): every actor ("all") or one ("choose"), answering to port (or,
         without one, like broadcast)."""
-        targets, described = self._mesh._targets()
         if selection == "all":
+            targets, described = self._mesh._targets()
             body = self._mesh._point_body()
         elif selection == "choose":
-            if not targets:
-                raise ValueError("send(selection='choose') on an empty mesh")
-            i = next(self._mesh._choose_counter) % len(targets)
-            targets, described, body = [targets[i]], [described[i]], self._chosen_body(i)
+            targets, described, body = self._choose_one("send(selection='choose')")
         else:
             raise ValueError(f"send(): selection is 'all' or 'choose', got {selection!r}")
         if port is not None:
@@ -542,7 +541,7 @@ class _Stream:
         self._pending = []
         self._taken = 0
 
-    def _outcome(self, index, ok, body, frames):
+    def _outcome_of(self, index, ok, body, frames):
         """(True, value) or (False, the error) of one reply; the stream ends with its last."""
         self._taken += 1
         if self._taken == len(self._call):
@@ -552,7 +551,7 @@ class _Stream:
             return True, _pickling.loads(frames)
         return False, self._fut.error_for(index, body, frames)
 
-    def next_outcome(self, timeout: Optional[float]) -> tuple:
+    def next_outcome(self, timeout: Optional[float]) -> "tuple[bool, Any]":
         """The next reply to arrive (waiting at most timeout seconds: TimeoutError)."""
         description = self._fut.description
         while not self._pending:
@@ -563,9 +562,9 @@ class _Stream:
             except KeyboardInterrupt:
                 raise self._fut.interrupted_error() from None
             self._pending.extend(self._call.take())
-        return self._outcome(*self._pending.pop(0))
+        return self._outcome_of(*self._pending.pop(0))
 
-    async def next_outcome_async(self) -> tuple:
+    async def next_outcome_async(self) -> "tuple[bool, Any]":
         while not self._pending:
             self._pending.extend(self._call.take())
             if not self._pending:
@@ -573,7 +572,7 @@ class _Stream:
                     await _wait.wait_call_async(self._call, self._fut.description, any_result=True)
                 except KeyboardInterrupt:
                     raise self._fut.interrupted_error() from None
-        return self._outcome(*self._pending.pop(0))
+        return self._outcome_of(*self._pending.pop(0))
 
     def __len__(self) -> int:
         return len(self._call)
@@ -604,36 +603,25 @@ class StreamReply(LocalFuture):
     def __init__(self, stream: _Stream) -> None:
         self._stream = stream
         self._description = stream._fut.description
-        self._outcome_: Optional[tuple] = None
-
-    def _result(self) -> Any:
-        assert self._outcome_ is not None
-        ok, value = self._outcome_
-        if not ok:
-            raise value
-        return value
 
     def get(self, timeout: Optional[float] = None) -> Any:
         check_timeout(timeout)
-        if self._outcome_ is None:
-            self._outcome_ = self._stream.next_outcome(timeout)
+        if self._outcome is None:
+            self._outcome = self._stream.next_outcome(timeout)
         return self._result()
 
     result = get
 
     def __await__(self):
-        if self._outcome_ is None:
-            self._outcome_ = yield from self._stream.next_outcome_async().__await__()
+        if self._outcome is None:
+            self._outcome = yield from self._stream.next_outcome_async().__await__()
         return self._result()
-
-    def done(self) -> bool:
-        return self._outcome_ is not None
 
     def cancel(self) -> bool:
         return False
 
     def describe_pending(self) -> str:
-        return "received" if self._outcome_ is not None else "waiting for the next reply"
+        return "received" if self._outcome is not None else "waiting for the next reply"
 
     def __repr__(self) -> str:
         return f"<xmesh.Future {self._description} reply: {self.describe_pending()}>"

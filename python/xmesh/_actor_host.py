@@ -142,16 +142,17 @@ class ActorThread(threading.Thread):
         cell = msg.ctx or ""
         out = _proc_output.begin(cell, self.actor_name)
         set_current_cell(cell)
-        port = self._answer_port(msg, body, method)
+        ep = self._endpoint(method, body)  # once per call: the port, the run and the answer use it
+        port = self._answer_port(msg, body, ep)
         token = set_message(msg, body)
         try:
-            ok, rbody, frames, exiting = self._run_call(msg, method, cell, port, body)
+            ok, rbody, frames, exiting = self._run_call(msg, method, cell, port, body, ep)
         finally:
             reset_message(token)
         _debug_proc.call_finished()
         mark = _proc_output.end(out)
         if port is not None:
-            self._answer_through(port, ok, rbody, frames, method, cell, msg, body)
+            self._answer_through(port, ok, rbody, frames, method, cell, ep)
         elif not broadcast:
             _reply(self.node, msg, ok, rbody, frames, mark)
         elif not ok and error_kind(rbody) == ErrorKind.Actor:
@@ -159,13 +160,12 @@ class ActorThread(threading.Thread):
         if exiting is not None:
             raise exiting
 
-    def _answer_port(self, msg, body, method):
+    def _answer_port(self, msg, body, ep):
         """The Port this message is answered through, or None (the usual reply): the port a
         send(..., port=) named, or for an explicit-port endpoint one answering this call."""
         if body is not None and body.reply_addr is not None:
             rank = body.rank if body.rank is not None else msg.index
             return Port(body.reply_addr, body.reply_corr, rank)
-        ep = self._endpoint(method, body)
         if ep is not None and (ep.explicit_response_port or ep.concurrent):
             return Port(msg.sender_addr, msg.corr, msg.index, once=True)
         return None
@@ -195,11 +195,10 @@ class ActorThread(threading.Thread):
             ep = self.endpoints[key] = EndpointProperty(fn, explicit_response_port=explicit_port)
         return ep
 
-    def _answer_through(self, port, ok, body, frames, method, cell, msg, msg_body):
+    def _answer_through(self, port, ok, body, frames, method, cell, ep):
         """An answer through a port: the value or error of a plain endpoint; for an
         explicit-port endpoint only an error, and only if it had not answered (it answers
         itself). An answer nobody can take goes to the fault path like a broadcast's."""
-        ep = self._endpoint(method, msg_body)
         explicit = ep is not None and ep.explicit_response_port
         if ok and ep is not None and (explicit or ep.concurrent):
             return  # it answers itself (a concurrent endpoint's task, when it ends)
@@ -231,14 +230,13 @@ class ActorThread(threading.Thread):
         except Exception:
             pass
 
-    def _run_call(self, msg, method, cell, port, body):
+    def _run_call(self, msg, method, cell, port, body, ep):
         """Runs one endpoint call: (ok, body, frames) of its reply, and the SystemExit it raised
         (re-raised once the reply is sent)."""
         try:
             if self.init_error is not None:
                 raise RuntimeError(f"the actor's __init__ failed, so it cannot run {method}(): "
                                    f"{type(self.init_error).__name__}: {self.init_error}") from self.init_error
-            ep = self._endpoint(method, body)
             if ep is None:
                 what = "method" if body is not None and body.as_endpoint else "endpoint"
                 raise AttributeError(f"{type(self.instance).__name__} has no {what} {method!r}")

@@ -413,9 +413,22 @@ class Future(Generic[T]):
 
 
 class LocalFuture(Future[T]):
-    """A Future with no call of actors underneath (a coroutine's, a port receiver's): what a
-    call's Future says of its ranks, it has none of. Subclasses set their own state instead of
-    Future's and provide get, __await__, done, cancel and describe_pending."""
+    """A Future with no call of actors underneath (a coroutine's, a stream reply, a port
+    receiver's): what a call's Future says of its ranks, it has none of. Its outcome, once known,
+    is `_outcome` = (True, value) or (False, the error); subclasses set it instead of Future's
+    state and provide get, __await__, cancel and describe_pending."""
+
+    _outcome: Optional[Tuple[bool, Any]] = None
+
+    def _result(self) -> Any:
+        assert self._outcome is not None
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def done(self) -> bool:
+        return self._outcome is not None
 
     def release(self) -> None:
         pass
@@ -461,13 +474,6 @@ class CoroutineFuture(LocalFuture[T]):
         except (Exception, asyncio.CancelledError) as e:
             self._outcome = (False, e)
 
-    def _result(self) -> Any:
-        assert self._outcome is not None
-        ok, value = self._outcome
-        if not ok:
-            raise value
-        return value
-
     def get(self, timeout: Optional[float] = None) -> Any:
         check_timeout(timeout)
         if self._outcome is None:
@@ -505,9 +511,6 @@ class CoroutineFuture(LocalFuture[T]):
             if not self._task.done():
                 raise TimeoutError(f"{self._description} did not finish within {timeout} s")
             self._private_loop.close()
-
-    def done(self) -> bool:
-        return self._outcome is not None
 
     def describe_pending(self) -> str:
         if self._outcome is not None:

@@ -86,112 +86,118 @@ class Port(Generic[R]):
         return f"<xmesh.Port {self._corr} at {self._addr}{rank}>"
 
 
-class PortReceiver(Generic[R]):
-    """Reads what is sent to its Port, in arrival order: `await receiver.recv()` or
-    `receiver.recv().get(timeout)`. Each recv() takes the next value when it is first waited on.
-    The receiver closes when it is dropped (later sends to its port are ignored)."""
+class _Mailbox:
+    """A port's receiving end in this process: the node's open-ended Call and what was taken from
+    it but not yet given out. Closed (the node forgets the port) by close() or when dropped."""
 
-    def __init__(self, once: bool = False) -> None:
+    def __init__(self, once: bool) -> None:
         rt = get_runtime()
-        self._node = rt.node
-        self._call = rt.node.open_port(once)
-        self._addr = rt.node.addr
-        self._pending: "collections.deque" = collections.deque()
-        self._lock = threading.Lock()
+        self.node = rt.node
+        self.call = rt.node.open_port(once)
+        self.addr = rt.node.addr
+        self.pending: "collections.deque" = collections.deque()
+        self.lock = threading.Lock()
+        self.closed = False
 
-    def port(self, rank: Optional[int] = None) -> Port:
-        return Port(self._addr, self._call.id, rank, False)
-
-    def recv(self) -> "LocalFuture[R]":
-        """A Future of the next value (raises what port.exception() sent)."""
-        return _Received(self, "port.recv()")
-
-    def ranked(self) -> "RankedPortReceiver":
-        """The same receiver, giving (rank, value): the rank of the message whose answer it is
-        (send(..., port=) answers carry it; plain port.send() gives -1)."""
-        return RankedPortReceiver(self)
-
-    def _take(self) -> "Optional[Tuple[int, bool, Any, Any]]":
-        with self._lock:
-            if not self._pending:
-                self._pending.extend(self._call.take())
-            return self._pending.popleft() if self._pending else None
-
-    def _value(self, item: "Tuple[int, bool, Any, Any]") -> Any:
-        index, ok, body, frames = item
-        if ok:
-            return _pickling.loads(frames)
-        raise error_from(body, frames, None)
+    def take(self, description: str) -> "Optional[Tuple[int, bool, Any, Any]]":
+        """The next (index, ok, body, frames) to arrive, or None when nothing is there yet."""
+        with self.lock:
+            if self.closed:
+                raise RuntimeError(f"{description}: this receiver was closed")
+            if not self.pending:
+                self.pending.extend(self.call.take())
+            if self.pending:
+                return self.pending.popleft()
+        if self.call.done:
+            raise RuntimeError(f"{description}: this receiver was opened with once=True and its one value was "
+                               "taken already")
+        return None
 
     def close(self) -> None:
-        """Stops receiving: values sent after this are dropped."""
-        node, self._node = self._node, None
-        if node is not None:
-            try:
-                node.forget_call(self._call.id)
-            except Exception:
-                pass
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            self.node.forget_call(self.call.id)
+        except Exception:
+            pass
 
     def __del__(self) -> None:
         self.close()
 
+
+class PortReceiver(Generic[R]):
+    """Reads what is sent to its Port, in arrival order: `await receiver.recv()` or
+    `receiver.recv().get(timeout)`. Each recv() takes the next value when it is first waited on.
+    The receiver closes with close() or when dropped (later sends to its port are ignored)."""
+
+    def __init__(self, once: bool = False, mailbox: Optional[_Mailbox] = None) -> None:
+        self._mailbox = mailbox if mailbox is not None else _Mailbox(once)
+
+    def port(self, rank: Optional[int] = None) -> Port:
+        return Port(self._mailbox.addr, self._mailbox.call.id, rank, False)
+
+    def recv(self) -> "LocalFuture[R]":
+        """A Future of the next value (raises what port.exception() sent)."""
+        return _Received(self._mailbox, self._outcome_of, "port.recv()")
+
+    def ranked(self) -> "RankedPortReceiver":
+        """The same receiver, giving (rank, value): the rank of the message whose answer it is
+        (send(..., port=) answers carry it; plain port.send() gives -1)."""
+        return RankedPortReceiver(mailbox=self._mailbox)
+
+    def _outcome_of(self, item: "Tuple[int, bool, Any, Any]") -> "Tuple[bool, Any]":
+        index, ok, body, frames = item
+        return (True, _pickling.loads(frames)) if ok else (False, error_from(body, frames, None))
+
+    def close(self) -> None:
+        """Stops receiving: values sent after this are dropped, a recv() says it is closed."""
+        self._mailbox.close()
+
     def __repr__(self) -> str:
-        return f"<xmesh.PortReceiver {self._call.id}>"
+        return f"<xmesh.{type(self).__name__} {self._mailbox.call.id}>"
 
 
 class RankedPortReceiver(PortReceiver):
     """A PortReceiver whose values come as (rank, value)."""
 
-    def __init__(self, receiver: PortReceiver) -> None:  # shares the receiver's port and queue
-        self.__dict__.update(receiver.__dict__)
-        self._owner = receiver
-
-    def _value(self, item: "Tuple[int, bool, Any, Any]") -> Any:
-        return item[0], super()._value(item)
-
-    def close(self) -> None:
-        pass  # the receiver it was made from owns the port
-
-    def __del__(self) -> None:
-        pass
+    def _outcome_of(self, item: "Tuple[int, bool, Any, Any]") -> "Tuple[bool, Any]":
+        ok, value = super()._outcome_of(item)
+        return (True, (item[0], value)) if ok else (False, value)
 
 
 class _Received(LocalFuture):
     """The Future of one recv(): waits (the one wait) until a value is there, takes it once."""
 
-    def __init__(self, receiver: PortReceiver, description: str) -> None:
+    def __init__(self, mailbox: _Mailbox, outcome_of: Any, description: str) -> None:
         # No call of its own: Future's call-specific state is not set, and not used.
-        self._receiver = receiver
+        self._mailbox = mailbox
+        self._outcome_of = outcome_of
         self._description = description
-        self._item: Optional[Tuple[int, bool, Any, Any]] = None
 
     def _try_take(self) -> bool:
-        if self._item is None:
-            self._item = self._receiver._take()
-            if self._item is None and self._receiver._call.done:
-                raise RuntimeError(f"{self._description}: this receiver was opened with once=True and its one "
-                                   "value was taken already")
-        return self._item is not None
+        if self._outcome is None:
+            item = self._mailbox.take(self._description)
+            if item is not None:
+                self._outcome = self._outcome_of(item)
+        return self._outcome is not None
 
     def get(self, timeout: Optional[float] = None) -> Any:
         check_timeout(timeout)
-        call = self._receiver._call
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._try_take():  # another recv() may take what woke this one
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not _wait.wait_call(call, left, self._description, any_result=True):
+            if not _wait.wait_call(self._mailbox.call, left, self._description, any_result=True):
                 raise TimeoutError(f"{self._description}: nothing came within {timeout} s")
-        assert self._item is not None
-        return self._receiver._value(self._item)
+        return self._result()
 
     result = get
 
     def __await__(self):
-        call = self._receiver._call
         while not self._try_take():
-            yield from _wait.wait_call_async(call, self._description, any_result=True).__await__()
-        assert self._item is not None
-        return self._receiver._value(self._item)
+            yield from _wait.wait_call_async(self._mailbox.call, self._description, any_result=True).__await__()
+        return self._result()
 
     def done(self) -> bool:
         return self._try_take()
@@ -200,10 +206,10 @@ class _Received(LocalFuture):
         return False  # nothing runs on its behalf
 
     def describe_pending(self) -> str:
-        return "received" if self._item is not None else "nothing sent to the port yet"
+        return "received" if self._outcome is not None else "nothing sent to the port yet"
 
     def __repr__(self) -> str:
-        return f"<xmesh.Future {self._description}: {'received' if self._item is not None else 'waiting'}>"
+        return f"<xmesh.Future {self._description}: {'received' if self._outcome is not None else 'waiting'}>"
 
 
 class Channel(Generic[R]):
@@ -214,12 +220,11 @@ class Channel(Generic[R]):
     def open(once: bool = False) -> "Tuple[Port[R], PortReceiver[R]]":
         """A new (Port, PortReceiver); once=True: the receiver takes one value."""
         receiver: PortReceiver = PortReceiver(once)
-        port: Port = receiver.port()
-        return port, receiver
+        return receiver.port(), receiver
 
     @staticmethod
     def open_ranked(once: bool = False) -> "Tuple[Port[R], RankedPortReceiver]":
         """(Port, RankedPortReceiver): values come with the rank of the message they answer."""
-        receiver: PortReceiver = PortReceiver(once)
-        return receiver.port(), receiver.ranked()
+        receiver = RankedPortReceiver(once)
+        return receiver.port(), receiver
 

@@ -438,3 +438,16 @@ def test_concurrent_endpoint_refuses_what_it_cannot_run():
 def test_an_explicit_port_endpoint_shows_the_parameters_callers_pass(workers):
     assert "Worker.hold(x: int) -> None" in repr(workers.hold)
     assert "Worker.value(x: int) -> int" in repr(workers.value)
+
+
+def test_a_closed_receiver_says_so_and_a_ranked_view_shares_its_queue(workers):
+    port, receiver = Channel.open()
+    ranked = receiver.ranked()
+    send(workers.slice(hosts=0, gpus=1).value, (3,), {}, port=port)
+    # The plain port carries no rank: a send() answer through it is the message's rank (0 here).
+    assert ranked.recv().get(timeout=30) == (0, 301)
+    receiver.close()
+    with pytest.raises(RuntimeError, match="this receiver was closed"):
+        receiver.recv().get(timeout=1)
+    with pytest.raises(RuntimeError, match="this receiver was closed"):
+        ranked.recv().get(timeout=1)
