@@ -10,6 +10,11 @@ namespace xmesh {
 Call::Call(uint64_t id, std::vector<std::string> target_addrs)
     : id_(id), addrs_(std::move(target_addrs)), have_(addrs_.size(), false) {}
 
+void Call::set_target_addr(size_t i, const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  addrs_.at(i) = addr;
+}
+
 Call::Call(uint64_t id, PortTag, bool once) : id_(id), port_(true), once_(once) {}
 
 bool Call::complete() const { return port_ ? once_ && received_ > 0 : received_ == have_.size(); }

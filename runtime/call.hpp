@@ -34,6 +34,9 @@ class Call {
   uint64_t id() const { return id_; }
   size_t size() const { return addrs_.size(); }
   const std::string& target_addr(size_t i) const { return addrs_.at(i); }  // out_of_range: IndexError
+  // Names target i's address once known (Node::retarget); before the call is handed to
+  // anything that reads target_addr (which reads without the lock).
+  void set_target_addr(size_t i, const std::string& addr);
 
   // Returns false if that target had already answered (late duplicates are dropped).
   bool deliver(CallResult r);

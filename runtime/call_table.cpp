@@ -8,6 +8,11 @@ void CallTable::add(const std::shared_ptr<Call>& c) {
   for (size_t i = 0; i < c->size(); ++i) by_addr_[c->target_addr(i)].insert(c->id());
 }
 
+void CallTable::add_addr(uint64_t id, const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  by_addr_[addr].insert(id);
+}
+
 std::shared_ptr<Call> CallTable::find(uint64_t id) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = calls_.find(id);

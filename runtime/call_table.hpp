@@ -21,6 +21,7 @@ class CallTable {
   // Registers c under its id and each of its target addresses.
   void add(const std::shared_ptr<Call>& c);
   std::shared_ptr<Call> find(uint64_t id) const;  // null: unknown or abandoned
+  void add_addr(uint64_t id, const std::string& addr);  // a target's address learned later
   void forget(uint64_t id);
   std::vector<std::shared_ptr<Call>> to_addr(const std::string& addr) const;
 

@@ -39,12 +39,7 @@ std::string frame_str(const std::vector<zmq::message_t>& f, size_t i) {
 
 Gatekeeper::Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts, const std::string& curve_public_z85)
     : role_(std::move(role)), accepts_(std::move(accepts)), refusal_log_(3, 60000) {
-  if (!curve_public_z85.empty()) {
-    uint8_t raw[32];
-    if (curve_public_z85.size() != 40 || zmq_z85_decode(raw, curve_public_z85.c_str()) == nullptr)
-      throw std::invalid_argument("Gatekeeper: not a Z85 CURVE public key");
-    curve_public_.assign(reinterpret_cast<const char*>(raw), sizeof raw);
-  }
+  if (!curve_public_z85.empty()) set_cluster_key(curve_public_z85);
   zap_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
   zap_->set(zmq::sockopt::linger, 0);
   zap_->bind(kZapEndpoint);
@@ -53,6 +48,14 @@ Gatekeeper::Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts, c
 }
 
 Gatekeeper::~Gatekeeper() { join(); }
+
+void Gatekeeper::set_cluster_key(const std::string& curve_public_z85) {
+  uint8_t raw[32];
+  if (curve_public_z85.size() != 40 || zmq_z85_decode(raw, curve_public_z85.c_str()) == nullptr)
+    throw std::invalid_argument("Gatekeeper: not a Z85 CURVE public key");
+  std::lock_guard<std::mutex> g(key_mu_);
+  curve_public_.assign(reinterpret_cast<const char*>(raw), sizeof raw);
+}
 
 void Gatekeeper::join() {
   if (thread_.joinable()) thread_.join();
@@ -101,8 +104,13 @@ std::string Gatekeeper::judge(const std::vector<zmq::message_t>& request, std::s
   if (local && uid != static_cast<long>(geteuid()))
     return who + " runs as uid " + std::to_string(uid) + ", this " + role_ + " as uid " + std::to_string(geteuid());
   if (mechanism == "CURVE" && request.size() >= 7) {
-    if (curve_public_.empty()) return who + " presented a CURVE key; this " + role_ + " takes no keys";
-    if (frame_str(request, 6) != curve_public_) return who + " presented a key that is not this cluster's";
+    std::string cluster_key;
+    {
+      std::lock_guard<std::mutex> g(key_mu_);
+      cluster_key = curve_public_;
+    }
+    if (cluster_key.empty()) return who + " presented a CURVE key; this " + role_ + " takes no keys";
+    if (frame_str(request, 6) != cluster_key) return who + " presented a key that is not this cluster's";
     *user_id = kCurveUserId;  // its cookie is checked at its Hello
     return "";
   }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -34,6 +35,9 @@ class Gatekeeper {
   // User-Id, "curve", tells it so).
   Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts, const std::string& curve_public_z85 = "");
   ~Gatekeeper();
+  // The cluster's key, given later (a controller that starts using hosts over TCP). Throws
+  // std::invalid_argument for a malformed key.
+  void set_cluster_key(const std::string& curve_public_z85);
   Gatekeeper(const Gatekeeper&) = delete;
   Gatekeeper& operator=(const Gatekeeper&) = delete;
   // Waits for the handler thread; call after shutting the context down.
@@ -48,7 +52,8 @@ class Gatekeeper {
 
   std::string role_;
   Accepts accepts_;
-  std::string curve_public_;  // 32 bytes, empty: no CURVE
+  mutable std::mutex key_mu_;
+  std::string curve_public_;  // 32 bytes, empty: no CURVE (under key_mu_)
   std::unique_ptr<zmq::socket_t> zap_;
   std::thread thread_;
   std::atomic<uint64_t> admitted_{0}, refused_{0};

@@ -118,4 +118,6 @@ CurveKeys read_key_file(const std::string& path) {
   return keys;
 }
 
+std::string cluster_cookie(const CurveKeys& keys) { return "cluster:" + keys.public_z85; }
+
 }  // namespace xmesh

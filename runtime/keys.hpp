@@ -33,5 +33,10 @@ void write_key_file(const std::string& path, const CurveKeys& keys, bool overwri
 // Reads and checks a key file: a regular file of this user, not readable or writable by group
 // or others, holding a valid pair (the public key is the secret's).
 CurveKeys read_key_file(const std::string& path);
+// The cookie every holder of the key presents to a host agent over TCP (an agent accepts it
+// besides its own): the connection is already admitted by key, so the cookie only says "a
+// controller of this cluster" (procs accept their job's cookie instead). Derived from the public
+// key, which CURVE never sends in the clear.
+std::string cluster_cookie(const CurveKeys& keys);
 
 }  // namespace xmesh

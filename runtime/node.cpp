@@ -7,8 +7,9 @@
 
 namespace xmesh {
 
-Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file)
-    : transport_(std::move(role), bind_addr, accept_cookie, key_file),
+Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file,
+           std::string advertise)
+    : transport_(std::move(role), bind_addr, accept_cookie, key_file, advertise),
       supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 10000)),
       actors_(env_int("XMESH_ACTOR_WAIT_MS", 10000)) {
   register_builtin_handlers();
@@ -108,6 +109,13 @@ std::shared_ptr<Call> Node::expect(const std::vector<std::string>& addrs) {
     c->deliver(std::move(r));
   }
   return c;
+}
+
+void Node::retarget(const std::shared_ptr<Call>& c, size_t index, const std::string& addr) {
+  c->set_target_addr(index, addr);
+  calls_.add_addr(c->id(), addr);
+  json error;
+  if (supervision_.is_dead(addr, &error)) c->fail_addr(addr, error);
 }
 
 std::shared_ptr<Call> Node::open_port(bool once) {

@@ -41,13 +41,20 @@ class Node {
   // role: "controller", "proc", "hostd" (diagnostics and ids). bind_addr: "ipc://path" or
   // "tcp://host:port". accept_cookie: the credential peers must present in Hello.
   // key_file: the cluster's key (runtime/keys.hpp) for TCP links; "" for none.
-  Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file = "");
+  // advertise: the address peers reach this node at when it is not the bound one (NAT).
+  Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file = "",
+       std::string advertise = "");
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
   const std::string& id() const { return transport_.id(); }
   const std::string& addr() const { return transport_.addr(); }
+  // A second address on TCP for a node listening on a unix socket (Transport::listen_tcp).
+  std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "") {
+    return transport_.listen_tcp(bind_addr, key_file, advertise);
+  }
+  std::string tcp_addr() const { return transport_.tcp_addr(); }
   const std::string& role() const { return transport_.role(); }
   uint64_t incarnation() const { return transport_.incarnation(); }
   zmq::context_t& context() { return transport_.context(); }
@@ -79,6 +86,10 @@ class Node {
   // Registers a Call whose targets will answer without being sent anything (for example
   // procs announcing they are ready); supervision fails it like any other.
   std::shared_ptr<Call> expect(const std::vector<std::string>& addrs);
+  // Names the address of target `index` of an expect()ed call, learned after it was registered
+  // (a proc whose host agent chose its TCP port): supervision finds the call by it from then on,
+  // and a target already known dead fails now.
+  void retarget(const std::shared_ptr<Call>& c, size_t index, const std::string& addr);
   // Opens a port (Monarch's Channel.open): Reply messages carrying its id land in it, from
   // whoever holds the id, until forget_call; a once port closes after its first.
   std::shared_ptr<Call> open_port(bool once);

@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include "bodies.hpp"
+#include "tcp_endpoint.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -30,20 +31,13 @@ std::string short_host() {
   return dot == std::string::npos ? h : h.substr(0, dot);
 }
 
-// Whether a tcp:// address is one only this machine reaches (127.0.0.0/8, ::1, localhost).
-bool loopback_tcp(const std::string& addr) {
-  std::string host = addr.substr(6, addr.rfind(':') == std::string::npos ? std::string::npos : addr.rfind(':') - 6);
-  if (!host.empty() && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 void set_common_options(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, static_cast<int>(env_int("XMESH_LINGER_MS", 1000)));
 }
 }  // namespace
 
 Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
-                     const std::string& key_file)
+                     const std::string& key_file, const std::string& advertise)
     : role_(std::move(role)), ctx_(1) {
   std::string inc_hex = random_hex(8);
   incarnation_ = std::stoull(inc_hex, nullptr, 16);
@@ -54,7 +48,10 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
   max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
   raise_fd_limit();
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
-  if (!key_file.empty()) keys_ = read_key_file(key_file);  // KeyFileError naming what is wrong
+  if (!key_file.empty()) {
+    keys_ = std::make_shared<const CurveKeys>(read_key_file(key_file));  // KeyFileError naming what is wrong
+    key_file_ = key_file;
+  }
   // Before the ROUTER exists, so that no connection is ever accepted unjudged.
   gatekeeper_ = std::make_unique<Gatekeeper>(
       ctx_, role_,
@@ -64,7 +61,17 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
       },
       keys_ ? keys_->public_z85 : std::string());
   try {
-    bind(bind_addr);
+    if (bind_addr.rfind("ipc://", 0) == 0) {
+      std::string path = bind_addr.substr(6);
+      if (path.size() > kIpcPathMax)
+        throw std::runtime_error("socket path " + path + " is " + std::to_string(path.size()) +
+                                 " bytes; unix socket paths must fit in " + std::to_string(kIpcPathMax) +
+                                 " bytes (use a shorter XMESH_RUNTIME_DIR)");
+      unlink(path.c_str());
+    }
+    router_ = make_router(bind_addr, &addr_);
+    if (!advertise.empty()) addr_ = advertise;
+    if (addr_.rfind("tcp://", 0) == 0) tcp_addr_ = addr_;
   } catch (...) {
     ctx_.shutdown();
     gatekeeper_->join();
@@ -74,42 +81,80 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
 
 Transport::~Transport() { close(); }
 
-void Transport::bind(const std::string& bind_addr) {
-  if (bind_addr.rfind("ipc://", 0) == 0) {
-    std::string path = bind_addr.substr(6);
-    if (path.size() > kIpcPathMax)
-      throw std::runtime_error("socket path " + path + " is " + std::to_string(path.size()) +
-                               " bytes; unix socket paths must fit in " + std::to_string(kIpcPathMax) +
-                               " bytes (use a shorter XMESH_RUNTIME_DIR)");
-    unlink(path.c_str());
-  }
+std::unique_ptr<zmq::socket_t> Transport::make_router(const std::string& bind_addr, std::string* endpoint) {
   const bool tcp = bind_addr.rfind("tcp://", 0) == 0;
-  if (tcp && !keys_ && !loopback_tcp(bind_addr))
+  auto keys = this->keys();
+  if (tcp && !keys && !loopback_tcp(bind_addr))
     throw std::runtime_error("refusing to listen on " + bind_addr + " without a key file: anyone who can reach it "
                              "could make this process run code (write one with `xmesh keygen FILE`)");
-  router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
-  set_common_options(*router_);
-  if (tcp && keys_)
-    require_curve_handshake(*router_, keys_->secret_z85);
+  auto router = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
+  set_common_options(*router);
+  if (tcp && keys)
+    require_curve_handshake(*router, keys->secret_z85);
   else
-    require_handshake(*router_);
+    require_handshake(*router);
   // A connection that has not finished its handshake by then is closed: held connections
   // cannot pile up (each is an fd) faster than they go.
-  router_->set(zmq::sockopt::handshake_ivl, static_cast<int>(env_int("XMESH_HANDSHAKE_MS", 5000)));
-  router_->set(zmq::sockopt::router_mandatory, 1);
-  router_->set(zmq::sockopt::rcvhwm, 100000);
-  router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kWireFrameBytes + kHeaderRoom));
+  router->set(zmq::sockopt::handshake_ivl, static_cast<int>(env_int("XMESH_HANDSHAKE_MS", 5000)));
+  router->set(zmq::sockopt::router_mandatory, 1);
+  router->set(zmq::sockopt::rcvhwm, 100000);
+  router->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kWireFrameBytes + kHeaderRoom));
   // Files this node creates (its ipc socket) are for this user only.
   mode_t old = umask(077);
   try {
-    router_->bind(bind_addr);
+    router->bind(bind_addr);
   } catch (const zmq::error_t& e) {
     umask(old);
     throw std::runtime_error("cannot listen on " + bind_addr + ": " + e.what());
   }
   umask(old);
-  addr_ = router_->get(zmq::sockopt::last_endpoint);
-  if (addr_.rfind("ipc://", 0) == 0) chmod(addr_.substr(6).c_str(), 0600);
+  *endpoint = router->get(zmq::sockopt::last_endpoint);
+  if (endpoint->rfind("ipc://", 0) == 0) chmod(endpoint->substr(6).c_str(), 0600);
+  return router;
+}
+
+void Transport::use_key_file(const std::string& key_file) {
+  auto current = keys();
+  CurveKeys read = read_key_file(key_file);  // KeyFileError naming what is wrong
+  if (current) {
+    if (current->public_z85 != read.public_z85)
+      throw std::runtime_error("this process already uses another cluster key (" + key_file_ + "); one cluster key "
+                               "per process");
+    return;
+  }
+  gatekeeper_->set_cluster_key(read.public_z85);
+  std::atomic_store(&keys_, std::make_shared<const CurveKeys>(std::move(read)));
+  std::lock_guard<std::mutex> g(mu_);
+  key_file_ = key_file;
+}
+
+std::string Transport::listen_tcp(const std::string& bind_addr, const std::string& key_file,
+                                  const std::string& advertise) {
+  if (bind_addr.rfind("tcp://", 0) != 0) throw std::runtime_error("not a tcp:// address: " + bind_addr);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!tcp_addr_.empty()) throw std::runtime_error("this node already listens on TCP at " + tcp_addr_);
+  }
+  if (!key_file.empty()) use_key_file(key_file);
+  std::string endpoint;
+  tcp_router_ = make_router(bind_addr, &endpoint);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    tcp_addr_ = advertise.empty() ? endpoint : advertise;
+  }
+  tcp_ready_.store(tcp_router_.get(), std::memory_order_release);
+  return tcp_addr();
+}
+
+std::string Transport::tcp_addr() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return tcp_addr_;
+}
+
+std::string Transport::own_addr_for(const std::string& dest_addr) const {
+  if (dest_addr.rfind("tcp://", 0) != 0) return addr_;
+  std::lock_guard<std::mutex> g(mu_);
+  return tcp_addr_.empty() ? addr_ : tcp_addr_;
 }
 
 void Transport::close() {
@@ -124,6 +169,8 @@ void Transport::close() {
     std::lock_guard<std::mutex> g(p->mu);
     close_peer_locked(*p);
   }
+  tcp_ready_.store(nullptr);
+  tcp_router_.reset();
   router_.reset();
   if (addr_.rfind("ipc://", 0) == 0) unlink(addr_.substr(6).c_str());
   ctx_.shutdown();  // the gatekeeper's blocking receive ends
@@ -220,7 +267,7 @@ void Transport::send_hello_locked(OutPeer& p) {
   hello.proto = protocol_version();
   hello.version = version_string();
   hello.build = build_id();
-  hello.addr = addr_;
+  hello.addr = own_addr_for(p.addr);  // a TCP peer answers over TCP
   hello.role = role_;
   hello.pid = getpid();
   hello.max_message_bytes = max_message_bytes_;
@@ -344,24 +391,41 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
 }
 
 void Transport::present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie) {
-  if (keys_ && addr.rfind("tcp://", 0) == 0)
-    present_curve_key(dealer, keys_->public_z85, keys_->secret_z85);  // the cookie goes in Hello
+  auto keys = this->keys();
+  if (keys && addr.rfind("tcp://", 0) == 0)
+    present_curve_key(dealer, keys->public_z85, keys->secret_z85);  // the cookie goes in Hello
   else
     present_credentials(dealer, role_, cookie);
 }
 
-void Transport::set_receive_timeout(int ms) { router_->set(zmq::sockopt::rcvtimeo, ms); }
+void Transport::set_receive_timeout(int ms) {
+  receive_timeout_ms_ = ms;
+  router_->set(zmq::sockopt::rcvtimeo, ms);
+}
+
+bool Transport::receive_parts(std::vector<zmq::message_t>& parts) {
+  zmq::socket_t* tcp = tcp_ready_.load(std::memory_order_acquire);
+  try {
+    if (!tcp)  // one router: a blocking receive with a timeout costs fewer system calls than a poll
+      return bool(zmq::recv_multipart(*router_, std::back_inserter(parts)));
+    zmq::pollitem_t items[2] = {{router_->handle(), 0, ZMQ_POLLIN, 0}, {tcp->handle(), 0, ZMQ_POLLIN, 0}};
+    if (zmq::poll(items, 2, std::chrono::milliseconds(receive_timeout_ms_)) <= 0) return false;
+    poll_tcp_first_ = !poll_tcp_first_;
+    zmq::socket_t* order[2] = {router_.get(), tcp};
+    if (poll_tcp_first_) std::swap(order[0], order[1]);
+    for (zmq::socket_t* s : order)
+      if (zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait)) return true;
+    return false;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == ETERM) throw;
+    parts.clear();
+    return false;  // EINTR and the like: go round again
+  }
+}
 
 std::optional<Transport::Received> Transport::receive() {
   std::vector<zmq::message_t> parts;
-  zmq::recv_result_t r;
-  try {
-    r = zmq::recv_multipart(*router_, std::back_inserter(parts));
-  } catch (const zmq::error_t& e) {
-    if (e.num() == ETERM) throw;
-    return std::nullopt;  // EINTR and the like: go round again
-  }
-  if (!r) return std::nullopt;
+  if (!receive_parts(parts)) return std::nullopt;
   if (parts.size() < 2) {
     ++counts_.malformed;
     return std::nullopt;

@@ -46,14 +46,24 @@ class Transport {
   // key_file (runtime/keys.hpp; "" for none): TCP links, listening and dialling, authenticate and
   // encrypt with its CURVE pair, the cookie then checked at Hello. Without one, only a loopback
   // TCP address may be listened on.
+  // advertise: the address peers reach this one at, when it is not the bound one (NAT, port
+  // forwarding, a wildcard host): "tcp://host:port".
   Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
-            const std::string& key_file = "");
+            const std::string& key_file = "", const std::string& advertise = "");
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
   const std::string& id() const { return id_; }
   const std::string& addr() const { return addr_; }
+  // A second listening address on TCP (CURVE, with the cluster's key file) for a node whose
+  // address is a unix socket: a controller that starts using hosts over TCP, a host agent
+  // serving remote controllers. Peers dialled over TCP learn this address in Hello, so their
+  // answers come back over TCP; unix-socket peers keep the first. Returns the address (the
+  // advertised one if given). Throws KeyFileError (the key file), std::runtime_error (the bind,
+  // a second call, a key other than the one this node already uses).
+  std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "");
+  std::string tcp_addr() const;  // "" until listen_tcp (or the node's own address when it is TCP)
   const std::string& role() const { return role_; }
   uint64_t incarnation() const { return incarnation_; }
   zmq::context_t& context() { return ctx_; }
@@ -117,7 +127,14 @@ class Transport {
     SeqTracker seq;
   };
 
-  void bind(const std::string& bind_addr);
+  // A ROUTER listening at bind_addr (CURVE on TCP with a key, else PLAIN); *endpoint: where.
+  std::unique_ptr<zmq::socket_t> make_router(const std::string& bind_addr, std::string* endpoint);
+  void use_key_file(const std::string& key_file);
+  std::shared_ptr<const CurveKeys> keys() const { return std::atomic_load(&keys_); }
+  // The address a peer at dest_addr should answer to: the TCP one for a TCP peer.
+  std::string own_addr_for(const std::string& dest_addr) const;
+  // Reads one multipart message from whichever router has one (polling both once there are two).
+  bool receive_parts(std::vector<zmq::message_t>& parts);
   std::shared_ptr<OutPeer> out_peer(const std::string& addr);
   void send_hello_locked(OutPeer& p);
   void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
@@ -138,10 +155,18 @@ class Transport {
   size_t max_message_bytes_;
 
   int64_t send_timeout_ms_;
-  std::optional<CurveKeys> keys_;  // the cluster's key file, for TCP links
+  std::shared_ptr<const CurveKeys> keys_;  // the cluster's key file, for TCP links (atomic access)
+  std::string key_file_;                   // its path (under mu_)
   zmq::context_t ctx_;
   std::unique_ptr<Gatekeeper> gatekeeper_;  // judges every connection to router_
   std::unique_ptr<zmq::socket_t> router_;
+  // The second ROUTER (listen_tcp): made by the caller's thread, then read by the I/O thread
+  // alone, which takes it up through tcp_ready_ (release/acquire: the hand-over's barrier).
+  std::unique_ptr<zmq::socket_t> tcp_router_;
+  std::atomic<zmq::socket_t*> tcp_ready_{nullptr};
+  std::string tcp_addr_;  // under mu_
+  int receive_timeout_ms_ = 100;
+  bool poll_tcp_first_ = false;  // alternates which router is read first (fairness)
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> connections_{0};
 

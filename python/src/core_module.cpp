@@ -252,6 +252,8 @@ void bind_process(py::module_& m) {
   }, py::arg("path"), py::arg("overwrite") = false, "Writes a fresh keypair (mode 0600); returns its public key.");
   m.def("key_file_public_key", [](const std::string& path) { return read_key_file(path).public_z85; },
         py::arg("path"), "Checks a key file (owner, mode, a valid pair) and returns its public key.");
+  m.def("key_file_cluster_cookie", [](const std::string& path) { return cluster_cookie(read_key_file(path)); },
+        py::arg("path"), "The cookie a controller holding this key presents to host agents over TCP.");
   m.def("drain_releases", &drain_releases);
   m.def("libxmesh_path", []() {
     Dl_info info;
@@ -472,8 +474,12 @@ void bind_node(py::module_& m) {
       .def_readonly("peers", &NodeStats::peers);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
-      .def(py::init<std::string, std::string, std::string, std::string>(), py::arg("role"), py::arg("bind_addr"),
-           py::arg("accept_cookie"), py::arg("key_file") = "")
+      .def(py::init<std::string, std::string, std::string, std::string, std::string>(), py::arg("role"),
+           py::arg("bind_addr"), py::arg("accept_cookie"), py::arg("key_file") = "", py::arg("advertise") = "")
+      .def("listen_tcp", &Node::listen_tcp, py::arg("bind_addr"), py::arg("key_file"), py::arg("advertise") = "",
+           "A second address on TCP (CURVE with the key file); returns it.")
+      .def_property_readonly("tcp_addr", &Node::tcp_addr)
+      .def("retarget", &Node::retarget, py::arg("call"), py::arg("index"), py::arg("addr"))
       .def("start", &Node::start)
       .def("stop", &Node::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("id", &Node::id)

@@ -1,7 +1,9 @@
 """Finding, starting and talking to host agents (xmesh-hostd) from a controller."""
 import os
+import re
 import shutil
 import signal
+import socket
 import threading
 import time
 from typing import Any, Optional
@@ -10,14 +12,15 @@ from . import _core
 from ._pids import pid_alive, running_agent_pid
 from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime, on_controller_exit
-from ._wait import request
+from ._wait import Request, request
 
 _agents: dict[str, "HostAgent"] = {}
 _agents_lock = threading.Lock()
 
 
 def _forget_agents_in_child():
-    global _agents_lock
+    global _agents_lock, _cluster_key
+    _cluster_key = None
     _agents.clear()  # connections belong to the parent's node
     _agents_lock = threading.Lock()
 
@@ -73,6 +76,8 @@ class HostdError(RuntimeError):
 
 class HostAgent:
     """A controller's handle on one xmesh-hostd, identified by its runtime directory."""
+
+    over_tcp = False  # an agent elsewhere (TcpHostAgent): it chooses its procs' addresses
 
     def __init__(self, runtime_dir):
         self.runtime_dir = runtime_dir
@@ -230,14 +235,149 @@ class HostAgent:
         rt.node.unwatch_host(self.addr)
 
 
-def agent(runtime_dir=None):
-    """The connected host agent for a runtime directory (default: this user's)."""
-    runtime_dir = os.path.abspath(runtime_dir or _core.runtime_dir())
+class TcpHostAgent(HostAgent):
+    """A host agent on another machine, `xmesh-hostd --listen tcp://ADDR:PORT --key-file F`
+    there, reached over TCP with the cluster's key (CURVE). Its locator, "tcp://host:port", stands
+    where a local agent's runtime directory does (`runtime_dir`). Connecting starts when it is
+    made (`begin_connect`: the Status request goes out) and is waited for on first use."""
+
+    over_tcp = True
+
+    def __init__(self, locator: str, key_file: str) -> None:
+        self.runtime_dir = locator
+        self.addr = locator
+        self.key_file = key_file
+        self.host = None
+        self.pid = None
+        self._connected = False
+        self._pending: Optional[Request] = None
+
+    def begin_connect(self) -> None:
+        if self._connected or self._pending is not None:
+            return
+        rt = get_runtime()
+        use_cluster_key(self.key_file, self.addr)
+        rt.node.set_peer_cookie(self.addr, _core.key_file_cluster_cookie(self.key_file))
+        self._pending = Request(rt.node, [self.addr], Kind.Status)
+
+    def _pending_status(self) -> Optional[Request]:
+        """The Status request to wait for, or None when connected (a lost agent: reconnects)."""
+        rt = get_runtime()
+        if self._connected:
+            if rt.node.dead_reason(self.addr) is None:
+                return None
+            # Lost (its agent killed, its machine or link gone): new work goes to whatever agent
+            # answers there now, over a new connection.
+            self._connected = False
+            rt.node.unwatch_host(self.addr)
+            rt.node.revive(self.addr)
+        self.begin_connect()
+        pending, self._pending = self._pending, None
+        return pending
+
+    def connect(self, timeout: float = 15.0) -> "TcpHostAgent":
+        pending = self._pending_status()
+        if pending is not None:
+            self._connected_by(pending.answers(timeout, f"connecting to the host agent at {self.addr}"), timeout)
+        return self
+
+    async def connect_async(self, timeout: float = 15.0) -> "TcpHostAgent":
+        pending = self._pending_status()
+        if pending is not None:
+            self._connected_by(await pending.answers_async(timeout, f"connecting to the host agent at {self.addr}"),
+                               timeout)
+        return self
+
+    def _connected_by(self, answers: dict, timeout: float) -> None:
+        if not answers:
+            raise ConnectionError(f"the host agent at {self.addr} did not answer within {timeout:.0f} s: is "
+                                  f"`xmesh-hostd --listen ... --key-file ...` running there, and reachable from here?")
+        ok, reply, _ = answers[0]
+        if not ok:
+            raise HostdError(f"cannot use the host agent at {self.addr}: "
+                             f"{read_error(reply).text or 'it refused this controller'}", reply)
+        status = _core.StatusReply.from_dict(reply)
+        self.host = status.host
+        self.pid = status.pid
+        get_runtime().node.watch_host(self.addr, 0)  # elsewhere: lost when its heartbeats stop
+        self._connected = True
+
+
+_TCP_LOCATOR = re.compile(r"^(?:tcp://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def tcp_locator(text: str) -> Optional[str]:
+    """"tcp://host:port" for a host agent named "host:port" or "tcp://host:port"; None for
+    anything else (a runtime directory)."""
+    m = _TCP_LOCATOR.match(text)
+    if m is None or (not text.startswith("tcp://") and os.path.isdir(text)):
+        return None
+    if not 0 < int(m.group(2)) < 65536:
+        raise ValueError(f"{text!r}: the port must be 1-65535")
+    return f"tcp://{m.group(1)}:{int(m.group(2))}"
+
+
+_cluster_key: Optional[str] = None  # the key file's path this controller's TCP address uses
+
+
+def _local_ip_towards(locator: str) -> str:
+    """The address of this machine's interface that routes to the host at locator (no packet
+    is sent: a UDP socket's connect only picks the route)."""
+    host, port = locator[len("tcp://"):].rsplit(":", 1)
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port)))
+            return s.getsockname()[0]
+    except OSError as e:
+        raise ConnectionError(f"no route from this machine to {locator}: {e}") from None
+
+
+def use_cluster_key(key_file: str, first_host: str) -> None:
+    """Makes this controller reachable over TCP with the cluster's key (once): it listens on the
+    interface that routes to first_host (XMESH_CONTROLLER_HOST overrides), any free port, so
+    that remote agents and procs answer over TCP. One cluster key per controller."""
+    global _cluster_key
+    key_file = os.path.abspath(key_file)
+    _core.key_file_public_key(key_file)  # KeyFileError naming what is wrong with it
+    rt = get_runtime()
+    if _cluster_key is not None:
+        if _core.key_file_public_key(_cluster_key) != _core.key_file_public_key(key_file):
+            raise ValueError(f"this controller already uses the cluster key {_cluster_key}; {key_file} is another "
+                             "(one cluster key per controller)")
+        return
+    host = os.environ.get("XMESH_CONTROLLER_HOST") or _local_ip_towards(first_host)
+    host = f"[{host}]" if ":" in host else host
+    rt.node.listen_tcp(f"tcp://{host}:*", key_file)
+    _cluster_key = key_file
+
+
+def agent_at(locator: str, key_file: Optional[str] = None) -> HostAgent:
+    """The controller's handle on the agent at locator (a runtime directory or tcp://host:port),
+    not yet connected; a TCP agent starts connecting now."""
+    if not locator.startswith("tcp://"):
+        locator = os.path.abspath(locator)
     with _agents_lock:
-        a = _agents.get(runtime_dir)
+        a = _agents.get(locator)
         if a is None:
-            a = _agents[runtime_dir] = HostAgent(runtime_dir)
-    return a.connect()
+            if locator.startswith("tcp://"):
+                if not key_file:
+                    raise ValueError(f"the host agent at {locator} is reached over TCP: give the cluster's key file "
+                                     "(hosts([...], key_file=...) or XMESH_KEY_FILE)")
+                a = TcpHostAgent(locator, key_file)
+            else:
+                a = HostAgent(locator)
+            _agents[locator] = a
+    if isinstance(a, TcpHostAgent):
+        a.begin_connect()
+    return a
+
+
+def agent(runtime_dir=None):
+    """The connected host agent for a runtime directory (default: this user's) or a locator
+    tcp://host:port (a TCP agent must have been named by hosts([...], key_file=...) first)."""
+    return agent_at(runtime_dir or _core.runtime_dir()).connect()
 
 
 def connected_agents():

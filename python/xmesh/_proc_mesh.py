@@ -12,8 +12,8 @@ from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
 from ._allocation import Allocation, Lease, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
 from ._context import creator_record, current_cell
 from ._display import html_table
-from ._future import CallTarget, Done, Future
-from ._hostd import HostdError, agent
+from ._future import CallTarget, CoroutineFuture, Done, Future
+from ._hostd import HostAgent, HostdError, TcpHostAgent, agent, agent_at, tcp_locator
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._env import env_seconds_from_ms
@@ -371,6 +371,19 @@ class HostMesh(MeshTrait):
     def _new_with_shape(self, shape):
         return HostMesh(self._dirs, shape)
 
+    @property
+    def initialized(self) -> Future[bool]:
+        """Done (True) once every host agent of this mesh is connected; raises what stopped one
+        (not reachable, a wrong key, refused). Local agents connect (or start) when first used."""
+        tcp = [a for a in (agent_at(self._dirs[h]) for h in self._shape.ranks()) if isinstance(a, TcpHostAgent)]
+
+        async def connect_all() -> bool:
+            for a in tcp:
+                await a.connect_async()
+            return True
+
+        return CoroutineFuture(connect_all, f"connecting {len(tcp)} host agent(s)")
+
     def spawn_procs(self, per_host: Optional[dict[str, int]] = None, name: Optional[str] = None,
                     bootstrap: Any = None, env: Optional[dict[str, str]] = None) -> ProcMesh:
         """Starts procs on every host: `per_host` gives their dimensions, e.g. {"gpus": 8}.
@@ -408,11 +421,12 @@ class HostMesh(MeshTrait):
         for h, a in enumerate(agents):
             for i in range(n_local):
                 rank = h * n_local + i
-                addr = _core.layout_proc_address(a.runtime_dir, alloc_id, rank)
+                # A TCP agent chooses its procs' ports: their addresses come with its reply.
+                addr = "" if a.over_tcp else _core.layout_proc_address(a.runtime_dir, alloc_id, rank)
                 alloc.procs[rank] = ProcRecord(addr, None, a.host, a)
         # Readiness is a call answered by each proc once it listens; a proc that dies first
         # fails it through supervision.
-        ready_call = rt.node.expect([alloc.procs[r].addr for r in range(shape.size)])
+        ready_call = rt.node.expect([alloc.procs[r].addr or f"pending:{alloc_id}/{r}" for r in range(shape.size)])
         common_env = {k: v for k, v in os.environ.items() if isinstance(v, str)}
         common_env.update(user_env)
         common_env.update(proc_environment())
@@ -427,9 +441,8 @@ class HostMesh(MeshTrait):
                 coords = dict(p)
                 ranks.append(_core.SpawnRank(rank=rank, coords=coords, addr=alloc.procs[rank].addr,
                                              env=_rank_env(rank, coords, shape, per_host)))
-                rt.node.add_dependent(a.addr, alloc.procs[rank].addr)
-                rt.node.add_supervision_subscriber(alloc.procs[rank].addr)
-            body = _core.SpawnProcsBody(alloc=alloc_id, name=name or "", argv=argv, env=common_env, cwd=os.getcwd(),
+            env = dict(common_env, XMESH_CONTROLLER_ADDR=rt.node.tcp_addr) if a.over_tcp else common_env
+            body = _core.SpawnProcsBody(alloc=alloc_id, name=name or "", argv=argv, env=env, cwd=os.getcwd(),
                                         ranks=ranks, shape=json.loads(shape.to_json()),
                                         controller_pid=os.getpid())
             try:
@@ -445,7 +458,7 @@ class HostMesh(MeshTrait):
                         return existing
                 raise
             for p in reply.procs:
-                alloc.procs[p.rank].pid = p.pid
+                _started(rt, alloc, a, p, ready_call)
         described = [CallTarget(r, dict(Point(r, shape)), "proc") for r in range(shape.size)]
         lease = None if name else Lease(alloc)
         mesh = ProcMesh(alloc, shape, lease=lease)
@@ -501,13 +514,41 @@ def this_host() -> HostMesh:
     return HostMesh([_core.runtime_dir()], _core.Shape([], 0, [], []))
 
 
-def hosts(runtime_dirs: list[Union[str, os.PathLike]]) -> HostMesh:
-    """A HostMesh over several host agents, one per runtime directory (several agents can run
-    on one machine), with a `hosts` dimension."""
-    if isinstance(runtime_dirs, (str, bytes)) or not runtime_dirs:
-        raise TypeError("hosts() takes a non-empty list of runtime directories")
-    dirs = [os.path.abspath(os.fspath(d)) for d in runtime_dirs]
-    return HostMesh(dirs, dense_shape({"hosts": len(dirs)}))
+def _started(rt: Any, alloc: Allocation, agent: HostAgent, proc: Any, ready_call: Any) -> None:
+    """A proc its agent reported started: its pid, and its address where the agent chose it
+    (supervision, the output barrier and the readiness call find it by that address)."""
+    record = alloc.procs[proc.rank]
+    record.pid = proc.pid
+    if not record.addr:
+        record.addr = proc.addr
+        rt.node.retarget(ready_call, proc.rank, proc.addr)
+        rt.logs.router.add_proc(alloc.id, proc.rank, proc.addr)
+    rt.node.add_dependent(agent.addr, proc.addr)
+    rt.node.add_supervision_subscriber(proc.addr)
+
+
+def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os.PathLike]] = None) -> HostMesh:
+    """A HostMesh over several host agents, with a `hosts` dimension. Each is a runtime directory
+    of an agent on this machine (several can run here) or "host:port" of an agent on another
+    machine (`xmesh-hostd --listen tcp://ADDR:PORT --key-file FILE` there), reached over TCP with
+    the cluster's key file (key_file, default $XMESH_KEY_FILE). Returns at once: remote agents are
+    connected in the background; `await hm.initialized` (or the first use) waits for them."""
+    if isinstance(hosts, (str, bytes)) or not hosts:
+        raise TypeError("hosts() takes a non-empty list of runtime directories or host:port addresses")
+    key = os.fspath(key_file) if key_file is not None else os.environ.get("XMESH_KEY_FILE") or None
+    locators = []
+    for h in hosts:
+        text = os.fspath(h)
+        if not isinstance(text, str) or not text:
+            raise TypeError(f"hosts() takes runtime directories or host:port addresses, got {h!r}")
+        tcp = tcp_locator(text)
+        locators.append(tcp or os.path.abspath(text))
+    if len(set(locators)) != len(locators):
+        raise ValueError(f"hosts() names a host twice: {[os.fspath(h) for h in hosts]}")
+    for loc in locators:
+        if loc.startswith("tcp://"):
+            agent_at(loc, key)  # starts connecting
+    return HostMesh(locators, dense_shape({"hosts": len(locators)}))
 
 
 def this_proc() -> ProcMesh:

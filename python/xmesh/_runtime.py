@@ -79,7 +79,8 @@ class Runtime:
         # The log router labels its lines and knows its procs' addresses (flush barrier).
         self.logs.router.add_alloc(alloc.id, alloc.name, f"xmesh logs {alloc.name or alloc.id}")
         for rank, p in alloc.procs.items():
-            self.logs.router.add_proc(alloc.id, rank, p.addr)
+            if p.addr:  # else its agent chooses it (a TCP host): added once known
+                self.logs.router.add_proc(alloc.id, rank, p.addr)
 
     def forget_alloc(self, alloc_id):
         with self._lock:
@@ -315,7 +316,12 @@ def init_proc_runtime():
     """Called once by a proc's main: the node listens where the host agent said."""
     global _runtime
     cookie = os.environ["XMESH_JOB_COOKIE"]
-    node = _core.Node("proc", os.environ["XMESH_PROC_ADDR"], cookie)
+    addr = os.environ["XMESH_PROC_ADDR"]
+    # A proc of a controller over TCP listens where its agent said (XMESH_PROC_BIND) with the
+    # cluster's key, and is reached at XMESH_PROC_ADDR.
+    bind = os.environ.get("XMESH_PROC_BIND", "")
+    node = _core.Node("proc", bind or addr, cookie, key_file=os.environ.get("XMESH_KEY_FILE", ""),
+                      advertise=addr if bind else "")
     node.set_default_cookie(cookie)
     for other in json.loads(os.environ.get("XMESH_ACCEPT_COOKIES", "[]")):
         node.add_accepted_cookie(other)

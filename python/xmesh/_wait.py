@@ -248,6 +248,18 @@ class Request:
             self._node.forget_call(self._call.id)
 
 
+    async def answers_async(self, timeout: Optional[float], description: str) -> Answers:
+        """answers(), awaited: the running loop goes on meanwhile."""
+        try:
+            await asyncio.wait_for(wait_call_async(self._call, description), timeout)
+        except asyncio.TimeoutError:
+            pass
+        try:
+            return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
+        finally:
+            self._node.forget_call(self._call.id)
+
+
 def request(node: Node, addrs: Sequence[str], kind: int, body: Optional[dict] = None, *, timeout: Optional[float],
             description: str, actor: str = "") -> Answers:
     """Request(...).answers(...): the answers by target index; those not in time are absent."""

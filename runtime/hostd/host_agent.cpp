@@ -1,5 +1,6 @@
 #include "host_agent.hpp"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 
 #include <poll.h>
@@ -20,6 +21,8 @@
 #include "../log_record.hpp"
 #include "../util.hpp"
 #include "../process.hpp"
+#include "../keys.hpp"
+#include "../tcp_endpoint.hpp"
 
 namespace xmesh {
 
@@ -31,7 +34,30 @@ std::string exit_text(int status) {
 }
 }  // namespace
 
+void check_tcp_options(const HostAgentOptions& o) {
+  if (o.listen.empty()) {
+    if (!o.key_file.empty() || !o.advertise.empty() || o.proc_port_first)
+      throw std::invalid_argument("--key-file, --advertise and --ports go with --listen tcp://ADDR:PORT");
+    return;
+  }
+  TcpEndpoint listen = TcpEndpoint::parse(o.listen);
+  if (o.key_file.empty() && !listen.loopback())
+    throw std::invalid_argument("refusing to listen on " + o.listen + " without --key-file: anyone who can reach it "
+                                "could run code here (write one with `xmesh keygen FILE`)");
+  if (listen.wildcard() && o.advertise.empty())
+    throw std::invalid_argument(o.listen + " listens on every interface: say with --advertise HOST:PORT where "
+                                "controllers reach this agent");
+  char buf[sizeof(in6_addr)];
+  if (!listen.wildcard() && listen.host != "localhost" && inet_pton(AF_INET, listen.host.c_str(), buf) != 1 &&
+      inet_pton(AF_INET6, listen.host.c_str(), buf) != 1)
+    throw std::invalid_argument("--listen needs an IP address (or 0.0.0.0 with --advertise), not '" + listen.host + "'");
+  if (!o.advertise.empty()) TcpEndpoint::parse(o.advertise);
+  if (o.proc_port_first < 0 || o.proc_port_last > 65535 || o.proc_port_first > o.proc_port_last)
+    throw std::invalid_argument("--ports needs FIRST-LAST with 1 <= FIRST <= LAST <= 65535");
+}
+
 HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
+  check_tcp_options(opts_);
   make_dirs(opts_.runtime_dir, 0700);
   check_private_dir(opts_.runtime_dir);
   make_dirs(opts_.runtime_dir + "/p", 0700);
@@ -61,6 +87,13 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
     closedir(d);
   }
   node_ = std::make_unique<Node>("hostd", "ipc://" + layout::hostd_socket(opts_.runtime_dir), cookie_);
+  if (!opts_.listen.empty()) {
+    // Controllers on other machines: CURVE with the cluster's key, and the cookie every key
+    // holder presents (keys.hpp); the unix socket keeps serving this machine's controllers.
+    std::string advertise = opts_.advertise.empty() ? "" : TcpEndpoint::parse(opts_.advertise).str();
+    node_->listen_tcp(opts_.listen, opts_.key_file, advertise);
+    if (!opts_.key_file.empty()) node_->add_accepted_cookie(cluster_cookie(read_key_file(opts_.key_file)));
+  }
   node_->start();
   idle_since_ms_ = now_ms();
 }
@@ -396,15 +429,20 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   auto p = std::make_unique<Proc>();
   p->rank = r.rank;
   p->coords = r.coords;
-  std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
-  p->addr = r.addr.empty() ? layout::proc_address(opts_.runtime_dir, a.id, p->rank) : r.addr;
-  if (p->addr.rfind(dir, 0) != 0 || p->addr.find("/", dir.size()) != std::string::npos)
-    throw std::runtime_error("proc address " + p->addr + " is not under " + dir);
-  if (p->addr.size() - 6 > 107)
-    throw std::runtime_error("proc socket path " + p->addr.substr(6) +
-                             " is longer than 107 bytes; use a shorter XMESH_RUNTIME_DIR");
   auto env = req.env;
   for (auto& [k, v] : r.env) env[k] = v;
+  if (a.controller_addr.rfind("tcp://", 0) == 0) {  // a controller elsewhere: the proc listens on TCP
+    if (!r.addr.empty()) throw std::runtime_error("a controller over TCP leaves the procs' addresses to the host agent");
+    p->addr = tcp_proc_address(a, env);
+  } else {
+    std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
+    p->addr = r.addr.empty() ? layout::proc_address(opts_.runtime_dir, a.id, p->rank) : r.addr;
+    if (p->addr.rfind(dir, 0) != 0 || p->addr.find("/", dir.size()) != std::string::npos)
+      throw std::runtime_error("proc address " + p->addr + " is not under " + dir);
+    if (p->addr.size() - 6 > 107)
+      throw std::runtime_error("proc socket path " + p->addr.substr(6) +
+                               " is longer than 107 bytes; use a shorter XMESH_RUNTIME_DIR");
+  }
   env["XMESH_PROC_ADDR"] = p->addr;
   env["XMESH_ALLOC"] = a.id;
   env["XMESH_HOSTD_PID"] = std::to_string(getpid());
@@ -421,6 +459,27 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   p->log = fopen(p->log_path.c_str(), "ae");
   if (p->log) p->log_bytes = ftell(p->log);
   return p;
+}
+
+std::string HostAgent::tcp_proc_address(const Allocation& starting, std::map<std::string, std::string>& env) {
+  TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
+  TcpEndpoint reach = opts_.advertise.empty() ? listen : TcpEndpoint::parse(opts_.advertise);
+  std::set<int> taken{listen.port};
+  auto note = [&](const Allocation& a) {
+    for (auto& q : a.procs)
+      if (!q->exited && q->addr.rfind("tcp://", 0) == 0) taken.insert(TcpEndpoint::parse(q->addr).port);
+  };
+  note(starting);
+  for (auto& kv : allocs_) note(*kv.second);
+  auto port = free_tcp_port(listen.host, opts_.proc_port_first, opts_.proc_port_last, taken);
+  if (!port)
+    throw std::runtime_error(opts_.proc_port_first ? "no free port left in --ports " + std::to_string(opts_.proc_port_first) +
+                                                         "-" + std::to_string(opts_.proc_port_last)
+                                                   : "no free TCP port on " + listen.host);
+  listen.port = reach.port = *port;
+  env["XMESH_PROC_BIND"] = listen.str();
+  env["XMESH_KEY_FILE"] = opts_.key_file;
+  return reach.str();
 }
 
 // What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.

@@ -36,7 +36,17 @@ struct HostAgentOptions {
   int64_t sync_timeout_ms = 120000;       // an unfinished sync idle this long is dropped
   int64_t socket_sweep_ms = 30000;        // how often socket files of dead processes are removed
   int64_t workspace_keep_ms = 600000;     // a workspace space nobody uses is removed after this
+  // Serving controllers on other machines (hosts over TCP): the address to listen on
+  // ("tcp://ip:port"; "" for none), the cluster's key file (required there), the address they
+  // reach it at when that is not the listening one (NAT: "host:port"), and the ports its procs
+  // listen on for those controllers (0, 0: any free port).
+  std::string listen, key_file, advertise;
+  int proc_port_first = 0, proc_port_last = 0;
 };
+
+// Checks the TCP options (a key file for a non-loopback address, an address to advertise for
+// a wildcard one, a sane port range); throws std::invalid_argument naming the problem.
+void check_tcp_options(const HostAgentOptions& o);
 
 class HostAgent {
  public:
@@ -45,6 +55,7 @@ class HostAgent {
   // Runs until idle, Shutdown, or SIGTERM/SIGINT/SIGHUP. Returns the exit code.
   int run();
   const std::string& addr() const { return node_->addr(); }
+  std::string tcp_addr() const { return node_->tcp_addr(); }
 
  private:
   // One of a proc's output pipes: markers are stripped (scanner), bytes cut into lines, and
@@ -105,6 +116,10 @@ class HostAgent {
   std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const Allocation& a,
                                    const std::string& logdir);
   void write_procs_meta(const Allocation& a, const std::string& logdir);
+  // Where a proc of a controller over TCP listens and is reached: a free port on this agent's
+  // TCP host (the --ports range) that no live proc, nor one of `starting`, has; sets
+  // XMESH_PROC_BIND and the key file in env.
+  std::string tcp_proc_address(const Allocation& starting, std::map<std::string, std::string>& env);
   void attach(const Message& m);
   void stop_procs(const Message& m);
   template <class Body>

@@ -1,5 +1,6 @@
 // xmesh-hostd: the per-user host agent. Pure C++, no Python.
 //   xmesh-hostd [--daemon] [--runtime-dir DIR]
+//               [--listen tcp://ADDR:PORT --key-file FILE [--advertise HOST:PORT] [--ports FIRST-LAST]]
 // With --daemon it detaches (fork, setsid, fork) before creating any ZeroMQ context, so a
 // kernel's Ctrl-C or restart (signals to its whole process group) never reaches it. One
 // agent per runtime directory: a second one exits at once (the lock is held).
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <string>
 
+#include "../keys.hpp"
 #include "../layout.hpp"
 #include "../util.hpp"
 #include "../wire.hpp"
@@ -29,9 +31,19 @@ double env_seconds(const char* name, double fallback) {
   return (end && *end == '\0' && x >= 0) ? x : fallback;
 }
 
+std::string absolute(const std::string& path) {
+  char buf[4096];
+  return path.empty() || path[0] == '/' || !getcwd(buf, sizeof buf) ? path : std::string(buf) + "/" + path;
+}
+
 void usage() {
   std::cerr << "usage: xmesh-hostd [--daemon] [--runtime-dir DIR]\n"
-               "  Runs the xmesh host agent for this user. Normally started by xmesh itself.\n"
+               "                   [--listen tcp://ADDR:PORT --key-file FILE [--advertise HOST:PORT] [--ports A-B]]\n"
+               "  Runs the xmesh host agent for this user. Normally started by xmesh itself; with\n"
+               "  --listen it also serves controllers on other machines holding the key file (written\n"
+               "  by `xmesh keygen FILE`), in the foreground unless --daemon (systemd, srun). Its procs\n"
+               "  for those controllers listen on free ports, or on the range --ports A-B;\n"
+               "  --advertise says where controllers reach it when that is not ADDR:PORT (NAT).\n"
                "  environment: XMESH_RUNTIME_DIR, XMESH_HOSTD_IDLE (s), XMESH_ORPHAN_GRACE (s),\n"
                "  XMESH_STOP_GRACE_MS, XMESH_HEARTBEAT_MS, XMESH_LOG_MAX_BYTES,\n"
                "  XMESH_LOG_KEEP (rotated log files kept per rank), XMESH_WORKSPACE_ROOT (synced\n"
@@ -95,12 +107,30 @@ void daemonize(const std::string& logfile) {
 int main(int argc, char** argv) {
   bool daemon = false;
   std::string dir;
+  xmesh::HostAgentOptions o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--daemon") {
       daemon = true;
     } else if (a == "--runtime-dir" && i + 1 < argc) {
       dir = argv[++i];
+    } else if (a == "--listen" && i + 1 < argc) {
+      o.listen = argv[++i];
+      if (o.listen.rfind("tcp://", 0) != 0) o.listen = "tcp://" + o.listen;
+    } else if (a == "--key-file" && i + 1 < argc) {
+      o.key_file = argv[++i];
+    } else if (a == "--advertise" && i + 1 < argc) {
+      o.advertise = argv[++i];
+    } else if (a == "--ports" && i + 1 < argc) {
+      std::string range = argv[++i];
+      auto dash = range.find('-');
+      try {
+        o.proc_port_first = std::stoi(range.substr(0, dash));
+        o.proc_port_last = dash == std::string::npos ? o.proc_port_first : std::stoi(range.substr(dash + 1));
+      } catch (const std::exception&) {
+        std::cerr << "xmesh-hostd: --ports needs FIRST-LAST, got '" << range << "'\n";
+        return 2;
+      }
     } else if (a == "--version") {
       std::cout << "xmesh-hostd " << xmesh::version_string() << " (protocol " << xmesh::protocol_version()
                 << ", build " << xmesh::build_id() << ")\n";
@@ -111,6 +141,11 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    xmesh::check_tcp_options(o);
+    if (!o.key_file.empty()) {
+      o.key_file = absolute(o.key_file);
+      xmesh::read_key_file(o.key_file);  // a bad key file is said here, in the foreground
+    }
     if (!dir.empty()) setenv("XMESH_RUNTIME_DIR", dir.c_str(), 1);
     dir = xmesh::runtime_dir();
   } catch (const std::exception& e) {
@@ -135,7 +170,6 @@ int main(int argc, char** argv) {
   std::string pidline = std::to_string(getpid()) + "\n";
   xmesh::write_file_atomic(xmesh::layout::hostd_pid_file(dir), pidline, 0600);
   try {
-    xmesh::HostAgentOptions o;
     o.runtime_dir = dir;
     o.idle_timeout_s = env_seconds("XMESH_HOSTD_IDLE", 300);
     o.orphan_grace_s = env_seconds("XMESH_ORPHAN_GRACE", 60);
@@ -149,7 +183,8 @@ int main(int argc, char** argv) {
     o.socket_sweep_ms = xmesh::env_int("XMESH_SOCKET_SWEEP_MS", 30000);
     o.workspace_keep_ms = xmesh::env_int("XMESH_WORKSPACE_KEEP", 600) * 1000;
     xmesh::HostAgent agent(o);
-    xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr());
+    xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr() +
+                                 (o.listen.empty() ? "" : " and " + agent.tcp_addr()));
     int rc = agent.run();
     unlink(xmesh::layout::hostd_pid_file(dir).c_str());
     return rc;

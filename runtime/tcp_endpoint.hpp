@@ -1,0 +1,32 @@
+// TCP endpoints as xmesh names them ("tcp://host:port", IPv6 hosts in brackets): parsing, the
+// checks a listening address needs (loopback, wildcard), and the free ports a host agent hands
+// to the procs it starts for controllers over TCP. One home for these, shared by the transport
+// and the host agent.
+#pragma once
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace xmesh {
+
+struct TcpEndpoint {
+  std::string host;  // without brackets
+  int port = 0;      // 0: any (a wildcard port, "*" or "0")
+
+  // "tcp://host:port" ("tcp://" optional); throws std::invalid_argument naming what is wrong.
+  static TcpEndpoint parse(const std::string& text);
+  std::string str() const;  // "tcp://host:port", brackets around an IPv6 host
+  bool loopback() const;    // 127.0.0.0/8, ::1, localhost
+  bool wildcard() const;    // 0.0.0.0, ::, * (every interface: not an address to advertise)
+};
+
+// Whether a tcp:// address is one only this machine reaches.
+bool loopback_tcp(const std::string& addr);
+
+// A port on host that nobody listens on now, for a proc to bind: from [first, last] skipping
+// `taken` (first = 0: any port the kernel gives). nullopt when none is free. A port is tried by
+// binding it (SO_REUSEADDR, as ZeroMQ binds) and closing again.
+std::optional<int> free_tcp_port(const std::string& host, int first, int last, const std::set<int>& taken);
+
+}  // namespace xmesh
