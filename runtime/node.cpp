@@ -10,7 +10,7 @@ namespace xmesh {
 Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file,
            std::string advertise)
     : transport_(std::move(role), bind_addr, accept_cookie, key_file, advertise),
-      supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 10000)),
+      supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 4000)),
       actors_(env_int("XMESH_ACTOR_WAIT_MS", 10000)) {
   register_builtin_handlers();
 }

@@ -31,7 +31,7 @@ struct HostAgentOptions {
   int64_t stop_grace_ms = 3000;  // SIGTERM, then SIGKILL after this
   int64_t log_max_bytes = 64 << 20;  // per rank log file, then rotated
   int log_keep = 3;                   // rotated files kept per rank (rank<r>.log.1 ...)
-  int64_t controller_timeout_ms = 10000;  // a controller silent this long shows as detached
+  int64_t controller_timeout_ms = 4000;   // a controller silent this long shows as detached
   std::string workspace_root;             // synced workspaces ($XMESH_WORKSPACE of every proc)
   int64_t sync_timeout_ms = 120000;       // an unfinished sync idle this long is dropped
   int64_t socket_sweep_ms = 30000;        // how often socket files of dead processes are removed

@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     o.stop_grace_ms = xmesh::env_int("XMESH_STOP_GRACE_MS", 3000);
     o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 64 << 20);
     o.log_keep = static_cast<int>(xmesh::env_int("XMESH_LOG_KEEP", 3));
-    o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 10000);
+    o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 4000);
     if (const char* w = std::getenv("XMESH_WORKSPACE_ROOT")) o.workspace_root = w;
     if (!o.workspace_root.empty() && o.workspace_root[0] != '/') o.workspace_root = cwd + "/" + o.workspace_root;
     o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);

@@ -359,3 +359,55 @@ def test_a_link_cut_for_good_fails_that_hosts_ranks_others_go_on(cluster):
     finally:
         cluster.net.hosts[0].restore()
         procs.stop()
+
+
+def test_the_debugger_shows_remote_host_names_and_attaches_to_a_remote_rank(cluster, tmp_path):
+    import pexpect
+
+    prog = tmp_path / "dbg.py"
+    prog.write_text(textwrap.dedent(f"""
+        import sys, xmesh
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from actors_for_tests import Stopper
+        hm = xmesh.hosts([{cluster.locator(0)!r}, {cluster.locator(1)!r}], key_file={cluster.key!r})
+        s = hm.spawn_procs({{"gpus": 2}}).spawn("stopper", Stopper)
+        s.initialized.get()
+        print("values", list(s.step.call(10, stop_ranks=(3,), sleep=0.5).get().values()))
+    """))
+    term = pexpect.spawn("/usr/bin/python3", [str(prog)], env=dict(os.environ), encoding="utf-8", timeout=60,
+                         dimensions=(50, 200))
+    try:
+        term.expect("xmesh_dbg> ")
+        table = term.before
+        assert "node-b" in table and "stopper" in table, table  # rank 3 runs on the second host
+        term.sendline("attach stopper 3")
+        term.expect(r"\[stopper 3\] \(Pdb\) ")
+        term.sendline("p socket.gethostname() if 'socket' in dir() else __import__('socket').gethostname()")
+        term.expect(r"\[stopper 3\] \(Pdb\) ")
+        assert "node-b" in term.before
+        term.sendline("p y")
+        term.expect(r"\[stopper 3\] \(Pdb\) ")
+        assert "23" in term.before
+        term.sendline("continue")
+        term.expect("values")
+        term.expect(pexpect.EOF)
+        assert "[20, 21, 22, 23]" in term.before
+    finally:
+        term.close(force=True)
+
+
+def test_proc_output_reaches_the_controller_with_its_rank(cluster):
+    prog = textwrap.dedent(f"""
+        import sys, xmesh
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_tcp_hosts import Where
+        hm = xmesh.hosts([{cluster.locator(1)!r}, {cluster.locator(2)!r}], key_file={cluster.key!r})
+        a = hm.spawn_procs({{"gpus": 1}}).spawn("w", Where)
+        a.echo.call("from-afar").get()
+        print("done", flush=True)
+    """)
+    r = run_program(prog, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = (r.stdout + r.stderr).splitlines()
+    assert any("echo from-afar" in line and "[0]" in line for line in lines), lines
+    assert any("echo from-afar" in line and "[1]" in line for line in lines), lines
