@@ -2,8 +2,9 @@
 // (REQ/REP, blocking receives, no extra threads of ours).
 //   zmq_pingpong serve ADDR         answers until it receives "stop"
 //   zmq_pingpong ping ADDR N        prints N round-trip times in microseconds, one per line
-//   zmq_pingpong fanout ADDR K N    K servers at ADDR0..ADDR{K-1}: sends to all, then receives
-//                                   from all; prints N such times in microseconds
+//   zmq_pingpong fanout ADDR K N    K servers at ADDR0..ADDR{K-1} (or ADDR a comma-separated list
+//                                   of K addresses): sends to all, then receives from all;
+//                                   prints N such times in microseconds
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,8 +37,15 @@ int main(int argc, char** argv) {
     for (int i = 0; i < k; ++i) {
       socks.emplace_back(ctx, zmq::socket_type::req);
       socks.back().set(zmq::sockopt::linger, 0);
-      socks.back().connect(addr + std::to_string(i));
     }
+    std::vector<std::string> listed;
+    for (size_t start = 0, comma; addr.find(',') != std::string::npos && start <= addr.size(); start = comma + 1) {
+      comma = addr.find(',', start);
+      if (comma == std::string::npos) comma = addr.size();
+      listed.push_back(addr.substr(start, comma - start));
+    }
+    for (int i = 0; i < k; ++i)
+      socks[i].connect(listed.empty() ? addr + std::to_string(i) : listed.at(i % listed.size()));
     for (int i = 0; i < n + 20; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       for (auto& s : socks) {

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Calls across hosts over TCP (issue 20) beside the raw ZeroMQ TCP floor between the same
+network namespaces, in one run. Four namespace hosts (tests/python/netns_hosts.py; root needed),
+each running `xmesh-hostd --listen tcp://ADDR:7000 --key-file K`, this process the controller in
+the root namespace:
+
+- `call_one` no-op round trip to an actor on one host, beside `zmq_pingpong` REQ/REP between the
+  root namespace and that host (plaintext TCP: the floor, no encryption);
+- `call()` to 4 actors (one per host) and to 16 (four per host), beside `zmq_pingpong fanout` to
+  4 and 16 REP servers placed the same way.
+
+Rounds alternate xmesh and the floor; each figure is the median of the rounds' medians.
+
+    sudo PYTHONPATH=build/python /usr/bin/python3 bench/tcp_hosts.py [--rounds 5] [--n 500]
+
+Target (issue 20): call_one within 3x of the TCP floor.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+import xmesh  # noqa: E402
+from xmesh import _core  # noqa: E402
+from netns_hosts import NetnsHosts, unavailable  # noqa: E402
+
+
+def zmq_exe() -> str:
+    return os.environ.get("XMESH_BENCH_ZMQ") or os.path.join(HERE, "..", "build", "bench", "xmesh_bench_zmq_pingpong")
+
+
+def hostd_exe() -> str:
+    return os.environ.get("XMESH_HOSTD") or os.path.join(HERE, "..", "build", "runtime", "xmesh-hostd")
+
+
+class Noop(xmesh.Actor):
+    @xmesh.endpoint
+    def noop(self) -> None:
+        return None
+
+
+def start_agents(net: NetnsHosts, tmp: str, key: str) -> list:
+    agents = []
+    for i, h in enumerate(net.hosts):
+        rd = os.path.join(tmp, f"rt{i}")
+        os.makedirs(rd, mode=0o700)
+        log = os.path.join(tmp, f"agent{i}.log")
+        with open(log, "w") as f:
+            agents.append(h.popen([hostd_exe(), "--runtime-dir", rd, "--listen", f"tcp://{h.addr}:7000",
+                                   "--key-file", key], stdout=f, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 20
+        while "serving" not in open(log).read():
+            if time.monotonic() > deadline or agents[-1].poll() is not None:
+                raise RuntimeError(f"the agent of {h.hostname} did not start: {open(log).read()}")
+            time.sleep(0.02)
+    return agents
+
+
+def floor_servers(net: NetnsHosts, per_host: int) -> tuple[list, list[str]]:
+    """per_host REP servers on every host (ports 7500...); their addresses, host-major."""
+    servers, addrs = [], []
+    for h in net.hosts:
+        for j in range(per_host):
+            addr = f"tcp://{h.addr}:{7500 + j}"
+            servers.append(h.popen([zmq_exe(), "serve", addr]))
+            addrs.append(addr)
+    time.sleep(0.3)
+    return servers, addrs
+
+
+def floor(net: NetnsHosts, per_host: int, command) -> float:
+    """The median of one zmq_pingpong run (command(addrs) its arguments) against fresh servers."""
+    servers, addrs = floor_servers(net, per_host)
+    try:
+        out = subprocess.run([zmq_exe(), *command(addrs)], capture_output=True, text=True, timeout=300).stdout
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+    return statistics.median(float(x) for x in out.split())
+
+
+def xmesh_times(fn, n: int) -> list[float]:
+    for _ in range(20):
+        fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=500, help="round trips per round")
+    args = ap.parse_args()
+    why = unavailable()
+    if why:
+        sys.exit(f"tcp_hosts.py needs namespace hosts: {why}")
+    tmp = tempfile.mkdtemp(prefix="xmesh-tcpbench-")
+    key = os.path.join(tmp, "cluster.key")
+    _core.write_new_key_file(key)
+    with NetnsHosts(4) as net:
+        agents = start_agents(net, tmp, key)
+        try:
+            hm = xmesh.hosts([f"{h.addr}:7000" for h in net.hosts], key_file=key)
+            procs = hm.spawn_procs({"gpus": 4})
+            a = procs.spawn("noop", Noop)
+            a.initialized.get(timeout=60)
+            one = a.slice(hosts=1, gpus=0)
+            four = a.slice(gpus=0)
+            figures: dict[str, list[float]] = {k: [] for k in
+                                               ("call_one", "floor_1", "call_4", "floor_4", "call_16", "floor_16")}
+            for _ in range(args.rounds):
+                figures["call_one"].append(statistics.median(xmesh_times(lambda: one.noop.call_one().get(), args.n)))
+                figures["floor_1"].append(floor(net, 1, lambda addrs: ["ping", addrs[1], str(args.n)]))
+                figures["floor_4"].append(floor(net, 1, lambda addrs: ["fanout", ",".join(addrs), "4",
+                                                                       str(args.n // 2)]))
+                figures["floor_16"].append(floor(net, 4, lambda addrs: ["fanout", ",".join(addrs), "16",
+                                                                        str(args.n // 4)]))
+                figures["call_4"].append(statistics.median(xmesh_times(lambda: four.noop.call().get(), args.n // 2)))
+                figures["call_16"].append(statistics.median(xmesh_times(lambda: a.noop.call().get(), args.n // 4)))
+            procs.stop()
+        finally:
+            for p in agents:
+                p.terminate()
+                p.wait(timeout=15)
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    print(f"4 namespace hosts, CURVE links; median of {args.rounds} rounds' medians (us)")
+    print(f"{'':14}{'xmesh':>10}{'ZeroMQ TCP':>12}{'ratio':>8}")
+    for name, x, f in (("call_one", "call_one", "floor_1"), ("call() to 4", "call_4", "floor_4"),
+                       ("call() to 16", "call_16", "floor_16")):
+        print(f"{name:14}{med[x]:>10.1f}{med[f]:>12.1f}{med[x] / med[f]:>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
