@@ -54,12 +54,12 @@ void Node::set_stack_dumper(StackDumper dumper) {
 }
 
 // ---- sending ---------------------------------------------------------------------------------
-void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> frames) {
+void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> frames, bool blocking) {
   transport_.check_size(frames);
   json err;
   if (supervision_.is_dead(addr, &err))
     throw SendError("peer " + addr + " is dead: " + err.value("text", std::string("unknown")));
-  transport_.send(addr, h, frames);
+  transport_.send(addr, h, frames, blocking);
 }
 
 std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl, std::vector<zmq::message_t> frames,
@@ -204,7 +204,7 @@ void Node::tick_heartbeats() {
     Header h;
     h.kind = Kind::Heartbeat;
     try {
-      send(a, std::move(h), {});
+      send(a, std::move(h), {}, /*blocking=*/false);  // the I/O thread never waits on a dead link
     } catch (const SendError&) {
     }
   }

@@ -77,7 +77,8 @@ class Node {
 
   // Sends one message to the node at addr. Fills sender, incarnation and seq. Throws SendError
   // when the message exceeds the maximum size or the peer is known dead.
-  void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
+  // blocking=false: SendError at once where the peer cannot take it now (the I/O thread's sends).
+  void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames, bool blocking = true);
   // Sends a call to every target (a cast is N point-to-point sends of one shared payload; this
   // is the one place a multicast tree would go). With expect_reply, registers and returns the
   // Call that replies are filed into; targets already dead fail at once.

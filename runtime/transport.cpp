@@ -252,7 +252,7 @@ void Transport::disconnect(const std::string& addr) {
   }
 }
 
-void Transport::send_hello_locked(OutPeer& p) {
+void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   Header h;
   h.kind = Kind::Hello;
   h.sender = id_;
@@ -275,26 +275,32 @@ void Transport::send_hello_locked(OutPeer& p) {
   h.body = hello;
   auto bytes = encode_header(h);
   zmq::message_t m(bytes.data(), bytes.size());
-  if (!p.sock->send(m, zmq::send_flags::none)) throw SendError("send timed out (hello)");
+  if (!p.sock->send(m, flags)) {
+    --p.seq;
+    throw SendError("send timed out (hello)");
+  }
   p.hello_sent = true;
 }
 
-void Transport::send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames) {
+void Transport::send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
   auto p = out_peer(addr);
   std::lock_guard<std::mutex> g(p->mu);
   if (!p->sock) throw SendError("connection to " + addr + " is closed");
-  if (!p->hello_sent) send_hello_locked(*p);
+  const auto wait = blocking ? zmq::send_flags::none : zmq::send_flags::dontwait;
+  if (!p->hello_sent) send_hello_locked(*p, wait);
   h.sender = id_;
   h.incarnation = incarnation_;
-  h.seq = ++p->seq;
   split_large_frames(h, frames);
-  auto bytes = encode_header(h);
-  zmq::message_t hm(bytes.data(), bytes.size());
   try {
-    auto flags = frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+    h.seq = p->seq + 1;
+    auto bytes = encode_header(h);
+    zmq::message_t hm(bytes.data(), bytes.size());
+    auto flags = frames.empty() ? wait : zmq::send_flags::sndmore | wait;
     if (!p->sock->send(hm, flags))
-      throw SendError("sending to " + addr + " timed out after " + std::to_string(send_timeout_ms_) +
-                      " ms (peer not reading)");
+      throw SendError(blocking ? "sending to " + addr + " timed out after " + std::to_string(send_timeout_ms_) +
+                                     " ms (peer not reading)"
+                               : "sending to " + addr + " would block (the link is down or the peer not reading)");
+    ++p->seq;  // taken only by a message that went out: a number skipped would read as a gap
     for (size_t i = 0; i < frames.size(); ++i) {
       auto f = i + 1 == frames.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
       if (!p->sock->send(frames[i], f)) throw SendError("sending to " + addr + " timed out (payload)");

@@ -74,7 +74,9 @@ class Transport {
   void add_accepted_cookie(const std::string& cookie);
 
   // Sends one message (fills sender, incarnation, seq; says Hello first on a new connection).
-  void send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames);
+  // blocking=false (the I/O thread's own sends, heartbeats): a peer that cannot take it now
+  // (a TCP link down, its queue full) gets SendError at once instead of stalling the caller.
+  void send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking = true);
   void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
   // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
   void disconnect(const std::string& addr);
@@ -136,7 +138,7 @@ class Transport {
   // Reads one multipart message from whichever router has one (polling both once there are two).
   bool receive_parts(std::vector<zmq::message_t>& parts);
   std::shared_ptr<OutPeer> out_peer(const std::string& addr);
-  void send_hello_locked(OutPeer& p);
+  void send_hello_locked(OutPeer& p, zmq::send_flags flags = zmq::send_flags::none);
   void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
   std::vector<RefuseBody> handshake_verdicts();
   static void close_peer_locked(OutPeer& p);
