@@ -55,6 +55,8 @@ class Node {
     return transport_.listen_tcp(bind_addr, key_file, advertise);
   }
   std::string tcp_addr() const { return transport_.tcp_addr(); }
+  // The cookie of the cluster whose key this node uses (keys.hpp); "" without a key.
+  std::string cluster_cookie() const { return transport_.cluster_cookie(); }
   const std::string& role() const { return transport_.role(); }
   uint64_t incarnation() const { return transport_.incarnation(); }
   zmq::context_t& context() { return transport_.context(); }

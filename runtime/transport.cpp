@@ -146,6 +146,11 @@ std::string Transport::listen_tcp(const std::string& bind_addr, const std::strin
   return tcp_addr();
 }
 
+std::string Transport::cluster_cookie() const {
+  auto k = keys();
+  return k ? xmesh::cluster_cookie(*k) : "";
+}
+
 std::string Transport::tcp_addr() const {
   std::lock_guard<std::mutex> g(mu_);
   return tcp_addr_;

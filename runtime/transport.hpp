@@ -63,6 +63,7 @@ class Transport {
   // advertised one if given). Throws KeyFileError (the key file), std::runtime_error (the bind,
   // a second call, a key other than the one this node already uses).
   std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "");
+  std::string cluster_cookie() const;  // of the key in use (keys.hpp); "" without one
   std::string tcp_addr() const;  // "" until listen_tcp (or the node's own address when it is TCP)
   const std::string& role() const { return role_; }
   uint64_t incarnation() const { return incarnation_; }

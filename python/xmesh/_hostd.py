@@ -130,9 +130,7 @@ class HostAgent:
                                              + (f" (agent {running} runs there now)" if running else ""))
             # The agent was lost (killed, its machine rebooted): whatever it ran is gone with it
             # (its meshes say so), and new work goes to a new agent in the same directory.
-            self._connected = False
-            rt.node.unwatch_host(self.addr)
-            rt.node.revive(self.addr)
+            self._forget_lost(rt)
         try:
             _core.ensure_private_dir(self.runtime_dir)  # the same check as the default directory's
         except ValueError as e:
@@ -169,6 +167,13 @@ class HostAgent:
         rt.node.watch_host(self.addr, status.pid if self.addr.startswith("ipc://") else 0)
         self._connected = True
         return self
+
+    def _forget_lost(self, rt: Any) -> None:
+        """After this agent was lost: new work goes to whatever agent serves its address now,
+        over a new connection."""
+        self._connected = False
+        rt.node.unwatch_host(self.addr)
+        rt.node.revive(self.addr)
 
     def _replace(self, pid, timeout):
         rt = get_runtime()
@@ -266,11 +271,7 @@ class TcpHostAgent(HostAgent):
         if self._connected:
             if rt.node.dead_reason(self.addr) is None:
                 return None
-            # Lost (its agent killed, its machine or link gone): new work goes to whatever agent
-            # answers there now, over a new connection.
-            self._connected = False
-            rt.node.unwatch_host(self.addr)
-            rt.node.revive(self.addr)
+            self._forget_lost(rt)  # its agent killed, its machine or link gone
         self.begin_connect()
         pending, self._pending = self._pending, None
         return pending
@@ -317,7 +318,7 @@ def tcp_locator(text: str) -> Optional[str]:
     return f"tcp://{m.group(1)}:{int(m.group(2))}"
 
 
-_cluster_key: Optional[str] = None  # the key file's path this controller's TCP address uses
+_cluster_key: Optional[tuple[str, str]] = None  # (path, public key) of the key this controller's TCP address uses
 
 
 def _local_ip_towards(locator: str) -> str:
@@ -340,17 +341,17 @@ def use_cluster_key(key_file: str, first_host: str) -> None:
     that remote agents and procs answer over TCP. One cluster key per controller."""
     global _cluster_key
     key_file = os.path.abspath(key_file)
-    _core.key_file_public_key(key_file)  # KeyFileError naming what is wrong with it
-    rt = get_runtime()
+    public = _core.key_file_public_key(key_file)  # KeyFileError naming what is wrong with it
     if _cluster_key is not None:
-        if _core.key_file_public_key(_cluster_key) != _core.key_file_public_key(key_file):
-            raise ValueError(f"this controller already uses the cluster key {_cluster_key}; {key_file} is another "
-                             "(one cluster key per controller)")
+        if _cluster_key[1] != public:
+            raise ValueError(f"this controller already uses the cluster key {_cluster_key[0]}; {key_file} is "
+                             "another (one cluster key per controller)")
         return
+    rt = get_runtime()
     host = os.environ.get("XMESH_CONTROLLER_HOST") or _local_ip_towards(first_host)
     host = f"[{host}]" if ":" in host else host
     rt.node.listen_tcp(f"tcp://{host}:*", key_file)
-    _cluster_key = key_file
+    _cluster_key = (key_file, public)
 
 
 def agent_at(locator: str, key_file: Optional[str] = None) -> HostAgent:

@@ -545,9 +545,14 @@ def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os
         locators.append(tcp or os.path.abspath(text))
     if len(set(locators)) != len(locators):
         raise ValueError(f"hosts() names a host twice: {[os.fspath(h) for h in hosts]}")
-    for loc in locators:
-        if loc.startswith("tcp://"):
-            agent_at(loc, key)  # starts connecting
+    remote = [loc for loc in locators if loc.startswith("tcp://")]
+    if remote:
+        if not key:
+            raise ValueError(f"{remote[0][len('tcp://'):]} is a host over TCP: give the cluster's key file "
+                             "(hosts([...], key_file=...) or XMESH_KEY_FILE)")
+        _core.key_file_public_key(key)  # KeyFileError naming what is wrong with the file
+    for loc in remote:
+        agent_at(loc, key)  # starts connecting
     return HostMesh(locators, dense_shape({"hosts": len(locators)}))
 
 

@@ -243,21 +243,23 @@ class Request:
         """{index: (ok, body, frames)} of the targets that answered within timeout seconds."""
         try:
             wait_call(self._call, timeout, description, debugger=False)
-            return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
+            return self._take_all()
         finally:
             self._node.forget_call(self._call.id)
-
 
     async def answers_async(self, timeout: Optional[float], description: str) -> Answers:
         """answers(), awaited: the running loop goes on meanwhile."""
         try:
-            await asyncio.wait_for(wait_call_async(self._call, description), timeout)
-        except asyncio.TimeoutError:
-            pass
-        try:
-            return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
+            try:
+                await asyncio.wait_for(wait_call_async(self._call, description), timeout)
+            except asyncio.TimeoutError:
+                pass
+            return self._take_all()
         finally:
             self._node.forget_call(self._call.id)
+
+    def _take_all(self) -> Answers:
+        return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
 
 
 def request(node: Node, addrs: Sequence[str], kind: int, body: Optional[dict] = None, *, timeout: Optional[float],

@@ -21,7 +21,6 @@
 #include "../log_record.hpp"
 #include "../util.hpp"
 #include "../process.hpp"
-#include "../keys.hpp"
 #include "../tcp_endpoint.hpp"
 
 namespace xmesh {
@@ -92,7 +91,7 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
     // holder presents (keys.hpp); the unix socket keeps serving this machine's controllers.
     std::string advertise = opts_.advertise.empty() ? "" : TcpEndpoint::parse(opts_.advertise).str();
     node_->listen_tcp(opts_.listen, opts_.key_file, advertise);
-    if (!opts_.key_file.empty()) node_->add_accepted_cookie(cluster_cookie(read_key_file(opts_.key_file)));
+    if (!opts_.key_file.empty()) node_->add_accepted_cookie(node_->cluster_cookie());
   }
   node_->start();
   idle_since_ms_ = now_ms();
@@ -391,7 +390,8 @@ void HostAgent::spawn_procs(const Message& m) {
   try {
     make_dirs(logdir, 0700);
     make_dirs(opts_.workspace_root + "/" + a->space, 0700);
-    for (auto& r : req.ranks) a->procs.push_back(start_proc(req, r, *a, logdir));
+    std::set<int> ports = a->controller_addr.rfind("tcp://", 0) == 0 ? tcp_ports_in_use() : std::set<int>{};
+    for (auto& r : req.ranks) a->procs.push_back(start_proc(req, r, *a, logdir, ports));
   } catch (const std::exception& e) {
     const bool no_fds = errno == EMFILE || errno == ENFILE;
     // The procs started so far are killed, and their pipes and log files closed now rather
@@ -425,7 +425,8 @@ void HostAgent::spawn_procs(const Message& m) {
 // One proc of a SpawnProcs request: its address checked, its environment made, started with its
 // pipes and its log file open.
 std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req, const SpawnRank& r,
-                                                       const Allocation& a, const std::string& logdir) {
+                                                       const Allocation& a, const std::string& logdir,
+                                                       std::set<int>& ports_taken) {
   auto p = std::make_unique<Proc>();
   p->rank = r.rank;
   p->coords = r.coords;
@@ -433,7 +434,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   for (auto& [k, v] : r.env) env[k] = v;
   if (a.controller_addr.rfind("tcp://", 0) == 0) {  // a controller elsewhere: the proc listens on TCP
     if (!r.addr.empty()) throw std::runtime_error("a controller over TCP leaves the procs' addresses to the host agent");
-    p->addr = tcp_proc_address(a, env);
+    p->addr = tcp_proc_address(ports_taken, env);
   } else {
     std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
     p->addr = r.addr.empty() ? layout::proc_address(opts_.runtime_dir, a.id, p->rank) : r.addr;
@@ -461,22 +462,24 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   return p;
 }
 
-std::string HostAgent::tcp_proc_address(const Allocation& starting, std::map<std::string, std::string>& env) {
+std::set<int> HostAgent::tcp_ports_in_use() const {
+  std::set<int> taken{TcpEndpoint::parse(opts_.listen).port};
+  for (auto& kv : allocs_)
+    for (auto& q : kv.second->procs)
+      if (!q->exited && q->addr.rfind("tcp://", 0) == 0) taken.insert(TcpEndpoint::parse(q->addr).port);
+  return taken;
+}
+
+std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env) {
   TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
   TcpEndpoint reach = opts_.advertise.empty() ? listen : TcpEndpoint::parse(opts_.advertise);
-  std::set<int> taken{listen.port};
-  auto note = [&](const Allocation& a) {
-    for (auto& q : a.procs)
-      if (!q->exited && q->addr.rfind("tcp://", 0) == 0) taken.insert(TcpEndpoint::parse(q->addr).port);
-  };
-  note(starting);
-  for (auto& kv : allocs_) note(*kv.second);
   auto port = free_tcp_port(listen.host, opts_.proc_port_first, opts_.proc_port_last, taken);
   if (!port)
     throw std::runtime_error(opts_.proc_port_first ? "no free port left in --ports " + std::to_string(opts_.proc_port_first) +
                                                          "-" + std::to_string(opts_.proc_port_last)
                                                    : "no free TCP port on " + listen.host);
   listen.port = reach.port = *port;
+  taken.insert(*port);
   env["XMESH_PROC_BIND"] = listen.str();
   env["XMESH_KEY_FILE"] = opts_.key_file;
   return reach.str();

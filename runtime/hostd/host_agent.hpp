@@ -113,13 +113,16 @@ class HostAgent {
   void handle(Message m);
   // The requests controllers send; a malformed one is answered with an error naming the field.
   void spawn_procs(const Message& m);
+  // ports_taken: the TCP ports of live procs and of those started so far (a proc for a controller
+  // over TCP adds its own).
   std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const Allocation& a,
-                                   const std::string& logdir);
+                                   const std::string& logdir, std::set<int>& ports_taken);
   void write_procs_meta(const Allocation& a, const std::string& logdir);
   // Where a proc of a controller over TCP listens and is reached: a free port on this agent's
-  // TCP host (the --ports range) that no live proc, nor one of `starting`, has; sets
-  // XMESH_PROC_BIND and the key file in env.
-  std::string tcp_proc_address(const Allocation& starting, std::map<std::string, std::string>& env);
+  // TCP host (the --ports range) not in `taken` (then added there); sets XMESH_PROC_BIND and the
+  // key file in env.
+  std::string tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env);
+  std::set<int> tcp_ports_in_use() const;  // the listening port and every live proc's
   void attach(const Message& m);
   void stop_procs(const Message& m);
   template <class Body>

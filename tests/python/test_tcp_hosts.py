@@ -94,6 +94,18 @@ class Where(xmesh.Actor):
         return value
 
 
+def controller_program(cluster: Cluster, hosts: list[int], body: str, key: str = "") -> str:
+    """A controller program whose `hm` is a HostMesh of these namespace hosts (the cluster's key
+    unless another is given), with this file's actors importable, then body."""
+    locators = [cluster.locator(i) for i in hosts]
+    return textwrap.dedent(f"""
+        import os, sys, xmesh
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_tcp_hosts import Where
+        hm = xmesh.hosts({locators!r}, key_file={key or cluster.key!r})
+    """) + textwrap.dedent(body)
+
+
 def test_calls_and_slicing_reach_the_procs_on_each_namespace_host(cluster):
     t0 = time.monotonic()
     hm = xmesh.hosts([cluster.locator(i) for i in range(3)], key_file=cluster.key)
@@ -119,6 +131,20 @@ def test_calls_and_slicing_reach_the_procs_on_each_namespace_host(cluster):
         assert time.monotonic() - t0 < 110
     finally:
         procs.stop()
+
+
+def test_hosts_over_tcp_need_a_sound_key_file(cluster, tmp_path):
+    with pytest.raises(ValueError, match="key file"):
+        xmesh.hosts([f"{cluster.net.hosts[0].addr}:7999"])
+    with pytest.raises(_core.KeyFileError, match="missing.key"):
+        xmesh.hosts([f"{cluster.net.hosts[0].addr}:7999"], key_file=str(tmp_path / "missing.key"))
+    loose = tmp_path / "loose.key"
+    _core.write_new_key_file(str(loose))
+    os.chmod(loose, 0o640)
+    with pytest.raises(_core.KeyFileError, match="chmod 600"):
+        xmesh.hosts([f"{cluster.net.hosts[0].addr}:7999"], key_file=str(loose))
+    with pytest.raises(ValueError, match="port"):
+        xmesh.hosts([f"{cluster.net.hosts[0].addr}:70000"], key_file=cluster.key)
 
 
 def test_the_host_agents_report_their_own_host_names(cluster):
@@ -160,13 +186,8 @@ class UsesModule(xmesh.Actor):
 
 
 def test_a_named_allocation_outlives_a_sigkilled_controller_and_is_reattached(cluster):
-    hosts = [cluster.locator(i) for i in range(3)]
-    first = textwrap.dedent(f"""
-        import os, sys, xmesh
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_tcp_hosts import Where
-        hm = xmesh.hosts({hosts!r}, key_file={cluster.key!r})
-        procs = hm.spawn_procs({{"gpus": 1}}, name="tcp-named")
+    first = controller_program(cluster, [0, 1, 2], """
+        procs = hm.spawn_procs({"gpus": 1}, name="tcp-named")
         a = procs.spawn("w", Where)
         print("PIDS", [v["pid"] for v in a.where.call().get(timeout=60).values()], flush=True)
         os.kill(os.getpid(), 9)
@@ -174,12 +195,8 @@ def test_a_named_allocation_outlives_a_sigkilled_controller_and_is_reattached(cl
     r = run_program(first, timeout=90)
     assert r.returncode == -9, r.stdout + r.stderr
     pids = [line for line in r.stdout.splitlines() if line.startswith("PIDS")][0]
-    second = textwrap.dedent(f"""
-        import sys, xmesh
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_tcp_hosts import Where
-        hm = xmesh.hosts({hosts!r}, key_file={cluster.key!r})
-        procs = hm.spawn_procs({{"gpus": 1}}, name="tcp-named")
+    second = controller_program(cluster, [0, 1, 2], """
+        procs = hm.spawn_procs({"gpus": 1}, name="tcp-named")
         a = procs.spawn("w2", Where)
         print("PIDS", [v["pid"] for v in a.where.call().get(timeout=60).values()], flush=True)
         print("HOSTS", [v["host"] for v in a.where.call().get(timeout=60).values()], flush=True)
@@ -194,18 +211,17 @@ def test_a_named_allocation_outlives_a_sigkilled_controller_and_is_reattached(cl
 def test_a_controller_with_another_key_is_refused_naming_the_key(cluster, tmp_path):
     other = str(tmp_path / "other.key")
     _core.write_new_key_file(other)
-    prog = textwrap.dedent(f"""
-        import xmesh
-        hm = xmesh.hosts([{cluster.locator(0)!r}], key_file={other!r})
+    prog = controller_program(cluster, [0], """
         try:
             hm.initialized.get(timeout=30)
         except Exception as e:
             print("REFUSED", type(e).__name__, e)
-    """)
+    """, key=other)
     t0 = time.monotonic()
     r = run_program(prog, timeout=60)
     assert "REFUSED" in r.stdout, r.stdout + r.stderr
     assert "key" in r.stdout.split("REFUSED", 1)[1]
+    assert "did not answer" not in r.stdout  # refused at the handshake, not timed out
     assert time.monotonic() - t0 < 25  # refused at the handshake, not a timeout
 
 
@@ -369,12 +385,9 @@ def test_the_debugger_shows_remote_host_names_and_attaches_to_a_remote_rank(clus
     import pexpect
 
     prog = tmp_path / "dbg.py"
-    prog.write_text(textwrap.dedent(f"""
-        import sys, xmesh
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
+    prog.write_text(controller_program(cluster, [0, 1], """
         from actors_for_tests import Stopper
-        hm = xmesh.hosts([{cluster.locator(0)!r}, {cluster.locator(1)!r}], key_file={cluster.key!r})
-        s = hm.spawn_procs({{"gpus": 2}}).spawn("stopper", Stopper)
+        s = hm.spawn_procs({"gpus": 2}).spawn("stopper", Stopper)
         s.initialized.get()
         print("values", list(s.step.call(10, stop_ranks=(3,), sleep=0.5).get().values()))
     """))
@@ -401,12 +414,8 @@ def test_the_debugger_shows_remote_host_names_and_attaches_to_a_remote_rank(clus
 
 
 def test_proc_output_reaches_the_controller_with_its_rank(cluster):
-    prog = textwrap.dedent(f"""
-        import sys, xmesh
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_tcp_hosts import Where
-        hm = xmesh.hosts([{cluster.locator(1)!r}, {cluster.locator(2)!r}], key_file={cluster.key!r})
-        a = hm.spawn_procs({{"gpus": 1}}).spawn("w", Where)
+    prog = controller_program(cluster, [1, 2], """
+        a = hm.spawn_procs({"gpus": 1}).spawn("w", Where)
         a.echo.call("from-afar").get()
         print("done", flush=True)
     """)
