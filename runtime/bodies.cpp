@@ -25,6 +25,14 @@ void CallBody::check() const {
   if (reply_addr.has_value() != reply_corr.has_value()) refuse(what, "reply_addr and reply_corr come together");
 }
 
+void ReadLogBody::check() const {
+  if (dir.find('/') != std::string::npos || dir == "." || dir == ".." || (dir.empty() && !file.empty()))
+    refuse(what, "'dir' must name a log directory");
+  if (file.find('/') != std::string::npos) refuse(what, "'file' must be a file name");
+  if (offset < 0) refuse(what, "'offset' is negative");
+  if (max_bytes <= 0) refuse(what, "'max_bytes' is not positive");
+}
+
 void LogBody::check() const {
   if (stream != "stdout" && stream != "stderr") refuse(what, "'stream' is " + stream);
 }

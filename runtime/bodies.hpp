@@ -633,6 +633,53 @@ struct ReloadReply {
 };
 XMESH_BODY_JSON(ReloadReply)
 
+// ReadLog (controller -> agent): the per-rank log files stay on each host and are read through
+// its agent. `dir` is a log directory's name under the agent's logs root ("<name>-<alloc>");
+// with no `file` the reply lists its files, else it carries up to max_bytes of `file` from
+// `offset` as its payload. With neither, the reply lists the log directories (size 0).
+struct ReadLogBody {
+  static constexpr const char* what = "ReadLog";
+  std::string dir;
+  std::string file;       // "procs.json" or a rank's log file ("" lists the directory)
+  int64_t offset = 0;
+  int64_t max_bytes = 8 << 20;
+  template <class F>
+  static void fields(F&& f) {
+    f("dir", &ReadLogBody::dir, Need::Required);
+    f("file", &ReadLogBody::file, Need::Optional);
+    f("offset", &ReadLogBody::offset, Need::Optional);
+    f("max_bytes", &ReadLogBody::max_bytes, Need::Optional);
+  }
+  void check() const;
+};
+XMESH_BODY_JSON(ReadLogBody)
+
+struct LogFileEntry {
+  static constexpr const char* what = "log file entry";
+  std::string name;
+  int64_t size = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("name", &LogFileEntry::name, Need::Required);
+    f("size", &LogFileEntry::size, Need::Required);
+  }
+};
+XMESH_BODY_JSON(LogFileEntry)
+
+// The answer to ReadLog: the directory's files (a listing), or the size of the file read (its
+// bytes from the offset are the payload).
+struct ReadLogReply {
+  static constexpr const char* what = "ReadLog reply";
+  std::vector<LogFileEntry> files;
+  int64_t size = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("files", &ReadLogReply::files, Need::Optional);
+    f("size", &ReadLogReply::size, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(ReadLogReply)
+
 // ProcInfo (controller -> proc): its pid and live actors (and, for `where`, what async
 // endpoints await).
 struct ProcInfoBody {

@@ -316,6 +316,9 @@ void bind_bodies(py::module_& m) {
   bind_body<ActorRecord>(m, "ActorRecord", "A live actor as its proc describes it.");
   bind_body<RefuseBody>(m, "RefuseBody", "Refuse: why a connection is refused.");
   bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
+  bind_body<ReadLogBody>(m, "ReadLogBody", "ReadLog: list a log directory of a host agent, or read part of a file.");
+  bind_body<LogFileEntry>(m, "LogFileEntry", "One file of a log directory: name and size.");
+  bind_body<ReadLogReply>(m, "ReadLogReply", "ReadLog's answer: the files, or the size of the file read (bytes: payload).");
   bind_body<ProcInfoBody>(m, "ProcInfoBody", "ProcInfo: ask a proc its pid and actors.");
   bind_body<ProcInfoReply>(m, "ProcInfoReply", "A proc's pid and actors.");
   bind_body<DumpStacksReply>(m, "DumpStacksReply", "Every thread's stack of a proc, answered by its I/O thread.");

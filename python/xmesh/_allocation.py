@@ -2,6 +2,7 @@
 stops an unnamed one when its last handle goes, and the small helpers that turn readiness
 replies into meshes. Below ProcMesh (_proc_mesh) and named allocations (_named), which both
 build on it."""
+import os
 import threading
 import time
 import weakref
@@ -65,7 +66,11 @@ class Allocation:
         timer.start()  # not a daemon: a program that ends meanwhile still gets the notice
 
     def logdir(self, agent):
-        """Where the host agent keeps this allocation's per-rank log files."""
+        """Where the host agent keeps this allocation's per-rank log files: a path here, or an
+        AgentLogDir read through an agent on another host."""
+        if agent.over_tcp:
+            name = os.path.basename(_logfiles.logdir("/", self.name, self.id))
+            return _logfiles.AgentLogDir(name, agent.host or agent.addr, agent.log_reader(name))
         return _logfiles.logdir(agent.runtime_dir, self.name, self.id)
 
     def alive_ranks(self):

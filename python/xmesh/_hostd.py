@@ -6,7 +6,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import _core
 from ._pids import pid_alive, running_agent_pid
@@ -264,6 +264,26 @@ class TcpHostAgent(HostAgent):
         use_cluster_key(self.key_file, self.addr)
         rt.node.set_peer_cookie(self.addr, _core.key_file_cluster_cookie(self.key_file))
         self._pending = Request(rt.node, [self.addr], Kind.Status)
+
+    def log_reader(self, log_dir: str) -> Callable[[str, int, int], tuple[int, Any]]:
+        """The read function of an AgentLogDir for one of this agent's log directories (the files
+        stay on its host): (file, offset, max_bytes) -> (the file's size, its bytes from offset),
+        or for file "" (0, {name: size}), through ReadLog requests."""
+        def read(file: str, offset: int, max_bytes: int) -> tuple[int, Any]:
+            body = _core.ReadLogBody(dir=log_dir, file=file, offset=offset, max_bytes=max(1, max_bytes))
+            answers = request(get_runtime().node, [self.addr], Kind.ReadLog, body, timeout=30.0,
+                              description=f"reading logs/{log_dir}/{file} on {self.host}")
+            if not answers:
+                raise RuntimeError(f"the host agent at {self.addr} did not answer a log read within 30 s")
+            ok, reply, frames = answers[0]
+            if not ok:
+                raise HostdError(read_error(reply).text or "the host agent refused the log read", reply)
+            got = _core.ReadLogReply.from_dict(reply)
+            if not file:
+                return 0, {f.name: f.size for f in got.files}
+            return got.size, b"".join(bytes(f) for f in frames)
+
+        return read
 
     def _pending_status(self) -> Optional[Request]:
         """The Status request to wait for, or None when connected (a lost agent: reconnects)."""

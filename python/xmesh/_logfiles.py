@@ -51,15 +51,37 @@ def find_logdirs(runtime_dir, name_or_id):
         entries = os.listdir(root)
     except OSError:
         return []
+
+    def open_dir(e):
+        d = os.path.join(root, e)
+        return d, read_meta(d), os.path.getmtime(d)
+
+    return _matching(entries, name_or_id, open_dir)
+
+
+def find_agent_logdirs(host, log_reader, name_or_id):
+    """find_logdirs on another host, through its agent: log_reader(dir) is its ReadLog function
+    for a log directory ("" for the directory of them all); AgentLogDirs, oldest first."""
+    entries = log_reader("")("", 0, 0)[1]
+
+    def open_dir(e):
+        d = AgentLogDir(e, host, log_reader(e))
+        return d, _meta_of(d), 0.0
+
+    return _matching(entries, name_or_id, open_dir)
+
+
+def _matching(entries, name_or_id, open_dir):
+    """The directories among entries (names) that hold allocation name_or_id, oldest first;
+    open_dir(entry) -> (directory, its AllocationMeta or None, its mtime)."""
     found = []
     for e in entries:
-        d = os.path.join(root, e)
         if e == name_or_id or re.fullmatch(re.escape(name_or_id) + r"-[0-9a-f]{1,16}", e):
-            meta = read_meta(d)
+            d, meta, mtime = open_dir(e)
             if e != name_or_id and meta is not None and meta.name != name_or_id:
                 continue  # "a-b-1f" is allocation "a-b", not "a"
-            found.append(((meta.created if meta is not None else 0.0) or os.path.getmtime(d), d))
-    return [d for _, d in sorted(found)]
+            found.append(((meta.created if meta is not None else 0.0) or mtime, d))
+    return [d for _, d in sorted(found, key=lambda x: x[0])]
 
 
 def rank_files(d):
@@ -137,31 +159,96 @@ def _check_stream(stream):
         raise ValueError(f"stream must be 'stdout', 'stderr' or None, got {stream!r}")
 
 
+class AgentLogDir:
+    """A log directory on another host, read through its agent (the files stay there): `read`
+    is the agent's ReadLog request, injected, (file, offset, max_bytes) -> (size, bytes), with
+    file "" returning the listing {name: size} instead of bytes."""
+
+    PIECE = 8 << 20
+
+    def __init__(self, name: str, host: str, read) -> None:
+        self.name = name
+        self.host = host
+        self._read = read
+        self._listing = None
+
+    def __repr__(self) -> str:
+        return f"{self.host}:logs/{self.name}"
+
+    def listing(self) -> dict:
+        if self._listing is None:
+            self._listing = self._read("", 0, 0)[1]
+        return self._listing
+
+    def content(self, file: str) -> bytes:
+        """The whole file as the agent has it now, read in pieces."""
+        pieces, offset = [], 0
+        while True:
+            size, data = self._read(file, offset, self.PIECE)
+            pieces.append(data)
+            offset += len(data)
+            if not data or offset >= size:
+                return b"".join(pieces)
+
+
+def _meta_of(d):
+    if isinstance(d, AgentLogDir):
+        if "procs.json" not in d.listing():
+            return None
+        try:
+            return _core.AllocationMeta.from_dict(json.loads(d.content("procs.json")))
+        except ValueError:
+            return None
+    return read_meta(d)
+
+
+def _rank_files_of(d):
+    """{rank: [files oldest first]}: paths of a local directory, names of an AgentLogDir's."""
+    if not isinstance(d, AgentLogDir):
+        return rank_files(d)
+    files = {}
+    for name in d.listing():
+        found = _core.layout_rank_log_of(name)
+        if found is not None:
+            files.setdefault(found[0], []).append((-found[1], name))
+    return {r: [n for _, n in sorted(v)] for r, v in files.items()}
+
+
+def _file_lines(d, file):
+    """The lines of one log file (bytes, newlines kept); none when it cannot be read. A local
+    file is read as it is iterated."""
+    if isinstance(d, AgentLogDir):
+        yield from d.content(file).splitlines(keepends=True)
+        return
+    try:
+        f = open(file, "rb")
+    except OSError:
+        return
+    with f:
+        yield from f
+
+
 def read_records(d, ranks=None, stream=None, grep=None, actor=None):
-    """Every record of the log directory d, filtered, per rank in file order; the pieces of a
-    long line (or of one written in several goes) come joined, as one record."""
+    """Every record of the log directory d (a path, or an AgentLogDir on another host),
+    filtered, per rank in file order; the pieces of a long line (or of one written in several
+    goes) come joined, as one record."""
     _check_stream(stream)
     pattern = compile_grep(grep)
-    meta = read_meta(d)
+    meta = _meta_of(d)
     host = meta.host if meta is not None else None
     ranks_meta = meta.ranks if meta is not None else {}
     out = []
-    for rank, files in sorted(rank_files(d).items()):
+    for rank, files in sorted(_rank_files_of(d).items()):
         if ranks is not None and rank not in ranks:
             continue
         meta_rank = ranks_meta.get(str(rank))
-        for path in files:
-            try:
-                f = open(path, "rb")
-            except OSError:
-                continue
-            with f:
-                for rec in _whole_lines(f, rank, meta_rank, host):
-                    if (stream and rec.stream != stream) or (actor and rec.actor != actor):
-                        continue
-                    if pattern is not None and not pattern.search(rec.text):
-                        continue
-                    out.append(rec)
+        for file in files:
+            for rec in _whole_lines(_file_lines(d, file), rank, meta_rank, host):
+                if (stream and rec.stream != stream) or (actor and rec.actor != actor):
+                    continue
+                if pattern is not None and not pattern.search(rec.text):
+                    continue
+                out.append(rec)
     return out
 
 

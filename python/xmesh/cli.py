@@ -123,56 +123,78 @@ def _own_runtime_dir(path: str) -> str:
     return path
 
 
-def _log_losses(rundir: str, logdir: str) -> list:
-    """What the files of logdir lack, as the agent that wrote them counted it (a full disk)."""
+def _log_losses(agent_of, logdir) -> list:
+    """What the files of logdir lack, as the agent that wrote them counted it (a full disk);
+    agent_of() is that agent, connected, or None when it no longer runs."""
     from . import _core
-    from ._hostd import agent
 
-    alloc = os.path.basename(logdir).rsplit("-", 1)[-1]
-    if not _agent_running(rundir):
+    alloc = os.path.basename(str(logdir)).rsplit("-", 1)[-1]
+    a = agent_of()
+    if a is None:
         return []
     out = []
-    for a in agent(rundir).status().allocations:
-        if a.alloc == alloc:
+    for st in a.status().allocations:
+        if st.alloc == alloc:
             out += [f"rank {p.rank}'s log file lacks {_core.format_bytes(p.log_lost_bytes)} of its output "
                     f"({p.log_error}): those lines were shown but could not be kept"
-                    for p in a.procs if p.log_lost_bytes]
+                    for p in st.procs if p.log_lost_bytes]
     return out
 
 
-def _logs(args):
+def _log_sources(args) -> list:
+    """(the newest log directory of args.name, its agent getter) on each host asked: runtime
+    directories here, and hosts over TCP (--host, read through their agents)."""
     from . import _core, _logfiles
+    from ._hostd import agent
+    from ._proc_mesh import hosts
 
-    dirs = [_own_runtime_dir(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
-    # The newest allocation of that name (or id) on each host.
-    found = [ds[-1] for ds in (_logfiles.find_logdirs(d, args.name) for d in dirs) if ds]
+    found = []
+    if args.host:
+        hosts(args.host, key_file=args.key_file).initialized.get(timeout=30)
+        for h in args.host:
+            a = agent(f"tcp://{h}" if not h.startswith("tcp://") else h)
+            dirs = _logfiles.find_agent_logdirs(a.host, a.log_reader, args.name)
+            if dirs:
+                found.append((dirs[-1], lambda a=a: a))
+    if args.runtime_dir or not args.host:
+        for d in [_own_runtime_dir(d) for d in (args.runtime_dir or [_core.runtime_dir()])]:
+            dirs = _logfiles.find_logdirs(d, args.name)
+            if dirs:
+                found.append((dirs[-1], lambda d=d: agent(d) if _agent_running(d) else None))
+    return found
+
+
+def _logs(args):
+    from . import _logfiles
+
+    found = _log_sources(args)
     if not found:
-        print(f"xmesh: no logs of an allocation named {args.name!r} under "
-              f"{', '.join(os.path.join(d, 'logs') for d in dirs)}", file=sys.stderr)
+        where = ", ".join(args.host or []) or ", ".join(args.runtime_dir or []) or "this host"
+        print(f"xmesh: no logs of an allocation named {args.name!r} on {where}", file=sys.stderr)
         return 1
     ranks = set(args.rank) if args.rank else None
     pattern = _logfiles.compile_grep(args.grep)
     _logfiles.last([], args.tail)  # a bad --tail is named before any file is read
+    if args.follow and (len(found) > 1 or isinstance(found[0][0], _logfiles.AgentLogDir)):
+        raise ValueError("--follow reads the logs of one host's runtime directory (not a host over TCP)")
 
     def emit(rec):
         line = json.dumps(rec._asdict()) if args.json else _logfiles.format_record(rec)
         sys.stdout.write(line + "\n")
 
     records = []
-    for d in found:
+    for d, _ in found:
         records.extend(_logfiles.read_records(d, ranks=ranks, stream=args.stream, grep=args.grep))
     records.sort(key=lambda r: (r.time, r.rank))
     for rec in _logfiles.last(records, args.tail):
         emit(rec)
     sys.stdout.flush()
-    for d, logdir in zip(dirs, found):
-        for warning in _log_losses(d, logdir):
+    for logdir, agent_of in found:
+        for warning in _log_losses(agent_of, logdir):
             print(f"xmesh: {warning}", file=sys.stderr)
     if args.follow:
-        if len(found) > 1:
-            raise ValueError("--follow reads one host's logs at a time: give one --runtime-dir")
         try:
-            _logfiles.follow(found[0], ranks, args.stream, pattern, lambda rec: (emit(rec), sys.stdout.flush()))
+            _logfiles.follow(found[0][0], ranks, args.stream, pattern, lambda rec: (emit(rec), sys.stdout.flush()))
         except KeyboardInterrupt:
             pass
     return 0
@@ -312,6 +334,9 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="one JSON record per line (host, pid, rank, coords, actor, "
                                                        "stream, time, text)")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    p.add_argument("--host", action="append", help="HOST:PORT of an agent over TCP (repeat for several); its logs "
+                                                   "are read through it")
+    p.add_argument("--key-file", help="the cluster's key file for --host (default $XMESH_KEY_FILE)")
     p.set_defaults(func=_logs)
     p = sub.add_parser("debug", help="drive the debugger of a running kernel or program from this terminal "
                                      "(list, attach, cast, continue, where...)")

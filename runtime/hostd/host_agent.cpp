@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <poll.h>
 #include <signal.h>
@@ -228,9 +230,50 @@ void HostAgent::handle(Message m) {
     case Kind::Sync:
       sync_step(m);
       return;
+    case Kind::ReadLog:
+      read_log(m);
+      return;
     default:
       return reply_error(m, std::string("the host agent does not handle '") + kind_name(m.header.kind) + "' messages");
   }
+}
+
+// A controller reads the per-rank log files kept here (they stay on this host): a listing of
+// one log directory, or up to max_bytes of one of its files (procs.json or a rank's log).
+void HostAgent::read_log(const Message& m) {
+  ReadLogBody req;
+  if (!read_request(m, req)) return;
+  const std::string dir = layout::logs_root(opts_.runtime_dir) + (req.dir.empty() ? "" : "/" + req.dir);
+  constexpr int64_t kMaxPiece = 16 << 20;
+  ReadLogReply reply;
+  if (req.file.empty()) {  // a listing: of the log directories, or of one's files
+    DIR* d = opendir(dir.c_str());
+    if (!d) return reply_error(m, "no log directory '" + req.dir + "' on " + hostname());
+    while (dirent* de = readdir(d)) {
+      std::string name = de->d_name;
+      struct stat st {};
+      if (name == "." || name == ".." || stat((dir + "/" + name).c_str(), &st) != 0) continue;
+      if (req.dir.empty() ? S_ISDIR(st.st_mode) : (name == "procs.json" || layout::rank_log_of(name)))
+        reply.files.push_back(LogFileEntry{name, req.dir.empty() ? 0 : static_cast<int64_t>(st.st_size)});
+    }
+    closedir(d);
+    return node_->reply(m, true, reply, {});
+  }
+  if (req.file != "procs.json" && !layout::rank_log_of(req.file))
+    return reply_error(m, "'" + req.file + "' is not a log file");
+  int fd = open((dir + "/" + req.file).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return reply_error(m, "cannot read " + req.dir + "/" + req.file + " on " + hostname() + ": " + strerror(errno));
+  struct stat st {};
+  fstat(fd, &st);
+  reply.size = st.st_size;
+  int64_t n = std::max<int64_t>(0, std::min<int64_t>({req.max_bytes, kMaxPiece, reply.size - req.offset}));
+  zmq::message_t data(static_cast<size_t>(n));
+  ssize_t got = n ? pread(fd, data.data(), static_cast<size_t>(n), req.offset) : 0;
+  close(fd);
+  if (got < 0) return reply_error(m, "cannot read " + req.dir + "/" + req.file + ": " + strerror(errno));
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(data.data(), static_cast<size_t>(got));
+  node_->reply(m, true, reply, std::move(frames));
 }
 
 // One step of a workspace sync from an authenticated controller (the node dropped anything

@@ -142,6 +142,7 @@ class HostAgent {
   void check_timers();
   void reply_error(const Message& m, const std::string& text);
   void sync_step(const Message& m);
+  void read_log(const Message& m);
   // Workspace spaces (layout.hpp): one per allocation owner, removed once nobody used them
   // for workspace_keep_ms, and all at exit.
   std::string space_for(const Message& m, const std::string& alloc_name);

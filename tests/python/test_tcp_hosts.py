@@ -464,3 +464,66 @@ def test_a_link_cut_shorter_than_the_timeout_loses_and_duplicates_nothing(cluste
     finally:
         cluster.net.hosts[0].restore()
         procs.stop()
+
+
+def test_logs_of_remote_procs_are_read_through_their_agents(cluster):
+    hm = xmesh.hosts([cluster.locator(0), cluster.locator(2)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 2})
+    try:
+        a = procs.spawn("w", Where)
+        a.echo.call("first").get(timeout=60)
+        a.slice(hosts=1).echo.call("x" * 300_000).get(timeout=60)  # a long line, in pieces on disk
+        wait_until(lambda: len([r for r in procs.logs() if "echo" in r.text]) == 6, 15)
+        records = procs.logs(grep="echo")
+        assert sorted((r.rank, r.host) for r in records if r.text == "echo first") == \
+            [(0, "node-a"), (1, "node-a"), (2, "node-c"), (3, "node-c")]
+        long_lines = [r for r in records if r.text.startswith("echo xxx")]
+        assert sorted(r.rank for r in long_lines) == [2, 3] and all(len(r.text) == 300_005 for r in long_lines)
+        # The files are kept by the hosts' agents (in their runtime directories), not here.
+        assert any(f == "rank3.log" for _, _, fs in os.walk(cluster.rundir(2)) for f in fs)
+        assert not any(f == "rank3.log" for _, _, fs in os.walk(cluster.rundir(0)) for f in fs)
+        assert [r.rank for r in procs.logs(rank=3, grep="first")] == [3]
+    finally:
+        procs.stop()
+
+
+def test_a_log_read_outside_the_log_directories_is_refused(cluster):
+    from xmesh._hostd import HostdError, agent
+    from xmesh._runtime import Kind, get_runtime
+    from xmesh._wait import request
+
+    xmesh.hosts([cluster.locator(0)], key_file=cluster.key)
+    a = agent(f"tcp://{cluster.locator(0)}")
+    with pytest.raises(ValueError, match="'dir' must name a log directory"):  # said before sending
+        a.log_reader("..")("", 0, 0)
+    # The agent checks too, whatever a peer sends.
+    for body, why in (({"dir": ".."}, "'dir' must name a log directory"),
+                      ({"dir": "x", "file": "../../hostd.cookie"}, "'file' must be a file name"),
+                      ({"dir": "x", "file": "hostd.cookie"}, "not a log file"),
+                      ({"dir": "x", "offset": -1, "file": "rank0.log"}, "'offset' is negative")):
+        ok, reply, _ = request(get_runtime().node, [a.addr], Kind.ReadLog, body, timeout=15,
+                               description="a bad log read")[0]
+        assert not ok and why in reply["text"], (body, reply)
+    with pytest.raises(HostdError, match="no log directory 'nowhere' on node-a"):
+        a.log_reader("nowhere")("", 0, 0)
+
+
+def test_xmesh_logs_reads_remote_hosts_through_their_agents(cluster):
+    hm = xmesh.hosts([cluster.locator(0), cluster.locator(1)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 1}, name="tcp-logs")
+    try:
+        a = procs.spawn("w", Where)
+        a.echo.call("via-cli").get(timeout=60)
+        wait_until(lambda: len(procs.logs(grep="via-cli")) == 2, 15)
+        cmd = ["/usr/bin/python3", "-m", "xmesh.cli", "logs", "tcp-logs", "--json", "--grep", "via-cli",
+               "--host", cluster.locator(0), "--host", cluster.locator(1), "--key-file", cluster.key]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        import json
+
+        got = sorted((rec["rank"], rec["host"], rec["text"]) for rec in map(json.loads, r.stdout.splitlines()))
+        assert got == [(0, "node-a", "echo via-cli"), (1, "node-b", "echo via-cli")]
+        r = subprocess.run(cmd[:4] + ["nothing-such"] + cmd[5:], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "no logs of an allocation named 'nothing-such'" in r.stderr
+    finally:
+        procs.stop()
