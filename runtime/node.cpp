@@ -192,7 +192,9 @@ bool Node::is_dead(const std::string& addr, json* error) const { return supervis
 void Node::revive(const std::string& addr) { supervision_.revive(addr); }
 void Node::add_supervision_subscriber(const std::string& addr) { supervision_.subscribe(addr); }
 void Node::remove_supervision_subscriber(const std::string& addr) { supervision_.unsubscribe(addr); }
-void Node::watch_host(const std::string& hostd_addr, int64_t pid) { supervision_.watch_host(hostd_addr, pid); }
+void Node::watch_host(const std::string& hostd_addr, int64_t pid, const std::string& host) {
+  supervision_.watch_host(hostd_addr, pid, host);
+}
 void Node::unwatch_host(const std::string& hostd_addr) { supervision_.unwatch_host(hostd_addr); }
 void Node::add_dependent(const std::string& hostd_addr, const std::string& proc_addr) {
   supervision_.add_dependent(hostd_addr, proc_addr);

@@ -123,7 +123,7 @@ class Node {
   // XMESH_HOSTD_TIMEOUT_MS the host and every dependent proc address are marked dead.
   // pid: the agent's process when it runs on this machine (its end is noticed at once, and
   // silence alone never loses it); 0 for an agent elsewhere (lost after the heartbeat timeout).
-  void watch_host(const std::string& hostd_addr, int64_t pid = 0);
+  void watch_host(const std::string& hostd_addr, int64_t pid = 0, const std::string& host = "");
   std::optional<Supervision::HostState> host_state(const std::string& hostd_addr) const {
     return supervision_.host_state(hostd_addr);
   }

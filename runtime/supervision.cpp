@@ -53,7 +53,7 @@ std::set<std::string> Supervision::subscribers() const {
   return subscribers_;
 }
 
-void Supervision::watch_host(const std::string& hostd_addr, int64_t pid) {
+void Supervision::watch_host(const std::string& hostd_addr, int64_t pid, const std::string& host) {
   auto status = pid > 0 ? process_status(static_cast<pid_t>(pid)) : std::nullopt;
   std::lock_guard<std::mutex> g(mu_);
   auto& w = hosts_[hostd_addr];
@@ -61,6 +61,7 @@ void Supervision::watch_host(const std::string& hostd_addr, int64_t pid) {
   w.dead = false;
   w.pid = status ? pid : 0;
   w.start_ticks = status ? status->start_ticks : 0;
+  w.host = host;
 }
 
 void Supervision::unwatch_host(const std::string& hostd_addr) {
@@ -120,7 +121,8 @@ Supervision::Tick Supervision::tick(int64_t now) {
     } else if (silent_ms > host_timeout_ms_) {
       w.dead = true;
       t.lost.push_back(Lost{addr, w.dependents,
-                            "host agent at " + addr + " stopped answering heartbeats for " +
+                            "host agent at " + addr + (w.host.empty() ? "" : " (" + w.host + ")") +
+                                " stopped answering heartbeats for " +
                                 std::to_string(silent_ms) + " ms"});
       continue;
     }

@@ -31,8 +31,9 @@ class Supervision {
   void unsubscribe(const std::string& addr);
   std::set<std::string> subscribers() const;
 
-  // pid: the agent's process when it runs on this machine (0 when not).
-  void watch_host(const std::string& hostd_addr, int64_t pid = 0);
+  // pid: the agent's process when it runs on this machine (0 when not); host: its machine's
+  // name, said when it is lost ("" when not known).
+  void watch_host(const std::string& hostd_addr, int64_t pid = 0, const std::string& host = "");
   void unwatch_host(const std::string& hostd_addr);
   void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
   void heartbeat_acked(const std::string& hostd_addr);
@@ -65,6 +66,7 @@ class Supervision {
     int64_t last_sent_ms = 0;
     int64_t pid = 0;  // its process, when on this machine
     uint64_t start_ticks = 0;
+    std::string host;  // its machine's name
     bool dead = false, answering = true, stopped = false;
     std::set<std::string> dependents;
   };

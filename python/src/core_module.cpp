@@ -542,7 +542,7 @@ void bind_node(py::module_& m) {
       .def("revive", &Node::revive)
       .def("add_supervision_subscriber", &Node::add_supervision_subscriber)
       .def("remove_supervision_subscriber", &Node::remove_supervision_subscriber)
-      .def("watch_host", &Node::watch_host, py::arg("hostd_addr"), py::arg("pid") = 0)
+      .def("watch_host", &Node::watch_host, py::arg("hostd_addr"), py::arg("pid") = 0, py::arg("host") = "")
       .def(
           "host_state",
           [](const Node& n, const std::string& addr) -> py::object {

@@ -320,7 +320,7 @@ class TcpHostAgent(HostAgent):
         status = _core.StatusReply.from_dict(reply)
         self.host = status.host
         self.pid = status.pid
-        get_runtime().node.watch_host(self.addr, 0)  # elsewhere: lost when its heartbeats stop
+        get_runtime().node.watch_host(self.addr, 0, self.host)  # elsewhere: lost when its heartbeats stop
         self._connected = True
 
 
