@@ -9,13 +9,42 @@ import time
 from ._shape import format_coords
 
 
+def _tcp_agents(args) -> list:
+    """The locators (tcp://host:port) of the agents over TCP a command names with --host,
+    connected with the cluster's key (--key-file, default $XMESH_KEY_FILE)."""
+    from ._proc_mesh import hosts
+
+    if not args.host:
+        return []
+    hm = hosts(args.host, key_file=args.key_file)
+    hm.initialized.get(timeout=30)
+    return hm.runtime_dirs
+
+
+def _local_dirs(args) -> list:
+    """The runtime directories a command names (--runtime-dir), this user's own when it names
+    neither them nor --host; only those whose agent runs."""
+    dirs = args.runtime_dir if isinstance(args.runtime_dir, list) else [args.runtime_dir] if args.runtime_dir else []
+    if not dirs and not args.host:
+        dirs = [None]
+    return [d for d in dirs if _agent_running(d)]
+
+
 def _status(args):
     from ._hostd import agent
 
-    st = agent(args.runtime_dir).status()
-    if args.json:
+    targets = _tcp_agents(args) + ([args.runtime_dir] if args.runtime_dir or not args.host else [])
+    for i, target in enumerate(targets):
+        if i:
+            print()
+        _print_status(agent(target).status(), args.json)
+    return 0
+
+
+def _print_status(st, as_json: bool) -> None:
+    if as_json:
         print(json.dumps(st.to_dict(), indent=2))
-        return 0
+        return
     print(f"host agent pid {st.pid} on {st.host} (xmesh {st.version}, protocol {st.protocol})")
     print(f"runtime directory {st.runtime_dir}")
     if not st.allocations:
@@ -30,7 +59,6 @@ def _status(args):
         for p in a.procs:  # the procs that cannot answer, and why (from /proc)
             if p.alive and p.state:
                 print(f"    rank {p.rank} (pid {p.pid}): {p.state}")
-    return 0
 
 
 def _shutdown(args):
@@ -74,11 +102,8 @@ def _format_age(seconds):
 def _ls(args):
     from ._named import allocations
 
-    dirs = args.runtime_dir or None
-    if not any(_agent_running(d) for d in (dirs or [None])):
-        rows = []
-    else:
-        rows = allocations(dirs)
+    targets = _tcp_agents(args) + _local_dirs(args)
+    rows = allocations(targets) if targets else []
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -101,8 +126,8 @@ def _ls(args):
 def _stop(args):
     from ._named import stop_named
 
-    if not any(_agent_running(d) for d in (args.runtime_dir or [None])) or \
-            not stop_named(args.name, args.runtime_dir or None):
+    targets = _tcp_agents(args) + _local_dirs(args)
+    if not targets or not stop_named(args.name, targets):
         print(f"xmesh: no live allocation named {args.name!r}", file=sys.stderr)
         return 1
     print(f"stopping {args.name}")
@@ -146,16 +171,13 @@ def _log_sources(args) -> list:
     directories here, and hosts over TCP (--host, read through their agents)."""
     from . import _core, _logfiles
     from ._hostd import agent
-    from ._proc_mesh import hosts
 
     found = []
-    if args.host:
-        hosts(args.host, key_file=args.key_file).initialized.get(timeout=30)
-        for h in args.host:
-            a = agent(f"tcp://{h}" if not h.startswith("tcp://") else h)
-            dirs = _logfiles.find_agent_logdirs(a.host, a.log_reader, args.name)
-            if dirs:
-                found.append((dirs[-1], lambda a=a: a))
+    for loc in _tcp_agents(args):
+        a = agent(loc)
+        dirs = _logfiles.find_agent_logdirs(a.host, a.log_reader, args.name)
+        if dirs:
+            found.append((dirs[-1], lambda a=a: a))
     if args.runtime_dir or not args.host:
         for d in [_own_runtime_dir(d) for d in (args.runtime_dir or [_core.runtime_dir()])]:
             dirs = _logfiles.find_logdirs(d, args.name)
@@ -298,6 +320,11 @@ def _keygen(args):
     return 0
 
 
+def _host_arguments(p) -> None:
+    p.add_argument("--host", action="append", help="HOST:PORT of a host agent over TCP (repeat for several)")
+    p.add_argument("--key-file", help="the cluster's key file for --host (default $XMESH_KEY_FILE)")
+
+
 def _workspace_default_limit():
     from ._workspace import DEFAULT_MAX_FILE_SIZE
 
@@ -314,14 +341,17 @@ def main(argv=None):
     p = sub.add_parser("status", help="show this user's host agent and its allocations")
     p.add_argument("--runtime-dir", help="runtime directory of the agent (default: this user's)")
     p.add_argument("--json", action="store_true", help="print the raw status as JSON")
+    _host_arguments(p)
     p.set_defaults(func=_status)
     p = sub.add_parser("ls", help="list live named allocations (name, shape, hosts, age, procs, controller)")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     p.add_argument("--json", action="store_true")
+    _host_arguments(p)
     p.set_defaults(func=_ls)
     p = sub.add_parser("stop", help="stop a named allocation (its procs and actors)")
     p.add_argument("name")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    _host_arguments(p)
     p.set_defaults(func=_stop)
     p = sub.add_parser("logs", help="print the output of an allocation's procs from the log files "
                                     "(live or finished, also after a kernel restart)")
@@ -334,9 +364,7 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="one JSON record per line (host, pid, rank, coords, actor, "
                                                        "stream, time, text)")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
-    p.add_argument("--host", action="append", help="HOST:PORT of an agent over TCP (repeat for several); its logs "
-                                                   "are read through it")
-    p.add_argument("--key-file", help="the cluster's key file for --host (default $XMESH_KEY_FILE)")
+    _host_arguments(p)
     p.set_defaults(func=_logs)
     p = sub.add_parser("debug", help="drive the debugger of a running kernel or program from this terminal "
                                      "(list, attach, cast, continue, where...)")

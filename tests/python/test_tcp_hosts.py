@@ -5,6 +5,7 @@ slicing by host, hostnames, workspace sync with reload, a named allocation outli
 controller, an agent killed with -9, a link cut for good, a wrong key, a plaintext pickle, and a
 capture in which an argument never appears. Skipped, saying why, only where namespaces cannot be
 made."""
+import json
 import os
 import pickle
 import socket
@@ -519,11 +520,26 @@ def test_xmesh_logs_reads_remote_hosts_through_their_agents(cluster):
                "--host", cluster.locator(0), "--host", cluster.locator(1), "--key-file", cluster.key]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
-        import json
-
         got = sorted((rec["rank"], rec["host"], rec["text"]) for rec in map(json.loads, r.stdout.splitlines()))
         assert got == [(0, "node-a", "echo via-cli"), (1, "node-b", "echo via-cli")]
         r = subprocess.run(cmd[:4] + ["nothing-such"] + cmd[5:], capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and "no logs of an allocation named 'nothing-such'" in r.stderr
+        # ls and status reach the same agents.
+        hosts = ["--host", cluster.locator(0), "--host", cluster.locator(1), "--key-file", cluster.key]
+        r = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "ls", "--json", *hosts], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        (row,) = [a for a in json.loads(r.stdout) if a["name"] == "tcp-logs"]
+        assert row["hosts"] == ["node-a", "node-b"] and row["procs_alive"] == 2
+        r = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "status", *hosts], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "on node-a" in r.stdout and "on node-b" in r.stdout and r.stdout.count("tcp-logs") == 2
+        # stop from another machine's command line: the procs end.
+        r = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "stop", "tcp-logs", *hosts], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and "stopping tcp-logs" in r.stdout, r.stderr
+        wait_until(lambda: not [a for a in xmesh.allocations([f"tcp://{cluster.locator(0)}"])
+                                if a["name"] == "tcp-logs"], 20)
     finally:
         procs.stop()
