@@ -145,7 +145,7 @@ void present_credentials(zmq::socket_t& dealer, const std::string& role, const s
 }
 
 HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr)
-    : watched_(&watched), peer_addr_(std::move(peer_addr)) {
+    : watched_(&watched), peer_addr_(std::move(peer_addr)), tcp_(peer_addr_.rfind("tcp://", 0) == 0) {
   static std::atomic<uint64_t> serial{0};
   const std::string endpoint =
       "inproc://xmesh-handshake-" + std::to_string(getpid()) + "-" + std::to_string(++serial);
@@ -202,8 +202,20 @@ HandshakeWatch::State HandshakeWatch::poll(std::string* why) {
                        "): connection refused";
     }
   }
-  if (state_ != State::Pending) stop();
+  if (state_ == State::Refused || (state_ == State::Succeeded && !tcp_)) stop();
   return state_;
+}
+
+bool HandshakeWatch::reconnected() {
+  bool again = false;
+  while (events_) {
+    std::vector<zmq::message_t> event;
+    if (!zmq::recv_multipart(*events_, std::back_inserter(event), zmq::recv_flags::dontwait)) break;
+    uint16_t id = 0;
+    if (!event.empty() && event[0].size() >= 2) std::memcpy(&id, event[0].data(), sizeof id);
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) again = true;
+  }
+  return again;
 }
 
 }  // namespace xmesh

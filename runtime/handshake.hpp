@@ -71,7 +71,8 @@ void present_curve_key(zmq::socket_t& dealer, const std::string& public_z85, con
 // The user id a Gatekeeper gives connections it admitted by key ("curve"), read from a message.
 constexpr const char* kCurveUserId = "curve";
 
-// Follows the handshakes of one DEALER until the first one ends (then stops watching).
+// Follows the handshakes of one DEALER until the first one ends (then stops watching, except on
+// TCP, where the link can drop and come back, or reach a new process).
 class HandshakeWatch {
  public:
   enum class State { Pending, Succeeded, Refused };
@@ -79,14 +80,19 @@ class HandshakeWatch {
   ~HandshakeWatch();
   HandshakeWatch(const HandshakeWatch&) = delete;
   HandshakeWatch& operator=(const HandshakeWatch&) = delete;
-  // Never blocks. Refused: *why says what the peer refused and what to do.
+  // Never blocks. Refused: *why says what the peer refused and what to do. A TCP peer stays
+  // watched after its first handshake succeeded (reconnected() tells of the next ones).
   State poll(std::string* why);
+  // After the first handshake: whether the connection was made again since the last call (a
+  // link that came back, or a new process at the address), which must hear Hello again.
+  bool reconnected();
 
  private:
   void stop();
   zmq::socket_t* watched_;
   std::unique_ptr<zmq::socket_t> events_;
   std::string peer_addr_;
+  bool tcp_ = false;
   State state_ = State::Pending;
 };
 

@@ -282,7 +282,11 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::ProcExited)] = [this](Message& m) { on_proc_exited(m); };
   handlers_[static_cast<int>(Kind::PeerDead)] = [this](Message& m) { on_peer_dead(m); };
   handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
-  handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) { supervision_.heartbeat_acked(m.sender_addr); };
+  handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
+    if (!supervision_.heartbeat_acked(m.sender_addr, m.header.incarnation))
+      lose_host(m.sender_addr, "the host agent at " + m.sender_addr +
+                                   " restarted: the procs it ran ended with its previous process");
+  };
 }
 
 // Every authenticated message: its kind's handler, or the control inbox. The registry is only

@@ -62,6 +62,7 @@ void Supervision::watch_host(const std::string& hostd_addr, int64_t pid, const s
   w.pid = status ? pid : 0;
   w.start_ticks = status ? status->start_ticks : 0;
   w.host = host;
+  w.incarnation = 0;
 }
 
 void Supervision::unwatch_host(const std::string& hostd_addr) {
@@ -74,10 +75,15 @@ void Supervision::add_dependent(const std::string& hostd_addr, const std::string
   hosts_[hostd_addr].dependents.insert(proc_addr);
 }
 
-void Supervision::heartbeat_acked(const std::string& hostd_addr) {
+bool Supervision::heartbeat_acked(const std::string& hostd_addr, uint64_t incarnation) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = hosts_.find(hostd_addr);
-  if (it != hosts_.end()) it->second.last_ack_ms = now_ms();
+  if (it == hosts_.end()) return true;
+  WatchedHost& w = it->second;
+  if (w.incarnation == 0) w.incarnation = incarnation;
+  if (w.incarnation != incarnation) return false;
+  w.last_ack_ms = now_ms();
+  return true;
 }
 
 namespace {

@@ -36,7 +36,9 @@ class Supervision {
   void watch_host(const std::string& hostd_addr, int64_t pid = 0, const std::string& host = "");
   void unwatch_host(const std::string& hostd_addr);
   void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
-  void heartbeat_acked(const std::string& hostd_addr);
+  // An ack from the agent at hostd_addr, sent by its process `incarnation`: false when that is
+  // not the process first acked (the agent restarted: the old one's procs ended with it).
+  bool heartbeat_acked(const std::string& hostd_addr, uint64_t incarnation);
 
   struct Lost {
     std::string host;
@@ -67,6 +69,7 @@ class Supervision {
     int64_t pid = 0;  // its process, when on this machine
     uint64_t start_ticks = 0;
     std::string host;  // its machine's name
+    uint64_t incarnation = 0;  // of the process that acked first (0: none yet)
     bool dead = false, answering = true, stopped = false;
     std::set<std::string> dependents;
   };

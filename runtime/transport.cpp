@@ -540,12 +540,39 @@ void Transport::forget_peer(const std::string& addr) {
 }
 
 std::vector<RefuseBody> Transport::tidy() {
+  bool verdicts_due = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!gone_addrs_.empty()) forget_gone_peers();
-    if (handshaking_.empty()) return {};
+    verdicts_due = !handshaking_.empty();
   }
-  return handshake_verdicts();
+  auto refused = verdicts_due ? handshake_verdicts() : std::vector<RefuseBody>{};
+  hello_again_on_reconnect();
+  return refused;
+}
+
+// A TCP connection made again (the link came back, or another process listens at the address
+// now) starts with Hello like a new one: the receiver may not know this node (a restarted
+// agent), and one that does starts its sequence numbers anew. What was sent before this tick on
+// the new connection reaches only a receiver that still knows this node.
+void Transport::hello_again_on_reconnect() {
+  std::vector<std::weak_ptr<OutPeer>> watching;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (reconnecting_.empty()) return;
+    watching.swap(reconnecting_);
+  }
+  std::vector<std::weak_ptr<OutPeer>> kept;
+  for (auto& w : watching) {
+    auto p = w.lock();
+    if (!p) continue;
+    std::lock_guard<std::mutex> g(p->mu);
+    if (!p->watch || !p->sock) continue;
+    if (p->watch->reconnected()) p->hello_sent = false;
+    kept.push_back(w);
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  reconnecting_.insert(reconnecting_.end(), kept.begin(), kept.end());
 }
 
 // Polls the watches of out peers whose first handshake has not ended (a peer's mutex is never
@@ -557,7 +584,7 @@ std::vector<RefuseBody> Transport::handshake_verdicts() {
     watching.swap(handshaking_);
   }
   std::vector<RefuseBody> refused;
-  std::vector<std::weak_ptr<OutPeer>> pending;
+  std::vector<std::weak_ptr<OutPeer>> pending, reconnects;
   for (auto& w : watching) {
     auto p = w.lock();
     if (!p) continue;
@@ -571,12 +598,15 @@ std::vector<RefuseBody> Transport::handshake_verdicts() {
       refused.push_back(RefuseBody{why, p->addr});
       p->sock->set(zmq::sockopt::linger, 0);
       close_peer_locked(*p);
+    } else if (p->addr.rfind("tcp://", 0) == 0) {
+      reconnects.push_back(w);  // still watched: its link may drop and come back
     } else {
       p->watch.reset();
     }
   }
   std::lock_guard<std::mutex> g(mu_);
   handshaking_.insert(handshaking_.end(), pending.begin(), pending.end());
+  reconnecting_.insert(reconnecting_.end(), reconnects.begin(), reconnects.end());
   return refused;
 }
 

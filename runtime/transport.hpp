@@ -103,8 +103,9 @@ class Transport {
   // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
   // (applied by the I/O thread). Only gone peers: a peer says Hello once per connection.
   void forget_peer(const std::string& addr);
-  // I/O thread, every tick: applies forget_peer() requests also when no message comes, and
-  // returns the peers that refused this node in a handshake since the last call (each once).
+  // I/O thread, every tick: applies forget_peer() requests also when no message comes, makes a
+  // TCP peer whose connection was made again hear Hello again, and returns the peers that
+  // refused this node in a handshake since the last call (each once).
   std::vector<RefuseBody> tidy();
   void count_malformed(const std::string& what);  // a message whose body did not read
   NodeStats stats() const;
@@ -142,6 +143,7 @@ class Transport {
   void send_hello_locked(OutPeer& p, zmq::send_flags flags = zmq::send_flags::none);
   void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
   std::vector<RefuseBody> handshake_verdicts();
+  void hello_again_on_reconnect();  // a TCP peer connected anew hears Hello before anything else
   static void close_peer_locked(OutPeer& p);
   std::string connection_id();  // "<node id>.<n>": the routing id of one outbound connection
   void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
@@ -176,6 +178,7 @@ class Transport {
   mutable std::mutex mu_;  // guards the tables below (taken after a peer's mutex, never before)
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
   std::vector<std::weak_ptr<OutPeer>> handshaking_;  // out peers whose first handshake is pending
+  std::vector<std::weak_ptr<OutPeer>> reconnecting_;  // TCP out peers watched for new connections
   // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
   // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
   // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.

@@ -543,3 +543,23 @@ def test_xmesh_logs_reads_remote_hosts_through_their_agents(cluster):
                                 if a["name"] == "tcp-logs"], 20)
     finally:
         procs.stop()
+
+
+def test_an_agent_restarted_at_its_address_is_known_at_once_and_used(cluster):
+    hm = xmesh.hosts([cluster.locator(2)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 1})
+    a = procs.spawn("w", Where)
+    a.where.call().get(timeout=60)
+    cluster.agents[2].kill()
+    cluster.agents[2].wait(timeout=10)
+    cluster.start_agent(2)
+    # Its new process answers the heartbeats: the old one is lost for that reason, not for silence.
+    with pytest.raises(xmesh.SupervisionError) as e:
+        a.where.call_one().get(timeout=60)
+    assert "restarted" in str(e.value), str(e.value)
+    # And new work goes to the new agent.
+    again = xmesh.hosts([cluster.locator(2)], key_file=cluster.key).spawn_procs({"gpus": 1})
+    try:
+        assert again.spawn("w2", Where).where.call_one().get(timeout=60)["host"] == "node-c"
+    finally:
+        again.stop()
