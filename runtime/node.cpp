@@ -21,6 +21,7 @@ void Node::start() {
   if (running_.exchange(true)) return;
   io_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "xmesh-io");  // shows in top -H, perf, gdb
+    io_thread_id_ = std::this_thread::get_id();
     io_loop();
   });
 }
@@ -54,12 +55,12 @@ void Node::set_stack_dumper(StackDumper dumper) {
 }
 
 // ---- sending ---------------------------------------------------------------------------------
-void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> frames, bool blocking) {
+void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> frames) {
   transport_.check_size(frames);
   json err;
   if (supervision_.is_dead(addr, &err))
     throw SendError("peer " + addr + " is dead: " + err.value("text", std::string("unknown")));
-  transport_.send(addr, h, frames, blocking);
+  transport_.send(addr, h, frames, may_block());
 }
 
 std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl, std::vector<zmq::message_t> frames,
@@ -87,7 +88,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     std::vector<zmq::message_t> copy(frames.size());
     for (size_t f = 0; f < frames.size(); ++f) copy[f].copy(frames[f]);  // shares large buffers
     try {
-      transport_.send(targets[i].addr, h, copy);
+      transport_.send(targets[i].addr, h, copy, may_block());
     } catch (const SendError& e) {
       CallResult r;
       r.index = static_cast<int64_t>(i);
@@ -206,7 +207,7 @@ void Node::tick_heartbeats() {
     Header h;
     h.kind = Kind::Heartbeat;
     try {
-      send(a, std::move(h), {}, /*blocking=*/false);  // the I/O thread never waits on a dead link
+      send(a, std::move(h), {});  // on the I/O thread: never waits on a dead link
     } catch (const SendError&) {
     }
   }

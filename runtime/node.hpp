@@ -79,8 +79,10 @@ class Node {
 
   // Sends one message to the node at addr. Fills sender, incarnation and seq. Throws SendError
   // when the message exceeds the maximum size or the peer is known dead.
-  // blocking=false: SendError at once where the peer cannot take it now (the I/O thread's sends).
-  void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames, bool blocking = true);
+  // On the I/O thread (its handlers, heartbeats) a send never waits: a peer that cannot take the
+  // message now (a TCP link down, its queue full) gets SendError at once, so that a dead link
+  // never stalls receiving.
+  void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
   // Sends a call to every target (a cast is N point-to-point sends of one shared payload; this
   // is the one place a multicast tree would go). With expect_reply, registers and returns the
   // Call that replies are filed into; targets already dead fail at once.
@@ -178,6 +180,8 @@ class Node {
   ActorDirectory actors_;
   CallTable calls_;
   std::thread io_;
+  std::atomic<std::thread::id> io_thread_id_{};
+  bool may_block() const { return std::this_thread::get_id() != io_thread_id_.load(); }
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
 
