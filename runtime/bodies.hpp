@@ -148,6 +148,14 @@ struct HelloBody {
   std::string addr, role, host;   // where it listens, "controller" / "proc" / "hostd", its hostname
   int64_t pid = 0;
   uint64_t max_message_bytes = 0;  // the largest message it sends or accepts
+  // A link that resends (TCP): the sender keeps each message until the receiver acknowledges it
+  // (an Ack back on the same connection) and, on a connection made again, says Hello and sends
+  // again what was not acknowledged. `resume` is the number of the first message after this
+  // Hello; `fresh` the first never sent before; `peer_incarnation` the receiver's incarnation as
+  // its acks told (0: none came), so that a receiver that is another process (restarted at the
+  // address) skips what was meant for its predecessor.
+  bool acks = false;
+  uint64_t resume = 1, fresh = 1, peer_incarnation = 0;
   template <class F>
   static void fields(F&& f) {
     f("proto", &HelloBody::proto, Need::Required);
@@ -160,6 +168,10 @@ struct HelloBody {
     f("host", &HelloBody::host, Need::Optional);
     f("pid", &HelloBody::pid, Need::Optional);
     f("max_message_bytes", &HelloBody::max_message_bytes, Need::Optional);
+    f("acks", &HelloBody::acks, Need::Optional);
+    f("resume", &HelloBody::resume, Need::Optional);
+    f("fresh", &HelloBody::fresh, Need::Optional);
+    f("peer_incarnation", &HelloBody::peer_incarnation, Need::Optional);
   }
 };
 XMESH_BODY_JSON(HelloBody)

@@ -34,6 +34,18 @@ std::string short_host() {
 void set_common_options(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, static_cast<int>(env_int("XMESH_LINGER_MS", 1000)));
 }
+
+// A TCP connection whose peer stops answering ZMTP heartbeats is closed and made again (the
+// DEALER's side), so that a link that comes back is used at once rather than after TCP's
+// retransmission back-off; what it lost is sent again (transport.hpp). A ROUTER lets the new
+// connection take over the routing id of the old one it may not have noticed dead yet.
+void set_tcp_link_options(zmq::socket_t& s, bool router) {
+  s.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(env_int("XMESH_LINK_HEARTBEAT_MS", 1000)));
+  s.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(env_int("XMESH_LINK_TIMEOUT_MS", 3000)));
+  if (router) s.set(zmq::sockopt::router_handover, 1);
+}
+
+bool is_tcp(const std::string& addr) { return addr.rfind("tcp://", 0) == 0; }
 }  // namespace
 
 Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
@@ -45,6 +57,8 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
   id_ = role_ + "-" + short_host() + "-" + std::to_string(getpid()) + "-" + inc_hex.substr(0, 8);
   max_message_bytes_ = static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30));
   send_timeout_ms_ = env_int("XMESH_SEND_TIMEOUT_MS", 30000);
+  resend_buffer_bytes_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_RESEND_BUFFER_BYTES", int64_t(1) << 30)));
+  ack_every_ = static_cast<uint64_t>(std::max<int64_t>(1, env_int("XMESH_ACK_EVERY", 128)));
   max_pending_peers_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_MAX_PENDING_PEERS", 10000)));
   raise_fd_limit();
   if (!accept_cookie.empty()) accepted_cookies_.insert(accept_cookie);
@@ -89,6 +103,7 @@ std::unique_ptr<zmq::socket_t> Transport::make_router(const std::string& bind_ad
                              "could make this process run code (write one with `xmesh keygen FILE`)");
   auto router = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   set_common_options(*router);
+  if (tcp) set_tcp_link_options(*router, /*router=*/true);
   if (tcp && keys)
     require_curve_handshake(*router, keys->secret_z85);
   else
@@ -226,6 +241,10 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   p->sock->set(zmq::sockopt::reconnect_ivl, 10);
   p->sock->set(zmq::sockopt::reconnect_ivl_max, 200);
   p->sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
+  if (is_tcp(addr)) {
+    set_tcp_link_options(*p->sock, /*router=*/false);
+    p->resends = true;
+  }
   auto c = peer_cookies_.find(addr);
   p->cookie = c != peer_cookies_.end() ? c->second : default_cookie_;
   present_to(*p->sock, addr, p->cookie);
@@ -262,7 +281,7 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   h.kind = Kind::Hello;
   h.sender = id_;
   h.incarnation = incarnation_;
-  h.seq = ++p.seq;
+  h.seq = 0;  // outside the numbered stream: it says where the stream goes on
   HelloBody hello;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -277,14 +296,96 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   hello.pid = getpid();
   hello.max_message_bytes = max_message_bytes_;
   hello.host = hostname();
+  hello.acks = p.resends;
+  hello.fresh = p.seq + 1;
+  hello.resume = p.unacked.empty() ? hello.fresh : p.unacked.front().seq;
+  hello.peer_incarnation = p.peer_incarnation;
   h.body = hello;
   auto bytes = encode_header(h);
   zmq::message_t m(bytes.data(), bytes.size());
-  if (!p.sock->send(m, flags)) {
-    --p.seq;
-    throw SendError("send timed out (hello)");
+  if (!p.sock->send(m, flags)) throw SendError("sending to " + p.addr + " would block or timed out (hello)");
+}
+
+void Transport::resume_locked(OutPeer& p, zmq::send_flags flags) {
+  send_hello_locked(p, flags);
+  for (auto& u : p.unacked) {
+    std::vector<zmq::message_t> again(u.frames.size());
+    for (size_t i = 0; i < u.frames.size(); ++i) again[i].copy(u.frames[i]);
+    send_frames_locked(p, u.header, again, flags, flags == zmq::send_flags::none);
+    ++counts_.resent;
   }
-  p.hello_sent = true;
+  p.hello_due = false;
+}
+
+void Transport::send_frames_locked(OutPeer& p, const std::vector<uint8_t>& header, std::vector<zmq::message_t>& frames,
+                                   zmq::send_flags flags, bool blocking) {
+  try {
+    zmq::message_t hm(header.data(), header.size());
+    if (!p.sock->send(hm, frames.empty() ? flags : zmq::send_flags::sndmore | flags))
+      throw SendError(blocking ? "sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
+                                     " ms (peer not reading)"
+                               : "sending to " + p.addr + " would block (the link is down or the peer not reading)");
+    // The rest of a message whose first frame was taken is always taken.
+    for (size_t i = 0; i < frames.size(); ++i) {
+      auto f = i + 1 == frames.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+      if (!p.sock->send(frames[i], f)) throw SendError("sending to " + p.addr + " timed out (payload)");
+    }
+  } catch (const zmq::error_t& e) {
+    throw SendError("sending to " + p.addr + " failed: " + e.what());
+  }
+}
+
+void Transport::read_acks_locked(OutPeer& p) {
+  if (!p.resends || !p.sock) return;
+  try {
+    for (;;) {
+      zmq::message_t m;
+      if (!p.sock->recv(m, zmq::recv_flags::dontwait)) return;
+      bool whole = !m.more();
+      for (zmq::message_t rest; !whole && p.sock->recv(rest, zmq::recv_flags::dontwait);) whole = !rest.more();
+      std::string error;
+      auto h = decode_header(m.data(), m.size(), error);
+      if (!h || h->kind != Kind::Ack) continue;  // only acknowledgements come back on a DEALER
+      p.peer_incarnation = h->incarnation;
+      while (!p.unacked.empty() && p.unacked.front().seq <= h->seq) {
+        p.unacked_bytes -= p.unacked.front().bytes;
+        p.unacked.pop_front();
+      }
+    }
+  } catch (const zmq::error_t&) {
+  }
+}
+
+void Transport::notice_reconnect_locked(OutPeer& p) {
+  if (p.handshaken && p.watch && p.sock && p.watch->reconnected()) {
+    p.hello_due = true;
+    ++counts_.reconnects;
+  }
+}
+
+void Transport::make_room_locked(OutPeer& p, size_t bytes, bool blocking) {
+  read_acks_locked(p);
+  auto full = [&] { return !p.unacked.empty() && p.unacked_bytes + bytes > resend_buffer_bytes_; };
+  if (!full()) return;
+  const std::string why = "the link to " + p.addr + " holds " + std::to_string(p.unacked_bytes) +
+                          " bytes its peer has not acknowledged (XMESH_RESEND_BUFFER_BYTES is " +
+                          std::to_string(resend_buffer_bytes_) + "): the peer is not keeping up or the link is down";
+  if (!blocking) throw SendError(why);
+  const int64_t deadline = now_ms() + send_timeout_ms_;
+  while (full()) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0) throw SendError(why + " (waited " + std::to_string(send_timeout_ms_) + " ms)");
+    notice_reconnect_locked(p);  // the I/O thread skips a peer busy here: its link is tended here
+    if (p.hello_due) {
+      try {
+        resume_locked(p, zmq::send_flags::dontwait);
+      } catch (const SendError&) {
+      }
+    }
+    zmq::pollitem_t item{p.sock->handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(std::min<int64_t>(left, 50)));
+    read_acks_locked(p);
+  }
 }
 
 void Transport::send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
@@ -292,26 +393,29 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   std::lock_guard<std::mutex> g(p->mu);
   if (!p->sock) throw SendError("connection to " + addr + " is closed");
   const auto wait = blocking ? zmq::send_flags::none : zmq::send_flags::dontwait;
-  if (!p->hello_sent) send_hello_locked(*p, wait);
   h.sender = id_;
   h.incarnation = incarnation_;
   split_large_frames(h, frames);
-  try {
-    h.seq = p->seq + 1;
-    auto bytes = encode_header(h);
-    zmq::message_t hm(bytes.data(), bytes.size());
-    auto flags = frames.empty() ? wait : zmq::send_flags::sndmore | wait;
-    if (!p->sock->send(hm, flags))
-      throw SendError(blocking ? "sending to " + addr + " timed out after " + std::to_string(send_timeout_ms_) +
-                                     " ms (peer not reading)"
-                               : "sending to " + addr + " would block (the link is down or the peer not reading)");
-    ++p->seq;  // taken only by a message that went out: a number skipped would read as a gap
-    for (size_t i = 0; i < frames.size(); ++i) {
-      auto f = i + 1 == frames.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-      if (!p->sock->send(frames[i], f)) throw SendError("sending to " + addr + " timed out (payload)");
-    }
-  } catch (const zmq::error_t& e) {
-    throw SendError("sending to " + addr + " failed: " + e.what());
+  Unacked kept{};
+  if (p->resends) {
+    for (auto& f : frames) kept.bytes += f.size();
+    make_room_locked(*p, kept.bytes, blocking);
+  }
+  if (p->hello_due) resume_locked(*p, wait);
+  h.seq = p->seq + 1;
+  auto header = encode_header(h);
+  if (p->resends) {
+    kept.seq = h.seq;
+    kept.header = header;
+    kept.bytes += header.size();
+    kept.frames.resize(frames.size());
+    for (size_t i = 0; i < frames.size(); ++i) kept.frames[i].copy(frames[i]);  // shares their memory
+  }
+  send_frames_locked(*p, header, frames, wait, blocking);
+  ++p->seq;  // taken only by a message that went out: a number skipped would read as a gap
+  if (p->resends) {
+    p->unacked_bytes += kept.bytes;
+    p->unacked.push_back(std::move(kept));
   }
   ++counts_.sent;
 }
@@ -414,29 +518,30 @@ void Transport::set_receive_timeout(int ms) {
   router_->set(zmq::sockopt::rcvtimeo, ms);
 }
 
-bool Transport::receive_parts(std::vector<zmq::message_t>& parts) {
+zmq::socket_t* Transport::receive_parts(std::vector<zmq::message_t>& parts) {
   zmq::socket_t* tcp = tcp_ready_.load(std::memory_order_acquire);
   try {
     if (!tcp)  // one router: a blocking receive with a timeout costs fewer system calls than a poll
-      return bool(zmq::recv_multipart(*router_, std::back_inserter(parts)));
+      return zmq::recv_multipart(*router_, std::back_inserter(parts)) ? router_.get() : nullptr;
     zmq::pollitem_t items[2] = {{router_->handle(), 0, ZMQ_POLLIN, 0}, {tcp->handle(), 0, ZMQ_POLLIN, 0}};
-    if (zmq::poll(items, 2, std::chrono::milliseconds(receive_timeout_ms_)) <= 0) return false;
+    if (zmq::poll(items, 2, std::chrono::milliseconds(receive_timeout_ms_)) <= 0) return nullptr;
     poll_tcp_first_ = !poll_tcp_first_;
     zmq::socket_t* order[2] = {router_.get(), tcp};
     if (poll_tcp_first_) std::swap(order[0], order[1]);
     for (zmq::socket_t* s : order)
-      if (zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait)) return true;
-    return false;
+      if (zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait)) return s;
+    return nullptr;
   } catch (const zmq::error_t& e) {
     if (e.num() == ETERM) throw;
     parts.clear();
-    return false;  // EINTR and the like: go round again
+    return nullptr;  // EINTR and the like: go round again
   }
 }
 
 std::optional<Transport::Received> Transport::receive() {
   std::vector<zmq::message_t> parts;
-  if (!receive_parts(parts)) return std::nullopt;
+  zmq::socket_t* router = receive_parts(parts);
+  if (!router) return std::nullopt;
   if (parts.size() < 2) {
     ++counts_.malformed;
     return std::nullopt;
@@ -456,7 +561,7 @@ std::optional<Transport::Received> Transport::receive() {
   m.peer_identity = identity;
   m.frames.reserve(parts.size() - 2);
   for (size_t i = 2; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
-  auto received = admit(identity, std::move(m), by_key);
+  auto received = admit(identity, std::move(m), by_key, router);
   if (!received || received->refusal) return received;
   Message& got = received->msg;
   if (got.payload_bytes() > max_message_bytes_) {  // answered by the node, naming both limits
@@ -476,9 +581,11 @@ std::optional<Transport::Received> Transport::receive() {
 
 // What a decoded message from identity becomes: its Hello handled, a refusal passed up,
 // anything else from a stranger dropped; then its sequence number checked.
-std::optional<Transport::Received> Transport::admit(const std::string& identity, Message m, bool by_key) {
+std::optional<Transport::Received> Transport::admit(const std::string& identity, Message m, bool by_key,
+                                                    zmq::socket_t* router) {
   InPeer* in = &in_peer(identity);
   if (in->refused) return std::nullopt;
+  in->router = router;
   if (m.header.kind == Kind::Hello) {
     // First on every connection; from an identity already known it is a new connection (its
     // peer lost the old one, say after this node stalled), whose numbers start again.
@@ -500,12 +607,19 @@ std::optional<Transport::Received> Transport::admit(const std::string& identity,
     }
     return std::nullopt;
   }
-  auto verdict = in->seq.accept(m.header.incarnation, m.header.seq);
-  if (verdict == SeqTracker::Duplicate) {
-    ++counts_.duplicates;
+  if (m.header.kind == Kind::Ack) {  // acknowledgements travel back on a DEALER's connection only
+    count_malformed("dropped an acknowledgement sent as a message");
     return std::nullopt;
   }
+  auto verdict = in->seq.accept(m.header.incarnation, m.header.seq, in->acks);
+  if (verdict == SeqTracker::Duplicate) {  // sent again after a reconnect: acknowledge, so its sender drops it
+    ++counts_.duplicates;
+    if (in->acks) note_delivered(identity, *in, true);
+    return std::nullopt;
+  }
+  if (verdict == SeqTracker::Early) return std::nullopt;  // those before it were lost: they come again first
   if (verdict == SeqTracker::Gap) ++counts_.gaps;
+  if (in->acks) note_delivered(identity, *in, false);
   ++counts_.received;
   m.sender_addr = in->addr;  // the I/O thread alone writes in_ entries: no lock to read its own
   return Received{std::move(m), std::nullopt};
@@ -547,15 +661,16 @@ std::vector<RefuseBody> Transport::tidy() {
     verdicts_due = !handshaking_.empty();
   }
   auto refused = verdicts_due ? handshake_verdicts() : std::vector<RefuseBody>{};
-  hello_again_on_reconnect();
+  send_due_acks();
+  tend_tcp_links();
   return refused;
 }
 
 // A TCP connection made again (the link came back, or another process listens at the address
-// now) starts with Hello like a new one: the receiver may not know this node (a restarted
-// agent), and one that does starts its sequence numbers anew. What was sent before this tick on
-// the new connection reaches only a receiver that still knows this node.
-void Transport::hello_again_on_reconnect() {
+// now) starts with Hello like a new one, then carries again what was not acknowledged: the
+// receiver may not know this node (a restarted agent), and one that does takes in order only
+// what it lacks. A peer busy in a send is left to its sender, which tends it the same way.
+void Transport::tend_tcp_links() {
   std::vector<std::weak_ptr<OutPeer>> watching;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -566,13 +681,62 @@ void Transport::hello_again_on_reconnect() {
   for (auto& w : watching) {
     auto p = w.lock();
     if (!p) continue;
-    std::lock_guard<std::mutex> g(p->mu);
+    std::unique_lock<std::mutex> g(p->mu, std::try_to_lock);  // the I/O thread never waits for a sender
+    if (!g.owns_lock()) {
+      kept.push_back(w);
+      continue;
+    }
     if (!p->watch || !p->sock) continue;
-    if (p->watch->reconnected()) p->hello_sent = false;
+    notice_reconnect_locked(*p);
+    read_acks_locked(*p);
+    if (p->hello_due) {
+      try {
+        resume_locked(*p, zmq::send_flags::dontwait);
+      } catch (const SendError&) {  // it cannot take them now: the next tick, or the next send, tries again
+      }
+    }
     kept.push_back(w);
   }
   std::lock_guard<std::mutex> g(mu_);
   reconnecting_.insert(reconnecting_.end(), kept.begin(), kept.end());
+}
+
+void Transport::send_ack(const std::string& identity, InPeer& in) {
+  if (!in.router) return;
+  Header h;
+  h.kind = Kind::Ack;
+  h.sender = id_;
+  h.incarnation = incarnation_;
+  h.seq = in.seq.last();
+  auto bytes = encode_header(h);
+  try {
+    zmq::message_t to(identity.data(), identity.size()), ack(bytes.data(), bytes.size());
+    if (in.router->send(to, zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        in.router->send(ack, zmq::send_flags::dontwait))
+      in.acked = h.seq;
+  } catch (const zmq::error_t&) {
+    // Its connection is gone (or full): it sends again what this would have acknowledged.
+  }
+}
+
+void Transport::note_delivered(const std::string& identity, InPeer& in, bool force) {
+  if (in.seq.last() - in.acked >= ack_every_) {
+    send_ack(identity, in);
+  } else if (!in.ack_due && (force || in.seq.last() != in.acked)) {
+    in.ack_due = true;
+    ack_due_.push_back(identity);
+  }
+}
+
+void Transport::send_due_acks() {
+  std::vector<std::string> due;
+  due.swap(ack_due_);
+  for (auto& identity : due) {
+    auto it = in_.find(identity);  // written by this (the I/O) thread alone
+    if (it == in_.end()) continue;
+    it->second.ack_due = false;
+    send_ack(identity, it->second);
+  }
 }
 
 // Polls the watches of out peers whose first handshake has not ended (a peer's mutex is never
@@ -599,6 +763,7 @@ std::vector<RefuseBody> Transport::handshake_verdicts() {
       p->sock->set(zmq::sockopt::linger, 0);
       close_peer_locked(*p);
     } else if (p->addr.rfind("tcp://", 0) == 0) {
+      p->handshaken = true;
       reconnects.push_back(w);  // still watched: its link may drop and come back
     } else {
       p->watch.reset();
@@ -657,6 +822,9 @@ void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
     send_refusal(hello.addr, hello.reply_cookie, reason);
     return;
   }
+  // The same sender on a connection made again goes on where this node is; a sender new here
+  // starts where its Hello says, past what it had meant for a predecessor of this process.
+  const bool goes_on = in.authed && in.node_id == m.header.sender && hello.acks;
   std::lock_guard<std::mutex> g(mu_);
   if (!in.authed && pending_peers_ > 0) --pending_peers_;
   in.authed = true;
@@ -664,8 +832,14 @@ void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
   in.node_id = m.header.sender;
   in.max_message_bytes = hello.max_message_bytes;
   in.pid = hello.pid;
-  in.seq = SeqTracker{};
-  in.seq.accept(m.header.incarnation, m.header.seq);
+  in.acks = hello.acks;
+  if (!goes_on) {
+    bool predecessor = hello.acks && hello.peer_incarnation != 0 && hello.peer_incarnation != incarnation_;
+    uint64_t next = std::max<uint64_t>(1, predecessor ? hello.fresh : hello.resume);
+    in.seq = SeqTracker{};
+    in.seq.start(m.header.incarnation, next - 1);
+    in.acked = next - 1;
+  }
   if (!hello.addr.empty() && !hello.reply_cookie.empty()) peer_cookies_.emplace(hello.addr, hello.reply_cookie);
 }
 
@@ -696,8 +870,18 @@ NodeStats Transport::stats() const {
   s.duplicates = counts_.duplicates;
   s.evicted = counts_.evicted;
   s.too_large = counts_.too_large;
-  std::lock_guard<std::mutex> g(mu_);
-  s.peers = in_.size();
+  s.resent = counts_.resent;
+  s.reconnects = counts_.reconnects;
+  std::vector<std::shared_ptr<OutPeer>> peers;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    s.peers = in_.size();
+    for (auto& kv : out_) peers.push_back(kv.second);
+  }
+  for (auto& p : peers) {  // a peer's mutex is never taken under mu_
+    std::lock_guard<std::mutex> g(p->mu);
+    s.unacked += p->unacked.size();
+  }
   return s;
 }
 

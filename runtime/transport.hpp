@@ -7,8 +7,16 @@
 // address and the cookie to present when connecting back); nothing from an identity that has
 // not passed Hello goes further. Sequence numbers per connection count gaps and drop
 // duplicates. Its own lock guards the peer tables.
+//
+// A TCP link can lose its connection (a cut link, a reset, ZMTP heartbeats timing out) and
+// ZeroMQ drops what was in flight on it. So over TCP the sender keeps every message until the
+// receiver acknowledges it (Ack, sent back on the same connection by the receiving ROUTER, about
+// every XMESH_ACK_EVERY messages and every I/O tick), and when the DEALER connects again it says
+// Hello and sends again, in order, whatever is unacknowledged; the receiver takes messages in
+// order only and drops what it already has: nothing lost, nothing twice, as Monarch's channels.
 #pragma once
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +46,9 @@ struct NodeStats {
   uint64_t peers = 0;    // inbound connections known now (authenticated or not)
   uint64_t evicted = 0;  // unauthenticated identities dropped to bound memory
   uint64_t too_large = 0;  // messages over XMESH_MAX_MESSAGE_BYTES (answered or logged, not dispatched)
+  uint64_t resent = 0;      // messages sent again over a TCP connection made again
+  uint64_t reconnects = 0;  // TCP connections made again (a link that dropped and came back)
+  uint64_t unacked = 0;     // messages kept now until their TCP receivers acknowledge them
 };
 
 class Transport {
@@ -77,6 +88,8 @@ class Transport {
   // Sends one message (fills sender, incarnation, seq; says Hello first on a new connection).
   // blocking=false (the I/O thread's own sends, heartbeats): a peer that cannot take it now
   // (a TCP link down, its queue full) gets SendError at once instead of stalling the caller.
+  // Over TCP the message is kept until acknowledged; past XMESH_RESEND_BUFFER_BYTES kept for one
+  // peer, a blocking send waits (up to the send timeout) for acknowledgements.
   void send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking = true);
   void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
   // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
@@ -103,9 +116,10 @@ class Transport {
   // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
   // (applied by the I/O thread). Only gone peers: a peer says Hello once per connection.
   void forget_peer(const std::string& addr);
-  // I/O thread, every tick: applies forget_peer() requests also when no message comes, makes a
-  // TCP peer whose connection was made again hear Hello again, and returns the peers that
-  // refused this node in a handshake since the last call (each once).
+  // I/O thread, every tick: applies forget_peer() requests also when no message comes, sends the
+  // acknowledgements due, reads those that came, makes a TCP peer whose connection was made again
+  // hear Hello and what it has not acknowledged, and returns the peers that refused this node in
+  // a handshake since the last call (each once). Never waits for a peer.
   std::vector<RefuseBody> tidy();
   void count_malformed(const std::string& what);  // a message whose body did not read
   NodeStats stats() const;
@@ -113,14 +127,26 @@ class Transport {
   void close();
 
  private:
+  // A message kept until its receiver acknowledges it (TCP links).
+  struct Unacked {
+    uint64_t seq;
+    std::vector<uint8_t> header;  // encoded
+    std::vector<zmq::message_t> frames;  // copies sharing the sent frames' memory
+    size_t bytes;
+  };
   struct OutPeer {
     std::mutex mu;
     std::string addr;
     std::unique_ptr<zmq::socket_t> sock;
-    std::unique_ptr<HandshakeWatch> watch;  // until the first handshake ends; reset before sock
+    std::unique_ptr<HandshakeWatch> watch;  // until the first handshake ends (TCP: for good); reset before sock
     uint64_t seq = 0;
-    bool hello_sent = false;
+    bool hello_due = true;  // a new connection: Hello (and, over TCP, what is unacknowledged) first
+    bool handshaken = false;  // its first handshake ended (then a TCP one is watched for reconnects)
     std::string cookie;
+    bool resends = false;  // a TCP link: keeps what it sends until acknowledged
+    std::deque<Unacked> unacked;
+    size_t unacked_bytes = 0;
+    uint64_t peer_incarnation = 0;  // the receiver's, from its acknowledgements
   };
   struct InPeer {
     bool authed = false;
@@ -129,6 +155,10 @@ class Transport {
     int64_t pid = 0;                 // its process, from its Hello
     std::string node_id, addr;
     SeqTracker seq;
+    zmq::socket_t* router = nullptr;  // the ROUTER its connection reached (acknowledgements go back there)
+    bool acks = false;                // its sender resends: take in order only, acknowledge
+    bool ack_due = false;             // listed in ack_due_
+    uint64_t acked = 0;               // the last number acknowledged
   };
 
   // A ROUTER listening at bind_addr (CURVE on TCP with a key, else PLAIN); *endpoint: where.
@@ -137,18 +167,36 @@ class Transport {
   std::shared_ptr<const CurveKeys> keys() const { return std::atomic_load(&keys_); }
   // The address a peer at dest_addr should answer to: the TCP one for a TCP peer.
   std::string own_addr_for(const std::string& dest_addr) const;
-  // Reads one multipart message from whichever router has one (polling both once there are two).
-  bool receive_parts(std::vector<zmq::message_t>& parts);
+  // Reads one multipart message from whichever router has one (polling both once there are two);
+  // the router it came from, or nullptr.
+  zmq::socket_t* receive_parts(std::vector<zmq::message_t>& parts);
   std::shared_ptr<OutPeer> out_peer(const std::string& addr);
-  void send_hello_locked(OutPeer& p, zmq::send_flags flags = zmq::send_flags::none);
+  void send_hello_locked(OutPeer& p, zmq::send_flags flags);
+  // Hello, then (TCP) every unacknowledged message again, in order. Throws SendError when the
+  // peer cannot take them now (hello_due stays set: the next send or tick tries again).
+  void resume_locked(OutPeer& p, zmq::send_flags flags);
+  void send_frames_locked(OutPeer& p, const std::vector<uint8_t>& header, std::vector<zmq::message_t>& frames,
+                          zmq::send_flags flags, bool blocking);
+  // Acknowledgements that came back on p's connection: what they cover is dropped.
+  void read_acks_locked(OutPeer& p);
+  // Room for `bytes` more unacknowledged: reads acks; a blocking sender waits for them.
+  void make_room_locked(OutPeer& p, size_t bytes, bool blocking);
+  void notice_reconnect_locked(OutPeer& p);
+  // I/O thread: acknowledges what `in` (at identity) delivered since the last acknowledgement.
+  void send_ack(const std::string& identity, InPeer& in);
+  // force: acknowledge even with nothing new (what came was sent again: its sender still keeps it).
+  void note_delivered(const std::string& identity, InPeer& in, bool force);
+  void send_due_acks();
   void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
   std::vector<RefuseBody> handshake_verdicts();
-  void hello_again_on_reconnect();  // a TCP peer connected anew hears Hello before anything else
+  // Each TCP out peer not busy in a send: its acks read; connected anew, it hears Hello and what
+  // it has not acknowledged.
+  void tend_tcp_links();
   static void close_peer_locked(OutPeer& p);
   std::string connection_id();  // "<node id>.<n>": the routing id of one outbound connection
   void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
   bool join_pieces(Message& m);
-  std::optional<Received> admit(const std::string& identity, Message m, bool by_key);
+  std::optional<Received> admit(const std::string& identity, Message m, bool by_key, zmq::socket_t* router);
   void handle_hello(InPeer& in, const Message& m, bool by_key);
   // How a DEALER to addr proves who it is: CURVE with the key file on TCP, else the cookie.
   void present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie);
@@ -160,6 +208,8 @@ class Transport {
   size_t max_message_bytes_;
 
   int64_t send_timeout_ms_;
+  size_t resend_buffer_bytes_;  // XMESH_RESEND_BUFFER_BYTES: unacknowledged bytes kept per TCP peer
+  uint64_t ack_every_;          // XMESH_ACK_EVERY: a receiver acknowledges at least this often
   std::shared_ptr<const CurveKeys> keys_;  // the cluster's key file, for TCP links (atomic access)
   std::string key_file_;                   // its path (under mu_)
   zmq::context_t ctx_;
@@ -184,6 +234,7 @@ class Transport {
   // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.
   std::unordered_map<std::string, InPeer> in_;
   size_t pending_peers_ = 0, max_pending_peers_ = 0;
+  std::vector<std::string> ack_due_;  // identities owed an acknowledgement (I/O thread only)
   std::vector<std::string> gone_addrs_;
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
@@ -192,7 +243,7 @@ class Transport {
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
     std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},
-        too_large{0};
+        too_large{0}, resent{0}, reconnects{0};
   } counts_;
 };
 

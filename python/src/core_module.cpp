@@ -472,6 +472,9 @@ void bind_node(py::module_& m) {
       .def_readonly("malformed", &NodeStats::malformed)
       .def_readonly("gaps", &NodeStats::gaps)
       .def_readonly("duplicates", &NodeStats::duplicates)
+      .def_readonly("resent", &NodeStats::resent)
+      .def_readonly("reconnects", &NodeStats::reconnects)
+      .def_readonly("unacked", &NodeStats::unacked)
       .def_readonly("evicted", &NodeStats::evicted)
       .def_readonly("too_large", &NodeStats::too_large)
       .def_readonly("peers", &NodeStats::peers);

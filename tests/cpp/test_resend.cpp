@@ -1,0 +1,271 @@
+// A TCP link whose connection drops: what was in flight is sent again, once, in order
+// (transport.hpp). The connection runs through a relay that the test stalls (bytes pile up in
+// the kernel's buffers, as on a cut link) and then resets (RST on every connection: what the
+// buffers held is gone, as when heartbeats time a connection out).
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "node.hpp"
+#include "util.hpp"
+
+using namespace xmesh;
+
+namespace {
+
+int port_of(const std::string& tcp_addr) { return std::stoi(tcp_addr.substr(tcp_addr.rfind(':') + 1)); }
+
+int loopback_socket(int port, bool listen_there) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (listen_there) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(fd, 16) == 0);
+  } else if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Forwards every connection made to its port to target_port on loopback, both ways.
+class Relay {
+ public:
+  explicit Relay(int target_port) : target_(target_port), listener_(loopback_socket(0, true)) {
+    sockaddr_in sa{};
+    socklen_t n = sizeof sa;
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&sa), &n);
+    port_ = ntohs(sa.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    thread_.join();
+    for (auto& [a, b] : pairs_) {
+      ::close(a);
+      ::close(b);
+    }
+    ::close(listener_);
+  }
+  std::string addr() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  // Stops reading: what is sent piles up in the kernel's buffers.
+  void stall() { stalled_ = true; }
+  // Every connection ends with a reset (what the buffers held is lost); new ones are relayed.
+  void reset_all() {
+    resets_wanted_++;
+    while (resets_done_ < resets_wanted_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  size_t connections() const { return accepted_; }
+
+ private:
+  void run() {
+    while (!stop_) {
+      if (resets_done_ < resets_wanted_) {
+        for (auto& [a, b] : pairs_) {
+          linger hard{1, 0};  // close with RST, discarding what is queued
+          setsockopt(a, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+          setsockopt(b, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+          ::close(a);
+          ::close(b);
+        }
+        pairs_.clear();
+        stalled_ = false;
+        resets_done_ = resets_wanted_.load();
+      }
+      std::vector<pollfd> fds{{listener_, POLLIN, 0}};
+      if (!stalled_)
+        for (auto& [a, b] : pairs_) {
+          fds.push_back({a, POLLIN, 0});
+          fds.push_back({b, POLLIN, 0});
+        }
+      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+      if (fds[0].revents & POLLIN) accept_one();
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        auto& pair = pairs_[(i - 1) / 2];
+        int from = fds[i].fd, to = from == pair.first ? pair.second : pair.first;
+        if (!forward(from, to)) {
+          pair = {-1, -1};
+          ::close(from);
+          ::close(to);
+        }
+      }
+      pairs_.erase(std::remove(pairs_.begin(), pairs_.end(), std::make_pair(-1, -1)), pairs_.end());
+    }
+  }
+  void accept_one() {
+    int in = ::accept(listener_, nullptr, nullptr);
+    if (in < 0) return;
+    int out = loopback_socket(target_, false);
+    if (out < 0) {
+      ::close(in);
+      return;
+    }
+    pairs_.emplace_back(in, out);
+    ++accepted_;
+  }
+  static bool forward(int from, int to) {
+    char buf[65536];
+    ssize_t n = ::read(from, buf, sizeof buf);
+    if (n <= 0) return false;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = ::write(to, buf + off, n - off);
+      if (w <= 0) return false;
+      off += w;
+    }
+    return true;
+  }
+
+  int target_, listener_, port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, stalled_{false};
+  std::atomic<uint64_t> resets_wanted_{0}, resets_done_{0};
+  std::atomic<size_t> accepted_{0};
+  std::vector<std::pair<int, int>> pairs_;  // the relay's thread only
+};
+
+// Short link heartbeats, so that connections are judged dead (and made again) quickly.
+struct QuickLinks {
+  QuickLinks() {
+    setenv("XMESH_LINK_HEARTBEAT_MS", "100", 1);
+    setenv("XMESH_LINK_TIMEOUT_MS", "300", 1);
+    setenv("XMESH_HEARTBEAT_MS", "200", 1);
+  }
+};
+
+// Numbered messages that land in the receiver's control inbox.
+void send_numbered(Node& from, const std::string& to, int first, int last) {
+  for (int i = first; i < last; ++i) {
+    Header h;
+    h.kind = Kind::Configure;
+    h.method = std::to_string(i);
+    from.send(to, h, {});
+  }
+}
+
+// The numbers `box` takes within the deadline, in arrival order (stops after `want`).
+std::vector<int> numbers_taken(Inbox& box, size_t want, int64_t ms) {
+  std::vector<int> got;
+  const int64_t deadline = now_ms() + ms;
+  while (got.size() < want) {
+    auto m = box.pop(static_cast<int>(std::max<int64_t>(1, deadline - now_ms())));
+    if (!m) break;
+    got.push_back(std::stoi(m->header.method));
+  }
+  return got;
+}
+
+std::vector<int> range(int first, int last) {
+  std::vector<int> v;
+  for (int i = first; i < last; ++i) v.push_back(i);
+  return v;
+}
+
+bool eventually(const std::function<bool()>& ok, int64_t ms) {
+  for (int64_t deadline = now_ms() + ms; now_ms() < deadline;) {
+    if (ok()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ok();
+}
+
+}  // namespace
+
+TEST_CASE("what a dropped TCP connection held is sent again, once and in order", "[node][tcp][resend]") {
+  QuickLinks quick;
+  Node b("proc", "tcp://127.0.0.1:*", "k");
+  Node a("controller", "tcp://127.0.0.1:*", "k");
+  a.set_default_cookie("k");
+  b.set_default_cookie("k");
+  a.start();
+  b.start();
+  Inbox* box = &b.control();
+  Relay relay(port_of(b.addr()));
+
+  send_numbered(a, relay.addr(), 0, 500);
+  REQUIRE(numbers_taken(*box, 500, 10000) == range(0, 500));
+  REQUIRE(eventually([&] { return a.stats().unacked == 0; }, 5000));  // acknowledged
+
+  relay.stall();
+  send_numbered(a, relay.addr(), 500, 2500);  // into the kernel's buffers, then lost
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(a.stats().unacked > 0);
+  relay.reset_all();
+  send_numbered(a, relay.addr(), 2500, 3000);
+
+  CHECK(numbers_taken(*box, 2500, 20000) == range(500, 3000));
+  CHECK_FALSE(box->pop(300));  // nothing twice
+  CHECK(relay.connections() >= 2);
+  CHECK(a.stats().reconnects >= 1);
+  CHECK(a.stats().resent > 0);
+  CHECK(b.stats().gaps == 0);
+  CHECK(eventually([&] { return a.stats().unacked == 0; }, 5000));  // the resent ones were acknowledged
+}
+
+TEST_CASE("a connection reset while idle resends nothing twice and keeps working", "[node][tcp][resend]") {
+  QuickLinks quick;
+  Node b("proc", "tcp://127.0.0.1:*", "k");
+  Node a("controller", "tcp://127.0.0.1:*", "k");
+  a.set_default_cookie("k");
+  b.set_default_cookie("k");
+  a.start();
+  b.start();
+  Inbox* box = &b.control();
+  Relay relay(port_of(b.addr()));
+  for (int round = 0; round < 3; ++round) {
+    send_numbered(a, relay.addr(), round * 100, round * 100 + 100);
+    REQUIRE(numbers_taken(*box, 100, 10000) == range(round * 100, round * 100 + 100));
+    relay.reset_all();
+    REQUIRE(eventually([&] { return relay.connections() >= static_cast<size_t>(round) + 2; }, 5000));
+  }
+  CHECK_FALSE(box->pop(300));
+  CHECK(b.stats().duplicates + b.stats().gaps == b.stats().duplicates);  // no gap, whatever came again
+}
+
+TEST_CASE("a receiver restarted at the address skips what was meant for its predecessor", "[node][tcp][resend]") {
+  QuickLinks quick;
+  auto b = std::make_unique<Node>("proc", "tcp://127.0.0.1:*", "k");
+  const int port = port_of(b->addr());
+  Node a("controller", "tcp://127.0.0.1:*", "k");
+  a.set_default_cookie("k");
+  b->set_default_cookie("k");
+  a.start();
+  b->start();
+  Relay relay(port);
+  {
+    Inbox* box = &b->control();
+    send_numbered(a, relay.addr(), 0, 100);
+    REQUIRE(numbers_taken(*box, 100, 10000) == range(0, 100));
+    REQUIRE(eventually([&] { return a.stats().unacked == 0; }, 5000));
+    relay.stall();
+    send_numbered(a, relay.addr(), 100, 150);  // for this process, which ends without them
+  }
+  b->stop();
+  b.reset();
+  Node again("proc", "tcp://127.0.0.1:" + std::to_string(port), "k");
+  again.set_default_cookie("k");
+  again.start();
+  Inbox* box = &again.control();
+  relay.reset_all();
+  REQUIRE(eventually([&] { return a.stats().reconnects >= 1; }, 5000));
+  send_numbered(a, relay.addr(), 150, 160);
+  CHECK(numbers_taken(*box, 10, 10000) == range(150, 160));
+  CHECK_FALSE(box->pop(300));
+}
