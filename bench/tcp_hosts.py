@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Calls across hosts over TCP (issue 20) beside the raw ZeroMQ TCP floor between the same
 network namespaces, in one run. Four namespace hosts (tests/python/netns_hosts.py; root needed),
-each running `xmesh-hostd --listen tcp://ADDR:7000 --key-file K`, this process the controller in
-the root namespace:
+each running two host agents: `xmesh-hostd --listen tcp://ADDR:7000 --key-file K` (procs reached
+through the agent's one port: the default, two relays on the way) and one on port 7001 with
+`--ports 7600-7699` (procs listening on ports of their own, reached directly); this process the
+controller in the root namespace:
 
-- `call_one` no-op round trip to an actor on one host, beside `zmq_pingpong` REQ/REP between the
-  root namespace and that host (plaintext TCP: the floor, no encryption);
-- `call()` to 4 actors (one per host) and to 16 (four per host), beside `zmq_pingpong fanout` to
-  4 and 16 REP servers placed the same way.
+- `call_one` no-op round trip to an actor on one host, both ways, beside `zmq_pingpong` REQ/REP
+  between the root namespace and that host (plaintext TCP: the floor, no encryption);
+- `call()` to 4 actors (one per host) and to 16 (four per host), both ways, beside
+  `zmq_pingpong fanout` to 4 and 16 REP servers placed the same way.
 
 Rounds alternate xmesh and the floor; each figure is the median of the rounds' medians.
 
@@ -45,15 +47,15 @@ class Noop(xmesh.Actor):
         return None
 
 
-def start_agents(net: NetnsHosts, tmp: str, key: str) -> list:
+def start_agents(net: NetnsHosts, tmp: str, key: str, port: int = 7000, *extra: str) -> list:
     agents = []
     for i, h in enumerate(net.hosts):
-        rd = os.path.join(tmp, f"rt{i}")
+        rd = os.path.join(tmp, f"rt{i}-{port}")
         os.makedirs(rd, mode=0o700)
-        log = os.path.join(tmp, f"agent{i}.log")
+        log = os.path.join(tmp, f"agent{i}-{port}.log")
         with open(log, "w") as f:
-            agents.append(h.popen([hostd_exe(), "--runtime-dir", rd, "--listen", f"tcp://{h.addr}:7000",
-                                   "--key-file", key], stdout=f, stderr=subprocess.STDOUT))
+            agents.append(h.popen([hostd_exe(), "--runtime-dir", rd, "--listen", f"tcp://{h.addr}:{port}",
+                                   "--key-file", key, *extra], stdout=f, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 20
         while "serving" not in open(log).read():
             if time.monotonic() > deadline or agents[-1].poll() is not None:
@@ -109,36 +111,42 @@ def main() -> None:
     key = os.path.join(tmp, "cluster.key")
     _core.write_new_key_file(key)
     with NetnsHosts(4) as net:
-        agents = start_agents(net, tmp, key)
+        agents = start_agents(net, tmp, key, 7000) + start_agents(net, tmp, key, 7001, "--ports", "7600-7699")
         try:
-            hm = xmesh.hosts([f"{h.addr}:7000" for h in net.hosts], key_file=key)
-            procs = hm.spawn_procs({"gpus": 4})
-            a = procs.spawn("noop", Noop)
-            a.initialized.get(timeout=60)
-            one = a.slice(hosts=1, gpus=0)
-            four = a.slice(gpus=0)
-            figures: dict[str, list[float]] = {k: [] for k in
-                                               ("call_one", "floor_1", "call_4", "floor_4", "call_16", "floor_16")}
+            meshes = {}
+            for way, port in (("relayed", 7000), ("direct", 7001)):
+                hm = xmesh.hosts([f"{h.addr}:{port}" for h in net.hosts], key_file=key)
+                procs = hm.spawn_procs({"gpus": 4})
+                a = procs.spawn("noop", Noop)
+                a.initialized.get(timeout=60)
+                meshes[way] = (procs, a)
+            figures: dict[str, list[float]] = {}
+
+            def add(name: str, value: float) -> None:
+                figures.setdefault(name, []).append(value)
+
             for _ in range(args.rounds):
-                figures["call_one"].append(statistics.median(xmesh_times(lambda: one.noop.call_one().get(), args.n)))
-                figures["floor_1"].append(floor(net, 1, lambda addrs: ["ping", addrs[1], str(args.n)]))
-                figures["floor_4"].append(floor(net, 1, lambda addrs: ["fanout", ",".join(addrs), "4",
-                                                                       str(args.n // 2)]))
-                figures["floor_16"].append(floor(net, 4, lambda addrs: ["fanout", ",".join(addrs), "16",
-                                                                        str(args.n // 4)]))
-                figures["call_4"].append(statistics.median(xmesh_times(lambda: four.noop.call().get(), args.n // 2)))
-                figures["call_16"].append(statistics.median(xmesh_times(lambda: a.noop.call().get(), args.n // 4)))
-            procs.stop()
+                for way, (_, a) in meshes.items():
+                    one, four = a.slice(hosts=1, gpus=0), a.slice(gpus=0)
+                    add(f"call_one {way}", statistics.median(xmesh_times(lambda: one.noop.call_one().get(), args.n)))
+                    add(f"call_4 {way}", statistics.median(xmesh_times(lambda: four.noop.call().get(), args.n // 2)))
+                    add(f"call_16 {way}", statistics.median(xmesh_times(lambda: a.noop.call().get(), args.n // 4)))
+                add("floor_1", floor(net, 1, lambda addrs: ["ping", addrs[1], str(args.n)]))
+                add("floor_4", floor(net, 1, lambda addrs: ["fanout", ",".join(addrs), "4", str(args.n // 2)]))
+                add("floor_16", floor(net, 4, lambda addrs: ["fanout", ",".join(addrs), "16", str(args.n // 4)]))
+            for procs, _ in meshes.values():
+                procs.stop()
         finally:
             for p in agents:
                 p.terminate()
                 p.wait(timeout=15)
     med = {k: statistics.median(v) for k, v in figures.items()}
     print(f"4 namespace hosts, CURVE links; median of {args.rounds} rounds' medians (us)")
-    print(f"{'':14}{'xmesh':>10}{'ZeroMQ TCP':>12}{'ratio':>8}")
+    print(f"{'':14}{'relayed':>10}{'direct':>10}{'ZeroMQ TCP':>12}{'relayed':>9}{'direct':>8}")
     for name, x, f in (("call_one", "call_one", "floor_1"), ("call() to 4", "call_4", "floor_4"),
                        ("call() to 16", "call_16", "floor_16")):
-        print(f"{name:14}{med[x]:>10.1f}{med[f]:>12.1f}{med[x] / med[f]:>7.2f}x")
+        r, d = med[f"{x} relayed"], med[f"{x} direct"]
+        print(f"{name:14}{r:>10.1f}{d:>10.1f}{med[f]:>12.1f}{r / med[f]:>8.2f}x{d / med[f]:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,10 @@ void present_credentials(zmq::socket_t& dealer, const std::string& role, const s
 }
 
 HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr)
-    : watched_(&watched), peer_addr_(std::move(peer_addr)), tcp_(peer_addr_.rfind("tcp://", 0) == 0) {
+    : watched_(&watched),
+      peer_addr_(std::move(peer_addr)),
+      tcp_(peer_addr_.rfind("tcp://", 0) == 0),
+      relayed_(tcp_ && peer_addr_.find('/', 6) != std::string::npos) {
   static std::atomic<uint64_t> serial{0};
   const std::string endpoint =
       "inproc://xmesh-handshake-" + std::to_string(getpid()) + "-" + std::to_string(++serial);
@@ -153,7 +156,7 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std:
   // connection: on TCP a disconnect before the handshake succeeded is a refusal too.
   const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                     (peer_addr_.rfind("tcp://", 0) == 0 ? ZMQ_EVENT_DISCONNECTED : 0);
+                     (tcp_ && !relayed_ ? ZMQ_EVENT_DISCONNECTED : 0);
   if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), events) != 0)
     throw zmq::error_t();
   events_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
@@ -185,6 +188,9 @@ HandshakeWatch::State HandshakeWatch::poll(std::string* why) {
       *why = "the node at " + peer_addr_ + " refused this node's credentials (" +
              (peer_addr_.rfind("tcp://", 0) == 0 ? "not this cluster's key file" : "wrong or missing cookie") +
              ", status " + std::to_string(value) + "): connection refused";
+    } else if (relayed_ && id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      // Through a relay a connection also ends before its handshake when the proc is not there
+      // (yet): not a refusal. A wrong key is refused by the host agent first, which is direct.
     } else if (id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
       state_ = State::Refused;
       *why = "the node at " + peer_addr_ + " closed the connection during the handshake: the two sides do not "

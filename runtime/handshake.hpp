@@ -93,6 +93,7 @@ class HandshakeWatch {
   std::unique_ptr<zmq::socket_t> events_;
   std::string peer_addr_;
   bool tcp_ = false;
+  bool relayed_ = false;  // a proc behind its host agent's port (tcp://host:port/N)
   State state_ = State::Pending;
 };
 

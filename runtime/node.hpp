@@ -55,6 +55,7 @@ class Node {
     return transport_.listen_tcp(bind_addr, key_file, advertise);
   }
   std::string tcp_addr() const { return transport_.tcp_addr(); }
+  std::string tcp_bound_addr() const { return transport_.tcp_bound_addr(); }
   // The cookie of the cluster whose key this node uses (keys.hpp); "" without a key.
   std::string cluster_cookie() const { return transport_.cluster_cookie(); }
   const std::string& role() const { return transport_.role(); }

@@ -5,12 +5,28 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace xmesh {
 
+namespace {
+bool valid_port(const std::string& port) {
+  return !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos &&
+         std::stoi(port) <= 65535;
+}
+}  // namespace
+
 TcpEndpoint TcpEndpoint::parse(const std::string& text) {
   std::string rest = text.rfind("tcp://", 0) == 0 ? text.substr(6) : text;
+  int behind = 0;
+  if (auto slash = rest.find('/'); slash != std::string::npos) {
+    std::string b = rest.substr(slash + 1);
+    if (!valid_port(b) || std::stoi(b) == 0)
+      throw std::invalid_argument("'" + text + "' names no valid port behind its host agent (tcp://host:port/N)");
+    behind = std::stoi(b);
+    rest = rest.substr(0, slash);
+  }
   auto colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0)
     throw std::invalid_argument("'" + text + "' is not a TCP address (host:port)");
@@ -18,17 +34,22 @@ TcpEndpoint TcpEndpoint::parse(const std::string& text) {
   e.host = rest.substr(0, colon);
   if (e.host.size() >= 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
   std::string port = rest.substr(colon + 1);
-  if (port == "*") return e;
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(port) > 65535)
-    throw std::invalid_argument("'" + text + "' has no valid port (0-65535 or *)");
+  e.behind = behind;
+  if (port == "*" && !behind) return e;
+  if (!valid_port(port)) throw std::invalid_argument("'" + text + "' has no valid port (0-65535 or *)");
   e.port = std::stoi(port);
   return e;
 }
 
+std::string TcpEndpoint::proxy() const {
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return h + ":" + std::to_string(port);
+}
+
 std::string TcpEndpoint::str() const {
   std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  return "tcp://" + h + ":" + (port ? std::to_string(port) : std::string("*"));
+  return "tcp://" + h + ":" + (port ? std::to_string(port) : std::string("*")) +
+         (behind ? "/" + std::to_string(behind) : std::string());
 }
 
 bool TcpEndpoint::loopback() const { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
@@ -44,11 +65,10 @@ bool loopback_tcp(const std::string& addr) {
 }
 
 namespace {
-// Whether port can be bound on host now (and the port the kernel chose for port 0).
-std::optional<int> try_bind(const std::string& host, int port) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  int family = AF_INET;
+// host (an IP address, "localhost", or * / "" for every interface) and port as a socket address;
+// false for a name.
+bool socket_address(const std::string& host, int port, sockaddr_storage& ss, socklen_t& len) {
+  ss = sockaddr_storage{};
   std::string h = (host == "*" || host.empty()) ? "0.0.0.0" : host == "localhost" ? "127.0.0.1" : host;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
@@ -56,25 +76,57 @@ std::optional<int> try_bind(const std::string& host, int port) {
     v4->sin_family = AF_INET;
     v4->sin_port = htons(static_cast<uint16_t>(port));
     len = sizeof(*v4);
-  } else if (inet_pton(AF_INET6, h.c_str(), &v6->sin6_addr) == 1) {
-    family = AF_INET6;
+    return true;
+  }
+  if (inet_pton(AF_INET6, h.c_str(), &v6->sin6_addr) == 1) {
     v6->sin6_family = AF_INET6;
     v6->sin6_port = htons(static_cast<uint16_t>(port));
     len = sizeof(*v6);
-  } else {
-    return std::nullopt;  // a name: the caller listens on an address
+    return true;
   }
-  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  return false;
+}
+
+int port_of(const sockaddr_storage& ss) {
+  return ntohs(ss.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&ss)->sin_port
+                                       : reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+}
+
+// Whether port can be bound on host now (and the port the kernel chose for port 0).
+std::optional<int> try_bind(const std::string& host, int port) {
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  if (!socket_address(host, port, ss, len)) return std::nullopt;  // a name: the caller listens on an address
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return std::nullopt;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   std::optional<int> got;
   if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-    got = ntohs(family == AF_INET ? v4->sin_port : v6->sin6_port);
+    got = port_of(ss);
   close(fd);
   return got;
 }
 }  // namespace
+
+int listening_socket(const TcpEndpoint& at, int* bound_port) {
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  if (!socket_address(at.host, at.port, ss, len))
+    throw std::runtime_error("cannot listen on " + at.str() + ": not an IP address");
+  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("cannot listen on " + at.str() + ": " + std::strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 512) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot listen on " + at.str() + ": " + why);
+  }
+  if (bound_port) *bound_port = port_of(ss);
+  return fd;
+}
 
 std::optional<int> free_tcp_port(const std::string& host, int first, int last, const std::set<int>& taken) {
   if (first == 0) {

@@ -2,6 +2,11 @@
 // checks a listening address needs (loopback, wildcard), and the free ports a host agent hands
 // to the procs it starts for controllers over TCP. One home for these, shared by the transport
 // and the host agent.
+//
+// A proc reached through its host agent's one port has an address "tcp://host:port/N": the agent
+// listens at host:port and relays a SOCKS5 CONNECT to the proc's loopback port N there
+// (port_mux.hpp); a node dials such an address through that proxy (ZMQ_SOCKS_PROXY), the ZMTP
+// handshake and CURVE running end to end.
 #pragma once
 #include <optional>
 #include <set>
@@ -13,10 +18,12 @@ namespace xmesh {
 struct TcpEndpoint {
   std::string host;  // without brackets
   int port = 0;      // 0: any (a wildcard port, "*" or "0")
+  int behind = 0;    // a loopback port on that host reached through the agent at host:port; 0: none
 
   // "tcp://host:port" ("tcp://" optional); throws std::invalid_argument naming what is wrong.
   static TcpEndpoint parse(const std::string& text);
-  std::string str() const;  // "tcp://host:port", brackets around an IPv6 host
+  std::string str() const;  // "tcp://host:port[/behind]", brackets around an IPv6 host
+  std::string proxy() const;  // "host:port" (the agent that relays to `behind`)
   bool loopback() const;    // 127.0.0.0/8, ::1, localhost
   bool wildcard() const;    // 0.0.0.0, ::, * (every interface: not an address to advertise)
 };
@@ -28,5 +35,9 @@ bool loopback_tcp(const std::string& addr);
 // `taken` (first = 0: any port the kernel gives). nullopt when none is free. A port is tried by
 // binding it (SO_REUSEADDR, as ZeroMQ binds) and closing again.
 std::optional<int> free_tcp_port(const std::string& host, int first, int last, const std::set<int>& taken);
+
+// A non-blocking socket listening at `at` (an IP address; port 0: any), and the port it got.
+// Throws std::runtime_error naming the address and why.
+int listening_socket(const TcpEndpoint& at, int* bound_port);
 
 }  // namespace xmesh

@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include "bodies.hpp"
+#include "relay_dialer.hpp"
 #include "tcp_endpoint.hpp"
 #include "util.hpp"
 
@@ -46,6 +47,9 @@ void set_tcp_link_options(zmq::socket_t& s, bool router) {
 }
 
 bool is_tcp(const std::string& addr) { return addr.rfind("tcp://", 0) == 0; }
+
+// A proc behind its host agent's one port (tcp_endpoint.hpp).
+bool is_relayed(const std::string& addr) { return is_tcp(addr) && addr.find('/', 6) != std::string::npos; }
 }  // namespace
 
 Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
@@ -156,6 +160,7 @@ std::string Transport::listen_tcp(const std::string& bind_addr, const std::strin
   {
     std::lock_guard<std::mutex> g(mu_);
     tcp_addr_ = advertise.empty() ? endpoint : advertise;
+    tcp_bound_ = endpoint;
   }
   tcp_ready_.store(tcp_router_.get(), std::memory_order_release);
   return tcp_addr();
@@ -169,6 +174,11 @@ std::string Transport::cluster_cookie() const {
 std::string Transport::tcp_addr() const {
   std::lock_guard<std::mutex> g(mu_);
   return tcp_addr_;
+}
+
+std::string Transport::tcp_bound_addr() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return tcp_bound_;
 }
 
 std::string Transport::own_addr_for(const std::string& dest_addr) const {
@@ -192,6 +202,10 @@ void Transport::close() {
   tcp_ready_.store(nullptr);
   tcp_router_.reset();
   router_.reset();
+  {
+    std::lock_guard<std::mutex> g(dialer_mu_);
+    dialer_.reset();
+  }
   if (addr_.rfind("ipc://", 0) == 0) unlink(addr_.substr(6).c_str());
   ctx_.shutdown();  // the gatekeeper's blocking receive ends
   gatekeeper_->join();
@@ -250,8 +264,12 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   present_to(*p->sock, addr, p->cookie);
   try {
     p->watch = std::make_unique<HandshakeWatch>(ctx_, *p->sock, addr);
-    p->sock->connect(addr);
+    dial(*p->sock, addr);
+  } catch (const std::runtime_error& e) {  // a relayed address whose host does not resolve
+    throw SendError("cannot connect to " + addr + ": " + e.what());
   } catch (const zmq::error_t& e) {
+    throw SendError("cannot connect to " + addr + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
     throw SendError("cannot connect to " + addr + ": " + e.what());
   }
   out_[addr] = p;
@@ -269,11 +287,15 @@ void Transport::disconnect(const std::string& addr) {
     out_.erase(it);
   }
   // Nothing more goes to a dead peer: drop its queue and stop reconnecting to it.
-  std::lock_guard<std::mutex> g(peer->mu);
-  if (peer->sock) {
-    peer->sock->set(zmq::sockopt::linger, 0);
-    close_peer_locked(*peer);
+  {
+    std::lock_guard<std::mutex> g(peer->mu);
+    if (peer->sock) {
+      peer->sock->set(zmq::sockopt::linger, 0);
+      close_peer_locked(*peer);
+    }
   }
+  std::lock_guard<std::mutex> g(dialer_mu_);
+  if (dialer_ && is_relayed(addr)) dialer_->forget(addr);
 }
 
 void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
@@ -492,7 +514,7 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
     s.set(zmq::sockopt::linger, 500);
     s.set(zmq::sockopt::routing_id, connection_id());
     present_to(s, to_addr, cookie);
-    s.connect(to_addr);
+    dial(s, to_addr);
     Header h;
     h.kind = Kind::Refuse;
     h.sender = id_;
@@ -502,7 +524,19 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
     zmq::message_t m(bytes.data(), bytes.size());
     (void)s.send(m, zmq::send_flags::dontwait);
   } catch (const zmq::error_t&) {
+  } catch (const std::exception&) {
   }
+}
+
+void Transport::dial(zmq::socket_t& s, const std::string& addr) {
+  if (!is_relayed(addr)) return s.connect(addr);
+  RelayDialer* dialer;
+  {
+    std::lock_guard<std::mutex> g(dialer_mu_);
+    if (!dialer_) dialer_ = std::make_unique<RelayDialer>();
+    dialer = dialer_.get();
+  }
+  s.connect(dialer->local_endpoint(addr));
 }
 
 void Transport::present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie) {

@@ -29,6 +29,7 @@
 #include "bodies.hpp"
 #include "handshake.hpp"
 #include "keys.hpp"
+#include "relay_dialer.hpp"
 #include "seq.hpp"
 #include "wire.hpp"
 
@@ -76,6 +77,7 @@ class Transport {
   std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "");
   std::string cluster_cookie() const;  // of the key in use (keys.hpp); "" without one
   std::string tcp_addr() const;  // "" until listen_tcp (or the node's own address when it is TCP)
+  std::string tcp_bound_addr() const;  // where listen_tcp bound (the address before any advertising)
   const std::string& role() const { return role_; }
   uint64_t incarnation() const { return incarnation_; }
   zmq::context_t& context() { return ctx_; }
@@ -198,6 +200,10 @@ class Transport {
   bool join_pieces(Message& m);
   std::optional<Received> admit(const std::string& identity, Message m, bool by_key, zmq::socket_t* router);
   void handle_hello(InPeer& in, const Message& m, bool by_key);
+  // Connects s to addr; a proc behind its host agent's one port (tcp://host:port/N) through the
+  // process's RelayDialer (made on first use). Throws std::invalid_argument / std::runtime_error
+  // for a malformed or unresolvable relayed address.
+  void dial(zmq::socket_t& s, const std::string& addr);
   // How a DEALER to addr proves who it is: CURVE with the key file on TCP, else the cookie.
   void present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie);
   InPeer& in_peer(const std::string& identity);  // I/O thread only
@@ -213,13 +219,15 @@ class Transport {
   std::shared_ptr<const CurveKeys> keys_;  // the cluster's key file, for TCP links (atomic access)
   std::string key_file_;                   // its path (under mu_)
   zmq::context_t ctx_;
+  std::mutex dialer_mu_;
+  std::unique_ptr<RelayDialer> dialer_;  // declared after ctx_: closed before it
   std::unique_ptr<Gatekeeper> gatekeeper_;  // judges every connection to router_
   std::unique_ptr<zmq::socket_t> router_;
   // The second ROUTER (listen_tcp): made by the caller's thread, then read by the I/O thread
   // alone, which takes it up through tcp_ready_ (release/acquire: the hand-over's barrier).
   std::unique_ptr<zmq::socket_t> tcp_router_;
   std::atomic<zmq::socket_t*> tcp_ready_{nullptr};
-  std::string tcp_addr_;  // under mu_
+  std::string tcp_addr_, tcp_bound_;  // under mu_
   int receive_timeout_ms_ = 100;
   bool poll_tcp_first_ = false;  // alternates which router is read first (fairness)
   std::atomic<bool> closed_{false};

@@ -13,6 +13,8 @@ APT_PACKAGES=(
   python3-pytest python3-pytest-timeout python3-pexpect mypy
   python3-ipyparallel python3-distributed python3-tqdm
   procps iproute2 rsync
+  # namespace hosts behind a firewall (tests/python/test_tcp_hosts.py)
+  nftables
   # the browser tests: Debian's Chromium, driven by Playwright (build/frontend)
   chromium fonts-dejavu-core
   # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers

@@ -254,14 +254,13 @@ def _debug(args):
 
 
 def _sync(args):
-    from . import _core, _workspace
+    from . import _workspace
     from ._hostd import agent
     from ._named import allocations
     from ._runtime import get_runtime
 
-    dirs = [os.path.abspath(d) for d in (args.runtime_dir or [_core.runtime_dir()])]
-    named = {a["name"]: a for a in allocations([d for d in dirs if _agent_running(d)])} \
-        if any(_agent_running(d) for d in dirs) else {}
+    targets = _tcp_agents(args) + _local_dirs(args)
+    named = {a["name"]: a for a in allocations(targets)} if targets else {}
     if args.name not in named:
         raise RuntimeError(f"no live allocation named {args.name!r}"
                            + (f" (live: {', '.join(sorted(named))})" if named else ""))
@@ -384,6 +383,7 @@ def main(argv=None):
     p.add_argument("--reload", action="store_true", help="reload the changed modules in the allocation's live actors")
     p.add_argument("--watch", action="store_true", help="keep syncing on local changes (inotify) until Ctrl-C")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
+    _host_arguments(p)
     p.set_defaults(func=_sync)
     p = sub.add_parser("run", help="execute a notebook headlessly on the xmesh kernel")
     p.add_argument("notebook")

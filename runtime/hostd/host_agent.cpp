@@ -33,6 +33,11 @@ std::string exit_text(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   return "ended (status " + std::to_string(status) + ")";
 }
+// The loopback port of a proc reached through this agent's port (tcp://host:port/N); 0 for others.
+int relayed_port(const std::string& addr) {
+  if (addr.rfind("tcp://", 0) != 0 || addr.find('/', 6) == std::string::npos) return 0;
+  return TcpEndpoint::parse(addr).behind;
+}
 }  // namespace
 
 void check_tcp_options(const HostAgentOptions& o) {
@@ -90,10 +95,14 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   node_ = std::make_unique<Node>("hostd", "ipc://" + layout::hostd_socket(opts_.runtime_dir), cookie_);
   if (!opts_.listen.empty()) {
     // Controllers on other machines: CURVE with the cluster's key, and the cookie every key
-    // holder presents (keys.hpp); the unix socket keeps serving this machine's controllers.
-    std::string advertise = opts_.advertise.empty() ? "" : TcpEndpoint::parse(opts_.advertise).str();
-    node_->listen_tcp(opts_.listen, opts_.key_file, advertise);
+    // holder presents (keys.hpp); the unix socket keeps serving this machine's controllers. The
+    // one port is the relay's; the agent's own TCP socket listens on loopback behind it.
+    mux_ = std::make_unique<PortMux>(opts_.listen);
+    reach_ = TcpEndpoint::parse(opts_.advertise.empty() ? opts_.listen : opts_.advertise);
+    if (opts_.advertise.empty()) reach_.port = mux_->port();
+    node_->listen_tcp("tcp://127.0.0.1:*", opts_.key_file, reach_.str());
     if (!opts_.key_file.empty()) node_->add_accepted_cookie(node_->cluster_cookie());
+    mux_->start(TcpEndpoint::parse(node_->tcp_bound_addr()).port);
   }
   node_->start();
   idle_since_ms_ = now_ms();
@@ -495,6 +504,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   env["XMESH_WORKSPACE"] = opts_.workspace_root + "/" + a.space;
   auto sp = spawn_proc(req.argv, env, req.cwd);
   p->pid = sp.pid;
+  if (int behind = relayed_port(p->addr)) mux_->allow(behind);  // closed again when it exits (reap)
   p->out.fd = sp.out_fd;
   p->err.fd = sp.err_fd;
   p->err.name = "stderr";
@@ -506,16 +516,29 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
 }
 
 std::set<int> HostAgent::tcp_ports_in_use() const {
-  std::set<int> taken{TcpEndpoint::parse(opts_.listen).port};
+  std::set<int> taken{mux_ ? mux_->port() : 0, TcpEndpoint::parse(node_->tcp_bound_addr()).port};
   for (auto& kv : allocs_)
     for (auto& q : kv.second->procs)
-      if (!q->exited && q->addr.rfind("tcp://", 0) == 0) taken.insert(TcpEndpoint::parse(q->addr).port);
+      if (!q->exited && q->addr.rfind("tcp://", 0) == 0) {
+        TcpEndpoint e = TcpEndpoint::parse(q->addr);
+        taken.insert(e.behind ? e.behind : e.port);
+      }
   return taken;
 }
 
 std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env) {
+  env["XMESH_KEY_FILE"] = opts_.key_file;
+  if (!opts_.proc_port_first) {  // behind this agent's port: a loopback port the relay opens once it runs
+    auto port = free_tcp_port("127.0.0.1", 0, 0, taken);
+    if (!port) throw std::runtime_error("no free TCP port on 127.0.0.1");
+    taken.insert(*port);
+    env["XMESH_PROC_BIND"] = "tcp://127.0.0.1:" + std::to_string(*port);
+    TcpEndpoint at = reach_;
+    at.behind = *port;
+    return at.str();
+  }
   TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
-  TcpEndpoint reach = opts_.advertise.empty() ? listen : TcpEndpoint::parse(opts_.advertise);
+  TcpEndpoint reach = reach_;
   auto port = free_tcp_port(listen.host, opts_.proc_port_first, opts_.proc_port_last, taken);
   if (!port)
     throw std::runtime_error(opts_.proc_port_first ? "no free port left in --ports " + std::to_string(opts_.proc_port_first) +
@@ -524,7 +547,6 @@ std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::stri
   listen.port = reach.port = *port;
   taken.insert(*port);
   env["XMESH_PROC_BIND"] = listen.str();
-  env["XMESH_KEY_FILE"] = opts_.key_file;
   return reach.str();
 }
 
@@ -797,6 +819,7 @@ void HostAgent::reap() {
       for (auto& p : kv.second->procs)
         if (p->pid == pid && !p->exited) {
           p->exited = true;
+          if (int behind = relayed_port(p->addr)) mux_->forbid(behind);
           p->status = status;
           p->exited_ms = now_ms();
         }

@@ -20,6 +20,8 @@
 #include "../line_splitter.hpp"
 #include "../node.hpp"
 #include "../output_marker.hpp"
+#include "../port_mux.hpp"
+#include "../tcp_endpoint.hpp"
 #include "receiver.hpp"
 
 namespace xmesh {
@@ -118,9 +120,10 @@ class HostAgent {
   std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const Allocation& a,
                                    const std::string& logdir, std::set<int>& ports_taken);
   void write_procs_meta(const Allocation& a, const std::string& logdir);
-  // Where a proc of a controller over TCP listens and is reached: a free port on this agent's
-  // TCP host (the --ports range) not in `taken` (then added there); sets XMESH_PROC_BIND and the
-  // key file in env.
+  // Where a proc of a controller over TCP listens and is reached: by default a free loopback port
+  // reached through this agent's one port ("tcp://host:port/N", relayed by mux_); with --ports, a
+  // port of that range on this agent's TCP host, reached directly. Not one in `taken` (then added
+  // there). Sets XMESH_PROC_BIND and the key file in env.
   std::string tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env);
   std::set<int> tcp_ports_in_use() const;  // the listening port and every live proc's
   void attach(const Message& m);
@@ -155,6 +158,10 @@ class HostAgent {
   HostAgentOptions opts_;
   std::string cookie_;
   std::unique_ptr<Node> node_;
+  // --listen: the one TCP port (the agent's socket and the procs behind it) and the address
+  // controllers elsewhere reach it at (--advertise, or the listening address).
+  std::unique_ptr<PortMux> mux_;
+  TcpEndpoint reach_;
   std::unique_ptr<ws::SyncReceiver> sync_;
   int sigfd_ = -1;
   std::map<std::string, std::unique_ptr<Allocation>> allocs_;

@@ -49,6 +49,27 @@ class Host:
     def restore(self) -> None:
         _ip("link", "set", self.link, "up")
 
+    def firewall(self, open_ports: List[int]) -> None:
+        """Inside this host, new inbound TCP connections are dropped except to open_ports (as a
+        node whose firewall opens one port): replies and its own connections out still flow."""
+        rules = "\n".join([
+            "table inet xmesh_test {",
+            "  chain input {",
+            "    type filter hook input priority 0; policy accept;",
+            "    iif lo accept",
+            "    ct state established,related accept",
+            f"    tcp dport {{ {', '.join(str(p) for p in open_ports)} }} accept",
+            "    tcp flags syn drop",
+            "  }",
+            "}",
+        ])
+        subprocess.run(["ip", "netns", "exec", self.netns, "nft", "-f", "-"], input=rules, text=True, check=True,
+                       capture_output=True, timeout=30)
+
+    def open_firewall(self) -> None:
+        subprocess.run(["ip", "netns", "exec", self.netns, "nft", "delete", "table", "inet", "xmesh_test"],
+                       capture_output=True, timeout=30)
+
 
 class NetnsHosts:
     """n hosts named node-a, node-b...; the root namespace reaches them at `.gateway`. Use as a

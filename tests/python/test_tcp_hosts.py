@@ -8,6 +8,8 @@ made."""
 import json
 import os
 import pickle
+import re
+import shutil
 import socket
 import subprocess
 import textwrap
@@ -19,6 +21,7 @@ from netns_hosts import NetnsHosts, unavailable
 from xmesh_testing import private_tmpdir, run_program, wait_until
 
 import xmesh
+from actors_for_tests import Pinger, Ponger, WorkspaceUser
 from xmesh import _core
 
 WHY_NOT = unavailable()
@@ -108,7 +111,6 @@ def controller_program(cluster: Cluster, hosts: list[int], body: str, key: str =
 
 
 def test_calls_and_slicing_reach_the_procs_on_each_namespace_host(cluster):
-    t0 = time.monotonic()
     hm = xmesh.hosts([cluster.locator(i) for i in range(3)], key_file=cluster.key)
     assert hm.sizes == {"hosts": 3}
     assert hm.initialized.get(timeout=30) is True
@@ -125,11 +127,10 @@ def test_calls_and_slicing_reach_the_procs_on_each_namespace_host(cluster):
         # Arguments and values of any size cross intact.
         blob = os.urandom(3 << 20)
         assert a.slice(hosts=0, gpus=0).echo.call_one(blob).get(timeout=30) == blob
-        # The procs listen on TCP at their host's address; the controller too.
+        # The procs are reached through their host's agent port (tcp://host:7000/N).
         addrs = procs.proc_addrs()
-        assert all(addrs[r].startswith(f"tcp://{cluster.net.hosts[r // 2].addr}:") for r in range(6)), addrs
+        assert all(re.fullmatch(rf"tcp://{cluster.locator(r // 2)}/\d+", addrs[r]) for r in range(6)), addrs
         assert _core.runtime_dir() not in str(addrs)
-        assert time.monotonic() - t0 < 110
     finally:
         procs.stop()
 
@@ -218,12 +219,10 @@ def test_a_controller_with_another_key_is_refused_naming_the_key(cluster, tmp_pa
         except Exception as e:
             print("REFUSED", type(e).__name__, e)
     """, key=other)
-    t0 = time.monotonic()
     r = run_program(prog, timeout=60)
     assert "REFUSED" in r.stdout, r.stdout + r.stderr
     assert "key" in r.stdout.split("REFUSED", 1)[1]
-    assert "did not answer" not in r.stdout  # refused at the handshake, not timed out
-    assert time.monotonic() - t0 < 25  # refused at the handshake, not a timeout
+    assert "did not answer" not in r.stdout and "TimeoutError" not in r.stdout  # refused at the handshake
 
 
 def test_a_plaintext_connection_gets_nothing_unpickled(cluster, tmp_path):
@@ -352,11 +351,9 @@ def test_a_killed_agent_fails_its_ranks_naming_the_host_and_others_go_on(cluster
         a.where.call().get(timeout=60)
         cluster.agents[1].kill()
         cluster.agents[1].wait(timeout=10)  # its procs die with it (their parent-death signal)
-        t0 = time.monotonic()
-        with pytest.raises(xmesh.SupervisionError) as e:
+        with pytest.raises(xmesh.SupervisionError) as e:  # supervision's answer, not the wait's timeout
             a.slice(hosts=1).where.call_one().get(timeout=60)
         assert cluster.net.hosts[1].addr in str(e.value) and "node-b" in str(e.value), str(e.value)
-        assert time.monotonic() - t0 < 30
         # The other hosts' ranks keep working.
         assert [v["host"] for v in a.slice(hosts=0).where.call().get(timeout=30).values()] == ["node-a"]
         assert [v["host"] for v in a.slice(hosts=2).where.call().get(timeout=30).values()] == ["node-c"]
@@ -364,6 +361,43 @@ def test_a_killed_agent_fails_its_ranks_naming_the_host_and_others_go_on(cluster
         procs.stop()
         if cluster.agents[1].poll() is not None:
             cluster.start_agent(1)
+
+
+def test_only_the_agents_port_is_open_procs_are_reached_through_it(cluster):
+    """Two hosts whose firewalls open the agent's port alone: calls from here and from actors on
+    one host to actors on the other pass through each agent's relay (tcp://host:7000/N)."""
+    if shutil.which("nft") is None:
+        pytest.skip("nft (Debian's nftables, installed by scripts/setup.sh) is missing: no firewall to test with")
+    walled = [cluster.net.hosts[0], cluster.net.hosts[2]]
+    for host in walled:
+        host.firewall([PORT])
+    # The control: a port listened on inside node-c is out of reach from here.
+    listener = walled[1].popen(["/usr/bin/python3", "-c", "import socket, time; s = socket.socket(); "
+                                f"s.bind(({walled[1].addr!r}, 7010)); s.listen(); time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        with pytest.raises(OSError):
+            socket.create_connection((walled[1].addr, 7010), timeout=1).close()
+        hm = xmesh.hosts([cluster.locator(0), cluster.locator(2)], key_file=cluster.key)
+        procs = hm.spawn_procs({"gpus": 2})
+        try:
+            addrs = procs.proc_addrs()
+            assert sorted(re.sub(r"/\d+$", "", a) for a in addrs.values()) == \
+                [f"tcp://{cluster.locator(0)}"] * 2 + [f"tcp://{cluster.locator(2)}"] * 2, addrs
+            w = procs.spawn("where", Where)
+            assert [v["host"] for v in w.where.call().get(timeout=60).values()] == ["node-a"] * 2 + ["node-c"] * 2
+            # Actor to actor across the two firewalls: node-a's ranks call node-c's and back.
+            pongers = procs.slice(hosts=1).spawn("pongers", Ponger)
+            pingers = procs.slice(hosts=0).spawn("pingers", Pinger, pongers)
+            got = pingers.ping_all.call(7).get(timeout=60)
+            assert list(got.values()) == [["pong 7 from 0", "pong 7 from 1"]] * 2
+        finally:
+            procs.stop()
+    finally:
+        listener.kill()
+        listener.wait()
+        for host in walled:
+            host.open_firewall()
 
 
 def test_a_link_cut_for_good_fails_that_hosts_ranks_others_go_on(cluster):
@@ -546,6 +580,17 @@ def test_xmesh_logs_reads_remote_hosts_through_their_agents(cluster):
                            text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert "on node-a" in r.stdout and "on node-b" in r.stdout and r.stdout.count("tcp-logs") == 2
+        # sync from another machine's command line: the workspace reaches both hosts' procs.
+        src = os.path.join(cluster.tmp, "cli-space")
+        os.makedirs(src, exist_ok=True)
+        with open(os.path.join(src, "xm_cli_synced.py"), "w") as f:
+            f.write("def value():\n    return 'synced by the command line'\n")
+        r = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "sync", "tcp-logs", src, *hosts],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "-> 2 hosts: 1 added" in r.stdout, r.stdout + r.stderr
+        assert "node-a [tcp-logs]" in r.stdout and "node-b [tcp-logs]" in r.stdout, r.stdout
+        users = procs.spawn("users", WorkspaceUser, "xm_cli_synced")
+        assert list(users.value.call().get(timeout=60).values()) == ["synced by the command line"] * 2
         # stop from another machine's command line: the procs end.
         r = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "stop", "tcp-logs", *hosts], capture_output=True,
                            text=True, timeout=60)

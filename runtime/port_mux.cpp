@@ -1,0 +1,202 @@
+#include "port_mux.hpp"
+
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+constexpr size_t kPreambleMax = 512;  // a SOCKS5 greeting and request take far less
+// SOCKS5 replies (RFC 1928): succeeded, general failure, not allowed, refused, command or address
+// type not supported.
+constexpr uint8_t kSocksOk = 0x00, kSocksFailure = 0x01, kSocksNotAllowed = 0x02, kSocksRefused = 0x05,
+                  kSocksNoCommand = 0x07, kSocksNoAddressType = 0x08;
+
+// A SOCKS5 reply with the bound address 127.0.0.1:port.
+std::string socks_reply(uint8_t code, int port = 0) {
+  std::string r = {0x05, static_cast<char>(code), 0x00, 0x01, 127, 0, 0, 1};
+  r.push_back(static_cast<char>((port >> 8) & 0xff));
+  r.push_back(static_cast<char>(port & 0xff));
+  return r;
+}
+}  // namespace
+
+PortMux::PortMux(const std::string& listen) : preamble_ms_(env_int("XMESH_HANDSHAKE_MS", 5000)) {
+  listen_fd_ = listening_socket(TcpEndpoint::parse(listen), &port_);
+  add_listener(listen_fd_, 0);
+}
+
+PortMux::~PortMux() {
+  stop();
+  ::close(listen_fd_);
+}
+
+void PortMux::start(int agent_port) {
+  agent_port_ = agent_port;
+  start_thread();
+}
+
+void PortMux::allow(int port) {
+  std::lock_guard<std::mutex> g(mu_);
+  allowed_.insert(port);
+}
+
+void PortMux::forbid(int port) {
+  std::lock_guard<std::mutex> g(mu_);
+  allowed_.erase(port);
+}
+
+bool PortMux::allowed(int port) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return allowed_.count(port) > 0;
+}
+
+PortMux::Stats PortMux::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+void PortMux::count(uint64_t Stats::*counter) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++(stats_.*counter);
+}
+
+void PortMux::on_listener(uint64_t) {
+  for (;;) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of files: stop accepting for a moment rather than spin on a listener always ready.
+        remove_listener(listen_fd_);
+        accepting_ = false;
+        accept_again_ms_ = now_ms() + 100;
+      }
+      return;
+    }
+    set_no_delay(fd);
+    Conn& c = add_conn(fd, EPOLLIN);
+    c.state = kPreamble;
+    c.deadline = now_ms() + preamble_ms_;
+    count(&Stats::accepted);
+  }
+}
+
+void PortMux::on_tick(int64_t now) {
+  std::vector<uint64_t> late;
+  for (auto& [id, c] : conns())
+    if (!c->spliced && now > c->deadline) late.push_back(id);
+  for (uint64_t id : late) close_conn(id);
+  if (!accepting_ && now >= accept_again_ms_) {
+    add_listener(listen_fd_, 0);
+    accepting_ = true;
+  }
+}
+
+bool PortMux::on_event(Conn& c, Side side, uint32_t events) {
+  if (c.state == kConnecting) {
+    if (side == kTarget) return target_connected(c);
+    return !(events & (EPOLLHUP | EPOLLERR));
+  }
+  return side == kClient && read_preamble(c);
+}
+
+bool PortMux::read_preamble(Conn& c) {
+  char buf[kPreambleMax];
+  ssize_t n = ::recv(c.fd[kClient], buf, sizeof buf, 0);
+  if (n == 0) return false;
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  c.head.append(buf, static_cast<size_t>(n));
+  if (c.head.size() > kPreambleMax) return refuse(c, kSocksFailure);
+  if (c.state == kPreamble) {
+    const auto first = static_cast<uint8_t>(c.head[0]);
+    if (first == 0xFF) {  // a ZMTP greeting: the agent's own socket
+      c.pending[kTarget] = std::move(c.head);
+      c.head.clear();
+      count(&Stats::relayed_to_agent);
+      return connect_target(c, agent_port_);
+    }
+    if (first != 0x05) return refuse(c);
+    if (c.head.size() < 2) return true;
+    const size_t need = 2 + static_cast<uint8_t>(c.head[1]);
+    if (c.head.size() < need) return true;
+    const bool no_auth = std::memchr(c.head.data() + 2, 0x00, need - 2) != nullptr;
+    std::string answer = {0x05, static_cast<char>(no_auth ? 0x00 : 0xFF)};
+    if (!write_some(c.fd[kClient], answer) || !answer.empty() || !no_auth) return refuse(c);
+    c.head.erase(0, need);
+    c.state = kSocksRequest;
+  }
+  return socks_request(c);
+}
+
+// VER CMD RSV ATYP DST.ADDR DST.PORT: a CONNECT to 127.0.0.1 (or "localhost") at an allowed port.
+bool PortMux::socks_request(Conn& c) {
+  const std::string& h = c.head;
+  if (h.size() < 5) return true;
+  const auto atyp = static_cast<uint8_t>(h[3]);
+  size_t addr_len = 0;
+  if (atyp == 1)
+    addr_len = 4;
+  else if (atyp == 3)
+    addr_len = 1 + static_cast<uint8_t>(h[4]);
+  else
+    return refuse(c, kSocksNoAddressType);
+  const size_t need = 4 + addr_len + 2;
+  if (h.size() < need) return true;
+  if (static_cast<uint8_t>(h[0]) != 0x05) return refuse(c);
+  if (static_cast<uint8_t>(h[1]) != 0x01) return refuse(c, kSocksNoCommand);
+  const int port = (static_cast<uint8_t>(h[4 + addr_len]) << 8) | static_cast<uint8_t>(h[5 + addr_len]);
+  const std::string name = atyp == 3 ? h.substr(5, addr_len - 1) : "";
+  const bool loopback = atyp == 1 ? static_cast<uint8_t>(h[4]) == 127 : (name == "localhost" || name == "127.0.0.1");
+  if (!loopback || !allowed(port)) return refuse(c, kSocksNotAllowed);
+  c.route = 1;                            // a SOCKS client: answered once the proc is reached
+  c.pending[kTarget] = h.substr(need);    // anything it sent after its request
+  c.head.clear();
+  count(&Stats::relayed_to_procs);
+  return connect_target(c, port);
+}
+
+bool PortMux::connect_target(Conn& c, int port) {
+  c.target_port = port;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return refuse(c, kSocksFailure);
+  set_no_delay(fd);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
+    ::close(fd);
+    return refuse(c, kSocksRefused);
+  }
+  c.state = kConnecting;
+  set_interest(c, kClient, 0);
+  add_target(c, fd, EPOLLOUT);
+  return true;
+}
+
+bool PortMux::target_connected(Conn& c) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(c.fd[kTarget], SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) return refuse(c, kSocksRefused);
+  if (c.route == 1) c.pending[kClient] = socks_reply(kSocksOk, c.target_port);
+  return splice(c);
+}
+
+bool PortMux::refuse(Conn& c, uint8_t socks_code) {
+  if (socks_code != 0 && (c.state == kSocksRequest || c.route == 1)) {
+    std::string r = socks_reply(socks_code);
+    write_some(c.fd[kClient], r);
+  }
+  count(&Stats::refused);
+  return false;
+}
+
+}  // namespace xmesh

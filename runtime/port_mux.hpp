@@ -1,0 +1,65 @@
+// PortMux: a host agent's one TCP port. Whoever opens a firewall for a node opens this port
+// only; the agent and every proc it starts for controllers elsewhere are reached through it.
+//
+// Each connection is told apart by its first byte. A ZeroMQ connection (ZMTP greeting, 0xFF) is
+// spliced to the agent's own TCP socket on loopback. A SOCKS5 greeting (0x05) comes from a
+// process's RelayDialer (relay_dialer.hpp) dialling a proc behind this agent ("tcp://host:port/N",
+// tcp_endpoint.hpp): the CONNECT may name only a loopback port that `allow` opened (a live proc of
+// this agent), never anything else, so this is no open proxy; it is then spliced to that port.
+// Splicing copies bytes and reads none of them: the ZMTP handshake, CURVE's authentication and
+// encryption run end to end between the two nodes, exactly as on a direct connection. Anything
+// else, or a connection that has not said what it is within XMESH_HANDSHAKE_MS, is closed.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "splice.hpp"
+#include "tcp_endpoint.hpp"
+
+namespace xmesh {
+
+class PortMux : private SpliceLoop {
+ public:
+  // Binds `listen` (tcp://ADDR:PORT; port 0 or * for any). Throws std::runtime_error naming the
+  // address when it cannot.
+  explicit PortMux(const std::string& listen);
+  ~PortMux() override;
+
+  int port() const { return port_; }  // the one bound
+  // Starts relaying: ZeroMQ connections go to the agent's socket at this loopback port.
+  void start(int agent_port);
+  // A proc listening at this loopback port may be reached (until forbid).
+  void allow(int port);
+  void forbid(int port);
+
+  struct Stats {
+    uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, refused = 0;
+  };
+  Stats stats() const;
+
+ private:
+  enum State { kPreamble, kSocksRequest, kConnecting };
+  void on_listener(uint64_t key) override;
+  bool on_event(Conn& c, Side side, uint32_t events) override;
+  void on_tick(int64_t now) override;  // closes pairs that said nothing in time
+  bool read_preamble(Conn& c);
+  bool socks_request(Conn& c);
+  bool connect_target(Conn& c, int port);
+  bool target_connected(Conn& c);
+  bool refuse(Conn& c, uint8_t socks_reply = 0);  // counts it; answers a SOCKS client why
+  bool allowed(int port) const;
+  void count(uint64_t Stats::*counter);
+
+  int listen_fd_ = -1;
+  int port_ = 0, agent_port_ = 0;
+  int64_t preamble_ms_;
+  bool accepting_ = true;  // false for a while when out of files
+  int64_t accept_again_ms_ = 0;
+  mutable std::mutex mu_;  // guards allowed_ and stats_
+  std::set<int> allowed_;
+  Stats stats_;
+};
+
+}  // namespace xmesh

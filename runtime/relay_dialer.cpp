@@ -1,0 +1,201 @@
+#include "relay_dialer.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <stdexcept>
+
+#include "tcp_endpoint.hpp"
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+constexpr int64_t kFirstBackoffMs = 10, kMaxBackoffMs = 200;  // as the node's DEALERs reconnect
+constexpr size_t kReplyBytes = 2 + 10;  // the method choice, then a reply with an IPv4 address
+
+// The SOCKS5 greeting (no authentication) and a CONNECT to 127.0.0.1:port, sent together.
+std::string socks_connect(int port) {
+  std::string r = {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x01, 127, 0, 0, 1};
+  r.push_back(static_cast<char>((port >> 8) & 0xff));
+  r.push_back(static_cast<char>(port & 0xff));
+  return r;
+}
+}  // namespace
+
+RelayDialer::RelayDialer() {
+  tick_ms_ = 1000;
+  start_thread();
+}
+
+RelayDialer::~RelayDialer() {
+  stop();
+  for (auto& [key, r] : routes_) ::close(r.listen_fd);
+  for (int fd : retired_fds_) ::close(fd);
+}
+
+std::string RelayDialer::local_endpoint(const std::string& addr) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = by_addr_.find(addr);
+    if (it != by_addr_.end()) return routes_[it->second].endpoint;
+  }
+  TcpEndpoint e = TcpEndpoint::parse(addr);
+  if (!e.behind) throw std::invalid_argument("'" + addr + "' is not behind a host agent (tcp://host:port/N)");
+  Route r;
+  r.addr = addr;
+  r.behind = e.behind;
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &found);
+  if (rc != 0 || !found) throw std::runtime_error("cannot resolve " + e.host + ": " + gai_strerror(rc));
+  std::copy_n(reinterpret_cast<const char*>(found->ai_addr), found->ai_addrlen, reinterpret_cast<char*>(&r.agent));
+  r.agent_len = found->ai_addrlen;
+  freeaddrinfo(found);
+  int port = 0;
+  r.listen_fd = listening_socket(TcpEndpoint{"127.0.0.1", 0, 0}, &port);
+  r.endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = by_addr_.find(addr); it != by_addr_.end()) {  // made meanwhile by another thread
+    ::close(r.listen_fd);
+    return routes_[it->second].endpoint;
+  }
+  const uint64_t key = next_key_++;
+  by_addr_[addr] = key;
+  std::string endpoint = r.endpoint;
+  const int fd = r.listen_fd;
+  routes_[key] = std::move(r);
+  add_listener(fd, key);  // epoll_ctl may be called from any thread
+  return endpoint;
+}
+
+void RelayDialer::forget(const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = by_addr_.find(addr);
+  if (it == by_addr_.end()) return;
+  auto r = routes_.find(it->second);
+  remove_listener(r->second.listen_fd);
+  retired_fds_.push_back(r->second.listen_fd);  // closed by the loop, which may be accepting on it now
+  routes_.erase(r);
+  by_addr_.erase(it);
+}
+
+void RelayDialer::on_listener(uint64_t key) {
+  int listen_fd;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = routes_.find(key);
+    if (it == routes_.end()) return;
+    listen_fd = it->second.listen_fd;
+  }
+  for (;;) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    set_no_delay(fd);
+    // Not read before the splice: only its end matters until then.
+    Conn& c = add_conn(fd, EPOLLRDHUP);
+    c.route = key;
+    connect_upstream(c);
+  }
+}
+
+void RelayDialer::connect_upstream(Conn& c) {
+  sockaddr_storage agent;
+  socklen_t len;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = routes_.find(c.route);
+    if (it == routes_.end()) return back_off(c);  // forgotten: its node closes the connection soon
+    agent = it->second.agent;
+    len = it->second.agent_len;
+    c.target_port = it->second.behind;
+  }
+  int fd = ::socket(agent.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return back_off(c);
+  set_no_delay(fd);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&agent), len) != 0 && errno != EINPROGRESS) {
+    ::close(fd);
+    return back_off(c);
+  }
+  c.state = kConnecting;
+  add_target(c, fd, EPOLLOUT);
+}
+
+bool RelayDialer::on_event(Conn& c, Side side, uint32_t events) {
+  if (side == kClient) return !(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));  // the node hung up
+  if (c.state == kConnecting) return upstream_connected(c);
+  if (c.state == kAwaitingReply) return read_reply(c);
+  return true;
+}
+
+bool RelayDialer::upstream_connected(Conn& c) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(c.fd[kTarget], SOL_SOCKET, SO_ERROR, &err, &len);
+  std::string ask = socks_connect(c.target_port);
+  if (err != 0 || !write_some(c.fd[kTarget], ask) || !ask.empty()) {
+    back_off(c);
+    return true;
+  }
+  c.state = kAwaitingReply;
+  set_interest(c, kTarget, EPOLLIN);
+  return true;
+}
+
+bool RelayDialer::read_reply(Conn& c) {
+  char buf[4096];
+  ssize_t n = ::recv(c.fd[kTarget], buf, sizeof buf, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+  if (n <= 0) {
+    back_off(c);
+    return true;
+  }
+  c.head.append(buf, static_cast<size_t>(n));
+  const std::string& h = c.head;
+  const bool bad_choice = h.size() >= 2 && (h[0] != 0x05 || h[1] != 0x00);
+  const bool refused = h.size() >= 4 && (h[2] != 0x05 || h[3] != 0x00);  // the proc does not listen (yet)
+  if (bad_choice || refused) {
+    back_off(c);
+    return true;
+  }
+  if (h.size() < kReplyBytes) return true;
+  c.pending[kClient] = h.substr(kReplyBytes);  // the proc's first bytes, if they came along
+  c.head.clear();
+  c.backoff_ms = 0;
+  return splice(c);
+}
+
+void RelayDialer::back_off(Conn& c) {
+  close_target(c);
+  c.head.clear();
+  c.state = kBackoff;
+  c.backoff_ms = c.backoff_ms ? std::min(kMaxBackoffMs, c.backoff_ms * 2) : kFirstBackoffMs;
+  c.deadline = now_ms() + c.backoff_ms;
+  tick_ms_ = static_cast<int>(kFirstBackoffMs);
+}
+
+void RelayDialer::on_tick(int64_t now) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (int fd : retired_fds_) ::close(fd);
+    retired_fds_.clear();
+  }
+  bool waiting = false;
+  std::vector<Conn*> due;
+  for (auto& [id, c] : conns())
+    if (!c->spliced && c->state == kBackoff) {
+      if (now >= c->deadline)
+        due.push_back(c.get());
+      else
+        waiting = true;
+    }
+  for (Conn* c : due) connect_upstream(*c);
+  for (auto& [id, c] : conns()) waiting = waiting || (!c->spliced && c->state == kBackoff);
+  tick_ms_ = waiting ? static_cast<int>(kFirstBackoffMs) : 1000;
+}
+
+}  // namespace xmesh

@@ -1,0 +1,199 @@
+// PortMux (port_mux.hpp): a host agent's one TCP port. Nodes reach the agent and the procs
+// behind it through it, CURVE end to end; the SOCKS5 side opens nothing but the loopback ports
+// of live procs, and garbage or silence is closed.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "keys.hpp"
+#include "node.hpp"
+#include "port_mux.hpp"
+#include "tcp_endpoint.hpp"
+
+using namespace xmesh;
+
+namespace {
+
+struct KeyFile {
+  std::string dir, path;
+  KeyFile() {
+    char tmpl[] = "/tmp/xmkeymux-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    path = dir + "/cluster.key";
+    write_key_file(path, generate_curve_keys(), false);
+  }
+  ~KeyFile() { std::system(("rm -rf " + dir).c_str()); }
+};
+
+int port_of(const std::string& addr) { return TcpEndpoint::parse(addr).port; }
+
+// A blocking TCP client of the relay, with a receive timeout.
+struct RawClient {
+  int fd;
+  explicit RawClient(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    timeval tv{3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawClient() { ::close(fd); }
+  void send_bytes(const std::string& b) { REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size())); }
+  // Up to n bytes ("" when the relay closed the connection or said nothing in time).
+  std::string receive(size_t n) {
+    std::string got(n, '\0');
+    size_t have = 0;
+    while (have < n) {
+      ssize_t r = ::recv(fd, got.data() + have, n - have, 0);
+      if (r <= 0) break;
+      have += static_cast<size_t>(r);
+    }
+    got.resize(have);
+    return got;
+  }
+  bool closed_by_peer() {
+    char c;
+    return ::recv(fd, &c, 1, 0) == 0;
+  }
+};
+
+std::string connect_request(uint8_t cmd, uint8_t atyp, const std::string& addr, int port) {
+  std::string r = {0x05, static_cast<char>(cmd), 0x00, static_cast<char>(atyp)};
+  if (atyp == 3) r.push_back(static_cast<char>(addr.size()));
+  r += addr;
+  r.push_back(static_cast<char>((port >> 8) & 0xff));
+  r.push_back(static_cast<char>(port & 0xff));
+  return r;
+}
+
+// The SOCKS5 reply code the relay gives a CONNECT (after the no-authentication greeting).
+int socks_reply_code(int relay_port, const std::string& request) {
+  RawClient c(relay_port);
+  c.send_bytes(std::string("\x05\x01\x00", 3));
+  REQUIRE(c.receive(2) == std::string("\x05\x00", 2));
+  c.send_bytes(request);
+  std::string reply = c.receive(10);
+  if (reply.size() < 2) return -1;
+  return static_cast<uint8_t>(reply[1]);
+}
+
+}  // namespace
+
+TEST_CASE("the agent and a proc behind it are reached through the one port, CURVE end to end",
+          "[tcp][relay]") {
+  KeyFile key;
+  PortMux mux("tcp://127.0.0.1:0");
+  Node agent("hostd", "ipc:///tmp/xmesh-mux-agent-" + std::to_string(getpid()), "k");
+  const std::string agent_addr = "tcp://127.0.0.1:" + std::to_string(mux.port());
+  agent.listen_tcp("tcp://127.0.0.1:*", key.path, agent_addr);
+  mux.start(port_of(agent.tcp_bound_addr()));
+  // A proc listening on loopback, reached as tcp://127.0.0.1:MUX/PORT.
+  const int proc_port = *free_tcp_port("127.0.0.1", 0, 0, {});
+  TcpEndpoint behind = TcpEndpoint::parse(agent_addr);
+  behind.behind = proc_port;
+  Node proc("proc", "tcp://127.0.0.1:" + std::to_string(proc_port), "k", key.path, behind.str());
+  Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
+  for (Node* n : {&agent, &proc, &controller}) {
+    n->set_default_cookie("k");
+    n->start();
+  }
+  CHECK(proc.addr() == behind.str());
+
+  Header h;
+  h.kind = Kind::Configure;
+  controller.send(agent_addr, h, {});
+  REQUIRE(agent.control().pop(5000));
+
+  SECTION("a proc the relay was told of") {
+    mux.allow(proc_port);
+    for (int i = 0; i < 20; ++i) controller.send(proc.addr(), h, {});
+    for (int i = 0; i < 20; ++i) REQUIRE(proc.control().pop(5000));
+    proc.send(controller.addr(), h, {});  // and back, directly
+    REQUIRE(controller.control().pop(5000));
+    CHECK(mux.stats().relayed_to_procs >= 1);
+    CHECK(mux.stats().relayed_to_agent >= 1);
+  }
+  SECTION("a port the relay was not told of (or no longer) is not reached") {
+    controller.send(proc.addr(), h, {});
+    CHECK_FALSE(proc.control().pop(800));
+    CHECK(mux.stats().refused >= 1);
+  }
+}
+
+TEST_CASE("the relay opens only the loopback ports of live procs, and closes garbage and silence",
+          "[tcp][relay]") {
+  setenv("XMESH_HANDSHAKE_MS", "300", 1);
+  PortMux mux("tcp://127.0.0.1:0");
+  unsetenv("XMESH_HANDSHAKE_MS");
+  mux.start(1);  // no agent behind: only the SOCKS side is exercised here
+  const int open = *free_tcp_port("127.0.0.1", 0, 0, {});
+  // Something listens at `open`, so a CONNECT allowed there succeeds.
+  Node target("proc", "tcp://127.0.0.1:" + std::to_string(open), "k");
+  mux.allow(open);
+
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 1, std::string("\x7f\x00\x00\x01", 4), open)) == 0x00);
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 3, "localhost", open)) == 0x00);
+  // Not an allowed port, not loopback, not CONNECT, not an address type it takes.
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 1, std::string("\x7f\x00\x00\x01", 4), open + 1)) == 0x02);
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 1, std::string("\x0a\x00\x00\x01", 4), open)) == 0x02);
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 3, "example.org", open)) == 0x02);
+  CHECK(socks_reply_code(mux.port(), connect_request(2, 1, std::string("\x7f\x00\x00\x01", 4), open)) == 0x07);
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 4, std::string(15, '\0') + "\x01", open)) == 0x08);
+  mux.forbid(open);
+  CHECK(socks_reply_code(mux.port(), connect_request(1, 1, std::string("\x7f\x00\x00\x01", 4), open)) == 0x02);
+
+  {  // a greeting offering only username/password authentication
+    RawClient c(mux.port());
+    c.send_bytes(std::string("\x05\x01\x02", 3));
+    CHECK(c.receive(2) == std::string("\x05\xff", 2));
+    CHECK(c.closed_by_peer());
+  }
+  {  // neither ZeroMQ nor SOCKS
+    RawClient c(mux.port());
+    c.send_bytes("GET / HTTP/1.1\r\n\r\n");
+    CHECK(c.closed_by_peer());
+  }
+  {  // silence: closed after XMESH_HANDSHAKE_MS
+    RawClient c(mux.port());
+    CHECK(c.closed_by_peer());
+  }
+  CHECK(mux.stats().refused >= 8);
+}
+
+TEST_CASE("a proc that listens only later is reached once it does, never refused meanwhile", "[tcp][relay]") {
+  KeyFile key;
+  PortMux mux("tcp://127.0.0.1:0");
+  mux.start(1);
+  const int proc_port = *free_tcp_port("127.0.0.1", 0, 0, {});
+  mux.allow(proc_port);
+  TcpEndpoint behind{"127.0.0.1", mux.port(), proc_port};
+  Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
+  controller.set_default_cookie("k");
+  controller.start();
+  Header h;
+  h.kind = Kind::Configure;
+  Header call;
+  call.kind = Kind::Call;
+  auto pending = controller.call({{behind.str(), "x"}}, call, {}, true);
+  controller.send(behind.str(), h, {});  // held while the relay tries again
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  CHECK_FALSE(pending->wait_done(0));  // not failed as refused
+  Node proc("proc", "tcp://127.0.0.1:" + std::to_string(proc_port), "k", key.path, behind.str());
+  proc.set_default_cookie("k");
+  proc.start();
+  auto got = proc.control().pop(10000);
+  REQUIRE(got);
+  CHECK(got->header.kind == Kind::Configure);
+}
