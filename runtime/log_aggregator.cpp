@@ -77,10 +77,22 @@ std::string describe_ranks(std::vector<int64_t> ranks) {
   return out;
 }
 
-std::string rank_prefix(const std::string& label, const std::vector<int64_t>& ranks) {
+std::string rank_prefix(const std::string& label, const std::vector<int64_t>& ranks, const RankHosts* hosts) {
   std::string p = "[";
   if (!label.empty()) p += label + " ";
   p += describe_ranks(ranks);
+  if (hosts) {  // the host, when these ranks share one
+    std::string host;
+    for (int64_t r : ranks) {
+      auto it = hosts->find(r);
+      if (it == hosts->end() || (!host.empty() && it->second != host)) {
+        host.clear();
+        break;
+      }
+      host = it->second;
+    }
+    if (!host.empty()) p += "@" + host;
+  }
   p += "] ";
   return p;
 }
@@ -142,10 +154,11 @@ std::string LineAggregator::render_group(const Group& g) const {
   return out;
 }
 
-std::string LineAggregator::render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line) const {
+std::string LineAggregator::render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line,
+                                   const RankHosts* hosts) const {
   std::string out;
   for (auto& g : groups_) {
-    out += rank_prefix(label, g.ranks);
+    out += rank_prefix(label, g.ranks, hosts);
     out += render_group(g);
     out.push_back('\n');
     if (ranks_of_line) ranks_of_line->push_back(g.ranks);

@@ -6,6 +6,7 @@
 // rank only joins the k-th occurrence on the others.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -23,9 +24,14 @@ LineShape shape_of(std::string_view line);
 // "3" for one rank, "ranks 0-6,9" for several (sorted, duplicates removed).
 std::string describe_ranks(std::vector<int64_t> ranks);
 
+// Host names by rank, for an allocation whose procs run on more than one host.
+using RankHosts = std::map<int64_t, std::string>;
+
 // The "[...] " prefix of a line: "[3] ", "[ranks 0-3] ", with the allocation's label first when
-// it has one ("[trainers 3] ").
-std::string rank_prefix(const std::string& label, const std::vector<int64_t>& ranks);
+// it has one ("[trainers 3] "); with hosts, the host of ranks that share one ("[3@node-b] ",
+// "[ranks 0-3@node-a] ").
+std::string rank_prefix(const std::string& label, const std::vector<int64_t>& ranks,
+                        const RankHosts* hosts = nullptr);
 
 class LineAggregator {
  public:
@@ -35,7 +41,8 @@ class LineAggregator {
   size_t groups() const { return groups_.size(); }
   // One line per group, in order of first appearance, each ending in '\n'. ranks_of_line, if
   // given, receives the ranks each rendered line stands for.
-  std::string render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line = nullptr) const;
+  std::string render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line = nullptr,
+                     const RankHosts* hosts = nullptr) const;
   void clear();
 
  private:

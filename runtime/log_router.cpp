@@ -62,10 +62,14 @@ void LogRouter::add_alloc(const std::string& alloc, const std::string& label, co
   a.hint = logs_hint;
 }
 
-void LogRouter::add_proc(const std::string& alloc, int64_t rank, const std::string& addr) {
+void LogRouter::add_proc(const std::string& alloc, int64_t rank, const std::string& addr, const std::string& host) {
   std::lock_guard<std::mutex> g(mu_);
   source(alloc, rank);
   by_addr_[addr] = {alloc, rank};
+  if (host.empty()) return;
+  Alloc& a = allocs_[alloc];
+  a.hosts[rank] = host;
+  a.spans_hosts = a.spans_hosts || a.hosts.begin()->second != host;
 }
 
 void LogRouter::set_options(const std::string& alloc, bool stream_to_client, int64_t window_ms) {
@@ -265,7 +269,8 @@ void LogRouter::process_text_line(Source& src, const Alloc& alloc, const std::st
   if (immediate) {
     auto it = buckets_.find(key);
     if (it != buckets_.end()) flush_bucket(it->second);  // keep this rank's order
-    emit(cell, stream, src.alloc, prefixed(rank_prefix(alloc.label, {src.rank}), line, has_newline), {{src.rank}});
+    emit(cell, stream, src.alloc, prefixed(rank_prefix(alloc.label, {src.rank}, alloc.prefix_hosts()), line, has_newline),
+         {{src.rank}});
     return;
   }
   Bucket& bucket = buckets_[key];
@@ -281,7 +286,8 @@ void LogRouter::process_text_line(Source& src, const Alloc& alloc, const std::st
 void LogRouter::flush_bucket(Bucket& b) {
   if (b.agg.empty()) return;
   std::vector<std::vector<int64_t>> ranks;
-  std::string text = b.agg.render(alloc_of(b.alloc).label, &ranks);
+  const Alloc& a = alloc_of(b.alloc);
+  std::string text = b.agg.render(a.label, &ranks, a.prefix_hosts());
   b.agg.clear();
   emit(b.cell, b.stream, b.alloc, text, ranks);
 }

@@ -56,7 +56,9 @@ class LogRouter {
   // Where output comes from. label: shown in prefixes ("" for unnamed allocations); logs_hint:
   // how a user reads the held-back lines ("xmesh logs trainers").
   void add_alloc(const std::string& alloc, const std::string& label, const std::string& logs_hint);
-  void add_proc(const std::string& alloc, int64_t rank, const std::string& addr);
+  // host: the proc's host name; where an allocation's procs run on several hosts, prefixes
+  // name the host too ("[3@node-b] ").
+  void add_proc(const std::string& alloc, int64_t rank, const std::string& addr, const std::string& host = "");
   // Per allocation: stream_to_client false keeps its lines out of the display (log files
   // only); window_ms < 0 turns aggregation off.
   void set_options(const std::string& alloc, bool stream_to_client, int64_t window_ms);
@@ -84,6 +86,9 @@ class LogRouter {
     std::string label, hint;
     bool stream_to_client = true;
     int64_t window_ms = -2;  // -2: the default window
+    RankHosts hosts;
+    bool spans_hosts = false;  // its procs run on more than one host (by name)
+    const RankHosts* prefix_hosts() const { return spans_hosts ? &hosts : nullptr; }
   };
   struct Source {  // one proc
     std::string alloc;

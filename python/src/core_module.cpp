@@ -638,7 +638,7 @@ void bind_output(py::module_& m) {
       .def("start", &LogRouter::start)
       .def("stop", &LogRouter::stop, py::call_guard<py::gil_scoped_release>())
       .def("add_alloc", &LogRouter::add_alloc)
-      .def("add_proc", &LogRouter::add_proc)
+      .def("add_proc", &LogRouter::add_proc, py::arg("alloc"), py::arg("rank"), py::arg("addr"), py::arg("host") = "")
       .def("set_options", &LogRouter::set_options)
       .def("set_default_window", &LogRouter::set_default_window)
       .def("set_display_rate", &LogRouter::set_display_rate)

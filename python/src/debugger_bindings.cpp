@@ -207,7 +207,10 @@ void bind_debugger(py::module_& m) {
     return out;
   }, "Groups (rank, state, frames) by identical state and frames: [(state, frames, ranks)], largest first.");
   m.def("describe_ranks", &describe_ranks, "\"3\" for one rank, \"ranks 0-6,9\" for several.");
-  m.def("rank_prefix", &rank_prefix, "The prefix of a line of output: \"[3] \", \"[trainers ranks 0-3] \".");
+  m.def(
+      "rank_prefix",
+      [](const std::string& label, const std::vector<int64_t>& ranks) { return rank_prefix(label, ranks); },
+      py::arg("label"), py::arg("ranks"), "The prefix of a line of output: \"[3] \", \"[trainers ranks 0-3] \".");
   m.def("rank_selector_end", &rank_selector_end);
   m.def("select_ranks", &select_ranks);
   py::register_exception<RankSelectorError>(m, "RankSelectorError", PyExc_ValueError);

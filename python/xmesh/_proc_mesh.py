@@ -522,7 +522,7 @@ def _started(rt: Any, alloc: Allocation, agent: HostAgent, proc: Any, ready_call
     if not record.addr:
         record.addr = proc.addr
         rt.node.retarget(ready_call, proc.rank, proc.addr)
-        rt.logs.router.add_proc(alloc.id, proc.rank, proc.addr)
+        rt.logs.router.add_proc(alloc.id, proc.rank, proc.addr, record.host)
     rt.node.add_dependent(agent.addr, proc.addr)
     rt.node.add_supervision_subscriber(proc.addr)
 

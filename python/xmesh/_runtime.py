@@ -80,7 +80,7 @@ class Runtime:
         self.logs.router.add_alloc(alloc.id, alloc.name, f"xmesh logs {alloc.name or alloc.id}")
         for rank, p in alloc.procs.items():
             if p.addr:  # else its agent chooses it (a TCP host): added once known
-                self.logs.router.add_proc(alloc.id, rank, p.addr)
+                self.logs.router.add_proc(alloc.id, rank, p.addr, p.host)
 
     def forget_alloc(self, alloc_id):
         with self._lock:

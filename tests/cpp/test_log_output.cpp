@@ -95,6 +95,30 @@ TEST_CASE("line shapes take numbers out, but not digits inside words", "[logs]")
   CHECK(describe_ranks({3}) == "3");
   CHECK(describe_ranks({9, 0, 1, 2, 3, 4, 5, 6, 6}) == "ranks 0-6,9");
   CHECK(rank_prefix("trainers", {1, 2}) == "[trainers ranks 1-2] ");
+  RankHosts hosts{{0, "node-a"}, {1, "node-a"}, {2, "node-b"}};
+  CHECK(rank_prefix("", {2}, &hosts) == "[2@node-b] ");
+  CHECK(rank_prefix("trainers", {0, 1}, &hosts) == "[trainers ranks 0-1@node-a] ");
+  CHECK(rank_prefix("", {1, 2}, &hosts) == "[ranks 1-2] ");  // two hosts: no one to name
+  CHECK(rank_prefix("", {7}, &hosts) == "[7] ");             // not known
+}
+
+TEST_CASE("router: where an allocation spans hosts, prefixes name the host", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("one", "", "");
+  r.add_proc("one", 0, "ipc://o0", "node-a");
+  r.add_proc("one", 1, "ipc://o1", "node-a");  // one host: no host in its prefixes
+  r.add_alloc("two", "", "");
+  r.add_proc("two", 0, "tcp://a:7000/1", "node-a");
+  r.add_proc("two", 1, "tcp://b:7000/1", "node-b");
+  r.set_default_window(-1);
+  r.start();
+  inbox.push(log_message("one", 1, "stdout", "c1", "same host\n"));
+  inbox.push(log_message("two", 1, "stdout", "c2", "other host\n"));
+  REQUIRE(r.sync(3000));
+  CHECK(output_of(r, "c1", "same host") == "[1] same host\n");
+  CHECK(output_of(r, "c2", "other host") == "[1@node-b] other host\n");
+  r.stop();
 }
 
 TEST_CASE("aggregation: same lines collapse, numbers stay visible, a rank's repeats stay apart", "[logs]") {

@@ -457,8 +457,9 @@ def test_proc_output_reaches_the_controller_with_its_rank(cluster):
     r = run_program(prog, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = (r.stdout + r.stderr).splitlines()
-    assert any("echo from-afar" in line and "[0]" in line for line in lines), lines
-    assert any("echo from-afar" in line and "[1]" in line for line in lines), lines
+    # The mesh spans two hosts: each line's prefix names its rank's host.
+    assert any("echo from-afar" in line and "[0@node-b]" in line for line in lines), lines
+    assert any("echo from-afar" in line and "[1@node-c]" in line for line in lines), lines
 
 
 class Sequence(xmesh.Actor):
