@@ -144,11 +144,12 @@ void present_credentials(zmq::socket_t& dealer, const std::string& role, const s
   dealer.set(zmq::sockopt::plain_password, cookie.empty() ? std::string("-") : cookie.substr(0, 255));
 }
 
-HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr)
+HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr, bool must_listen)
     : watched_(&watched),
       peer_addr_(std::move(peer_addr)),
       tcp_(peer_addr_.rfind("tcp://", 0) == 0),
-      relayed_(tcp_ && peer_addr_.find('/', 6) != std::string::npos) {
+      relayed_(tcp_ && peer_addr_.find('/', 6) != std::string::npos),
+      must_listen_(must_listen) {
   static std::atomic<uint64_t> serial{0};
   const std::string endpoint =
       "inproc://xmesh-handshake-" + std::to_string(getpid()) + "-" + std::to_string(++serial);
@@ -156,7 +157,7 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std:
   // connection: on TCP a disconnect before the handshake succeeded is a refusal too.
   const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                     (tcp_ && !relayed_ ? ZMQ_EVENT_DISCONNECTED : 0);
+                     (tcp_ && !relayed_ ? ZMQ_EVENT_DISCONNECTED : 0) | (must_listen_ ? ZMQ_EVENT_CONNECT_RETRIED : 0);
   if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), events) != 0)
     throw zmq::error_t();
   events_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
@@ -183,6 +184,15 @@ HandshakeWatch::State HandshakeWatch::poll(std::string* why) {
     std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       state_ = State::Succeeded;
+    } else if (id == ZMQ_EVENT_CONNECT_RETRIED) {
+      // A connection that could not be made (refused, no route) is retried at once; one that is
+      // silently dropped waits for TCP's own timeout instead, and is the caller's to wait out.
+      if (++failed_connects_ >= kFailedConnectsRefused) {
+        state_ = State::Refused;
+        *why = "nothing accepts connections at " + peer_addr_ + " (" + std::to_string(failed_connects_) +
+               " attempts refused or unroutable): is the host agent running there (xmesh-hostd --listen " +
+               peer_addr_ + ")?";
+      }
     } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       state_ = State::Refused;
       *why = "the node at " + peer_addr_ + " refused this node's credentials (" +

@@ -75,8 +75,12 @@ constexpr const char* kCurveUserId = "curve";
 // TCP, where the link can drop and come back, or reach a new process).
 class HandshakeWatch {
  public:
+  static constexpr int kFailedConnectsRefused = 5;
   enum class State { Pending, Succeeded, Refused };
-  HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr);
+  // must_listen: the peer is expected to listen already (a host agent, not a proc about to
+  // start): connection attempts failing over and over before the first handshake (refused, no
+  // route) are a refusal too, said at once instead of waited out.
+  HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr, bool must_listen = false);
   ~HandshakeWatch();
   HandshakeWatch(const HandshakeWatch&) = delete;
   HandshakeWatch& operator=(const HandshakeWatch&) = delete;
@@ -94,6 +98,8 @@ class HandshakeWatch {
   std::string peer_addr_;
   bool tcp_ = false;
   bool relayed_ = false;  // a proc behind its host agent's port (tcp://host:port/N)
+  bool must_listen_ = false;
+  int failed_connects_ = 0;
   State state_ = State::Pending;
 };
 

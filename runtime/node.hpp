@@ -77,6 +77,8 @@ class Node {
   void set_peer_cookie(const std::string& addr, const std::string& cookie);
   void set_default_cookie(const std::string& cookie);
   void add_accepted_cookie(const std::string& cookie);
+  // The node at addr listens already (a host agent): failing to connect is said at once.
+  void expect_listening(const std::string& addr) { transport_.expect_listening(addr); }
 
   // Sends one message to the node at addr. Fills sender, incarnation and seq. Throws SendError
   // when the message exceeds the maximum size or the peer is known dead.

@@ -229,6 +229,11 @@ void Transport::set_default_cookie(const std::string& cookie) {
   default_cookie_ = cookie;
 }
 
+void Transport::expect_listening(const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  expected_listening_.insert(addr);
+}
+
 void Transport::add_accepted_cookie(const std::string& cookie) {
   std::lock_guard<std::mutex> g(mu_);
   accepted_cookies_.insert(cookie);
@@ -263,7 +268,7 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   p->cookie = c != peer_cookies_.end() ? c->second : default_cookie_;
   present_to(*p->sock, addr, p->cookie);
   try {
-    p->watch = std::make_unique<HandshakeWatch>(ctx_, *p->sock, addr);
+    p->watch = std::make_unique<HandshakeWatch>(ctx_, *p->sock, addr, expected_listening_.count(addr) > 0);
     dial(*p->sock, addr);
   } catch (const std::runtime_error& e) {  // a relayed address whose host does not resolve
     throw SendError("cannot connect to " + addr + ": " + e.what());

@@ -86,6 +86,10 @@ class Transport {
   void set_peer_cookie(const std::string& addr, const std::string& cookie);
   void set_default_cookie(const std::string& cookie);
   void add_accepted_cookie(const std::string& cookie);
+  // The node at addr should listen already (a host agent): connecting to it failing again and
+  // again before its first handshake is a refusal naming that (HandshakeWatch). Before the
+  // first send to it.
+  void expect_listening(const std::string& addr);
 
   // Sends one message (fills sender, incarnation, seq; says Hello first on a new connection).
   // blocking=false (the I/O thread's own sends, heartbeats): a peer that cannot take it now
@@ -246,6 +250,7 @@ class Transport {
   std::vector<std::string> gone_addrs_;
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
+  std::set<std::string> expected_listening_;
   std::string default_cookie_;
   LogBudget refusal_log_{3, 60000};
   // Counted without the lock (the send path takes only its peer's mutex).

@@ -496,6 +496,8 @@ void bind_node(py::module_& m) {
       .def("set_peer_cookie", &Node::set_peer_cookie)
       .def("set_default_cookie", &Node::set_default_cookie)
       .def("add_accepted_cookie", &Node::add_accepted_cookie)
+      .def("expect_listening", &Node::expect_listening, py::arg("addr"),
+           "The node at addr listens already (a host agent): failing to connect to it is a refusal at once.")
       .def("refuse_calls_from",
            [](Node& n, const std::string& addr, const py::object& err) { n.refuse_calls_from(addr, from_py(err)); })
       .def("send", [](Node& n, const std::string& addr, int kind, const py::object& body, const py::object& frames,

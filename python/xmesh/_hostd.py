@@ -263,6 +263,7 @@ class TcpHostAgent(HostAgent):
         rt = get_runtime()
         use_cluster_key(self.key_file, self.addr)
         rt.node.set_peer_cookie(self.addr, _core.key_file_cluster_cookie(self.key_file))
+        rt.node.expect_listening(self.addr)  # nothing listening there is said at once, not waited out
         self._pending = Request(rt.node, [self.addr], Kind.Status)
 
     def log_reader(self, log_dir: str) -> Callable[[str, int, int], tuple[int, Any]]:

@@ -234,9 +234,12 @@ def _debug(args):
     elif args.name:
         from ._named import allocations
 
-        named = {a["name"]: a for a in allocations([rundir])} if _agent_running(rundir) else {}
+        # Its agents may be elsewhere (--host); its controller, whose debugger this reaches, runs here.
+        targets = _tcp_agents(args) + ([rundir] if _agent_running(rundir) else [])
+        named = {a["name"]: a for a in allocations(targets)} if targets else {}
         if args.name not in named:
             raise RuntimeError(f"no live allocation named {args.name!r} under {rundir}"
+                               + (f" or on {', '.join(args.host)}" if args.host else "")
                                + (f" (live: {', '.join(sorted(named))})" if named else ""))
         pid = named[args.name]["controller_pid"]
         if pid not in live:
@@ -370,6 +373,7 @@ def main(argv=None):
     p.add_argument("name", nargs="?", help="the allocation whose controller to reach (default: the only one running)")
     p.add_argument("--pid", type=int, help="the controller's pid (see the list printed when several run)")
     p.add_argument("--runtime-dir", help="runtime directory of the agent (default: this user's)")
+    _host_arguments(p)
     p.set_defaults(func=_debug)
     p = sub.add_parser("sync", help="push a local directory to every host of a named allocation (only what "
                                     "changed travels); --watch keeps syncing on changes")

@@ -149,6 +149,15 @@ def test_hosts_over_tcp_need_a_sound_key_file(cluster, tmp_path):
         xmesh.hosts([f"{cluster.net.hosts[0].addr}:70000"], key_file=cluster.key)
 
 
+def test_a_host_where_nothing_listens_is_said_at_once_not_waited_out(cluster):
+    hm = xmesh.hosts([cluster.locator(0), f"{cluster.net.hosts[1].addr}:7999"], key_file=cluster.key)
+    with pytest.raises(Exception) as e:
+        hm.initialized.get(timeout=60)
+    text = str(e.value)
+    assert "nothing accepts connections" in text and f"{cluster.net.hosts[1].addr}:7999" in text, text
+    assert "did not answer" not in text and not isinstance(e.value, TimeoutError), text
+
+
 def test_the_host_agents_report_their_own_host_names(cluster):
     from xmesh._hostd import agent
 
@@ -446,6 +455,46 @@ def test_the_debugger_shows_remote_host_names_and_attaches_to_a_remote_rank(clus
         assert "[20, 21, 22, 23]" in term.before
     finally:
         term.close(force=True)
+
+
+def test_xmesh_debug_finds_a_controller_by_an_allocation_on_remote_hosts(cluster, tmp_path):
+    """`xmesh debug NAME --host ... --key-file ...` on the controller's machine: the allocation is
+    found on the agents elsewhere, the debugger of its controller here is driven."""
+    import pexpect
+
+    go = str(tmp_path / "go")
+    prog = tmp_path / "prog.py"
+    prog.write_text(controller_program(cluster, [1], f"""
+        from actors_for_tests import Stopper
+        procs = hm.spawn_procs({{"gpus": 2}}, name="dbg-tcp")
+        s = procs.spawn("stopper", Stopper)
+        s.initialized.get()
+        print("READY", flush=True)
+        import time
+        while not os.path.exists({go!r}):
+            time.sleep(0.05)
+        print("RESULT", sorted(s.step.call(5, stop_ranks=(1,)).get().values()), flush=True)
+        procs.stop()
+    """))
+    p = subprocess.Popen(["/usr/bin/python3", str(prog)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "READY"
+        client = pexpect.spawn("/usr/bin/python3", ["-m", "xmesh.cli", "debug", "dbg-tcp", "--host", cluster.locator(1),
+                                                    "--key-file", cluster.key],
+                               env=dict(os.environ), encoding="utf-8", timeout=60, dimensions=(50, 200))
+        client.expect("xmesh_dbg> ")
+        open(go, "w").close()
+        client.expect(r"\[xmesh\] stopped in pdb:")
+        client.expect("xmesh_dbg> ")
+        assert "node-b" in client.before, client.before
+        client.sendline("c")
+        client.expect("continued 1 session")
+        out, _ = p.communicate(timeout=60)
+        assert "RESULT [10, 11]" in out, out
+        client.close()
+    finally:
+        p.kill()
+        p.wait()
 
 
 def test_proc_output_reaches_the_controller_with_its_rank(cluster):
