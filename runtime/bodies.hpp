@@ -156,6 +156,9 @@ struct HelloBody {
   // address) skips what was meant for its predecessor.
   bool acks = false;
   uint64_t resume = 1, fresh = 1, peer_incarnation = 0;
+  // The sender's unix-socket address when `addr` is its TCP one (a controller using hosts over
+  // TCP): handles made where it runs name it, and the receiver sends what is meant for it to addr.
+  std::string also;
   template <class F>
   static void fields(F&& f) {
     f("proto", &HelloBody::proto, Need::Required);
@@ -172,6 +175,7 @@ struct HelloBody {
     f("resume", &HelloBody::resume, Need::Optional);
     f("fresh", &HelloBody::fresh, Need::Optional);
     f("peer_incarnation", &HelloBody::peer_incarnation, Need::Optional);
+    f("also", &HelloBody::also, Need::Optional);
   }
 };
 XMESH_BODY_JSON(HelloBody)

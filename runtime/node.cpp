@@ -55,8 +55,10 @@ void Node::set_stack_dumper(StackDumper dumper) {
 }
 
 // ---- sending ---------------------------------------------------------------------------------
-void Node::send(const std::string& addr, Header h, std::vector<zmq::message_t> frames) {
+void Node::send(const std::string& to, Header h, std::vector<zmq::message_t> frames) {
   transport_.check_size(frames);
+  std::string routed;
+  const std::string& addr = transport_.route(to, routed);
   json err;
   if (supervision_.is_dead(addr, &err))
     throw SendError("peer " + addr + " is dead: " + err.value("text", std::string("unknown")));
@@ -68,7 +70,8 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
   transport_.check_size(frames);
   std::vector<std::string> addrs;
   addrs.reserve(targets.size());
-  for (auto& t : targets) addrs.push_back(t.addr);
+  std::string routed;
+  for (auto& t : targets) addrs.push_back(transport_.route(t.addr, routed));
   auto c = std::make_shared<Call>(calls_.next_id(), addrs);
   if (expect_reply) calls_.add(c);
   std::vector<bool> skip(targets.size(), false);
@@ -88,7 +91,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     std::vector<zmq::message_t> copy(frames.size());
     for (size_t f = 0; f < frames.size(); ++f) copy[f].copy(frames[f]);  // shares large buffers
     try {
-      transport_.send(targets[i].addr, h, copy, may_block());
+      transport_.send(addrs[i], h, copy, may_block());
     } catch (const SendError& e) {
       CallResult r;
       r.index = static_cast<int64_t>(i);

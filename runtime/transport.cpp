@@ -319,6 +319,7 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   hello.version = version_string();
   hello.build = build_id();
   hello.addr = own_addr_for(p.addr);  // a TCP peer answers over TCP
+  if (hello.addr != addr_) hello.also = addr_;
   hello.role = role_;
   hello.pid = getpid();
   hello.max_message_bytes = max_message_bytes_;
@@ -880,6 +881,19 @@ void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
     in.acked = next - 1;
   }
   if (!hello.addr.empty() && !hello.reply_cookie.empty()) peer_cookies_.emplace(hello.addr, hello.reply_cookie);
+  if (hello.also.rfind("ipc://", 0) == 0 && is_tcp(hello.addr)) {
+    aliases_[hello.also] = hello.addr;
+    has_aliases_ = true;
+  }
+}
+
+const std::string& Transport::route(const std::string& addr, std::string& storage) const {
+  if (!has_aliases_.load(std::memory_order_relaxed) || addr.rfind("ipc://", 0) != 0) return addr;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = aliases_.find(addr);
+  if (it == aliases_.end()) return addr;
+  storage = it->second;
+  return storage;
 }
 
 std::string Transport::peer_addr(const std::string& identity) const {

@@ -117,6 +117,10 @@ class Transport {
   std::optional<Received> receive();
   void set_receive_timeout(int ms);
 
+  // Where to send what is addressed to addr: a peer's unix-socket address that it named in its
+  // Hello beside its TCP one (it runs on another machine) goes to the TCP one; else addr itself.
+  // `storage` holds the answer when it is not addr.
+  const std::string& route(const std::string& addr, std::string& storage) const;
   std::string peer_addr(const std::string& identity) const;
   int64_t peer_pid(const std::string& identity) const;  // from its Hello; 0 when unknown
   // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
@@ -251,6 +255,8 @@ class Transport {
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
   std::set<std::string> expected_listening_;
+  std::map<std::string, std::string> aliases_;  // a peer's unix-socket address -> its TCP one
+  std::atomic<bool> has_aliases_{false};
   std::string default_cookie_;
   LogBudget refusal_log_{3, 60000};
   // Counted without the lock (the send path takes only its peer's mutex).

@@ -5,9 +5,10 @@ on links that exist only while the test runs); everything is torn down afterward
 the root side before its namespace (PLATFORM-NOTES). Root is needed; `unavailable()` says why
 namespaces cannot be made here, for a skip with a clear message."""
 import os
+import shlex
 import subprocess
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -29,16 +30,21 @@ def unavailable() -> Optional[str]:
 class Host:
     """One namespace host: its namespace, hostname, address and the root-side end of its link."""
 
-    def __init__(self, netns: str, hostname: str, addr: str, link: str) -> None:
+    def __init__(self, netns: str, hostname: str, addr: str, link: str, hidden: Sequence[str] = ()) -> None:
         self.netns = netns
         self.hostname = hostname
         self.addr = addr
         self.link = link  # the veth end in the root namespace (down: the host is cut off)
+        self.hidden = list(hidden)
 
     def command(self, argv: List[str]) -> List[str]:
-        """argv run inside this host: its network namespace and a UTS namespace named hostname."""
-        script = 'hostname "$0" && exec "$@"'
-        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", script, self.hostname, *argv]
+        """argv run inside this host: its network namespace, a UTS namespace named hostname and a
+        mount namespace in which the `hidden` directories are empty (as another machine would not
+        have this one's files there: a unix socket under them is out of reach)."""
+        hide = "".join(f'mount -t tmpfs -o mode=700 xmesh-hidden {shlex.quote(d)} && ' for d in self.hidden)
+        script = hide + 'hostname "$0" && exec "$@"'
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--mount", "sh", "-c", script, self.hostname,
+                *argv]
 
     def popen(self, argv: List[str], **kwargs) -> subprocess.Popen:
         return subprocess.Popen(self.command(argv), **kwargs)
@@ -75,7 +81,7 @@ class NetnsHosts:
     """n hosts named node-a, node-b...; the root namespace reaches them at `.gateway`. Use as a
     context manager: everything it made goes when it ends, also after a failure."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, hidden: Sequence[str] = ()) -> None:
         self.tag = f"{os.getpid() % 10000}{int(time.monotonic() * 1000) % 1000:03d}"
         self.net = 231
         self.subnet = 1 + os.getpid() % 250  # 10.231.<subnet>.0/24, distinct per test process
@@ -83,6 +89,7 @@ class NetnsHosts:
         self.gateway = f"10.{self.net}.{self.subnet}.1"
         self.hosts: List[Host] = []
         self._n = n
+        self._hidden = [d for d in hidden if os.path.isdir(d)]
 
     def __enter__(self) -> "NetnsHosts":
         try:
@@ -101,7 +108,8 @@ class NetnsHosts:
         _ip("link", "set", self.bridge, "up")
         for i in range(self._n):
             netns, link = f"xmn{self.tag}{i}", f"xmv{self.tag}{i}"
-            host = Host(netns, f"node-{chr(ord('a') + i)}", f"10.{self.net}.{self.subnet}.{10 + i}", link)
+            host = Host(netns, f"node-{chr(ord('a') + i)}", f"10.{self.net}.{self.subnet}.{10 + i}", link,
+                        self._hidden)
             _ip("netns", "add", netns)
             self.hosts.append(host)
             _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns)

@@ -79,7 +79,9 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster():
     tmp = private_tmpdir("xmesh-tcp-")
-    with NetnsHosts(3) as net:
+    # The namespace hosts do not see this process's runtime directory (its unix sockets), as
+    # other machines would not.
+    with NetnsHosts(3, hidden=[_core.runtime_dir()]) as net:
         c = Cluster(net, tmp)
         try:
             yield c
@@ -407,6 +409,19 @@ def test_only_the_agents_port_is_open_procs_are_reached_through_it(cluster):
         listener.wait()
         for host in walled:
             host.open_firewall()
+
+
+def test_remote_actors_reach_actors_on_the_controllers_own_proc(cluster):
+    """A handle of an actor spawned on this_proc() here names this process's unix socket; actors
+    on other hosts reach it at this process's TCP address (its Hello says both)."""
+    hm = xmesh.hosts([cluster.locator(0), cluster.locator(2)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 1})
+    try:
+        local = xmesh.this_proc().spawn("local_pongers", Ponger)
+        pingers = procs.spawn("pingers", Pinger, local)
+        assert list(pingers.ping_all.call(3).get(timeout=60).values()) == [["pong 3 from 0"]] * 2
+    finally:
+        procs.stop()
 
 
 def test_a_link_cut_for_good_fails_that_hosts_ranks_others_go_on(cluster):
