@@ -411,6 +411,21 @@ def test_only_the_agents_port_is_open_procs_are_reached_through_it(cluster):
             host.open_firewall()
 
 
+def test_this_machines_agent_and_agents_elsewhere_make_one_mesh(cluster):
+    hm = xmesh.hosts([_core.runtime_dir(), cluster.locator(1)], key_file=cluster.key)
+    assert hm.sizes == {"hosts": 2}
+    procs = hm.spawn_procs({"gpus": 2})
+    try:
+        w = procs.spawn("where", Where)
+        got = w.where.call().get(timeout=60)
+        assert [v["host"] for v in got.values()] == [socket.gethostname()] * 2 + ["node-b"] * 2
+        addrs = procs.proc_addrs()
+        assert [a.split(":", 1)[0] for _, a in sorted(addrs.items())] == ["ipc", "ipc", "tcp", "tcp"], addrs
+        assert [v["host"] for v in w.slice(hosts=1).where.call().get(timeout=30).values()] == ["node-b"] * 2
+    finally:
+        procs.stop()
+
+
 def test_remote_actors_reach_actors_on_the_controllers_own_proc(cluster):
     """A handle of an actor spawned on this_proc() here names this process's unix socket; actors
     on other hosts reach it at this process's TCP address (its Hello says both)."""
