@@ -15,6 +15,8 @@ APT_PACKAGES=(
   procps iproute2 rsync
   # namespace hosts behind a firewall (tests/python/test_tcp_hosts.py)
   nftables
+  # jobs on schedulers: a real SLURM cluster and SSH hosts in the tests (tests/python/test_jobs.py)
+  slurm-wlm munge openssh-server openssh-client
   # the browser tests: Debian's Chromium, driven by Playwright (build/frontend)
   chromium fonts-dejavu-core
   # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers

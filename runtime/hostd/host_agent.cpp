@@ -950,7 +950,8 @@ void HostAgent::check_timers() {
   for (auto& kv : controllers_)
     if (!kv.second.said_goodbye && now - kv.second.last_seen_ms < grace_ms) controller_recent = true;
   if (!allocs_.empty() || controller_recent) idle_since_ms_ = now;
-  if (now - idle_since_ms_ > static_cast<int64_t>(opts_.idle_timeout_s * 1000)) quit_ = true;
+  // 0: never (an agent that lives as long as its job: SlurmJob, SSHJob).
+  if (opts_.idle_timeout_s > 0 && now - idle_since_ms_ > static_cast<int64_t>(opts_.idle_timeout_s * 1000)) quit_ = true;
 }
 
 StatusReply HostAgent::status() const {

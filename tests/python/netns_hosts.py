@@ -37,17 +37,19 @@ class Host:
         self.link = link  # the veth end in the root namespace (down: the host is cut off)
         self.hidden = list(hidden)
 
-    def command(self, argv: List[str]) -> List[str]:
+    def command(self, argv: List[str], keep_sys: bool = False) -> List[str]:
         """argv run inside this host: its network namespace, a UTS namespace named hostname and a
         mount namespace in which the `hidden` directories are empty (as another machine would not
-        have this one's files there: a unix socket under them is out of reach)."""
+        have this one's files there: a unix socket under them is out of reach). keep_sys: the
+        machine's /sys stays (with its cgroup mounts, which slurmd needs) instead of the
+        namespace's own that `ip netns exec` mounts."""
         hide = "".join(f'mount -t tmpfs -o mode=700 xmesh-hidden {shlex.quote(d)} && ' for d in self.hidden)
         script = hide + 'hostname "$0" && exec "$@"'
-        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--mount", "sh", "-c", script, self.hostname,
-                *argv]
+        enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if keep_sys else ["ip", "netns", "exec", self.netns]
+        return [*enter, "unshare", "--uts", "--mount", "sh", "-c", script, self.hostname, *argv]
 
-    def popen(self, argv: List[str], **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(self.command(argv), **kwargs)
+    def popen(self, argv: List[str], keep_sys: bool = False, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(self.command(argv, keep_sys), **kwargs)
 
     def cut(self) -> None:
         _ip("link", "set", self.link, "down")
