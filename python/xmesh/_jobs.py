@@ -1,0 +1,378 @@
+"""Jobs on schedulers (issue 21): hosts from SLURM, kept across kernel restarts.
+
+`SlurmJob(nodes=2, ...)` submits one allocation with `sbatch`, whose `srun` starts a host agent
+in the foreground on every node (`python -m xmesh._job_agent`: it listens on the node's
+interface towards this machine, with a fresh key file of the job's, mode 0600, in the job's
+directory: never on a command line). The controller waits with progress (queue state, agents
+up), then connects to the agents over TCP (`xmesh.hosts`): `job.host_mesh` is a HostMesh with
+one host per node. The job's record is saved under `.xmesh/jobs/` in the working directory (or
+`state_dir`), so that a restarted kernel, another one, or `xmesh ls` finds the same running
+allocation instead of submitting a new one. While the job is used a thread watches it: when it
+ends (cancelled, its time limit, a node failure) the hosts are lost at once with that cause, and
+a notice says when the time limit nears.
+"""
+import json
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time as _time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Sequence
+
+from . import _core
+from ._paths import PYTHON
+
+# States of a SLURM job that still holds (or will hold) its nodes.
+ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+         "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class JobError(RuntimeError):
+    """A job could not be submitted, ended while it was awaited, or its agents did not start;
+    the text says why (the scheduler's own words where it gave some)."""
+
+
+@dataclass
+class JobRecord:
+    """What is saved of a job (`<state_dir>/jobs/<name>.json`)."""
+    kind: str
+    name: str
+    spec: dict
+    job_id: str
+    job_dir: str
+    submitted: float
+    hosts: list = field(default_factory=list)  # host:port of its agents, once up
+
+    @staticmethod
+    def path(state_dir: str, name: str) -> str:
+        return os.path.join(state_dir, "jobs", f"{name}.json")
+
+    def save(self, state_dir: str) -> None:
+        path = self.path(state_dir, self.name)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, state_dir: str, name: str) -> Optional["JobRecord"]:
+        try:
+            with open(cls.path(state_dir, name)) as f:
+                return cls(**json.load(f))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as e:
+            raise JobError(f"the saved job {cls.path(state_dir, name)} does not read ({e}): remove it to submit anew")
+
+
+def saved_jobs(state_dir: Optional[str] = None) -> list:
+    """The records of every job saved under state_dir (default ./.xmesh)."""
+    d = os.path.join(default_state_dir(state_dir), "jobs")
+    names = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
+    return [r for r in (JobRecord.load(default_state_dir(state_dir), n) for n in names) if r is not None]
+
+
+def default_state_dir(state_dir: Optional[str] = None) -> str:
+    return os.path.abspath(state_dir or os.path.join(os.getcwd(), ".xmesh"))
+
+
+@dataclass
+class SlurmState:
+    """What `scontrol show job` says of a job: its state ("GONE" once SLURM forgot it), the reason
+    it waits, its nodes and the seconds it has left (None: no limit or not started)."""
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    seconds_left: Optional[float] = None
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ALIVE
+
+
+def _slurm_time(text: str) -> Optional[float]:
+    """Epoch seconds of a SLURM timestamp (2026-11-24T18:02:03); None for Unknown/None."""
+    try:
+        return _time.mktime(_time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def slurm_state(job_id: str) -> SlurmState:
+    r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        if "Invalid job id" in r.stderr:
+            return SlurmState("GONE")
+        raise JobError(f"scontrol show job {job_id} failed: {r.stderr.strip()}")
+    fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
+    state = fields.get("JobState", "UNKNOWN")
+    end = _slurm_time(fields.get("EndTime", ""))
+    left = end - _time.time() if end is not None and state == "RUNNING" else None
+    return SlurmState(state, fields.get("Reason", ""), fields.get("NodeList", ""), left)
+
+
+def _towards_controller() -> str:
+    """An address of this machine that the nodes route to: XMESH_CONTROLLER_HOST, else this
+    machine's interface towards slurmctld (from `scontrol show config`)."""
+    if os.environ.get("XMESH_CONTROLLER_HOST"):
+        return os.environ["XMESH_CONTROLLER_HOST"]
+    from ._hostd import _local_ip_towards
+
+    r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"^SlurmctldHost\[0\]\s*=\s*([^(\s]+)(?:\(([^)]+)\))?", r.stdout, re.M)
+    port = re.search(r"^SlurmctldPort\s*=\s*(\d+)", r.stdout, re.M)
+    if r.returncode != 0 or not m:
+        raise JobError("cannot tell which address the nodes reach this machine at (scontrol show config: "
+                       f"{r.stderr.strip() or 'no SlurmctldHost'}); set XMESH_CONTROLLER_HOST")
+    return _local_ip_towards(f"tcp://{m.group(2) or m.group(1)}:{port.group(1) if port else 6817}")
+
+
+class SlurmJob:
+    """One SLURM allocation of `nodes` nodes running an xmesh host agent each (see the module).
+
+    `job.host_mesh` (or `job.state().hosts`) submits or finds the job, waits, and gives the
+    HostMesh; `job.kill()` releases it. A job of the same name saved earlier and still alive is
+    used again (same spec), or refused unless `replace=True` (other spec)."""
+
+    def __init__(self, nodes: int = 1, gpus_per_node: Optional[int] = None, partition: Optional[str] = None,
+                 time: Optional[str] = None, account: Optional[str] = None, extra_args: Sequence[str] = (),
+                 name: str = "xmesh", port: int = 0, python: Optional[str] = None,
+                 state_dir: Optional[str] = None, replace: bool = False, timeout: float = 600.0,
+                 progress: bool = True) -> None:
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise ValueError(f"nodes must be a whole number >= 1, got {nodes!r}")
+        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
+                                          or gpus_per_node < 0):
+            raise ValueError(f"gpus_per_node must be a whole number >= 0 or None, got {gpus_per_node!r}")
+        if not isinstance(name, str) or not NAME.match(name):
+            raise ValueError(f"a job name is 1-64 letters, digits, '_', '.' or '-', got {name!r}")
+        if isinstance(extra_args, str) or not all(isinstance(a, str) for a in extra_args):
+            raise ValueError("extra_args must be a list of strings (sbatch's own arguments)")
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be 0 (any free one) to 65535, got {port!r}")
+        self.name = name
+        self.spec = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
+                     "account": account, "extra_args": list(extra_args), "port": port,
+                     "python": python or PYTHON}
+        self.state_dir = default_state_dir(state_dir)
+        self.replace = replace
+        self.timeout = timeout
+        self.progress = progress
+        self._record: Optional[JobRecord] = None
+        self._host_mesh: Any = None
+        self._watcher: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    # -- the public face -------------------------------------------------------------------
+    @property
+    def host_mesh(self):
+        return self.apply()._host_mesh
+
+    def state(self) -> "JobView":
+        """Monarch's style: `job.state().hosts` is the HostMesh."""
+        self.apply()
+        return JobView(self._host_mesh, self)
+
+    @property
+    def job_id(self) -> Optional[str]:
+        return self._record.job_id if self._record else None
+
+    def slurm_state(self) -> SlurmState:
+        if self._record is None:
+            raise JobError(f"the job {self.name!r} has not been submitted (use job.host_mesh first)")
+        return slurm_state(self._record.job_id)
+
+    def apply(self) -> "SlurmJob":
+        """Finds this job's saved allocation or submits one, and waits until its hosts answer."""
+        with self._lock:
+            if self._host_mesh is not None and self._record is not None and slurm_state(self._record.job_id).alive:
+                return self
+            self._host_mesh = None
+            self._record = self._existing_or_new()
+            self._host_mesh = self._wait_for_agents(self._record)
+            self._watch()
+            return self
+
+    def kill(self) -> None:
+        """Releases the allocation (scancel: its agents stop their procs) and forgets it."""
+        record = self._record or JobRecord.load(self.state_dir, self.name)
+        if record is None:
+            return
+        cancel(record)
+        try:
+            os.unlink(JobRecord.path(self.state_dir, record.name))
+        except FileNotFoundError:
+            pass
+        self._record = None
+        self._host_mesh = None
+
+    # -- submitting and finding ------------------------------------------------------------
+    def _existing_or_new(self) -> JobRecord:
+        saved = JobRecord.load(self.state_dir, self.name)
+        if saved is not None and saved.kind == "slurm":
+            st = slurm_state(saved.job_id)
+            if st.alive and saved.spec == self.spec:
+                self._say(f"using SLURM job {saved.job_id} ({self.name}), {st.state.lower()}, saved in "
+                          f"{JobRecord.path(self.state_dir, self.name)}")
+                return saved
+            if st.alive and not self.replace:
+                raise JobError(f"SLURM job {saved.job_id} named {self.name!r} still runs with another spec "
+                               f"({_spec_difference(saved.spec, self.spec)}): pass replace=True to cancel it and "
+                               "submit this one, or use another name")
+            if st.alive:
+                cancel(saved)
+        return self._submit()
+
+    def _submit(self) -> JobRecord:
+        s = self.spec
+        job_dir = os.path.join(self.state_dir, "jobs", f"{self.name}-{_core.random_hex(4)}")
+        os.makedirs(os.path.join(job_dir, "nodes"), mode=0o700)
+        _core.write_new_key_file(os.path.join(job_dir, "cluster.key"))
+        script = os.path.join(job_dir, "job.sh")
+        agent = [s["python"], "-m", "xmesh._job_agent", "--job-dir", job_dir, "--towards", _towards_controller(),
+                 "--port", str(s["port"])]
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n# an xmesh host agent on every node of this allocation\n"
+                    f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 {shlex.join(agent)}\n")
+        argv = ["sbatch", "--parsable", f"--job-name=xmesh-{self.name}", f"--nodes={s['nodes']}",
+                "--ntasks-per-node=1", f"--output={job_dir}/slurm-%j.out", f"--chdir={job_dir}"]
+        for opt, key in (("--time", "time"), ("--partition", "partition"), ("--account", "account"),
+                         ("--gpus-per-node", "gpus_per_node")):
+            if s[key] is not None:
+                argv.append(f"{opt}={s[key]}")
+        r = subprocess.run([*argv, *s["extra_args"], script], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise JobError(f"sbatch failed: {(r.stderr or r.stdout).strip()}")
+        record = JobRecord("slurm", self.name, self.spec, r.stdout.strip().split(";")[0], job_dir, _time.time())
+        record.save(self.state_dir)
+        self._say(f"submitted SLURM job {record.job_id} ({self.name}: {s['nodes']} nodes)")
+        return record
+
+    def _wait_for_agents(self, record: JobRecord):
+        from ._proc_mesh import hosts
+
+        deadline = _time.monotonic() + self.timeout
+        said = None
+        while True:
+            st = slurm_state(record.job_id)
+            if not st.alive:
+                raise JobError(f"SLURM job {record.job_id} ({self.name}) ended while awaited: {st.state}"
+                               + (f" ({st.reason})" if st.reason not in ("", "None") else "") + _tails(record))
+            up, failed = _agents(record)
+            if failed:
+                node, log = failed[0]
+                raise JobError(f"the host agent could not start on {node} (SLURM job {record.job_id}):\n{log}")
+            line = f"SLURM job {record.job_id} {st.state.lower()}" + (
+                f" ({st.reason})" if st.state == "PENDING" else f": {len(up)}/{record.spec['nodes']} host agents up")
+            if line != said:
+                self._say(line)
+                said = line
+            if len(up) == record.spec["nodes"]:
+                break
+            if _time.monotonic() > deadline:
+                raise JobError(f"SLURM job {record.job_id} ({self.name}) not ready after {self.timeout:.0f} s "
+                               f"({st.state.lower()}, {len(up)}/{record.spec['nodes']} host agents up)"
+                               + _tails(record))
+            _time.sleep(0.2)
+        record.hosts = [up[n] for n in sorted(up)]
+        record.save(self.state_dir)
+        hm = hosts(record.hosts, key_file=os.path.join(record.job_dir, "cluster.key"))
+        hm.initialized.get(timeout=max(5.0, deadline - _time.monotonic()))
+        return hm
+
+    # -- while in use ----------------------------------------------------------------------
+    def _watch(self) -> None:
+        if self._watcher is not None and self._watcher.is_alive():
+            return
+        self._watcher = threading.Thread(target=self._watch_loop, args=(self._record,), daemon=True,
+                                         name=f"xmesh-job-{self.name}")
+        self._watcher.start()
+
+    def _watch_loop(self, record: JobRecord) -> None:
+        """Loses the job's hosts at once when it ends (naming why) and says when its time limit nears."""
+        from ._runtime import get_runtime
+
+        every = float(os.environ.get("XMESH_JOB_POLL_S", "10"))
+        warn_s = float(os.environ.get("XMESH_JOB_NOTICE_S", "600"))
+        warned = False
+        while self._record is record:
+            try:
+                st = slurm_state(record.job_id)
+            except Exception:
+                _time.sleep(every)
+                continue
+            if not st.alive:
+                rt = get_runtime()
+                for h in record.hosts:
+                    rt.node.lose_host(f"tcp://{h}", f"SLURM job {record.job_id} ({record.name}) ended: {st.state}"
+                                      + (f" ({st.reason})" if st.reason not in ("", "None") else ""))
+                return
+            if st.seconds_left is not None and st.seconds_left < warn_s and not warned:
+                warned = True
+                get_runtime().diag(f"SLURM job {record.job_id} ({record.name}) reaches its time limit in "
+                                   f"{st.seconds_left / 60:.0f} min")
+            _time.sleep(every)
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            print(f"xmesh: {text}", flush=True)
+
+
+@dataclass
+class JobView:
+    """`job.state()`: the HostMesh as `.hosts` (Monarch's style), and the job."""
+    hosts: Any
+    job: SlurmJob
+
+
+def cancel(record: JobRecord, wait_s: float = 30.0) -> None:
+    """scancel, then wait (bounded) until SLURM says the job ended and its nodes are released."""
+    r = subprocess.run(["scancel", record.job_id], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0 and "Invalid job id" not in r.stderr:
+        raise JobError(f"scancel {record.job_id} failed: {r.stderr.strip()}")
+    deadline = _time.monotonic() + wait_s
+    while slurm_state(record.job_id).alive:
+        if _time.monotonic() > deadline:
+            raise JobError(f"SLURM job {record.job_id} still not ended {wait_s:.0f} s after scancel")
+        _time.sleep(0.2)
+
+
+def _agents(record: JobRecord) -> tuple:
+    """The agents that said where they serve ({node: host:port}) and those that failed."""
+    up, failed = {}, []
+    d = os.path.join(record.job_dir, "nodes")
+    for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not f.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(d, f)) as fh:
+                st = json.load(fh)
+        except (OSError, ValueError):
+            continue  # being written
+        if st.get("state") == "serving":
+            up[st["node"]] = st["addr"]
+        elif st.get("state") == "failed":
+            failed.append((st.get("node", f[:-5]), st.get("log", "")))
+    return up, failed
+
+
+def _tails(record: JobRecord) -> str:
+    """The last lines of the job's output and of its agents' logs, to say why."""
+    out = []
+    for path in [os.path.join(record.job_dir, f) for f in sorted(os.listdir(record.job_dir)) if f.startswith("slurm-")] \
+            + [os.path.join(record.job_dir, "nodes", f) for f in sorted(os.listdir(os.path.join(record.job_dir, "nodes")))
+               if f.endswith(".log")] if os.path.isdir(record.job_dir) else []:
+        with open(path, errors="replace") as f:
+            text = f.read()[-1500:].strip()
+        if text:
+            out.append(f"--- {os.path.relpath(path, record.job_dir)}:\n{text}")
+    return ("\n" + "\n".join(out)) if out else ""
+
+
+def _spec_difference(saved: dict, wanted: dict) -> str:
+    return ", ".join(f"{k}: {saved.get(k)!r} there, {wanted.get(k)!r} here" for k in sorted(set(saved) | set(wanted))
+                     if saved.get(k) != wanted.get(k))
