@@ -7,7 +7,7 @@ the controller reads (`nodes/<node>.json`; "failed" with the log's tail when the
 start). Its output goes to `nodes/<node>.log`. It lives as long as the agent; SIGTERM (scancel,
 the end of the allocation) is passed on, and the agent stops its procs.
 
-    python -m xmesh._job_agent --job-dir DIR --towards CONTROLLER_ADDR [--port P]
+    python -m xmesh._job_agent --job-dir DIR --towards CONTROLLER_ADDR --key-file KEY [--port P]
 """
 import argparse
 import json
@@ -50,7 +50,7 @@ def log_tail(path: str, n: int = 2000) -> str:
         return ""
 
 
-def run(job_dir: str, towards: str, port: int, hostd: Optional[str] = None) -> int:
+def run(job_dir: str, towards: str, port: int, key_file: str, hostd: Optional[str] = None) -> int:
     from ._hostd import hostd_executable
 
     node = node_name()
@@ -65,13 +65,15 @@ def run(job_dir: str, towards: str, port: int, hostd: Optional[str] = None) -> i
     try:
         ip = local_ip_towards(towards)
         argv = [hostd or hostd_executable(), "--runtime-dir", rundir, "--listen", f"tcp://{ip}:{port}",
-                "--key-file", os.path.join(job_dir, "cluster.key")]
+                "--key-file", key_file]
     except Exception as e:  # no route, no xmesh-hostd: said where the controller looks
         with open(log_path, "a") as log:
             log.write(f"xmesh: the agent of {node} cannot start: {e}\n")
         write_json_atomic(status_file, {"node": node, "state": "failed", "log": log_tail(log_path)})
         return 1
     env = dict(os.environ, XMESH_HOSTD_IDLE="0")  # it lives as long as the job
+    if "SLURM_JOB_ID" in os.environ:  # named in what its procs' ends say when the job ends
+        env["XMESH_JOB_DESCRIPTION"] = f"SLURM job {os.environ['SLURM_JOB_ID']} ({os.environ.get('SLURM_JOB_NAME', '')})"
     with open(log_path, "ab") as log:
         agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -88,7 +90,7 @@ def run(job_dir: str, towards: str, port: int, hostd: Optional[str] = None) -> i
                                                 "pid": agent.pid, "runtime_dir": rundir})
         rc = agent.wait()
     if not served:
-        write_json_atomic(status_file, {"node": node, "state": "failed", "log": log_tail(log_path)})
+        write_json_atomic(status_file, {"node": node, "state": "failed", "exit": rc, "log": log_tail(log_path)})
     return rc
 
 
@@ -97,8 +99,9 @@ def main(argv=None) -> int:
     ap.add_argument("--job-dir", required=True)
     ap.add_argument("--towards", required=True, help="an address of the controller's machine")
     ap.add_argument("--port", type=int, default=0, help="the agent's one TCP port (0: any free one)")
+    ap.add_argument("--key-file", required=True, help="the cluster's key file (mode 0600)")
     args = ap.parse_args(argv)
-    return run(os.path.abspath(args.job_dir), args.towards, args.port)
+    return run(os.path.abspath(args.job_dir), args.towards, args.port, os.path.abspath(args.key_file))
 
 
 if __name__ == "__main__":

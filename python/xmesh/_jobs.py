@@ -2,8 +2,9 @@
 
 `SlurmJob(nodes=2, ...)` submits one allocation with `sbatch`, whose `srun` starts a host agent
 in the foreground on every node (`python -m xmesh._job_agent`: it listens on the node's
-interface towards this machine, with a fresh key file of the job's, mode 0600, in the job's
-directory: never on a command line). The controller waits with progress (queue state, agents
+interface towards this machine, with the key file of the state directory, `.xmesh/cluster.key`,
+made fresh by xmesh there once, mode 0600, its path and never its content on a command line; one
+key for every job of a controller, which authenticates with one). The controller waits with progress (queue state, agents
 up), then connects to the agents over TCP (`xmesh.hosts`): `job.host_mesh` is a HostMesh with
 one host per node. The job's record is saved under `.xmesh/jobs/` in the working directory (or
 `state_dir`), so that a restarted kernel, another one, or `xmesh ls` finds the same running
@@ -74,6 +75,20 @@ def saved_jobs(state_dir: Optional[str] = None) -> list:
     d = os.path.join(default_state_dir(state_dir), "jobs")
     names = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
     return [r for r in (JobRecord.load(default_state_dir(state_dir), n) for n in names) if r is not None]
+
+
+def job_key_file(state_dir: str) -> str:
+    """The state directory's key file (made on first use, mode 0600), which every job started
+    from there uses: a controller authenticates with one key."""
+    path = os.path.join(state_dir, "cluster.key")
+    if not os.path.exists(path):
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        try:
+            _core.write_new_key_file(path)
+        except Exception:
+            if not os.path.exists(path):  # another kernel made it meanwhile: use that one
+                raise
+    return path
 
 
 def default_state_dir(state_dir: Optional[str] = None) -> str:
@@ -231,10 +246,9 @@ class SlurmJob:
         s = self.spec
         job_dir = os.path.join(self.state_dir, "jobs", f"{self.name}-{_core.random_hex(4)}")
         os.makedirs(os.path.join(job_dir, "nodes"), mode=0o700)
-        _core.write_new_key_file(os.path.join(job_dir, "cluster.key"))
         script = os.path.join(job_dir, "job.sh")
         agent = [s["python"], "-m", "xmesh._job_agent", "--job-dir", job_dir, "--towards", _towards_controller(),
-                 "--port", str(s["port"])]
+                 "--port", str(s["port"]), "--key-file", job_key_file(self.state_dir)]
         with open(script, "w") as f:
             f.write("#!/bin/sh\n# an xmesh host agent on every node of this allocation\n"
                     f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 {shlex.join(agent)}\n")
@@ -259,13 +273,13 @@ class SlurmJob:
         said = None
         while True:
             st = slurm_state(record.job_id)
+            up, failed = _agents(record)  # an agent that failed says why better than the job's end
+            if failed:
+                node, why = failed[0]
+                raise JobError(f"the host agent could not start on {node} (SLURM job {record.job_id}): {why}")
             if not st.alive:
                 raise JobError(f"SLURM job {record.job_id} ({self.name}) ended while awaited: {st.state}"
                                + (f" ({st.reason})" if st.reason not in ("", "None") else "") + _tails(record))
-            up, failed = _agents(record)
-            if failed:
-                node, log = failed[0]
-                raise JobError(f"the host agent could not start on {node} (SLURM job {record.job_id}):\n{log}")
             line = f"SLURM job {record.job_id} {st.state.lower()}" + (
                 f" ({st.reason})" if st.state == "PENDING" else f": {len(up)}/{record.spec['nodes']} host agents up")
             if line != said:
@@ -280,7 +294,7 @@ class SlurmJob:
             _time.sleep(0.2)
         record.hosts = [up[n] for n in sorted(up)]
         record.save(self.state_dir)
-        hm = hosts(record.hosts, key_file=os.path.join(record.job_dir, "cluster.key"))
+        hm = hosts(record.hosts, key_file=job_key_file(self.state_dir))
         hm.initialized.get(timeout=max(5.0, deadline - _time.monotonic()))
         return hm
 
@@ -356,7 +370,9 @@ def _agents(record: JobRecord) -> tuple:
         if st.get("state") == "serving":
             up[st["node"]] = st["addr"]
         elif st.get("state") == "failed":
-            failed.append((st.get("node", f[:-5]), st.get("log", "")))
+            log = st.get("log", "").strip()
+            failed.append((st.get("node", f[:-5]), f"it exited with code {st.get('exit', '?')}"
+                           + (f"; its log ends:\n{log}" if log else " without a word")))
     return up, failed
 
 

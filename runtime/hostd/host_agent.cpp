@@ -149,7 +149,13 @@ int HostAgent::run() {
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo si;
       while (read(sigfd_, &si, sizeof(si)) == sizeof(si)) {
-        if (si.ssi_signo != SIGCHLD) quit_ = true;
+        if (si.ssi_signo == SIGCHLD) continue;
+        quit_ = true;
+        // Procs that end from now on are said to end with the agent, and why (a job ending).
+        const char* job = std::getenv("XMESH_JOB_DESCRIPTION");
+        if (ending_.empty())
+          ending_ = std::string("its host agent got ") + signal_name(static_cast<int>(si.ssi_signo)) +
+                    (job && *job ? std::string(": ") + job + " is ending" : "");
       }
     }
     // Pipes first, then reaping: an exit is reported only after its output was read.
@@ -846,6 +852,7 @@ void HostAgent::report_exits() {
       p->reported = true;
       if (p->addr.rfind("ipc://", 0) == 0) unlink(p->addr.substr(6).c_str());  // if it could not
       std::string why = a.stop_reason.empty() ? exit_text(p->status) : "was stopped: " + a.stop_reason;
+      if (a.stop_reason.empty() && !ending_.empty()) why += " (" + ending_ + ")";
       if (!a.stopping && !p->tail.empty()) {
         why += "; its last output:";
         for (auto& line : p->tail) why += "\n    " + line;

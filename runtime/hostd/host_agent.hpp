@@ -175,6 +175,7 @@ class HostAgent {
   int64_t last_socket_sweep_ms_ = 0;  // 0: the first check sweeps what an earlier agent left
   static constexpr int64_t kStallMs = 2000;  // a gap between timer checks this long is a stall
   bool quit_ = false;
+  std::string ending_;  // why the agent is stopping on a signal (XMESH_JOB_DESCRIPTION names its job)
 };
 
 }  // namespace xmesh

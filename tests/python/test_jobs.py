@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -25,6 +26,8 @@ def slurm():
     tmp = private_tmpdir("xmesh-slurm-")
     with NetnsHosts(2) as net, SlurmCluster(net, tmp) as cluster:
         os.environ["SLURM_CONF"] = cluster.conf  # for SlurmJob's sbatch, scontrol, scancel
+        # One state directory (so one key file) for every job here: a controller uses one key.
+        cluster.state_dir = os.path.join(tmp, "state")
         os.environ["XMESH_JOB_POLL_S"] = "0.5"
         try:
             yield cluster
@@ -57,7 +60,7 @@ def test_the_test_cluster_runs_a_job_step_on_both_nodes(slurm, tmp_path):
 
 
 def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_path, capsys):
-    job = xmesh.SlurmJob(nodes=2, name="train", state_dir=str(tmp_path), timeout=90)
+    job = xmesh.SlurmJob(nodes=2, name="train", state_dir=slurm.state_dir, timeout=90)
     hm = job.host_mesh
     said = capsys.readouterr().out
     assert f"submitted SLURM job {job.job_id}" in said and "2/2 host agents up" in said, said
@@ -71,7 +74,7 @@ def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_
         import sys, xmesh
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_jobs import Where
-        job = xmesh.SlurmJob(nodes=2, name="train", state_dir={str(tmp_path)!r}, timeout=60)
+        job = xmesh.SlurmJob(nodes=2, name="train", state_dir={slurm.state_dir!r}, timeout=60)
         procs = xmesh.attach("job-procs", hosts=job.host_mesh)
         print("JOB", job.job_id, sorted(v["pid"] for v in procs.spawn("w2", Where).where.call().get().values()))
     """)
@@ -82,4 +85,67 @@ def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_
     job_id = job.job_id
     job.kill()
     assert slurm.run("squeue", "-h", "-j", job_id, check=False).stdout.strip() == ""
-    assert not os.path.exists(tmp_path / "jobs" / "train.json")
+    assert not os.path.exists(os.path.join(slurm.state_dir, "jobs", "train.json"))
+
+
+def test_sbatch_errors_come_verbatim_and_a_bad_spec_is_refused_before(slurm, tmp_path):
+    with pytest.raises(xmesh.JobError, match="sbatch failed: .*invalid partition"):
+        xmesh.SlurmJob(nodes=1, partition="nowhere", name="bad", state_dir=slurm.state_dir).host_mesh
+    with pytest.raises(ValueError, match="nodes"):
+        xmesh.SlurmJob(nodes=0)
+    with pytest.raises(ValueError, match="job name"):
+        xmesh.SlurmJob(name="no spaces")
+    with pytest.raises(ValueError, match="extra_args"):
+        xmesh.SlurmJob(extra_args="--exclusive")
+
+
+def test_a_job_cancelled_while_awaited_or_never_ready_says_so(slurm, tmp_path):
+    # Held in the queue (it may begin only in an hour): the timeout says how far it got.
+    job = xmesh.SlurmJob(nodes=1, name="later", extra_args=["--begin=now+3600"], state_dir=slurm.state_dir, timeout=2)
+    with pytest.raises(xmesh.JobError, match=r"not ready after 2 s \(pending"):
+        job.host_mesh
+    # Cancelled from outside while awaited.
+    job.timeout = 60
+    timer = threading.Timer(1.0, lambda: slurm.run("scancel", job.job_id))
+    timer.start()
+    with pytest.raises(xmesh.JobError, match=rf"SLURM job {job.job_id} \(later\) ended while awaited: CANCELLED"):
+        job.host_mesh
+    timer.join()
+
+
+def test_an_agent_that_cannot_start_is_named_with_its_log(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("XMESH_HOSTD", "/bin/false")  # sbatch passes the environment on to the nodes
+    job = xmesh.SlurmJob(nodes=2, name="broken", state_dir=slurm.state_dir, timeout=60)
+    with pytest.raises(xmesh.JobError, match="the host agent could not start on node-a"):
+        job.host_mesh
+    job.kill()
+
+
+def test_a_saved_job_with_another_spec_is_not_replaced_unasked(slurm, tmp_path):
+    job = xmesh.SlurmJob(nodes=1, name="spec", state_dir=slurm.state_dir, timeout=60)
+    job.host_mesh
+    try:
+        with pytest.raises(xmesh.JobError, match="still runs with another spec .*nodes: 1 there, 2 here"):
+            xmesh.SlurmJob(nodes=2, name="spec", state_dir=slurm.state_dir, timeout=60).host_mesh
+        again = xmesh.SlurmJob(nodes=2, name="spec", state_dir=slurm.state_dir, timeout=60, replace=True)
+        assert again.host_mesh.sizes == {"hosts": 2} and again.job_id != job.job_id
+        assert slurm.run("squeue", "-h", "-j", job.job_id, check=False).stdout.strip() == ""
+        again.kill()
+    finally:
+        job.kill()
+
+
+def test_a_job_cancelled_from_outside_while_in_use_fails_its_ranks_naming_it(slurm, tmp_path):
+    job = xmesh.SlurmJob(nodes=2, name="cut", state_dir=slurm.state_dir, timeout=60)
+    procs = job.host_mesh.spawn_procs({"gpus": 1})
+    w = procs.spawn("where", Where)
+    w.where.call().get(timeout=60)
+    slurm.run("scancel", job.job_id)
+    with pytest.raises(xmesh.SupervisionError) as e:
+        for _ in range(100):  # the next calls fail, naming the job, within the watcher's poll
+            w.where.call().get(timeout=30)
+            time.sleep(0.1)
+    # Named by the agent (its procs ended as the job did) or by the job's watcher, whichever is first.
+    assert f"SLURM job {job.job_id} (xmesh-cut) is ending" in str(e.value) or \
+        f"SLURM job {job.job_id} (cut) ended: CANCELLED" in str(e.value), str(e.value)
+    job.kill()
