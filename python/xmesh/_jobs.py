@@ -91,6 +91,32 @@ def job_key_file(state_dir: str) -> str:
     return path
 
 
+def job_rows(state_dir: Optional[str] = None) -> list:
+    """What `xmesh ls` shows of the saved jobs: name, scheduler and id, nodes, state, time left."""
+    rows = []
+    for r in saved_jobs(state_dir):
+        try:
+            st = slurm_state(r.job_id)
+        except (OSError, JobError) as e:  # scontrol missing or failing here
+            st = SlurmState(f"unknown ({e})")
+        rows.append({"kind": "job", "name": r.name, "scheduler": r.kind, "job_id": r.job_id,
+                     "nodes": r.spec.get("nodes"), "node_list": st.nodes, "state": st.state,
+                     "seconds_left": st.seconds_left, "hosts": r.hosts})
+    return rows
+
+
+def stop_job(name: str, state_dir: Optional[str] = None) -> bool:
+    """Releases the saved job `name` (scancel, its record removed); False when there is none."""
+    d = default_state_dir(state_dir)
+    record = JobRecord.load(d, name)
+    if record is None:
+        return False
+    if slurm_state(record.job_id).alive:
+        cancel(record)
+    os.unlink(JobRecord.path(d, name))
+    return True
+
+
 def default_state_dir(state_dir: Optional[str] = None) -> str:
     return os.path.abspath(state_dir or os.path.join(os.getcwd(), ".xmesh"))
 
@@ -214,16 +240,9 @@ class SlurmJob:
 
     def kill(self) -> None:
         """Releases the allocation (scancel: its agents stop their procs) and forgets it."""
-        record = self._record or JobRecord.load(self.state_dir, self.name)
-        if record is None:
-            return
-        cancel(record)
-        try:
-            os.unlink(JobRecord.path(self.state_dir, record.name))
-        except FileNotFoundError:
-            pass
         self._record = None
         self._host_mesh = None
+        stop_job(self.name, self.state_dir)
 
     # -- submitting and finding ------------------------------------------------------------
     def _existing_or_new(self) -> JobRecord:

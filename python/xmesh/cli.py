@@ -100,13 +100,17 @@ def _format_age(seconds):
 
 
 def _ls(args):
+    from ._jobs import job_rows
     from ._named import allocations
 
     targets = _tcp_agents(args) + _local_dirs(args)
     rows = allocations(targets) if targets else []
+    jobs = job_rows(args.state_dir)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows + jobs, indent=2))
         return 0
+    if jobs:
+        _print_jobs(jobs)
     if not rows:
         print("no named allocations")
         return 0
@@ -123,9 +127,25 @@ def _ls(args):
     return 0
 
 
+def _print_jobs(jobs: list) -> None:
+    table = [("JOB", "SCHEDULER", "NODES", "STATE", "TIME LEFT")]
+    for j in jobs:
+        left = "-" if j["seconds_left"] is None else _format_age(j["seconds_left"])
+        nodes = f"{j['nodes']}" + (f" ({j['node_list']})" if j["node_list"] else "")
+        table.append((j["name"], f"{j['scheduler']} {j['job_id']}", nodes, j["state"].lower(), left))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print()
+
+
 def _stop(args):
+    from ._jobs import stop_job
     from ._named import stop_named
 
+    if stop_job(args.name, args.state_dir):
+        print(f"released job {args.name} (scancel)")
+        return 0
     targets = _tcp_agents(args) + _local_dirs(args)
     if not targets or not stop_named(args.name, targets):
         print(f"xmesh: no live allocation named {args.name!r}", file=sys.stderr)
@@ -345,13 +365,16 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="print the raw status as JSON")
     _host_arguments(p)
     p.set_defaults(func=_status)
-    p = sub.add_parser("ls", help="list live named allocations (name, shape, hosts, age, procs, controller)")
+    p = sub.add_parser("ls", help="list the jobs saved here (scheduler id, nodes, state, time left) and live named "
+                                  "allocations (name, shape, hosts, age, procs, controller)")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--state-dir", help="where jobs are saved (default ./.xmesh)")
     _host_arguments(p)
     p.set_defaults(func=_ls)
-    p = sub.add_parser("stop", help="stop a named allocation (its procs and actors)")
+    p = sub.add_parser("stop", help="release a saved job (scancel) or stop a named allocation (its procs and actors)")
     p.add_argument("name")
+    p.add_argument("--state-dir", help="where jobs are saved (default ./.xmesh)")
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     _host_arguments(p)
     p.set_defaults(func=_stop)

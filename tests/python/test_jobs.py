@@ -1,6 +1,7 @@
 """Jobs on real schedulers (issue 21): a SLURM cluster on this machine (slurm_cluster.py:
 munged, slurmctld, a slurmd in each of two namespace hosts), driven with SLURM's own commands.
 Skipped, saying why, only where it cannot run (not root, the packages missing)."""
+import json
 import os
 import socket
 import subprocess
@@ -149,3 +150,28 @@ def test_a_job_cancelled_from_outside_while_in_use_fails_its_ranks_naming_it(slu
     assert f"SLURM job {job.job_id} (xmesh-cut) is ending" in str(e.value) or \
         f"SLURM job {job.job_id} (cut) ended: CANCELLED" in str(e.value), str(e.value)
     job.kill()
+
+
+def test_xmesh_ls_shows_jobs_and_stop_releases_them_and_the_time_limit_is_announced(slurm, capfd, monkeypatch):
+    monkeypatch.setenv("XMESH_JOB_NOTICE_S", "900")  # the 10-minute limit below is within it at once
+    job = xmesh.SlurmJob(nodes=1, name="limited", time="10", state_dir=slurm.state_dir, timeout=60)
+    job.host_mesh
+    deadline = time.monotonic() + 10
+    err = ""
+    while "reaches its time limit" not in err and time.monotonic() < deadline:
+        time.sleep(0.2)
+        err += capfd.readouterr().err
+    assert f"SLURM job {job.job_id} (limited) reaches its time limit in 10 min" in err, err
+    cli = ["/usr/bin/python3", "-m", "xmesh.cli"]
+    r = subprocess.run([*cli, "ls", "--state-dir", slurm.state_dir], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("limited ")]
+    assert f"slurm {job.job_id}" in line and "1 (node-" in line and "running" in line and "10m" in line, r.stdout
+    r = subprocess.run([*cli, "ls", "--json", "--state-dir", slurm.state_dir], capture_output=True, text=True,
+                       timeout=60)
+    (row,) = [j for j in json.loads(r.stdout) if j.get("kind") == "job" and j["name"] == "limited"]
+    assert row["job_id"] == job.job_id and row["state"] == "RUNNING" and 500 < row["seconds_left"] <= 600
+    r = subprocess.run([*cli, "stop", "limited", "--state-dir", slurm.state_dir], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "released job limited" in r.stdout, r.stdout + r.stderr
+    assert slurm.run("squeue", "-h", "-j", job.job_id, check=False).stdout.strip() == ""
