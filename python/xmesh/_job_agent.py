@@ -94,7 +94,7 @@ def run(job_dir: str, towards: str, port: int, key_file: str, hostd: Optional[st
     return rc
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m xmesh._job_agent", description=__doc__.split("\n\n")[0])
     ap.add_argument("--job-dir", required=True)
     ap.add_argument("--towards", required=True, help="an address of the controller's machine")

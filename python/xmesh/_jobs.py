@@ -20,10 +20,13 @@ import subprocess
 import threading
 import time as _time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from . import _core
 from ._paths import PYTHON
+
+if TYPE_CHECKING:
+    from ._proc_mesh import HostMesh
 
 # States of a SLURM job that still holds (or will hold) its nodes.
 ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -196,7 +199,7 @@ class SlurmJob:
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be 0 (any free one) to 65535, got {port!r}")
         self.name = name
-        self.spec = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
+        self.spec: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
                      "account": account, "extra_args": list(extra_args), "port": port,
                      "python": python or PYTHON}
         self.state_dir = default_state_dir(state_dir)
@@ -210,7 +213,7 @@ class SlurmJob:
 
     # -- the public face -------------------------------------------------------------------
     @property
-    def host_mesh(self):
+    def host_mesh(self) -> "HostMesh":
         return self.apply()._host_mesh
 
     def state(self) -> "JobView":
@@ -266,7 +269,7 @@ class SlurmJob:
         job_dir = os.path.join(self.state_dir, "jobs", f"{self.name}-{_core.random_hex(4)}")
         os.makedirs(os.path.join(job_dir, "nodes"), mode=0o700)
         script = os.path.join(job_dir, "job.sh")
-        agent = [s["python"], "-m", "xmesh._job_agent", "--job-dir", job_dir, "--towards", _towards_controller(),
+        agent = [str(s["python"]), "-m", "xmesh._job_agent", "--job-dir", job_dir, "--towards", _towards_controller(),
                  "--port", str(s["port"]), "--key-file", job_key_file(self.state_dir)]
         with open(script, "w") as f:
             f.write("#!/bin/sh\n# an xmesh host agent on every node of this allocation\n"
@@ -277,7 +280,8 @@ class SlurmJob:
                          ("--gpus-per-node", "gpus_per_node")):
             if s[key] is not None:
                 argv.append(f"{opt}={s[key]}")
-        r = subprocess.run([*argv, *s["extra_args"], script], capture_output=True, text=True, timeout=60)
+        extra: list[str] = list(s["extra_args"])
+        r = subprocess.run([*argv, *extra, script], capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise JobError(f"sbatch failed: {(r.stderr or r.stdout).strip()}")
         record = JobRecord("slurm", self.name, self.spec, r.stdout.strip().split(";")[0], job_dir, _time.time())
@@ -285,7 +289,7 @@ class SlurmJob:
         self._say(f"submitted SLURM job {record.job_id} ({self.name}: {s['nodes']} nodes)")
         return record
 
-    def _wait_for_agents(self, record: JobRecord):
+    def _wait_for_agents(self, record: JobRecord) -> "HostMesh":
         from ._proc_mesh import hosts
 
         deadline = _time.monotonic() + self.timeout
