@@ -402,6 +402,19 @@ def agent(runtime_dir=None):
     return agent_at(runtime_dir or _core.runtime_dir()).connect()
 
 
+def release_agent(locator: str, why: str) -> None:
+    """An agent let go on purpose (its job released): calls to its procs fail saying why, it is no
+    longer watched (no heartbeat loss to report later) and the next use of its address connects
+    anew."""
+    with _agents_lock:
+        a = _agents.pop(locator, None)
+    rt = get_runtime()
+    rt.node.lose_host(locator, why)
+    rt.node.unwatch_host(locator)
+    if a is not None:
+        a._connected = False
+
+
 def connected_agents():
     with _agents_lock:
         return [a for a in _agents.values() if a._connected]

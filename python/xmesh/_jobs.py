@@ -243,8 +243,14 @@ class SlurmJob:
 
     def kill(self) -> None:
         """Releases the allocation (scancel: its agents stop their procs) and forgets it."""
+        from ._hostd import release_agent
+
+        record = self._record or JobRecord.load(self.state_dir, self.name)
         self._record = None
         self._host_mesh = None
+        if record is not None:
+            for h in record.hosts:
+                release_agent(f"tcp://{h}", f"SLURM job {record.job_id} ({record.name}) was released (kill)")
         stop_job(self.name, self.state_dir)
 
     # -- submitting and finding ------------------------------------------------------------
