@@ -14,7 +14,7 @@ from ._debug import debug
 from ._errors import ActorError, SupervisionError, TakenOverError
 from ._future import Future, returns_future
 from ._instance import Context, Instance, context, current_actor_name
-from ._jobs import JobError, SlurmJob
+from ._jobs import JobError, SlurmJob, SSHJob
 from ._named import allocations
 from ._ports import Channel, Port, PortReceiver, RankedPortReceiver
 from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, shutdown_context, this_host, this_proc
@@ -27,7 +27,7 @@ __version__ = _core.version()
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "Instance", "JobError", "Point", "Port", "PortReceiver", "ProcMesh", "RankedPortReceiver", "SupervisionError",
-    "SlurmJob", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "as_endpoint", "attach", "concurrent_endpoint", "context",
+    "SSHJob", "SlurmJob", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "as_endpoint", "attach", "concurrent_endpoint", "context",
     "current_actor_name", "current_rank", "current_size", "debug", "endpoint", "get_or_spawn_controller", "hosts",
     "proc_mesh",
     "returns_future", "send", "shutdown_context", "this_host", "this_proc",

@@ -342,7 +342,7 @@ def tcp_locator(text: str) -> Optional[str]:
 _cluster_key: Optional[tuple[str, str]] = None  # (path, public key) of the key this controller's TCP address uses
 
 
-def _local_ip_towards(locator: str) -> str:
+def local_ip_towards(locator: str) -> str:
     """The address of this machine's interface that routes to the host at locator (no packet
     is sent: a UDP socket's connect only picks the route)."""
     host, port = locator[len("tcp://"):].rsplit(":", 1)
@@ -369,7 +369,7 @@ def use_cluster_key(key_file: str, first_host: str) -> None:
                              "another (one cluster key per controller)")
         return
     rt = get_runtime()
-    host = os.environ.get("XMESH_CONTROLLER_HOST") or _local_ip_towards(first_host)
+    host = os.environ.get("XMESH_CONTROLLER_HOST") or local_ip_towards(first_host)
     host = f"[{host}]" if ":" in host else host
     rt.node.listen_tcp(f"tcp://{host}:*", key_file)
     _cluster_key = (key_file, public)

@@ -49,6 +49,7 @@ class JobRecord:
     job_dir: str
     submitted: float
     hosts: list = field(default_factory=list)  # host:port of its agents, once up
+    agents: list = field(default_factory=list)  # SSH jobs: {host, addr, pid} of each agent
 
     @staticmethod
     def path(state_dir: str, name: str) -> str:
@@ -99,11 +100,12 @@ def job_rows(state_dir: Optional[str] = None) -> list:
     rows = []
     for r in saved_jobs(state_dir):
         try:
-            st = slurm_state(r.job_id)
+            st = slurm_state(r.job_id) if r.kind == "slurm" else SlurmState("RUNNING", nodes=",".join(
+                a["host"] for a in r.agents))
         except (OSError, JobError) as e:  # scontrol missing or failing here
             st = SlurmState(f"unknown ({e})")
         rows.append({"kind": "job", "name": r.name, "scheduler": r.kind, "job_id": r.job_id,
-                     "nodes": r.spec.get("nodes"), "node_list": st.nodes, "state": st.state,
+                     "nodes": r.spec.get("nodes", len(r.agents)), "node_list": st.nodes, "state": st.state,
                      "seconds_left": st.seconds_left, "hosts": r.hosts})
     return rows
 
@@ -114,10 +116,35 @@ def stop_job(name: str, state_dir: Optional[str] = None) -> bool:
     record = JobRecord.load(d, name)
     if record is None:
         return False
-    if slurm_state(record.job_id).alive:
-        cancel(record)
+    release(record)
     os.unlink(JobRecord.path(d, name))
     return True
+
+
+def describe(record: JobRecord) -> str:
+    if record.kind == "slurm":
+        return f"SLURM job {record.job_id} ({record.name})"
+    return f"SSH job {record.name} ({len(record.agents)} hosts)"
+
+
+def release(record: JobRecord) -> None:
+    """Ends what a record holds: scancel for SLURM, the agents stopped over ssh for SSH."""
+    if record.kind == "slurm":
+        if slurm_state(record.job_id).alive:
+            cancel(record)
+        return
+    errors = []
+    for a in record.agents:
+        r = _ssh(record.spec, a["host"], f"kill {int(a['pid'])} 2>/dev/null; true", timeout=30)
+        if r.returncode != 0:
+            errors.append(f"{a['host']}: {r.stderr.strip()}")
+    if errors:
+        raise JobError("could not stop the agents of " + describe(record) + ": " + "; ".join(errors))
+
+
+def _check_port(port: int) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0 (any free one) to 65535, got {port!r}")
 
 
 def default_state_dir(state_dir: Optional[str] = None) -> str:
@@ -164,7 +191,7 @@ def _towards_controller() -> str:
     machine's interface towards slurmctld (from `scontrol show config`)."""
     if os.environ.get("XMESH_CONTROLLER_HOST"):
         return os.environ["XMESH_CONTROLLER_HOST"]
-    from ._hostd import _local_ip_towards
+    from ._hostd import local_ip_towards
 
     r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
     m = re.search(r"^SlurmctldHost\[0\]\s*=\s*([^(\s]+)(?:\(([^)]+)\))?", r.stdout, re.M)
@@ -172,46 +199,27 @@ def _towards_controller() -> str:
     if r.returncode != 0 or not m:
         raise JobError("cannot tell which address the nodes reach this machine at (scontrol show config: "
                        f"{r.stderr.strip() or 'no SlurmctldHost'}); set XMESH_CONTROLLER_HOST")
-    return _local_ip_towards(f"tcp://{m.group(2) or m.group(1)}:{port.group(1) if port else 6817}")
+    return local_ip_towards(f"tcp://{m.group(2) or m.group(1)}:{port.group(1) if port else 6817}")
 
 
-class SlurmJob:
-    """One SLURM allocation of `nodes` nodes running an xmesh host agent each (see the module).
+class _Job:
+    """What SlurmJob and SSHJob share: the record, `host_mesh` / `state()` / `kill()`, progress."""
 
-    `job.host_mesh` (or `job.state().hosts`) submits or finds the job, waits, and gives the
-    HostMesh; `job.kill()` releases it. A job of the same name saved earlier and still alive is
-    used again (same spec), or refused unless `replace=True` (other spec)."""
+    kind = ""
 
-    def __init__(self, nodes: int = 1, gpus_per_node: Optional[int] = None, partition: Optional[str] = None,
-                 time: Optional[str] = None, account: Optional[str] = None, extra_args: Sequence[str] = (),
-                 name: str = "xmesh", port: int = 0, python: Optional[str] = None,
-                 state_dir: Optional[str] = None, replace: bool = False, timeout: float = 600.0,
-                 progress: bool = True) -> None:
-        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise ValueError(f"nodes must be a whole number >= 1, got {nodes!r}")
-        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
-                                          or gpus_per_node < 0):
-            raise ValueError(f"gpus_per_node must be a whole number >= 0 or None, got {gpus_per_node!r}")
+    def __init__(self, name: str, state_dir: Optional[str], replace: bool, timeout: float, progress: bool) -> None:
         if not isinstance(name, str) or not NAME.match(name):
             raise ValueError(f"a job name is 1-64 letters, digits, '_', '.' or '-', got {name!r}")
-        if isinstance(extra_args, str) or not all(isinstance(a, str) for a in extra_args):
-            raise ValueError("extra_args must be a list of strings (sbatch's own arguments)")
-        if not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be 0 (any free one) to 65535, got {port!r}")
         self.name = name
-        self.spec: dict[str, Any] = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
-                     "account": account, "extra_args": list(extra_args), "port": port,
-                     "python": python or PYTHON}
+        self.spec: dict[str, Any] = {}
         self.state_dir = default_state_dir(state_dir)
         self.replace = replace
         self.timeout = timeout
         self.progress = progress
         self._record: Optional[JobRecord] = None
         self._host_mesh: Any = None
-        self._watcher: Optional[threading.Thread] = None
         self._lock = threading.Lock()
 
-    # -- the public face -------------------------------------------------------------------
     @property
     def host_mesh(self) -> "HostMesh":
         return self.apply()._host_mesh
@@ -225,24 +233,18 @@ class SlurmJob:
     def job_id(self) -> Optional[str]:
         return self._record.job_id if self._record else None
 
-    def slurm_state(self) -> SlurmState:
-        if self._record is None:
-            raise JobError(f"the job {self.name!r} has not been submitted (use job.host_mesh first)")
-        return slurm_state(self._record.job_id)
-
-    def apply(self) -> "SlurmJob":
-        """Finds this job's saved allocation or submits one, and waits until its hosts answer."""
+    def apply(self) -> "_Job":
+        """Finds this job's saved allocation or starts one, and waits until its hosts answer."""
         with self._lock:
-            if self._host_mesh is not None and self._record is not None and slurm_state(self._record.job_id).alive:
+            if self._host_mesh is not None and self._record is not None and self._still_there(self._record):
                 return self
             self._host_mesh = None
             self._record = self._existing_or_new()
-            self._host_mesh = self._wait_for_agents(self._record)
-            self._watch()
+            self._host_mesh = self._connect(self._record)
             return self
 
     def kill(self) -> None:
-        """Releases the allocation (scancel: its agents stop their procs) and forgets it."""
+        """Releases the allocation (its agents stop their procs) and forgets it."""
         from ._hostd import release_agent
 
         record = self._record or JobRecord.load(self.state_dir, self.name)
@@ -250,25 +252,83 @@ class SlurmJob:
         self._host_mesh = None
         if record is not None:
             for h in record.hosts:
-                release_agent(f"tcp://{h}", f"SLURM job {record.job_id} ({record.name}) was released (kill)")
+                release_agent(f"tcp://{h}", f"{describe(record)} was released (kill)")
         stop_job(self.name, self.state_dir)
+
+    def _saved_or_refused(self) -> Optional[JobRecord]:
+        """The saved record of this name, if its job still runs with this spec; a job of another
+        spec is refused (or, with replace=True, released)."""
+        saved = JobRecord.load(self.state_dir, self.name)
+        if saved is None or not self._still_there(saved):
+            return None
+        if saved.kind == self.kind and saved.spec == self.spec:
+            self._say(f"using {describe(saved)}, saved in {JobRecord.path(self.state_dir, self.name)}")
+            return saved
+        if not self.replace:
+            raise JobError(f"{describe(saved)} still runs with another spec "
+                           f"({_spec_difference(saved.spec, self.spec)}): pass replace=True to release it and "
+                           "start this one, or use another name")
+        release(saved)
+        return None
+
+    def _say(self, text: str) -> None:
+        if self.progress:
+            print(f"xmesh: {text}", flush=True)
+
+    # The scheduler's part.
+    def _still_there(self, record: JobRecord) -> bool:
+        raise NotImplementedError
+
+    def _existing_or_new(self) -> JobRecord:
+        raise NotImplementedError
+
+    def _connect(self, record: JobRecord) -> "HostMesh":
+        raise NotImplementedError
+
+
+class SlurmJob(_Job):
+    """One SLURM allocation of `nodes` nodes running an xmesh host agent each (see the module).
+
+    `job.host_mesh` (or `job.state().hosts`) submits or finds the job, waits, and gives the
+    HostMesh; `job.kill()` releases it. A job of the same name saved earlier and still alive is
+    used again (same spec), or refused unless `replace=True` (other spec)."""
+
+    kind = "slurm"
+
+    def __init__(self, nodes: int = 1, gpus_per_node: Optional[int] = None, partition: Optional[str] = None,
+                 time: Optional[str] = None, account: Optional[str] = None, extra_args: Sequence[str] = (),
+                 name: str = "xmesh", port: int = 0, python: Optional[str] = None,
+                 state_dir: Optional[str] = None, replace: bool = False, timeout: float = 600.0,
+                 progress: bool = True) -> None:
+        super().__init__(name, state_dir, replace, timeout, progress)
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+            raise ValueError(f"nodes must be a whole number >= 1, got {nodes!r}")
+        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
+                                          or gpus_per_node < 0):
+            raise ValueError(f"gpus_per_node must be a whole number >= 0 or None, got {gpus_per_node!r}")
+        if isinstance(extra_args, str) or not all(isinstance(a, str) for a in extra_args):
+            raise ValueError("extra_args must be a list of strings (sbatch's own arguments)")
+        _check_port(port)
+        self.spec = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
+                     "account": account, "extra_args": list(extra_args), "port": port, "python": python or PYTHON}
+        self._watcher: Optional[threading.Thread] = None
+
+    def slurm_state(self) -> SlurmState:
+        if self._record is None:
+            raise JobError(f"the job {self.name!r} has not been submitted (use job.host_mesh first)")
+        return slurm_state(self._record.job_id)
+
+    def _still_there(self, record: JobRecord) -> bool:
+        return record.kind != "slurm" or slurm_state(record.job_id).alive
+
+    def _connect(self, record: JobRecord) -> "HostMesh":
+        hm = self._wait_for_agents(record)
+        self._watch()
+        return hm
 
     # -- submitting and finding ------------------------------------------------------------
     def _existing_or_new(self) -> JobRecord:
-        saved = JobRecord.load(self.state_dir, self.name)
-        if saved is not None and saved.kind == "slurm":
-            st = slurm_state(saved.job_id)
-            if st.alive and saved.spec == self.spec:
-                self._say(f"using SLURM job {saved.job_id} ({self.name}), {st.state.lower()}, saved in "
-                          f"{JobRecord.path(self.state_dir, self.name)}")
-                return saved
-            if st.alive and not self.replace:
-                raise JobError(f"SLURM job {saved.job_id} named {self.name!r} still runs with another spec "
-                               f"({_spec_difference(saved.spec, self.spec)}): pass replace=True to cancel it and "
-                               "submit this one, or use another name")
-            if st.alive:
-                cancel(saved)
-        return self._submit()
+        return self._saved_or_refused() or self._submit()
 
     def _submit(self) -> JobRecord:
         s = self.spec
@@ -360,16 +420,128 @@ class SlurmJob:
                                    f"{st.seconds_left / 60:.0f} min")
             _time.sleep(every)
 
-    def _say(self, text: str) -> None:
-        if self.progress:
-            print(f"xmesh: {text}", flush=True)
+
+
+class SSHJob(_Job):
+    """Host agents started over SSH (the OpenSSH client with the user's own keys and
+    configuration; `ssh_args` adds options, `-F config` say) on each of `hosts`, one host each in
+    the HostMesh. The key reaches each host on ssh's standard input, never on a command line; the
+    agents run in sessions of their own, so they outlive the connection and a restarted kernel
+    finds them again (the job saved as SlurmJob's is). `kill()` stops them."""
+
+    kind = "ssh"
+
+    def __init__(self, hosts: Sequence[str], python: Optional[str] = None, port: int = 0, ssh: str = "ssh",
+                 ssh_args: Sequence[str] = (), name: str = "xmesh", state_dir: Optional[str] = None,
+                 replace: bool = False, timeout: float = 60.0, progress: bool = True) -> None:
+        super().__init__(name, state_dir, replace, timeout, progress)
+        if isinstance(hosts, str) or not hosts or not all(isinstance(h, str) and h and not h.startswith("-")
+                                                          for h in hosts):
+            raise ValueError(f"hosts must be a non-empty list of host names, got {hosts!r}")
+        if isinstance(ssh_args, str) or not all(isinstance(a, str) for a in ssh_args):
+            raise ValueError("ssh_args must be a list of strings (ssh's own options)")
+        _check_port(port)
+        self.spec = {"hosts": list(hosts), "python": python or PYTHON, "port": port, "ssh": ssh,
+                     "ssh_args": list(ssh_args)}
+
+    def _still_there(self, record: JobRecord) -> bool:
+        if record.kind != "ssh":
+            return True
+        from ._proc_mesh import hosts
+
+        try:
+            hosts(record.hosts, key_file=job_key_file(self.state_dir)).initialized.get(timeout=10)
+            return True
+        except Exception:
+            return False
+
+    def _existing_or_new(self) -> JobRecord:
+        return self._saved_or_refused() or self._start()
+
+    def _start(self) -> JobRecord:
+        key_file = job_key_file(self.state_dir)
+        with open(key_file, "rb") as f:
+            key = f.read()
+        tag = f"{self.name}-{_core.random_hex(4)}"
+        results: dict = {}
+        threads = [threading.Thread(target=lambda h=h: results.__setitem__(h, self._start_one(h, tag, key)))
+                   for h in self.spec["hosts"]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        failed = [f"{h}: {why}" for h, (status, why) in results.items() if status is None]
+        agents = [dict(status, host=h) for h, (status, _) in results.items() if status is not None]
+        record = JobRecord("ssh", self.name, self.spec, tag, os.path.join(self.state_dir, "jobs", tag),
+                           _time.time(), [a["addr"] for a in agents], agents)
+        if failed:
+            release(record)  # what did start stops again
+            raise JobError("the host agents could not start over ssh on " + "; ".join(failed))
+        record.hosts = [next(a["addr"] for a in agents if a["host"] == h) for h in self.spec["hosts"]]
+        record.save(self.state_dir)
+        self._say(f"started host agents over ssh on {', '.join(self.spec['hosts'])}")
+        return record
+
+    def _start_one(self, host: str, tag: str, key: bytes) -> tuple:
+        """(status, "") once the agent on host serves, else (None, why)."""
+        try:
+            towards = _address_towards_ssh_host(self.spec, host)
+        except JobError as e:
+            return None, str(e)
+        d = f".xmesh/jobs/{tag}"
+        agent = [self.spec["python"], "-m", "xmesh._job_agent", "--detach", "--job-dir", d, "--towards", towards,
+                 "--port", str(self.spec["port"]), "--key-file", f"{d}/cluster.key"]
+        command = f"umask 077 && mkdir -p {shlex.quote(d)} && cat > {shlex.quote(d)}/cluster.key && exec {shlex.join(agent)}"
+        r = _ssh(self.spec, host, command, stdin=key, timeout=self.timeout)
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+        if r.returncode != 0 and not lines:
+            return None, f"ssh exited with code {r.returncode}: {r.stderr.strip() or 'no word'}"
+        try:
+            status = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            return None, f"the agent said nothing readable: {r.stdout.strip()[-500:]} {r.stderr.strip()[-500:]}"
+        if status.get("state") != "serving":
+            return None, f"it exited with code {status.get('exit')}; its log ends:\n{status.get('log', '').strip()}"
+        return status, ""
+
+    def _connect(self, record: JobRecord) -> "HostMesh":
+        from ._proc_mesh import hosts
+
+        hm = hosts(record.hosts, key_file=job_key_file(self.state_dir))
+        hm.initialized.get(timeout=self.timeout)
+        return hm
+
+
+def _ssh(spec: dict, host: str, command: str, stdin: Optional[bytes] = None,
+         timeout: float = 60.0) -> "subprocess.CompletedProcess[str]":
+    r = subprocess.run([spec["ssh"], *spec["ssh_args"], host, command], input=stdin, capture_output=True,
+                       timeout=timeout)
+    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
+                                       r.stderr.decode(errors="replace"))
+
+
+def _address_towards_ssh_host(spec: dict, host: str) -> str:
+    """This machine's address towards host as ssh resolves it (its configuration's HostName)."""
+    from ._hostd import local_ip_towards
+
+    r = subprocess.run([spec["ssh"], *spec["ssh_args"], "-G", host], capture_output=True, text=True, timeout=30)
+    m = re.search(r"^hostname (\S+)", r.stdout, re.M)
+    port = re.search(r"^port (\d+)", r.stdout, re.M)
+    if r.returncode != 0 or not m:
+        raise JobError(f"ssh -G {host} failed: {r.stderr.strip()}")
+    if os.environ.get("XMESH_CONTROLLER_HOST"):
+        return os.environ["XMESH_CONTROLLER_HOST"]
+    try:
+        return local_ip_towards(f"tcp://{m.group(1)}:{port.group(1) if port else 22}")
+    except ConnectionError as e:
+        raise JobError(str(e)) from None
 
 
 @dataclass
 class JobView:
     """`job.state()`: the HostMesh as `.hosts` (Monarch's style), and the job."""
     hosts: Any
-    job: SlurmJob
+    job: Any
 
 
 def cancel(record: JobRecord, wait_s: float = 30.0) -> None:

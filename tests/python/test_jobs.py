@@ -14,6 +14,8 @@ from netns_hosts import NetnsHosts
 from netns_hosts import unavailable as netns_unavailable
 from slurm_cluster import SlurmCluster
 from slurm_cluster import unavailable as slurm_unavailable
+from ssh_hosts import SshHosts
+from ssh_hosts import unavailable as ssh_unavailable
 from xmesh_testing import private_tmpdir, run_program
 
 import xmesh
@@ -22,13 +24,30 @@ WHY_NOT = netns_unavailable() or slurm_unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"a SLURM cluster cannot run here: {WHY_NOT}")
 
 
+# One state directory (so one key file) for every job here: a controller authenticates with one.
+STATE = private_tmpdir("xmesh-jobs-state-")
+
+
 @pytest.fixture(scope="module")
-def slurm():
+def net():
+    with NetnsHosts(2) as hosts:
+        yield hosts
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts(net):
+    if ssh_unavailable():
+        pytest.skip(f"SSH hosts cannot run here: {ssh_unavailable()}")
+    with SshHosts(net, private_tmpdir("xmesh-ssh-")) as hosts:
+        yield hosts
+
+
+@pytest.fixture(scope="module")
+def slurm(net):
     tmp = private_tmpdir("xmesh-slurm-")
-    with NetnsHosts(2) as net, SlurmCluster(net, tmp) as cluster:
+    with SlurmCluster(net, tmp) as cluster:
         os.environ["SLURM_CONF"] = cluster.conf  # for SlurmJob's sbatch, scontrol, scancel
-        # One state directory (so one key file) for every job here: a controller uses one key.
-        cluster.state_dir = os.path.join(tmp, "state")
+        cluster.state_dir = STATE
         os.environ["XMESH_JOB_POLL_S"] = "0.5"
         try:
             yield cluster
@@ -175,3 +194,37 @@ def test_xmesh_ls_shows_jobs_and_stop_releases_them_and_the_time_limit_is_announ
                        timeout=60)
     assert r.returncode == 0 and "released job limited" in r.stdout, r.stdout + r.stderr
     assert slurm.run("squeue", "-h", "-j", job.job_id, check=False).stdout.strip() == ""
+
+
+def test_an_ssh_job_gives_hosts_that_a_restarted_kernel_finds_again(ssh_hosts):
+    ssh = ["-F", ssh_hosts.config]
+    job = xmesh.SSHJob(["node-a", "node-b"], ssh_args=ssh, name="over-ssh", state_dir=STATE, timeout=60)
+    procs = job.host_mesh.spawn_procs({"gpus": 1}, name="ssh-procs")
+    first = procs.spawn("where", Where).where.call().get(timeout=60)
+    assert [v["host"] for v in first.values()] == ["node-a", "node-b"]
+    prog = textwrap.dedent(f"""
+        import sys, xmesh
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_jobs import Where
+        job = xmesh.SSHJob(["node-a", "node-b"], ssh_args={ssh!r}, name="over-ssh", state_dir={STATE!r})
+        procs = xmesh.attach("ssh-procs", hosts=job.host_mesh)
+        print("PIDS", sorted(v["pid"] for v in procs.spawn("w2", Where).where.call().get().values()))
+    """)
+    r = run_program(prog, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"PIDS {sorted(v['pid'] for v in first.values())}" in r.stdout and "using SSH job over-ssh" in r.stdout
+    pids = [a["pid"] for a in xmesh._jobs.JobRecord.load(STATE, "over-ssh").agents]
+    job.kill()
+    deadline = time.monotonic() + 20
+    while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids), "the agents still run"
+
+
+def test_a_host_whose_ssh_refuses_is_named_with_ssh_s_words(ssh_hosts):
+    ssh = ["-F", ssh_hosts.config, "-o", "Port=2222"]  # no sshd there
+    with pytest.raises(xmesh.JobError) as e:
+        xmesh.SSHJob(["node-a", "node-b"], ssh_args=ssh, name="refused", state_dir=STATE, timeout=30).host_mesh
+    text = str(e.value)
+    assert "node-a: ssh exited with code 255" in text and "node-b: ssh exited" in text, text
+    assert "Connection refused" in text, text

@@ -14,10 +14,12 @@ LAYERS = [
      "_display", "_value_mesh", "_context"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
     ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles"],
-    # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync
-    ["_future", "_actor", "_ports", "_allocation", "_proc_mesh", "_instance", "_controllers", "_named", "_workspace"],
-    # 3 proc side: hosting actors, output attribution, the proc's pdb, reloads, the worker
-    ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_worker"],
+    # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs
+    ["_future", "_actor", "_ports", "_allocation", "_proc_mesh", "_instance", "_controllers", "_named", "_workspace",
+     "_jobs"],
+    # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
+    #   a job's node launcher
+    ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_worker", "_job_agent"],
     # 4 integration: the debugger's controller side and `xmesh debug`, the kernel, the command
     ["_debug_io", "_debug_prompt", "_debug_find", "_debug", "_debug_remote", "_kernel", "_run_notebook", "cli", "__init__"],
 ]
