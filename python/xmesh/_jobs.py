@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # States of a SLURM job that still holds (or will hold) its nodes.
 ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
          "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+ENDING = {"COMPLETING", "SIGNALING", "STAGE_OUT"}
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -162,7 +163,13 @@ class SlurmState:
 
     @property
     def alive(self) -> bool:
+        """It still holds (or will hold) its nodes."""
         return self.state in ALIVE
+
+    @property
+    def usable(self) -> bool:
+        """Not ending: a job COMPLETING (cancelled, at its limit) holds its nodes but is gone for use."""
+        return self.state in ALIVE - ENDING
 
 
 def _slurm_time(text: str) -> Optional[float]:
@@ -259,7 +266,10 @@ class _Job:
         """The saved record of this name, if its job still runs with this spec; a job of another
         spec is refused (or, with replace=True, released)."""
         saved = JobRecord.load(self.state_dir, self.name)
-        if saved is None or not self._still_there(saved):
+        if saved is None:
+            return None
+        if not self._still_there(saved):
+            self._say(f"{describe(saved)} has ended: starting anew")
             return None
         if saved.kind == self.kind and saved.spec == self.spec:
             self._say(f"using {describe(saved)}, saved in {JobRecord.path(self.state_dir, self.name)}")
@@ -312,6 +322,7 @@ class SlurmJob(_Job):
         self.spec = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
                      "account": account, "extra_args": list(extra_args), "port": port, "python": python or PYTHON}
         self._watcher: Optional[threading.Thread] = None
+        self._ended = False  # the watcher saw the job end
 
     def slurm_state(self) -> SlurmState:
         if self._record is None:
@@ -319,10 +330,13 @@ class SlurmJob(_Job):
         return slurm_state(self._record.job_id)
 
     def _still_there(self, record: JobRecord) -> bool:
-        return record.kind != "slurm" or slurm_state(record.job_id).alive
+        if record is self._record and self._ended:
+            return False
+        return record.kind != "slurm" or slurm_state(record.job_id).usable
 
     def _connect(self, record: JobRecord) -> "HostMesh":
         hm = self._wait_for_agents(record)
+        self._ended = False
         self._watch()
         return hm
 
@@ -366,7 +380,7 @@ class SlurmJob(_Job):
             if failed:
                 node, why = failed[0]
                 raise JobError(f"the host agent could not start on {node} (SLURM job {record.job_id}): {why}")
-            if not st.alive:
+            if not st.usable:
                 raise JobError(f"SLURM job {record.job_id} ({self.name}) ended while awaited: {st.state}"
                                + (f" ({st.reason})" if st.reason not in ("", "None") else "") + _tails(record))
             line = f"SLURM job {record.job_id} {st.state.lower()}" + (
@@ -408,7 +422,8 @@ class SlurmJob(_Job):
             except Exception:
                 _time.sleep(every)
                 continue
-            if not st.alive:
+            if not st.usable:
+                self._ended = True
                 rt = get_runtime()
                 for h in record.hosts:
                     rt.node.lose_host(f"tcp://{h}", f"SLURM job {record.job_id} ({record.name}) ended: {st.state}"

@@ -155,7 +155,7 @@ def test_a_saved_job_with_another_spec_is_not_replaced_unasked(slurm, tmp_path):
         job.kill()
 
 
-def test_a_job_cancelled_from_outside_while_in_use_fails_its_ranks_naming_it(slurm, tmp_path):
+def test_a_job_cancelled_from_outside_while_in_use_fails_its_ranks_naming_it(slurm, capsys):
     job = xmesh.SlurmJob(nodes=2, name="cut", state_dir=slurm.state_dir, timeout=60)
     procs = job.host_mesh.spawn_procs({"gpus": 1})
     w = procs.spawn("where", Where)
@@ -168,6 +168,10 @@ def test_a_job_cancelled_from_outside_while_in_use_fails_its_ranks_naming_it(slu
     # Named by the agent (its procs ended as the job did) or by the job's watcher, whichever is first.
     assert f"SLURM job {job.job_id} (xmesh-cut) is ending" in str(e.value) or \
         f"SLURM job {job.job_id} (cut) ended: CANCELLED" in str(e.value), str(e.value)
+    # The next use of the job says it ended and submits a new one.
+    old_id = job.job_id
+    assert job.host_mesh.sizes == {"hosts": 2} and job.job_id != old_id
+    assert f"SLURM job {old_id} (cut) has ended: starting anew" in capsys.readouterr().out
     job.kill()
 
 
