@@ -1,5 +1,7 @@
 #include "handshake.hpp"
 
+#include "tcp_endpoint.hpp"
+
 #include <unistd.h>
 
 #include <cstring>
@@ -148,7 +150,7 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std:
     : watched_(&watched),
       peer_addr_(std::move(peer_addr)),
       tcp_(peer_addr_.rfind("tcp://", 0) == 0),
-      relayed_(tcp_ && peer_addr_.find('/', 6) != std::string::npos),
+      relayed_(relayed_port(peer_addr_) != 0),
       must_listen_(must_listen) {
   static std::atomic<uint64_t> serial{0};
   const std::string endpoint =

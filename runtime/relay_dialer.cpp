@@ -184,6 +184,7 @@ void RelayDialer::on_tick(int64_t now) {
     for (int fd : retired_fds_) ::close(fd);
     retired_fds_.clear();
   }
+  // Quick ticks while something backs off (a retry that fails again backs off anew, setting them).
   bool waiting = false;
   std::vector<Conn*> due;
   for (auto& [id, c] : conns())
@@ -193,9 +194,8 @@ void RelayDialer::on_tick(int64_t now) {
       else
         waiting = true;
     }
-  for (Conn* c : due) connect_upstream(*c);
-  for (auto& [id, c] : conns()) waiting = waiting || (!c->spliced && c->state == kBackoff);
   tick_ms_ = waiting ? static_cast<int>(kFirstBackoffMs) : 1000;
+  for (Conn* c : due) connect_upstream(*c);
 }
 
 }  // namespace xmesh

@@ -64,6 +64,15 @@ bool loopback_tcp(const std::string& addr) {
   }
 }
 
+int relayed_port(const std::string& addr) {
+  if (addr.rfind("tcp://", 0) != 0 || addr.find('/', 6) == std::string::npos) return 0;
+  try {
+    return TcpEndpoint::parse(addr).behind;
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+}
+
 namespace {
 // host (an IP address, "localhost", or * / "" for every interface) and port as a socket address;
 // false for a name.

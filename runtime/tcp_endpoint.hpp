@@ -31,6 +31,10 @@ struct TcpEndpoint {
 // Whether a tcp:// address is one only this machine reaches.
 bool loopback_tcp(const std::string& addr);
 
+// The loopback port of a proc reached through its host agent's port (tcp://host:port/N); 0 for
+// any other address. Cheap: it parses only addresses that have the "/N".
+int relayed_port(const std::string& addr);
+
 // A port on host that nobody listens on now, for a proc to bind: from [first, last] skipping
 // `taken` (first = 0: any port the kernel gives). nullopt when none is free. A port is tried by
 // binding it (SO_REUSEADDR, as ZeroMQ binds) and closing again.

@@ -49,7 +49,7 @@ void set_tcp_link_options(zmq::socket_t& s, bool router) {
 bool is_tcp(const std::string& addr) { return addr.rfind("tcp://", 0) == 0; }
 
 // A proc behind its host agent's one port (tcp_endpoint.hpp).
-bool is_relayed(const std::string& addr) { return is_tcp(addr) && addr.find('/', 6) != std::string::npos; }
+bool is_relayed(const std::string& addr) { return relayed_port(addr) != 0; }
 }  // namespace
 
 Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,

@@ -28,14 +28,6 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def local_ip_towards(host: str) -> str:
-    """This node's address on the interface that routes to host (no packet is sent)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect((host, 9))
-        return s.getsockname()[0]
-
-
 def write_json_atomic(path: str, value: dict) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
@@ -56,7 +48,7 @@ class Node:
     """This node's part of a job: its name, its files in the job directory, the agent's command."""
 
     def __init__(self, job_dir: str, towards: str, port: int, key_file: str, hostd: Optional[str] = None) -> None:
-        from ._hostd import hostd_executable
+        from ._hostd import hostd_executable, local_ip_towards
 
         self.name = node_name()
         nodes_dir = os.path.join(job_dir, "nodes")
@@ -70,7 +62,8 @@ class Node:
         self.error = ""
         try:
             os.makedirs(self.rundir, mode=0o700, exist_ok=True)
-            ip = local_ip_towards(towards)
+            host = f"[{towards}]" if ":" in towards else towards
+            ip = local_ip_towards(f"tcp://{host}:9")
             self.argv = [hostd or hostd_executable(), "--runtime-dir", self.rundir, "--listen", f"tcp://{ip}:{port}",
                          "--key-file", key_file]
         except Exception as e:  # no route, no xmesh-hostd: said where the controller looks

@@ -12,6 +12,7 @@ allocation instead of submitting a new one. While the job is used a thread watch
 ends (cancelled, its time limit, a node failure) the hosts are lost at once with that cause, and
 a notice says when the time limit nears.
 """
+import glob
 import json
 import os
 import re
@@ -595,9 +596,9 @@ def _agents(record: JobRecord) -> tuple:
 def _tails(record: JobRecord) -> str:
     """The last lines of the job's output and of its agents' logs, to say why."""
     out = []
-    for path in [os.path.join(record.job_dir, f) for f in sorted(os.listdir(record.job_dir)) if f.startswith("slurm-")] \
-            + [os.path.join(record.job_dir, "nodes", f) for f in sorted(os.listdir(os.path.join(record.job_dir, "nodes")))
-               if f.endswith(".log")] if os.path.isdir(record.job_dir) else []:
+    paths = sorted(glob.glob(os.path.join(record.job_dir, "slurm-*"))) + \
+        sorted(glob.glob(os.path.join(record.job_dir, "nodes", "*.log")))
+    for path in paths:
         with open(path, errors="replace") as f:
             text = f.read()[-1500:].strip()
         if text:

@@ -33,11 +33,6 @@ std::string exit_text(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   return "ended (status " + std::to_string(status) + ")";
 }
-// The loopback port of a proc reached through this agent's port (tcp://host:port/N); 0 for others.
-int relayed_port(const std::string& addr) {
-  if (addr.rfind("tcp://", 0) != 0 || addr.find('/', 6) == std::string::npos) return 0;
-  return TcpEndpoint::parse(addr).behind;
-}
 }  // namespace
 
 void check_tcp_options(const HostAgentOptions& o) {

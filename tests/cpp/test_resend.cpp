@@ -151,6 +151,19 @@ struct QuickLinks {
 };
 
 // Numbered messages that land in the receiver's control inbox.
+// Two started nodes on loopback TCP with quick link heartbeats: `a` sends, `b` receives.
+struct TcpPair {
+  QuickLinks quick;
+  Node b{"proc", "tcp://127.0.0.1:*", "k"};
+  Node a{"controller", "tcp://127.0.0.1:*", "k"};
+  TcpPair() {
+    for (Node* n : {&a, &b}) {
+      n->set_default_cookie("k");
+      n->start();
+    }
+  }
+};
+
 void send_numbered(Node& from, const std::string& to, int first, int last) {
   for (int i = first; i < last; ++i) {
     Header h;
@@ -189,13 +202,9 @@ bool eventually(const std::function<bool()>& ok, int64_t ms) {
 }  // namespace
 
 TEST_CASE("what a dropped TCP connection held is sent again, once and in order", "[node][tcp][resend]") {
-  QuickLinks quick;
-  Node b("proc", "tcp://127.0.0.1:*", "k");
-  Node a("controller", "tcp://127.0.0.1:*", "k");
-  a.set_default_cookie("k");
-  b.set_default_cookie("k");
-  a.start();
-  b.start();
+  TcpPair pair;
+  Node& a = pair.a;
+  Node& b = pair.b;
   Inbox* box = &b.control();
   Relay relay(port_of(b.addr()));
 
@@ -220,13 +229,9 @@ TEST_CASE("what a dropped TCP connection held is sent again, once and in order",
 }
 
 TEST_CASE("a connection reset while idle resends nothing twice and keeps working", "[node][tcp][resend]") {
-  QuickLinks quick;
-  Node b("proc", "tcp://127.0.0.1:*", "k");
-  Node a("controller", "tcp://127.0.0.1:*", "k");
-  a.set_default_cookie("k");
-  b.set_default_cookie("k");
-  a.start();
-  b.start();
+  TcpPair pair;
+  Node& a = pair.a;
+  Node& b = pair.b;
   Inbox* box = &b.control();
   Relay relay(port_of(b.addr()));
   for (int round = 0; round < 3; ++round) {

@@ -79,7 +79,29 @@ class Host:
                        capture_output=True, timeout=30)
 
 
-class NetnsHosts:
+class Started:
+    """A context manager over `_start()` and `close()`: whatever `_start` made goes at the end,
+    also when `_start` itself fails half way."""
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class NetnsHosts(Started):
     """n hosts named node-a, node-b...; the root namespace reaches them at `.gateway`. Use as a
     context manager: everything it made goes when it ends, also after a failure."""
 
@@ -93,18 +115,7 @@ class NetnsHosts:
         self._n = n
         self._hidden = [d for d in hidden if os.path.isdir(d)]
 
-    def __enter__(self) -> "NetnsHosts":
-        try:
-            self._make()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _make(self) -> None:
+    def _start(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")

@@ -12,7 +12,7 @@ import textwrap
 import time
 from typing import Dict, List, Optional
 
-from netns_hosts import NetnsHosts
+from netns_hosts import NetnsHosts, Started
 
 SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun", "munged")
 
@@ -37,7 +37,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class SlurmCluster:
+class SlurmCluster(Started):
     """slurmctld and a slurmd on each of net's hosts; use as a context manager."""
 
     def __init__(self, net: NetnsHosts, tmp: str, cpus_per_node: int = 2) -> None:
@@ -56,17 +56,6 @@ class SlurmCluster:
         """One of SLURM's commands against this cluster."""
         return subprocess.run([_program(argv[0]), *argv[1:]], env=self.env(), capture_output=True, text=True,
                               check=check, timeout=timeout)
-
-    def __enter__(self) -> "SlurmCluster":
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def log(self, name: str) -> str:
         path = os.path.join(self.dir, name)

@@ -10,7 +10,7 @@ import textwrap
 import time
 from typing import List, Optional
 
-from netns_hosts import NetnsHosts
+from netns_hosts import NetnsHosts, Started
 
 SSHD = "/usr/sbin/sshd"
 
@@ -24,7 +24,7 @@ def unavailable() -> Optional[str]:
     return None
 
 
-class SshHosts:
+class SshHosts(Started):
     """sshd on each of net's hosts; `config` is the client configuration to pass to ssh (-F)."""
 
     def __init__(self, net: NetnsHosts, tmp: str) -> None:
@@ -32,17 +32,6 @@ class SshHosts:
         self.dir = os.path.join(tmp, "ssh")
         self.config = os.path.join(self.dir, "config")
         self._procs: List[subprocess.Popen] = []
-
-    def __enter__(self) -> "SshHosts":
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _keygen(self, path: str) -> None:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True, timeout=30)
