@@ -194,6 +194,16 @@ def slurm_state(job_id: str) -> SlurmState:
     return SlurmState(state, fields.get("Reason", ""), fields.get("NodeList", ""), left)
 
 
+def final_state(job_id: str, st: SlurmState, wait_s: float = 5.0) -> SlurmState:
+    """A job that is ending (COMPLETING) says why only once it ended: its state then, waited for
+    a few seconds at most (else the ending state as it is)."""
+    deadline = _time.monotonic() + wait_s
+    while st.state in ENDING and _time.monotonic() < deadline:
+        _time.sleep(0.2)
+        st = slurm_state(job_id)
+    return st
+
+
 def _towards_controller() -> str:
     """An address of this machine that the nodes route to: XMESH_CONTROLLER_HOST, else this
     machine's interface towards slurmctld (from `scontrol show config`)."""
@@ -382,6 +392,7 @@ class SlurmJob(_Job):
                 node, why = failed[0]
                 raise JobError(f"the host agent could not start on {node} (SLURM job {record.job_id}): {why}")
             if not st.usable:
+                st = final_state(record.job_id, st)
                 raise JobError(f"SLURM job {record.job_id} ({self.name}) ended while awaited: {st.state}"
                                + (f" ({st.reason})" if st.reason not in ("", "None") else "") + _tails(record))
             line = f"SLURM job {record.job_id} {st.state.lower()}" + (
@@ -424,6 +435,7 @@ class SlurmJob(_Job):
                 _time.sleep(every)
                 continue
             if not st.usable:
+                st = final_state(record.job_id, st)  # CANCELLED, TIMEOUT...: the cause, not COMPLETING
                 self._ended = True
                 rt = get_runtime()
                 for h in record.hosts:
