@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from . import _core
+from ._context import current_cell
 from ._paths import PYTHON
 
 if TYPE_CHECKING:
@@ -81,6 +82,22 @@ def saved_jobs(state_dir: Optional[str] = None) -> list:
     d = os.path.join(default_state_dir(state_dir), "jobs")
     names = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
     return [r for r in (JobRecord.load(default_state_dir(state_dir), n) for n in names) if r is not None]
+
+
+def saved_job(name: str, state_dir: Optional[str] = None) -> "_Job":
+    """The job saved as `name`, rebuilt from its record (its spec is the constructor's
+    arguments), not yet connected: `.attach()` connects without ever submitting."""
+    d = default_state_dir(state_dir)
+    record = JobRecord.load(d, name)
+    if record is None:
+        raise JobError(f"no job {name!r} is saved in {d} (`xmesh ls --state-dir DIR` lists the jobs of a directory)")
+    kind = {"slurm": SlurmJob, "ssh": SSHJob}.get(record.kind)
+    if kind is None:
+        raise JobError(f"the saved job {JobRecord.path(d, name)} is of an unknown kind {record.kind!r}")
+    try:
+        return kind(**record.spec, name=name, state_dir=d)
+    except (TypeError, ValueError) as e:
+        raise JobError(f"the saved job {JobRecord.path(d, name)} does not read ({e}): remove it") from None
 
 
 def job_key_file(state_dir: str) -> str:
@@ -225,7 +242,8 @@ class _Job:
 
     kind = ""
 
-    def __init__(self, name: str, state_dir: Optional[str], replace: bool, timeout: float, progress: bool) -> None:
+    def __init__(self, name: str, state_dir: Optional[str], replace: Optional[bool], timeout: float,
+                 progress: bool) -> None:
         if not isinstance(name, str) or not NAME.match(name):
             raise ValueError(f"a job name is 1-64 letters, digits, '_', '.' or '-', got {name!r}")
         self.name = name
@@ -261,6 +279,20 @@ class _Job:
             self._host_mesh = self._connect(self._record)
             return self
 
+    def attach(self) -> "_Job":
+        """Connects to this job's saved allocation and never starts one (`xmesh attach`): a
+        JobError says when none is saved or it has ended."""
+        with self._lock:
+            saved = JobRecord.load(self.state_dir, self.name)
+            if saved is None:
+                raise JobError(f"no job {self.name!r} is saved in {self.state_dir} (`xmesh ls --state-dir DIR` "
+                               "lists the jobs of a directory)")
+            if not self._still_there(saved):
+                raise JobError(f"{describe(saved)} has ended (`xmesh stop {self.name}` forgets it)")
+            self._record = saved
+            self._host_mesh = self._connect(saved)
+            return self
+
     def kill(self) -> None:
         """Releases the allocation (its agents stop their procs) and forgets it."""
         from ._hostd import release_agent
@@ -275,7 +307,8 @@ class _Job:
 
     def _saved_or_refused(self) -> Optional[JobRecord]:
         """The saved record of this name, if its job still runs with this spec; a job of another
-        spec is refused (or, with replace=True, released)."""
+        spec is released when replace=True or a person says so when asked (replace=None), else
+        refused."""
         saved = JobRecord.load(self.state_dir, self.name)
         if saved is None:
             return None
@@ -285,12 +318,30 @@ class _Job:
         if saved.kind == self.kind and saved.spec == self.spec:
             self._say(f"using {describe(saved)}, saved in {JobRecord.path(self.state_dir, self.name)}")
             return saved
-        if not self.replace:
-            raise JobError(f"{describe(saved)} still runs with another spec "
-                           f"({_spec_difference(saved.spec, self.spec)}): pass replace=True to release it and "
-                           "start this one, or use another name")
+        difference = _spec_difference(saved.spec, self.spec) if saved.kind == self.kind else \
+            f"{saved.kind} there, {self.kind} here"
+        if not self._may_replace(saved, difference):
+            raise JobError(f"{describe(saved)} still runs with another spec ({difference}): pass replace=True "
+                           "to release it and start this one, or use another name")
+        self._say(f"releasing {describe(saved)} to start this spec")
         release(saved)
         return None
+
+    def _may_replace(self, saved: JobRecord, difference: str) -> bool:
+        """replace=True/False as given; None asks a person (a terminal, the cell's input box),
+        and where nobody can answer the saved job is kept."""
+        if self.replace is not None:
+            return bool(self.replace)
+        from ._runtime import ask
+
+        answer = ask(f"{describe(saved)} still runs with another spec ({difference}). Release it and start "
+                     "this one? [y/N] ")
+        if answer is None:
+            return False
+        if answer.strip().lower() in ("y", "yes"):
+            return True
+        raise JobError(f"{describe(saved)} kept (not replaced: answered {answer.strip()!r}); use another name "
+                       "for a second job")
 
     def _say(self, text: str) -> None:
         if self.progress:
@@ -312,14 +363,16 @@ class SlurmJob(_Job):
 
     `job.host_mesh` (or `job.state().hosts`) submits or finds the job, waits, and gives the
     HostMesh; `job.kill()` releases it. A job of the same name saved earlier and still alive is
-    used again (same spec), or refused unless `replace=True` (other spec)."""
+    used again (same spec); one of another spec is released with `replace=True`, kept and refused
+    with `replace=False`, and by default a person is asked (a terminal, the cell's input box) and
+    it is kept where nobody can answer."""
 
     kind = "slurm"
 
     def __init__(self, nodes: int = 1, gpus_per_node: Optional[int] = None, partition: Optional[str] = None,
                  time: Optional[str] = None, account: Optional[str] = None, extra_args: Sequence[str] = (),
                  name: str = "xmesh", port: int = 0, python: Optional[str] = None,
-                 state_dir: Optional[str] = None, replace: bool = False, timeout: float = 600.0,
+                 state_dir: Optional[str] = None, replace: Optional[bool] = None, timeout: float = 600.0,
                  progress: bool = True) -> None:
         super().__init__(name, state_dir, replace, timeout, progress)
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -395,8 +448,9 @@ class SlurmJob(_Job):
                 st = final_state(record.job_id, st)
                 raise JobError(f"SLURM job {record.job_id} ({self.name}) ended while awaited: {st.state}"
                                + (f" ({st.reason})" if st.reason not in ("", "None") else "") + _tails(record))
+            waits_for = f" ({st.reason})" if st.reason not in ("", "None") else ""
             line = f"SLURM job {record.job_id} {st.state.lower()}" + (
-                f" ({st.reason})" if st.state == "PENDING" else f": {len(up)}/{record.spec['nodes']} host agents up")
+                waits_for if st.state == "PENDING" else f": {len(up)}/{record.spec['nodes']} host agents up")
             if line != said:
                 self._say(line)
                 said = line
@@ -417,11 +471,12 @@ class SlurmJob(_Job):
     def _watch(self) -> None:
         if self._watcher is not None and self._watcher.is_alive():
             return
-        self._watcher = threading.Thread(target=self._watch_loop, args=(self._record,), daemon=True,
+        # Notices go to the cell that started (or found) the job, as its other output does.
+        self._watcher = threading.Thread(target=self._watch_loop, args=(self._record, current_cell()), daemon=True,
                                          name=f"xmesh-job-{self.name}")
         self._watcher.start()
 
-    def _watch_loop(self, record: JobRecord) -> None:
+    def _watch_loop(self, record: JobRecord, cell: str) -> None:
         """Loses the job's hosts at once when it ends (naming why) and says when its time limit nears."""
         from ._runtime import get_runtime
 
@@ -445,7 +500,7 @@ class SlurmJob(_Job):
             if st.seconds_left is not None and st.seconds_left < warn_s and not warned:
                 warned = True
                 get_runtime().diag(f"SLURM job {record.job_id} ({record.name}) reaches its time limit in "
-                                   f"{st.seconds_left / 60:.0f} min")
+                                   f"{st.seconds_left / 60:.0f} min", cell)
             _time.sleep(every)
 
 
@@ -461,7 +516,7 @@ class SSHJob(_Job):
 
     def __init__(self, hosts: Sequence[str], python: Optional[str] = None, port: int = 0, ssh: str = "ssh",
                  ssh_args: Sequence[str] = (), name: str = "xmesh", state_dir: Optional[str] = None,
-                 replace: bool = False, timeout: float = 60.0, progress: bool = True) -> None:
+                 replace: Optional[bool] = None, timeout: float = 60.0, progress: bool = True) -> None:
         super().__init__(name, state_dir, replace, timeout, progress)
         if isinstance(hosts, str) or not hosts or not all(isinstance(h, str) and h and not h.startswith("-")
                                                           for h in hosts):

@@ -43,6 +43,7 @@ def setup(shell):
     _runtime.set_output(True, _cells.route)
     _runtime.observe_calls(note_call)
     _debug_io.set_frontend(_KernelFrontend())
+    _runtime.set_asker(_ask_in_the_cell)
     _core.set_main_thread_call(drain_output)
     # The one wait shows the cell's remote output whenever it is woken for it, and remembers
     # an interrupted wait (a second interrupt cancels its calls).
@@ -263,6 +264,14 @@ class _KernelFrontend:
 
     def show_pending_output(self):
         drain_output()
+
+
+def _ask_in_the_cell(question):
+    """A question (a job to replace...) in the executing cell's input box; None where the
+    request allows no input (nbclient, `xmesh run`) or no cell runs: the caller refuses then."""
+    if not stdin_allowed() or threading.current_thread() is not threading.main_thread():
+        return None
+    return input_request(question)
 
 
 def stdin_allowed():

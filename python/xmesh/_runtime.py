@@ -188,6 +188,7 @@ class _Wiring:
         self.interactive = False       # remote output read by a person (the kernel): windows, budget
         self.output_sink = None        # where remote output goes (None: stdout / stderr)
         self.unhandled_fault_hook = None  # fn(MeshFailure) for failures nobody waits for
+        self.asker = None              # fn(question) -> answer or None: the kernel's input box
 
 
 _wiring = _Wiring()
@@ -243,6 +244,26 @@ def add_proc_env(fn):
 
 def set_actor_host_factory(factory):
     _wiring.actor_host_factory = factory
+
+
+def set_asker(fn):
+    """fn(question) -> the user's answer, or None where nobody can answer (the kernel: the
+    cell's input box, None when the request allows no input). None: the terminal's."""
+    _wiring.asker = fn
+
+
+def ask(question: str):
+    """A person's answer to a yes/no kind of question, or None where none can be asked (no
+    terminal, a notebook run headless): the caller then refuses rather than guesses."""
+    if _wiring.asker is not None:
+        return _wiring.asker(question)
+    try:
+        if sys.stdin is None or not sys.stdin.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    sys.stdout.flush()
+    return input(question)
 
 
 def set_output(interactive, sink):

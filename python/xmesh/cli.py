@@ -154,6 +154,35 @@ def _stop(args):
     return 0
 
 
+def _attach(args):
+    """Connects to a saved job (never submitting one), says what runs there, and opens a Python
+    prompt with `job`, `hosts` (its HostMesh) and `xmesh` (-c CODE runs CODE instead)."""
+    import code
+
+    import xmesh
+
+    from ._jobs import job_rows, saved_job
+    from ._named import allocations
+
+    job = saved_job(args.name, args.state_dir).attach()
+    hosts = job.host_mesh
+    (row,) = [r for r in job_rows(args.state_dir) if r["name"] == args.name]
+    _print_jobs([row])
+    named = allocations(hosts.runtime_dirs)
+    for a in named:
+        print(f"named allocation {a['name']}: {format_coords(a['shape'], ' x ') or '-'}, "
+              f"{a['procs_alive']}/{a['procs']} procs alive (xmesh.attach({a['name']!r}, hosts=hosts))")
+    if not named:
+        print("no named allocations on its hosts")
+    namespace = {"job": job, "hosts": hosts, "xmesh": xmesh}
+    if args.c is not None:
+        exec(compile(args.c, "<xmesh attach -c>", "exec"), namespace)
+        return 0
+    code.interact(banner="job, hosts (its HostMesh) and xmesh are defined; Ctrl-D leaves (the job runs on)",
+                  local=namespace, exitmsg="")
+    return 0
+
+
 def _own_runtime_dir(path: str) -> str:
     """path, absolute, once it is known to be a directory of this user: another user's runtime
     directory is named as such rather than looking empty or unreachable."""
@@ -378,6 +407,12 @@ def main(argv=None):
     p.add_argument("--runtime-dir", action="append", help="an agent's runtime directory (repeat for several hosts)")
     _host_arguments(p)
     p.set_defaults(func=_stop)
+    p = sub.add_parser("attach", help="connect to a saved job (never submitting one), list its named allocations "
+                                      "and open a Python prompt with job, hosts and xmesh")
+    p.add_argument("name")
+    p.add_argument("--state-dir", help="where jobs are saved (default ./.xmesh)")
+    p.add_argument("-c", metavar="CODE", help="run CODE (job, hosts and xmesh defined) instead of the prompt")
+    p.set_defaults(func=_attach)
     p = sub.add_parser("logs", help="print the output of an allocation's procs from the log files "
                                     "(live or finished, also after a kernel restart)")
     p.add_argument("name", help="the allocation's name (or id, for an unnamed one)")

@@ -60,13 +60,13 @@ class CellResult:
 
 
 class KernelSession:
-    def __init__(self, rundir, env=None):
+    def __init__(self, rundir, env=None, cwd=None):
         self.rundir = rundir
         full_env = dict(os.environ)
         full_env["XMESH_RUNTIME_DIR"] = rundir
         full_env.update(env or {})
         self.km = KernelManager(kernel_name="xmesh")
-        self.km.start_kernel(env=full_env)
+        self.km.start_kernel(env=full_env, **({"cwd": cwd} if cwd else {}))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

@@ -24,6 +24,7 @@ WHY_NOT = netns_unavailable() or slurm_unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"a SLURM cluster cannot run here: {WHY_NOT}")
 
 
+CLI = ["/usr/bin/python3", "-m", "xmesh.cli"]
 # One state directory (so one key file) for every job here: a controller authenticates with one.
 STATE = private_tmpdir("xmesh-jobs-state-")
 
@@ -102,10 +103,19 @@ def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"JOB {job.job_id} {sorted(v['pid'] for v in first.values())}" in r.stdout, r.stdout
     assert "submitted" not in r.stdout and f"using SLURM job {job.job_id}" in r.stdout
+    # `xmesh attach NAME` connects to it too, lists its named procs, and runs a prompt's lines.
+    r = subprocess.run([*CLI, "attach", "train", "--state-dir", slurm.state_dir], capture_output=True, text=True,
+                       input="print('SIZES', job.job_id, hosts.sizes)\n", timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"SIZES {job.job_id} {{'hosts': 2}}" in r.stdout and f"slurm {job.job_id}" in r.stdout, r.stdout
+    assert "named allocation job-procs: hosts=2 x gpus=1, 2/2 procs alive" in r.stdout, r.stdout
     job_id = job.job_id
     job.kill()
     assert slurm.run("squeue", "-h", "-j", job_id, check=False).stdout.strip() == ""
     assert not os.path.exists(os.path.join(slurm.state_dir, "jobs", "train.json"))
+    r = subprocess.run([*CLI, "attach", "train", "--state-dir", slurm.state_dir, "-c", "print(1)"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"xmesh: no job 'train' is saved in {slurm.state_dir}" in r.stderr, r.stderr
 
 
 def test_sbatch_errors_come_verbatim_and_a_bad_spec_is_refused_before(slurm, tmp_path):
@@ -136,7 +146,7 @@ def test_a_job_cancelled_while_awaited_or_never_ready_says_so(slurm, tmp_path):
 def test_an_agent_that_cannot_start_is_named_with_its_log(slurm, tmp_path, monkeypatch):
     monkeypatch.setenv("XMESH_HOSTD", "/bin/false")  # sbatch passes the environment on to the nodes
     job = xmesh.SlurmJob(nodes=2, name="broken", state_dir=slurm.state_dir, timeout=60)
-    with pytest.raises(xmesh.JobError, match="the host agent could not start on node-a"):
+    with pytest.raises(xmesh.JobError, match="the host agent could not start on node-[ab] .*exited with code 1"):
         job.host_mesh
     job.kill()
 
@@ -168,7 +178,10 @@ def test_a_job_cancelled_from_outside_while_in_use_fails_its_ranks_naming_it(slu
     # Named by the agent (its procs ended as the job did) or by the job's watcher, whichever is first.
     assert f"SLURM job {job.job_id} (xmesh-cut) is ending" in str(e.value) or \
         f"SLURM job {job.job_id} (cut) ended: CANCELLED" in str(e.value), str(e.value)
-    # The next use of the job says it ended and submits a new one.
+    # `xmesh attach` says it ended (and never submits); the next use of the job submits a new one.
+    r = subprocess.run([*CLI, "attach", "cut", "--state-dir", slurm.state_dir, "-c", "print(1)"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"SLURM job {job.job_id} (cut) has ended" in r.stderr, r.stdout + r.stderr
     old_id = job.job_id
     assert job.host_mesh.sizes == {"hosts": 2} and job.job_id != old_id
     assert f"SLURM job {old_id} (cut) has ended: starting anew" in capsys.readouterr().out
@@ -185,16 +198,15 @@ def test_xmesh_ls_shows_jobs_and_stop_releases_them_and_the_time_limit_is_announ
         time.sleep(0.2)
         err += capfd.readouterr().err
     assert f"SLURM job {job.job_id} (limited) reaches its time limit in 10 min" in err, err
-    cli = ["/usr/bin/python3", "-m", "xmesh.cli"]
-    r = subprocess.run([*cli, "ls", "--state-dir", slurm.state_dir], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([*CLI, "ls", "--state-dir", slurm.state_dir], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("limited ")]
     assert f"slurm {job.job_id}" in line and "1 (node-" in line and "running" in line and "10m" in line, r.stdout
-    r = subprocess.run([*cli, "ls", "--json", "--state-dir", slurm.state_dir], capture_output=True, text=True,
+    r = subprocess.run([*CLI, "ls", "--json", "--state-dir", slurm.state_dir], capture_output=True, text=True,
                        timeout=60)
     (row,) = [j for j in json.loads(r.stdout) if j.get("kind") == "job" and j["name"] == "limited"]
     assert row["job_id"] == job.job_id and row["state"] == "RUNNING" and 500 < row["seconds_left"] <= 600
-    r = subprocess.run([*cli, "stop", "limited", "--state-dir", slurm.state_dir], capture_output=True, text=True,
+    r = subprocess.run([*CLI, "stop", "limited", "--state-dir", slurm.state_dir], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "released job limited" in r.stdout, r.stdout + r.stderr
     assert slurm.run("squeue", "-h", "-j", job.job_id, check=False).stdout.strip() == ""
