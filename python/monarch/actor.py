@@ -61,7 +61,9 @@ set_unhandled_fault_hook(_to_the_current_hook)
 
 # Monarch 0.7's other public names, and why xmesh has none of them yet (or ever).
 _MISSING = {
-    **{name: "comes with xmesh's hosts over TCP (issue 20); until then meshes live on this machine's agents"
+    **{name: "is Monarch's manual worker bootstrap, which xmesh does its own way: monarch.job.SlurmJob / SSHJob "
+             "start the nodes' agents for you; by hand, run `xmesh-hostd --listen tcp://ADDR:PORT --key-file KEY` "
+             "on each node and connect with xmesh.hosts(['node:PORT', ...], key_file=KEY)"
        for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",
                     "default_bootstrap_cmd")},

@@ -371,7 +371,7 @@ class SlurmJob(_Job):
 
     def __init__(self, nodes: int = 1, gpus_per_node: Optional[int] = None, partition: Optional[str] = None,
                  time: Optional[str] = None, account: Optional[str] = None, extra_args: Sequence[str] = (),
-                 name: str = "xmesh", port: int = 0, python: Optional[str] = None,
+                 name: str = "xmesh", port: int = 0, python: Optional[str] = None, log_dir: Optional[str] = None,
                  state_dir: Optional[str] = None, replace: Optional[bool] = None, timeout: float = 600.0,
                  progress: bool = True) -> None:
         super().__init__(name, state_dir, replace, timeout, progress)
@@ -384,7 +384,8 @@ class SlurmJob(_Job):
             raise ValueError("extra_args must be a list of strings (sbatch's own arguments)")
         _check_port(port)
         self.spec = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
-                     "account": account, "extra_args": list(extra_args), "port": port, "python": python or PYTHON}
+                     "account": account, "extra_args": list(extra_args), "port": port, "python": python or PYTHON,
+                     "log_dir": os.path.abspath(log_dir) if log_dir else None}
         self._watcher: Optional[threading.Thread] = None
         self._ended = False  # the watcher saw the job end
 
@@ -418,8 +419,11 @@ class SlurmJob(_Job):
         with open(script, "w") as f:
             f.write("#!/bin/sh\n# an xmesh host agent on every node of this allocation\n"
                     f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 {shlex.join(agent)}\n")
+        output = os.path.join(s["log_dir"], f"xmesh-{self.name}-%j.out") if s["log_dir"] else f"{job_dir}/slurm-%j.out"
+        if s["log_dir"]:
+            os.makedirs(s["log_dir"], exist_ok=True)
         argv = ["sbatch", "--parsable", f"--job-name=xmesh-{self.name}", f"--nodes={s['nodes']}",
-                "--ntasks-per-node=1", f"--output={job_dir}/slurm-%j.out", f"--chdir={job_dir}"]
+                "--ntasks-per-node=1", f"--output={output}", f"--chdir={job_dir}"]
         for opt, key in (("--time", "time"), ("--partition", "partition"), ("--account", "account"),
                          ("--gpus-per-node", "gpus_per_node")):
             if s[key] is not None:
@@ -663,13 +667,16 @@ def _agents(record: JobRecord) -> tuple:
 def _tails(record: JobRecord) -> str:
     """The last lines of the job's output and of its agents' logs, to say why."""
     out = []
-    paths = sorted(glob.glob(os.path.join(record.job_dir, "slurm-*"))) + \
-        sorted(glob.glob(os.path.join(record.job_dir, "nodes", "*.log")))
+    log_dir = record.spec.get("log_dir")
+    output = os.path.join(log_dir, f"xmesh-{record.name}-{record.job_id}.out") if log_dir else \
+        os.path.join(record.job_dir, f"slurm-{record.job_id}.out")
+    paths = [output] * os.path.exists(output) + sorted(glob.glob(os.path.join(record.job_dir, "nodes", "*.log")))
     for path in paths:
         with open(path, errors="replace") as f:
             text = f.read()[-1500:].strip()
         if text:
-            out.append(f"--- {os.path.relpath(path, record.job_dir)}:\n{text}")
+            shown = os.path.relpath(path, record.job_dir) if path.startswith(record.job_dir + os.sep) else path
+            out.append(f"--- {shown}:\n{text}")
     return ("\n" + "\n".join(out)) if out else ""
 
 

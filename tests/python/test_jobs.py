@@ -244,3 +244,88 @@ def test_a_host_whose_ssh_refuses_is_named_with_ssh_s_words(ssh_hosts):
     text = str(e.value)
     assert "node-a: ssh exited with code 255" in text and "node-b: ssh exited" in text, text
     assert "Connection refused" in text, text
+
+
+MONARCH_SLURM = '''
+import socket
+from monarch.actor import Actor, endpoint
+from monarch.job import SlurmJob, job_load
+
+class Host(Actor):
+    @endpoint
+    def name(self) -> str:
+        return socket.gethostname()
+
+def names(hosts):
+    return sorted(hosts.spawn_procs(per_host={{"gpus": 1}}).spawn("h", Host).name.call().get().values())
+
+if "{mode}" == "load":
+    job = job_load()  # .monarch/job_state.pkl, as the first run's state() saved it
+else:
+    job = SlurmJob(meshes={meshes}, job_name="mj", time_limit="0:10:00", exclusive=False)
+state = job.state()
+print("MESHES", {{name: names(getattr(state, name)) for name in {names}}})
+print("ACTIVE", job.active)
+if "{mode}" == "kill":
+    job.kill()
+    print("ACTIVE", job.active)
+'''
+
+
+def _monarch_program(tmp_path, mode, meshes):
+    path = tmp_path / f"monarch_{mode}.py"
+    path.write_text(MONARCH_SLURM.format(mode=mode, meshes=meshes, names=list(meshes)))
+    r = run_program(path=str(path), timeout=100)
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = xmesh._jobs.JobRecord.load(str(tmp_path / ".monarch"), "mj")
+    return r.stdout, record and record.job_id
+
+
+def test_monarch_s_slurm_job_runs_unchanged_and_is_found_again(slurm, tmp_path):
+    two = {"trainers": 1, "generators": 1}
+    out, job_id = _monarch_program(tmp_path, "new", two)
+    assert "MESHES {'trainers': ['node-a'], 'generators': ['node-b']}" in out and "ACTIVE True" in out, out
+    assert f"submitted SLURM job {job_id} (mj: 2 nodes)" in out
+    # Another process loads the job Monarch's way and reaches the same allocation.
+    out, again = _monarch_program(tmp_path, "load", two)
+    assert again == job_id and "submitted" not in out and "MESHES {'trainers': ['node-a']" in out, out
+    # Other meshes over the same nodes: the same allocation serves them.
+    out, same = _monarch_program(tmp_path, "same", {"trainers": 2})
+    assert same == job_id and "MESHES {'trainers': ['node-a', 'node-b']}" in out, out
+    # A spec the saved job cannot run: released and a new one applied (Monarch's can_run), then killed.
+    out, other = _monarch_program(tmp_path, "kill", {"trainers": 1})
+    assert other is None and "MESHES {'trainers': ['node-a']}" in out, out
+    assert f"releasing SLURM job {job_id} (mj)" in out and out.rstrip().endswith("ACTIVE False"), out
+    assert slurm.run("squeue", "-h", "-n", "xmesh-mj", check=False).stdout.strip() == ""
+    with pytest.raises(NotImplementedError, match="ProcessJob"):
+        import monarch.job
+        monarch.job.ProcessJob
+
+
+def test_monarch_s_ssh_job_runs_unchanged(ssh_hosts, tmp_path):
+    path = tmp_path / "monarch_ssh.py"
+    path.write_text(textwrap.dedent(f"""
+        import socket
+        from monarch.actor import Actor, endpoint
+        from monarch.job import SSHJob
+
+        class Host(Actor):
+            @endpoint
+            def name(self) -> str:
+                return socket.gethostname()
+
+        job = SSHJob(ssh_args=["-F", {ssh_hosts.config!r}])
+        job.add_mesh("workers", ["node-a", "node-b"])
+        try:
+            job.add_mesh("again", ["node-b"])
+        except ValueError as e:
+            print("REFUSED", e)
+        procs = job.state().workers.spawn_procs(per_host={{"gpus": 1}})
+        print("NAMES", sorted(procs.spawn("h", Host).name.call().get().values()))
+        job.kill()
+        print("ACTIVE", job.active)
+    """))
+    r = run_program(path=str(path), timeout=100)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "NAMES ['node-a', 'node-b']" in r.stdout and "ACTIVE False" in r.stdout, r.stdout
+    assert "REFUSED hosts ['node-b'] are named twice" in r.stdout, r.stdout

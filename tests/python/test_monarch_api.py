@@ -125,7 +125,7 @@ def test_names_xmesh_lacks_say_why_instead_of_attribute_error():
 
     with pytest.raises(NotImplementedError, match="monarch.actor.not_a_name is not supported by xmesh"):
         m.not_a_name
-    with pytest.raises(NotImplementedError, match="comes with xmesh's hosts over TCP"):
+    with pytest.raises(NotImplementedError, match="manual worker bootstrap.*monarch.job.SlurmJob"):
         m.attach_to_workers
     with pytest.raises(NotImplementedError, match="OpenTelemetry"):
         m.traced
