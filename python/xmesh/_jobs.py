@@ -119,14 +119,30 @@ def job_rows(state_dir: Optional[str] = None) -> list:
     rows = []
     for r in saved_jobs(state_dir):
         try:
-            st = slurm_state(r.job_id) if r.kind == "slurm" else SlurmState("RUNNING", nodes=",".join(
-                a["host"] for a in r.agents))
+            st = slurm_state(r.job_id) if r.kind == "slurm" else _ssh_state(r)
         except (OSError, JobError) as e:  # scontrol missing or failing here
             st = SlurmState(f"unknown ({e})")
         rows.append({"kind": "job", "name": r.name, "scheduler": r.kind, "job_id": r.job_id,
                      "nodes": r.spec.get("nodes", len(r.agents)), "node_list": st.nodes, "state": st.state,
+                     "reason": "" if st.reason == "None" else st.reason,
                      "seconds_left": st.seconds_left, "hosts": r.hosts})
     return rows
+
+
+def _ssh_state(record: JobRecord, timeout: float = 2.0) -> "SlurmState":
+    """An SSH job's state as `xmesh ls` tells it: RUNNING while every agent accepts connections
+    at its address, else LOST naming those that do not (without connecting as a controller)."""
+    import socket
+
+    lost = []
+    for agent in record.agents:
+        host, _, port = str(agent["addr"]).rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except (OSError, ValueError):
+            lost.append(agent["host"])
+    return SlurmState("LOST" if lost else "RUNNING", f"no agent answers on {', '.join(lost)}" if lost else "",
+                      ",".join(a["host"] for a in record.agents))
 
 
 def stop_job(name: str, state_dir: Optional[str] = None) -> bool:
@@ -525,6 +541,8 @@ class SSHJob(_Job):
         if isinstance(hosts, str) or not hosts or not all(isinstance(h, str) and h and not h.startswith("-")
                                                           for h in hosts):
             raise ValueError(f"hosts must be a non-empty list of host names, got {hosts!r}")
+        if len(set(hosts)) != len(hosts):
+            raise ValueError(f"hosts names a host twice ({hosts!r}): one host agent runs per host")
         if isinstance(ssh_args, str) or not all(isinstance(a, str) for a in ssh_args):
             raise ValueError("ssh_args must be a list of strings (ssh's own options)")
         _check_port(port)
@@ -558,13 +576,12 @@ class SSHJob(_Job):
         for t in threads:
             t.join()
         failed = [f"{h}: {why}" for h, (status, why) in results.items() if status is None]
-        agents = [dict(status, host=h) for h, (status, _) in results.items() if status is not None]
+        agents = [dict(results[h][0], host=h) for h in self.spec["hosts"] if results[h][0] is not None]  # in order
         record = JobRecord("ssh", self.name, self.spec, tag, os.path.join(self.state_dir, "jobs", tag),
                            _time.time(), [a["addr"] for a in agents], agents)
         if failed:
             release(record)  # what did start stops again
             raise JobError("the host agents could not start over ssh on " + "; ".join(failed))
-        record.hosts = [next(a["addr"] for a in agents if a["host"] == h) for h in self.spec["hosts"]]
         record.save(self.state_dir)
         self._say(f"started host agents over ssh on {', '.join(self.spec['hosts'])}")
         return record

@@ -132,7 +132,8 @@ def _print_jobs(jobs: list) -> None:
     for j in jobs:
         left = "-" if j["seconds_left"] is None else _format_age(j["seconds_left"])
         nodes = f"{j['nodes']}" + (f" ({j['node_list']})" if j["node_list"] else "")
-        table.append((j["name"], f"{j['scheduler']} {j['job_id']}", nodes, j["state"].lower(), left))
+        state = j["state"].lower() + (f" ({j['reason']})" if j.get("reason") else "")
+        table.append((j["name"], f"{j['scheduler']} {j['job_id']}", nodes, state, left))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -127,6 +127,13 @@ def test_sbatch_errors_come_verbatim_and_a_bad_spec_is_refused_before(slurm, tmp
         xmesh.SlurmJob(name="no spaces")
     with pytest.raises(ValueError, match="extra_args"):
         xmesh.SlurmJob(extra_args="--exclusive")
+    with pytest.raises(ValueError, match="names a host twice"):
+        xmesh.SSHJob(["node-a", "node-a"])
+    with pytest.raises(ValueError, match="one host agent per node"):
+        import monarch.job
+        monarch.job.SlurmJob(meshes={"m": 1}, ntasks_per_node=2)
+    with pytest.raises(ValueError, match="meshes must map"):
+        monarch.job.SlurmJob(meshes={"m": 0})
 
 
 def test_a_job_cancelled_while_awaited_or_never_ready_says_so(slurm, tmp_path):
@@ -229,7 +236,16 @@ def test_an_ssh_job_gives_hosts_that_a_restarted_kernel_finds_again(ssh_hosts):
     r = run_program(prog, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"PIDS {sorted(v['pid'] for v in first.values())}" in r.stdout and "using SSH job over-ssh" in r.stdout
-    pids = [a["pid"] for a in xmesh._jobs.JobRecord.load(STATE, "over-ssh").agents]
+    agents = xmesh._jobs.JobRecord.load(STATE, "over-ssh").agents
+    pids = [a["pid"] for a in agents]
+    ls = subprocess.run([*CLI, "ls", "--state-dir", STATE], capture_output=True, text=True, timeout=60)
+    assert "over-ssh  ssh over-ssh-" in ls.stdout and "2 (node-a,node-b)  running" in ls.stdout, ls.stdout
+    # An agent gone (its host rebooted, say) shows as lost, naming the host.
+    os.kill(next(a["pid"] for a in agents if a["host"] == "node-b"), 9)
+    deadline = time.monotonic() + 20
+    while "lost (no agent answers on node-b)" not in ls.stdout and time.monotonic() < deadline:
+        ls = subprocess.run([*CLI, "ls", "--state-dir", STATE], capture_output=True, text=True, timeout=60)
+    assert "lost (no agent answers on node-b)" in ls.stdout, ls.stdout
     job.kill()
     deadline = time.monotonic() + 20
     while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
