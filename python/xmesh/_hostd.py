@@ -391,6 +391,7 @@ def agent_at(locator: str, key_file: Optional[str] = None) -> HostAgent:
             else:
                 a = HostAgent(locator)
             _agents[locator] = a
+            get_runtime().host_in_use(locator)  # a released address used again: its loss is news again
     if isinstance(a, TcpHostAgent):
         a.begin_connect()
     return a
@@ -409,7 +410,7 @@ def release_agent(locator: str, why: str) -> None:
     with _agents_lock:
         a = _agents.pop(locator, None)
     rt = get_runtime()
-    rt.node.lose_host(locator, why)
+    rt.release_host(locator, why)
     rt.node.unwatch_host(locator)
     if a is not None:
         a._connected = False

@@ -46,6 +46,7 @@ class Runtime:
         # proc we own accepts all of them, so any two can call each other.
         self.cookies = [job_cookie]
         self.control = ControlTable(node, role, self.diag)
+        self._released_hosts = set()  # agents let go on purpose: their loss is no news
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
@@ -100,9 +101,18 @@ class Runtime:
         if alloc is not None:
             alloc.on_proc_exited(body)
 
+    def release_host(self, locator, why):
+        """An agent let go on purpose (its job released): calls to its procs fail saying why,
+        and its loss is not reported as a failure nobody waits for."""
+        self._released_hosts.add(locator)
+        self.node.lose_host(locator, why)
+
+    def host_in_use(self, locator):
+        self._released_hosts.discard(locator)
+
     def _on_peer_dead(self, msg):
         body = msg.peer_dead()
-        if body.host_lost:
+        if body.host_lost and body.addr not in self._released_hosts:
             text = body.error.get("text", f"the host agent at {body.addr} was lost")
             self.unhandled_fault(MeshFailure(body.addr, text, "host"))
 

@@ -80,10 +80,10 @@ def test_the_test_cluster_runs_a_job_step_on_both_nodes(slurm, tmp_path):
     assert sorted(out.read_text().split()) == ["node-a", "node-b"]
 
 
-def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_path, capsys):
+def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_path, capfd):
     job = xmesh.SlurmJob(nodes=2, name="train", state_dir=slurm.state_dir, timeout=90)
     hm = job.host_mesh
-    said = capsys.readouterr().out
+    said = capfd.readouterr().out
     assert f"submitted SLURM job {job.job_id}" in said and "2/2 host agents up" in said, said
     assert hm.sizes == {"hosts": 2}
     procs = hm.spawn_procs({"gpus": 1}, name="job-procs")
@@ -110,9 +110,12 @@ def test_a_slurm_job_gives_hosts_that_a_restarted_kernel_finds_again(slurm, tmp_
     assert f"SIZES {job.job_id} {{'hosts': 2}}" in r.stdout and f"slurm {job.job_id}" in r.stdout, r.stdout
     assert "named allocation job-procs: hosts=2 x gpus=1, 2/2 procs alive" in r.stdout, r.stdout
     job_id = job.job_id
+    capfd.readouterr()
     job.kill()
     assert slurm.run("squeue", "-h", "-j", job_id, check=False).stdout.strip() == ""
     assert not os.path.exists(os.path.join(slurm.state_dir, "jobs", "train.json"))
+    time.sleep(1.0)  # past the delay of a death notice
+    assert "[xmesh]" not in capfd.readouterr().err  # released on purpose: no failure to report
     r = subprocess.run([*CLI, "attach", "train", "--state-dir", slurm.state_dir, "-c", "print(1)"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and f"xmesh: no job 'train' is saved in {slurm.state_dir}" in r.stderr, r.stderr
