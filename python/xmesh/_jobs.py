@@ -592,10 +592,14 @@ class SSHJob(_Job):
             towards = _address_towards_ssh_host(self.spec, host)
         except JobError as e:
             return None, str(e)
-        d = f".xmesh/jobs/{tag}"
+        # A directory per host: hosts often share their home directory (NFS), and two agents
+        # writing one key file would read each other's half-written copy.
+        d = f".xmesh/jobs/{tag}-{re.sub(r'[^A-Za-z0-9_.-]', '_', host)}"
+        key_file = f"{d}/cluster.key"
         agent = [self.spec["python"], "-m", "xmesh._job_agent", "--detach", "--job-dir", d, "--towards", towards,
-                 "--port", str(self.spec["port"]), "--key-file", f"{d}/cluster.key"]
-        command = f"umask 077 && mkdir -p {shlex.quote(d)} && cat > {shlex.quote(d)}/cluster.key && exec {shlex.join(agent)}"
+                 "--port", str(self.spec["port"]), "--key-file", key_file]
+        command = (f"umask 077 && mkdir -p {shlex.quote(d)} && cat > {shlex.quote(key_file + '.new')} && "
+                   f"mv -f {shlex.quote(key_file + '.new')} {shlex.quote(key_file)} && exec {shlex.join(agent)}")
         r = _ssh(self.spec, host, command, stdin=key, timeout=self.timeout)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
         if r.returncode != 0 and not lines:

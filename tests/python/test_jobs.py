@@ -239,8 +239,17 @@ def test_an_ssh_job_gives_hosts_that_a_restarted_kernel_finds_again(ssh_hosts):
     r = run_program(prog, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"PIDS {sorted(v['pid'] for v in first.values())}" in r.stdout and "using SSH job over-ssh" in r.stdout
-    agents = xmesh._jobs.JobRecord.load(STATE, "over-ssh").agents
+    record = xmesh._jobs.JobRecord.load(STATE, "over-ssh")
+    agents = record.agents
     pids = [a["pid"] for a in agents]
+    # Hosts sharing a home directory (as these do) get a key file each, never one written twice at once.
+    assert all(os.path.exists(os.path.expanduser(f"~/.xmesh/jobs/{record.job_id}-{h}/cluster.key"))
+               for h in ("node-a", "node-b"))
+    # A second job on the same hosts runs beside the first (agents of their own).
+    other = xmesh.SSHJob(["node-a", "node-b"], ssh_args=ssh, name="beside", state_dir=STATE, timeout=60)
+    assert sorted(other.host_mesh.spawn_procs({"gpus": 1}).spawn("w", Where).where.call().get(timeout=60)
+                  .values(), key=lambda v: v["host"])[0]["host"] == "node-a"
+    other.kill()
     ls = subprocess.run([*CLI, "ls", "--state-dir", STATE], capture_output=True, text=True, timeout=60)
     assert "over-ssh  ssh over-ssh-" in ls.stdout and "2 (node-a,node-b)  running" in ls.stdout, ls.stdout
     # An agent gone (its host rebooted, say) shows as lost, naming the host.
