@@ -626,10 +626,12 @@ XMESH_BODY_JSON(ActorRecord)
 struct RefuseBody {
   static constexpr const char* what = "Refuse";
   std::string reason, addr;  // the text, and the address of the refusing node
+  std::string connection;    // the refused connection's routing id (none: a handshake verdict, an older peer)
   template <class F>
   static void fields(F&& f) {
     f("reason", &RefuseBody::reason, Need::Optional);
     f("addr", &RefuseBody::addr, Need::Optional);
+    f("connection", &RefuseBody::connection, Need::Optional);
   }
 };
 XMESH_BODY_JSON(RefuseBody)

@@ -249,6 +249,7 @@ void Node::io_loop() {
         else
           dispatch(std::move(r->msg));
       }
+      for (auto& addr : transport_.take_successors()) supervision_.revive(addr);  // a new process there
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) return;
     }

@@ -254,7 +254,8 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   set_common_options(*p->sock);
   // A routing id of its own per connection: a ROUTER ignores a connection whose id is still in
   // use, which a reconnect (or a refusal sent beside the main connection) would race into.
-  p->sock->set(zmq::sockopt::routing_id, connection_id());
+  p->routing_id = connection_id();
+  p->sock->set(zmq::sockopt::routing_id, p->routing_id);
   p->sock->set(zmq::sockopt::sndhwm, 100000);
   // Procs are connected to before they listen: retry quickly so the first message is not late.
   p->sock->set(zmq::sockopt::reconnect_ivl, 10);
@@ -512,7 +513,8 @@ void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
 
 // Only to a peer that passed the handshake (it holds a cookie this node accepts), with the
 // cookie it said it accepts: a node never dials an address named by a stranger.
-void Transport::send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason) {
+void Transport::send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason,
+                             const std::string& connection) {
   if (cookie.empty() || (to_addr.rfind("ipc://", 0) != 0 && to_addr.rfind("tcp://", 0) != 0)) return;
   if (!fd_shortage(kFdSpare).empty()) return;  // the refusal is logged; a socket now could abort
   try {
@@ -525,7 +527,7 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
     h.kind = Kind::Refuse;
     h.sender = id_;
     h.incarnation = incarnation_;
-    h.body = RefuseBody{reason, addr_};
+    h.body = RefuseBody{reason, addr_, connection};
     auto bytes = encode_header(h);
     zmq::message_t m(bytes.data(), bytes.size());
     (void)s.send(m, zmq::send_flags::dontwait);
@@ -629,13 +631,14 @@ std::optional<Transport::Received> Transport::admit(const std::string& identity,
   if (m.header.kind == Kind::Hello) {
     // First on every connection; from an identity already known it is a new connection (its
     // peer lost the old one, say after this node stalled), whose numbers start again.
-    handle_hello(*in, m, by_key);
+    handle_hello(identity, *in, m, by_key);
     return std::nullopt;
   }
   if (!in->authed) {
     if (m.header.kind == Kind::Refuse) {
       // Refuse keeps its number and body across versions, so a peer of any version is understood.
       RefuseBody refusal = read_as<RefuseBody>(m.header.body).value_or(RefuseBody{});
+      if (refuses_a_closed_connection(refusal)) return std::nullopt;
       if (refusal.reason.empty()) refusal.reason = "connection refused";
       m.header.body = refusal;
       m.sender_addr = refusal.addr;
@@ -799,7 +802,7 @@ std::vector<RefuseBody> Transport::handshake_verdicts() {
     if (state == HandshakeWatch::State::Pending) {
       pending.push_back(w);
     } else if (state == HandshakeWatch::State::Refused) {
-      refused.push_back(RefuseBody{why, p->addr});
+      refused.push_back(RefuseBody{why, p->addr, ""});
       p->sock->set(zmq::sockopt::linger, 0);
       close_peer_locked(*p);
     } else if (p->addr.rfind("tcp://", 0) == 0) {
@@ -818,6 +821,10 @@ std::vector<RefuseBody> Transport::handshake_verdicts() {
 void Transport::forget_gone_peers() {
   std::set<std::string> gone(gone_addrs_.begin(), gone_addrs_.end());
   gone_addrs_.clear();
+  for (auto& a : gone) {  // what its Hellos taught goes with it: a later process there teaches again
+    if (learned_cookies_.erase(a)) peer_cookies_.erase(a);
+    addr_owners_.erase(a);
+  }
   for (auto e = in_.begin(); e != in_.end();) {
     if (e->second.authed && gone.count(e->second.addr))
       e = in_.erase(e);
@@ -828,7 +835,7 @@ void Transport::forget_gone_peers() {
 
 // A Hello of another protocol version, or with credentials this node does not accept, is
 // refused (the peer is told why); else the identity is authenticated as the node at its addr.
-void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
+void Transport::handle_hello(const std::string& identity, InPeer& in, const Message& m, bool by_key) {
   HelloBody hello;
   if (auto read = read_as<HelloBody>(m.header.body)) {
     hello = std::move(*read);
@@ -859,13 +866,14 @@ void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
     in.refused = true;
     ++counts_.rejected;
     log_diag_limited(refusal_log_, role_, reason);
-    send_refusal(hello.addr, hello.reply_cookie, reason);
+    send_refusal(hello.addr, hello.reply_cookie, reason, identity);
     return;
   }
   // The same sender on a connection made again goes on where this node is; a sender new here
   // starts where its Hello says, past what it had meant for a predecessor of this process.
   const bool goes_on = in.authed && in.node_id == m.header.sender && hello.acks;
-  std::lock_guard<std::mutex> g(mu_);
+  std::shared_ptr<OutPeer> predecessor_link;
+  std::unique_lock<std::mutex> g(mu_);
   if (!in.authed && pending_peers_ > 0) --pending_peers_;
   in.authed = true;
   in.addr = hello.addr;
@@ -880,11 +888,54 @@ void Transport::handle_hello(InPeer& in, const Message& m, bool by_key) {
     in.seq.start(m.header.incarnation, next - 1);
     in.acked = next - 1;
   }
-  if (!hello.addr.empty() && !hello.reply_cookie.empty()) peer_cookies_.emplace(hello.addr, hello.reply_cookie);
+  if (!hello.addr.empty()) predecessor_link = note_owner_locked(hello.addr, m.header.sender, hello.reply_cookie);
   if (hello.also.rfind("ipc://", 0) == 0 && is_tcp(hello.addr)) {
     aliases_[hello.also] = hello.addr;
     has_aliases_ = true;
   }
+  g.unlock();
+  if (predecessor_link) {  // nothing it holds is for the new process; its reconnects would be refused
+    std::lock_guard<std::mutex> pg(predecessor_link->mu);
+    if (predecessor_link->sock) {
+      predecessor_link->sock->set(zmq::sockopt::linger, 0);
+      close_peer_locked(*predecessor_link);
+    }
+  }
+}
+
+std::shared_ptr<Transport::OutPeer> Transport::note_owner_locked(const std::string& addr, const std::string& sender,
+                                                                 const std::string& reply_cookie) {
+  std::shared_ptr<OutPeer> predecessor_link;
+  auto owner = addr_owners_.find(addr);
+  if (owner != addr_owners_.end() && owner->second != sender) {
+    if (learned_cookies_.erase(addr)) peer_cookies_.erase(addr);  // one set_peer_cookie() gave stays
+    auto o = out_.find(addr);
+    if (o != out_.end()) {
+      predecessor_link = o->second;
+      out_.erase(o);
+    }
+    successors_.push_back(addr);
+    has_successors_ = true;
+  }
+  addr_owners_[addr] = sender;
+  if (!reply_cookie.empty() && peer_cookies_.emplace(addr, reply_cookie).second) learned_cookies_.insert(addr);
+  return predecessor_link;
+}
+
+// A refusal that names a connection this node no longer has (one to a predecessor at the
+// refusing node's address, closed since) says nothing about the link of today.
+bool Transport::refuses_a_closed_connection(const RefuseBody& refusal) {
+  if (refusal.connection.empty()) return false;
+  std::lock_guard<std::mutex> g(mu_);
+  auto o = out_.find(refusal.addr);
+  return o == out_.end() || o->second->routing_id != refusal.connection;
+}
+
+std::vector<std::string> Transport::take_successors() {
+  if (!has_successors_.load(std::memory_order_relaxed)) return {};
+  std::lock_guard<std::mutex> g(mu_);
+  has_successors_ = false;
+  return std::exchange(successors_, {});
 }
 
 const std::string& Transport::route(const std::string& addr, std::string& storage) const {

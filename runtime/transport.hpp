@@ -131,6 +131,11 @@ class Transport {
   // hear Hello and what it has not acknowledged, and returns the peers that refused this node in
   // a handshake since the last call (each once). Never waits for a peer.
   std::vector<RefuseBody> tidy();
+  // I/O thread, after each receive: the addresses where another process said Hello than the one
+  // that held them before (a controller that took a freed port). Its predecessor's link and
+  // learned cookie are gone already; the node revives the address (a refusal of the old link
+  // may have marked it dead). Empty almost always: one atomic load.
+  std::vector<std::string> take_successors();
   void count_malformed(const std::string& what);  // a message whose body did not read
   NodeStats stats() const;
   // Closes every socket (bounded linger) and removes an ipc socket file.
@@ -157,6 +162,7 @@ class Transport {
     std::deque<Unacked> unacked;
     size_t unacked_bytes = 0;
     uint64_t peer_incarnation = 0;  // the receiver's, from its acknowledgements
+    std::string routing_id;         // this connection's, which a refusal of it names
   };
   struct InPeer {
     bool authed = false;
@@ -197,7 +203,8 @@ class Transport {
   // force: acknowledge even with nothing new (what came was sent again: its sender still keeps it).
   void note_delivered(const std::string& identity, InPeer& in, bool force);
   void send_due_acks();
-  void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason);
+  void send_refusal(const std::string& to_addr, const std::string& cookie, const std::string& reason,
+                    const std::string& connection);
   std::vector<RefuseBody> handshake_verdicts();
   // Each TCP out peer not busy in a send: its acks read; connected anew, it hears Hello and what
   // it has not acknowledged.
@@ -207,7 +214,13 @@ class Transport {
   void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
   bool join_pieces(Message& m);
   std::optional<Received> admit(const std::string& identity, Message m, bool by_key, zmq::socket_t* router);
-  void handle_hello(InPeer& in, const Message& m, bool by_key);
+  void handle_hello(const std::string& identity, InPeer& in, const Message& m, bool by_key);
+  // Under mu_: the Hello of node `sender` from addr, accepted. A node other than the one that
+  // held addr before takes over: the link to its predecessor (returned, to be closed) and the
+  // cookie learned from it go; addr joins successors_.
+  std::shared_ptr<OutPeer> note_owner_locked(const std::string& addr, const std::string& sender,
+                                             const std::string& reply_cookie);
+  bool refuses_a_closed_connection(const RefuseBody& refusal);
   // Connects s to addr; a proc behind its host agent's one port (tcp://host:port/N) through the
   // process's RelayDialer (made on first use). Throws std::invalid_argument / std::runtime_error
   // for a malformed or unresolvable relayed address.
@@ -254,6 +267,10 @@ class Transport {
   std::vector<std::string> gone_addrs_;
   std::set<std::string> accepted_cookies_;
   std::map<std::string, std::string> peer_cookies_;
+  std::set<std::string> learned_cookies_;           // peer_cookies_ entries a Hello gave (not set_peer_cookie)
+  std::map<std::string, std::string> addr_owners_;  // address -> the node id that said Hello from it
+  std::vector<std::string> successors_;             // see take_successors()
+  std::atomic<bool> has_successors_{false};
   std::set<std::string> expected_listening_;
   std::map<std::string, std::string> aliases_;  // a peer's unix-socket address -> its TCP one
   std::atomic<bool> has_aliases_{false};

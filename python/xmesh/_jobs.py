@@ -138,7 +138,7 @@ def _ssh_state(record: JobRecord, timeout: float = 2.0) -> "SlurmState":
     for agent in record.agents:
         host, _, port = str(agent["addr"]).rpartition(":")
         try:
-            socket.create_connection((host, int(port)), timeout=timeout).close()
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
         except (OSError, ValueError):
             lost.append(agent["host"])
     return SlurmState("LOST" if lost else "RUNNING", f"no agent answers on {', '.join(lost)}" if lost else "",
@@ -170,7 +170,8 @@ def release(record: JobRecord) -> None:
         return
     errors = []
     for a in record.agents:
-        r = _ssh(record.spec, a["host"], f"kill {int(a['pid'])} 2>/dev/null; true", timeout=30)
+        key_copy = shlex.quote(f"{_ssh_job_dir(record.job_id, a['host'])}/cluster.key")
+        r = _ssh(record.spec, a["host"], f"kill {int(a['pid'])} 2>/dev/null; rm -f {key_copy}", timeout=30)
         if r.returncode != 0:
             errors.append(f"{a['host']}: {r.stderr.strip()}")
     if errors:
@@ -592,9 +593,7 @@ class SSHJob(_Job):
             towards = _address_towards_ssh_host(self.spec, host)
         except JobError as e:
             return None, str(e)
-        # A directory per host: hosts often share their home directory (NFS), and two agents
-        # writing one key file would read each other's half-written copy.
-        d = f".xmesh/jobs/{tag}-{re.sub(r'[^A-Za-z0-9_.-]', '_', host)}"
+        d = _ssh_job_dir(tag, host)
         key_file = f"{d}/cluster.key"
         agent = [self.spec["python"], "-m", "xmesh._job_agent", "--detach", "--job-dir", d, "--towards", towards,
                  "--port", str(self.spec["port"]), "--key-file", key_file]
@@ -618,6 +617,13 @@ class SSHJob(_Job):
         hm = hosts(record.hosts, key_file=job_key_file(self.state_dir))
         hm.initialized.get(timeout=self.timeout)
         return hm
+
+
+def _ssh_job_dir(tag: str, host: str) -> str:
+    """An SSH job's directory on a host (relative to its home): one per host, since hosts often
+    share their home directory (NFS) and two agents writing one key file would read each
+    other's half-written copy."""
+    return f".xmesh/jobs/{tag}-{re.sub(r'[^A-Za-z0-9_.-]', '_', host)}"
 
 
 def _ssh(spec: dict, host: str, command: str, stdin: Optional[bytes] = None,

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "keys.hpp"
+#include "key_file_helper.hpp"
 #include "node.hpp"
 #include "port_mux.hpp"
 #include "tcp_endpoint.hpp"
@@ -21,18 +22,6 @@
 using namespace xmesh;
 
 namespace {
-
-struct KeyFile {
-  std::string dir, path;
-  KeyFile() {
-    char tmpl[] = "/tmp/xmkeymux-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    path = dir + "/cluster.key";
-    write_key_file(path, generate_curve_keys(), false);
-  }
-  ~KeyFile() { std::system(("rm -rf " + dir).c_str()); }
-};
 
 int port_of(const std::string& addr) { return TcpEndpoint::parse(addr).port; }
 

@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "key_file_helper.hpp"
 #include "node.hpp"
 #include "util.hpp"
 
@@ -273,4 +274,42 @@ TEST_CASE("a receiver restarted at the address skips what was meant for its pred
   send_numbered(a, relay.addr(), 150, 160);
   CHECK(numbers_taken(*box, 10, 10000) == range(150, 160));
   CHECK_FALSE(box->pop(300));
+}
+
+// A controller that exits frees its TCP port, and the next one (another `xmesh` command, say)
+// may be given the same port: the agent must answer the new process with the cookie it presents,
+// not keep the link (and the cookie) of its predecessor, which the new one refuses.
+TEST_CASE("a node that takes over a freed address is answered, not refused with its predecessor's cookie",
+          "[node][tcp]") {
+  QuickLinks quick;
+  KeyFile key;
+  Node agent("hostd", "tcp://127.0.0.1:*", "agent-cookie", key.path);
+  agent.start();
+  auto round_trip = [&](Node& controller, const std::string& text) {
+    Header h;
+    h.kind = Kind::Configure;
+    h.method = text;
+    controller.send(agent.addr(), h, {});
+    auto got = agent.control().pop(10000);
+    REQUIRE(got);
+    REQUIRE(got->sender_addr == controller.addr());
+    Header back;
+    back.kind = Kind::Configure;
+    back.method = "re: " + text;
+    agent.send(got->sender_addr, back, {});
+    auto answer = controller.control().pop(10000);
+    return answer ? answer->header.method : std::string("(no answer)");
+  };
+  auto first = std::make_unique<Node>("controller", "tcp://127.0.0.1:*", "first-cookie", key.path);
+  first->set_peer_cookie(agent.addr(), "agent-cookie");
+  first->start();
+  const std::string addr = first->addr();
+  CHECK(round_trip(*first, "one") == "re: one");
+  first->stop();
+  first.reset();
+  Node second("controller", addr, "second-cookie", key.path);
+  second.set_peer_cookie(agent.addr(), "agent-cookie");
+  second.start();
+  CHECK(round_trip(second, "two") == "re: two");
+  CHECK(round_trip(second, "three") == "re: three");
 }

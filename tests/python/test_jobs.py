@@ -259,6 +259,8 @@ def test_an_ssh_job_gives_hosts_that_a_restarted_kernel_finds_again(ssh_hosts):
         ls = subprocess.run([*CLI, "ls", "--state-dir", STATE], capture_output=True, text=True, timeout=60)
     assert "lost (no agent answers on node-b)" in ls.stdout, ls.stdout
     job.kill()
+    assert not any(os.path.exists(os.path.expanduser(f"~/.xmesh/jobs/{record.job_id}-{h}/cluster.key"))
+                   for h in ("node-a", "node-b")), "the key's copies stay on the hosts"
     deadline = time.monotonic() + 20
     while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
