@@ -46,6 +46,8 @@ class Call {
 
   bool done() const;
   size_t received() const;
+  // The targets that have not answered yet, by index (what the panel shows as "in a call").
+  std::vector<int64_t> pending() const;
   // True once a target failed through supervision (its proc died): waiting for the other
   // targets would only delay the error, so waits end early.
   bool fatal() const;

@@ -431,6 +431,7 @@ void bind_calls(py::module_& m) {
       .def("__len__", &Call::size)
       .def_property_readonly("done", &Call::done)
       .def_property_readonly("received", &Call::received)
+      .def("pending", &Call::pending, "indexes of the targets that have not answered")
       .def_property_readonly("fatal", &Call::fatal)
       .def_property_readonly("is_port", &Call::is_port)
       .def("target_addr", &Call::target_addr)

@@ -6,7 +6,7 @@
 """
 from . import _core
 # The composition root: these register themselves with the runtime (python/README.md, layers).
-from . import _actor_host, _debug_remote  # noqa: F401
+from . import _actor_host, _debug_remote, _panel  # noqa: F401
 from ._controllers import get_or_spawn_controller
 from ._actor import Accumulator, Actor, ActorMesh, Endpoint, as_endpoint, concurrent_endpoint, endpoint, send
 from ._context import current_rank, current_size

@@ -435,7 +435,7 @@ class Endpoint:
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
         # The causal context (the cell) travels with the call: the procs' output is shown there.
         call = get_runtime().node.call(targets, _CALL, self._name, body, frames, expect_reply, current_cell())
-        note_call(targets, call if expect_reply else None)
+        note_call(targets, call if expect_reply else None, self._name)
         return call, described
 
     def call(self, *args: Any, **kwargs: Any) -> Future:

@@ -23,22 +23,12 @@ import threading
 from . import _core, _debug_io
 from ._hostd import pid_alive
 from ._runtime import on_controller_shutdown, on_controller_start
+from ._unix_server import OwnerOnlyServer, read_bounded_line
 
 SUFFIX = ".debug"
 MAX_COMMAND_LINE = 1 << 16  # what a client may type in one line; longer ones are refused unread
 MAX_OUTPUT_LINE = 1 << 24   # what the client holds of one line from the controller
 SEND_TIMEOUT_S = 5          # a client that stops reading is dropped, never blocks the debugger
-
-
-def read_bounded_line(rfile, limit: int) -> "bytes | None":
-    """One line of at most `limit` bytes from a binary file; b"" at the end of input; None for a
-    longer line, whose rest is read and dropped in pieces rather than held."""
-    raw = rfile.readline(limit + 1)
-    if len(raw) <= limit or raw.endswith(b"\n"):
-        return raw
-    while raw and not raw.endswith(b"\n"):
-        raw = rfile.readline(limit)
-    return None
 
 
 def socket_path(rundir, pid):
@@ -104,71 +94,23 @@ class RemoteIO:
             pass
 
 
-def _peer_credentials(conn):
-    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                         struct.calcsize("3i")))
-    return pid, uid
-
-
 class DebugServer:
     def __init__(self, rundir):
-        self.path = socket_path(rundir, os.getpid())
-        self._sock = None
+        self._server = OwnerOnlyServer(socket_path(rundir, os.getpid()), self._serve, "xmesh-debug")
+        self.path = self._server.path
         self._clients = set()
         self._lock = threading.Lock()
 
     def start(self):
         """Listens; returns False (with the reason on stderr) where the path cannot be bound."""
-        try:
-            if os.path.exists(self.path):
-                os.unlink(self.path)  # a pid's earlier process that died without cleaning up
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            old = os.umask(0o177)  # the socket is created 0600, never briefly wider
-            try:
-                sock.bind(self.path)
-            finally:
-                os.umask(old)
-            sock.listen(4)
-        except OSError as e:
-            sys.stderr.write(f"[xmesh] `xmesh debug` cannot reach this program: cannot listen on {self.path}: {e}\n")
-            return False
-        self._sock = sock
-        threading.Thread(target=self._accept_loop, name="xmesh-debug-server", daemon=True).start()
-        return True
+        return self._server.start("`xmesh debug`")
 
     def stop(self):
-        sock, self._sock = self._sock, None
-        if sock is None:
-            return
         with self._lock:
             clients = list(self._clients)
         for client in clients:
             client.close(f"[xmesh] pid {os.getpid()} is exiting; the debugger closed\n")
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-
-    def _accept_loop(self):
-        while self._sock is not None:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            try:
-                pid, uid = _peer_credentials(conn)
-            except OSError:
-                conn.close()
-                continue
-            if uid != os.getuid():
-                conn.close()  # another user: the directory's mode should have kept them out already
-                continue
-            threading.Thread(target=self._serve, args=(conn, pid), name="xmesh-debug-client", daemon=True).start()
+        self._server.stop()
 
     def _serve(self, conn, pid):
         from . import _debug

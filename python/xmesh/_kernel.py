@@ -134,7 +134,7 @@ def _explain_remote_breakpoints():
                                  f"in the endpoint instead: xmesh's debugger stops every rank that reaches it.\n")
 
 
-def note_call(targets, call):
+def note_call(targets, call, what=""):
     """A call or broadcast from the executing cell (call None for a broadcast)."""
     cell = _current
     if cell is None:

@@ -127,7 +127,7 @@ class ProcMesh(MeshTrait):
         body = _core.SpawnActorBody(name=name, class_name=actor_class.__qualname__, shape=actor_shape.to_json(),
                                     proc_ranks=proc_ranks)
         call = rt.node.call(targets, int(Kind.SpawnActor), "", body.to_dict(), frames, True, current_cell())
-        note_call(targets, call)
+        note_call(targets, call, f"{actor_class.__name__}.__init__")
         described = [CallTarget(i, dict(Point(i, actor_shape)), f"{actor_class.__name__} {name!r}")
                      for i in range(len(targets))]
         mesh = ActorMesh(ref, actor_shape, None, self, actor_class)

@@ -238,13 +238,14 @@ def on_controller_exit(hook):
 
 
 def observe_calls(fn):
-    """fn(targets, call) for every call this controller sends (call None for a broadcast)."""
+    """fn(targets, call, what) for every call this controller sends (call None for a broadcast;
+    what: the endpoint's name, or what the call does, "__init__" for a spawn)."""
     _wiring.call_observers.append(fn)
 
 
-def note_call(targets, call):
+def note_call(targets, call, what):
     for fn in _wiring.call_observers:
-        fn(targets, call)
+        fn(targets, call, what)
 
 
 def add_proc_env(fn):

@@ -13,7 +13,7 @@ LAYERS = [
     ["_core", "_env", "_protocol", "_error_kinds", "_paths", "_shape", "_errors", "_pids", "_pickling",
      "_display", "_value_mesh", "_context"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
-    ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles"],
+    ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles", "_unix_server"],
     # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs
     ["_future", "_actor", "_ports", "_allocation", "_proc_mesh", "_instance", "_controllers", "_named", "_workspace",
      "_jobs"],
@@ -21,7 +21,7 @@ LAYERS = [
     #   a job's node launcher
     ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_worker", "_job_agent"],
     # 4 integration: the debugger's controller side and `xmesh debug`, the kernel, the command
-    ["_debug_io", "_debug_prompt", "_debug_find", "_debug", "_debug_remote", "_kernel", "_run_notebook", "cli", "__init__"],
+    ["_debug_io", "_debug_prompt", "_debug_find", "_debug", "_debug_remote", "_panel", "_panel_sidecar", "_kernel", "_run_notebook", "cli", "__init__"],
 ]
 LAYER_OF = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 PACKAGE = os.path.dirname(xmesh.__file__)
