@@ -17,3 +17,21 @@ if ! cmp -s "$REQUIREMENTS" "$VENV/installed-requirements.txt"; then
   }
   cp "$REQUIREMENTS" "$VENV/installed-requirements.txt"
 fi
+# The xmesh panel (jupyter_ext/): its TypeScript built with the JupyterLab builder (npm packages
+# pinned by yarn.lock), then the Python package (server extension + prebuilt labextension)
+# installed into the same environment. Only when its sources changed.
+EXT=jupyter_ext
+EXT_STAMP=$VENV/installed-jupyter-ext.sha
+ext_sha=$(cd "$EXT" && git ls-files -co --exclude-standard -- . ':!node_modules' | LC_ALL=C sort | xargs sha256sum | sha256sum)
+if [[ ! -f $EXT_STAMP || "$(cat "$EXT_STAMP")" != "$ext_sha" ]]; then
+  echo "setup: building the xmesh panel (jupyter_ext) into $VENV"
+  (
+    cd "$EXT"
+    export PATH="$PWD/../$VENV/bin:$PATH"
+    jlpm install --immutable && jlpm run build && "../$VENV/bin/python" -m pip install -q --disable-pip-version-check .
+  ) > build/jupyter-ext-build.log 2>&1 || {
+    tail -30 build/jupyter-ext-build.log >&2
+    exit 1
+  }
+  echo "$ext_sha" > "$EXT_STAMP"
+fi

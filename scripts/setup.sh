@@ -13,6 +13,8 @@ APT_PACKAGES=(
   python3-pytest python3-pytest-timeout python3-pexpect mypy
   python3-ipyparallel python3-distributed python3-tqdm
   procps iproute2 rsync
+  # the panel's front end (jupyter_ext), built with the JupyterLab builder
+  nodejs
   # namespace hosts behind a firewall (tests/python/test_tcp_hosts.py)
   nftables
   # jobs on schedulers: a real SLURM cluster and SSH hosts in the tests (tests/python/test_jobs.py)

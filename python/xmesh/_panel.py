@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -104,7 +105,10 @@ def snapshot() -> dict:
                  for r in sorted(procs)]
         allocations.append({"id": alloc.id, "name": alloc.name or "", "labels": list(alloc.shape.labels),
                             "sizes": list(alloc.shape.sizes), "ranks": ranks})
-    return {"pid": os.getpid(), "allocations": allocations}
+    from . import _kernel
+
+    return {"pid": os.getpid(), "kind": "kernel" if _kernel.in_kernel() else "program",
+            "argv": "" if _kernel.in_kernel() else " ".join(sys.argv), "allocations": allocations}
 
 
 # -- serving ------------------------------------------------------------------------------------
@@ -213,6 +217,8 @@ def _agent_rows(status: Any, owners: Dict[str, dict]) -> List[dict]:
     controller answered, else from the agent (alive or not: a detached allocation's procs)."""
     rows = []
     for a in status.allocations:
+        shape = dict(a.shape) if a.shape else {}
+        labels = list(shape.get("labels", []))
         owner = owners.get(a.alloc)
         from_owner = {r["rank"]: r for r in owner["ranks"]} if owner else {}
         ranks = []
@@ -220,16 +226,17 @@ def _agent_rows(status: Any, owners: Dict[str, dict]) -> List[dict]:
             row = from_owner.get(p.rank) or {"rank": p.rank, "pid": p.pid, "host": status.host, "addr": p.addr,
                                              "state": "detached" if p.alive else "dead",
                                              **({} if p.alive else {"why": "it exited"})}
-            row["coords"] = dict(p.coords)
+            coords = dict(p.coords)
+            row["coords"] = {label: coords[label] for label in labels if label in coords}  # in the mesh's order
             if p.state and row["state"] not in ("dead", "stopped"):
                 row["process_state"] = p.state  # what /proc says of a proc that does not run normally
             ranks.append(row)
-        shape = dict(a.shape) if a.shape else {}
-        rows.append({"id": a.alloc, "name": a.name, "labels": list(shape.get("labels", [])),
+        rows.append({"id": a.alloc, "name": a.name, "labels": labels,
                      "sizes": list(shape.get("sizes", [])), "host": status.host, "runtime_dir": status.runtime_dir,
                      "controller_pid": a.controller_pid, "attached": a.attached, "created": a.created,
                      "age_s": round(time.time() - a.created, 1), "stopping": a.stopping,
-                     "procs": len(a.procs), "procs_alive": sum(p.alive for p in a.procs), "ranks": ranks})
+                     "procs": len(a.procs), "procs_alive": sum(p.alive for p in a.procs),
+                     "owner": owner["owner"] if owner else None, "ranks": ranks})
     return rows
 
 
@@ -240,7 +247,8 @@ def meshes(rundir: Optional[str] = None) -> dict:
 
     rundir = os.path.abspath(rundir or _core.runtime_dir())
     snaps = snapshots(rundir)
-    owners = {a["id"]: a for s in snaps for a in s.get("allocations", [])}
+    owners = {a["id"]: dict(a, owner={"pid": s.get("pid"), "kind": s.get("kind", "program"), "argv": s.get("argv", "")})
+              for s in snaps for a in s.get("allocations", [])}
     from ._pids import running_agent_pid
 
     if running_agent_pid(rundir) is None:

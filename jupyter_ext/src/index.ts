@@ -1,0 +1,80 @@
+// The xmesh panel (issue 22): a left-sidebar list of this user's meshes, each with a grid of its
+// ranks coloured by state, read from the server extension's /xmesh/api/meshes (which asks the
+// controllers beside their cells, so it answers while a cell is blocked in a call).
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import { renderMeshes, MeshesReply } from './render';
+
+const POLL_MS = 1000;
+
+const meshIcon = new LabIcon({
+  name: 'xmesh:mesh',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16">' +
+    '<g class="jp-icon3" fill="#616161">' +
+    '<rect x="1" y="1" width="4" height="4"/><rect x="6" y="1" width="4" height="4"/>' +
+    '<rect x="11" y="1" width="4" height="4"/><rect x="1" y="6" width="4" height="4"/>' +
+    '<rect x="6" y="6" width="4" height="4"/><rect x="11" y="6" width="4" height="4"/>' +
+    '<rect x="1" y="11" width="4" height="4"/><rect x="6" y="11" width="4" height="4"/>' +
+    '<rect x="11" y="11" width="4" height="4"/></g></svg>'
+});
+
+/** The sidebar: polls the meshes while it is shown. */
+export class MeshPanel extends Widget {
+  private timer: number | undefined;
+  private readonly settings = ServerConnection.makeSettings();
+
+  constructor() {
+    super();
+    this.id = 'xmesh-panel';
+    this.addClass('xmesh-panel');
+    this.title.icon = meshIcon;
+    this.title.caption = 'xmesh: meshes';
+    this.node.textContent = 'xmesh: reading meshes...';
+  }
+
+  protected onAfterShow(): void {
+    void this.refresh();
+    this.timer = window.setInterval(() => void this.refresh(), POLL_MS);
+  }
+
+  protected onBeforeHide(): void {
+    window.clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  protected onBeforeDetach(): void {
+    this.onBeforeHide();
+  }
+
+  async refresh(): Promise<void> {
+    const url = URLExt.join(this.settings.baseUrl, 'xmesh', 'api', 'meshes');
+    let reply: MeshesReply;
+    try {
+      const response = await ServerConnection.makeRequest(url, {}, this.settings);
+      reply = (await response.json()) as MeshesReply;
+      if (!response.ok && !reply.error) {
+        reply = { error: `the server answered ${response.status} ${response.statusText}` };
+      }
+    } catch (e) {
+      reply = { error: `the server did not answer: ${e}` };
+    }
+    renderMeshes(this.node, reply);
+  }
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'xmesh-jupyter:panel',
+  description: 'The xmesh panel: meshes and the state of their ranks',
+  autoStart: true,
+  activate: (app: JupyterFrontEnd) => {
+    const panel = new MeshPanel();
+    app.shell.add(panel, 'left', { rank: 600 });
+  }
+};
+
+export default plugin;

@@ -1,0 +1,53 @@
+"""The xmesh panel in JupyterLab (jupyter_ext/, issue 22): its sidebar lists the notebook's mesh
+with a grid of 8 ranks, idle; while a cell is blocked in a call that one rank has not answered,
+exactly that rank shows "in a call" (with the endpoint on hover), and it is idle again when the
+cell ends. Screenshots of both states go to the test log folder."""
+import os
+
+from conftest import LOG_DIR
+from jupyter_ui import NotebookPage, write_notebook
+
+SPAWN = """
+import time, xmesh
+
+class Slow(xmesh.Actor):
+    @xmesh.endpoint
+    def nap(self, seconds: float) -> int:
+        if xmesh.current_rank().rank == 5:
+            time.sleep(seconds)
+        return xmesh.current_rank().rank
+
+procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="grid")
+slow = procs.spawn("slow", Slow)
+"""
+RANKS = '#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-rank'
+
+
+def _states(page):
+    return page.eval_on_selector_all(RANKS, "cells => cells.map(c => c.dataset.state)")
+
+
+def _shot(page, name):
+    os.makedirs(os.path.join(LOG_DIR, "browser"), exist_ok=True)
+    page.screenshot(path=os.path.join(LOG_DIR, "browser", f"panel-{name}.png"))
+
+
+def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
+    write_notebook(os.path.join(server.root, "panel.ipynb"), [SPAWN, "sorted(slow.nap.call(8).get().values())"])
+    nb = NotebookPage(page, server, "panel.ipynb")
+    nb.run(0, timeout=90)
+    page.click('.jp-SideBar .lm-TabBar-tab[data-id="xmesh-panel"]')
+    page.wait_for_function(f"document.querySelectorAll('{RANKS}').length === 8", timeout=15000)
+    assert _states(page) == ["idle"] * 8
+    facts = page.text_content('#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-mesh-facts')
+    assert "hosts=2 x gpus=4" in facts and "8/8 procs alive" in facts and "kernel pid" in facts, facts
+    _shot(page, "idle")
+    nb.run(1, wait=False)
+    page.wait_for_selector(f'{RANKS}[data-rank="5"][data-state="call"]', timeout=10000)
+    assert _states(page) == ["idle"] * 5 + ["call"] + ["idle"] * 2
+    title = page.get_attribute(f'{RANKS}[data-rank="5"]', "title")
+    assert title.startswith("rank 5 (hosts=1, gpus=1) on ") and "in a call: nap" in title, title
+    _shot(page, "in-a-call")
+    nb.wait_done(1, timeout=60)
+    page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].every(c => c.dataset.state === 'idle')",
+                           timeout=10000)

@@ -1,0 +1,74 @@
+"""The panel's server extension (jupyter_ext/, issue 22) without a browser: GET /xmesh/api/meshes
+through a real Jupyter server of build/frontend answers this user's meshes, with the ranks of a
+program blocked in a call shown in the call, and only with the server's token."""
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+PROGRAM = """
+import time, xmesh
+
+class Worker(xmesh.Actor):
+    @xmesh.endpoint
+    def work(self, seconds: float) -> int:
+        if xmesh.current_rank().rank == 3:
+            time.sleep(seconds)
+        return xmesh.current_rank().rank
+
+procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="api-mesh")
+w = procs.spawn("w", Worker)
+print("READY", flush=True)
+w.work.call(120).get()
+"""
+
+
+def _meshes(server):
+    return json.loads(server.get("xmesh/api/meshes"))
+
+
+def _wait(server, pred, timeout=30):
+    deadline = time.monotonic() + timeout
+    reply = {}
+    while time.monotonic() < deadline:
+        reply = _meshes(server)
+        if pred(reply):
+            return reply
+        time.sleep(0.2)
+    raise AssertionError(f"never: {reply}")
+
+
+def test_the_api_lists_the_meshes_and_the_ranks_in_a_call(server, workdir):
+    env = dict(os.environ, XMESH_RUNTIME_DIR=os.path.join(workdir, "run"))
+    prog = subprocess.Popen(["/usr/bin/python3", "-c", PROGRAM], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert prog.stdout.readline().startswith("READY")
+
+        def in_call(reply):
+            ms = [m for m in reply.get("meshes", []) if m["name"] == "api-mesh"]
+            return ms and [r["state"] for r in ms[0]["ranks"]].count("call") == 1
+
+        reply = _wait(server, in_call)
+        (mesh,) = [m for m in reply["meshes"] if m["name"] == "api-mesh"]
+        assert mesh["labels"] == ["hosts", "gpus"] and mesh["sizes"] == [2, 4] and mesh["procs_alive"] == 8
+        assert mesh["controller_pid"] == prog.pid and mesh["attached"]
+        assert mesh["owner"] == {"pid": prog.pid, "kind": "program", "argv": "-c"}
+        states = {r["rank"]: r["state"] for r in mesh["ranks"]}
+        assert states[3] == "call" and [states[r] for r in (0, 1, 2, 4, 5, 6, 7)] == ["idle"] * 7
+        assert mesh["ranks"][3]["endpoints"] == ["work"] and mesh["ranks"][3]["coords"] == {"hosts": 0, "gpus": 3}
+    finally:
+        prog.kill()
+        prog.wait()
+
+
+def test_the_api_needs_the_token(server):
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{server.base}/xmesh/api/meshes", timeout=10)
+    assert e.value.code == 403
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{server.base}/xmesh/api/meshes?token=not-the-token", timeout=10)
+    assert e.value.code == 403
