@@ -7,6 +7,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
+import { DebuggerSection } from './debugger';
 import { renderMeshes, MeshesReply } from './render';
 
 const POLL_MS = 1000;
@@ -27,6 +28,8 @@ const meshIcon = new LabIcon({
 export class MeshPanel extends Widget {
   private timer: number | undefined;
   private readonly settings = ServerConnection.makeSettings();
+  private readonly meshes: HTMLElement;
+  private readonly debugger: DebuggerSection;
 
   constructor() {
     super();
@@ -34,7 +37,11 @@ export class MeshPanel extends Widget {
     this.addClass('xmesh-panel');
     this.title.icon = meshIcon;
     this.title.caption = 'xmesh: meshes';
-    this.node.textContent = 'xmesh: reading meshes...';
+    this.debugger = new DebuggerSection(this.settings);
+    this.meshes = document.createElement('div');
+    this.meshes.textContent = 'xmesh: reading meshes...';
+    // The debugger first: stopped ranks are what needs the user.
+    this.node.append(this.debugger.node, this.meshes);
   }
 
   protected onAfterShow(): void {
@@ -63,7 +70,8 @@ export class MeshPanel extends Widget {
     } catch (e) {
       reply = { error: `the server did not answer: ${e}` };
     }
-    renderMeshes(this.node, reply);
+    this.debugger.update(reply);
+    renderMeshes(this.meshes, reply);
   }
 }
 

@@ -256,3 +256,43 @@ def run_client(path, stdin=None, stdout=None):
         return 0
     finally:
         sock.close()
+
+
+def run_commands(path: str, lines: list, timeout: float = 30.0) -> str:
+    """Takes the debugger at `path` over (as `xmesh debug` does), types each of `lines` at its
+    prompt, and leaves (a waiting call takes the prompt back). Returns everything it printed,
+    prompts and commands included, as a terminal would show it. For the panel: one request, one
+    transcript."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError as e:
+        sock.close()
+        raise RuntimeError(f"cannot connect to the debugger at {path}: {e}") from None
+    out: list = []
+    rfile = sock.makefile("rb")
+    try:
+        pending = list(lines)
+        while True:
+            raw = read_bounded_line(rfile, MAX_OUTPUT_LINE)
+            if not raw:  # b"" (it closed) or None (a line too long to hold)
+                break
+            msg = _client_message(raw)
+            if "out" in msg:
+                out.append(msg["out"])
+            elif "read" in msg:
+                out.append(msg["read"])
+                if not pending:
+                    break  # done: leaving hands the prompt back
+                line = str(pending.pop(0))
+                out.append(line + "\n")
+                sock.sendall((json.dumps({"line": line}) + "\n").encode())
+    except socket.timeout:
+        out.append(f"\n[xmesh] the debugger did not answer within {timeout:.0f} s; left it\n")
+    except OSError as e:
+        out.append(f"\n[xmesh] the connection to the debugger failed: {e}\n")
+    finally:
+        rfile.close()
+        sock.close()
+    return "".join(out)

@@ -3,27 +3,54 @@ runs with Debian's Python, so that the server, in its own environment, never loa
 runtime. It reads this user's host agent and controllers through _panel and answers JSON lines on
 its standard input and output."""
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, Callable, Dict, Optional
 
 from . import _panel
 
 
+def _debug(msg: dict, rundir: Optional[str]) -> dict:
+    """Types `lines` at the debugger of controller `pid` (taking it over, then handing it back)."""
+    from . import _core, _debug_remote
+
+    pid, lines = msg.get("pid"), msg.get("lines")
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise ValueError("pid is the controller's process id (a whole number)")
+    if not isinstance(lines, list) or not lines or not all(isinstance(x, str) and "\n" not in x for x in lines):
+        raise ValueError("lines is a non-empty list of debugger commands, one line each")
+    live = _debug_remote.live_controllers(os.path.abspath(rundir or _core.runtime_dir()))
+    if pid not in live:
+        raise ValueError(f"pid {pid} is no xmesh kernel or program of this runtime directory")
+    return {"pid": pid, "transcript": _debug_remote.run_commands(live[pid], lines, timeout=DEBUG_TIMEOUT_S)}
+
+
+DEBUG_TIMEOUT_S = 10.0  # under the server's wait for the sidecar
+
+
+OPS: Dict[str, Callable[[dict, Optional[str]], dict]] = {
+    "meshes": lambda msg, rundir: _panel.meshes(rundir),
+    "debug": _debug,
+}
+
+
 def serve_stdio(stdin: Any, stdout: Any) -> int:
     """The sidecar a Jupyter server's extension runs (`python -m xmesh._panel_sidecar`): JSON lines,
-    `{"op": "meshes", "runtime_dir": optional}` in, one answer line out each, until the end of
-    input. A bad request is answered with {"error": why}; the sidecar lives on."""
+    `{"op": "meshes"}` (the panel's list) or `{"op": "debug", "pid": N, "lines": [...]}` (commands
+    typed at that controller's debugger: a transcript), each with an optional "runtime_dir", in;
+    one answer line out each, until the end of input. A bad request is answered with {"error": why}; the sidecar lives on."""
     for raw in stdin:
         try:
             msg = json.loads(raw)
-            if not isinstance(msg, dict) or msg.get("op") != "meshes":
-                raise ValueError("unknown request: the sidecar answers {\"op\": \"meshes\"}")
+            op = msg.get("op") if isinstance(msg, dict) else None
+            if op not in OPS:
+                raise ValueError(f"unknown request: the sidecar answers {{\"op\": ...}} with one of {sorted(OPS)}")
             rundir = msg.get("runtime_dir")
             if rundir is not None and not isinstance(rundir, str):
                 raise ValueError("runtime_dir is a path")
-            answer = _panel.meshes(rundir)
-        except ValueError as e:
-            answer = {"error": str(e)}
+            answer = OPS[op](msg, rundir)
+        except ValueError as e:  # the request's fault
+            answer = {"error": str(e), "bad_request": True}
         except Exception as e:  # an agent that does not answer, say: the panel shows why
             answer = {"error": f"{type(e).__name__}: {e}"}
         stdout.write(json.dumps(answer) + "\n")

@@ -1,7 +1,9 @@
 """The xmesh panel in JupyterLab (jupyter_ext/, issue 22): its sidebar lists the notebook's mesh
 with a grid of 8 ranks, idle; while a cell is blocked in a call that one rank has not answered,
 exactly that rank shows "in a call" (with the endpoint on hover), and it is idle again when the
-cell ends. Screenshots of both states go to the test log folder."""
+cell ends. Ranks stopped in breakpoint() while their cell waits turn "stopped" and are listed in
+the panel's debugger section; a `cast` and `continue` from the panel answer there and release
+the cell, which ends with its result. Screenshots of each state go to the test log folder."""
 import os
 
 from conftest import LOG_DIR
@@ -16,6 +18,13 @@ class Slow(xmesh.Actor):
         if xmesh.current_rank().rank == 5:
             time.sleep(seconds)
         return xmesh.current_rank().rank
+
+    @xmesh.endpoint
+    def halt(self) -> int:
+        y = 100 + xmesh.current_rank().rank
+        if xmesh.current_rank().rank in (2, 6):
+            breakpoint()
+        return y
 
 procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="grid")
 slow = procs.spawn("slow", Slow)
@@ -51,3 +60,28 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     nb.wait_done(1, timeout=60)
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].every(c => c.dataset.state === 'idle')",
                            timeout=10000)
+
+
+def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, page):
+    write_notebook(os.path.join(server.root, "halt.ipynb"), [SPAWN, "r = slow.halt.call().get()\nprint('RESULT', sorted(r.values()))"])
+    nb = NotebookPage(page, server, "halt.ipynb")
+    nb.run(0, timeout=90)
+    page.click('.jp-SideBar .lm-TabBar-tab[data-id="xmesh-panel"]')
+    nb.run(1, wait=False)
+    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='6']", timeout=30000)
+    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=10000)
+    rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.textContent)")
+    assert len(rows) == 2 and all(r.startswith("slow rank") and "halt line" in r for r in rows), rows
+    assert _states(page) == ["idle", "idle", "stopped", "idle", "idle", "idle", "stopped", "idle"]
+    _shot(page, "stopped")
+    page.fill("#xmesh-panel .xmesh-debug-command", "cast slow ranks(2, 6) p y")
+    page.press("#xmesh-panel .xmesh-debug-command", "Enter")
+    page.wait_for_function("document.querySelector('#xmesh-panel .xmesh-debug-output').textContent.includes('106')",
+                           timeout=15000)
+    out = page.text_content("#xmesh-panel .xmesh-debug-output")
+    assert "[slow rank 2]\n102" in out and "[slow rank 6]\n106" in out, out
+    page.click("#xmesh-panel .xmesh-debug-button[data-action='continue']")
+    page.wait_for_function("document.querySelector('#xmesh-panel .xmesh-debug-output').textContent"
+                           ".includes('continued 2 sessions')", timeout=15000)
+    nb.wait_done(1, timeout=60)
+    assert "RESULT [100, 101, 102, 103, 104, 105, 106, 107]" in nb.output(1)

@@ -72,3 +72,28 @@ def test_the_api_needs_the_token(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"{server.base}/xmesh/api/meshes?token=not-the-token", timeout=10)
     assert e.value.code == 403
+
+
+def _post(server, path, body, token=True):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"token {server.token}"
+    req = urllib.request.Request(f"{server.base}/{path}", data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def test_debug_requests_are_checked_before_anything_is_typed(server):
+    status, reply = _post(server, "xmesh/api/debug", b"[1, 2]")
+    assert status == 400 and "JSON object" in reply["error"]
+    status, reply = _post(server, "xmesh/api/debug", json.dumps({"pid": "1", "lines": ["c"]}).encode())
+    assert status == 400 and "pid is the controller's process id" in reply["error"]
+    status, reply = _post(server, "xmesh/api/debug", json.dumps({"pid": 1, "lines": ["c\nq"]}).encode())
+    assert status == 400 and "one line each" in reply["error"]
+    status, reply = _post(server, "xmesh/api/debug", json.dumps({"pid": 1, "lines": ["c"]}).encode())
+    assert status == 400 and "pid 1 is no xmesh kernel or program" in reply["error"]
+    status, _ = _post(server, "xmesh/api/debug", json.dumps({"pid": 1, "lines": ["c"]}).encode(), token=False)
+    assert status == 403

@@ -108,5 +108,5 @@ def test_the_sidecar_answers_json_lines_and_errors_without_dying(fresh_rundir):
     answers = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(answers) == 4
     assert answers[0]["meshes"] == [] and answers[0]["runtime_dir"] == fresh_rundir
-    assert "unknown request" in answers[1]["error"] and "runtime_dir is a path" in answers[2]["error"]
+    assert "unknown request" in answers[1]["error"] and "debug" in answers[1]["error"] and "runtime_dir is a path" in answers[2]["error"]
     assert answers[3]["runtime_dir"] == fresh_rundir
