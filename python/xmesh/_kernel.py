@@ -290,7 +290,15 @@ def input_request(prompt):
 
 def _register_magics(shell):
     """%xmesh_debug opens the debugger prompt (xmesh.debug()); `%xmesh_debug post_mortem on|off`
-    switches post-mortem stops for unhandled endpoint exceptions."""
+    switches post-mortem stops for unhandled endpoint exceptions. %xmesh shows this kernel's
+    meshes with their ranks by state (the panel's view, as a table)."""
+
+    def xmesh(line):
+        from ._panel import status
+
+        if line.strip():
+            raise ValueError(f"%xmesh takes no argument, got {line!r}")
+        return status()
 
     def xmesh_debug(line):
         from ._debug import debug
@@ -306,6 +314,7 @@ def _register_magics(shell):
 
     try:
         shell.register_magic_function(xmesh_debug, "line", "xmesh_debug")
+        shell.register_magic_function(xmesh, "line", "xmesh")
     except Exception:
         pass
 

@@ -257,3 +257,44 @@ def meshes(rundir: Optional[str] = None) -> dict:
     return {"runtime_dir": rundir, "agent": {"pid": status.pid, "host": status.host},
             "meshes": _agent_rows(status, owners), "controllers": snaps}
 
+
+
+# -- %xmesh -------------------------------------------------------------------------------------
+STATE_COLUMNS = (("idle", "Idle"), ("call", "In a call"), ("stopped", "Stopped"), ("dead", "Dead"))
+
+
+class MeshStatus:
+    """What `%xmesh` shows in a cell: this kernel's allocations, a row each, with how many of
+    their ranks are idle, in a call, stopped in pdb and dead (the panel's states)."""
+
+    HEADERS = ("Name", "Shape", "Hosts", *(title for _, title in STATE_COLUMNS), "Busy in")
+
+    def __init__(self, snap: dict) -> None:
+        self.rows = []
+        for a in snap.get("allocations", []):
+            states = [r["state"] for r in a["ranks"]]
+            busy = sorted({e for r in a["ranks"] for e in r.get("endpoints", [])})
+            shape = " x ".join(f"{label}={size}" for label, size in zip(a["labels"], a["sizes"])) or "-"
+            hosts = len({r["host"] for r in a["ranks"]})
+            self.rows.append([a["name"] or f"(unnamed {a['id']})", shape, hosts,
+                              *(states.count(state) for state, _ in STATE_COLUMNS), ", ".join(busy) or "-"])
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return "no meshes in this kernel"
+        table = [list(self.HEADERS)] + [[str(c) for c in row] for row in self.rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(self.HEADERS))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
+
+    def _repr_html_(self) -> str:
+        from ._display import html_table
+
+        if not self.rows:
+            return "<p>no meshes in this kernel</p>"
+        return html_table(f"{len(self.rows)} mesh{'es' if len(self.rows) != 1 else ''} in this kernel",
+                          list(self.HEADERS), self.rows, left=(0, 1, 8))
+
+
+def status() -> MeshStatus:
+    """`%xmesh`: this controller's meshes and their ranks by state."""
+    return MeshStatus(snapshot())
