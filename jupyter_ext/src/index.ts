@@ -2,13 +2,14 @@
 // ranks coloured by state, read from the server extension's /xmesh/api/meshes (which asks the
 // controllers beside their cells, so it answers while a cell is blocked in a call).
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { DebuggerSection } from './debugger';
-import { renderMeshes, MeshesReply } from './render';
+import { renderMeshes, MeshActions, MeshesReply, MeshRow } from './render';
 
 const POLL_MS = 1000;
 
@@ -31,8 +32,14 @@ export class MeshPanel extends Widget {
   private readonly meshes: HTMLElement;
   private readonly debugger: DebuggerSection;
 
-  constructor() {
+  private readonly actions: MeshActions;
+
+  constructor(app: JupyterFrontEnd) {
     super();
+    this.actions = {
+      stop: mesh => void this.stop(mesh),
+      insertAttach: mesh => void insertAttach(app, mesh)
+    };
     this.id = 'xmesh-panel';
     this.addClass('xmesh-panel');
     this.title.icon = meshIcon;
@@ -71,7 +78,52 @@ export class MeshPanel extends Widget {
       reply = { error: `the server did not answer: ${e}` };
     }
     this.debugger.update(reply);
-    renderMeshes(this.meshes, reply);
+    renderMeshes(this.meshes, reply, this.actions);
+  }
+
+  /** Stops an allocation's procs, once the user confirms. */
+  async stop(mesh: MeshRow): Promise<void> {
+    const label = mesh.name || `unnamed allocation ${mesh.id}`;
+    const owner = mesh.owner ? ` (${mesh.owner.kind} pid ${mesh.owner.pid} uses it)` : '';
+    const answer = await showDialog({
+      title: `Stop ${label}?`,
+      body: `Its ${mesh.procs} procs and their actors end${owner}; calls waiting on them fail.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Stop' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    const url = URLExt.join(this.settings.baseUrl, 'xmesh', 'api', 'stop');
+    const response = await ServerConnection.makeRequest(
+      url,
+      { method: 'POST', body: JSON.stringify({ id: mesh.id }) },
+      this.settings
+    );
+    if (!response.ok) {
+      const reply = await response.json();
+      await showDialog({ title: `Could not stop ${label}`, body: String(reply.error), buttons: [Dialog.okButton()] });
+    }
+    void this.refresh();
+  }
+}
+
+/** A new cell below the active one in the current notebook, attaching the named allocation
+ * (through the notebook's own commands, the same in JupyterLab and Notebook 7). */
+async function insertAttach(app: JupyterFrontEnd, mesh: MeshRow): Promise<void> {
+  const variable = mesh.name.replace(/[^A-Za-z0-9_]/g, '_').replace(/^(?=[0-9])/, '_');
+  const code = `import xmesh\n${variable} = xmesh.attach(${JSON.stringify(mesh.name)})`;
+  try {
+    if (!app.commands.isEnabled('notebook:insert-cell-below')) {
+      throw new Error('no notebook is open');
+    }
+    await app.commands.execute('notebook:insert-cell-below');
+    await app.commands.execute('notebook:replace-selection', { text: code });
+  } catch (e) {
+    await showDialog({
+      title: 'Open a notebook first',
+      body: `xmesh.attach(${JSON.stringify(mesh.name)}) goes into a new cell of the current notebook (${e}).`,
+      buttons: [Dialog.okButton()]
+    });
   }
 }
 
@@ -80,7 +132,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'The xmesh panel: meshes and the state of their ranks',
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
-    const panel = new MeshPanel();
+    const panel = new MeshPanel(app);
     app.shell.add(panel, 'left', { rank: 600 });
   }
 };

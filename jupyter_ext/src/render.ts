@@ -31,6 +31,12 @@ export interface MeshRow {
   ranks: RankRow[];
 }
 
+/** What the mesh cards' buttons do (the panel supplies them). */
+export interface MeshActions {
+  stop(mesh: MeshRow): void;
+  insertAttach?: (mesh: MeshRow) => void; // absent where no notebook can take code
+}
+
 export interface MeshesReply {
   error?: string;
   runtime_dir?: string;
@@ -97,7 +103,16 @@ function renderGrid(mesh: MeshRow): HTMLElement {
   return grid;
 }
 
-function renderMesh(mesh: MeshRow): HTMLElement {
+function actionButton(label: string, action: string, run: () => void): HTMLButtonElement {
+  const b = document.createElement('button');
+  b.className = 'jp-Button jp-mod-styled jp-mod-minimal xmesh-mesh-action';
+  b.textContent = label;
+  b.dataset.action = action;
+  b.addEventListener('click', run);
+  return b;
+}
+
+function renderMesh(mesh: MeshRow, actions: MeshActions): HTMLElement {
   const box = element('div', 'xmesh-mesh');
   box.dataset.mesh = mesh.name || mesh.id;
   box.appendChild(element('div', 'xmesh-mesh-title', mesh.name || `(unnamed ${mesh.id})`));
@@ -116,6 +131,15 @@ function renderMesh(mesh: MeshRow): HTMLElement {
     )
   );
   box.appendChild(renderGrid(mesh));
+  const buttons = element('div', 'xmesh-mesh-actions');
+  if (mesh.name && actions.insertAttach) {
+    const insert = actions.insertAttach;
+    buttons.appendChild(actionButton('insert attach', 'attach', () => insert(mesh)));
+  }
+  if (!mesh.stopping) {
+    buttons.appendChild(actionButton('stop', 'stop', () => actions.stop(mesh)));
+  }
+  box.appendChild(buttons);
   return box;
 }
 
@@ -127,7 +151,7 @@ function renderLegend(): HTMLElement {
   return legend;
 }
 
-export function renderMeshes(node: HTMLElement, reply: MeshesReply): void {
+export function renderMeshes(node: HTMLElement, reply: MeshesReply, actions: MeshActions): void {
   node.replaceChildren();
   node.appendChild(element('h2', '', 'xmesh meshes'));
   if (reply.error) {
@@ -141,6 +165,6 @@ export function renderMeshes(node: HTMLElement, reply: MeshesReply): void {
     node.appendChild(renderLegend());
   }
   for (const mesh of meshes) {
-    node.appendChild(renderMesh(mesh));
+    node.appendChild(renderMesh(mesh, actions));
   }
 }

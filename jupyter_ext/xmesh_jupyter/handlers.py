@@ -1,7 +1,8 @@
 """The panel's REST API, under the server's base URL, behind its authentication (token or
 login, XSRF for anything but GET): GET /xmesh/api/meshes answers what the sidecar reads;
 POST /xmesh/api/debug {"pid": N, "lines": [...]} types commands at that kernel's (or
-program's) debugger, as `xmesh debug` would, and answers the transcript."""
+program's) debugger, as `xmesh debug` would, and answers the transcript; POST /xmesh/api/stop
+{"id": allocation} stops an allocation's procs (named or not, whoever owns it)."""
 import json
 from typing import Any
 
@@ -20,27 +21,41 @@ class MeshesHandler(APIHandler):
         self.finish(json.dumps(reply))
 
 
-class DebugHandler(APIHandler):
+class _ActionHandler(APIHandler):
+    """A POST whose JSON object body names what to do; the sidecar does it (`op`, `fields`)."""
+
+    op = ""
+    fields: tuple = ()
+
     @tornado.web.authenticated
     async def post(self) -> None:
         try:
             body = json.loads(self.request.body or b"{}")
         except ValueError:
             body = None
+        self.set_header("Content-Type", "application/json")
         if not isinstance(body, dict):
             self.set_status(400)
-            self.finish(json.dumps({"error": "the body is a JSON object: {\"pid\": N, \"lines\": [...]}"}))
+            self.finish(json.dumps({"error": f"the body is a JSON object with {', '.join(self.fields)}"}))
             return
         reply = await self.settings["xmesh_sidecar"].request(
-            {"op": "debug", "pid": body.get("pid"), "lines": body.get("lines")})
+            {"op": self.op, **{k: body.get(k) for k in self.fields}})
         if "error" in reply:
             self.set_status(400 if reply.get("bad_request") else 502)
-        self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(reply))
+
+
+class DebugHandler(_ActionHandler):
+    op, fields = "debug", ("pid", "lines")
+
+
+class StopHandler(_ActionHandler):
+    op, fields = "stop", ("id",)
 
 
 def setup_handlers(web_app: Any, sidecar: Any) -> None:
     web_app.settings["xmesh_sidecar"] = sidecar
     base = web_app.settings["base_url"]
     web_app.add_handlers(".*$", [(url_path_join(base, "xmesh", "api", "meshes"), MeshesHandler),
-                                 (url_path_join(base, "xmesh", "api", "debug"), DebugHandler)])
+                                 (url_path_join(base, "xmesh", "api", "debug"), DebugHandler),
+                                 (url_path_join(base, "xmesh", "api", "stop"), StopHandler)])

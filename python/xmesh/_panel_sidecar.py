@@ -25,12 +25,32 @@ def _debug(msg: dict, rundir: Optional[str]) -> dict:
     return {"pid": pid, "transcript": _debug_remote.run_commands(live[pid], lines, timeout=DEBUG_TIMEOUT_S)}
 
 
+def _stop(msg: dict, rundir: Optional[str]) -> dict:
+    """Stops the allocation `id` of this user's agent (its procs and actors), named or not."""
+    from . import _core
+    from ._hostd import HostdError, agent
+    from ._pids import running_agent_pid
+
+    alloc = msg.get("id")
+    if not isinstance(alloc, str) or not alloc:
+        raise ValueError("id is the allocation's id (as the meshes list gives it)")
+    rundir = os.path.abspath(rundir or _core.runtime_dir())
+    if running_agent_pid(rundir) is None:
+        raise ValueError(f"no host agent runs for {rundir}")
+    try:
+        agent(rundir).stop_procs(alloc=alloc)
+    except HostdError as e:
+        raise ValueError(str(e)) from None
+    return {"stopping": alloc}
+
+
 DEBUG_TIMEOUT_S = 10.0  # under the server's wait for the sidecar
 
 
 OPS: Dict[str, Callable[[dict, Optional[str]], dict]] = {
     "meshes": lambda msg, rundir: _panel.meshes(rundir),
     "debug": _debug,
+    "stop": _stop,
 }
 
 

@@ -60,6 +60,17 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     nb.wait_done(1, timeout=60)
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].every(c => c.dataset.state === 'idle')",
                            timeout=10000)
+    # "insert attach" writes the attach into a new cell of the notebook.
+    page.click('#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-mesh-action[data-action="attach"]')
+    page.wait_for_function("document.querySelector('.jp-Notebook').textContent.includes('grid = xmesh.attach(\"grid\")')",
+                           timeout=10000)
+    # "stop" asks first; confirmed, the mesh's procs end and it leaves the list.
+    page.click('#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-mesh-action[data-action="stop"]')
+    page.wait_for_selector(".jp-Dialog", timeout=10000)
+    assert "Stop grid?" in page.text_content(".jp-Dialog")
+    _shot(page, "stop-dialog")
+    page.click(".jp-Dialog button.jp-mod-warn")
+    page.wait_for_selector('#xmesh-panel .xmesh-mesh[data-mesh="grid"]', state="detached", timeout=20000)
 
 
 def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, page):

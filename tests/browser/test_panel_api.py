@@ -60,6 +60,17 @@ def test_the_api_lists_the_meshes_and_the_ranks_in_a_call(server, workdir):
         states = {r["rank"]: r["state"] for r in mesh["ranks"]}
         assert states[3] == "call" and [states[r] for r in (0, 1, 2, 4, 5, 6, 7)] == ["idle"] * 7
         assert mesh["ranks"][3]["endpoints"] == ["work"] and mesh["ranks"][3]["coords"] == {"hosts": 0, "gpus": 3}
+        # Stopped from the panel (the program owns it): its procs end, its call fails naming why.
+        status, reply = _post(server, "xmesh/api/stop", json.dumps({"id": mesh["id"]}).encode())
+        assert status == 200 and reply == {"stopping": mesh["id"]}, reply
+        pids = [r["pid"] for r in mesh["ranks"]]
+        deadline = time.monotonic() + 20
+        while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+        _wait(server, lambda reply: not [m for m in reply.get("meshes", []) if m["name"] == "api-mesh"])
+        status, reply = _post(server, "xmesh/api/stop", json.dumps({"id": "no-such-allocation"}).encode())
+        assert status == 400 and "no-such-allocation" in reply["error"], reply
     finally:
         prog.kill()
         prog.wait()
