@@ -43,6 +43,7 @@ export class MeshPanel extends Widget {
     this.id = 'xmesh-panel';
     this.addClass('xmesh-panel');
     this.title.icon = meshIcon;
+    this.title.label = 'xmesh Meshes'; // Notebook 7 lists side panels by label in its View menu
     this.title.caption = 'xmesh: meshes';
     this.debugger = new DebuggerSection(this.settings);
     this.meshes = document.createElement('div');
@@ -134,6 +135,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
   activate: (app: JupyterFrontEnd) => {
     const panel = new MeshPanel(app);
     app.shell.add(panel, 'left', { rank: 600 });
+    // The View menu's "xmesh Meshes" (schema/panel.json): how Notebook 7 opens a side panel.
+    app.commands.addCommand('xmesh:show-panel', {
+      label: 'xmesh Meshes',
+      caption: 'Show the meshes and the state of their ranks',
+      execute: () => app.shell.activateById(panel.id)
+    });
   }
 };
 

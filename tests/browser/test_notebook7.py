@@ -27,3 +27,15 @@ def test_the_server_knows_the_kernel_with_its_logo(server):
     resources = specs["kernelspecs"]["xmesh"]["resources"]
     assert {"logo-32x32", "logo-64x64", "logo-svg"} <= set(resources), resources
     assert server.get(resources["logo-64x64"].lstrip("/")).startswith(b"\x89PNG")
+
+
+def test_notebook7_opens_the_xmesh_panel_from_its_view_menu(server, page):
+    write_notebook(os.path.join(server.root, "nb7-panel.ipynb"), [
+        "import xmesh\nprocs = xmesh.this_host().spawn_procs({'gpus': 4}, name='nb7-mesh')\nprocs.initialized.get()"])
+    nb = NotebookPage(page, server, "nb7-panel.ipynb", ui="notebook")
+    nb.run(0, timeout=90)
+    page.click("text=View")
+    page.click(".lm-Menu-itemLabel:text-is('xmesh Meshes')")
+    ranks = '#xmesh-panel .xmesh-mesh[data-mesh="nb7-mesh"] .xmesh-rank'
+    page.wait_for_function(f"document.querySelectorAll('{ranks}').length === 4", timeout=15000)
+    assert page.eval_on_selector_all(ranks, "cs => cs.map(c => c.dataset.state)") == ["idle"] * 4
