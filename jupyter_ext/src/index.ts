@@ -5,6 +5,7 @@ import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application'
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
@@ -12,6 +13,30 @@ import { DebuggerSection } from './debugger';
 import { renderMeshes, MeshActions, MeshesReply, MeshRow } from './render';
 
 const POLL_MS = 1000;
+const HIDDEN_POLL_MS = 5000;
+
+function stoppedCount(reply: MeshesReply): number {
+  let n = 0;
+  for (const mesh of reply.meshes ?? []) {
+    n += mesh.ranks.filter(r => r.state === 'stopped').length;
+  }
+  return n;
+}
+
+/** "2 ranks stopped in pdb" in the status bar while there are any; a click opens the panel. */
+function stoppedBadge(open: () => void): { node: HTMLElement; set: (n: number) => void } {
+  const node = document.createElement('div');
+  node.className = 'xmesh-status-badge';
+  node.title = 'xmesh: ranks stopped in pdb (click for the panel)';
+  node.addEventListener('click', open);
+  return {
+    node,
+    set: (n: number) => {
+      node.textContent = n ? `xmesh: ${n} rank${n === 1 ? '' : 's'} stopped in pdb` : '';
+      node.hidden = !n;
+    }
+  };
+}
 
 const meshIcon = new LabIcon({
   name: 'xmesh:mesh',
@@ -33,6 +58,8 @@ export class MeshPanel extends Widget {
   private readonly debugger: DebuggerSection;
 
   private readonly actions: MeshActions;
+  /** Says how many ranks are stopped in pdb (the panel's tab badge and the status bar). */
+  onStopped: (count: number) => void = () => undefined;
 
   constructor(app: JupyterFrontEnd) {
     super();
@@ -53,17 +80,26 @@ export class MeshPanel extends Widget {
   }
 
   protected onAfterShow(): void {
+    window.clearInterval(this.timer);
     void this.refresh();
     this.timer = window.setInterval(() => void this.refresh(), POLL_MS);
   }
 
   protected onBeforeHide(): void {
+    // Hidden, it still looks every few seconds: the badge says when ranks stop.
+    window.clearInterval(this.timer);
+    this.timer = window.setInterval(() => void this.refresh(), HIDDEN_POLL_MS);
+  }
+
+  protected onBeforeDetach(): void {
     window.clearInterval(this.timer);
     this.timer = undefined;
   }
 
-  protected onBeforeDetach(): void {
+  /** Starts looking (every few seconds until the panel is shown). */
+  start(): void {
     this.onBeforeHide();
+    void this.refresh();
   }
 
   async refresh(): Promise<void> {
@@ -80,6 +116,7 @@ export class MeshPanel extends Widget {
     }
     this.debugger.update(reply);
     renderMeshes(this.meshes, reply, this.actions);
+    this.onStopped(stoppedCount(reply));
   }
 
   /** Stops an allocation's procs, once the user confirms. */
@@ -132,9 +169,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'xmesh-jupyter:panel',
   description: 'The xmesh panel: meshes and the state of their ranks',
   autoStart: true,
-  activate: (app: JupyterFrontEnd) => {
+  optional: [IStatusBar],
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
     const panel = new MeshPanel(app);
     app.shell.add(panel, 'left', { rank: 600 });
+    const badge = stoppedBadge(() => app.shell.activateById(panel.id));
+    badge.set(0);
+    panel.onStopped = n => {
+      badge.set(n);
+      panel.title.className = n ? 'xmesh-tab-stopped' : '';
+    };
+    if (statusBar) {
+      statusBar.registerStatusItem('xmesh-jupyter:stopped', { item: new Widget({ node: badge.node }), align: 'left' });
+    }
+    panel.start();
     // The View menu's "xmesh Meshes" (schema/panel.json): how Notebook 7 opens a side panel.
     app.commands.addCommand('xmesh:show-panel', {
       label: 'xmesh Meshes',

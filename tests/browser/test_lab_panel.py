@@ -73,6 +73,18 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     page.wait_for_selector('#xmesh-panel .xmesh-mesh[data-mesh="grid"]', state="detached", timeout=20000)
 
 
+def test_the_status_bar_says_when_ranks_stop_with_the_panel_closed(server, page):
+    write_notebook(os.path.join(server.root, "badge.ipynb"), [SPAWN, "r = slow.halt.call().get()"])
+    nb = NotebookPage(page, server, "badge.ipynb")
+    nb.run(0, timeout=90)
+    nb.run(1, wait=False)
+    page.wait_for_selector(".xmesh-status-badge:text-is('xmesh: 2 ranks stopped in pdb')", timeout=20000)
+    page.click(".xmesh-status-badge")  # opens the panel
+    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=10000)
+    page.click("#xmesh-panel .xmesh-debug-button[data-action='continue']")
+    nb.wait_done(1, timeout=60)
+
+
 def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, page):
     write_notebook(os.path.join(server.root, "halt.ipynb"), [SPAWN, "r = slow.halt.call().get()\nprint('RESULT', sorted(r.values()))"])
     nb = NotebookPage(page, server, "halt.ipynb")
@@ -84,6 +96,7 @@ def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, pa
     rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.textContent)")
     assert len(rows) == 2 and all(r.startswith("slow rank") and "halt line" in r for r in rows), rows
     assert _states(page) == ["idle", "idle", "stopped", "idle", "idle", "idle", "stopped", "idle"]
+    assert page.text_content(".xmesh-status-badge") == "xmesh: 2 ranks stopped in pdb"
     _shot(page, "stopped")
     page.fill("#xmesh-panel .xmesh-debug-command", "cast slow ranks(2, 6) p y")
     page.press("#xmesh-panel .xmesh-debug-command", "Enter")
@@ -96,3 +109,4 @@ def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, pa
                            ".includes('continued 2 sessions')", timeout=15000)
     nb.wait_done(1, timeout=60)
     assert "RESULT [100, 101, 102, 103, 104, 105, 106, 107]" in nb.output(1)
+    page.wait_for_selector(".xmesh-status-badge", state="hidden", timeout=10000)
