@@ -39,22 +39,28 @@ QUERY_TIMEOUT_S = 2.0     # a controller that does not answer a snapshot in time
 class CallTracker:
     """The calls this controller sent that still wait for some target: (call, what, since)."""
 
+    PRUNE_AT = 256  # finished calls are dropped when this many accumulated since the last time
+
     def __init__(self) -> None:
         self._calls: collections.deque = collections.deque()
         self._lock = threading.Lock()
+        self._prune_at = self.PRUNE_AT
 
     def note(self, targets: list, call: Any, what: str) -> None:
+        """On every call's path: an append, and now and then a pass that drops finished calls
+        (amortized: the next pass waits until as many calls came again as are still running)."""
         if call is None or call.is_port:
             return  # a broadcast waits for nobody; a port's answers come when they come
         with self._lock:
             self._calls.append((call, what, time.time()))
-            if len(self._calls) > MAX_TRACKED_CALLS // 2:
+            if len(self._calls) >= self._prune_at:
                 self._drop_done()
             while len(self._calls) > MAX_TRACKED_CALLS:
                 self._calls.popleft()
 
     def _drop_done(self) -> None:
         self._calls = collections.deque(c for c in self._calls if not c[0].done)
+        self._prune_at = max(self.PRUNE_AT, 2 * len(self._calls))
 
     def busy_addrs(self) -> Dict[str, list]:
         """{proc addr: [(what, since), ...]} for every target that has not answered."""

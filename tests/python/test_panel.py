@@ -10,6 +10,7 @@ import time
 
 from xmesh_testing import PYTHON
 
+import xmesh
 from xmesh import _panel
 
 PROGRAM = """
@@ -110,3 +111,30 @@ def test_the_sidecar_answers_json_lines_and_errors_without_dying(fresh_rundir):
     assert answers[0]["meshes"] == [] and answers[0]["runtime_dir"] == fresh_rundir
     assert "unknown request" in answers[1]["error"] and "debug" in answers[1]["error"] and "runtime_dir is a path" in answers[2]["error"]
     assert answers[3]["runtime_dir"] == fresh_rundir
+
+
+class Napper(xmesh.Actor):
+    @xmesh.endpoint
+    def nap(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    @xmesh.endpoint
+    def noop(self) -> None:
+        return None
+
+
+def test_the_call_tracker_forgets_finished_calls_and_keeps_running_ones():
+    procs = xmesh.this_host().spawn_procs({"gpus": 2})
+    try:
+        nappers = procs.spawn("nappers", Napper)
+        sleeper, busy_one = nappers.slice(gpus=0), nappers.slice(gpus=1)
+        long = sleeper.nap.call_one(30)
+        for _ in range(1000):
+            busy_one.noop.call_one().get()
+        assert len(_panel._tracker._calls) < 2 * _panel.CallTracker.PRUNE_AT  # finished calls do not pile up
+        busy = _panel._tracker.busy_addrs()
+        (addr,) = busy
+        assert [what for what, _ in busy[addr]] == ["nap"]
+        long.cancel()
+    finally:
+        procs.stop()
