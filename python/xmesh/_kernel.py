@@ -33,7 +33,7 @@ def setup(shell):
     _interrupt_awaits_like_waits(shell)
     _show_the_users_frames(shell)
     _register_magics(shell)
-    from . import _core, _debug_io, _logs, _runtime, _wait
+    from . import _core, _debug_io, _logs, _panel, _runtime, _wait
 
     global _cells
     # Remote output goes to the cells (aggregated, within a display budget; one queue per
@@ -44,6 +44,7 @@ def setup(shell):
     _runtime.observe_calls(note_call)
     _debug_io.set_frontend(_KernelFrontend())
     _runtime.set_asker(_ask_in_the_cell)
+    _panel.set_controller_kind("kernel")
     _core.set_main_thread_call(drain_output)
     # The one wait shows the cell's remote output whenever it is woken for it, and remembers
     # an interrupted wait (a second interrupt cancels its calls).

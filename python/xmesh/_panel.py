@@ -111,10 +111,18 @@ def snapshot() -> dict:
                  for r in sorted(procs)]
         allocations.append({"id": alloc.id, "name": alloc.name or "", "labels": list(alloc.shape.labels),
                             "sizes": list(alloc.shape.sizes), "ranks": ranks})
-    from . import _kernel
+    return {"pid": os.getpid(), "kind": _controller_kind,
+            "argv": "" if _controller_kind == "kernel" else " ".join(sys.argv), "allocations": allocations}
 
-    return {"pid": os.getpid(), "kind": "kernel" if _kernel.in_kernel() else "program",
-            "argv": "" if _kernel.in_kernel() else " ".join(sys.argv), "allocations": allocations}
+
+_controller_kind = "program"
+
+
+def set_controller_kind(kind: str) -> None:
+    """What snapshots call this controller: "program" (a script), or "kernel" (the kernel's
+    set-up says so: this module does not import the kernel's)."""
+    global _controller_kind
+    _controller_kind = kind
 
 
 # -- serving ------------------------------------------------------------------------------------
