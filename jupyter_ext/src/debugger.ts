@@ -14,6 +14,15 @@ interface Stopped {
   rank: RankRow;
 }
 
+/** The kernel (or program) the debugger section talks to: one with stopped ranks first, else the
+ * owner of the first mesh that has one (for `where` on a hang). */
+function controllerPid(reply: MeshesReply, stopped: Stopped[]): number | undefined {
+  if (stopped.length) {
+    return stopped[0].pid;
+  }
+  return (reply.meshes ?? []).find(m => m.owner)?.owner?.pid;
+}
+
 function stoppedRanks(reply: MeshesReply): Stopped[] {
   const out: Stopped[] = [];
   for (const mesh of reply.meshes ?? []) {
@@ -29,6 +38,8 @@ function stoppedRanks(reply: MeshesReply): Stopped[] {
 export class DebuggerSection {
   readonly node: HTMLElement;
   private readonly table: HTMLElement;
+  private readonly title: HTMLElement;
+  private readonly continueButton: HTMLButtonElement;
   private readonly output: HTMLPreElement;
   private readonly input: HTMLInputElement;
   private pid: number | undefined;
@@ -38,13 +49,13 @@ export class DebuggerSection {
     this.node = document.createElement('div');
     this.node.className = 'xmesh-debugger';
     this.node.hidden = true;
-    const title = document.createElement('h3');
-    title.textContent = 'Stopped in pdb';
+    this.title = document.createElement('h3');
     this.table = document.createElement('div');
     this.table.className = 'xmesh-stopped';
     const buttons = document.createElement('div');
     buttons.className = 'xmesh-debug-buttons';
-    buttons.append(this.button('continue', 'continue', ['c']), this.button('where', 'where', ['where']));
+    this.continueButton = this.button('continue', 'continue', ['c']);
+    buttons.append(this.continueButton, this.button('where', 'where', ['where']));
     this.input = document.createElement('input');
     this.input.className = 'xmesh-debug-command';
     this.input.placeholder = 'cast trainer ranks(0:2) p loss · attach trainer 3 · help';
@@ -56,7 +67,7 @@ export class DebuggerSection {
     });
     this.output = document.createElement('pre');
     this.output.className = 'xmesh-debug-output';
-    this.node.append(title, this.table, buttons, this.input, this.output);
+    this.node.append(this.title, this.table, buttons, this.input, this.output);
   }
 
   private button(label: string, action: string, lines: string[]): HTMLButtonElement {
@@ -68,11 +79,14 @@ export class DebuggerSection {
     return b;
   }
 
-  /** The stopped ranks of the latest reply; the section shows while there are any, or while it
-   * holds an answer the user has not dismissed. */
+  /** The stopped ranks of the latest reply. The section shows while a kernel or program owns a
+   * mesh (`where` is the tool for a hang), marked while ranks are stopped. */
   update(reply: MeshesReply): void {
     const stopped = stoppedRanks(reply);
-    this.pid = stopped.length ? stopped[0].pid : this.pid;
+    this.pid = controllerPid(reply, stopped);
+    this.title.textContent = stopped.length ? `Stopped in pdb (${stopped.length})` : `Debugger (pid ${this.pid})`;
+    this.node.classList.toggle('xmesh-has-stopped', stopped.length > 0);
+    this.continueButton.disabled = !stopped.length;
     this.table.replaceChildren();
     for (const s of stopped) {
       const row = document.createElement('div');
@@ -84,7 +98,7 @@ export class DebuggerSection {
       row.textContent = `${s.rank.actor ?? '?'} rank ${s.rank.rank} (${coords}) at ${s.rank.where ?? '?'} · ${s.mesh}, pid ${s.pid}`;
       this.table.appendChild(row);
     }
-    this.node.hidden = !stopped.length && !this.output.textContent;
+    this.node.hidden = this.pid === undefined;
   }
 
   async send(lines: string[]): Promise<void> {

@@ -70,7 +70,6 @@ export class MeshPanel extends Widget {
     this.id = 'xmesh-panel';
     this.addClass('xmesh-panel');
     this.title.icon = meshIcon;
-    this.title.label = 'xmesh Meshes'; // Notebook 7 lists side panels by label in its View menu
     this.title.caption = 'xmesh: meshes';
     this.debugger = new DebuggerSection(this.settings);
     this.meshes = document.createElement('div');

@@ -52,11 +52,20 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     assert "hosts=2 x gpus=4" in facts and "8/8 procs alive" in facts and "kernel pid" in facts, facts
     _shot(page, "idle")
     nb.run(1, wait=False)
-    page.wait_for_selector(f'{RANKS}[data-rank="5"][data-state="call"]', timeout=10000)
-    assert _states(page) == ["idle"] * 5 + ["call"] + ["idle"] * 2
+    # The other ranks answer at once (a moment later under load): then only rank 5 is in the call.
+    page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].map(c => c.dataset.state).join() === "
+                           "'idle,idle,idle,idle,idle,call,idle,idle'", timeout=10000)
     title = page.get_attribute(f'{RANKS}[data-rank="5"]', "title")
     assert title.startswith("rank 5 (hosts=1, gpus=1) on ") and "in a call: nap" in title, title
     _shot(page, "in-a-call")
+    # `where` while the cell hangs: the stacks of every rank, grouped, the busy one in nap.
+    page.click("#xmesh-panel .xmesh-debug-button[data-action='where']")
+    page.wait_for_function("document.querySelector('#xmesh-panel .xmesh-debug-output').textContent.includes('nap')",
+                           timeout=15000)
+    where = page.text_content("#xmesh-panel .xmesh-debug-output")
+    assert "7 ranks (ranks 0-4,6-7) idle" in where and "1 rank (rank 5) running" in where, where
+    assert "in nap" in where and "time.sleep(seconds)" in where, where
+    _shot(page, "where")
     nb.wait_done(1, timeout=60)
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].every(c => c.dataset.state === 'idle')",
                            timeout=10000)
@@ -95,7 +104,8 @@ def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, pa
     page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=10000)
     rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.textContent)")
     assert len(rows) == 2 and all(r.startswith("slow rank") and "halt line" in r for r in rows), rows
-    assert _states(page) == ["idle", "idle", "stopped", "idle", "idle", "idle", "stopped", "idle"]
+    page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].map(c => c.dataset.state).join() === "
+                           "'idle,idle,stopped,idle,idle,idle,stopped,idle'", timeout=10000)
     assert page.text_content(".xmesh-status-badge") == "xmesh: 2 ranks stopped in pdb"
     _shot(page, "stopped")
     page.fill("#xmesh-panel .xmesh-debug-command", "cast slow ranks(2, 6) p y")
