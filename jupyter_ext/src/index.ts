@@ -10,7 +10,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { DebuggerSection } from './debugger';
-import { renderMeshes, MeshActions, MeshesReply, MeshRow } from './render';
+import { MeshList, MeshesReply, MeshRow } from './render';
 
 const POLL_MS = 1000;
 const HIDDEN_POLL_MS = 5000;
@@ -54,28 +54,25 @@ const meshIcon = new LabIcon({
 export class MeshPanel extends Widget {
   private timer: number | undefined;
   private readonly settings = ServerConnection.makeSettings();
-  private readonly meshes: HTMLElement;
+  private readonly meshes: MeshList;
   private readonly debugger: DebuggerSection;
 
-  private readonly actions: MeshActions;
   /** Says how many ranks are stopped in pdb (the panel's tab badge and the status bar). */
   onStopped: (count: number) => void = () => undefined;
 
   constructor(app: JupyterFrontEnd) {
     super();
-    this.actions = {
+    this.meshes = new MeshList({
       stop: mesh => void this.stop(mesh),
       insertAttach: mesh => void insertAttach(app, mesh)
-    };
+    });
     this.id = 'xmesh-panel';
     this.addClass('xmesh-panel');
     this.title.icon = meshIcon;
     this.title.caption = 'xmesh: meshes';
     this.debugger = new DebuggerSection(this.settings);
-    this.meshes = document.createElement('div');
-    this.meshes.textContent = 'xmesh: reading meshes...';
     // The debugger first: stopped ranks are what needs the user.
-    this.node.append(this.debugger.node, this.meshes);
+    this.node.append(this.debugger.node, this.meshes.node);
   }
 
   protected onAfterShow(): void {
@@ -114,7 +111,7 @@ export class MeshPanel extends Widget {
       reply = { error: `the server did not answer: ${e}` };
     }
     this.debugger.update(reply);
-    renderMeshes(this.meshes, reply, this.actions);
+    this.meshes.update(reply);
     this.onStopped(stoppedCount(reply));
   }
 

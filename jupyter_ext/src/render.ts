@@ -1,5 +1,5 @@
-// Rendering the meshes' reply into the panel's node: plain DOM, rebuilt on each poll (a few
-// hundred cells at most per mesh; 512 ranks draw in well under a frame).
+// Rendering the meshes' reply into the panel: a card per allocation, made once and updated in
+// place on every poll (cells keep their elements, so hovering a rank survives a refresh).
 
 export interface RankRow {
   rank: number;
@@ -89,18 +89,39 @@ export function rankTitle(r: RankRow): string {
   return `rank ${r.rank}${coords ? ` (${coords})` : ''} on ${r.host ?? '?'}, pid ${r.pid ?? '?'}: ${state}`;
 }
 
-function renderGrid(mesh: MeshRow): HTMLElement {
-  const grid = element('div', 'xmesh-grid');
-  const columns = mesh.sizes.length ? mesh.sizes[mesh.sizes.length - 1] : Math.max(1, mesh.ranks.length);
-  grid.style.gridTemplateColumns = `repeat(${columns}, minmax(10px, 1fr))`;
-  for (const r of mesh.ranks) {
-    const cell = element('div', `xmesh-rank xmesh-state-${r.state}`, columns <= 16 ? String(r.rank) : '');
-    cell.title = rankTitle(r);
-    cell.dataset.rank = String(r.rank);
-    cell.dataset.state = r.state;
-    grid.appendChild(cell);
+/** A rank's cell brought up to date (class, number, hover text, data attributes for tests). */
+function updateCell(cell: HTMLElement, r: RankRow, numbered: boolean): void {
+  const className = `xmesh-rank xmesh-state-${r.state}`;
+  if (cell.className !== className) {
+    cell.className = className;
   }
-  return grid;
+  const text = numbered ? String(r.rank) : '';
+  if (cell.textContent !== text) {
+    cell.textContent = text;
+  }
+  const title = rankTitle(r);
+  if (cell.title !== title) {
+    cell.title = title;
+  }
+  cell.dataset.rank = String(r.rank);
+  cell.dataset.state = r.state;
+}
+
+/** The grid laid out by the mesh's last dimension; its cells are reused while the mesh keeps its
+ * size, so what the pointer hovers stays put across polls. */
+function updateGrid(grid: HTMLElement, mesh: MeshRow): void {
+  const columns = mesh.sizes.length ? mesh.sizes[mesh.sizes.length - 1] : Math.max(1, mesh.ranks.length);
+  const template = `repeat(${columns}, minmax(10px, 1fr))`;
+  if (grid.style.gridTemplateColumns !== template) {
+    grid.style.gridTemplateColumns = template;
+  }
+  while (grid.children.length > mesh.ranks.length) {
+    grid.lastElementChild?.remove();
+  }
+  while (grid.children.length < mesh.ranks.length) {
+    grid.appendChild(element('div', 'xmesh-rank'));
+  }
+  mesh.ranks.forEach((r, i) => updateCell(grid.children[i] as HTMLElement, r, columns <= 16));
 }
 
 function actionButton(label: string, action: string, run: () => void): HTMLButtonElement {
@@ -112,35 +133,53 @@ function actionButton(label: string, action: string, run: () => void): HTMLButto
   return b;
 }
 
-function renderMesh(mesh: MeshRow, actions: MeshActions): HTMLElement {
-  const box = element('div', 'xmesh-mesh');
-  box.dataset.mesh = mesh.name || mesh.id;
-  box.appendChild(element('div', 'xmesh-mesh-title', mesh.name || `(unnamed ${mesh.id})`));
-  const shape = mesh.labels.map((l, i) => `${l}=${mesh.sizes[i]}`).join(' x ') || '-';
-  const owner = mesh.owner
-    ? `${mesh.owner.kind} pid ${mesh.owner.pid}${mesh.owner.argv ? ` (${mesh.owner.argv})` : ''}`
-    : mesh.attached
-      ? `controller pid ${mesh.controller_pid}`
-      : 'detached';
-  box.appendChild(
-    element(
-      'div',
-      'xmesh-mesh-facts',
-      `${shape} on ${mesh.host} · ${mesh.procs_alive}/${mesh.procs} procs alive · ${age(mesh.age_s)} · ${owner}` +
-        (mesh.stopping ? ' · stopping' : '')
-    )
-  );
-  box.appendChild(renderGrid(mesh));
-  const buttons = element('div', 'xmesh-mesh-actions');
-  if (mesh.name && actions.insertAttach) {
-    const insert = actions.insertAttach;
-    buttons.appendChild(actionButton('insert attach', 'attach', () => insert(mesh)));
+function ownerText(mesh: MeshRow): string {
+  if (mesh.owner) {
+    return `${mesh.owner.kind} pid ${mesh.owner.pid}${mesh.owner.argv ? ` (${mesh.owner.argv})` : ''}`;
   }
-  if (!mesh.stopping) {
-    buttons.appendChild(actionButton('stop', 'stop', () => actions.stop(mesh)));
+  return mesh.attached ? `controller pid ${mesh.controller_pid}` : 'detached';
+}
+
+/** One allocation's card, made once per allocation id and updated on every poll; its buttons act
+ * on the mesh as last seen. */
+class MeshCard {
+  readonly node = element('div', 'xmesh-mesh');
+  private readonly facts = element('div', 'xmesh-mesh-facts');
+  private readonly grid = element('div', 'xmesh-grid');
+  private readonly buttons = element('div', 'xmesh-mesh-actions');
+  private mesh: MeshRow;
+  private stopping: boolean | undefined;
+
+  constructor(mesh: MeshRow, private readonly actions: MeshActions) {
+    this.mesh = mesh;
+    this.node.dataset.meshId = mesh.id;
+    this.node.dataset.mesh = mesh.name || mesh.id;
+    this.node.append(element('div', 'xmesh-mesh-title', mesh.name || `(unnamed ${mesh.id})`), this.facts, this.grid,
+      this.buttons);
+    this.update(mesh);
   }
-  box.appendChild(buttons);
-  return box;
+
+  update(mesh: MeshRow): void {
+    this.mesh = mesh;
+    const shape = mesh.labels.map((l, i) => `${l}=${mesh.sizes[i]}`).join(' x ') || '-';
+    const facts = `${shape} on ${mesh.host} · ${mesh.procs_alive}/${mesh.procs} procs alive · ${age(mesh.age_s)} · ` +
+      ownerText(mesh) + (mesh.stopping ? ' · stopping' : '');
+    if (this.facts.textContent !== facts) {
+      this.facts.textContent = facts;
+    }
+    updateGrid(this.grid, mesh);
+    if (this.stopping !== mesh.stopping) {
+      this.stopping = mesh.stopping;
+      this.buttons.replaceChildren();
+      const insert = this.actions.insertAttach;
+      if (mesh.name && insert) {
+        this.buttons.appendChild(actionButton('insert attach', 'attach', () => insert(this.mesh)));
+      }
+      if (!mesh.stopping) {
+        this.buttons.appendChild(actionButton('stop', 'stop', () => this.actions.stop(this.mesh)));
+      }
+    }
+  }
 }
 
 function renderLegend(): HTMLElement {
@@ -151,20 +190,50 @@ function renderLegend(): HTMLElement {
   return legend;
 }
 
-export function renderMeshes(node: HTMLElement, reply: MeshesReply, actions: MeshActions): void {
-  node.replaceChildren();
-  node.appendChild(element('h2', '', 'xmesh meshes'));
-  if (reply.error) {
-    node.appendChild(element('div', 'xmesh-error', reply.error));
-    return;
+/** The meshes part of the panel: a header (agent, count, legend) and a card per allocation, kept
+ * in the reply's order; cards of allocations gone are removed. */
+export class MeshList {
+  readonly node = element('div', 'xmesh-meshes');
+  private readonly header = element('div', 'xmesh-meshes-header');
+  private readonly list = element('div', 'xmesh-mesh-list');
+  private readonly cards = new Map<string, MeshCard>();
+
+  constructor(private readonly actions: MeshActions) {
+    this.header.textContent = 'xmesh: reading meshes...';
+    this.node.append(this.header, this.list);
   }
-  const meshes = reply.meshes ?? [];
-  const agent = reply.agent ? `host agent pid ${reply.agent.pid} on ${reply.agent.host}` : 'no host agent runs';
-  node.appendChild(element('div', 'xmesh-status', `${agent} · ${meshes.length} allocation(s)`));
-  if (meshes.length) {
-    node.appendChild(renderLegend());
-  }
-  for (const mesh of meshes) {
-    node.appendChild(renderMesh(mesh, actions));
+
+  update(reply: MeshesReply): void {
+    this.header.replaceChildren(element('h2', '', 'xmesh meshes'));
+    if (reply.error) {
+      this.header.appendChild(element('div', 'xmesh-error', reply.error));
+      return;
+    }
+    const meshes = reply.meshes ?? [];
+    const agent = reply.agent ? `host agent pid ${reply.agent.pid} on ${reply.agent.host}` : 'no host agent runs';
+    this.header.appendChild(element('div', 'xmesh-status', `${agent} · ${meshes.length} allocation(s)`));
+    if (meshes.length) {
+      this.header.appendChild(renderLegend());
+    }
+    const seen = new Set<string>();
+    meshes.forEach((mesh, i) => {
+      seen.add(mesh.id);
+      let card = this.cards.get(mesh.id);
+      if (card) {
+        card.update(mesh);
+      } else {
+        card = new MeshCard(mesh, this.actions);
+        this.cards.set(mesh.id, card);
+      }
+      if (this.list.children[i] !== card.node) {
+        this.list.insertBefore(card.node, this.list.children[i] ?? null);
+      }
+    });
+    for (const [id, card] of this.cards) {
+      if (!seen.has(id)) {
+        card.node.remove();
+        this.cards.delete(id);
+      }
+    }
   }
 }

@@ -51,6 +51,10 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     facts = page.text_content('#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-mesh-facts')
     assert "hosts=2 x gpus=4" in facts and "8/8 procs alive" in facts and "kernel pid" in facts, facts
     _shot(page, "idle")
+    # Polls update the cells in place: the element under the pointer stays (its hover text too).
+    page.eval_on_selector(f'{RANKS}[data-rank="3"]', "c => { c.xmeshMark = true; }")
+    page.wait_for_timeout(2500)  # two polls
+    assert page.eval_on_selector(f'{RANKS}[data-rank="3"]', "c => c.xmeshMark === true")
     nb.run(1, wait=False)
     # The other ranks answer at once (a moment later under load): then only rank 5 is in the call.
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].map(c => c.dataset.state).join() === "
