@@ -10,6 +10,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { DebuggerSection } from './debugger';
+import { LogsView } from './logs';
 import { MeshList, MeshesReply, MeshRow } from './render';
 
 const POLL_MS = 1000;
@@ -56,14 +57,17 @@ export class MeshPanel extends Widget {
   private readonly settings = ServerConnection.makeSettings();
   private readonly meshes: MeshList;
   private readonly debugger: DebuggerSection;
+  private readonly logs: LogsView;
 
   /** Says how many ranks are stopped in pdb (the panel's tab badge and the status bar). */
   onStopped: (count: number) => void = () => undefined;
 
   constructor(app: JupyterFrontEnd) {
     super();
+    this.logs = new LogsView(this.settings);
     this.meshes = new MeshList({
       stop: mesh => void this.stop(mesh),
+      logs: mesh => this.logs.open({ id: mesh.id, name: mesh.name }),
       insertAttach: mesh => void insertAttach(app, mesh)
     });
     this.id = 'xmesh-panel';
@@ -72,7 +76,7 @@ export class MeshPanel extends Widget {
     this.title.caption = 'xmesh: meshes';
     this.debugger = new DebuggerSection(this.settings);
     // The debugger first: stopped ranks are what needs the user.
-    this.node.append(this.debugger.node, this.meshes.node);
+    this.node.append(this.debugger.node, this.meshes.node, this.logs.node);
   }
 
   protected onAfterShow(): void {
@@ -112,6 +116,7 @@ export class MeshPanel extends Widget {
     }
     this.debugger.update(reply);
     this.meshes.update(reply);
+    this.logs.tick();
     this.onStopped(stoppedCount(reply));
   }
 

@@ -34,6 +34,7 @@ export interface MeshRow {
 /** What the mesh cards' buttons do (the panel supplies them). */
 export interface MeshActions {
   stop(mesh: MeshRow): void;
+  logs(mesh: MeshRow): void;
   insertAttach?: (mesh: MeshRow) => void; // absent where no notebook can take code
 }
 
@@ -171,6 +172,7 @@ class MeshCard {
     if (this.stopping !== mesh.stopping) {
       this.stopping = mesh.stopping;
       this.buttons.replaceChildren();
+      this.buttons.appendChild(actionButton('logs', 'logs', () => this.actions.logs(this.mesh)));
       const insert = this.actions.insertAttach;
       if (mesh.name && insert) {
         this.buttons.appendChild(actionButton('insert attach', 'attach', () => insert(this.mesh)));

@@ -21,6 +21,27 @@ class MeshesHandler(APIHandler):
         self.finish(json.dumps(reply))
 
 
+class LogsHandler(APIHandler):
+    """GET /xmesh/api/logs?id=ALLOC&name=NAME&rank=N&stream=stdout&grep=RE&tail=500: an
+    allocation's lines (name: a named allocation's)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        msg: dict = {"op": "logs", "id": self.get_argument("id", "")}
+        for key in ("rank", "tail"):
+            value = self.get_argument(key, "")
+            if value:
+                msg[key] = int(value) if value.lstrip("-").isdigit() else value  # the sidecar names a bad one
+        for key in ("name", "stream", "grep"):
+            if self.get_argument(key, ""):
+                msg[key] = self.get_argument(key)
+        reply = await self.settings["xmesh_sidecar"].request(msg)
+        if "error" in reply:
+            self.set_status(400 if reply.get("bad_request") else 502)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))
+
+
 class _ActionHandler(APIHandler):
     """A POST whose JSON object body names what to do; the sidecar does it (`op`, `fields`)."""
 
@@ -58,4 +79,5 @@ def setup_handlers(web_app: Any, sidecar: Any) -> None:
     base = web_app.settings["base_url"]
     web_app.add_handlers(".*$", [(url_path_join(base, "xmesh", "api", "meshes"), MeshesHandler),
                                  (url_path_join(base, "xmesh", "api", "debug"), DebugHandler),
-                                 (url_path_join(base, "xmesh", "api", "stop"), StopHandler)])
+                                 (url_path_join(base, "xmesh", "api", "stop"), StopHandler),
+                                 (url_path_join(base, "xmesh", "api", "logs"), LogsHandler)])

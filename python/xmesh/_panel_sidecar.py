@@ -44,6 +44,39 @@ def _stop(msg: dict, rundir: Optional[str]) -> dict:
     return {"stopping": alloc}
 
 
+MAX_LOG_RECORDS = 2000
+
+
+def _logs(msg: dict, rundir: Optional[str]) -> dict:
+    """The last `tail` lines (default 500) of an allocation's per-rank log files (its `id`, and
+    its `name` for a named one), filtered by `rank`, `stream` and `grep` (a regular expression),
+    oldest first."""
+    from . import _core, _logfiles
+
+    alloc, name, rank, tail = msg.get("id"), msg.get("name") or None, msg.get("rank"), msg.get("tail", 500)
+    if not isinstance(alloc, str) or not alloc:
+        raise ValueError("id is the allocation's id")
+    if name is not None and not isinstance(name, str):
+        raise ValueError("name is the allocation's name")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+        raise ValueError("rank is a whole number")
+    if isinstance(tail, bool) or not isinstance(tail, int) or not 0 <= tail <= MAX_LOG_RECORDS:
+        raise ValueError(f"tail is a whole number from 0 to {MAX_LOG_RECORDS}")
+    grep = msg.get("grep") or None
+    if grep is not None and not isinstance(grep, str):
+        raise ValueError("grep is a regular expression")
+    # A named allocation's directory is NAME-ID (earlier ones of that name have other ids).
+    dirs = [d for d in _logfiles.find_logdirs(os.path.abspath(rundir or _core.runtime_dir()), name or alloc)
+            if os.path.basename(d) in (alloc, f"{name}-{alloc}")]
+    if not dirs:
+        raise ValueError(f"no logs of allocation {name or alloc!r} (id {alloc})")
+    records = _logfiles.read_records(dirs[-1], ranks={rank} if rank is not None else None,
+                                     stream=msg.get("stream") or None, grep=grep)
+    records.sort(key=lambda r: (r.time, r.rank))
+    return {"id": alloc, "total": len(records),
+            "records": [r._asdict() for r in _logfiles.last(records, tail)]}
+
+
 DEBUG_TIMEOUT_S = 10.0  # under the server's wait for the sidecar
 
 
@@ -51,6 +84,7 @@ OPS: Dict[str, Callable[[dict, Optional[str]], dict]] = {
     "meshes": lambda msg, rundir: _panel.meshes(rundir),
     "debug": _debug,
     "stop": _stop,
+    "logs": _logs,
 }
 
 

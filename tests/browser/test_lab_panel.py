@@ -15,6 +15,7 @@ import time, xmesh
 class Slow(xmesh.Actor):
     @xmesh.endpoint
     def nap(self, seconds: float) -> int:
+        print(f"nap of rank {xmesh.current_rank().rank}", flush=True)
         if xmesh.current_rank().rank == 5:
             time.sleep(seconds)
         return xmesh.current_rank().rank
@@ -73,6 +74,15 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     nb.wait_done(1, timeout=60)
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].every(c => c.dataset.state === 'idle')",
                            timeout=10000)
+    # The logs view, filtered to one rank, shows only that rank's lines, with their times.
+    page.click('#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-mesh-action[data-action="logs"]')
+    page.fill("#xmesh-panel .xmesh-logs-rank", "6")
+    page.dispatch_event("#xmesh-panel .xmesh-logs-rank", "change")
+    page.wait_for_function("document.querySelector('#xmesh-panel .xmesh-logs-note').textContent.startsWith('1 of 1')",
+                           timeout=10000)
+    (line,) = page.text_content("#xmesh-panel .xmesh-logs-output").splitlines()
+    assert line.endswith(" [6] nap of rank 6") and line[2] == ":" and line[8] == ".", line
+    _shot(page, "logs")
     # "insert attach" writes the attach into a new cell of the notebook.
     page.click('#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-mesh-action[data-action="attach"]')
     page.wait_for_function("document.querySelector('.jp-Notebook').textContent.includes('grid = xmesh.attach(\"grid\")')",

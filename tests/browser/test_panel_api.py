@@ -16,6 +16,7 @@ import time, xmesh
 class Worker(xmesh.Actor):
     @xmesh.endpoint
     def work(self, seconds: float) -> int:
+        print(f"line from rank {xmesh.current_rank().rank}", flush=True)
         if xmesh.current_rank().rank == 3:
             time.sleep(seconds)
         return xmesh.current_rank().rank
@@ -25,6 +26,15 @@ w = procs.spawn("w", Worker)
 print("READY", flush=True)
 w.work.call(120).get()
 """
+
+
+def _logs(server, query):
+    try:
+        with urllib.request.urlopen(server.url("xmesh/api/logs", query), timeout=30) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        e.reply = json.loads(e.read() or b"{}")  # what the server said, for the assertion
+        raise
 
 
 def _meshes(server):
@@ -60,6 +70,14 @@ def test_the_api_lists_the_meshes_and_the_ranks_in_a_call(server, workdir):
         states = {r["rank"]: r["state"] for r in mesh["ranks"]}
         assert states[3] == "call" and [states[r] for r in (0, 1, 2, 4, 5, 6, 7)] == ["idle"] * 7
         assert mesh["ranks"][3]["endpoints"] == ["work"] and mesh["ranks"][3]["coords"] == {"hosts": 0, "gpus": 3}
+        # Its logs, filtered to one rank, then by a pattern; a bad pattern is named.
+        logs = _logs(server, f"id={mesh['id']}&name=api-mesh&rank=2")
+        assert [(r["rank"], r["text"]) for r in logs["records"]] == [(2, "line from rank 2")], logs
+        logs = _logs(server, f"id={mesh['id']}&name=api-mesh&grep=rank%20[57]$&stream=stdout")
+        assert sorted(r["text"] for r in logs["records"]) == ["line from rank 5", "line from rank 7"], logs
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _logs(server, f"id={mesh['id']}&name=api-mesh&grep=(")
+        assert e.value.code == 400 and "not a valid regular expression" in e.value.reply["error"]
         # Stopped from the panel (the program owns it): its procs end, its call fails naming why.
         status, reply = _post(server, "xmesh/api/stop", json.dumps({"id": mesh["id"]}).encode())
         assert status == 200 and reply == {"stopping": mesh["id"]}, reply
