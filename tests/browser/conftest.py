@@ -2,6 +2,7 @@
 page per test; a failed test leaves a screenshot of its page in the test log folder."""
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -36,11 +37,19 @@ def start_server(workdir, name, **kwargs):
                          os.path.join(LOG_DIR, "browser", f"{name}-server.log"), **kwargs)
 
 
+def shutdown_agent(workdir):
+    """The module's host agent and every proc it still owns (named allocations outlive their
+    kernels by design) stop with the module."""
+    subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "shutdown", "--runtime-dir", os.path.join(workdir, "run")],
+                   capture_output=True, timeout=60)
+
+
 @pytest.fixture(scope="module")
 def server(request, workdir):
     s = start_server(workdir, request.module.__name__)
     yield s
     s.stop()
+    shutdown_agent(workdir)
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,13 @@ def controller_side(data: bytes) -> None:
     mine, theirs = socket.socketpair()
     theirs.sendall(data[:1 << 16])  # within one socket buffer: the test writes, then reads
     theirs.shutdown(socket.SHUT_WR)
+
+    def drain() -> None:  # a client reads what the prompt says (else its sends wait SEND_TIMEOUT_S)
+        while theirs.recv(1 << 16):
+            pass
+
+    reader = threading.Thread(target=drain)
+    reader.start()
     io_ = _debug_remote.RemoteIO(mine, os.getpid())
     try:
         for _ in range(10000):
@@ -38,6 +45,7 @@ def controller_side(data: bytes) -> None:
     finally:
         io_.close()
         mine.close()
+        reader.join()
         theirs.close()
 
 
