@@ -173,6 +173,8 @@ class SlurmJob(JobTrait):
         self._qos = qos
 
     def add_mesh(self, name: str, num_nodes: int) -> None:
+        if not isinstance(name, str) or isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise ValueError(f"add_mesh takes a mesh name and a number of nodes >= 1, got {name!r}, {num_nodes!r}")
         self._meshes[name] = num_nodes
 
     def _job_name(self) -> str:

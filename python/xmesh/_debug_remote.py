@@ -11,7 +11,6 @@ disconnected) and from a prompt open in a notebook cell or the script's own term
 (interrupted; its call goes on waiting). When the client leaves, a waiting call takes the
 prompt back. The client side is `run_client`, a select loop that prints what comes and sends
 what is typed."""
-import glob
 import json
 import os
 import select
@@ -21,9 +20,8 @@ import sys
 import threading
 
 from . import _core, _debug_io
-from ._hostd import pid_alive
 from ._runtime import on_controller_shutdown, on_controller_start
-from ._unix_server import OwnerOnlyServer, read_bounded_line
+from ._unix_server import OwnerOnlyServer, live_sockets, read_bounded_line
 
 SUFFIX = ".debug"
 MAX_COMMAND_LINE = 1 << 16  # what a client may type in one line; longer ones are refused unread
@@ -173,20 +171,7 @@ on_controller_shutdown(lambda rt: stop_serving())
 def live_controllers(rundir):
     """{pid: socket path} of the controllers of this runtime directory that serve a debugger;
     sockets left by controllers that died are removed."""
-    out = {}
-    for path in glob.glob(os.path.join(_core.layout_controller_dir(rundir), f"*{SUFFIX}")):
-        try:
-            pid = int(os.path.basename(path)[: -len(SUFFIX)])
-        except ValueError:
-            continue
-        if pid_alive(pid):
-            out[pid] = path
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-    return out
+    return live_sockets(rundir, SUFFIX, remove_dead=True)
 
 
 def describe_process(pid):

@@ -16,7 +16,6 @@ snapshots and new calls come. `snapshots(rundir)` is the reading side, for every
 controller of a runtime directory.
 """
 import collections
-import glob
 import json
 import os
 import socket
@@ -26,9 +25,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import _core
-from ._pids import pid_alive
 from ._runtime import get_runtime, observe_calls, on_controller_shutdown, on_controller_start
-from ._unix_server import OwnerOnlyServer, read_bounded_line
+from ._unix_server import OwnerOnlyServer, live_sockets, read_bounded_line
 
 SUFFIX = ".panel"
 MAX_REQUEST = 1 << 12     # a request is a few bytes; a longer line is refused unread
@@ -164,7 +162,10 @@ _server: Optional[OwnerOnlyServer] = None
 
 
 def _start(rt: Any) -> None:
-    global _server
+    global _server, _observing
+    if not _observing:  # calls are tracked in controllers only (procs' calls are nobody's panel)
+        observe_calls(_tracker.note)
+        _observing = True
     server = OwnerOnlyServer(socket_path(_core.runtime_dir(), os.getpid()), _serve_client, "xmesh-panel")
     if server.start("the mesh panel"):
         _server = server
@@ -175,7 +176,7 @@ def _stop(rt: Any) -> None:
         _server.stop()
 
 
-observe_calls(_tracker.note)
+_observing = False
 on_controller_start(_start)
 on_controller_shutdown(_stop)
 
@@ -183,15 +184,7 @@ on_controller_shutdown(_stop)
 # -- reading ------------------------------------------------------------------------------------
 def live_panels(rundir: str) -> Dict[int, str]:
     """{pid: socket path} of the live controllers of a runtime directory."""
-    out = {}
-    for path in glob.glob(os.path.join(_core.layout_controller_dir(rundir), f"*{SUFFIX}")):
-        try:
-            pid = int(os.path.basename(path)[: -len(SUFFIX)])
-        except ValueError:
-            continue
-        if pid_alive(pid):
-            out[pid] = path
-    return out
+    return live_sockets(rundir, SUFFIX)
 
 
 def query(path: str, timeout: float = QUERY_TIMEOUT_S) -> dict:

@@ -3,12 +3,16 @@ runtime directory's 0700 controller directory, and each connecting peer's uid ch
 (SO_PEERCRED). Every controller serves two on it: `xmesh debug`'s prompt (`<pid>.debug`,
 _debug_remote) and the panel's queries (`<pid>.panel`, _panel). Each client is served on a
 thread of its own by `on_client(conn, peer_pid)`, which owns the connection."""
+import glob
 import os
 import socket
 import struct
 import sys
 import threading
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
+
+from . import _core
+from ._pids import pid_alive
 
 
 def peer_credentials(conn: socket.socket) -> tuple:
@@ -27,6 +31,25 @@ def read_bounded_line(rfile, limit: int) -> "bytes | None":
     while raw and not raw.endswith(b"\n"):
         raw = rfile.readline(limit)
     return None
+
+
+def live_sockets(rundir: str, suffix: str, remove_dead: bool = False) -> Dict[int, str]:
+    """{pid: path} of the `<pid><suffix>` sockets of a runtime directory's live controllers
+    (remove_dead: the sockets of those that died are removed)."""
+    out = {}
+    for path in glob.glob(os.path.join(_core.layout_controller_dir(rundir), f"*{suffix}")):
+        try:
+            pid = int(os.path.basename(path)[: -len(suffix)])
+        except ValueError:
+            continue
+        if pid_alive(pid):
+            out[pid] = path
+        elif remove_dead:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return out
 
 
 class OwnerOnlyServer:

@@ -137,6 +137,8 @@ def test_sbatch_errors_come_verbatim_and_a_bad_spec_is_refused_before(slurm, tmp
         monarch.job.SlurmJob(meshes={"m": 1}, ntasks_per_node=2)
     with pytest.raises(ValueError, match="meshes must map"):
         monarch.job.SlurmJob(meshes={"m": 0})
+    with pytest.raises(ValueError, match="add_mesh takes a mesh name and a number of nodes"):
+        monarch.job.SlurmJob(meshes={"m": 1}).add_mesh("more", 0)
 
 
 def test_a_job_cancelled_while_awaited_or_never_ready_says_so(slurm, tmp_path):
