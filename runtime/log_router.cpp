@@ -308,7 +308,11 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
     if (!take_token(now)) {
       if (held_.empty()) held_since_ms_ = now;  // the notice comes a second later, with the count
       Held& h = held_[{cell, alloc_id}];
-      for (auto r : ranks) ++h.by_rank[r];
+      auto& ever = held_by_alloc_[alloc_id];
+      for (auto r : ranks) {
+        ++h.by_rank[r];
+        ++ever[r];
+      }
       h.total += ranks.size();
       stats_.held += ranks.size();
       continue;
@@ -471,6 +475,12 @@ std::vector<LogChunk> LogRouter::take_output() {
 LogRouterStats LogRouter::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   return stats_;
+}
+
+std::map<int64_t, uint64_t> LogRouter::held_back(const std::string& alloc) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = held_by_alloc_.find(alloc);
+  return it == held_by_alloc_.end() ? std::map<int64_t, uint64_t>{} : it->second;
 }
 
 }  // namespace xmesh

@@ -80,6 +80,9 @@ class LogRouter {
   // Takes every queued chunk (never waits).
   std::vector<LogChunk> take_output();
   LogRouterStats stats() const;
+  // The lines of an allocation the display budget has held back since it was added, by rank
+  // (the log files keep them): what the panel's logs view reports of a flood.
+  std::map<int64_t, uint64_t> held_back(const std::string& alloc) const;
 
  private:
   struct Alloc {
@@ -141,7 +144,8 @@ class LogRouter {
   std::map<std::pair<std::string, int64_t>, Source> sources_;
   std::unordered_map<std::string, std::pair<std::string, int64_t>> by_addr_;
   std::map<std::tuple<std::string, int, std::string>, Bucket> buckets_;
-  std::map<std::pair<std::string, std::string>, Held> held_;  // (cell, alloc)
+  std::map<std::pair<std::string, std::string>, Held> held_;  // (cell, alloc), until its notice
+  std::map<std::string, std::map<int64_t, uint64_t>> held_by_alloc_;  // alloc -> rank -> lines, ever
   ProgressBoards boards_;
   int64_t default_window_ms_ = -1;
   int64_t rate_ = 0, burst_ = 0;

@@ -6,9 +6,10 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { ConsoleView } from './console';
 import { MeshesReply, RankRow } from './render';
 
-interface Stopped {
+export interface Stopped {
   pid: number;
   mesh: string;
   rank: RankRow;
@@ -35,13 +36,34 @@ function stoppedRanks(reply: MeshesReply): Stopped[] {
   return out;
 }
 
+/** `cast` lines for the selected ranks, one per actor mesh: "cast slow ranks(2, 6) c". */
+export function castLines(selected: Stopped[], command: string): string[] {
+  const byActor = new Map<string, number[]>();
+  for (const s of selected) {
+    const actor = s.rank.actor ?? '?';
+    byActor.set(actor, [...(byActor.get(actor) ?? []), s.rank.rank]);
+  }
+  return [...byActor].map(([actor, ranks]) => `cast ${actor} ranks(${ranks.sort((a, b) => a - b).join(', ')}) ${command}`);
+}
+
+function coordsText(rank: RankRow): string {
+  return Object.entries(rank.coords ?? {})
+    .map(([k, v]) => `${k}=${v}`)
+    .join(', ');
+}
+
 export class DebuggerSection {
   readonly node: HTMLElement;
+  readonly console: ConsoleView;
   private readonly table: HTMLElement;
   private readonly title: HTMLElement;
   private readonly continueButton: HTMLButtonElement;
+  private readonly selectedBar: HTMLElement;
+  private readonly castInput: HTMLInputElement;
   private readonly output: HTMLPreElement;
   private readonly input: HTMLInputElement;
+  private readonly selected = new Set<string>(); // "actor/rank" of the rows ticked
+  private stopped: Stopped[] = [];
   private pid: number | undefined;
   private busy = false;
 
@@ -54,11 +76,25 @@ export class DebuggerSection {
     this.table.className = 'xmesh-stopped';
     const buttons = document.createElement('div');
     buttons.className = 'xmesh-debug-buttons';
-    this.continueButton = this.button('continue', 'continue', ['c']);
-    buttons.append(this.continueButton, this.button('where', 'where', ['where']));
+    this.continueButton = this.button('continue all', 'continue', () => ['c']);
+    buttons.append(this.continueButton, this.button('where', 'where', () => ['where']));
+    // What acts on the ticked rows only: continue them, or cast one pdb command to them.
+    this.selectedBar = document.createElement('div');
+    this.selectedBar.className = 'xmesh-debug-selected';
+    this.castInput = document.createElement('input');
+    this.castInput.className = 'xmesh-debug-cast';
+    this.castInput.placeholder = 'pdb command for the ticked ranks: p loss';
+    this.castInput.addEventListener('keydown', e => {
+      if (e.key === 'Enter' && this.castInput.value.trim()) {
+        void this.send(castLines(this.ticked(), this.castInput.value.trim()));
+        this.castInput.value = '';
+      }
+    });
+    this.selectedBar.append(this.button('continue ticked', 'continue-selected', () => castLines(this.ticked(), 'c')),
+      this.castInput);
     this.input = document.createElement('input');
     this.input.className = 'xmesh-debug-command';
-    this.input.placeholder = 'cast trainer ranks(0:2) p loss · attach trainer 3 · help';
+    this.input.placeholder = 'cast trainer ranks(0:2) p loss · pause trainer ranks(3) · help';
     this.input.addEventListener('keydown', e => {
       if (e.key === 'Enter' && this.input.value.trim()) {
         void this.send([this.input.value.trim()]);
@@ -67,16 +103,55 @@ export class DebuggerSection {
     });
     this.output = document.createElement('pre');
     this.output.className = 'xmesh-debug-output';
-    this.node.append(this.title, this.table, buttons, this.input, this.output);
+    this.console = new ConsoleView(settings);
+    this.node.append(this.title, this.table, buttons, this.selectedBar, this.input, this.output, this.console.node);
   }
 
-  private button(label: string, action: string, lines: string[]): HTMLButtonElement {
+  private button(label: string, action: string, lines: () => string[]): HTMLButtonElement {
     const b = document.createElement('button');
     b.className = 'jp-Button jp-mod-styled xmesh-debug-button';
     b.textContent = label;
     b.dataset.action = action;
-    b.addEventListener('click', () => void this.send(lines));
+    b.addEventListener('click', () => {
+      const typed = lines();
+      if (typed.length) {
+        void this.send(typed);
+      }
+    });
     return b;
+  }
+
+  private ticked(): Stopped[] {
+    return this.stopped.filter(s => this.selected.has(`${s.rank.actor}/${s.rank.rank}`));
+  }
+
+  private row(s: Stopped): HTMLElement {
+    const key = `${s.rank.actor}/${s.rank.rank}`;
+    const row = document.createElement('div');
+    row.className = 'xmesh-stopped-row';
+    row.dataset.rank = String(s.rank.rank);
+    const tick = document.createElement('input');
+    tick.type = 'checkbox';
+    tick.className = 'xmesh-stopped-tick';
+    tick.checked = this.selected.has(key);
+    tick.addEventListener('change', () => {
+      if (tick.checked) {
+        this.selected.add(key);
+      } else {
+        this.selected.delete(key);
+      }
+      this.selectedBar.classList.toggle('xmesh-has-selection', this.selected.size > 0);
+    });
+    const text = document.createElement('span');
+    text.className = 'xmesh-stopped-text';
+    text.textContent = `${s.rank.actor ?? '?'} rank ${s.rank.rank} (${coordsText(s.rank)}) at ${s.rank.where ?? '?'} · ${s.mesh}, pid ${s.pid}`;
+    const attach = document.createElement('button');
+    attach.className = 'jp-Button jp-mod-styled jp-mod-minimal xmesh-stopped-attach';
+    attach.textContent = 'attach';
+    attach.addEventListener('click', () =>
+      this.console.open({ pid: s.pid, actor: s.rank.actor ?? '?', rank: s.rank.rank, coords: coordsText(s.rank) }));
+    row.append(tick, text, attach);
+    return row;
   }
 
   /** The stopped ranks of the latest reply. The section shows while a kernel or program owns a
@@ -87,16 +162,22 @@ export class DebuggerSection {
     this.title.textContent = stopped.length ? `Stopped in pdb (${stopped.length})` : `Debugger (pid ${this.pid})`;
     this.node.classList.toggle('xmesh-has-stopped', stopped.length > 0);
     this.continueButton.disabled = !stopped.length;
-    this.table.replaceChildren();
-    for (const s of stopped) {
-      const row = document.createElement('div');
-      row.className = 'xmesh-stopped-row';
-      row.dataset.rank = String(s.rank.rank);
-      const coords = Object.entries(s.rank.coords ?? {})
-        .map(([k, v]) => `${k}=${v}`)
-        .join(', ');
-      row.textContent = `${s.rank.actor ?? '?'} rank ${s.rank.rank} (${coords}) at ${s.rank.where ?? '?'} · ${s.mesh}, pid ${s.pid}`;
-      this.table.appendChild(row);
+    const keys = new Set(stopped.map(s => `${s.rank.actor}/${s.rank.rank}`));
+    for (const key of [...this.selected]) {
+      if (!keys.has(key)) {
+        this.selected.delete(key); // a rank that runs on is no longer ticked
+      }
+    }
+    this.selectedBar.classList.toggle('xmesh-has-selection', this.selected.size > 0);
+    const shown = JSON.stringify(this.stopped.map(s => [s.pid, s.rank.actor, s.rank.rank, s.rank.where]));
+    this.stopped = stopped;
+    if (shown !== JSON.stringify(stopped.map(s => [s.pid, s.rank.actor, s.rank.rank, s.rank.where]))) {
+      this.table.replaceChildren(...stopped.map(s => this.row(s))); // rebuilt on change only: ticks stay
+    }
+    // A console whose rank ran on and stopped again shows where it is now.
+    const target = this.console.attachedTo;
+    if (target && stopped.some(s => s.pid === target.pid && s.rank.actor === target.actor && s.rank.rank === target.rank)) {
+      this.console.stoppedAgain();
     }
     this.node.hidden = this.pid === undefined;
   }

@@ -12,8 +12,9 @@ import { Widget } from '@lumino/widgets';
 import { DebuggerSection } from './debugger';
 import { LogsView } from './logs';
 import { MeshList, MeshesReply, MeshRow } from './render';
+import { SyncSection } from './sync';
 
-const POLL_MS = 1000;
+const POLL_MS = 800; // a change shows within a second (bench/panel_latency.py)
 const HIDDEN_POLL_MS = 5000;
 
 function stoppedCount(reply: MeshesReply): number {
@@ -58,6 +59,8 @@ export class MeshPanel extends Widget {
   private readonly meshes: MeshList;
   private readonly debugger: DebuggerSection;
   private readonly logs: LogsView;
+  private readonly sync = new SyncSection();
+  private last: MeshesReply | undefined; // the latest list: polls ask whether it is still current
 
   /** Says how many ranks are stopped in pdb (the panel's tab badge and the status bar). */
   onStopped: (count: number) => void = () => undefined;
@@ -67,7 +70,7 @@ export class MeshPanel extends Widget {
     this.logs = new LogsView(this.settings);
     this.meshes = new MeshList({
       stop: mesh => void this.stop(mesh),
-      logs: mesh => this.logs.open({ id: mesh.id, name: mesh.name }),
+      logs: mesh => this.logs.open({ id: mesh.id, name: mesh.name }, mesh.held_back),
       insertAttach: mesh => void insertAttach(app, mesh)
     });
     this.id = 'xmesh-panel';
@@ -76,7 +79,7 @@ export class MeshPanel extends Widget {
     this.title.caption = 'xmesh: meshes';
     this.debugger = new DebuggerSection(this.settings);
     // The debugger first: stopped ranks are what needs the user.
-    this.node.append(this.debugger.node, this.meshes.node, this.logs.node);
+    this.node.append(this.debugger.node, this.meshes.node, this.logs.node, this.sync.node);
   }
 
   protected onAfterShow(): void {
@@ -103,7 +106,8 @@ export class MeshPanel extends Widget {
   }
 
   async refresh(): Promise<void> {
-    const url = URLExt.join(this.settings.baseUrl, 'xmesh', 'api', 'meshes');
+    const since = this.last?.revision ? `?since=${encodeURIComponent(this.last.revision)}` : '';
+    const url = URLExt.join(this.settings.baseUrl, 'xmesh', 'api', 'meshes') + since;
     let reply: MeshesReply;
     try {
       const response = await ServerConnection.makeRequest(url, {}, this.settings);
@@ -114,9 +118,17 @@ export class MeshPanel extends Widget {
     } catch (e) {
       reply = { error: `the server did not answer: ${e}` };
     }
+    if (reply.unchanged && this.last) {
+      this.last.server_time = reply.server_time; // the same list: only its ages move on
+      reply = this.last;
+    } else {
+      this.last = reply.error ? undefined : reply;
+    }
+    const now = reply.server_time ?? Date.now() / 1000;
     this.debugger.update(reply);
-    this.meshes.update(reply);
-    this.logs.tick();
+    this.meshes.update(reply, now);
+    this.sync.update(reply);
+    this.logs.tick(reply);
     this.onStopped(stoppedCount(reply));
   }
 

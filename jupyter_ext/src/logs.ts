@@ -4,6 +4,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { HeldBack, MeshesReply } from './render';
+
 interface LogRecord {
   rank: number;
   stream: string;
@@ -34,6 +36,7 @@ export class LogsView {
   private readonly search: HTMLInputElement;
   private readonly follow: HTMLInputElement;
   private readonly note: HTMLElement;
+  private readonly held: HTMLElement;
   private readonly output: HTMLPreElement;
   private target: Target | undefined;
   private reading = false;
@@ -72,9 +75,12 @@ export class LogsView {
     filters.append(this.rank, this.stream, this.search, followLabel);
     this.note = document.createElement('div');
     this.note.className = 'xmesh-logs-note';
+    this.held = document.createElement('div');
+    this.held.className = 'xmesh-logs-held';
+    this.held.hidden = true;
     this.output = document.createElement('pre');
     this.output.className = 'xmesh-logs-output';
-    this.node.append(this.title, close, filters, this.note, this.output);
+    this.node.append(this.title, close, filters, this.held, this.note, this.output);
   }
 
   private input(type: string, className: string, placeholder: string): HTMLInputElement {
@@ -85,8 +91,9 @@ export class LogsView {
     return e;
   }
 
-  open(target: Target): void {
+  open(target: Target, held?: HeldBack | null): void {
     this.target = target;
+    this.showHeld(held ?? undefined);
     this.title.textContent = `Logs of ${target.name || target.id}`;
     this.node.dataset.mesh = target.name || target.id;
     this.node.hidden = false;
@@ -98,10 +105,34 @@ export class LogsView {
     this.node.hidden = true;
   }
 
-  /** On each poll of the panel: reads again while following. */
-  tick(): void {
-    if (this.target && this.follow.checked) {
+  /** On each poll of the panel: the flood's held-back counts of the mesh shown, and its lines
+   * again while following. */
+  tick(reply: MeshesReply): void {
+    if (!this.target) {
+      return;
+    }
+    const id = this.target.id;
+    this.showHeld((reply.meshes ?? []).find(m => m.id === id)?.held_back ?? undefined);
+    if (this.follow.checked) {
       void this.refresh();
+    }
+  }
+
+  /** "The output held back 12,000 lines of a flood (rank 3: 9,000 · rank 5: 3,000); they are here". */
+  private showHeld(held: HeldBack | undefined): void {
+    this.held.hidden = !held || !held.total;
+    if (!held || !held.total) {
+      return;
+    }
+    const ranks = Object.entries(held.ranks)
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 8)
+      .map(([rank, n]) => `rank ${rank}: ${n.toLocaleString('en-US')}`);
+    const more = Object.keys(held.ranks).length > 8 ? ' ...' : '';
+    const text = `the cells' output held back ${held.total.toLocaleString('en-US')} lines of a flood ` +
+      `(${ranks.join(' · ')}${more}); every line is here`;
+    if (this.held.textContent !== text) {
+      this.held.textContent = text;
     }
   }
 

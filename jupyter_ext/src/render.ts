@@ -9,7 +9,7 @@ export interface RankRow {
   coords?: Record<string, number>;
   why?: string;
   endpoints?: string[];
-  since_s?: number;
+  since?: number; // when its oldest unanswered call began (epoch seconds, the server's clock)
   actor?: string;
   where?: string;
   process_state?: string;
@@ -23,12 +23,50 @@ export interface MeshRow {
   host: string;
   controller_pid: number;
   attached: boolean;
-  age_s: number;
+  created: number; // epoch seconds, the server's clock
   procs: number;
   procs_alive: number;
   stopping: boolean;
   owner: { pid: number; kind: string; argv: string } | null;
+  held_back?: HeldBack | null;
   ranks: RankRow[];
+}
+
+/** Lines a flood made the display (the cells' output) hold back; the log files have them. */
+export interface HeldBack {
+  total: number;
+  ranks: Record<string, number>;
+}
+
+export interface SyncHost {
+  host: string;
+  dirs: string[];
+  same: boolean;
+  added: number;
+  changed: number;
+  deleted: number;
+  bytes_received: number;
+  time: number;
+  seconds: number;
+  files: string[];
+}
+
+export interface SyncWatcher {
+  dirs: string[];
+  running: boolean;
+  syncs: number;
+  errors: number;
+  last_error: string;
+  last_summary: string;
+}
+
+/** What one controller (kernel or program) answered: its sync view among the rest. */
+export interface ControllerRow {
+  pid: number;
+  kind?: string;
+  argv?: string;
+  error?: string;
+  sync?: { hosts: SyncHost[]; watchers: SyncWatcher[] };
 }
 
 /** What the mesh cards' buttons do (the panel supplies them). */
@@ -40,9 +78,13 @@ export interface MeshActions {
 
 export interface MeshesReply {
   error?: string;
+  revision?: string; // asked again with ?since=revision, an unchanged list is {unchanged: true}
+  unchanged?: boolean;
+  server_time?: number; // the server's clock when it answered: ages are counted from it
   runtime_dir?: string;
   agent?: { pid: number; host: string } | null;
   meshes?: MeshRow[];
+  controllers?: ControllerRow[];
 }
 
 const STATES: [string, string][] = [
@@ -53,7 +95,7 @@ const STATES: [string, string][] = [
   ['detached', 'no controller']
 ];
 
-function element(tag: string, className: string, text?: string): HTMLElement {
+export function element(tag: string, className: string, text?: string): HTMLElement {
   const e = document.createElement(tag);
   e.className = className;
   if (text !== undefined) {
@@ -73,13 +115,13 @@ export function age(seconds: number): string {
 }
 
 /** What hovering a rank says: rank, coordinates, host, pid, and its state in words. */
-export function rankTitle(r: RankRow): string {
+export function rankTitle(r: RankRow, now: number): string {
   const coords = Object.entries(r.coords ?? {})
     .map(([k, v]) => `${k}=${v}`)
     .join(', ');
   let state = r.state;
   if (r.state === 'call') {
-    state = `in a call: ${(r.endpoints ?? []).join(', ')} (${(r.since_s ?? 0).toFixed(1)} s)`;
+    state = `in a call: ${(r.endpoints ?? []).join(', ')} (${Math.max(0, now - (r.since ?? now)).toFixed(1)} s)`;
   } else if (r.state === 'stopped') {
     state = `stopped in pdb: ${r.actor ?? '?'} at ${r.where ?? '?'}`;
   } else if (r.state === 'dead') {
@@ -91,7 +133,7 @@ export function rankTitle(r: RankRow): string {
 }
 
 /** A rank's cell brought up to date (class, number, hover text, data attributes for tests). */
-function updateCell(cell: HTMLElement, r: RankRow, numbered: boolean): void {
+function updateCell(cell: HTMLElement, r: RankRow, numbered: boolean, now: number): void {
   const className = `xmesh-rank xmesh-state-${r.state}`;
   if (cell.className !== className) {
     cell.className = className;
@@ -100,7 +142,7 @@ function updateCell(cell: HTMLElement, r: RankRow, numbered: boolean): void {
   if (cell.textContent !== text) {
     cell.textContent = text;
   }
-  const title = rankTitle(r);
+  const title = rankTitle(r, now);
   if (cell.title !== title) {
     cell.title = title;
   }
@@ -110,7 +152,7 @@ function updateCell(cell: HTMLElement, r: RankRow, numbered: boolean): void {
 
 /** The grid laid out by the mesh's last dimension; its cells are reused while the mesh keeps its
  * size, so what the pointer hovers stays put across polls. */
-function updateGrid(grid: HTMLElement, mesh: MeshRow): void {
+function updateGrid(grid: HTMLElement, mesh: MeshRow, now: number): void {
   const columns = mesh.sizes.length ? mesh.sizes[mesh.sizes.length - 1] : Math.max(1, mesh.ranks.length);
   const template = `repeat(${columns}, minmax(10px, 1fr))`;
   if (grid.style.gridTemplateColumns !== template) {
@@ -122,7 +164,7 @@ function updateGrid(grid: HTMLElement, mesh: MeshRow): void {
   while (grid.children.length < mesh.ranks.length) {
     grid.appendChild(element('div', 'xmesh-rank'));
   }
-  mesh.ranks.forEach((r, i) => updateCell(grid.children[i] as HTMLElement, r, columns <= 16));
+  mesh.ranks.forEach((r, i) => updateCell(grid.children[i] as HTMLElement, r, columns <= 16, now));
 }
 
 function actionButton(label: string, action: string, run: () => void): HTMLButtonElement {
@@ -151,24 +193,24 @@ class MeshCard {
   private mesh: MeshRow;
   private stopping: boolean | undefined;
 
-  constructor(mesh: MeshRow, private readonly actions: MeshActions) {
+  constructor(mesh: MeshRow, now: number, private readonly actions: MeshActions) {
     this.mesh = mesh;
     this.node.dataset.meshId = mesh.id;
     this.node.dataset.mesh = mesh.name || mesh.id;
     this.node.append(element('div', 'xmesh-mesh-title', mesh.name || `(unnamed ${mesh.id})`), this.facts, this.grid,
       this.buttons);
-    this.update(mesh);
+    this.update(mesh, now);
   }
 
-  update(mesh: MeshRow): void {
+  update(mesh: MeshRow, now: number): void {
     this.mesh = mesh;
     const shape = mesh.labels.map((l, i) => `${l}=${mesh.sizes[i]}`).join(' x ') || '-';
-    const facts = `${shape} on ${mesh.host} · ${mesh.procs_alive}/${mesh.procs} procs alive · ${age(mesh.age_s)} · ` +
+    const facts = `${shape} on ${mesh.host} · ${mesh.procs_alive}/${mesh.procs} procs alive · ${age(now - mesh.created)} · ` +
       ownerText(mesh) + (mesh.stopping ? ' · stopping' : '');
     if (this.facts.textContent !== facts) {
       this.facts.textContent = facts;
     }
-    updateGrid(this.grid, mesh);
+    updateGrid(this.grid, mesh, now);
     if (this.stopping !== mesh.stopping) {
       this.stopping = mesh.stopping;
       this.buttons.replaceChildren();
@@ -205,7 +247,8 @@ export class MeshList {
     this.node.append(this.header, this.list);
   }
 
-  update(reply: MeshesReply): void {
+  /** now: the server's clock at this moment (the reply's time plus what passed since). */
+  update(reply: MeshesReply, now: number): void {
     this.header.replaceChildren(element('h2', '', 'xmesh meshes'));
     if (reply.error) {
       this.header.appendChild(element('div', 'xmesh-error', reply.error));
@@ -222,9 +265,9 @@ export class MeshList {
       seen.add(mesh.id);
       let card = this.cards.get(mesh.id);
       if (card) {
-        card.update(mesh);
+        card.update(mesh, now);
       } else {
-        card = new MeshCard(mesh, this.actions);
+        card = new MeshCard(mesh, now, this.actions);
         this.cards.set(mesh.id, card);
       }
       if (this.list.children[i] !== card.node) {

@@ -1,8 +1,13 @@
 """The panel's REST API, under the server's base URL, behind its authentication (token or
-login, XSRF for anything but GET): GET /xmesh/api/meshes answers what the sidecar reads;
+login, XSRF for anything but GET): GET /xmesh/api/meshes[?since=REVISION] answers what the
+sidecar reads (or {"unchanged": true} when the panel's revision is still current);
 POST /xmesh/api/debug {"pid": N, "lines": [...]} types commands at that kernel's (or
 program's) debugger, as `xmesh debug` would, and answers the transcript; POST /xmesh/api/stop
-{"id": allocation} stops an allocation's procs (named or not, whoever owns it)."""
+{"id": allocation} stops an allocation's procs (named or not, whoever owns it); POST
+/xmesh/api/pdb {"pid", "actor", "rank", "command"} types one pdb command at one stopped rank
+and answers pdb's output and the source where that rank is now; POST /xmesh/api/release
+{"pid"} hands that controller's debugger back to its cell (the sidecar keeps it a while after
+each command, so that a series of commands takes the cell's prompt over once)."""
 import json
 from typing import Any
 
@@ -14,7 +19,10 @@ from jupyter_server.utils import url_path_join
 class MeshesHandler(APIHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
-        reply = await self.settings["xmesh_sidecar"].request({"op": "meshes"})
+        msg = {"op": "meshes"}
+        if self.get_argument("since", ""):
+            msg["since"] = self.get_argument("since")  # the revision the panel has: {"unchanged": true} if current
+        reply = await self.settings["xmesh_sidecar"].request(msg)
         if "error" in reply:
             self.set_status(502)  # the gateway (the sidecar, an agent) failed: the body says why
         self.set_header("Content-Type", "application/json")
@@ -74,10 +82,24 @@ class StopHandler(_ActionHandler):
     op, fields = "stop", ("id",)
 
 
+class PdbHandler(_ActionHandler):
+    """The console on one stopped rank: a pdb command's answer and the source where it is now."""
+
+    op, fields = "pdb", ("pid", "actor", "rank", "command")
+
+
+class ReleaseHandler(_ActionHandler):
+    """The panel is done with a controller's debugger: the cell's prompt comes back now."""
+
+    op, fields = "release", ("pid",)
+
+
 def setup_handlers(web_app: Any, sidecar: Any) -> None:
     web_app.settings["xmesh_sidecar"] = sidecar
     base = web_app.settings["base_url"]
     web_app.add_handlers(".*$", [(url_path_join(base, "xmesh", "api", "meshes"), MeshesHandler),
                                  (url_path_join(base, "xmesh", "api", "debug"), DebugHandler),
                                  (url_path_join(base, "xmesh", "api", "stop"), StopHandler),
+                                 (url_path_join(base, "xmesh", "api", "pdb"), PdbHandler),
+                                 (url_path_join(base, "xmesh", "api", "release"), ReleaseHandler),
                                  (url_path_join(base, "xmesh", "api", "logs"), LogsHandler)])

@@ -645,6 +645,7 @@ void bind_output(py::module_& m) {
       .def("set_options", &LogRouter::set_options)
       .def("set_default_window", &LogRouter::set_default_window)
       .def("set_display_rate", &LogRouter::set_display_rate)
+      .def("held_back", &LogRouter::held_back, "{rank: lines held back from the display} of an allocation, ever")
       .def("wait_marks", [](LogRouter& r, const std::vector<std::pair<std::string, uint64_t>>& marks, double timeout) {
         return wait_sliced([&](int ms) { return r.wait_marks(marks, ms); }, timeout);
       })

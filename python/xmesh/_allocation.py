@@ -31,6 +31,7 @@ class Allocation:
 
     def __init__(self, alloc_id, name, shape, agents):
         self.id = alloc_id
+        self.created = time.time()         # when this controller made (or attached) it
         self.name = name
         self.shape = shape                 # dense shape over global ranks
         self.agents = agents               # host index -> HostAgent

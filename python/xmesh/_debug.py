@@ -226,7 +226,8 @@ class DebugController:
             previous, self.driver = self.driver, client
             local = self.prompt_open and previous is None
         if previous is not None:
-            previous.close(f"[xmesh] another `xmesh debug` (pid {client.pid}) took over this debugger\n")
+            previous.close(f"[xmesh] {'another ' if client.label.startswith('`') else ''}{client.label} "
+                           f"took over this debugger\n")
         if local:
             self._interrupt_local_prompt()
 
@@ -533,7 +534,7 @@ def open_prompt(waiting_for=None, explicit=False):
     driver = ctrl.driver
     if driver is not None:  # an `xmesh debug` client drives; it has heard of these stops
         if waiting_for is None:
-            io.write(f"[xmesh] the debugger is driven by `xmesh debug` (pid {driver.pid}) from another terminal\n")
+            io.write(f"[xmesh] the debugger is driven by {driver.label}\n")
         return
     stopped = ctrl.stopped()
     if mode == "error" and stopped:
@@ -574,8 +575,8 @@ def open_prompt(waiting_for=None, explicit=False):
             logs.hold(False)
     if outcome == "taken over":
         driver = ctrl.driver
-        who = f"pid {driver.pid}" if driver is not None else "a client that already left"
-        io.write(f"\n[xmesh] `xmesh debug` ({who}) took over the debugger from another terminal; "
+        who = driver.label if driver is not None else "`xmesh debug` (a client that already left)"
+        io.write(f"\n[xmesh] {who} took over the debugger; "
                  f"{_debug_io.frontend().where} waits for its call and takes the prompt back when that client leaves\n")
         if _debug_io.frontend().leftover_input_note:  # the front end keeps the input box it was given (see README)
             io.write(_debug_io.frontend().leftover_input_note)

@@ -40,6 +40,7 @@ class RemoteIO:
     def __init__(self, conn, pid):
         self.conn = conn
         self.pid = pid
+        self.label = client_label(pid)  # how notices name this driver
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", SEND_TIMEOUT_S, 0))
         self._rfile = conn.makefile("rb")
         self._lock = threading.Lock()
@@ -174,6 +175,14 @@ def live_controllers(rundir):
     return live_sockets(rundir, SUFFIX, remove_dead=True)
 
 
+def client_label(pid):
+    """How the debugger's notices name a client: the mesh panel (its Jupyter server's sidecar)
+    or an `xmesh debug` from a terminal."""
+    if "xmesh._panel_sidecar" in describe_process(pid):
+        return f"the xmesh panel (pid {pid})"
+    return f"`xmesh debug` (pid {pid})"
+
+
 def describe_process(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -243,41 +252,79 @@ def run_client(path, stdin=None, stdout=None):
         sock.close()
 
 
-def run_commands(path: str, lines: list, timeout: float = 30.0) -> str:
-    """Takes the debugger at `path` over (as `xmesh debug` does), types each of `lines` at its
-    prompt, and leaves (a waiting call takes the prompt back). Returns everything it printed,
-    prompts and commands included, as a terminal would show it. For the panel: one request, one
-    transcript."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-    except OSError as e:
-        sock.close()
-        raise RuntimeError(f"cannot connect to the debugger at {path}: {e}") from None
-    out: list = []
-    rfile = sock.makefile("rb")
-    try:
-        pending = list(lines)
-        while True:
-            raw = read_bounded_line(rfile, MAX_OUTPUT_LINE)
-            if not raw:  # b"" (it closed) or None (a line too long to hold)
-                break
-            msg = _client_message(raw)
-            if "out" in msg:
-                out.append(msg["out"])
-            elif "read" in msg:
-                out.append(msg["read"])
-                if not pending:
-                    break  # done: leaving hands the prompt back
-                line = str(pending.pop(0))
-                out.append(line + "\n")
-                sock.sendall((json.dumps({"line": line}) + "\n").encode())
-    except socket.timeout:
-        out.append(f"\n[xmesh] the debugger did not answer within {timeout:.0f} s; left it\n")
-    except OSError as e:
-        out.append(f"\n[xmesh] the connection to the debugger failed: {e}\n")
-    finally:
-        rfile.close()
-        sock.close()
-    return "".join(out)
+class DebugClient:
+    """One connection to a controller's debugger that types lines and collects what each one
+    printed, for as long as it stays open: while it does, it drives (the cell's prompt waits),
+    so a client that types several commands in a row takes the debugger over once. For the
+    panel (the sidecar keeps one per controller while its user works in it)."""
+
+    def __init__(self, path: str, timeout: float = 30.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError as e:
+            self.sock.close()
+            raise RuntimeError(f"cannot connect to the debugger at {path}: {e}") from None
+        self._rfile = self.sock.makefile("rb")
+        self.closed = False
+        self.prompt = ""  # the prompt it shows now ("xmesh_dbg> ")
+        self.greeting = self._until_prompt()  # the greeting and the table, before the first prompt
+
+    def _until_prompt(self) -> str:
+        """What the debugger prints before its next prompt (the end of its answer), which goes
+        to self.prompt. On a timeout or a closed connection, what came, with why; the client is
+        closed then."""
+        out: list = []
+        try:
+            while True:
+                raw = read_bounded_line(self._rfile, MAX_OUTPUT_LINE)
+                if not raw:  # b"" (it closed) or None (a line too long to hold)
+                    self.close()
+                    break
+                msg = _client_message(raw)
+                if "out" in msg:
+                    out.append(msg["out"])
+                elif "read" in msg:
+                    self.prompt = msg["read"]
+                    break
+        except socket.timeout:
+            out.append(f"\n[xmesh] the debugger did not answer within {self.sock.gettimeout():.0f} s; left it\n")
+            self.close()
+        except OSError as e:
+            out.append(f"\n[xmesh] the connection to the debugger failed: {e}\n")
+            self.close()
+        return "".join(out)
+
+    def type(self, line: str) -> str:
+        """Types one line at the prompt; returns what the debugger printed in answer."""
+        if self.closed:
+            return "[xmesh] the debugger connection is closed\n"
+        try:
+            self.sock.sendall((json.dumps({"line": line}) + "\n").encode())
+        except OSError as e:
+            self.close()
+            return f"[xmesh] the connection to the debugger failed: {e}\n"
+        return self._until_prompt()
+
+    def close(self) -> None:
+        """Leaves: a waiting call takes the prompt back."""
+        if not self.closed:
+            self.closed = True
+            self._rfile.close()
+            self.sock.close()
+
+
+def transcript(client: DebugClient, lines: list, fresh: bool) -> tuple:
+    """Types `lines`: (what a terminal would show, prompts and commands included, the greeting
+    too where the client is `fresh`; the answer of each line)."""
+    out = [client.greeting] if fresh else []
+    answers = []
+    for line in lines:
+        prompt = client.prompt
+        answers.append(client.type(str(line)))
+        out += [prompt, str(line), "\n", answers[-1]]
+    if not client.closed:
+        out.append(client.prompt)
+    return "".join(out), answers
+

@@ -7,7 +7,7 @@ snapshot lists the allocations the controller owns, each rank's state:
 
 - `dead` (and why: its exit as the agent reported it),
 - `stopped` (in pdb: the actor, the function and line),
-- `call` (the endpoints it has not answered yet, the oldest call's age),
+- `call` (the endpoints it has not answered yet, since when: the oldest call's start),
 - `idle`.
 
 Calls are tracked by an observer of every call the controller sends (`_runtime.observe_calls`):
@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
 from ._runtime import get_runtime, observe_calls, on_controller_shutdown, on_controller_start
@@ -91,10 +91,18 @@ def _rank_state(rank: int, proc: Any, exited: Any, stopped: Any, busy: list, now
                    file=stopped.file, line=stopped.line, reason=stopped.reason)
     elif busy:
         row.update(state="call", endpoints=sorted({what for what, _ in busy}),
-                   since_s=round(now - min(since for _, since in busy), 3))
+                   since=round(min(since for _, since in busy), 3))  # when (epoch s): a reader derives the age
     else:
         row.update(state="idle")
     return row
+
+
+def _held_back(rt: Any, alloc_id: str) -> dict:
+    """The lines of an allocation a flood made the display hold back (they are in its log
+    files): {"total": N, "ranks": {rank: n}}."""
+    logs = getattr(rt, "logs", None)
+    by_rank = logs.router.held_back(alloc_id) if logs is not None else {}
+    return {"total": sum(by_rank.values()), "ranks": {str(r): n for r, n in sorted(by_rank.items())}}
 
 
 def snapshot() -> dict:
@@ -107,10 +115,14 @@ def snapshot() -> dict:
         exited = dict(alloc.exited)
         ranks = [_rank_state(r, procs[r], exited.get(r), stopped.get(procs[r].addr), busy.get(procs[r].addr, []), now)
                  for r in sorted(procs)]
-        allocations.append({"id": alloc.id, "name": alloc.name or "", "labels": list(alloc.shape.labels),
-                            "sizes": list(alloc.shape.sizes), "ranks": ranks})
+        allocations.append({"id": alloc.id, "name": alloc.name or "", "created": alloc.created,
+                            "labels": list(alloc.shape.labels),
+                            "sizes": list(alloc.shape.sizes), "ranks": ranks, "held_back": _held_back(rt, alloc.id)})
+    from ._workspace import sync_state
+
     return {"pid": os.getpid(), "kind": _controller_kind,
-            "argv": "" if _controller_kind == "kernel" else " ".join(sys.argv), "allocations": allocations}
+            "argv": "" if _controller_kind == "kernel" else " ".join(sys.argv), "allocations": allocations,
+            "sync": sync_state()}
 
 
 _controller_kind = "program"
@@ -187,8 +199,9 @@ def live_panels(rundir: str) -> Dict[int, str]:
     return live_sockets(rundir, SUFFIX)
 
 
-def query(path: str, timeout: float = QUERY_TIMEOUT_S) -> dict:
-    """One controller's snapshot (or {"error": why} when it does not answer)."""
+def query_raw(path: str, timeout: float = QUERY_TIMEOUT_S) -> bytes:
+    """One controller's snapshot as it came (one JSON line), or an error object when it does not
+    answer."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
@@ -200,70 +213,142 @@ def query(path: str, timeout: float = QUERY_TIMEOUT_S) -> dict:
                 if not chunk:
                     break
                 data += chunk
-        return json.loads(data)
-    except (OSError, ValueError) as e:
-        return {"error": f"the controller at {path} did not answer: {e}"}
+        return data
+    except OSError as e:
+        return json.dumps({"error": f"the controller at {path} did not answer: {e}"}).encode()
+
+
+def decode(pid: int, raw: bytes) -> dict:
+    try:
+        snap = json.loads(raw)
+    except ValueError as e:
+        snap = {"error": f"controller {pid} answered something that is not a snapshot: {e}"}
+    snap.setdefault("pid", pid)
+    return snap
+
+
+def query(path: str, timeout: float = QUERY_TIMEOUT_S) -> dict:
+    """One controller's snapshot (or {"error": why} when it does not answer)."""
+    return decode(0, query_raw(path, timeout))
+
+
+def raw_snapshots(rundir: Optional[str] = None) -> List[Tuple[int, bytes]]:
+    """[(pid, its snapshot as it came)] of every live controller of a runtime directory (default:
+    this user's): a reader that polls compares these before decoding anything."""
+    rundir = os.path.abspath(rundir or _core.runtime_dir())
+    return [(pid, query_raw(path)) for pid, path in sorted(live_panels(rundir).items())
+            if pid != os.getpid()]  # not the reader itself (a controller too)
 
 
 def snapshots(rundir: Optional[str] = None) -> List[dict]:
     """The snapshots of every live controller of a runtime directory (default: this user's)."""
-    rundir = os.path.abspath(rundir or _core.runtime_dir())
-    out = []
-    for pid, path in sorted(live_panels(rundir).items()):
-        if pid == os.getpid():
-            continue  # the reader itself (a controller too)
-        snap = query(path)
-        snap.setdefault("pid", pid)
-        out.append(snap)
-    return out
+    return [decode(pid, raw) for pid, raw in raw_snapshots(rundir)]
 
 
 # -- the panel's sidecar ------------------------------------------------------------------------
-def _agent_rows(status: Any, owners: Dict[str, dict]) -> List[dict]:
-    """Every allocation of one host agent, each rank from its owner's snapshot where that
-    controller answered, else from the agent (alive or not: a detached allocation's procs)."""
-    rows = []
-    for a in status.allocations:
-        shape = dict(a.shape) if a.shape else {}
-        labels = list(shape.get("labels", []))
-        owner = owners.get(a.alloc)
-        from_owner = {r["rank"]: r for r in owner["ranks"]} if owner else {}
-        ranks = []
-        for p in sorted(a.procs, key=lambda p: p.rank):
-            row = from_owner.get(p.rank) or {"rank": p.rank, "pid": p.pid, "host": status.host, "addr": p.addr,
-                                             "state": "detached" if p.alive else "dead",
-                                             **({} if p.alive else {"why": "it exited"})}
-            coords = dict(p.coords)
-            row["coords"] = {label: coords[label] for label in labels if label in coords}  # in the mesh's order
-            if p.state and row["state"] not in ("dead", "stopped"):
-                row["process_state"] = p.state  # what /proc says of a proc that does not run normally
-            ranks.append(row)
-        rows.append({"id": a.alloc, "name": a.name, "labels": labels,
-                     "sizes": list(shape.get("sizes", [])), "host": status.host, "runtime_dir": status.runtime_dir,
-                     "controller_pid": a.controller_pid, "attached": a.attached, "created": a.created,
-                     "age_s": round(time.time() - a.created, 1), "stopping": a.stopping,
-                     "procs": len(a.procs), "procs_alive": sum(p.alive for p in a.procs),
-                     "owner": owner["owner"] if owner else None, "ranks": ranks})
-    return rows
+def _coords(rank: int, labels: List[str], sizes: List[int]) -> Dict[str, int]:
+    """A rank's coordinates in a dense row-major shape (the last label varies fastest)."""
+    out: Dict[str, int] = {}
+    for label, size in reversed(list(zip(labels, sizes))):
+        out[label] = rank % max(size, 1)
+        rank //= max(size, 1)
+    return {label: out[label] for label in labels}
 
 
-def meshes(rundir: Optional[str] = None) -> dict:
-    """What the panel lists: every allocation of this user's agent (named and unnamed, live,
-    whichever controller owns it or none), its ranks' states, and the controllers that answered."""
+def _agent_rank(p: Any, host: str) -> dict:
+    """A rank as only its host agent knows it: no controller reports on it."""
+    return {"rank": p.rank, "pid": p.pid, "host": host, "addr": p.addr, "state": "detached" if p.alive else "dead",
+            **({} if p.alive else {"why": "it exited"})}
+
+
+def _mesh_row(alloc_id: str, owner: Optional[dict], local: Any, status: Any) -> dict:
+    """One allocation: its ranks from the controller that owns it where one answered (every rank,
+    on every host it spans), else from this host's agent; facts from both."""
+    shape = dict(local.shape) if local is not None and local.shape else {}
+    labels = list(owner["labels"] if owner else shape.get("labels", []))
+    sizes = list(owner["sizes"] if owner else shape.get("sizes", []))
+    agent_procs = {p.rank: p for p in (local.procs if local is not None else [])}
+    if owner:
+        ranks = [dict(r) for r in owner["ranks"]]
+    else:
+        ranks = [_agent_rank(p, status.host) for _, p in sorted(agent_procs.items())]
+    for row in ranks:
+        p = agent_procs.get(row["rank"])
+        row["coords"] = dict(p.coords) if p is not None else _coords(row["rank"], labels, sizes)
+        row["coords"] = {label: row["coords"][label] for label in labels if label in row["coords"]}
+        if p is not None and p.state and row["state"] not in ("dead", "stopped"):
+            row["process_state"] = p.state  # what /proc says of a proc that does not run normally
+    created = local.created if local is not None else owner.get("created", time.time())  # type: ignore[union-attr]
+    hosts = sorted({r["host"] for r in ranks if r.get("host")}) or [status.host if status else ""]
+    return {"id": alloc_id, "name": (owner or {}).get("name") or (local.name if local is not None else ""),
+            "labels": labels, "sizes": sizes, "host": ", ".join(hosts), "hosts": hosts,
+            "runtime_dir": status.runtime_dir if local is not None else None,
+            "controller_pid": local.controller_pid if local is not None else owner["owner"]["pid"],  # type: ignore[index]
+            "attached": local.attached if local is not None else True, "created": round(created, 3),
+            "stopping": bool(local is not None and local.stopping),
+            "procs": len(ranks), "procs_alive": sum(r["state"] != "dead" for r in ranks),
+            "owner": owner["owner"] if owner else None, "held_back": owner.get("held_back") if owner else None,
+            "ranks": ranks}
+
+
+class StatusCache:
+    """The host agent's Status for a reader that asks often (the panel's sidecar, every second
+    per shown panel): read again when `key` changes (the controllers reported a new allocation or
+    a death) or after TTL_S, so the agent walks its procs at most every few seconds while
+    nothing happens. What only the agent sees (a detached allocation's proc dying, /proc's state
+    of a stopped proc) shows within TTL_S."""
+
+    TTL_S = 5.0
+
+    def __init__(self) -> None:
+        self._status: Any = None
+        self._key: Any = None
+        self._at = 0.0
+
+    def fresh(self) -> bool:
+        """Whether what it holds may still be shown (read within TTL_S)."""
+        return self._status is not None and time.monotonic() - self._at < self.TTL_S
+
+    def get(self, rundir: str, key: Any) -> Any:
+        from ._hostd import agent
+
+        now = time.monotonic()
+        if self._status is None or key != self._key or now - self._at >= self.TTL_S \
+                or self._status.runtime_dir != rundir:
+            self._status, self._key, self._at = agent(rundir).status(), key, now
+        return self._status
+
+
+def _agent_status(rundir: str, owners: Dict[str, dict], cache: Optional[StatusCache]) -> Any:
+    """This host's agent's Status (None where none runs), through the cache if one is given."""
     from ._hostd import agent
-
-    rundir = os.path.abspath(rundir or _core.runtime_dir())
-    snaps = snapshots(rundir)
-    owners = {a["id"]: dict(a, owner={"pid": s.get("pid"), "kind": s.get("kind", "program"), "argv": s.get("argv", "")})
-              for s in snaps for a in s.get("allocations", [])}
     from ._pids import running_agent_pid
 
     if running_agent_pid(rundir) is None:
-        return {"runtime_dir": rundir, "agent": None, "meshes": [], "controllers": snaps}
-    status = agent(rundir).status()
-    return {"runtime_dir": rundir, "agent": {"pid": status.pid, "host": status.host},
-            "meshes": _agent_rows(status, owners), "controllers": snaps}
+        return None
+    if cache is None:
+        return agent(rundir).status()
+    deaths = sum(r["state"] == "dead" for a in owners.values() for r in a["ranks"])
+    return cache.get(rundir, (tuple(sorted(owners)), deaths))
 
+
+def meshes(rundir: Optional[str] = None, cache: Optional[StatusCache] = None,
+           raws: Optional[List[Tuple[int, bytes]]] = None) -> dict:
+    """What the panel lists: every allocation of this user's agent (named and unnamed, live,
+    whichever controller owns it or none) and every allocation this user's controllers own on
+    other hosts (TCP host agents, jobs), its ranks' states, and the controllers that answered
+    (their pid, kind and sync view; their allocations are the meshes). raws: the controllers'
+    snapshots where the caller has read them already (raw_snapshots)."""
+    rundir = os.path.abspath(rundir or _core.runtime_dir())
+    snaps = [decode(pid, raw) for pid, raw in (raws if raws is not None else raw_snapshots(rundir))]
+    owners = {a["id"]: dict(a, owner={"pid": s.get("pid"), "kind": s.get("kind", "program"), "argv": s.get("argv", "")})
+              for s in snaps for a in s.get("allocations", [])}
+    status = _agent_status(rundir, owners, cache)
+    local = {a.alloc: a for a in status.allocations} if status is not None else {}
+    rows = [_mesh_row(i, owners.get(i), local.get(i), status) for i in list(local) + [i for i in owners if i not in local]]
+    controllers = [{k: v for k, v in s.items() if k != "allocations"} for s in snaps]
+    return {"runtime_dir": rundir, "agent": {"pid": status.pid, "host": status.host} if status is not None else None,
+            "meshes": rows, "controllers": controllers}
 
 
 # -- %xmesh -------------------------------------------------------------------------------------

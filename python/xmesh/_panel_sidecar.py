@@ -2,27 +2,134 @@
 runs with Debian's Python, so that the server, in its own environment, never loads xmesh's
 runtime. It reads this user's host agent and controllers through _panel and answers JSON lines on
 its standard input and output."""
+import hashlib
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, Optional
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _panel
+from ._env import env_float
+
+
+class DebugLinks:
+    """The panel's connections to the controllers' debuggers, one per controller, kept open
+    while its user works in the panel and closed HOLD_S after the last command (or at once on
+    `release`): the cell's prompt is taken over once for a series of commands, not once per
+    command, and comes back when the panel leaves (_debug_remote.DebugClient)."""
+
+    HOLD_S = env_float("XMESH_PANEL_DEBUG_HOLD_S", 20.0)
+
+    def __init__(self) -> None:
+        self._links: Dict[int, Any] = {}
+        self._used: Dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._reaper: Optional[threading.Thread] = None
+
+    def type(self, pid: int, path: str, lines: List[str]) -> Tuple[str, List[str]]:
+        """(the transcript, each line's answer) of typing `lines` at controller pid's debugger."""
+        from . import _debug_remote
+
+        with self._lock:
+            link = self._links.get(pid)
+            fresh = link is None or link.closed
+            if fresh:
+                link = self._links[pid] = _debug_remote.DebugClient(path, DEBUG_TIMEOUT_S)
+            self._used[pid] = time.monotonic()
+            shown, answers = _debug_remote.transcript(link, lines, fresh)
+            if link.closed:
+                self._links.pop(pid, None)
+            self._start_reaper()
+        return shown, answers
+
+    def release(self, pid: int) -> bool:
+        """Leaves controller pid's debugger now (its waiting call takes the prompt back)."""
+        with self._lock:
+            link = self._links.pop(pid, None)
+        if link is not None:
+            link.close()
+        return link is not None
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="xmesh-panel-debug-links", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.HOLD_S / 4))
+            with self._lock:
+                idle = [pid for pid in self._links if time.monotonic() - self._used.get(pid, 0) >= self.HOLD_S]
+            for pid in idle:
+                self.release(pid)
+
+
+_links = DebugLinks()
 
 
 def _debug(msg: dict, rundir: Optional[str]) -> dict:
-    """Types `lines` at the debugger of controller `pid` (taking it over, then handing it back)."""
-    from . import _core, _debug_remote
-
+    """Types `lines` at the debugger of controller `pid` (taking it over while the panel works in
+    it, then handing it back)."""
     pid, lines = msg.get("pid"), msg.get("lines")
-    if isinstance(pid, bool) or not isinstance(pid, int):
-        raise ValueError("pid is the controller's process id (a whole number)")
     if not isinstance(lines, list) or not lines or not all(isinstance(x, str) and "\n" not in x for x in lines):
         raise ValueError("lines is a non-empty list of debugger commands, one line each")
+    path = _controller_debugger(pid, rundir)
+    return {"pid": pid, "transcript": _links.type(pid, path, lines)[0]}
+
+
+def _release(msg: dict, rundir: Optional[str]) -> dict:
+    """The panel is done with controller `pid`'s debugger (its console detached)."""
+    pid = msg.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise ValueError("pid is the controller's process id (a whole number)")
+    return {"pid": pid, "released": _links.release(pid)}
+
+
+MAX_PDB_COMMAND = 4096
+
+
+def _controller_debugger(pid: Any, rundir: Optional[str]) -> str:
+    """The debug socket of controller `pid` of this runtime directory (ValueError if none)."""
+    from . import _core, _debug_remote
+
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise ValueError("pid is the controller's process id (a whole number)")
     live = _debug_remote.live_controllers(os.path.abspath(rundir or _core.runtime_dir()))
     if pid not in live:
         raise ValueError(f"pid {pid} is no xmesh kernel or program of this runtime directory")
-    return {"pid": pid, "transcript": _debug_remote.run_commands(live[pid], lines, timeout=DEBUG_TIMEOUT_S)}
+    return live[pid]
+
+
+def _one_rank(answer: str, actor: str, rank: int) -> str:
+    """A cast's answer for one rank without its "[actor rank N]" heading."""
+    heading = f"[{actor} rank {rank}]\n"
+    return answer[len(heading):] if answer.startswith(heading) else answer
+
+
+def _pdb(msg: dict, rundir: Optional[str]) -> dict:
+    """The panel's console on one stopped rank: types `command` (a pdb command; none: only
+    look) at rank `rank` of actor mesh `actor` in controller `pid`'s debugger, then pdb's `ll`
+    (the source of the frame it is in now, "->" at its line). {"output", "source", "stopped"}:
+    stopped is False once the rank runs on (continued, or its call returned)."""
+    actor, rank, command = msg.get("actor"), msg.get("rank"), msg.get("command") or ""
+    if not isinstance(actor, str) or not actor.isidentifier():
+        raise ValueError("actor is the name of an actor mesh (as the stopped table shows it)")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError("rank is a whole number, 0 or more")
+    if not isinstance(command, str) or "\n" in command or len(command) > MAX_PDB_COMMAND:
+        raise ValueError(f"command is one pdb command line of at most {MAX_PDB_COMMAND} characters")
+    path = _controller_debugger(msg.get("pid"), rundir)
+    lines = ([f"cast {actor} ranks({rank}) {command.strip()}"] if command.strip() else []) + [f"cast {actor} ranks({rank}) ll"]
+    answers = [_one_rank(a, actor, rank) for a in _links.type(msg["pid"], path, lines)[1]]
+    source = answers[-1]
+    stopped = not source.startswith("[xmesh] ")  # the debugger's own note: that rank is not stopped (any more)
+    output = answers[0] if command.strip() else ""
+    if not stopped and output.strip() == source.strip():
+        output = ""  # the same note twice (it was not stopped to begin with): said once
+    return {"pid": msg["pid"], "actor": actor, "rank": rank, "output": output, "source": source if stopped else "",
+            "stopped": stopped, **({} if stopped else {"note": source.strip()})}
 
 
 def _stop(msg: dict, rundir: Optional[str]) -> dict:
@@ -80,9 +187,43 @@ def _logs(msg: dict, rundir: Optional[str]) -> dict:
 DEBUG_TIMEOUT_S = 10.0  # under the server's wait for the sidecar
 
 
+class MeshesOp:
+    """The panel's list, with a revision (a hash of everything but the time): asked `since` the
+    revision it has, an unchanged list is answered {"unchanged": true}, so a panel that polls an
+    idle cluster costs the server a few bytes, not a list of 512 ranks. The list is made again
+    only when a controller's snapshot (compared as it came, before decoding) or the host agent
+    changed, or the agent's cached Status aged out (_panel.StatusCache)."""
+
+    def __init__(self) -> None:
+        self._cache = _panel.StatusCache()
+        self._inputs: Any = None
+        self._reply: dict = {}
+        self._revision = ""
+
+    def __call__(self, msg: dict, rundir: Optional[str]) -> dict:
+        from . import _core
+        from ._pids import running_agent_pid
+
+        since = msg.get("since")
+        if since is not None and not isinstance(since, str):
+            raise ValueError("since is the revision of the list the panel has")
+        rundir = os.path.abspath(rundir or _core.runtime_dir())
+        raws = _panel.raw_snapshots(rundir)
+        inputs = (rundir, running_agent_pid(rundir), raws)
+        if inputs != self._inputs or not self._cache.fresh():
+            self._reply = _panel.meshes(rundir, self._cache, raws)
+            self._revision = hashlib.sha1(json.dumps(self._reply, sort_keys=True).encode()).hexdigest()[:20]
+            self._inputs = inputs
+        if since == self._revision:
+            return {"unchanged": True, "revision": self._revision, "server_time": time.time()}
+        return dict(self._reply, revision=self._revision, server_time=time.time())
+
+
 OPS: Dict[str, Callable[[dict, Optional[str]], dict]] = {
-    "meshes": lambda msg, rundir: _panel.meshes(rundir),
+    "meshes": MeshesOp(),
     "debug": _debug,
+    "pdb": _pdb,
+    "release": _release,
     "stop": _stop,
     "logs": _logs,
 }

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from typing import Optional, Union
 
 from . import _core
@@ -181,6 +182,7 @@ def sync_workspace(spaces, procs_of, workspace=".", *, dest=None, exclude=(), au
         report = SyncReport(parts, time.monotonic() - start)
         if auto_reload and not report.up_to_date:
             reload_procs(report, procs_of())
+        _ledger.note_report(report)
         return report
 
     first = once()
@@ -188,7 +190,45 @@ def sync_workspace(spaces, procs_of, workspace=".", *, dest=None, exclude=(), au
         return first
     watcher = WorkspaceWatcher(once, [local for local, _ in _targets(workspace, dest)], on_report=_print_report)
     watcher.reports.append(first)
+    _ledger.note_watcher(watcher)
     return watcher
+
+
+class SyncLedger:
+    """What this controller last synced to each host, and its `watch=True` watchers: the mesh
+    panel's sync view (through _panel's snapshot)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hosts: dict = {}  # host label -> its row of the last report that reached it
+        self._watchers: list = []  # weak references: a watcher dropped by the user leaves the list
+
+    def note_report(self, report: "SyncReport") -> None:
+        now = time.time()
+        with self._lock:
+            for row in report.hosts:
+                self._hosts[row["host"]] = dict(row, time=now, seconds=round(report.seconds, 3),
+                                                files=report.changed_files[:_CHANGED_SHOWN])
+
+    def note_watcher(self, watcher: "WorkspaceWatcher") -> None:
+        with self._lock:
+            self._watchers.append(weakref.ref(watcher))
+
+    def state(self) -> dict:
+        """{"hosts": [last sync per host], "watchers": [each live watcher's state]}."""
+        with self._lock:
+            hosts = [dict(row) for _, row in sorted(self._hosts.items())]
+            self._watchers = [w for w in self._watchers if w() is not None]
+            watchers = [w() for w in self._watchers]
+        return {"hosts": hosts, "watchers": [w.state() for w in watchers if w is not None]}
+
+
+_ledger = SyncLedger()
+
+
+def sync_state() -> dict:
+    """This controller's sync view: the last sync per host and its watchers."""
+    return _ledger.state()
 
 
 # What this controller synced into its own workspace on each host (runtime dir -> {targets:
@@ -418,6 +458,7 @@ class WorkspaceWatcher:
 
     def __init__(self, sync_once, locals_, on_report=None, quiet_ms=200):
         self._sync_once = sync_once
+        self._locals = list(locals_)
         self._watchers = [_core.TreeWatcher(d) for d in locals_]
         self._stop = threading.Event()
         self._on_report = on_report
@@ -448,6 +489,14 @@ class WorkspaceWatcher:
     @property
     def running(self):
         return self._thread.is_alive()
+
+    def state(self) -> dict:
+        """What the panel shows of this watcher: its directories, whether it runs, its syncs and
+        errors, and the last of each."""
+        last = self.reports[-1] if self.reports else None
+        return {"dirs": list(self._locals), "running": self.running, "syncs": len(self.reports),
+                "errors": len(self.errors), "last_error": str(self.errors[-1]) if self.errors else "",
+                "last_summary": last.summary() if last is not None else ""}
 
     def stop(self, timeout=5.0):
         self._stop.set()

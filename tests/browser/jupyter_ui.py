@@ -78,7 +78,10 @@ class JupyterServer:
         return f"{self.base}/{path}?{query + '&' if query else ''}token={self.token}"
 
     def get(self, path):
-        with urllib.request.urlopen(self.url(path), timeout=10) as r:
+        return self.get_query(path, "")
+
+    def get_query(self, path, query):
+        with urllib.request.urlopen(self.url(path, query), timeout=10) as r:
             return r.read()
 
     def start_session(self, path):

@@ -6,41 +6,8 @@ the panel's debugger section; a `cast` and `continue` from the panel answer ther
 the cell, which ends with its result. Screenshots of each state go to the test log folder."""
 import os
 
-from conftest import LOG_DIR
 from jupyter_ui import NotebookPage, write_notebook
-
-SPAWN = """
-import time, xmesh
-
-class Slow(xmesh.Actor):
-    @xmesh.endpoint
-    def nap(self, seconds: float) -> int:
-        print(f"nap of rank {xmesh.current_rank().rank}", flush=True)
-        if xmesh.current_rank().rank == 5:
-            time.sleep(seconds)
-        return xmesh.current_rank().rank
-
-    @xmesh.endpoint
-    def halt(self) -> int:
-        y = 100 + xmesh.current_rank().rank
-        if xmesh.current_rank().rank in (2, 6):
-            breakpoint()
-        return y
-
-procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="grid")
-slow = procs.spawn("slow", Slow)
-"""
-RANKS = '#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-rank'
-
-
-def _states(page):
-    return page.eval_on_selector_all(RANKS, "cells => cells.map(c => c.dataset.state)")
-
-
-def _shot(page, name):
-    os.makedirs(os.path.join(LOG_DIR, "browser"), exist_ok=True)
-    page.screenshot(path=os.path.join(LOG_DIR, "browser", f"panel-{name}.png"))
-
+from panel_ui import RANKS, SPAWN, shot as _shot, states as _states
 
 def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     write_notebook(os.path.join(server.root, "panel.ipynb"), [SPAWN, "sorted(slow.nap.call(8).get().values())"])
@@ -134,3 +101,4 @@ def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, pa
     nb.wait_done(1, timeout=60)
     assert "RESULT [100, 101, 102, 103, 104, 105, 106, 107]" in nb.output(1)
     page.wait_for_selector(".xmesh-status-badge", state="hidden", timeout=10000)
+

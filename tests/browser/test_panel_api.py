@@ -70,6 +70,11 @@ def test_the_api_lists_the_meshes_and_the_ranks_in_a_call(server, workdir):
         states = {r["rank"]: r["state"] for r in mesh["ranks"]}
         assert states[3] == "call" and [states[r] for r in (0, 1, 2, 4, 5, 6, 7)] == ["idle"] * 7
         assert mesh["ranks"][3]["endpoints"] == ["work"] and mesh["ranks"][3]["coords"] == {"hosts": 0, "gpus": 3}
+        # Asked since the revision it has, an unchanged list is a few bytes; a change is the list.
+        again = json.loads(server.get_query("xmesh/api/meshes", f"since={reply['revision']}"))
+        assert again["unchanged"] and again["revision"] == reply["revision"] and "meshes" not in again, again
+        stale = json.loads(server.get_query("xmesh/api/meshes", "since=not-a-revision"))
+        assert [m["name"] for m in stale["meshes"]] == ["api-mesh"] and stale["revision"] == reply["revision"]
         # Its logs, filtered to one rank, then by a pattern; a bad pattern is named.
         logs = _logs(server, f"id={mesh['id']}&name=api-mesh&rank=2")
         assert [(r["rank"], r["text"]) for r in logs["records"]] == [(2, "line from rank 2")], logs
@@ -126,3 +131,10 @@ def test_debug_requests_are_checked_before_anything_is_typed(server):
     assert status == 400 and "pid 1 is no xmesh kernel or program" in reply["error"]
     status, _ = _post(server, "xmesh/api/debug", json.dumps({"pid": 1, "lines": ["c"]}).encode(), token=False)
     assert status == 403
+    # The console's endpoint: one pdb command at one rank, checked the same way.
+    for body, why in (({"pid": 1, "actor": "x y", "rank": 0, "command": "n"}, "actor is the name"),
+                      ({"pid": 1, "actor": "w", "rank": -1, "command": "n"}, "rank is a whole number"),
+                      ({"pid": 1, "actor": "w", "rank": 0, "command": "n\nc"}, "one pdb command line"),
+                      ({"pid": 1, "actor": "w", "rank": 0, "command": "n"}, "pid 1 is no xmesh kernel or program")):
+        status, reply = _post(server, "xmesh/api/pdb", json.dumps(body).encode())
+        assert status == 400 and why in reply["error"], (body, reply)

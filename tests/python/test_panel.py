@@ -3,12 +3,13 @@ answers snapshots on its `.panel` socket: the ranks still in the call (and which
 idle ones, a killed one dead with why; bad requests are answered with an error, never a hang."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 
-from xmesh_testing import PYTHON
+from xmesh_testing import PYTHON, terminal_stdin
 
 import xmesh
 from xmesh import _panel
@@ -64,7 +65,7 @@ def test_a_blocked_program_shows_its_ranks_in_the_call_idle_and_dead(fresh_rundi
         alloc = snap["allocations"][0]
         assert alloc["labels"] == ["hosts", "gpus"] and alloc["sizes"] == [2, 4]
         assert sorted(r for r, v in ranks.items() if v["state"] == "call") == [1, 2]
-        assert ranks[1]["endpoints"] == ["work"] and ranks[1]["since_s"] >= 0
+        assert ranks[1]["endpoints"] == ["work"] and 0 < ranks[1]["since"] <= time.time()
         assert [ranks[r]["state"] for r in (0, 3, 4, 5, 6, 7)] == ["idle"] * 6
         assert [ranks[r]["pid"] for r in range(8)] == pids
         # The sidecar's list: the agent's allocation, owned by the program, with the same states.
@@ -140,3 +141,175 @@ def test_the_call_tracker_forgets_finished_calls_and_keeps_running_ones():
         long.cancel()
     finally:
         procs.stop()
+
+
+FLOOD = """
+import sys, time, xmesh
+
+class Talker(xmesh.Actor):
+    @xmesh.endpoint
+    def talk(self) -> None:
+        for i in range(50 if xmesh.current_rank().rank == 0 else 500):
+            print(f"line {i}", flush=True)
+
+procs = xmesh.this_host().spawn_procs({"gpus": 2}, name="flood")
+procs.spawn("t", Talker).talk.call().get()
+print("TALKED", flush=True)
+time.sleep(120)
+"""
+
+
+def _program(rundir: str, code: str, out_path: str, **env: str) -> subprocess.Popen:
+    """A controller program of this runtime directory (a file, so that pdb shows its source), its
+    stdin a terminal (its own debugger prompt opens there, as for a user), its output to a file."""
+    path = out_path + ".py"
+    with open(path, "w") as f:
+        f.write(code)
+    master, slave = terminal_stdin()
+    prog = subprocess.Popen([PYTHON, path], env=dict(os.environ, XMESH_RUNTIME_DIR=rundir, **env),
+                            stdin=slave, stdout=open(out_path, "w"), stderr=subprocess.STDOUT, text=True)
+    os.close(slave)
+    prog.terminal = master  # type: ignore[attr-defined]  # closed when the test ends (see _end)
+    return prog
+
+
+def _end(prog: subprocess.Popen) -> None:
+    prog.kill()
+    prog.wait()
+    os.close(prog.terminal)  # type: ignore[attr-defined]
+
+
+def _wait_output(path: str, marker: str, prog: subprocess.Popen, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = open(path).read()
+        if marker in text or prog.poll() is not None:
+            assert marker in text, text
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{marker!r} never came: {open(path).read()}")
+
+
+def test_a_flood_held_back_from_the_display_is_counted_per_rank(fresh_rundir, tmp_path):
+    from xmesh import _panel_sidecar
+
+    out = str(tmp_path / "out")
+    prog = _program(fresh_rundir, FLOOD, out, XMESH_LOG_DISPLAY_RATE="10", XMESH_LOG_DISPLAY_BURST="20")
+    try:
+        _wait_output(out, "TALKED", prog)
+        (snap,) = [s for s in _panel.snapshots(fresh_rundir) if s["pid"] == prog.pid]
+        (alloc,) = snap["allocations"]
+        held = alloc["held_back"]
+        shown = sum(1 for line in open(out) if re.search(r"\] line \d+$", line))
+        assert held["total"] == 550 - shown and held["total"] > 400, (held, shown)
+        assert sum(held["ranks"].values()) == held["total"] and held["ranks"]["1"] > held["ranks"]["0"]
+        # The panel's list carries the counts, and the log files every line the display held back.
+        (mesh,) = _panel.meshes(fresh_rundir)["meshes"]
+        assert mesh["held_back"] == held
+        logs = _panel_sidecar.OPS["logs"]({"id": alloc["id"], "name": "flood", "tail": 0}, fresh_rundir)
+        assert logs["total"] == 550
+    finally:
+        _end(prog)
+
+
+HALT = """
+import xmesh
+
+class Halter(xmesh.Actor):
+    @xmesh.endpoint
+    def halt(self) -> int:
+        y = 41
+        if xmesh.current_rank().rank == 1:
+            breakpoint()
+            y += 1
+        return y
+
+procs = xmesh.this_host().spawn_procs({"gpus": 2}, name="halt")
+print("RESULT", sorted(procs.spawn("h", Halter).halt.call().get().values()), flush=True)
+"""
+
+
+def test_the_console_types_pdb_commands_at_one_stopped_rank(fresh_rundir, tmp_path):
+    """The sidecar's `pdb` op (the panel's console): one command's answer and the source where the
+    rank is now, while the program's own prompt waits on its stdin (taken over, handed back)."""
+    from xmesh import _panel_sidecar
+
+    pdb = _panel_sidecar.OPS["pdb"]
+    out = str(tmp_path / "out")
+    prog = _program(fresh_rundir, HALT, out)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r["state"] == "stopped" for s in _panel.snapshots(fresh_rundir)
+                      for a in s.get("allocations", []) for r in a["ranks"]):
+            assert time.monotonic() < deadline and prog.poll() is None, open(out).read()
+            time.sleep(0.1)
+        first = pdb({"pid": prog.pid, "actor": "h", "rank": 1, "command": ""}, fresh_rundir)
+        assert first["stopped"] and first["output"] == "", first
+        (current,) = [line for line in first["source"].splitlines() if re.match(r"\s*\d+\s+->", line)]
+        assert "y += 1" in current, first["source"]  # pdb stops after breakpoint(), at the next line
+        assert "def halt(self)" in first["source"]
+        assert pdb({"pid": prog.pid, "actor": "h", "rank": 1, "command": "p y"}, fresh_rundir)["output"] == "41\n"
+        stepped = pdb({"pid": prog.pid, "actor": "h", "rank": 1, "command": "n"}, fresh_rundir)
+        assert "-> return y" in stepped["output"] and "-> " in stepped["source"]
+        (current,) = [line for line in stepped["source"].splitlines() if re.match(r"\s*\d+\s+->", line)]
+        assert "return y" in current
+        assert pdb({"pid": prog.pid, "actor": "h", "rank": 1, "command": "p y"}, fresh_rundir)["output"] == "42\n"
+        # Bad requests name what is wrong; a rank that is not stopped says so.
+        for bad, why in (({"actor": "h; rm", "rank": 1}, "actor is the name"), ({"actor": "h", "rank": "1"}, "rank is a whole"),
+                         ({"actor": "h", "rank": 1, "command": "p 1\nc"}, "one pdb command line"),
+                         ({"pid": 1, "actor": "h", "rank": 1}, "no xmesh kernel or program")):
+            try:
+                pdb({"pid": prog.pid, **bad}, fresh_rundir)
+                raise AssertionError(f"accepted {bad}")
+            except ValueError as e:
+                assert why in str(e), e
+        other = pdb({"pid": prog.pid, "actor": "h", "rank": 0, "command": "p y"}, fresh_rundir)
+        assert not other["stopped"] and other["note"] == "[xmesh] none of h rank 0 is stopped in pdb", other
+        assert other["output"] == ""  # said once, in the note
+        done = pdb({"pid": prog.pid, "actor": "h", "rank": 1, "command": "c"}, fresh_rundir)
+        assert not done["stopped"] and done["source"] == ""
+        assert prog.wait(timeout=60) == 0
+        assert "RESULT [41, 42]" in open(out).read()
+    finally:
+        _end(prog)
+
+
+SYNC = """
+import sys, time, xmesh
+
+procs = xmesh.this_host().spawn_procs({"gpus": 2}, name="synced")
+watcher = procs.sync_workspace(sys.argv[1], watch=True)
+print("SYNCED", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_panel_reports_the_last_sync_per_host_and_the_watcher(fresh_rundir, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("A = 1\n")
+    out = str(tmp_path / "out")
+    prog = subprocess.Popen([PYTHON, "-c", SYNC, str(ws)], env=dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir),
+                            stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    try:
+        _wait_output(out, "SYNCED", prog)
+
+        def sync_view() -> dict:
+            (snap,) = [s for s in _panel.snapshots(fresh_rundir) if s["pid"] == prog.pid]
+            return snap["sync"]
+
+        view = sync_view()
+        (host,) = view["hosts"]
+        assert host["added"] == 1 and not host["same"] and host["files"] == ["a.py"], host
+        (w,) = view["watchers"]
+        assert w["running"] and w["syncs"] == 1 and w["errors"] == 0 and w["dirs"] == [str(ws)], w
+        (ws / "b.py").write_text("B = 2\n")  # the watcher syncs it: the view follows
+        deadline = time.monotonic() + 30
+        while sync_view()["watchers"][0]["syncs"] < 2:
+            assert time.monotonic() < deadline, sync_view()
+            time.sleep(0.1)
+        (host,) = sync_view()["hosts"]
+        assert host["added"] == 1 and host["files"] == ["b.py"] and host["time"] > 0, host
+    finally:
+        prog.kill()
+        prog.wait()

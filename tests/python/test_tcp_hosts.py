@@ -18,7 +18,7 @@ import time
 
 import pytest
 from netns_hosts import NetnsHosts, unavailable
-from xmesh_testing import private_tmpdir, run_program, wait_until
+from xmesh_testing import PYTHON, private_tmpdir, run_program, wait_until
 
 import xmesh
 from actors_for_tests import Pinger, Ponger, WorkspaceUser
@@ -98,6 +98,10 @@ class Where(xmesh.Actor):
     def echo(self, value):
         print(f"echo {value}")
         return value
+
+    @xmesh.endpoint
+    def nap(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 def controller_program(cluster: Cluster, hosts: list[int], body: str, key: str = "") -> str:
@@ -219,6 +223,40 @@ def test_a_named_allocation_outlives_a_sigkilled_controller_and_is_reattached(cl
     assert r2.returncode == 0, r2.stdout + r2.stderr
     assert pids in r2.stdout, (pids, r2.stdout)  # the same procs, reattached
     assert "HOSTS ['node-a', 'node-b', 'node-c']" in r2.stdout
+
+
+def test_the_panel_lists_a_mesh_on_tcp_hosts_with_its_owner_and_states(cluster, tmp_path):
+    """The panel's list (issue 22) reaches meshes this user's controllers run on other hosts'
+    agents, which the local agent does not know: from the owner's snapshot, every rank on every
+    host with its state."""
+    from xmesh import _panel
+
+    code = controller_program(cluster, [0, 1], """
+        procs = hm.spawn_procs({"gpus": 2}, name="tcp-panel")
+        a = procs.spawn("w", Where)
+        a.where.call().get(timeout=60)
+        print("READY", flush=True)
+        a.slice(hosts=1, gpus=1).nap.call_one(60).get()
+    """)
+    path = tmp_path / "prog.py"
+    path.write_text(code)
+    prog = subprocess.Popen([PYTHON, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert prog.stdout.readline().strip() == "READY"
+        found: dict = {}
+
+        def listed() -> bool:
+            found.update(next((m for m in _panel.meshes()["meshes"] if m["name"] == "tcp-panel"), {}))
+            return [r["state"] for r in found.get("ranks", [])] == ["idle", "idle", "idle", "call"]
+
+        wait_until(listed, 30)
+        assert found["hosts"] == ["node-a", "node-b"] and found["procs"] == 4 and found["procs_alive"] == 4, found
+        assert found["owner"]["pid"] == prog.pid and found["labels"] == ["hosts", "gpus"], found
+        busy = found["ranks"][3]
+        assert busy["host"] == "node-b" and busy["endpoints"] == ["nap"] and busy["coords"] == {"hosts": 1, "gpus": 1}
+    finally:
+        prog.kill()
+        prog.wait()
 
 
 def test_a_controller_with_another_key_is_refused_naming_the_key(cluster, tmp_path):

@@ -84,3 +84,17 @@ def write(path, text, mode=None):
 def read(path):
     with open(path) as f:
         return f.read()
+
+
+def terminal_stdin():
+    """(master, slave) of a pseudo-terminal without echo: a program given the slave as stdin
+    reads lines typed at the master as at a terminal (its debugger prompt opens there, as for a
+    user; a pipe makes it continue stopped ranks, saying no input is possible)."""
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    return master, slave
