@@ -144,7 +144,10 @@ export class DebuggerSection {
     });
     const text = document.createElement('span');
     text.className = 'xmesh-stopped-text';
-    text.textContent = `${s.rank.actor ?? '?'} rank ${s.rank.rank} (${coordsText(s.rank)}) at ${s.rank.where ?? '?'} · ${s.mesh}, pid ${s.pid}`;
+    // The columns of the xmesh_dbg> table: actor, rank, coordinates, host, function and line, reason.
+    text.textContent =
+      `${s.rank.actor ?? '?'} rank ${s.rank.rank} (${coordsText(s.rank)}) on ${s.rank.host ?? '?'} at ` +
+      `${s.rank.where ?? '?'}${s.rank.reason ? ` (${s.rank.reason})` : ''} · ${s.mesh}, pid ${s.pid}`;
     const attach = document.createElement('button');
     attach.className = 'jp-Button jp-mod-styled jp-mod-minimal xmesh-stopped-attach';
     attach.textContent = 'attach';

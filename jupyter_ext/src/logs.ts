@@ -40,6 +40,7 @@ export class LogsView {
   private readonly output: HTMLPreElement;
   private target: Target | undefined;
   private reading = false;
+  private firstRead = false; // the first lines after opening show their end
 
   constructor(private readonly settings: ServerConnection.ISettings) {
     this.node = document.createElement('div');
@@ -97,6 +98,7 @@ export class LogsView {
     this.title.textContent = `Logs of ${target.name || target.id}`;
     this.node.dataset.mesh = target.name || target.id;
     this.node.hidden = false;
+    this.firstRead = true;
     void this.refresh();
   }
 
@@ -165,9 +167,10 @@ export class LogsView {
       if (this.output.textContent !== text) {
         const atBottom = this.output.scrollTop + this.output.clientHeight >= this.output.scrollHeight - 4;
         this.output.textContent = text;
-        if (atBottom) {
+        if (atBottom || this.firstRead) {
           this.output.scrollTop = this.output.scrollHeight;
         }
+        this.firstRead = false;
       }
     } catch (e) {
       this.note.textContent = `error: the server did not answer: ${e}`;

@@ -12,6 +12,7 @@ export interface RankRow {
   since?: number; // when its oldest unanswered call began (epoch seconds, the server's clock)
   actor?: string;
   where?: string;
+  reason?: string; // why pdb stopped: breakpoint, exception, attached...
   process_state?: string;
 }
 
@@ -150,13 +151,30 @@ function updateCell(cell: HTMLElement, r: RankRow, numbered: boolean, now: numbe
   cell.dataset.state = r.state;
 }
 
-/** The grid laid out by the mesh's last dimension; its cells are reused while the mesh keeps its
+const MAX_COLUMNS = 32; // what a sidebar's width shows as cells you can point at
+
+/** Columns for a last dimension of `size`: all of it where it fits, else rows of a divisor of it
+ * (so that rows still line up with its coordinates: gpus=512 as 16 rows of 32), else 32. */
+export function gridColumns(size: number): number {
+  if (size <= MAX_COLUMNS) {
+    return size;
+  }
+  for (let d = MAX_COLUMNS; d >= 8; d--) {
+    if (size % d === 0) {
+      return d;
+    }
+  }
+  return MAX_COLUMNS;
+}
+
+/** The grid laid out by the mesh's last dimension (wrapped where it is long); its cells are reused while the mesh keeps its
  * size, so what the pointer hovers stays put across polls. */
 function updateGrid(grid: HTMLElement, mesh: MeshRow, now: number): void {
-  const columns = mesh.sizes.length ? mesh.sizes[mesh.sizes.length - 1] : Math.max(1, mesh.ranks.length);
-  const template = `repeat(${columns}, minmax(10px, 1fr))`;
+  const columns = gridColumns(mesh.sizes.length ? mesh.sizes[mesh.sizes.length - 1] : Math.max(1, mesh.ranks.length));
+  const template = `repeat(${columns}, minmax(${columns > 16 ? 4 : 10}px, 1fr))`;
   if (grid.style.gridTemplateColumns !== template) {
     grid.style.gridTemplateColumns = template;
+    grid.classList.toggle('xmesh-grid-dense', columns > 16); // no numbers: small squares
   }
   while (grid.children.length > mesh.ranks.length) {
     grid.lastElementChild?.remove();

@@ -105,8 +105,51 @@ def _held_back(rt: Any, alloc_id: str) -> dict:
     return {"total": sum(by_rank.values()), "ranks": {str(r): n for r, n in sorted(by_rank.items())}}
 
 
+class RemoteAgents:
+    """What this controller's host agents on other machines (TCP, jobs) hold besides its own
+    allocations: detached named ones, other controllers'. Their Status is asked at most every
+    TTL_S (a snapshot is read every second or so) with a short timeout, so an unreachable host
+    costs a snapshot TIMEOUT_S at most, every TTL_S; it is listed with why."""
+
+    TTL_S = 5.0
+    TIMEOUT_S = 1.0
+
+    def __init__(self) -> None:
+        self._seen: Dict[str, tuple] = {}  # locator -> (when, its entry)
+        self._lock = threading.Lock()
+
+    def entries(self, owned: set) -> List[dict]:
+        from ._hostd import TcpHostAgent, connected_agents
+
+        out = []
+        for a in connected_agents():
+            if isinstance(a, TcpHostAgent):
+                out.append(self._entry(a, owned))
+        return out
+
+    def _entry(self, a: Any, owned: set) -> dict:
+        with self._lock:
+            when, entry = self._seen.get(a.runtime_dir, (0.0, None))
+            if entry is None or time.monotonic() - when >= self.TTL_S:
+                try:
+                    status = a.status(timeout=self.TIMEOUT_S).to_dict()
+                    entry = {"locator": a.runtime_dir, "status": status}
+                except Exception as e:  # an unreachable host: listed with why
+                    entry = {"locator": a.runtime_dir, "error": f"{type(e).__name__}: {e}"}
+                self._seen[a.runtime_dir] = (time.monotonic(), entry)
+        if "status" not in entry:
+            return entry
+        status = dict(entry["status"], allocations=[x for x in entry["status"].get("allocations", [])
+                                                    if x.get("alloc") not in owned])
+        return dict(entry, status=status)
+
+
+_remote = RemoteAgents()
+
+
 def snapshot() -> dict:
-    """This controller's allocations and the state of each of their ranks."""
+    """This controller's allocations and the state of each of their ranks, and what its host
+    agents on other machines hold besides (`remote`)."""
     rt = get_runtime()
     busy, stopped, now = _tracker.busy_addrs(), _stopped_sessions(), time.time()
     allocations = []
@@ -122,7 +165,7 @@ def snapshot() -> dict:
 
     return {"pid": os.getpid(), "kind": _controller_kind,
             "argv": "" if _controller_kind == "kernel" else " ".join(sys.argv), "allocations": allocations,
-            "sync": sync_state()}
+            "sync": sync_state(), "remote": _remote.entries({a["id"] for a in allocations})}
 
 
 _controller_kind = "program"
@@ -278,17 +321,41 @@ def _mesh_row(alloc_id: str, owner: Optional[dict], local: Any, status: Any) -> 
         row["coords"] = {label: row["coords"][label] for label in labels if label in row["coords"]}
         if p is not None and p.state and row["state"] not in ("dead", "stopped"):
             row["process_state"] = p.state  # what /proc says of a proc that does not run normally
-    created = local.created if local is not None else owner.get("created", time.time())  # type: ignore[union-attr]
     hosts = sorted({r["host"] for r in ranks if r.get("host")}) or [status.host if status else ""]
     return {"id": alloc_id, "name": (owner or {}).get("name") or (local.name if local is not None else ""),
             "labels": labels, "sizes": sizes, "host": ", ".join(hosts), "hosts": hosts,
-            "runtime_dir": status.runtime_dir if local is not None else None,
-            "controller_pid": local.controller_pid if local is not None else owner["owner"]["pid"],  # type: ignore[index]
-            "attached": local.attached if local is not None else True, "created": round(created, 3),
-            "stopping": bool(local is not None and local.stopping),
+            **_allocation_facts(owner, local, status),
             "procs": len(ranks), "procs_alive": sum(r["state"] != "dead" for r in ranks),
             "owner": owner["owner"] if owner else None, "held_back": owner.get("held_back") if owner else None,
             "ranks": ranks}
+
+
+def _remote_rows(snaps: List[dict], listed: set) -> List[dict]:
+    """The allocations no controller here owns on the other hosts this user's controllers use
+    (detached named ones, mostly), as those controllers' last look at the agents' Status found
+    them (an agent serves one user: all are this user's)."""
+    rows = []
+    for snap in snaps:
+        for entry in snap.get("remote", []):
+            if "status" not in entry:
+                continue
+            status = _core.StatusReply.from_dict(entry["status"])
+            for a in status.allocations:
+                if a.alloc not in listed:
+                    listed.add(a.alloc)
+                    rows.append(_mesh_row(a.alloc, None, a, status))
+    return rows
+
+
+def _allocation_facts(owner: Optional[dict], local: Any, status: Any) -> dict:
+    """Who made it and when, from this host's agent where it knows the allocation, else from
+    its owner (an allocation on other hosts)."""
+    if local is not None:
+        return {"runtime_dir": status.runtime_dir, "controller_pid": local.controller_pid, "attached": local.attached,
+                "created": round(local.created, 3), "stopping": bool(local.stopping)}
+    assert owner is not None, "an allocation is listed by this host's agent or by its owner"
+    return {"runtime_dir": None, "controller_pid": owner["owner"]["pid"], "attached": True,
+            "created": round(owner.get("created", time.time()), 3), "stopping": False}
 
 
 class StatusCache:
@@ -346,7 +413,8 @@ def meshes(rundir: Optional[str] = None, cache: Optional[StatusCache] = None,
     status = _agent_status(rundir, owners, cache)
     local = {a.alloc: a for a in status.allocations} if status is not None else {}
     rows = [_mesh_row(i, owners.get(i), local.get(i), status) for i in list(local) + [i for i in owners if i not in local]]
-    controllers = [{k: v for k, v in s.items() if k != "allocations"} for s in snaps]
+    rows += _remote_rows(snaps, {r["id"] for r in rows})
+    controllers = [{k: v for k, v in s.items() if k not in ("allocations", "remote")} for s in snaps]
     return {"runtime_dir": rundir, "agent": {"pid": status.pid, "host": status.host} if status is not None else None,
             "meshes": rows, "controllers": controllers}
 

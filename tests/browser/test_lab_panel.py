@@ -5,6 +5,7 @@ cell ends. Ranks stopped in breakpoint() while their cell waits turn "stopped" a
 the panel's debugger section; a `cast` and `continue` from the panel answer there and release
 the cell, which ends with its result. Screenshots of each state go to the test log folder."""
 import os
+import re
 
 from jupyter_ui import NotebookPage, write_notebook
 from panel_ui import RANKS, SPAWN, shot as _shot, states as _states
@@ -84,7 +85,8 @@ def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, pa
     page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='6']", timeout=30000)
     page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=10000)
     rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.textContent)")
-    assert len(rows) == 2 and all(r.startswith("slow rank") and "halt line" in r for r in rows), rows
+    assert len(rows) == 2 and all(re.match(r"slow rank [26] \(hosts=\d, gpus=2\) on \S+ at halt line \d+ \(breakpoint\)", r)
+                                  for r in rows), rows
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].map(c => c.dataset.state).join() === "
                            "'idle,idle,stopped,idle,idle,idle,stopped,idle'", timeout=10000)
     assert page.text_content(".xmesh-status-badge") == "xmesh: 2 ranks stopped in pdb"

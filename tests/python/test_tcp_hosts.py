@@ -231,6 +231,12 @@ def test_the_panel_lists_a_mesh_on_tcp_hosts_with_its_owner_and_states(cluster, 
     host with its state."""
     from xmesh import _panel
 
+    left = controller_program(cluster, [1], """
+        procs = hm.spawn_procs({"gpus": 1}, name="tcp-left")
+        procs.initialized.get(timeout=60)
+    """)  # a named allocation left detached on node-b when this program ends
+    r = run_program(left, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
     code = controller_program(cluster, [0, 1], """
         procs = hm.spawn_procs({"gpus": 2}, name="tcp-panel")
         a = procs.spawn("w", Where)
@@ -254,9 +260,18 @@ def test_the_panel_lists_a_mesh_on_tcp_hosts_with_its_owner_and_states(cluster, 
         assert found["owner"]["pid"] == prog.pid and found["labels"] == ["hosts", "gpus"], found
         busy = found["ranks"][3]
         assert busy["host"] == "node-b" and busy["endpoints"] == ["nap"] and busy["coords"] == {"hosts": 1, "gpus": 1}
+        # The detached one on node-b, which this controller's agent there holds, is listed too.
+        wait_until(lambda: any(m["name"] == "tcp-left" for m in _panel.meshes()["meshes"]), 30)
+        (detached,) = [m for m in _panel.meshes()["meshes"] if m["name"] == "tcp-left"]
+        assert detached["owner"] is None and detached["hosts"] == ["node-b"], detached
+        assert [r["state"] for r in detached["ranks"]] == ["detached"], detached
     finally:
         prog.kill()
         prog.wait()
+        stop = controller_program(cluster, [1], """
+            hm.spawn_procs({"gpus": 1}, name="tcp-left").stop()
+        """)
+        run_program(stop, timeout=90)
 
 
 def test_a_controller_with_another_key_is_refused_naming_the_key(cluster, tmp_path):
