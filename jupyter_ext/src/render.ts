@@ -47,7 +47,8 @@ export interface SyncHost {
   changed: number;
   deleted: number;
   bytes_received: number;
-  time: number;
+  time: number; // when the last sync that changed something reached it
+  checked: number; // when a sync last found it (up to date or not)
   seconds: number;
   files: string[];
 }
@@ -86,6 +87,7 @@ export interface MeshesReply {
   agent?: { pid: number; host: string } | null;
   meshes?: MeshRow[];
   controllers?: ControllerRow[];
+  unreachable?: { locator: string; error: string }[]; // other hosts' agents that did not answer
 }
 
 const STATES: [string, string][] = [
@@ -275,6 +277,9 @@ export class MeshList {
     const meshes = reply.meshes ?? [];
     const agent = reply.agent ? `host agent pid ${reply.agent.pid} on ${reply.agent.host}` : 'no host agent runs';
     this.header.appendChild(element('div', 'xmesh-status', `${agent} · ${meshes.length} allocation(s)`));
+    for (const u of reply.unreachable ?? []) {
+      this.header.appendChild(element('div', 'xmesh-error xmesh-unreachable', `the host agent at ${u.locator} did not answer: ${u.error}`));
+    }
     if (meshes.length) {
       this.header.appendChild(renderLegend());
     }

@@ -22,7 +22,9 @@ function hostRow(h: SyncHost): HTMLElement {
   const what = h.same
     ? 'already up to date'
     : `${h.added} added, ${h.changed} changed, ${h.deleted} deleted, received ${bytes(h.bytes_received)}`;
-  const row = element('div', 'xmesh-sync-host', `${h.host}: ${h.dirs.join(', ')}: ${what} · ${at(h.time)} (${h.seconds.toFixed(2)} s)`);
+  const checked = h.checked > h.time + 1 ? `, up to date ${at(h.checked)}` : '';
+  const row = element('div', 'xmesh-sync-host',
+    `${h.host}: ${h.dirs.join(', ')}: ${what} · ${at(h.time)} (${h.seconds.toFixed(2)} s)${checked}`);
   row.dataset.host = h.host;
   row.title = h.files.length ? `sent: ${h.files.join(', ')}` : 'nothing sent';
   return row;

@@ -226,8 +226,8 @@ class DebugController:
             previous, self.driver = self.driver, client
             local = self.prompt_open and previous is None
         if previous is not None:
-            previous.close(f"[xmesh] {'another ' if client.label.startswith('`') else ''}{client.label} "
-                           f"took over this debugger\n")
+            who = f"another {client.label}" if client.label.startswith("`xmesh debug`") else client.label
+            previous.close(f"[xmesh] {who} took over this debugger\n")
         if local:
             self._interrupt_local_prompt()
 
@@ -532,7 +532,7 @@ def open_prompt(waiting_for=None, explicit=False):
     io = _debug_io.frontend().io()
     ctrl.settle()
     driver = ctrl.driver
-    if driver is not None:  # an `xmesh debug` client drives; it has heard of these stops
+    if driver is not None:  # a client drives (`xmesh debug`, the panel); it has heard of these stops
         if waiting_for is None:
             io.write(f"[xmesh] the debugger is driven by {driver.label}\n")
         return

@@ -415,8 +415,10 @@ def meshes(rundir: Optional[str] = None, cache: Optional[StatusCache] = None,
     rows = [_mesh_row(i, owners.get(i), local.get(i), status) for i in list(local) + [i for i in owners if i not in local]]
     rows += _remote_rows(snaps, {r["id"] for r in rows})
     controllers = [{k: v for k, v in s.items() if k not in ("allocations", "remote")} for s in snaps]
+    unreachable = {e["locator"]: e["error"] for s in snaps for e in s.get("remote", []) if "error" in e}
     return {"runtime_dir": rundir, "agent": {"pid": status.pid, "host": status.host} if status is not None else None,
-            "meshes": rows, "controllers": controllers}
+            "meshes": rows, "controllers": controllers,
+            "unreachable": [{"locator": k, "error": v} for k, v in sorted(unreachable.items())]}
 
 
 # -- %xmesh -------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class DebugLinks:
         """Leaves controller pid's debugger now (its waiting call takes the prompt back)."""
         with self._lock:
             link = self._links.pop(pid, None)
+            self._used.pop(pid, None)
         if link is not None:
             link.close()
         return link is not None
@@ -60,10 +61,13 @@ class DebugLinks:
     def _reap(self) -> None:
         while True:
             time.sleep(min(1.0, self.HOLD_S / 4))
-            with self._lock:
+            with self._lock:  # taken out under the lock: a command cannot pick an idle link up meanwhile
                 idle = [pid for pid in self._links if time.monotonic() - self._used.get(pid, 0) >= self.HOLD_S]
-            for pid in idle:
-                self.release(pid)
+                links = [self._links.pop(pid) for pid in idle]
+                for pid in idle:
+                    self._used.pop(pid, None)
+            for link in links:
+                link.close()
 
 
 _links = DebugLinks()

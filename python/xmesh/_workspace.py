@@ -204,10 +204,16 @@ class SyncLedger:
         self._watchers: list = []  # weak references: a watcher dropped by the user leaves the list
 
     def note_report(self, report: "SyncReport") -> None:
+        """A sync that found a host already up to date only says when it looked (`checked`):
+        the row keeps what the last sync that changed something sent there."""
         now = time.time()
         with self._lock:
             for row in report.hosts:
-                self._hosts[row["host"]] = dict(row, time=now, seconds=round(report.seconds, 3),
+                known = self._hosts.get(row["host"])
+                if row["same"] and known is not None:
+                    known["checked"] = now
+                    continue
+                self._hosts[row["host"]] = dict(row, time=now, checked=now, seconds=round(report.seconds, 3),
                                                 files=report.changed_files[:_CHANGED_SHOWN])
 
     def note_watcher(self, watcher: "WorkspaceWatcher") -> None:
