@@ -27,29 +27,14 @@ void init_clean_attr(posix_spawnattr_t& attr, short extra_flags) {
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | extra_flags));
 }
-}  // namespace
 
-SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                       const std::string& cwd) {
-  if (argv.empty()) throw std::runtime_error("cannot start a proc: empty command line");
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
-    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-
+// posix_spawnp with clean signals and the file actions given (destroyed here). Throws naming the
+// program, `where` it was to start and why.
+pid_t spawn_with(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                 posix_spawn_file_actions_t& fa, short flags, const std::string& where) {
   posix_spawnattr_t attr;
-  init_clean_attr(attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-
+  init_clean_attr(attr, flags);
+  if (flags & POSIX_SPAWN_SETPGROUP) posix_spawnattr_setpgroup(&attr, 0);
   std::vector<std::string> envs;
   for (auto& kv : env) envs.push_back(kv.first + "=" + kv.second);
   std::vector<char*> cargv, cenv;
@@ -57,30 +42,57 @@ SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std:
   cargv.push_back(nullptr);
   for (auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
   cenv.push_back(nullptr);
-
   pid_t pid = -1;
   int rc = posix_spawnp(&pid, argv[0].c_str(), &fa, &attr, cargv.data(), cenv.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  close(out[1]);
-  close(err[1]);
-  if (rc != 0) {
-    close(out[0]);
-    close(err[0]);
-    throw std::runtime_error("cannot start " + argv[0] + (cwd.empty() ? "" : " in " + cwd) + ": " + std::strerror(rc));
-  }
-  fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
-  fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
-  return {pid, out[0], err[0]};
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + where + ": " + std::strerror(rc));
+  return pid;
+}
+}  // namespace
+
+ProcPipes::ProcPipes() {
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));  // the destructor closes any made
 }
 
+ProcPipes::~ProcPipes() {
+  for (int fd : {out[0], out[1], err[0], err[1]})
+    if (fd >= 0) close(fd);
+}
 
+SpawnedProc ProcPipes::started(pid_t pid) {
+  close(out[1]);
+  close(err[1]);
+  fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK);
+  SpawnedProc sp{pid, out[0], err[0]};
+  out[0] = out[1] = err[0] = err[1] = -1;
+  return sp;
+}
 
-static std::vector<char*> c_strings(std::vector<std::string>& owned) {
-  std::vector<char*> out;
-  for (auto& s : owned) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
+SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                       const std::string& cwd) {
+  if (argv.empty()) throw std::runtime_error("cannot start a proc: empty command line");
+  ProcPipes pipes;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, pipes.out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, pipes.err[1], 2);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  return pipes.started(spawn_with(argv, env, fa, POSIX_SPAWN_SETPGROUP, cwd.empty() ? "" : " in " + cwd));
+}
+
+pid_t spawn_with_channel(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                         const std::string& cwd, int channel) {
+  if (argv.empty()) throw std::runtime_error("cannot start a helper: empty command line");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, channel, 3);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  return spawn_with(argv, env, fa, 0, cwd.empty() ? "" : " in " + cwd);
 }
 
 pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
@@ -90,17 +102,7 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::s
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  posix_spawnattr_t attr;
-  init_clean_attr(attr, POSIX_SPAWN_SETSID);
-  std::vector<std::string> a = argv, e;
-  for (auto& kv : env) e.push_back(kv.first + "=" + kv.second);
-  auto ca = c_strings(a), ce = c_strings(e);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, argv[0].c_str(), &fa, &attr, ca.data(), ce.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
-  return pid;
+  return spawn_with(argv, env, fa, POSIX_SPAWN_SETSID, "");
 }
 
 bool set_parent_death_signal(int sig, pid_t expected_parent) {

@@ -18,9 +18,28 @@ struct SpawnedProc {
   int err_fd = -1;
 };
 
+// A proc's stdout and stderr pipes (close-on-exec): the write ends for the proc, the read ends
+// for the agent. What is still open when it goes is closed.
+struct ProcPipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  ProcPipes();  // throws naming the reason
+  ~ProcPipes();
+  ProcPipes(const ProcPipes&) = delete;
+  ProcPipes& operator=(const ProcPipes&) = delete;
+  // The proc `pid` has its copies of the write ends: these are closed here and the read ends
+  // (non-blocking) handed over.
+  SpawnedProc started(pid_t pid);
+};
+
 // Throws std::runtime_error naming the program and the reason when it cannot start.
 SpawnedProc spawn_proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                        const std::string& cwd);
+
+// Starts a helper program (signals reset, stdin on /dev/null, stdout and stderr inherited) with
+// `channel` as its fd 3 and in `cwd`. Returns its pid; throws naming the reason on failure.
+pid_t spawn_with_channel(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                         const std::string& cwd, int channel);
 
 // Starts a program in a new session (setsid) with signals reset and stdio on /dev/null, for
 // daemons such as xmesh-hostd started by a controller. Returns its pid; throws on failure.

@@ -138,7 +138,9 @@ def _summary(fn: Any) -> str:
     return doc.strip().split("\n\n")[0].replace("\n", " ")
 
 
-DISPLAY_WAIT_S = env_float("XMESH_DISPLAY_WAIT_S", 10.0)
+def display_wait_s() -> float:
+    """XMESH_DISPLAY_WAIT_S, read when used (a forked proc's environment is set after imports)."""
+    return env_float("XMESH_DISPLAY_WAIT_S", 10.0)
 
 
 class ActorMeshRef:
@@ -308,11 +310,11 @@ class ActorMesh(MeshTrait):
         init_state = "ready"
         if self._initialized is not None:
             # Shown right after spawn (a cell's last line), the mesh is shown once its actors are
-            # up (or after DISPLAY_WAIT_S): a saved notebook keeps the state it showed.
+            # up (or after display_wait_s()): a saved notebook keeps the state it showed.
             try:
-                self._initialized.get(timeout=DISPLAY_WAIT_S)
+                self._initialized.get(timeout=display_wait_s())
             except TimeoutError:
-                init_state = f"starting (shown after {DISPLAY_WAIT_S:g} s; display it again to refresh)"
+                init_state = f"starting (shown after {display_wait_s():g} s; display it again to refresh)"
             except Exception:
                 init_state = "__init__ failed"
         base_pos = {g: i for i, g in enumerate(ref.base_shape.ranks())}

@@ -19,6 +19,7 @@ import queue
 import sys
 import sysconfig
 import threading
+from typing import Optional
 
 from . import _core, _proc_output
 from ._context import actor_context, actor_point, current_cell
@@ -35,13 +36,22 @@ _CONTINUE = object()       # the controller's `continue`: clear breakpoints, the
 SOURCE_WAIT_S = 5.0
 
 
-_controller_addr = os.environ.get("XMESH_CONTROLLER_ADDR", "")  # where debug events go (the owner)
+# Where debug events go (the owner): XMESH_CONTROLLER_ADDR until a controller adopts this proc,
+# read when first needed (a proc forked by the fork server gets its environment after imports).
+_controller_addr: Optional[str] = None
+
+
+def _controller_address() -> str:
+    global _controller_addr
+    if _controller_addr is None:
+        _controller_addr = os.environ.get("XMESH_CONTROLLER_ADDR", "")
+    return _controller_addr
 
 
 def _controller():
     from ._runtime import get_runtime
 
-    return get_runtime(), _controller_addr
+    return get_runtime(), _controller_address()
 
 
 def _send(**fields):
@@ -296,7 +306,7 @@ def adopted_by(addr):
     """A controller attached this proc's allocation (after a kernel restart): debug events go
     to it from now on, and the sessions stopped in pdb are announced to it."""
     global _controller_addr
-    if addr == _controller_addr:
+    if addr == _controller_address():
         return
     _controller_addr = addr
     with _lock:

@@ -11,7 +11,9 @@ from ._protocol import ErrorKind, error
 from ._shape import Point, format_coords
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-SHOW_INTERNAL_FRAMES = os.environ.get("XMESH_DEBUG_TRACEBACKS", "") not in ("", "0")
+def show_internal_frames() -> bool:
+    """XMESH_DEBUG_TRACEBACKS, read when used (a forked proc's environment is set after imports)."""
+    return os.environ.get("XMESH_DEBUG_TRACEBACKS", "") not in ("", "0")
 
 
 def internal_frame(filename: str) -> bool:
@@ -35,7 +37,7 @@ def without_internal_frames(tb: Optional[types.TracebackType]) -> Optional[types
 def hide_internal_frames(exc: BaseException) -> Optional[types.TracebackType]:
     """Strips xmesh's frames from exc and the exceptions chained to it (unless asked not to);
     returns exc's new traceback."""
-    if SHOW_INTERNAL_FRAMES:
+    if show_internal_frames():
         return exc.__traceback__
     seen = set()
     e: Optional[BaseException] = exc
@@ -74,7 +76,7 @@ def error_reply(exc: BaseException, ctx: object, method: str) -> "tuple[dict, Op
 def format_user_traceback(exc: BaseException) -> str:
     """The traceback text of exc as the user should read it (an endpoint's error)."""
     te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
-    if not SHOW_INTERNAL_FRAMES:
+    if not show_internal_frames():
         seen = set()
         stack: list = [te]
         while stack:

@@ -46,12 +46,15 @@ def hostd_executable():
 
 
 def _has_children(pid):
-    """Whether a process has children (a host agent's children are its procs)."""
+    """Whether a host agent has procs: children other than its fork servers."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) != pid:
+                        continue
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if not f.read().rstrip(b"\0").endswith(b"xmesh._worker\0--fork-server"):
                         return True
             except (OSError, ValueError, IndexError):
                 continue

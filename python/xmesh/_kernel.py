@@ -178,7 +178,7 @@ def _flush_barrier(rt, cell):
     """Every proc this cell called writes an output marker now; once those markers are through,
     everything the procs printed so far is shown (aggregation windows end early)."""
     from . import _core
-    from ._logs import BARRIER_TIMEOUT
+    from ._logs import barrier_timeout
     from ._runtime import Kind
     from ._wait import request
 
@@ -187,7 +187,7 @@ def _flush_barrier(rt, cell):
     marks = []
     if alive:
         # A proc holding its GIL does not answer: not forever.
-        answers = request(rt.node, alive, Kind.FlushOutput, timeout=min(BARRIER_TIMEOUT, 2.0),
+        answers = request(rt.node, alive, Kind.FlushOutput, timeout=min(barrier_timeout(), 2.0),
                           description="the output barrier")
         answered = [(alive[i], _core.FlushOutputReply.from_dict(body).m) for i, (ok, body, _) in answers.items() if ok]
         marks = [(addr, m) for addr, m in answered if m]

@@ -19,7 +19,9 @@ from ._env import env_float
 from ._progress import ProgressBoard, StdStreams, write_flushed
 
 
-BARRIER_TIMEOUT = env_float("XMESH_LOG_BARRIER_S", 5.0)
+def barrier_timeout() -> float:
+    """XMESH_LOG_BARRIER_S, read when used (a forked proc's environment is set after imports)."""
+    return env_float("XMESH_LOG_BARRIER_S", 5.0)
 
 
 def write_std(stream, text):
@@ -95,14 +97,14 @@ class LogOutput:
         timeout (a hung host agent must not hang the caller); returns whether all arrived."""
         ok = True
         if marks:
-            ok = self.router.wait_marks(list(marks), BARRIER_TIMEOUT if timeout is None else timeout)
+            ok = self.router.wait_marks(list(marks), barrier_timeout() if timeout is None else timeout)
         self.router.flush_windows()
         self.deliver_queued()
         return ok
 
     def sync(self, timeout=None):
         """Delivers everything the host agents sent so far (at exit, after the procs ended)."""
-        self.router.sync(BARRIER_TIMEOUT if timeout is None else timeout)
+        self.router.sync(barrier_timeout() if timeout is None else timeout)
         self.router.flush_windows()
         self.deliver_queued()
 

@@ -16,13 +16,12 @@ from ._env import env_float
 
 class DebugLinks:
     """The panel's connections to the controllers' debuggers, one per controller, kept open
-    while its user works in the panel and closed HOLD_S after the last command (or at once on
+    while its user works in the panel and closed hold_s (XMESH_PANEL_DEBUG_HOLD_S, 20 s) after the last command (or at once on
     `release`): the cell's prompt is taken over once for a series of commands, not once per
     command, and comes back when the panel leaves (_debug_remote.DebugClient)."""
 
-    HOLD_S = env_float("XMESH_PANEL_DEBUG_HOLD_S", 20.0)
-
     def __init__(self) -> None:
+        self.hold_s = env_float("XMESH_PANEL_DEBUG_HOLD_S", 20.0)
         self._links: Dict[int, Any] = {}
         self._used: Dict[int, float] = {}
         self._lock = threading.Lock()
@@ -60,9 +59,9 @@ class DebugLinks:
 
     def _reap(self) -> None:
         while True:
-            time.sleep(min(1.0, self.HOLD_S / 4))
+            time.sleep(min(1.0, self.hold_s / 4))
             with self._lock:  # taken out under the lock: a command cannot pick an idle link up meanwhile
-                idle = [pid for pid in self._links if time.monotonic() - self._used.get(pid, 0) >= self.HOLD_S]
+                idle = [pid for pid in self._links if time.monotonic() - self._used.get(pid, 0) >= self.hold_s]
                 links = [self._links.pop(pid) for pid in idle]
                 for pid in idle:
                     self._used.pop(pid, None)

@@ -34,7 +34,9 @@ _cancel_hint: List[Callable[[], str]] = []
 SlowWaitHook = Callable[[Call, str], None]
 _slow_wait_hooks: List[SlowWaitHook] = []
 # After this long, and as often after, a wait asks why its call is not done (stopped procs).
-SLOW_WAIT_S = float(os.environ.get("XMESH_WAIT_NOTICE_S", "2"))
+def slow_wait_s() -> float:
+    """XMESH_WAIT_NOTICE_S, read when used (a forked proc's environment is set after imports)."""
+    return float(os.environ.get("XMESH_WAIT_NOTICE_S", "2"))
 Ready, Woken = _core.WaitOutcome.Ready, _core.WaitOutcome.Woken
 
 
@@ -52,7 +54,7 @@ def add_output_hook(hook: Callable[[], None]) -> None:
 
 
 def add_slow_wait_hook(hook: SlowWaitHook) -> None:
-    """hook(call, description) runs on the main thread every SLOW_WAIT_S while a wait goes on:
+    """hook(call, description) runs on the main thread every slow_wait_s() while a wait goes on:
     it may tell the user why (a target that is stopped, or blocked in the kernel)."""
     _slow_wait_hooks.append(hook)
 
@@ -145,7 +147,7 @@ def wait_call(call: Call, timeout: Optional[float], description: str, any_result
     if main:
         hooks(description)  # what came before this wait: output, actors already stopped
     # Only a user's wait (the runtime's own requests have timeouts and say what did not answer).
-    notice_at = time.monotonic() + SLOW_WAIT_S if main and debugger and _slow_wait_hooks else None
+    notice_at = time.monotonic() + slow_wait_s() if main and debugger and _slow_wait_hooks else None
     while True:
         now = time.monotonic()
         left = None if deadline is None else max(0.0, deadline - now)
@@ -162,7 +164,7 @@ def wait_call(call: Call, timeout: Optional[float], description: str, any_result
         if deadline is not None and time.monotonic() >= deadline:
             return False
         if notice_at is not None and time.monotonic() >= notice_at:
-            notice_at = time.monotonic() + SLOW_WAIT_S
+            notice_at = time.monotonic() + slow_wait_s()
             _run_slow_wait_hooks(call, description)
 
 
@@ -206,10 +208,10 @@ async def wait_call_async(call: Call, description: str, any_result: bool = False
         nonlocal slow
         if not waiter.done():
             _run_slow_wait_hooks(call, description)
-            slow = loop.call_later(SLOW_WAIT_S, on_slow)
+            slow = loop.call_later(slow_wait_s(), on_slow)
 
     if wake_fd is not None and _slow_wait_hooks:
-        slow = loop.call_later(SLOW_WAIT_S, on_slow)
+        slow = loop.call_later(slow_wait_s(), on_slow)
     loop.add_reader(call_fd, on_call)
     if wake_fd is not None:
         loop.add_reader(wake_fd, on_wake)

@@ -69,4 +69,9 @@ def _adopt(rt, msg):
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--fork-server"]:  # the host agent's fork server: its procs keep this command line
+        from ._forkserver import main as fork_server_main
+
+        fork_server_main()
+    else:
+        main()

@@ -503,7 +503,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   env["XMESH_HOST"] = hostname();
   env["XMESH_RUNTIME_DIR"] = opts_.runtime_dir;
   env["XMESH_WORKSPACE"] = opts_.workspace_root + "/" + a.space;
-  auto sp = spawn_proc(req.argv, env, req.cwd);
+  auto sp = start_process(req.argv, req.env, env, req.cwd);
   p->pid = sp.pid;
   if (int behind = relayed_port(p->addr)) mux_->allow(behind);  // closed again when it exits (reap)
   p->out.fd = sp.out_fd;
@@ -514,6 +514,24 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   p->log = fopen(p->log_path.c_str(), "ae");
   if (p->log) p->log_bytes = ftell(p->log);
   return p;
+}
+
+// A proc's process: forked by a fork server where its command is the worker's (fast: nothing
+// to import), else started from its command line; a fork server that fails is said why once and
+// the proc is started the usual way.
+SpawnedProc HostAgent::start_process(const std::vector<std::string>& argv,
+                                     const std::map<std::string, std::string>& shared_env,
+                                     const std::map<std::string, std::string>& env, const std::string& cwd) {
+  if (ForkServers::serves(argv, env)) {
+    try {
+      return fork_servers_.spawn(argv, shared_env, env, cwd);
+    } catch (const std::exception& e) {
+      if (fork_server_failed_ != e.what())
+        log_diag("hostd", std::string("starting procs without the fork server: ") + e.what());
+      fork_server_failed_ = e.what();
+    }
+  }
+  return spawn_proc(argv, env, cwd);
 }
 
 std::set<int> HostAgent::tcp_ports_in_use() const {

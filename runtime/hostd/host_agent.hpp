@@ -22,6 +22,7 @@
 #include "../output_marker.hpp"
 #include "../port_mux.hpp"
 #include "../tcp_endpoint.hpp"
+#include "fork_server.hpp"
 #include "receiver.hpp"
 
 namespace xmesh {
@@ -117,6 +118,9 @@ class HostAgent {
   void spawn_procs(const Message& m);
   // ports_taken: the TCP ports of live procs and of those started so far (a proc for a controller
   // over TCP adds its own).
+  // shared_env: the spawn request's environment (a fork server's); env: this proc's own.
+  SpawnedProc start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& shared_env,
+                            const std::map<std::string, std::string>& env, const std::string& cwd);
   std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const Allocation& a,
                                    const std::string& logdir, std::set<int>& ports_taken);
   void write_procs_meta(const Allocation& a, const std::string& logdir);
@@ -161,6 +165,8 @@ class HostAgent {
   // --listen: the one TCP port (the agent's socket and the procs behind it) and the address
   // controllers elsewhere reach it at (--advertise, or the listening address).
   std::unique_ptr<PortMux> mux_;
+  ForkServers fork_servers_;  // the worker's procs are forked from a Python that imported xmesh
+  std::string fork_server_failed_;  // why the last fork failed (said once per distinct reason)
   TcpEndpoint reach_;
   std::unique_ptr<ws::SyncReceiver> sync_;
   int sigfd_ = -1;

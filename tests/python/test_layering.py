@@ -18,8 +18,8 @@ LAYERS = [
     ["_future", "_actor", "_ports", "_allocation", "_proc_mesh", "_instance", "_controllers", "_named", "_workspace",
      "_jobs"],
     # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
-    #   a job's node launcher
-    ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_worker", "_job_agent"],
+    #   a job's node launcher, the host agent's fork server
+    ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_forkserver", "_worker", "_job_agent"],
     # 4 integration: the debugger's controller side and `xmesh debug`, the kernel, the command
     ["_debug_io", "_debug_prompt", "_debug_find", "_debug", "_debug_remote", "_panel", "_panel_sidecar", "_kernel", "_run_notebook", "cli", "__init__"],
 ]
