@@ -50,6 +50,14 @@ def zmq_fanout(k, reps):
     return [float(x) for x in out.split()]
 
 
+def ring_floor(n):
+    """Two processes over two shared-memory rings (bench/ring_pingpong.cpp): issue 23's floor."""
+    exe = os.environ.get("XMESH_BENCH_RING") or shutil.which("xmesh_bench_ring_pingpong") or os.path.join(
+        HERE, "..", "build", "bench", "xmesh_bench_ring_pingpong")
+    out = subprocess.run([exe, str(n)], capture_output=True, text=True, timeout=120).stdout
+    return [float(x) for x in out.split()]
+
+
 def zmq_floor(n):
     exe = _zmq_exe()
     addr = f"ipc://{tempfile.mkdtemp(prefix='xb-')}/pp"
@@ -272,6 +280,8 @@ def main():
     cluster1.stop_cluster_sync()
     rows.append(("round trip, no-op endpoint (us)", "median", "p99"))
     rows.append(("  raw C++ ZeroMQ ping-pong (floor)", floor[0], floor[1]))
+    ring = summary(ring_floor(n))
+    rows.append(("  C++ shared-memory rings (issue 23's floor)", ring[0], ring[1]))
     rows.append(("  xmesh call_one().get()", xm[0], xm[1]))
     rows.append(("  multiprocessing Pipe", mpp[0], mpp[1]))
     rows.append(("  ipyparallel apply_sync", ipr[0], ipr[1]))

@@ -1,0 +1,260 @@
+#include "shm_ring.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <utility>
+
+namespace xmesh {
+
+namespace {
+constexpr uint64_t kMagic = 0x31304e49524d5858ull;  // "XXMRIN01"
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kMinCapacity = 4096;
+constexpr size_t kMaxCapacity = size_t(1) << 30;
+constexpr int kSpins = 64;  // tries before sleeping: a reply often comes within microseconds
+
+size_t record_bytes(size_t length) { return (4 + length + 7) & ~size_t(7); }
+
+int64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The futex is shared between processes (no FUTEX_PRIVATE_FLAG): the word is in a memfd.
+void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, int timeout_ms) {
+  timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, timeout_ms < 0 ? nullptr : &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+}  // namespace
+
+struct ShmRing::Header {
+  uint64_t magic;
+  uint64_t capacity;
+  alignas(64) std::atomic<uint64_t> head;       // bytes ever written (the writer's)
+  alignas(64) std::atomic<uint64_t> tail;       // bytes ever read (the reader's)
+  alignas(64) std::atomic<uint32_t> data_seq;   // bumped per message written: the reader's futex
+  std::atomic<uint32_t> reader_sleeping;
+  alignas(64) std::atomic<uint32_t> space_seq;  // bumped per message read: the writer's futex
+  std::atomic<uint32_t> writer_sleeping;
+  alignas(64) std::atomic<uint32_t> closed;
+};
+
+
+ShmRing ShmRing::create(size_t capacity, const std::string& name) {
+  if (capacity < kMinCapacity || capacity > kMaxCapacity || (capacity & (capacity - 1)) != 0)
+    throw std::invalid_argument("a ring's capacity is a power of two from 4 KiB to 1 GiB, not " + std::to_string(capacity));
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  size_t size = kHeaderBytes + capacity;
+  // Sealed at its size: a peer cannot shrink it under the other (which would fault on access).
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("sizing a ring: ") + std::strerror(e));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("mapping a ring: ") + std::strerror(e));
+  }
+  static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
+  auto* h = new (p) Header{};  // the memfd starts zeroed: atomics at 0
+  h->capacity = capacity;
+  h->magic = kMagic;
+  return ShmRing(fd, h, size);
+}
+
+ShmRing ShmRing::attach(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) throw std::runtime_error(std::string("a ring's fd: ") + std::strerror(errno));
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    throw std::runtime_error("the fd is not a sealed xmesh ring (it could shrink under this process)");
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size < kHeaderBytes + kMinCapacity || size > kHeaderBytes + kMaxCapacity)
+    throw std::runtime_error("the fd is not an xmesh ring (" + std::to_string(size) + " bytes)");
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    ::close(own);
+    throw std::runtime_error(std::string("mapping a ring: ") + std::strerror(e));
+  }
+  auto* h = static_cast<Header*>(p);
+  if (h->magic != kMagic || h->capacity + kHeaderBytes != size || (h->capacity & (h->capacity - 1)) != 0) {
+    munmap(p, size);
+    ::close(own);
+    throw std::runtime_error("the fd is not an xmesh ring (its header does not match its size)");
+  }
+  return ShmRing(own, h, size);
+}
+
+ShmRing::ShmRing(int fd, Header* header, size_t map_size)
+    : fd_(fd), h_(header), map_size_(map_size), data_(reinterpret_cast<char*>(header) + kHeaderBytes) {}
+
+ShmRing::ShmRing(ShmRing&& o) noexcept { *this = std::move(o); }
+
+ShmRing& ShmRing::operator=(ShmRing&& o) noexcept {
+  if (this != &o) {
+    this->~ShmRing();
+    fd_ = std::exchange(o.fd_, -1);
+    h_ = std::exchange(o.h_, nullptr);
+    map_size_ = std::exchange(o.map_size_, 0);
+    data_ = std::exchange(o.data_, nullptr);
+  }
+  return *this;
+}
+
+ShmRing::~ShmRing() {
+  if (h_) munmap(h_, map_size_);
+  if (fd_ >= 0) ::close(fd_);
+  h_ = nullptr;
+  fd_ = -1;
+}
+
+size_t ShmRing::capacity() const { return static_cast<size_t>(h_->capacity); }
+bool ShmRing::closed() const { return h_->closed.load() != 0; }
+size_t ShmRing::used() const { return static_cast<size_t>(h_->head.load() - h_->tail.load()); }
+
+void ShmRing::copy_in(uint64_t pos, const void* data, size_t n) {
+  size_t cap = capacity(), off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
+  std::memcpy(data_ + off, data, first);
+  std::memcpy(data_, static_cast<const char*>(data) + first, n - first);
+}
+
+void ShmRing::copy_out(uint64_t pos, void* data, size_t n) const {
+  size_t cap = capacity(), off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
+  std::memcpy(data, data_ + off, first);
+  std::memcpy(static_cast<char*>(data) + first, data_, n - first);
+}
+
+ShmRing::Result ShmRing::try_write(std::string_view message) {
+  if (h_->closed.load()) return Result::closed;
+  if (message.size() > max_message()) return Result::too_large;
+  uint64_t head = h_->head.load(std::memory_order_relaxed);  // only this side writes it
+  size_t need = record_bytes(message.size());
+  if (capacity() - static_cast<size_t>(head - h_->tail.load()) < need) return Result::full;
+  uint32_t length = static_cast<uint32_t>(message.size());
+  copy_in(head, &length, sizeof length);
+  copy_in(head + sizeof length, message.data(), message.size());
+  h_->head.store(head + need);  // seq_cst, then the sleeping flag: see wait_for
+  h_->data_seq.fetch_add(1);
+  if (h_->reader_sleeping.load()) futex_wake_all(h_->data_seq);
+  return Result::ok;
+}
+
+ShmRing::Result ShmRing::try_read(std::string& out) {
+  uint64_t tail = h_->tail.load(std::memory_order_relaxed);  // only this side writes it
+  uint64_t head = h_->head.load();
+  if (head == tail) return h_->closed.load() ? Result::closed : Result::empty;
+  uint32_t length = 0;
+  copy_out(tail, &length, sizeof length);
+  size_t need = record_bytes(length);
+  if (head - tail > capacity() || length > max_message() || need > head - tail) {  // garbage: nothing more is read
+    close();
+    return Result::closed;
+  }
+  out.resize(length);
+  copy_out(tail + sizeof length, out.data(), length);
+  h_->tail.store(tail + need);
+  h_->space_seq.fetch_add(1);
+  if (h_->writer_sleeping.load()) futex_wake_all(h_->space_seq);
+  return Result::ok;
+}
+
+// Sleeps on `word` (last seen as `seen`) with `sleeping` raised; the other side bumps the word
+// after it changed the ring and wakes only a side that raised its flag. All of these are
+// sequentially consistent, so either the other side sees the flag or this side's re-check
+// (the caller's next try) sees its change: no wake-up is lost.
+ShmRing::Result ShmRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, uint32_t seen,
+                                  int64_t deadline_ms) {
+  int left = -1;
+  if (deadline_ms >= 0) {
+    int64_t now = now_ms();
+    if (now >= deadline_ms) return Result::timed_out;
+    left = static_cast<int>(std::min<int64_t>(deadline_ms - now, 1000));
+  }
+  futex_wait(word, seen, left < 0 ? 1000 : left);  // a second at most: closed() is looked at again
+  sleeping.store(0);
+  return Result::ok;
+}
+
+ShmRing::Result ShmRing::write(std::string_view message, int timeout_ms) {
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (int spin = 0;; ++spin) {
+    uint32_t seen = h_->space_seq.load();
+    Result r = try_write(message);
+    if (r != Result::full) return r;
+    if (spin < kSpins) {
+      cpu_relax();
+      continue;
+    }
+    h_->writer_sleeping.store(1);
+    r = try_write(message);
+    if (r != Result::full) {
+      h_->writer_sleeping.store(0);
+      return r;
+    }
+    if (wait_for(h_->space_seq, h_->writer_sleeping, seen, deadline) == Result::timed_out) {
+      h_->writer_sleeping.store(0);
+      return Result::timed_out;
+    }
+  }
+}
+
+ShmRing::Result ShmRing::read(std::string& out, int timeout_ms) {
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (int spin = 0;; ++spin) {
+    uint32_t seen = h_->data_seq.load();
+    Result r = try_read(out);
+    if (r != Result::empty) return r;
+    if (spin < kSpins) {
+      cpu_relax();
+      continue;
+    }
+    h_->reader_sleeping.store(1);
+    r = try_read(out);
+    if (r != Result::empty) {
+      h_->reader_sleeping.store(0);
+      return r;
+    }
+    if (wait_for(h_->data_seq, h_->reader_sleeping, seen, deadline) == Result::timed_out) {
+      h_->reader_sleeping.store(0);
+      return Result::timed_out;
+    }
+  }
+}
+
+void ShmRing::close() {
+  h_->closed.store(1);
+  h_->data_seq.fetch_add(1);
+  h_->space_seq.fetch_add(1);
+  futex_wake_all(h_->data_seq);
+  futex_wake_all(h_->space_seq);
+}
+
+}  // namespace xmesh

@@ -1,0 +1,71 @@
+// ShmRing: a single-producer single-consumer ring of messages in shared memory (issue 23's
+// same-host call path; its design in docs/ARCHITECTURE.md, "Same-host calls through rings").
+//
+// One ring carries one direction between two processes (a caller and a proc): it lives in a
+// memfd, made by one side and handed to the other once (SCM_RIGHTS), so a message costs two
+// copies (into the ring, out of it) and no system call while the reader is awake. A reader that
+// finds the ring empty spins a little, then sleeps on a futex in the ring; the writer wakes it
+// only when it said it sleeps. A writer that finds it full waits the same way for space: a slow
+// reader holds its writer back (bounded memory) and never loses or reorders a message.
+//
+// Records are a 4-byte length and the bytes, 8-byte aligned, written across the end of the
+// buffer where they must be (two copies), so every size up to `max_message()` fits whatever the
+// positions. Either side can close it (a peer known dead is closed from outside, by whoever
+// learned it): the other side's waits end at once, reading what was written before first.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace xmesh {
+
+class ShmRing {
+ public:
+  enum class Result { ok, full, empty, closed, timed_out, too_large };
+
+  // A new ring with `capacity` bytes of buffer (a power of two, at least 4 KiB); its memfd is
+  // fd(), for the other side's attach(). Throws naming the reason.
+  static ShmRing create(size_t capacity, const std::string& name = "xmesh-ring");
+  // The ring in a memfd made by create() (the fd is duplicated: the caller keeps its own).
+  // Throws when the fd is not such a ring.
+  static ShmRing attach(int fd);
+
+  ShmRing(ShmRing&& other) noexcept;
+  ShmRing& operator=(ShmRing&& other) noexcept;
+  ShmRing(const ShmRing&) = delete;
+  ShmRing& operator=(const ShmRing&) = delete;
+  ~ShmRing();
+
+  int fd() const { return fd_; }
+  size_t capacity() const;
+  size_t max_message() const { return capacity() / 2; }  // larger messages take another path
+
+  // Writer side. try_write never waits; write waits up to timeout_ms (-1: forever) for space.
+  Result try_write(std::string_view message);
+  Result write(std::string_view message, int timeout_ms);
+  // Reader side. try_read never waits; read waits up to timeout_ms (-1: forever) for a message.
+  // A closed ring is read to its end before `closed` is answered.
+  Result try_read(std::string& out);
+  Result read(std::string& out, int timeout_ms);
+
+  // No more messages: the peer's waits end. Either side, or whoever learned the peer died.
+  void close();
+  bool closed() const;
+  size_t used() const;  // bytes written and not read yet (records included)
+
+ private:
+  struct Header;
+  ShmRing(int fd, Header* header, size_t map_size);
+  Result wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, uint32_t seen, int64_t deadline_ms);
+  void copy_in(uint64_t pos, const void* data, size_t n);
+  void copy_out(uint64_t pos, void* data, size_t n) const;
+
+  int fd_ = -1;
+  Header* h_ = nullptr;
+  size_t map_size_ = 0;
+  char* data_ = nullptr;
+};
+
+}  // namespace xmesh
