@@ -193,6 +193,39 @@ def xmesh_spawn8(reps):
     return out
 
 
+def _memory_kib(pid):
+    """(RSS, PSS) of a process in KiB: PSS counts pages it shares (a fork server's) in part."""
+    with open(f"/proc/{pid}/status") as f:
+        rss = int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        pss = int(next(line for line in f if line.startswith("Pss:")).split()[1])
+    return rss, pss
+
+
+def idle_proc_memory():
+    """{forked: (RSS, PSS) median MiB} of 8 idle procs, forked by the host agent's fork server
+    and started from their command line (XMESH_FORK_SERVER=0, read at each spawn)."""
+    from xmesh import this_host
+
+    out = {}
+    saved = os.environ.get("XMESH_FORK_SERVER")
+    try:
+        for forked in (True, False):
+            os.environ["XMESH_FORK_SERVER"] = "1" if forked else "0"
+            pm = this_host().spawn_procs({"gpus": 8})
+            pm.initialized.get()
+            time.sleep(1.0)  # settled: what an idle proc holds
+            mem = [_memory_kib(pid) for pid in pm.pids]
+            out[forked] = (statistics.median(r for r, _ in mem) / 1024, statistics.median(p for _, p in mem) / 1024)
+            pm.stop()
+    finally:
+        if saved is None:
+            os.environ.pop("XMESH_FORK_SERVER", None)
+        else:
+            os.environ["XMESH_FORK_SERVER"] = saved
+    return out
+
+
 def xmesh_kill_to_error(reps):
     from xmesh import ActorError, this_host
 
@@ -316,6 +349,11 @@ def main():
     rows.append(("  spawn to ready", xs, ms, mf, ds, ipp8))
     ratios.append(f"spawn 8: xmesh {xs:.3f} s = {xs / ms:.2f}x multiprocessing's spawn (target <= 0.75x), "
                   f"{xs / mf:.2f}x its fork; dask / xmesh = {ds / xs:.1f}x")
+
+    mem = idle_proc_memory()
+    rows.append(("idle proc memory (MiB, median of 8)", "RSS", "PSS"))
+    rows.append(("  forked by the fork server", *mem[True]))
+    rows.append(("  started from its command line", *mem[False]))
 
     k = xmesh_kill_to_error(3 if args.quick else 5)
     rows.append(("kill -9 of a busy proc to the caller's error (s)", "median", "max"))
