@@ -28,6 +28,7 @@ import time
 from typing import List, Optional, Tuple
 
 AGENT_FD = 3
+
 MAX_REQUEST = 16 << 20  # an environment is kilobytes; more is a broken agent, not a request
 
 
@@ -115,9 +116,17 @@ def serve(sock: socket.socket) -> Tuple[dict, List[int], int]:
             _answer(sock, {"pid": pid})
 
 
+def _set_process_name(name: bytes) -> None:
+    import ctypes
+
+    PR_SET_NAME = 15
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
 def _become_proc(sock: socket.socket, request: dict, fds: List[int], middle: int) -> None:
     """In the forked proc: what a proc the agent started itself would have."""
     sock.close()
+    _set_process_name(os.path.basename(sys.executable).encode())
     # The agent (a subreaper) adopts it once the middle process is gone: wait for that, so the
     # worker's parent-death signal is tied to the agent.
     while os.getppid() == middle:
@@ -137,6 +146,9 @@ def _become_proc(sock: socket.socket, request: dict, fds: List[int], middle: int
 def main() -> None:
     sock = socket.socket(fileno=AGENT_FD)
     sock.set_inheritable(False)
+    from ._hostd import FORK_SERVER_NAME
+
+    _set_process_name(FORK_SERVER_NAME)  # its procs get python3's back
     import xmesh  # noqa: F401  (the point: what every proc imports, imported once)
 
     request, fds, middle = serve(sock)

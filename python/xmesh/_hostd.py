@@ -53,12 +53,21 @@ def _has_children(pid):
                 with open(f"/proc/{entry}/stat") as f:
                     if int(f.read().rsplit(")", 1)[1].split()[1]) != pid:
                         continue
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if not f.read().rstrip(b"\0").endswith(b"xmesh._worker\0--fork-server"):
-                        return True
+                if not _is_fork_server(int(entry)):
+                    return True
             except (OSError, ValueError, IndexError):
                 continue
     return False
+
+
+# A host agent's fork server's /proc/PID/comm (_forkserver sets it; its procs share its command
+# line, not this name).
+FORK_SERVER_NAME = b"xmesh-forksrv"
+
+
+def _is_fork_server(pid):
+    with open(f"/proc/{pid}/comm", "rb") as f:
+        return f.read().strip() == FORK_SERVER_NAME
 
 
 def _read(path):

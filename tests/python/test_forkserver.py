@@ -2,8 +2,9 @@
 procs of the worker's command line are forked from a Python that imported xmesh once. Each is
 the agent's child (reparented: a subreaper), with its own process group, directory, environment
 (XMESH_* read after the fork) and pipes, fully independent of the server (no shared sockets or
-threads); XMESH_FORK_SERVER=0 starts procs the usual way; no module reads an XMESH_* setting at
-import (it would keep the fork server's value)."""
+threads); a server killed is replaced without failing a spawn; an agent with forked procs is not
+taken for idle; XMESH_FORK_SERVER=0 starts procs the usual way; no module reads an XMESH_*
+setting at import (it would keep the fork server's value)."""
 import ast
 import os
 import subprocess
@@ -11,6 +12,7 @@ import subprocess
 from xmesh_testing import PYTHON, wait_until
 
 import xmesh
+from xmesh import _core
 
 PACKAGE = os.path.dirname(xmesh.__file__)
 
@@ -37,7 +39,7 @@ class Probe(xmesh.Actor):
                 "threads": [t.name for t in threading.enumerate()]}
 
 
-def test_procs_are_forked_by_the_fork_server_and_independent_of_it(fresh_rundir, tmp_path):
+def test_procs_are_forked_by_the_fork_server_and_independent_of_it():
     os.environ["FORKSERVER_TEST_MARKER"] = "first"
     try:
         procs = xmesh.this_host().spawn_procs({"gpus": 3})
@@ -61,6 +63,32 @@ def test_procs_are_forked_by_the_fork_server_and_independent_of_it(fresh_rundir,
         # Killed, a forked proc is reported as any other.
         os.kill(facts[1]["pid"], 9)
         wait_until(lambda: 1 in procs._alloc.exited, 20)
+    finally:
+        procs.stop()
+
+
+def _fork_servers(agent: int) -> list:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _safe_ppid(int(p)) == agent
+            and _cmdline(int(p)).endswith("-m xmesh._worker --fork-server")]
+
+
+def test_a_fork_server_that_died_is_replaced_and_no_spawn_fails():
+    procs = xmesh.this_host().spawn_procs({"gpus": 2})
+    procs.initialized.get(timeout=60)
+    agent = _safe_ppid(procs.pids[0])
+    servers = [p for p in _fork_servers(agent) if p not in procs.pids]
+    assert servers
+    for server in servers:  # (other tests' spawns may have started others: all go)
+        os.kill(server, 9)
+    wait_until(lambda: all(not os.path.exists(f"/proc/{s}") or _stat(s)[0] == "Z" for s in servers), 10)
+    try:
+        more = xmesh.this_host().spawn_procs({"gpus": 3})  # the first is started the usual way
+        more.initialized.get(timeout=60)
+        assert all(_safe_ppid(p) == agent for p in more.pids)
+        with open(_core.layout_hostd_log(_core.runtime_dir())) as f:
+            assert "starting procs without the fork server: " in f.read()
+        assert set(_fork_servers(agent)) - set(more.pids + procs.pids) - set(servers)  # a new one serves
+        more.stop()
     finally:
         procs.stop()
 
@@ -108,3 +136,20 @@ def test_no_module_reads_an_xmesh_setting_at_import():
     reads = [r for name in sorted(os.listdir(PACKAGE)) if name.endswith(".py")
              for r in _module_level_env_reads(os.path.join(PACKAGE, name))]
     assert reads == [], "read these when used (a forked proc's environment is set after imports): " + repr(reads)
+
+
+def test_an_agent_with_forked_procs_is_not_taken_for_idle():
+    """A controller replaces an idle agent that refuses it; an agent whose only children are
+    forked procs (the fork server's command line) is not idle, one with only fork servers is."""
+    from xmesh._hostd import _has_children, _is_fork_server
+
+    procs = xmesh.this_host().spawn_procs({"gpus": 1})
+    try:
+        procs.initialized.get(timeout=60)
+        agent = _safe_ppid(procs.pids[0])
+        assert _has_children(agent)
+        assert not _is_fork_server(procs.pids[0])
+        servers = [p for p in _fork_servers(agent) if p not in procs.pids]
+        assert servers and all(_is_fork_server(p) for p in servers)
+    finally:
+        procs.stop()
