@@ -103,6 +103,11 @@ def serve(sock: socket.socket) -> Tuple[dict, List[int], int]:
                 os.close(fd)
             _answer(sock, {"error": "a request is {env, cwd} with the proc's stdout and stderr attached"})
             continue
+        if request["cwd"] and not os.path.isdir(request["cwd"]):  # said by the agent's own start instead
+            for fd in fds:
+                os.close(fd)
+            _answer(sock, {"error": f"no directory {request['cwd']}"})
+            continue
         try:
             pid, middle = _fork_proc()
         except OSError as e:

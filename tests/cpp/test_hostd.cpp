@@ -188,6 +188,13 @@ TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") 
                        {"ranks", {{{"rank", 0}}}}});
   CHECK(none["__ok"] == false);
   CHECK(none["text"].get<std::string>().find("/nonexistent/program") != std::string::npos);
+  // The worker's command line goes to the fork server first: a directory that is not there is
+  // still refused naming it (the server declines, the agent's own start says why).
+  auto nodir = request(ctl, agent.addr(), Kind::SpawnProcs,
+                       {{"alloc", "c4"}, {"argv", {"/usr/bin/python3", "-m", "xmesh._worker"}},
+                        {"env", {{"PATH", "/usr/bin:/bin"}}}, {"cwd", "/nonexistent/dir"}, {"ranks", {{{"rank", 0}}}}});
+  CHECK(nodir["__ok"] == false);
+  CHECK(nodir["text"].get<std::string>().find("in /nonexistent/dir") != std::string::npos);
   {
     // Raw garbage from a cookie holder (a stranger gets no frame in): ZMTP-valid frames with
     // junk, and no hello.
