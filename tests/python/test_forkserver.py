@@ -53,6 +53,8 @@ def test_procs_are_forked_by_the_fork_server_and_independent_of_it():
                    and _cmdline(int(p)).endswith("-m xmesh._worker --fork-server") and int(p) not in
                    {f["pid"] for f in facts}]
         assert len(servers) == 1, servers
+        # The server never runs a thread besides its main one: a fork copies only the caller.
+        assert len(os.listdir(f"/proc/{servers[0]}/task")) == 1
         for rank, f in enumerate(facts):
             assert f["ppid"] == agent, f  # the agent's own child: it waits for it and sees it exit
             assert f["pgid"] == f["pid"] and f["rank"] == str(rank) and f["marker"] == "first", f
