@@ -203,50 +203,35 @@ ShmRing::Result ShmRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint3
   return Result::ok;
 }
 
-ShmRing::Result ShmRing::write(std::string_view message, int timeout_ms) {
+// Tries `attempt` until it answers other than `not_ready`: spins a little, then sleeps on `word`
+// with `sleeping` raised (re-trying once raised, so a change made meanwhile is not slept through).
+template <class Attempt>
+ShmRing::Result ShmRing::keep_trying(Attempt attempt, Result not_ready, std::atomic<uint32_t>& word,
+                                     std::atomic<uint32_t>& sleeping, int timeout_ms) {
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   for (int spin = 0;; ++spin) {
-    uint32_t seen = h_->space_seq.load();
-    Result r = try_write(message);
-    if (r != Result::full) return r;
+    uint32_t seen = word.load();
+    Result r = attempt();
+    if (r != not_ready) return r;
     if (spin < kSpins) {
       cpu_relax();
       continue;
     }
-    h_->writer_sleeping.store(1);
-    r = try_write(message);
-    if (r != Result::full) {
-      h_->writer_sleeping.store(0);
-      return r;
-    }
-    if (wait_for(h_->space_seq, h_->writer_sleeping, seen, deadline) == Result::timed_out) {
-      h_->writer_sleeping.store(0);
-      return Result::timed_out;
+    sleeping.store(1);
+    r = attempt();
+    if (r != not_ready || wait_for(word, sleeping, seen, deadline) == Result::timed_out) {
+      sleeping.store(0);
+      return r != not_ready ? r : Result::timed_out;
     }
   }
 }
 
+ShmRing::Result ShmRing::write(std::string_view message, int timeout_ms) {
+  return keep_trying([&] { return try_write(message); }, Result::full, h_->space_seq, h_->writer_sleeping, timeout_ms);
+}
+
 ShmRing::Result ShmRing::read(std::string& out, int timeout_ms) {
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-  for (int spin = 0;; ++spin) {
-    uint32_t seen = h_->data_seq.load();
-    Result r = try_read(out);
-    if (r != Result::empty) return r;
-    if (spin < kSpins) {
-      cpu_relax();
-      continue;
-    }
-    h_->reader_sleeping.store(1);
-    r = try_read(out);
-    if (r != Result::empty) {
-      h_->reader_sleeping.store(0);
-      return r;
-    }
-    if (wait_for(h_->data_seq, h_->reader_sleeping, seen, deadline) == Result::timed_out) {
-      h_->reader_sleeping.store(0);
-      return Result::timed_out;
-    }
-  }
+  return keep_trying([&] { return try_read(out); }, Result::empty, h_->data_seq, h_->reader_sleeping, timeout_ms);
 }
 
 void ShmRing::close() {

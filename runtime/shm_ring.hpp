@@ -59,6 +59,9 @@ class ShmRing {
   struct Header;
   ShmRing(int fd, Header* header, size_t map_size);
   Result wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, uint32_t seen, int64_t deadline_ms);
+  template <class Attempt>
+  Result keep_trying(Attempt attempt, Result not_ready, std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping,
+                     int timeout_ms);
   void copy_in(uint64_t pos, const void* data, size_t n);
   void copy_out(uint64_t pos, void* data, size_t n) const;
 

@@ -270,11 +270,6 @@ def decode(pid: int, raw: bytes) -> dict:
     return snap
 
 
-def query(path: str, timeout: float = QUERY_TIMEOUT_S) -> dict:
-    """One controller's snapshot (or {"error": why} when it does not answer)."""
-    return decode(0, query_raw(path, timeout))
-
-
 def raw_snapshots(rundir: Optional[str] = None) -> List[Tuple[int, bytes]]:
     """[(pid, its snapshot as it came)] of every live controller of a runtime directory (default:
     this user's): a reader that polls compares these before decoding anything."""

@@ -1,9 +1,10 @@
 """What the browser tests of the xmesh panel share: the notebook cell that spawns the 2x4 mesh
-"grid" with its test actor, the selector of its rank cells, and screenshots kept in the test log
-folder (CI artifacts)."""
+"grid" with its test actor, the selector of its rank cells, a notebook halted in pdb with the
+panel open, and screenshots kept in the test log folder (CI artifacts)."""
 import os
 
 from conftest import LOG_DIR
+from jupyter_ui import NotebookPage, write_notebook
 
 SPAWN = """
 import time, xmesh
@@ -36,3 +37,19 @@ def states(page):
 def shot(page, name):
     os.makedirs(os.path.join(LOG_DIR, "browser"), exist_ok=True)
     page.screenshot(path=os.path.join(LOG_DIR, "browser", f"panel-{name}.png"))
+
+
+HALT = "r = slow.halt.call().get()\nprint('RESULT', sorted(r.values()))"
+
+
+def halted_with_the_panel_open(server, page, notebook):
+    """A notebook that spawns the grid, then a cell whose call stops ranks 2 and 6 in pdb and
+    waits; the panel open, both listed as stopped. Returns the notebook's page."""
+    write_notebook(os.path.join(server.root, notebook), [SPAWN, HALT])
+    nb = NotebookPage(page, server, notebook)
+    nb.run(0, timeout=90)
+    page.click('.jp-SideBar .lm-TabBar-tab[data-id="xmesh-panel"]')
+    nb.run(1, wait=False)
+    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='6']", timeout=30000)
+    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=10000)
+    return nb

@@ -2,23 +2,13 @@
 on a stopped row shows that rank's source with its current line and pdb's answers to typed
 commands and to the next/continue buttons, while the notebook's cell waits on the call; ticked
 rows are continued alone, and the cell then ends with its result."""
-import os
-
-from jupyter_ui import NotebookPage, write_notebook
-from panel_ui import SPAWN, shot as _shot
+from panel_ui import halted_with_the_panel_open, shot as _shot
 
 
 def test_one_rank_in_a_console_and_ticked_ranks_continued(server, page):
     """`attach` on a stopped row opens a console on that rank: its source with the current line,
     pdb's answers, step/next/continue; ticking a row and `continue ticked` continues only it."""
-    write_notebook(os.path.join(server.root, "console.ipynb"),
-                   [SPAWN, "r = slow.halt.call().get()\nprint('RESULT', sorted(r.values()))"])
-    nb = NotebookPage(page, server, "console.ipynb")
-    nb.run(0, timeout=90)
-    page.click('.jp-SideBar .lm-TabBar-tab[data-id="xmesh-panel"]')
-    nb.run(1, wait=False)
-    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=30000)
-    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='6']", timeout=10000)
+    nb = halted_with_the_panel_open(server, page, "console.ipynb")
     page.click("#xmesh-panel .xmesh-stopped-row[data-rank='2'] .xmesh-stopped-attach")
     console = "#xmesh-panel .xmesh-console"
     page.wait_for_selector(f"{console} .xmesh-console-current", timeout=15000)

@@ -8,7 +8,7 @@ import os
 import re
 
 from jupyter_ui import NotebookPage, write_notebook
-from panel_ui import RANKS, SPAWN, shot as _shot, states as _states
+from panel_ui import HALT, RANKS, SPAWN, halted_with_the_panel_open, shot as _shot, states as _states
 
 def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     write_notebook(os.path.join(server.root, "panel.ipynb"), [SPAWN, "sorted(slow.nap.call(8).get().values())"])
@@ -65,7 +65,7 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
 
 
 def test_the_status_bar_says_when_ranks_stop_with_the_panel_closed(server, page):
-    write_notebook(os.path.join(server.root, "badge.ipynb"), [SPAWN, "r = slow.halt.call().get()"])
+    write_notebook(os.path.join(server.root, "badge.ipynb"), [SPAWN, HALT])
     nb = NotebookPage(page, server, "badge.ipynb")
     nb.run(0, timeout=90)
     nb.run(1, wait=False)
@@ -77,13 +77,7 @@ def test_the_status_bar_says_when_ranks_stop_with_the_panel_closed(server, page)
 
 
 def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, page):
-    write_notebook(os.path.join(server.root, "halt.ipynb"), [SPAWN, "r = slow.halt.call().get()\nprint('RESULT', sorted(r.values()))"])
-    nb = NotebookPage(page, server, "halt.ipynb")
-    nb.run(0, timeout=90)
-    page.click('.jp-SideBar .lm-TabBar-tab[data-id="xmesh-panel"]')
-    nb.run(1, wait=False)
-    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='6']", timeout=30000)
-    page.wait_for_selector("#xmesh-panel .xmesh-stopped-row[data-rank='2']", timeout=10000)
+    nb = halted_with_the_panel_open(server, page, "halt.ipynb")
     rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.textContent)")
     assert len(rows) == 2 and all(re.match(r"slow rank [26] \(hosts=\d, gpus=2\) on \S+ at halt line \d+ \(breakpoint\)", r)
                                   for r in rows), rows

@@ -138,3 +138,8 @@ def test_debug_requests_are_checked_before_anything_is_typed(server):
                       ({"pid": 1, "actor": "w", "rank": 0, "command": "n"}, "pid 1 is no xmesh kernel or program")):
         status, reply = _post(server, "xmesh/api/pdb", json.dumps(body).encode())
         assert status == 400 and why in reply["error"], (body, reply)
+    # Handing a debugger back: a pid is a whole number; one the panel does not hold is said so.
+    status, reply = _post(server, "xmesh/api/release", json.dumps({"pid": "7"}).encode())
+    assert status == 400 and "pid is the controller's process id" in reply["error"], reply
+    status, reply = _post(server, "xmesh/api/release", json.dumps({"pid": 7}).encode())
+    assert status == 200 and reply == {"pid": 7, "released": False}, reply
