@@ -25,7 +25,7 @@ std::shared_ptr<Inbox> ActorDirectory::spawn(Message& m) {
   const std::string name = m.header.actor;
   std::lock_guard<std::mutex> g(mu_);
   if (actors_.count(name)) return nullptr;
-  auto box = std::make_shared<Inbox>();
+  auto box = std::make_shared<Inbox>(/*spin=*/true);
   actors_[name] = box;
   // Under the lock, so that nothing delivered meanwhile overtakes the spawn or what was held.
   box->push(std::move(m));

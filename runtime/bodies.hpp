@@ -355,6 +355,47 @@ struct PeerDeadBody {
 };
 XMESH_BODY_JSON(PeerDeadBody)
 
+// RingOffer (a node -> a node of its host): a shared-memory ring for the sender's messages to
+// the receiver (runtime/ring_links.hpp), to be opened at /proc/<pid>/fd/<fd> and recognised by
+// its token.
+struct RingOfferBody {
+  static constexpr const char* what = "RingOffer";
+  int64_t pid = 0;
+  int64_t fd = -1;
+  uint64_t token = 0;
+  uint64_t max_message_bytes = 0;  // the writer's own limit (named when a message is over the reader's)
+  template <class F>
+  static void fields(F&& f) {
+    f("pid", &RingOfferBody::pid, Need::Required);
+    f("fd", &RingOfferBody::fd, Need::Required);
+    f("token", &RingOfferBody::token, Need::Required);
+    f("max_message_bytes", &RingOfferBody::max_message_bytes, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(RingOfferBody)
+
+// RingAccept (the receiver of an offer -> its sender): the ring (its token) is mapped, and the
+// receiver's doorbell is at /proc/<pid>/fd/<bell_fd>; or, ok false, why it is not used.
+struct RingAcceptBody {
+  static constexpr const char* what = "RingAccept";
+  uint64_t token = 0;  // the offered ring's
+  bool ok = false;
+  std::string reason;
+  int64_t pid = 0;
+  int64_t bell_fd = -1;
+  uint64_t bell_token = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("token", &RingAcceptBody::token, Need::Required);
+    f("ok", &RingAcceptBody::ok, Need::Required);
+    f("reason", &RingAcceptBody::reason, Need::Optional);
+    f("pid", &RingAcceptBody::pid, Need::Optional);
+    f("bell_fd", &RingAcceptBody::bell_fd, Need::Optional);
+    f("bell_token", &RingAcceptBody::bell_token, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(RingAcceptBody)
+
 // Reload (controller -> actor host): reload the modules of these synced files.
 struct ReloadBody {
   static constexpr const char* what = "Reload";

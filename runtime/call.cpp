@@ -1,5 +1,7 @@
 #include "call.hpp"
 
+#include "spin.hpp"
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -43,6 +45,7 @@ bool Call::deliver(CallResult r) {
     }
     // A fan-out to N targets must not wake a waiter for the whole call N times.
     wake = any_waiters_ > 0 || complete() || fatal_;
+    if (wake) ++changes_;
   }
   if (wake) cv_.notify_all();
   return true;
@@ -111,6 +114,11 @@ WaitOutcome Call::wait_for(bool any, int timeout_ms) {
     return WaitOutcome::Timeout;
   };
   if (timeout_ms == 0 || ready() || woken_) return outcome();
+  uint32_t seen = changes_.load();
+  g.unlock();
+  spin_until([&] { return changes_.load() != seen; });  // a reply within microseconds: no sleep
+  g.lock();
+  if (ready() || woken_) return outcome();
   if (any) ++any_waiters_;
   auto stop = [&] { return ready() || woken_; };
   if (timeout_ms < 0)
@@ -125,6 +133,7 @@ void Call::wake() {
   {
     std::lock_guard<std::mutex> g(mu_);
     woken_ = true;
+    ++changes_;
   }
   cv_.notify_all();
 }

@@ -1,6 +1,7 @@
 // The C++ state behind a Future: one outstanding call to N targets. The node's I/O thread
 // delivers replies (or supervision failures) into it; any thread waits on it without Python.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -76,6 +77,7 @@ class Call {
   size_t received_ = 0;
   bool fatal_ = false;
   bool woken_ = false;
+  std::atomic<uint32_t> changes_{0};  // bumped with every notify: a spinning waiter looks at it
   int any_waiters_ = 0;  // threads in wait_for(any): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
   int efd_ = -1;

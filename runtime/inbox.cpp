@@ -1,5 +1,7 @@
 #include "inbox.hpp"
 
+#include "spin.hpp"
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -7,7 +9,7 @@
 
 namespace xmesh {
 
-Inbox::Inbox() = default;
+Inbox::Inbox(bool spin) : spin_(spin) {}
 
 int Inbox::fd() {
   std::lock_guard<std::mutex> g(mu_);
@@ -43,6 +45,7 @@ bool Inbox::push(Message&& m) {
     std::lock_guard<std::mutex> g(mu_);
     if (closed_) return false;
     q_.push_back(std::move(m));
+    ++pending_;
     signal_fd_locked();
   }
   cv_.notify_one();
@@ -50,6 +53,7 @@ bool Inbox::push(Message&& m) {
 }
 
 std::optional<Message> Inbox::pop(int timeout_ms) {
+  if (spin_ && timeout_ms != 0) spin_until([this] { return pending_.load() != 0; });
   std::unique_lock<std::mutex> g(mu_);
   auto ready = [&] { return !q_.empty() || closed_; };
   if (timeout_ms < 0) {
@@ -62,6 +66,7 @@ std::optional<Message> Inbox::pop(int timeout_ms) {
   if (q_.empty()) return std::nullopt;
   Message m = std::move(q_.front());
   q_.pop_front();
+  --pending_;
   if (q_.empty() && !closed_) clear_fd_locked();
   return m;
 }
@@ -69,6 +74,7 @@ std::optional<Message> Inbox::pop(int timeout_ms) {
 void Inbox::close() {
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (!closed_) ++pending_;
     closed_ = true;
     signal_fd_locked();
   }

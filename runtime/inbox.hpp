@@ -1,6 +1,7 @@
 // A blocking multi-producer queue of messages with an eventfd that is readable while the
 // queue is non-empty, so a consumer can wait in poll()/asyncio as well as in pop().
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -12,7 +13,9 @@ namespace xmesh {
 
 class Inbox {
  public:
-  Inbox();
+  // spin: pop() looks a little before it sleeps (spin.hpp), for an actor's inbox, whose next
+  // call from a busy caller usually comes within microseconds; other inboxes sleep at once.
+  explicit Inbox(bool spin = false);
   ~Inbox();
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
@@ -26,6 +29,7 @@ class Inbox {
   void close();
   bool closed() const;
   size_t size() const;
+  size_t queued() const { return pending_.load(); }  // size() without the lock (+1 once closed)
   // Created on first use: inboxes consumed only through pop() never pay for the syscalls.
   int fd();
 
@@ -35,8 +39,10 @@ class Inbox {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Message> q_;
+  std::atomic<size_t> pending_{0};  // q_'s size, plus one once closed: looked at without the lock while spinning
   bool closed_ = false;
   bool signalled_ = false;
+  const bool spin_;
   int efd_ = -1;
 };
 

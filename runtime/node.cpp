@@ -13,6 +13,13 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
       supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 4000)),
       actors_(env_int("XMESH_ACTOR_WAIT_MS", 10000)) {
   register_builtin_handlers();
+  // Controllers and procs talk to each other over shared memory on one host (ring_links.hpp);
+  // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
+  inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
+  const std::string& r = transport_.role();
+  if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
+    transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
+  }
 }
 
 Node::~Node() { stop(); }
@@ -24,11 +31,19 @@ void Node::start() {
     io_thread_id_ = std::this_thread::get_id();
     io_loop();
   });
+  if (transport_.rings_enabled())
+    rings_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "xmesh-rings");
+      rings_thread_id_ = std::this_thread::get_id();
+      rings_loop();
+    });
 }
 
 void Node::stop() {
   if (stopping_.exchange(true)) return;
   if (io_.joinable()) io_.join();
+  transport_.ring_readers().wake();
+  if (rings_.joinable()) rings_.join();
   running_ = false;
   control_.close();
   logs_.close();
@@ -188,8 +203,8 @@ void Node::fail_calls_to(const std::string& addr, const json& error) {
 
 void Node::mark_dead(const std::string& addr, const json& error) {
   supervision_.mark_dead(addr, error);
+  fail_calls_to(addr, error);  // first: a send that the disconnect ends fails with this error, not its own
   transport_.disconnect(addr);
-  fail_calls_to(addr, error);
 }
 
 bool Node::is_dead(const std::string& addr, json* error) const { return supervision_.is_dead(addr, error); }
@@ -271,6 +286,38 @@ void Node::io_loop() {
   }
 }
 
+void Node::rings_loop() {
+  auto& readers = transport_.ring_readers();
+  auto deliver = [this](Message& m) {
+    if (!has_room(m)) return false;
+    try {
+      dispatch(std::move(m));
+    } catch (const std::exception& e) {  // a handler's failure never ends the reading
+      log_diag(role(), std::string("a message from a shared-memory link failed: ") + e.what());
+    }
+    return true;
+  };
+  RingReaders::Report report;
+  while (!stopping_) {
+    size_t delivered = readers.poll(deliver, report);
+    for (auto& b : report.broken) transport_.count_malformed(b);
+    for (auto& t : report.too_large) {
+      transport_.count_too_large();
+      on_too_large(t.msg, t.payload_bytes, t.sender_limit);
+    }
+    report.broken.clear();
+    report.too_large.clear();
+    // A held message waits for its actor to take what it has: looked at again every ms.
+    if (delivered == 0) readers.wait(report.held ? 1 : 100);
+  }
+}
+
+bool Node::has_room(const Message& m) const {
+  if (m.header.kind != Kind::Call && m.header.kind != Kind::StopActor) return true;
+  auto box = actors_.inbox(m.header.actor);
+  return !box || box->queued() < inbox_limit_;
+}
+
 void Node::on(Kind kind, Handler handler) {
   if (running_) throw std::logic_error("Node::on: register handlers before start()");
   handlers_[static_cast<int>(kind)] = std::move(handler);
@@ -287,6 +334,15 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::ProcExited)] = [this](Message& m) { on_proc_exited(m); };
   handlers_[static_cast<int>(Kind::PeerDead)] = [this](Message& m) { on_peer_dead(m); };
   handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
+  handlers_[static_cast<int>(Kind::RingOffer)] = [this](Message& m) {
+    RingOfferBody offer;
+    if (typed_body(m, offer)) transport_.on_ring_offer(m.sender_addr, offer);
+  };
+  handlers_[static_cast<int>(Kind::RingAccept)] = [this](Message& m) {
+    RingAcceptBody answer;
+    if (typed_body(m, answer)) transport_.on_ring_accept(m.sender_addr, answer);
+  };
+  handlers_[static_cast<int>(Kind::RingSwitch)] = [this](Message& m) { transport_.on_ring_switch(m.sender_addr); };
   handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
     if (!supervision_.heartbeat_acked(m.sender_addr, m.header.incarnation))
       lose_host(m.sender_addr, "the host agent at " + m.sender_addr +

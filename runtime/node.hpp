@@ -159,6 +159,12 @@ class Node {
 
  private:
   void io_loop();
+  // The `xmesh-rings` thread: reads the node's shared-memory links and dispatches what comes.
+  void rings_loop();
+  // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
+  // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).
+  bool has_room(const Message& m) const;
+  size_t inbox_limit_ = 10000;
   void register_builtin_handlers();
   void dispatch(Message m);
   void on_refusal(Message& m, const RefuseBody& refusal);
@@ -182,9 +188,14 @@ class Node {
   Supervision supervision_;
   ActorDirectory actors_;
   CallTable calls_;
-  std::thread io_;
-  std::atomic<std::thread::id> io_thread_id_{};
-  bool may_block() const { return std::this_thread::get_id() != io_thread_id_.load(); }
+  std::thread io_, rings_;
+  std::atomic<std::thread::id> io_thread_id_{}, rings_thread_id_{};
+  // The threads that receive never wait in a send: a peer that cannot take a message now never
+  // stalls what comes from every other peer.
+  bool may_block() const {
+    auto self = std::this_thread::get_id();
+    return self != io_thread_id_.load() && self != rings_thread_id_.load();
+  }
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
 

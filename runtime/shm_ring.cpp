@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -47,11 +48,60 @@ void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, int timeout_ms) {
 void futex_wake_all(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
+
+uint64_t random_token() {
+  uint64_t t = 0;
+  while (t == 0)
+    if (getrandom(&t, sizeof t, 0) != sizeof t) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+  return t;
+}
+
+// A memfd of `size` bytes, sealed at that size (a peer cannot shrink it under the other, which
+// would fault on access), mapped shared. Returns the fd; *map the mapping.
+int make_sealed_memfd(const std::string& name, size_t size, void** map) {
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("sizing shared memory: ") + std::strerror(e));
+  }
+  *map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (*map == MAP_FAILED) {
+    int e = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("mapping shared memory: ") + std::strerror(e));
+  }
+  return fd;
+}
+
+// The other side's memfd made by make_sealed_memfd, its size between min and max: a duplicate
+// of fd (the caller keeps its own) and the mapping. Throws naming what does not match.
+int attach_sealed_memfd(int fd, size_t min, size_t max, const char* what, void** map, size_t* size) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) throw std::runtime_error(std::string("an ") + what + "'s fd: " + std::strerror(errno));
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    throw std::runtime_error(std::string("the fd is not a sealed ") + what + " (it could shrink under this process)");
+  *size = static_cast<size_t>(st.st_size);
+  if (*size < min || *size > max)
+    throw std::runtime_error(std::string("the fd is not an ") + what + " (" + std::to_string(*size) + " bytes)");
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
+  *map = mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+  if (*map == MAP_FAILED) {
+    int e = errno;
+    ::close(own);
+    throw std::runtime_error(std::string("mapping an ") + what + ": " + std::strerror(e));
+  }
+  return own;
+}
 }  // namespace
 
 struct ShmRing::Header {
   uint64_t magic;
   uint64_t capacity;
+  uint64_t token;  // random per ring: whoever attaches checks it against what the offer said
   alignas(64) std::atomic<uint64_t> head;       // bytes ever written (the writer's)
   alignas(64) std::atomic<uint64_t> tail;       // bytes ever read (the reader's)
   alignas(64) std::atomic<uint32_t> data_seq;   // bumped per message written: the reader's futex
@@ -65,45 +115,20 @@ struct ShmRing::Header {
 ShmRing ShmRing::create(size_t capacity, const std::string& name) {
   if (capacity < kMinCapacity || capacity > kMaxCapacity || (capacity & (capacity - 1)) != 0)
     throw std::invalid_argument("a ring's capacity is a power of two from 4 KiB to 1 GiB, not " + std::to_string(capacity));
-  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
-  size_t size = kHeaderBytes + capacity;
-  // Sealed at its size: a peer cannot shrink it under the other (which would fault on access).
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw std::runtime_error(std::string("sizing a ring: ") + std::strerror(e));
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    ::close(fd);
-    throw std::runtime_error(std::string("mapping a ring: ") + std::strerror(e));
-  }
   static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
+  void* p = nullptr;
+  int fd = make_sealed_memfd(name, kHeaderBytes + capacity, &p);
   auto* h = new (p) Header{};  // the memfd starts zeroed: atomics at 0
   h->capacity = capacity;
+  h->token = random_token();
   h->magic = kMagic;
-  return ShmRing(fd, h, size);
+  return ShmRing(fd, h, kHeaderBytes + capacity);
 }
 
 ShmRing ShmRing::attach(int fd) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) throw std::runtime_error(std::string("a ring's fd: ") + std::strerror(errno));
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    throw std::runtime_error("the fd is not a sealed xmesh ring (it could shrink under this process)");
-  size_t size = static_cast<size_t>(st.st_size);
-  if (size < kHeaderBytes + kMinCapacity || size > kHeaderBytes + kMaxCapacity)
-    throw std::runtime_error("the fd is not an xmesh ring (" + std::to_string(size) + " bytes)");
-  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    ::close(own);
-    throw std::runtime_error(std::string("mapping a ring: ") + std::strerror(e));
-  }
+  void* p = nullptr;
+  size_t size = 0;
+  int own = attach_sealed_memfd(fd, kHeaderBytes + kMinCapacity, kHeaderBytes + kMaxCapacity, "xmesh ring", &p, &size);
   auto* h = static_cast<Header*>(p);
   if (h->magic != kMagic || h->capacity + kHeaderBytes != size || (h->capacity & (h->capacity - 1)) != 0) {
     munmap(p, size);
@@ -136,7 +161,13 @@ ShmRing::~ShmRing() {
   fd_ = -1;
 }
 
+void ShmRing::drop_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 size_t ShmRing::capacity() const { return static_cast<size_t>(h_->capacity); }
+uint64_t ShmRing::token() const { return h_->token; }
 bool ShmRing::closed() const { return h_->closed.load() != 0; }
 size_t ShmRing::used() const { return static_cast<size_t>(h_->head.load() - h_->tail.load()); }
 
@@ -152,15 +183,23 @@ void ShmRing::copy_out(uint64_t pos, void* data, size_t n) const {
   std::memcpy(static_cast<char*>(data) + first, data_, n - first);
 }
 
-ShmRing::Result ShmRing::try_write(std::string_view message) {
+ShmRing::Result ShmRing::try_write(std::string_view message) { return try_write_parts(&message, 1); }
+
+ShmRing::Result ShmRing::try_write_parts(const std::string_view* parts, size_t count) {
   if (h_->closed.load()) return Result::closed;
-  if (message.size() > max_message()) return Result::too_large;
+  size_t length = 0;
+  for (size_t i = 0; i < count; ++i) length += parts[i].size();
+  if (length > max_message()) return Result::too_large;
   uint64_t head = h_->head.load(std::memory_order_relaxed);  // only this side writes it
-  size_t need = record_bytes(message.size());
+  size_t need = record_bytes(length);
   if (capacity() - static_cast<size_t>(head - h_->tail.load()) < need) return Result::full;
-  uint32_t length = static_cast<uint32_t>(message.size());
-  copy_in(head, &length, sizeof length);
-  copy_in(head + sizeof length, message.data(), message.size());
+  uint32_t length32 = static_cast<uint32_t>(length);
+  copy_in(head, &length32, sizeof length32);
+  uint64_t pos = head + sizeof length32;
+  for (size_t i = 0; i < count; ++i) {
+    copy_in(pos, parts[i].data(), parts[i].size());
+    pos += parts[i].size();
+  }
   h_->head.store(head + need);  // seq_cst, then the sleeping flag: see wait_for
   h_->data_seq.fetch_add(1);
   if (h_->reader_sleeping.load()) futex_wake_all(h_->data_seq);
@@ -226,8 +265,11 @@ ShmRing::Result ShmRing::keep_trying(Attempt attempt, Result not_ready, std::ato
   }
 }
 
-ShmRing::Result ShmRing::write(std::string_view message, int timeout_ms) {
-  return keep_trying([&] { return try_write(message); }, Result::full, h_->space_seq, h_->writer_sleeping, timeout_ms);
+ShmRing::Result ShmRing::write(std::string_view message, int timeout_ms) { return write_parts(&message, 1, timeout_ms); }
+
+ShmRing::Result ShmRing::write_parts(const std::string_view* parts, size_t count, int timeout_ms) {
+  return keep_trying([&] { return try_write_parts(parts, count); }, Result::full, h_->space_seq, h_->writer_sleeping,
+                     timeout_ms);
 }
 
 ShmRing::Result ShmRing::read(std::string& out, int timeout_ms) {
@@ -240,6 +282,80 @@ void ShmRing::close() {
   h_->space_seq.fetch_add(1);
   futex_wake_all(h_->data_seq);
   futex_wake_all(h_->space_seq);
+}
+
+// ---- Doorbell -------------------------------------------------------------------------------
+struct Doorbell::Shared {
+  uint64_t magic;
+  uint64_t token;
+  alignas(64) std::atomic<uint32_t> seq;  // bumped per ring: the reader's futex
+  std::atomic<uint32_t> sleeping;
+};
+
+namespace {
+constexpr uint64_t kBellMagic = 0x31304c4c45424d58ull;  // "XMBELL01"
+constexpr size_t kBellBytes = 4096;
+}  // namespace
+
+Doorbell Doorbell::create(const std::string& name) {
+  void* p = nullptr;
+  int fd = make_sealed_memfd(name, kBellBytes, &p);
+  auto* s = new (p) Shared{};
+  s->token = random_token();
+  s->magic = kBellMagic;
+  return Doorbell(fd, s);
+}
+
+Doorbell Doorbell::attach(int fd) {
+  void* p = nullptr;
+  size_t size = 0;
+  int own = attach_sealed_memfd(fd, kBellBytes, kBellBytes, "xmesh doorbell", &p, &size);
+  auto* s = static_cast<Shared*>(p);
+  if (s->magic != kBellMagic) {
+    munmap(p, size);
+    ::close(own);
+    throw std::runtime_error("the fd is not an xmesh doorbell (its header does not match)");
+  }
+  return Doorbell(own, s);
+}
+
+Doorbell::Doorbell(Doorbell&& o) noexcept { *this = std::move(o); }
+
+Doorbell& Doorbell::operator=(Doorbell&& o) noexcept {
+  if (this != &o) {
+    this->~Doorbell();
+    fd_ = std::exchange(o.fd_, -1);
+    s_ = std::exchange(o.s_, nullptr);
+  }
+  return *this;
+}
+
+Doorbell::~Doorbell() {
+  if (s_) munmap(s_, kBellBytes);
+  if (fd_ >= 0) ::close(fd_);
+  s_ = nullptr;
+  fd_ = -1;
+}
+
+void Doorbell::drop_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+uint64_t Doorbell::token() const { return s_->token; }
+uint32_t Doorbell::seq() const { return s_->seq.load(); }
+
+void Doorbell::ring() {
+  s_->seq.fetch_add(1);
+  if (s_->sleeping.load()) futex_wake_all(s_->seq);
+}
+
+// The sleeping flag is raised before `still_idle` looks again: a writer that rang after the
+// look sees the flag and wakes this side; one that rang before changed seq (the futex returns).
+void Doorbell::sleep(uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) {
+  s_->sleeping.store(1);
+  if (still_idle()) futex_wait(s_->seq, seen, timeout_ms);
+  s_->sleeping.store(0);
 }
 
 }  // namespace xmesh

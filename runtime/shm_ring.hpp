@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,7 @@ class ShmRing {
   // Throws when the fd is not such a ring.
   static ShmRing attach(int fd);
 
+  ShmRing() = default;  // no ring yet (assigned one later)
   ShmRing(ShmRing&& other) noexcept;
   ShmRing& operator=(ShmRing&& other) noexcept;
   ShmRing(const ShmRing&) = delete;
@@ -39,12 +41,20 @@ class ShmRing {
   ~ShmRing();
 
   int fd() const { return fd_; }
+  // Closes the fd, keeping the mapping (once the other side has its own: no fd per link).
+  void drop_fd();
+  // Random per ring, in its header: an offer names it, so the side that attaches knows it
+  // mapped the ring it was offered (not another file at the same /proc path).
+  uint64_t token() const;
   size_t capacity() const;
   size_t max_message() const { return capacity() / 2; }  // larger messages take another path
 
   // Writer side. try_write never waits; write waits up to timeout_ms (-1: forever) for space.
   Result try_write(std::string_view message);
   Result write(std::string_view message, int timeout_ms);
+  // One message made of `count` parts, copied in one after the other (no joined copy first).
+  Result try_write_parts(const std::string_view* parts, size_t count);
+  Result write_parts(const std::string_view* parts, size_t count, int timeout_ms);
   // Reader side. try_read never waits; read waits up to timeout_ms (-1: forever) for a message.
   // A closed ring is read to its end before `closed` is answered.
   Result try_read(std::string& out);
@@ -69,6 +79,39 @@ class ShmRing {
   Header* h_ = nullptr;
   size_t map_size_ = 0;
   char* data_ = nullptr;
+};
+
+// Doorbell: one reader's wake-up word in shared memory, rung by every writer of the rings that
+// reader serves (a node reads all its rings on one thread: it sleeps on its doorbell, not on a
+// ring). Ringing costs an atomic increment and, only while the reader sleeps, a futex wake.
+class Doorbell {
+ public:
+  static Doorbell create(const std::string& name = "xmesh-bell");
+  static Doorbell attach(int fd);  // duplicates fd; throws when it is not a doorbell
+  Doorbell() = default;
+  Doorbell(Doorbell&& other) noexcept;
+  Doorbell& operator=(Doorbell&& other) noexcept;
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
+  ~Doorbell();
+
+  int fd() const { return fd_; }
+  void drop_fd();  // as ShmRing's
+  uint64_t token() const;
+  explicit operator bool() const { return s_ != nullptr; }
+  // Writer: after a message is in the ring.
+  void ring();
+  // Reader: seq() before looking at its rings; sleep(seen, ...) when they were all empty:
+  // returns when rung since `seen`, after timeout_ms, or at once when still_idle() (asked
+  // again once the reader says it sleeps) answers false.
+  uint32_t seq() const;
+  void sleep(uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle);
+
+ private:
+  struct Shared;
+  Doorbell(int fd, Shared* shared) : fd_(fd), s_(shared) {}
+  int fd_ = -1;
+  Shared* s_ = nullptr;
 };
 
 }  // namespace xmesh

@@ -54,7 +54,7 @@ bool is_relayed(const std::string& addr) { return relayed_port(addr) != 0; }
 
 Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
                      const std::string& key_file, const std::string& advertise)
-    : role_(std::move(role)), ctx_(1) {
+    : role_(std::move(role)), ctx_(1), rings_(static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30))) {
   std::string inc_hex = random_hex(8);
   incarnation_ = std::stoull(inc_hex, nullptr, 16);
   if (incarnation_ == 0) incarnation_ = 1;
@@ -199,6 +199,7 @@ void Transport::close() {
     std::lock_guard<std::mutex> g(p->mu);
     close_peer_locked(*p);
   }
+  rings_.close_all();
   tcp_ready_.store(nullptr);
   tcp_router_.reset();
   router_.reset();
@@ -217,6 +218,7 @@ std::string Transport::connection_id() { return id_ + "." + std::to_string(++con
 void Transport::close_peer_locked(OutPeer& p) {
   p.watch.reset();  // it watches sock: gone first
   p.sock.reset();
+  if (p.ring) p.ring->close();  // a writer waiting for room stops; the reader reads what came
 }
 
 void Transport::set_peer_cookie(const std::string& addr, const std::string& cookie) {
@@ -300,6 +302,7 @@ void Transport::disconnect(const std::string& addr) {
       close_peer_locked(*peer);
     }
   }
+  rings_.drop(addr);
   std::lock_guard<std::mutex> g(dialer_mu_);
   if (dialer_ && is_relayed(addr)) dialer_->forget(addr);
 }
@@ -421,30 +424,37 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   auto p = out_peer(addr);
   std::lock_guard<std::mutex> g(p->mu);
   if (!p->sock) throw SendError("connection to " + addr + " is closed");
-  const auto wait = blocking ? zmq::send_flags::none : zmq::send_flags::dontwait;
   h.sender = id_;
   h.incarnation = incarnation_;
+  if (ring_send_locked(*p, h, frames, blocking)) return;
+  Kind kind = h.kind;
+  send_zmq_locked(*p, h, frames, blocking);
+  if (!p->ring_tried) offer_ring_locked(*p, kind, blocking);
+}
+
+void Transport::send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
+  const auto wait = blocking ? zmq::send_flags::none : zmq::send_flags::dontwait;
   split_large_frames(h, frames);
   Unacked kept{};
-  if (p->resends) {
+  if (p.resends) {
     for (auto& f : frames) kept.bytes += f.size();
-    make_room_locked(*p, kept.bytes, blocking);
+    make_room_locked(p, kept.bytes, blocking);
   }
-  if (p->hello_due) resume_locked(*p, wait);
-  h.seq = p->seq + 1;
+  if (p.hello_due) resume_locked(p, wait);
+  h.seq = p.seq + 1;
   auto header = encode_header(h);
-  if (p->resends) {
+  if (p.resends) {
     kept.seq = h.seq;
     kept.header = header;
     kept.bytes += header.size();
     kept.frames.resize(frames.size());
     for (size_t i = 0; i < frames.size(); ++i) kept.frames[i].copy(frames[i]);  // shares their memory
   }
-  send_frames_locked(*p, header, frames, wait, blocking);
-  ++p->seq;  // taken only by a message that went out: a number skipped would read as a gap
-  if (p->resends) {
-    p->unacked_bytes += kept.bytes;
-    p->unacked.push_back(std::move(kept));
+  send_frames_locked(p, header, frames, wait, blocking);
+  ++p.seq;  // taken only by a message that went out: a number skipped would read as a gap
+  if (p.resends) {
+    p.unacked_bytes += kept.bytes;
+    p.unacked.push_back(std::move(kept));
   }
   ++counts_.sent;
 }
@@ -916,6 +926,7 @@ std::shared_ptr<Transport::OutPeer> Transport::note_owner_locked(const std::stri
     }
     successors_.push_back(addr);
     has_successors_ = true;
+    rings_.drop(addr);  // its predecessor's link
   }
   addr_owners_[addr] = sender;
   if (!reply_cookie.empty() && peer_cookies_.emplace(addr, reply_cookie).second) learned_cookies_.insert(addr);
@@ -967,7 +978,7 @@ void Transport::count_malformed(const std::string& what) {
 NodeStats Transport::stats() const {
   NodeStats s;
   s.sent = counts_.sent;
-  s.received = counts_.received;
+  s.received = counts_.received + rings_.received();
   s.rejected = counts_.rejected + gatekeeper_->refused();
   s.malformed = counts_.malformed;
   s.gaps = counts_.gaps;
@@ -985,7 +996,11 @@ NodeStats Transport::stats() const {
   for (auto& p : peers) {  // a peer's mutex is never taken under mu_
     std::lock_guard<std::mutex> g(p->mu);
     s.unacked += p->unacked.size();
+    if (p->ring && p->ring->state() == RingWriter::State::active) ++s.rings_out;
   }
+  s.ring_sent = counts_.ring_sent;
+  s.ring_received = rings_.received();
+  s.rings_in = rings_.reading();
   return s;
 }
 

@@ -30,6 +30,7 @@
 #include "handshake.hpp"
 #include "keys.hpp"
 #include "relay_dialer.hpp"
+#include "ring_links.hpp"
 #include "seq.hpp"
 #include "wire.hpp"
 
@@ -50,6 +51,9 @@ struct NodeStats {
   uint64_t resent = 0;      // messages sent again over a TCP connection made again
   uint64_t reconnects = 0;  // TCP connections made again (a link that dropped and came back)
   uint64_t unacked = 0;     // messages kept now until their TCP receivers acknowledge them
+  uint64_t ring_sent = 0, ring_received = 0;  // messages over shared-memory links (counted in sent/received too)
+  uint64_t rings_out = 0;  // links up now to peers this node writes to
+  uint64_t rings_in = 0;   // links being read now
 };
 
 class Transport {
@@ -137,9 +141,21 @@ class Transport {
   // may have marked it dead). Empty almost always: one atomic load.
   std::vector<std::string> take_successors();
   void count_malformed(const std::string& what);  // a message whose body did not read
+  void count_too_large() { ++counts_.too_large; }  // one over the limit that came another way (a ring)
   NodeStats stats() const;
   // Closes every socket (bounded linger) and removes an ipc socket file.
   void close();
+
+  // Shared-memory rings to nodes of this host (ring_links.hpp): this node takes offers and makes
+  // them, on its first Call or Reply to a peer at a unix-socket address; ring_bytes per link.
+  void enable_rings(size_t ring_bytes);
+  bool rings_enabled() const { return rings_.enabled(); }
+  RingReaders& ring_readers() { return rings_; }
+  // The handlers of the ring protocol (whichever thread dispatches): an offer is answered, an
+  // answer arms the link (its next message switches), a switch starts reading its ring.
+  void on_ring_offer(const std::string& from, const RingOfferBody& offer);
+  void on_ring_accept(const std::string& from, const RingAcceptBody& answer);
+  void on_ring_switch(const std::string& from) { rings_.start_reading(from); }
 
  private:
   // A message kept until its receiver acknowledges it (TCP links).
@@ -163,6 +179,8 @@ class Transport {
     size_t unacked_bytes = 0;
     uint64_t peer_incarnation = 0;  // the receiver's, from its acknowledgements
     std::string routing_id;         // this connection's, which a refusal of it names
+    std::unique_ptr<RingWriter> ring;  // a shared-memory link to it (ring_links.hpp), once offered
+    bool ring_tried = false;           // offered once per connection, whatever the answer
   };
   struct InPeer {
     bool authed = false;
@@ -193,6 +211,12 @@ class Transport {
   void resume_locked(OutPeer& p, zmq::send_flags flags);
   void send_frames_locked(OutPeer& p, const std::vector<uint8_t>& header, std::vector<zmq::message_t>& frames,
                           zmq::send_flags flags, bool blocking);
+  // One message over p's ZeroMQ connection (numbered; kept until acknowledged on TCP).
+  void send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
+  // One message over p's ring when its link is up (true), after RingSwitch if that is due.
+  bool ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
+  // After a Call or Reply went over ZeroMQ to a peer of this host: offers it a ring (once).
+  void offer_ring_locked(OutPeer& p, Kind sent, bool blocking);
   // Acknowledgements that came back on p's connection: what they cover is dropped.
   void read_acks_locked(OutPeer& p);
   // Room for `bytes` more unacknowledged: reads acks; a blocking sender waits for them.
@@ -276,10 +300,13 @@ class Transport {
   std::atomic<bool> has_aliases_{false};
   std::string default_cookie_;
   LogBudget refusal_log_{3, 60000};
+  LogBudget ring_log_{3, 60000};
+  RingReaders rings_;
+  size_t ring_bytes_ = 0;
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
     std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},
-        too_large{0}, resent{0}, reconnects{0};
+        too_large{0}, resent{0}, reconnects{0}, ring_sent{0};
   } counts_;
 };
 

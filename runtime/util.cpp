@@ -1,4 +1,5 @@
 #include "util.hpp"
+#include "spin.hpp"
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -221,6 +222,11 @@ std::string format_bytes(uint64_t n) {
   else
     snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(n));
   return buf;
+}
+
+int spin_budget_us() {
+  static const int budget = static_cast<int>(env_int("XMESH_SPIN_US", 100));
+  return budget;
 }
 
 }  // namespace xmesh

@@ -478,7 +478,11 @@ void bind_node(py::module_& m) {
       .def_readonly("unacked", &NodeStats::unacked)
       .def_readonly("evicted", &NodeStats::evicted)
       .def_readonly("too_large", &NodeStats::too_large)
-      .def_readonly("peers", &NodeStats::peers);
+      .def_readonly("peers", &NodeStats::peers)
+      .def_readonly("ring_sent", &NodeStats::ring_sent)
+      .def_readonly("ring_received", &NodeStats::ring_received)
+      .def_readonly("rings_out", &NodeStats::rings_out)
+      .def_readonly("rings_in", &NodeStats::rings_in);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
       .def(py::init<std::string, std::string, std::string, std::string, std::string>(), py::arg("role"),

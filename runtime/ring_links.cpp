@@ -1,0 +1,430 @@
+#include "ring_links.hpp"
+
+#include "spin.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+namespace xmesh {
+
+namespace {
+constexpr size_t kFixedPrefix = 16;  // total (8), header length (4), frame count (4)
+constexpr int kBatch = 32;            // messages read from one ring before the next is looked at
+
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+template <class T>
+T get(const char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+// The parts of one message on a ring: the prefix (made here), the header, the frames.
+struct Encoded {
+  std::string prefix;
+  std::vector<std::string_view> parts;
+  size_t total = 0;
+};
+
+Encoded encode(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames) {
+  Encoded e;
+  size_t total = kFixedPrefix + 8 * frames.size() + header.size();
+  for (auto& f : frames) total += f.size();
+  e.total = total;
+  e.prefix.reserve(kFixedPrefix + 8 * frames.size());
+  put<uint64_t>(e.prefix, total);
+  put<uint32_t>(e.prefix, static_cast<uint32_t>(header.size()));
+  put<uint32_t>(e.prefix, static_cast<uint32_t>(frames.size()));
+  for (auto& f : frames) put<uint64_t>(e.prefix, f.size());
+  e.parts.reserve(2 + frames.size());
+  e.parts.emplace_back(e.prefix);
+  e.parts.emplace_back(reinterpret_cast<const char*>(header.data()), header.size());
+  for (auto& f : frames) e.parts.emplace_back(static_cast<const char*>(f.data()), f.size());
+  return e;
+}
+
+// The bytes [offset, offset + length) of the concatenated parts, as slices of them.
+void slice(const std::vector<std::string_view>& parts, size_t offset, size_t length, std::vector<std::string_view>& out) {
+  out.clear();
+  for (auto& p : parts) {
+    if (length == 0) break;
+    if (offset >= p.size()) {
+      offset -= p.size();
+      continue;
+    }
+    size_t n = std::min(length, p.size() - offset);
+    out.push_back(p.substr(offset, n));
+    offset = 0;
+    length -= n;
+  }
+}
+
+size_t record_space(size_t length) { return (4 + length + 7) & ~size_t(7); }
+
+}  // namespace
+
+int open_peer_fd(int64_t pid, int64_t fd) {
+  if (pid <= 0 || fd < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  return ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+}
+
+// ---- the writer ------------------------------------------------------------------------------
+RingWriter::RingWriter(size_t capacity) : ring_(ShmRing::create(capacity, "xmesh-link")) {}
+
+RingOfferBody RingWriter::offer() const { return RingOfferBody{getpid(), ring_.fd(), ring_.token()}; }
+
+void RingWriter::answered(const RingAcceptBody& answer, std::string* why) {
+  if (state_ != State::offered || answer.token != ring_.token()) return;  // not this ring's answer
+  state_ = State::declined;
+  if (!answer.ok) {
+    *why = "declined: " + answer.reason;
+    return;
+  }
+  int fd = open_peer_fd(answer.pid, answer.bell_fd);
+  if (fd < 0) {
+    *why = "its doorbell (/proc/" + std::to_string(answer.pid) + "/fd/" + std::to_string(answer.bell_fd) +
+           ") cannot be opened: " + std::strerror(errno);
+    return;
+  }
+  try {
+    Doorbell bell = Doorbell::attach(fd);
+    ::close(fd);
+    if (bell.token() != answer.bell_token) {
+      *why = "the doorbell opened is not the one it named";
+      return;
+    }
+    bell.drop_fd();
+    bell_ = std::move(bell);
+  } catch (const std::exception& e) {
+    ::close(fd);
+    *why = e.what();
+    return;
+  }
+  ring_.drop_fd();  // the reader has its own mapping now: no fd per link stays open
+  state_ = State::switch_due;
+}
+
+void RingWriter::switched() {
+  if (state_ == State::switch_due) state_ = State::active;
+}
+
+ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames,
+                                  bool blocking, int timeout_ms) {
+  Encoded e = encode(header, frames);
+  const size_t max = ring_.max_message();
+  ShmRing::Result r;
+  if (e.total <= max) {
+    r = blocking ? ring_.write_parts(e.parts.data(), e.parts.size(), timeout_ms)
+                 : ring_.try_write_parts(e.parts.data(), e.parts.size());
+    if (r == ShmRing::Result::ok) bell_.ring();
+    return r;
+  }
+  size_t records = (e.total + max - 1) / max;
+  if (!blocking && ring_.capacity() - ring_.used() < records * record_space(max)) return ShmRing::Result::full;
+  std::vector<std::string_view> piece;
+  for (size_t offset = 0, n = 0; offset < e.total; offset += max, ++n) {
+    slice(e.parts, offset, std::min(max, e.total - offset), piece);
+    // The first record may time out (nothing written yet); a later one waits while the reader
+    // reads: a message is never left half-written (a closed ring ends the wait).
+    r = ring_.write_parts(piece.data(), piece.size(), n == 0 ? (blocking ? timeout_ms : 0) : -1);
+    if (r != ShmRing::Result::ok) return r;
+    bell_.ring();
+  }
+  return ShmRing::Result::ok;
+}
+
+void RingWriter::close() {
+  ring_.close();
+  if (bell_) bell_.ring();
+}
+
+// ---- the readers -----------------------------------------------------------------------------
+struct RingReaders::In {
+  std::string addr;
+  ShmRing ring;
+  bool reading = false;   // under mu_: its switch came (it is in reading_)
+  std::string record;     // the reading thread's: the last record read
+  std::string partial;    // a message of several records, as far as it came
+  uint64_t expected = 0;  // its total
+  std::optional<Message> held;  // read, declined by deliver for now: offered again first
+  uint64_t skipping = 0;        // bytes still to skip of a message over the limit
+  uint64_t sender_limit = 0;    // the writer's XMESH_MAX_MESSAGE_BYTES, from its offer
+};
+
+RingReaders::RingReaders(size_t max_message_bytes) : max_message_bytes_(max_message_bytes) {}
+
+RingReaders::~RingReaders() { close_all(); }
+
+void RingReaders::enable() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (enabled_) return;
+  bell_ = Doorbell::create("xmesh-bell");
+  enabled_ = true;
+}
+
+RingAcceptBody RingReaders::take_offer(const std::string& addr, const RingOfferBody& offer) {
+  RingAcceptBody answer;
+  answer.token = offer.token;
+  if (!enabled_) {
+    answer.reason = "this node takes no rings";
+    return answer;
+  }
+  int fd = open_peer_fd(offer.pid, offer.fd);
+  if (fd < 0) {
+    answer.reason = "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd) +
+                    " cannot be opened: " + std::strerror(errno);
+    return answer;
+  }
+  std::shared_ptr<In> in;
+  try {
+    ShmRing ring = ShmRing::attach(fd);
+    ::close(fd);
+    if (ring.token() != offer.token) {
+      answer.reason = "the ring at /proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd) +
+                      " is not the one offered";
+      return answer;
+    }
+    ring.drop_fd();
+    in = std::make_shared<In>();
+    in->addr = addr;
+    in->ring = std::move(ring);
+    in->sender_limit = offer.max_message_bytes;
+  } catch (const std::exception& e) {
+    ::close(fd);
+    answer.reason = e.what();
+    return answer;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  auto& slot = rings_[addr];
+  if (slot) slot->ring.close();  // an earlier link from addr: read to its end, then forgotten
+  slot = in;
+  answer.ok = true;
+  answer.pid = getpid();
+  answer.bell_fd = bell_.fd();
+  answer.bell_token = bell_.token();
+  return answer;
+}
+
+void RingReaders::start_reading(const std::string& addr) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = rings_.find(addr);
+    if (it == rings_.end() || it->second->reading) return;
+    it->second->reading = true;
+    reading_.push_back(it->second);
+    ++version_;
+  }
+  bell_.ring();  // the reading thread takes the new set
+}
+
+void RingReaders::drop(const std::string& addr) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = rings_.find(addr);
+  if (it == rings_.end()) return;
+  it->second->ring.close();  // one being read is read to its end, then leaves reading_
+  rings_.erase(it);
+}
+
+void RingReaders::close_all() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& kv : rings_) kv.second->ring.close();
+  rings_.clear();
+  reading_.clear();
+  ++version_;
+}
+
+std::vector<std::shared_ptr<RingReaders::In>>& RingReaders::reading_snapshot() {
+  uint64_t v = version_.load();
+  if (v != snapshot_version_) {
+    std::lock_guard<std::mutex> g(mu_);
+    snapshot_ = reading_;
+    snapshot_version_ = version_.load();
+  }
+  return snapshot_;
+}
+
+void RingReaders::forget(const std::shared_ptr<In>& in) {
+  std::lock_guard<std::mutex> g(mu_);
+  reading_.erase(std::remove(reading_.begin(), reading_.end(), in), reading_.end());
+  auto it = rings_.find(in->addr);
+  if (it != rings_.end() && it->second == in) rings_.erase(it);
+  ++version_;
+}
+
+// One record of `in`: a whole message in *out (message), the start or middle of one (more), the
+// start of one over this node's limit (too_large: its header in *out, *payload its size; the
+// rest is skipped), or records that do not read (garbage, *error says how).
+RingReaders::Got RingReaders::take_record(In& in, Message* out, std::string* error, uint64_t* payload) {
+  // The writer cuts a message into records of the ring's largest size, the last one shorter.
+  const uint64_t largest = in.ring.max_message();
+  if (in.skipping) {
+    if (in.record.size() != std::min(in.skipping, largest)) return *error = "a record of the wrong size", Got::garbage;
+    in.skipping -= in.record.size();
+    return Got::more;
+  }
+  std::string* whole = &in.record;
+  if (in.expected == 0) {
+    if (in.record.size() < kFixedPrefix) return *error = "a record shorter than its prefix", Got::garbage;
+    const char* p = in.record.data();
+    uint64_t total = get<uint64_t>(p), count = get<uint32_t>(p + 12), header = get<uint32_t>(p + 8);
+    uint64_t overhead = kFixedPrefix + 8 * count + header;
+    if (in.record.size() != std::min(total, largest) || total < overhead)
+      return *error = "a record that does not start a message", Got::garbage;
+    if (total - overhead > max_message_bytes_) {
+      *payload = total - overhead;
+      in.skipping = total - in.record.size();
+      if (!decode_header_only(in.record, out)) out->header = Header{};
+      return Got::too_large;
+    }
+    if (total > in.record.size()) {
+      in.expected = total;
+      in.partial = std::move(in.record);
+      in.partial.reserve(total);
+      return Got::more;
+    }
+  } else {
+    if (in.record.size() != std::min<uint64_t>(in.expected - in.partial.size(), largest))
+      return *error = "a record of the wrong size", Got::garbage;
+    in.partial.append(in.record);
+    if (in.partial.size() < in.expected) return Got::more;
+    whole = &in.partial;
+    in.expected = 0;
+  }
+  bool ok = decode(*whole, out, error);
+  in.partial.clear();
+  in.partial.shrink_to_fit();
+  return ok ? Got::message : Got::garbage;
+}
+
+bool RingReaders::decode_header_only(const std::string& record, Message* out) {
+  const char* p = record.data();
+  uint64_t count = get<uint32_t>(p + 12), header = get<uint32_t>(p + 8);
+  uint64_t at = kFixedPrefix + 8 * count;
+  if (at > record.size() || header > record.size() - at) return false;
+  std::string error;
+  auto h = decode_header(p + at, header, error);
+  if (h) out->header = std::move(*h);
+  return h.has_value();
+}
+
+bool RingReaders::decode(const std::string& bytes, Message* out, std::string* error) {
+  const char* p = bytes.data();
+  size_t size = bytes.size();
+  uint32_t header_bytes = get<uint32_t>(p + 8), count = get<uint32_t>(p + 12);
+  size_t at = kFixedPrefix;
+  if (count > (size - at) / 8) return *error = "a frame count past the message", false;
+  size_t body = at + 8 * size_t(count);
+  if (header_bytes > size - body) return *error = "a header past the message", false;
+  size_t offset = body + header_bytes;
+  std::vector<uint64_t> lengths(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    lengths[i] = get<uint64_t>(p + at + 8 * size_t(i));
+    if (lengths[i] > size - offset) return *error = "a frame past the message", false;
+    offset += lengths[i];
+  }
+  if (offset != size) return *error = "bytes after the last frame", false;
+  auto header = decode_header(p + body, header_bytes, *error);
+  if (!header) return false;
+  out->header = std::move(*header);
+  out->frames.clear();
+  out->frames.reserve(count);
+  offset = body + header_bytes;
+  for (uint32_t i = 0; i < count; ++i) {
+    out->frames.emplace_back(p + offset, lengths[i]);
+    offset += lengths[i];
+  }
+  return true;
+}
+
+size_t RingReaders::poll(const Deliver& deliver, Report& report) {
+  size_t delivered = 0;
+  report.held = false;
+  auto snapshot = reading_snapshot();  // a copy: forget() may change the set while this reads
+  for (auto& in : snapshot) {
+    if (in->held) {
+      if (!deliver(*in->held)) {
+        report.held = true;
+        continue;
+      }
+      in->held.reset();
+      ++delivered;
+    }
+    bool draining = in->ring.closed();  // read a closed ring to its end now: nothing comes after
+    for (int n = 0; draining || n < kBatch; ++n) {
+      auto r = in->ring.try_read(in->record);
+      if (r == ShmRing::Result::empty) break;
+      if (r != ShmRing::Result::ok) {
+        forget(in);
+        break;
+      }
+      Message m;
+      std::string error;
+      uint64_t payload = 0;
+      Got got = take_record(*in, &m, &error, &payload);
+      if (got == Got::more) continue;
+      m.sender_addr = in->addr;
+      if (got == Got::too_large) {
+        report.too_large.push_back({std::move(m), payload, in->sender_limit});
+        continue;
+      }
+      if (got == Got::garbage) {
+        in->ring.close();
+        forget(in);
+        report.broken.push_back("the ring from " + in->addr + " was closed: " + error);
+        break;
+      }
+      ++received_;
+      if (!deliver(m)) {
+        in->held = std::move(m);
+        report.held = true;
+        break;
+      }
+      ++delivered;
+    }
+  }
+  return delivered;
+}
+
+bool RingReaders::all_empty() {
+  if (version_.load() != snapshot_version_) return false;  // the set changed: look again
+  for (auto& in : snapshot_)
+    if (in->ring.used() > 0 || in->ring.closed()) return false;
+  return true;
+}
+
+size_t RingReaders::reading() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return reading_.size();
+}
+
+void RingReaders::wake() {
+  if (bell_) bell_.ring();
+}
+
+void RingReaders::wait(int timeout_ms) {
+  if (!bell_) {  // not enabled: nothing will come
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return;
+  }
+  uint32_t seen = bell_.seq();
+  if (!all_empty()) return;
+  if (spin_until([&] { return bell_.seq() != seen; })) return;
+  bell_.sleep(seen, timeout_ms, [this] { return all_empty(); });
+}
+
+}  // namespace xmesh

@@ -1,0 +1,110 @@
+// The transport's shared-memory links (ring_links.hpp): when it offers one, how it answers an
+// offer, and how a message goes over a link once it is up. The protocol is described there.
+#include <unistd.h>
+
+#include "transport.hpp"
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+bool on_this_host(const std::string& addr) { return addr.rfind("ipc://", 0) == 0; }
+}  // namespace
+
+void Transport::enable_rings(size_t ring_bytes) {
+  ring_bytes_ = ring_bytes;
+  rings_.enable();
+}
+
+void Transport::offer_ring_locked(OutPeer& p, Kind sent, bool blocking) {
+  if (!rings_.enabled() || (sent != Kind::Call && sent != Kind::Reply) || !on_this_host(p.addr)) return;
+  p.ring_tried = true;
+  try {
+    p.ring = std::make_unique<RingWriter>(ring_bytes_);
+  } catch (const std::exception& e) {
+    log_diag_limited(ring_log_, role_, "no shared-memory link to " + p.addr + " (ZeroMQ goes on): " + e.what());
+    return;
+  }
+  Header offer;
+  offer.kind = Kind::RingOffer;
+  offer.sender = id_;
+  offer.incarnation = incarnation_;
+  RingOfferBody body = p.ring->offer();
+  body.max_message_bytes = max_message_bytes_;
+  offer.body = body;
+  std::vector<zmq::message_t> none;
+  try {
+    send_zmq_locked(p, offer, none, blocking);
+  } catch (const SendError&) {
+    p.ring.reset();  // the message itself went: the link is only not offered
+  }
+}
+
+void Transport::on_ring_offer(const std::string& from, const RingOfferBody& offer) {
+  RingAcceptBody answer;
+  if (!on_this_host(from)) {
+    answer.token = offer.token;
+    answer.reason = "a shared-memory ring is for a node of this host (" + from + " is not at a unix socket)";
+  } else {
+    answer = rings_.take_offer(from, offer);
+  }
+  Header h;
+  h.kind = Kind::RingAccept;
+  h.body = answer;
+  std::vector<zmq::message_t> none;
+  try {
+    send(from, h, none, /*blocking=*/false);
+  } catch (const SendError&) {
+    if (answer.ok) rings_.drop(from);  // the offerer never hears: its ring is not read
+  }
+}
+
+void Transport::on_ring_accept(const std::string& from, const RingAcceptBody& answer) {
+  std::shared_ptr<OutPeer> p;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = out_.find(from);
+    if (it == out_.end()) return;
+    p = it->second;
+  }
+  std::lock_guard<std::mutex> g(p->mu);
+  if (!p->ring) return;
+  std::string why;
+  p->ring->answered(answer, &why);
+  if (p->ring->state() == RingWriter::State::declined) {
+    log_diag_limited(ring_log_, role_, "no shared-memory link to " + from + " (ZeroMQ goes on): " + why);
+    p->ring.reset();
+  }
+}
+
+bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
+  if (!p.ring) return false;
+  if (p.ring->state() == RingWriter::State::switch_due) {
+    Header sw;  // the last message over ZeroMQ: the reader reads the ring once it dispatched this
+    sw.kind = Kind::RingSwitch;
+    sw.sender = id_;
+    sw.incarnation = incarnation_;
+    std::vector<zmq::message_t> none;
+    send_zmq_locked(p, sw, none, blocking);  // SendError: the switch is still due
+    p.ring->switched();
+  }
+  if (p.ring->state() != RingWriter::State::active) return false;
+  h.seq = 0;  // a ring neither loses nor repeats: no numbers to check
+  h.pieces.clear();
+  auto header = encode_header(h);
+  switch (p.ring->write(header, frames, blocking, static_cast<int>(send_timeout_ms_))) {
+    case ShmRing::Result::ok:
+      ++counts_.sent;
+      ++counts_.ring_sent;
+      return true;
+    case ShmRing::Result::full:
+      throw SendError("the link to " + p.addr + " is full (this thread does not wait)");
+    case ShmRing::Result::timed_out:
+      throw SendError("sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
+                      " ms: it reads nothing (XMESH_SEND_TIMEOUT_MS)");
+    default:
+      throw SendError("the link to " + p.addr + " is closed");
+  }
+}
+
+}  // namespace xmesh
