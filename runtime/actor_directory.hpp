@@ -36,6 +36,9 @@ class ActorDirectory {
   std::vector<Message> expire(int64_t now_ms);
   std::vector<std::shared_ptr<Inbox>> close_all();
 
+  // Inboxes made from now on are fed by `feed` too (their consumers read it while they wait).
+  void feed_inboxes_from(InboxFeed* feed) { feed_ = feed; }
+
   // Calls (and spawns) from addr are answered with error instead of being run.
   void refuse_from(const std::string& addr, const json& error);
   std::optional<json> refusal_for(const Message& m) const;
@@ -52,6 +55,8 @@ class ActorDirectory {
   std::set<std::string> removed_;  // bounded: cleared past 10,000 names
   std::unordered_map<std::string, json> refused_;
   std::atomic<bool> any_refused_{false};  // the common case skips the lock
+  InboxFeed* feed_ = nullptr;
+  uint32_t next_feed_bit_ = 0;  // under mu_: each inbox's consumer sleeps with a bit of its own (cycling)
 };
 
 }  // namespace xmesh

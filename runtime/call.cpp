@@ -114,9 +114,17 @@ WaitOutcome Call::wait_for(bool any, int timeout_ms) {
     return WaitOutcome::Timeout;
   };
   if (timeout_ms == 0 || ready() || woken_) return outcome();
+  // A reply within microseconds needs no sleep: a caller's thread remembers how long its waits
+  // take (thread_local: one caller's pattern, across its calls).
+  static thread_local SpinGauge gauge;
+  const auto start = SpinGauge::Clock::now();
+  struct Measure {
+    const SpinGauge::Clock::time_point& start;
+    ~Measure() { gauge.waited(SpinGauge::Clock::now() - start); }
+  } measure{start};
   uint32_t seen = changes_.load();
   g.unlock();
-  spin_until([&] { return changes_.load() != seen; });  // a reply within microseconds: no sleep
+  gauge.spin([&] { return changes_.load() != seen; });
   g.lock();
   if (ready() || woken_) return outcome();
   if (any) ++any_waiters_;

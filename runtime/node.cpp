@@ -7,6 +7,22 @@
 
 namespace xmesh {
 
+// The feed of the actors' inboxes: an idle actor thread reads the rings itself and sleeps on the
+// node's doorbell with a bit of its own, so that a call on a ring wakes the thread that runs it.
+class Node::RingFeed : public InboxFeed {
+ public:
+  explicit RingFeed(Node& node) : node_(node) {}
+  uint32_t seq() override { return node_.transport_.ring_readers().seq(); }
+  void pump() override { node_.pump_rings(nullptr); }
+  void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) override {
+    node_.transport_.ring_readers().sleep_idle(bit, seen, timeout_ms, still_idle);
+  }
+  void wake(uint32_t bit) override { node_.transport_.ring_readers().wake(bit); }
+
+ private:
+  Node& node_;
+};
+
 Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file,
            std::string advertise)
     : transport_(std::move(role), bind_addr, accept_cookie, key_file, advertise),
@@ -19,6 +35,8 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
   const std::string& r = transport_.role();
   if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
     transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
+    ring_feed_ = std::make_unique<RingFeed>(*this);
+    actors_.feed_inboxes_from(ring_feed_.get());
   }
 }
 
@@ -286,8 +304,9 @@ void Node::io_loop() {
   }
 }
 
-void Node::rings_loop() {
-  auto& readers = transport_.ring_readers();
+thread_local bool Node::pumping_ = false;
+
+size_t Node::pump_rings(bool* held) {
   auto deliver = [this](Message& m) {
     if (!has_room(m)) return false;
     try {
@@ -298,17 +317,24 @@ void Node::rings_loop() {
     return true;
   };
   RingReaders::Report report;
+  bool was_pumping = pumping_;
+  pumping_ = true;  // handlers run here never wait in a send (as on the I/O thread)
+  auto delivered = transport_.ring_readers().poll(deliver, report);
+  pumping_ = was_pumping;
+  for (auto& b : report.broken) transport_.count_malformed(b);
+  for (auto& t : report.too_large) {
+    transport_.count_too_large();
+    on_too_large(t.msg, t.payload_bytes, t.sender_limit);
+  }
+  if (held) *held = report.held;
+  return delivered.value_or(0);
+}
+
+void Node::rings_loop() {
   while (!stopping_) {
-    size_t delivered = readers.poll(deliver, report);
-    for (auto& b : report.broken) transport_.count_malformed(b);
-    for (auto& t : report.too_large) {
-      transport_.count_too_large();
-      on_too_large(t.msg, t.payload_bytes, t.sender_limit);
-    }
-    report.broken.clear();
-    report.too_large.clear();
+    bool held = false;
     // A held message waits for its actor to take what it has: looked at again every ms.
-    if (delivered == 0) readers.wait(report.held ? 1 : 100);
+    if (pump_rings(&held) == 0) transport_.ring_readers().wait(held ? 1 : 100);
   }
 }
 

@@ -159,8 +159,14 @@ class Node {
 
  private:
   void io_loop();
-  // The `xmesh-rings` thread: reads the node's shared-memory links and dispatches what comes.
+  // The `xmesh-rings` thread: reads the node's shared-memory links and dispatches what comes
+  // whenever no idle actor thread does (RingFeed).
   void rings_loop();
+  // Reads the rings once, dispatching what came (nothing when another thread reads them now):
+  // how many messages; *held: one waits for its actor's room.
+  size_t pump_rings(bool* held);
+  class RingFeed;
+  std::unique_ptr<InboxFeed> ring_feed_;  // the actors' inboxes' feed (rings enabled)
   // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
   // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).
   bool has_room(const Message& m) const;
@@ -192,9 +198,10 @@ class Node {
   std::atomic<std::thread::id> io_thread_id_{}, rings_thread_id_{};
   // The threads that receive never wait in a send: a peer that cannot take a message now never
   // stalls what comes from every other peer.
+  static thread_local bool pumping_;  // this thread is dispatching what came on a ring (an actor thread's pump)
   bool may_block() const {
     auto self = std::this_thread::get_id();
-    return self != io_thread_id_.load() && self != rings_thread_id_.load();
+    return !pumping_ && self != io_thread_id_.load() && self != rings_thread_id_.load();
   }
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};

@@ -1,7 +1,5 @@
 #include "ring_links.hpp"
 
-#include "spin.hpp"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -162,6 +160,7 @@ struct RingReaders::In {
   std::string partial;    // a message of several records, as far as it came
   uint64_t expected = 0;  // its total
   std::optional<Message> held;  // read, declined by deliver for now: offered again first
+  std::atomic<bool> holding{false};  // held is set (read by unread() on other threads)
   uint64_t skipping = 0;        // bytes still to skip of a message over the limit
   uint64_t sender_limit = 0;    // the writer's XMESH_MAX_MESSAGE_BYTES, from its offer
 };
@@ -351,7 +350,9 @@ bool RingReaders::decode(const std::string& bytes, Message* out, std::string* er
   return true;
 }
 
-size_t RingReaders::poll(const Deliver& deliver, Report& report) {
+std::optional<size_t> RingReaders::poll(const Deliver& deliver, Report& report) {
+  std::unique_lock<std::mutex> reading(poll_mu_, std::try_to_lock);
+  if (!reading.owns_lock()) return std::nullopt;
   size_t delivered = 0;
   report.held = false;
   auto snapshot = reading_snapshot();  // a copy: forget() may change the set while this reads
@@ -362,6 +363,7 @@ size_t RingReaders::poll(const Deliver& deliver, Report& report) {
         continue;
       }
       in->held.reset();
+      in->holding = false;
       ++delivered;
     }
     bool draining = in->ring.closed();  // read a closed ring to its end now: nothing comes after
@@ -391,6 +393,7 @@ size_t RingReaders::poll(const Deliver& deliver, Report& report) {
       ++received_;
       if (!deliver(m)) {
         in->held = std::move(m);
+        in->holding = true;
         report.held = true;
         break;
       }
@@ -400,11 +403,11 @@ size_t RingReaders::poll(const Deliver& deliver, Report& report) {
   return delivered;
 }
 
-bool RingReaders::all_empty() {
-  if (version_.load() != snapshot_version_) return false;  // the set changed: look again
-  for (auto& in : snapshot_)
-    if (in->ring.used() > 0 || in->ring.closed()) return false;
-  return true;
+bool RingReaders::unread() const {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& in : reading_)
+    if ((in->ring.used() > 0 && !in->holding) || in->ring.closed()) return true;
+  return false;
 }
 
 size_t RingReaders::reading() const {
@@ -413,7 +416,7 @@ size_t RingReaders::reading() const {
 }
 
 void RingReaders::wake() {
-  if (bell_) bell_.ring();
+  if (bell_) bell_.wake(Doorbell::kReaderBit);
 }
 
 void RingReaders::wait(int timeout_ms) {
@@ -422,9 +425,19 @@ void RingReaders::wait(int timeout_ms) {
     return;
   }
   uint32_t seen = bell_.seq();
-  if (!all_empty()) return;
-  if (spin_until([&] { return bell_.seq() != seen; })) return;
-  bell_.sleep(seen, timeout_ms, [this] { return all_empty(); });
+  if (unread()) return;
+  const auto start = SpinGauge::Clock::now();
+  if (!gauge_.spin([&] { return bell_.seq() != seen; }))
+    bell_.sleep(Doorbell::kReaderBit, seen, timeout_ms, [this] { return !unread(); });
+  gauge_.waited(SpinGauge::Clock::now() - start);
+}
+
+void RingReaders::sleep_idle(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) {
+  if (bell_) bell_.sleep(bit, seen, timeout_ms, [&] { return still_idle() && !unread(); });
+}
+
+void RingReaders::wake(uint32_t bit) {
+  if (bell_) bell_.wake(bit);
 }
 
 }  // namespace xmesh

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 
 #include "bodies.hpp"
 #include "shm_ring.hpp"
+#include "spin.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
@@ -96,9 +98,19 @@ class RingReaders {
   // bounded, nothing is lost or reordered) and the message is offered again at the next poll.
   // Returns how many messages were delivered.
   using Deliver = std::function<bool(Message&)>;
-  size_t poll(const Deliver& deliver, Report& report);
-  // Waits until a writer rings (after the short spin of spin.hpp), at most timeout_ms.
+  // One thread reads at a time (the node's reading thread, or an idle actor thread reading for
+  // itself): nullopt when another is reading now.
+  std::optional<size_t> poll(const Deliver& deliver, Report& report);
+  // Whether a ring being read holds something not read yet (any thread; a message held back
+  // for its actor's room does not count).
+  bool unread() const;
+  // The reading thread's wait until a writer rings (after the short spin of spin.hpp), at most
+  // timeout_ms.
   void wait(int timeout_ms);
+  // An idle thread's wait (Doorbell::sleep with its own bit), and the wake of one such thread.
+  uint32_t seq() const { return bell_ ? bell_.seq() : 0; }
+  void sleep_idle(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle);
+  void wake(uint32_t bit);
   void wake();  // the reading thread's wait ends (it stops)
   uint64_t received() const { return received_.load(); }  // messages delivered, ever
   size_t reading() const;                                 // links being read now
@@ -106,23 +118,24 @@ class RingReaders {
  private:
   struct In;
   enum class Got { message, more, garbage, too_large };
-  std::vector<std::shared_ptr<In>>& reading_snapshot();  // the reading thread's copy of reading_
+  std::vector<std::shared_ptr<In>>& reading_snapshot();  // the polling thread's copy of reading_
   void forget(const std::shared_ptr<In>& in);
   Got take_record(In& in, Message* out, std::string* error, uint64_t* payload);
   // The first record of a message over the limit: its header when it is there whole.
   static bool decode_header_only(const std::string& record, Message* out);
   static bool decode(const std::string& bytes, Message* out, std::string* error);
-  bool all_empty();
 
   size_t max_message_bytes_;
   std::atomic<bool> enabled_{false};
   Doorbell bell_;  // made by enable()
+  SpinGauge gauge_;  // the reading thread's waits
+  std::mutex poll_mu_;  // held by the thread reading the rings now
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<In>> rings_;  // by the writer's address: the newest link of each
   std::vector<std::shared_ptr<In>> reading_;          // those being read (one replaced: until read to its end)
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> version_{0};                  // bumped when reading_ changes
-  std::vector<std::shared_ptr<In>> snapshot_;         // the reading thread's copy
+  std::vector<std::shared_ptr<In>> snapshot_;         // the polling thread's copy
   uint64_t snapshot_version_ = ~uint64_t(0);
 };
 

@@ -49,6 +49,24 @@ void futex_wake_all(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+// Bitset waits: a waker names which sleepers it wakes (a doorbell's reading thread, or the one
+// actor thread an inbox push is for). FUTEX_WAIT_BITSET takes an absolute monotonic deadline.
+void futex_wait_bits(std::atomic<uint32_t>& word, uint32_t seen, int timeout_ms, uint32_t bits) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += timeout_ms / 1000;
+  ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec += 1;
+    ts.tv_nsec -= 1000000000L;
+  }
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_BITSET, seen, &ts, nullptr, bits);
+}
+
+long futex_wake_bits(std::atomic<uint32_t>& word, int count, uint32_t bits) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_BITSET, count, nullptr, nullptr, bits);
+}
+
 uint64_t random_token() {
   uint64_t t = 0;
   while (t == 0)
@@ -288,8 +306,9 @@ void ShmRing::close() {
 struct Doorbell::Shared {
   uint64_t magic;
   uint64_t token;
-  alignas(64) std::atomic<uint32_t> seq;  // bumped per ring: the reader's futex
-  std::atomic<uint32_t> sleeping;
+  alignas(64) std::atomic<uint32_t> seq;  // bumped per ring: the futex every sleeper waits on
+  std::atomic<uint32_t> sleeping;         // the reading thread sleeps (bit 0)
+  std::atomic<uint32_t> idle_sleepers;    // idle threads that read when woken (other bits)
 };
 
 namespace {
@@ -345,17 +364,30 @@ void Doorbell::drop_fd() {
 uint64_t Doorbell::token() const { return s_->token; }
 uint32_t Doorbell::seq() const { return s_->seq.load(); }
 
+// A reading thread that is awake (reading, or spinning on seq) takes the message: nobody is
+// woken. Else one idle thread is woken rather than the reading thread: it reads the ring itself
+// and finds its own call there (one wake-up instead of two). An idle sleeper that is just going
+// to sleep when no wake finds it sees seq changed and does not sleep: the reading thread is
+// woken only when no idle thread sleeps.
 void Doorbell::ring() {
   s_->seq.fetch_add(1);
-  if (s_->sleeping.load()) futex_wake_all(s_->seq);
+  if (!s_->sleeping.load()) return;
+  if (s_->idle_sleepers.load() > 0 && futex_wake_bits(s_->seq, 1, ~kReaderBit) > 0) return;
+  futex_wake_bits(s_->seq, 1, kReaderBit);
 }
 
-// The sleeping flag is raised before `still_idle` looks again: a writer that rang after the
-// look sees the flag and wakes this side; one that rang before changed seq (the futex returns).
-void Doorbell::sleep(uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) {
-  s_->sleeping.store(1);
-  if (still_idle()) futex_wait(s_->seq, seen, timeout_ms);
-  s_->sleeping.store(0);
+void Doorbell::wake(uint32_t bit) {
+  s_->seq.fetch_add(1);  // a sleeper about to sleep sees it changed
+  futex_wake_bits(s_->seq, INT32_MAX, bit);
+}
+
+// The sleeping flag (or count) is raised before `still_idle` looks again: a writer that rang
+// after the look sees it and wakes this side; one that rang before changed seq (the futex returns).
+void Doorbell::sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) {
+  auto& flag = bit == kReaderBit ? s_->sleeping : s_->idle_sleepers;
+  flag.fetch_add(1);
+  if (still_idle()) futex_wait_bits(s_->seq, seen, timeout_ms, bit);
+  flag.fetch_sub(1);
 }
 
 }  // namespace xmesh

@@ -81,11 +81,14 @@ class ShmRing {
   char* data_ = nullptr;
 };
 
-// Doorbell: one reader's wake-up word in shared memory, rung by every writer of the rings that
-// reader serves (a node reads all its rings on one thread: it sleeps on its doorbell, not on a
-// ring). Ringing costs an atomic increment and, only while the reader sleeps, a futex wake.
+// Doorbell: one node's wake-up word in shared memory, rung by every writer of the rings the node
+// reads. Its sleepers wait with a bit each: the node's reading thread (kReaderBit) and idle
+// threads that read the rings themselves when woken (an actor thread waiting on its inbox, any
+// other bit). Ringing wakes one idle sleeper if there is one, else the reading thread: an
+// atomic increment, and a futex wake only while someone sleeps.
 class Doorbell {
  public:
+  static constexpr uint32_t kReaderBit = 1;
   static Doorbell create(const std::string& name = "xmesh-bell");
   static Doorbell attach(int fd);  // duplicates fd; throws when it is not a doorbell
   Doorbell() = default;
@@ -101,11 +104,13 @@ class Doorbell {
   explicit operator bool() const { return s_ != nullptr; }
   // Writer: after a message is in the ring.
   void ring();
-  // Reader: seq() before looking at its rings; sleep(seen, ...) when they were all empty:
-  // returns when rung since `seen`, after timeout_ms, or at once when still_idle() (asked
-  // again once the reader says it sleeps) answers false.
+  // Wakes the sleepers of `bit` (something came for that one thread), whatever else sleeps.
+  void wake(uint32_t bit);
+  // Sleeper: seq() before looking at what it waits for; sleep(bit, seen, ...) when nothing was
+  // there: returns when rung or woken since `seen`, after timeout_ms, or at once when
+  // still_idle() (asked again once the sleeper is counted) answers false.
   uint32_t seq() const;
-  void sleep(uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle);
+  void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle);
 
  private:
   struct Shared;

@@ -2,28 +2,53 @@
 // microseconds (the next call of a busy caller, a reply, a message on a ring) looks for it a
 // little before it sleeps on a futex, since a sleep and its wake-up cost tens of microseconds
 // on a loaded machine. It yields the core while it looks, so a thread with work (the actor
-// running the call) is not held back on a machine of few cores. The budget is XMESH_SPIN_US
-// (microseconds, default 100; 0: never spin), read once per process.
+// running the call) is not held back on a machine of few cores.
+//
+// Spinning pays only where waits are short: each wait site keeps a SpinGauge, the running
+// average of how long its waits took (however they ended), and spins only while that is under
+// the budget. A burst of calls answered in microseconds spins; a fan-out to many procs on few
+// cores, or an idle actor, sleeps at once (many threads yielding to each other would only take
+// turns on the cores). The budget is XMESH_SPIN_US (microseconds, default 100; 0: never spin),
+// read once per process.
 #pragma once
 #include <sched.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 
 namespace xmesh {
 
 int spin_budget_us();
 
-// Looks at ready() until it is true (true) or the budget is spent (false).
-template <class Ready>
-bool spin_until(Ready ready) {
-  int budget = spin_budget_us();
-  if (budget <= 0) return ready();
-  auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(budget);
-  do {
-    if (ready()) return true;
-    sched_yield();
-  } while (std::chrono::steady_clock::now() < end);
-  return ready();
-}
+class SpinGauge {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Looks at ready() (yielding between looks) while the waits here are typically short, up to
+  // the budget; true when it became ready.
+  template <class Ready>
+  bool spin(Ready ready) {
+    int budget = spin_budget_us();
+    if (budget <= 0 || typical_ns_.load(std::memory_order_relaxed) > int64_t(budget) * 1000) return ready();
+    auto end = Clock::now() + std::chrono::microseconds(budget);
+    do {
+      if (ready()) return true;
+      sched_yield();
+    } while (Clock::now() < end);
+    return ready();
+  }
+  // How long one wait here took, from its start to what ended it.
+  void waited(Clock::duration d) {
+    // A long wait counts as a few budgets: after an idle pause a burst spins again within a few waits.
+    int64_t cap = int64_t(spin_budget_us()) * 4000;
+    int64_t sample = std::min<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(), cap);
+    int64_t typical = typical_ns_.load(std::memory_order_relaxed);
+    typical_ns_.store(typical + (sample - typical) / 4, std::memory_order_relaxed);  // a running average
+  }
+
+ private:
+  std::atomic<int64_t> typical_ns_{0};
+};
 
 }  // namespace xmesh

@@ -71,7 +71,7 @@ TEST_CASE("a doorbell wakes its sleeper and is recognised by its token", "[ring_
     other.ring();
   });
   auto t0 = std::chrono::steady_clock::now();
-  bell.sleep(seen, 5000, [] { return true; });
+  bell.sleep(Doorbell::kReaderBit, seen, 5000, [] { return true; });
   ringer.join();
   REQUIRE(bell.seq() != seen);
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
