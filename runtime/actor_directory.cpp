@@ -26,7 +26,7 @@ std::shared_ptr<Inbox> ActorDirectory::spawn(Message& m) {
   std::lock_guard<std::mutex> g(mu_);
   if (actors_.count(name)) return nullptr;
   auto box = std::make_shared<Inbox>(/*spin=*/true);
-  if (feed_) box->feed_from(feed_, 2u << (next_feed_bit_++ % 31));  // bit 0 is the reading thread's
+  if (feed_) box->feed_from(feed_, 2u << (next_feed_bit_++ % 30));  // 2..2^30 (see WaitFeed)
   actors_[name] = box;
   // Under the lock, so that nothing delivered meanwhile overtakes the spawn or what was held.
   box->push(std::move(m));

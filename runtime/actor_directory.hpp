@@ -37,7 +37,7 @@ class ActorDirectory {
   std::vector<std::shared_ptr<Inbox>> close_all();
 
   // Inboxes made from now on are fed by `feed` too (their consumers read it while they wait).
-  void feed_inboxes_from(InboxFeed* feed) { feed_ = feed; }
+  void feed_inboxes_from(std::shared_ptr<WaitFeed> feed) { feed_ = std::move(feed); }
 
   // Calls (and spawns) from addr are answered with error instead of being run.
   void refuse_from(const std::string& addr, const json& error);
@@ -55,7 +55,7 @@ class ActorDirectory {
   std::set<std::string> removed_;  // bounded: cleared past 10,000 names
   std::unordered_map<std::string, json> refused_;
   std::atomic<bool> any_refused_{false};  // the common case skips the lock
-  InboxFeed* feed_ = nullptr;
+  std::shared_ptr<WaitFeed> feed_;
   uint32_t next_feed_bit_ = 0;  // under mu_: each inbox's consumer sleeps with a bit of its own (cycling)
 };
 

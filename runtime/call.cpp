@@ -26,7 +26,7 @@ Call::~Call() {
 }
 
 bool Call::deliver(CallResult r) {
-  bool wake;
+  bool wake, fed;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (port_) {
@@ -46,9 +46,15 @@ bool Call::deliver(CallResult r) {
     // A fan-out to N targets must not wake a waiter for the whole call N times.
     wake = any_waiters_ > 0 || complete() || fatal_;
     if (wake) ++changes_;
+    fed = feed_sleepers_ > 0;
   }
-  if (wake) cv_.notify_all();
+  if (wake) notify_waiters(fed);
   return true;
+}
+
+void Call::notify_waiters(bool fed_sleepers) {
+  if (fed_sleepers) feed_->wake(WaitFeed::kCallerBit);
+  cv_.notify_all();
 }
 
 size_t Call::fail_where(const std::string* addr, const json& error) {
@@ -114,6 +120,7 @@ WaitOutcome Call::wait_for(bool any, int timeout_ms) {
     return WaitOutcome::Timeout;
   };
   if (timeout_ms == 0 || ready() || woken_) return outcome();
+  if (feed_ && feed_->live()) return wait_fed(any, timeout_ms, g);
   // A reply within microseconds needs no sleep: a caller's thread remembers how long its waits
   // take (thread_local: one caller's pattern, across its calls).
   static thread_local SpinGauge gauge;
@@ -137,13 +144,69 @@ WaitOutcome Call::wait_for(bool any, int timeout_ms) {
   return outcome();
 }
 
+// The waiter reads the node's rings itself, so that the reply to its call is read by the thread
+// that waits for it (no thread in between), and sleeps on the node's doorbell (kCallerBit)
+// when nothing came: a reply on a ring, deliver() or wake() wakes it.
+WaitOutcome Call::wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex>& g) {
+  auto ready = [&] { return any ? !untaken_.empty() || complete() : complete() || fatal_; };
+  static thread_local SpinGauge gauge;
+  const auto start = SpinGauge::Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms < 0 ? int64_t(1) << 40 : timeout_ms);
+  bool spun = false;
+  WaitOutcome result = WaitOutcome::Timeout;
+  if (any) ++any_waiters_;
+  for (;;) {
+    uint32_t seen = feed_->seq(), changes = changes_.load();
+    g.unlock();
+    feed_->pump();
+    if (!spun) {  // the short look, once per wait
+      spun = true;
+      uint32_t pumped_at = seen;
+      gauge.spin([&] {
+        uint32_t now = feed_->seq();
+        if (now != pumped_at) {  // something rang: read it (else only look at the call)
+          pumped_at = now;
+          feed_->pump();
+        }
+        return changes_.load() != changes;
+      });
+    }
+    g.lock();
+    if (ready() || woken_) {
+      result = ready() ? WaitOutcome::Ready : WaitOutcome::Woken;
+      woken_ = woken_ && result != WaitOutcome::Woken;
+      break;
+    }
+    auto now = SpinGauge::Clock::now();
+    if (now >= deadline) break;
+    if (!feed_->live()) {  // the node stopped: the rest of the wait the usual way
+      ++feed_sleepers_;  // (nothing wakes the feed now; deliver() still notifies cv_)
+      cv_.wait_until(g, deadline, [&] { return ready() || woken_; });
+      --feed_sleepers_;
+      continue;
+    }
+    int left = static_cast<int>(std::min<int64_t>(
+        1000, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
+    ++feed_sleepers_;
+    g.unlock();
+    feed_->sleep(WaitFeed::kCallerBit, seen, left, [&] { return changes_.load() == changes; });
+    g.lock();
+    --feed_sleepers_;
+  }
+  if (any) --any_waiters_;
+  gauge.waited(SpinGauge::Clock::now() - start);
+  return result;
+}
+
 void Call::wake() {
+  bool fed;
   {
     std::lock_guard<std::mutex> g(mu_);
     woken_ = true;
     ++changes_;
+    fed = feed_sleepers_ > 0;
   }
-  cv_.notify_all();
+  notify_waiters(fed);
 }
 
 std::vector<CallResult> Call::take() {

@@ -5,10 +5,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "spin.hpp"
+#include "wait_feed.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
@@ -60,6 +63,8 @@ class Call {
   // forever). A wake() that came before the wait makes it return Woken at once.
   WaitOutcome wait_for(bool any, int timeout_ms);
   void wake();
+  // The node's rings deliver its replies: a waiter reads them itself (wait_feed.hpp). Before waits.
+  void fed_by(std::shared_ptr<WaitFeed> feed) { feed_ = std::move(feed); }
   // Moves out the results that arrived since the last take, in arrival order.
   std::vector<CallResult> take();
   std::vector<int64_t> missing() const;
@@ -69,6 +74,9 @@ class Call {
  private:
   size_t fail_where(const std::string* addr, const json& error);  // nullptr: every target
   bool complete() const;  // every target answered (a once port: its one result came); mu_ held
+  WaitOutcome wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex>& g);
+  // After a change that ends waits: the condition variable, and a waiter asleep on the feed.
+  void notify_waiters(bool fed_sleepers);
   uint64_t id_;
   std::vector<std::string> addrs_;
   mutable std::mutex mu_;
@@ -78,7 +86,9 @@ class Call {
   bool fatal_ = false;
   bool woken_ = false;
   std::atomic<uint32_t> changes_{0};  // bumped with every notify: a spinning waiter looks at it
-  int any_waiters_ = 0;  // threads in wait_for(any): only they need a wake-up per arrival
+  int any_waiters_ = 0;
+  std::shared_ptr<WaitFeed> feed_;
+  int feed_sleepers_ = 0;  // under mu_: waiters asleep on the feed  // threads in wait_for(any): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
   int efd_ = -1;
   bool port_ = false;

@@ -38,9 +38,9 @@ void Inbox::clear_fd_locked() {
   signalled_ = false;
 }
 
-void Inbox::feed_from(InboxFeed* feed, uint32_t bit) {
+void Inbox::feed_from(std::shared_ptr<WaitFeed> feed, uint32_t bit) {
   std::lock_guard<std::mutex> g(mu_);
-  feed_ = feed;
+  feed_ = std::move(feed);
   feed_bit_ = bit;
 }
 
@@ -90,7 +90,7 @@ std::optional<Message> Inbox::pop_fed(int timeout_ms) {
   };
   for (;;) {
     uint32_t seen = feed_->seq();
-    if (!ready()) feed_->pump();
+    feed_->pump();  // always: a thread woken by a writer reads what it was woken for
     if (ready()) {
       gauge_.waited(SpinGauge::Clock::now() - start);
       std::lock_guard<std::mutex> g(mu_);
@@ -118,7 +118,7 @@ std::optional<Message> Inbox::pop_fed(int timeout_ms) {
 }
 
 std::optional<Message> Inbox::pop(int timeout_ms) {
-  if (feed_ && timeout_ms != 0) return pop_fed(timeout_ms);
+  if (feed_ && timeout_ms != 0 && feed_->live()) return pop_fed(timeout_ms);
   const bool measure = spin_ && timeout_ms != 0 && pending_.load() == 0;
   const auto start = measure ? SpinGauge::Clock::now() : SpinGauge::Clock::time_point{};
   if (measure) gauge_.spin([this] { return pending_.load() != 0; });

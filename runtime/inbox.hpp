@@ -5,27 +5,15 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 
 #include "spin.hpp"
+#include "wait_feed.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
-
-// What else can fill inboxes while their consumers wait: a node's shared-memory rings
-// (ring_links.hpp). A consumer with a feed reads it itself when its inbox is empty, and sleeps
-// on the feed's wake-up word (with a bit of its own) instead of the inbox's condition variable:
-// a call that comes on a ring wakes the one thread that runs it.
-class InboxFeed {
- public:
-  virtual ~InboxFeed() = default;
-  virtual uint32_t seq() = 0;   // before looking (a change since means: look again)
-  virtual void pump() = 0;      // reads what came, into the inboxes (nothing when another thread reads)
-  // Sleeps as `bit` until the feed rings, wake(bit), or timeout_ms, unless still_idle() is false.
-  virtual void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) = 0;
-  virtual void wake(uint32_t bit) = 0;
-};
 
 class Inbox {
  public:
@@ -46,8 +34,8 @@ class Inbox {
   bool closed() const;
   size_t size() const;
   size_t queued() const { return pending_.load(); }  // size() without the lock (+1 once closed)
-  // The consumer reads `feed` itself while it waits (before any pop). bit: its own, not 1.
-  void feed_from(InboxFeed* feed, uint32_t bit);
+  // The consumer reads `feed` itself while it waits (wait_feed.hpp; before any pop). bit: its own.
+  void feed_from(std::shared_ptr<WaitFeed> feed, uint32_t bit);
   // Created on first use: inboxes consumed only through pop() never pay for the syscalls.
   int fd();
 
@@ -66,7 +54,7 @@ class Inbox {
   bool signalled_ = false;
   const bool spin_;
   SpinGauge gauge_;
-  InboxFeed* feed_ = nullptr;
+  std::shared_ptr<WaitFeed> feed_ = nullptr;
   uint32_t feed_bit_ = 0;
   bool feed_sleeping_ = false;  // under mu_: the consumer sleeps on the feed
   int efd_ = -1;

@@ -9,18 +9,26 @@ namespace xmesh {
 
 // The feed of the actors' inboxes: an idle actor thread reads the rings itself and sleeps on the
 // node's doorbell with a bit of its own, so that a call on a ring wakes the thread that runs it.
-class Node::RingFeed : public InboxFeed {
+class Node::RingFeed : public WaitFeed {
  public:
-  explicit RingFeed(Node& node) : node_(node) {}
-  uint32_t seq() override { return node_.transport_.ring_readers().seq(); }
-  void pump() override { node_.pump_rings(nullptr); }
-  void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) override {
-    node_.transport_.ring_readers().sleep_idle(bit, seen, timeout_ms, still_idle);
+  explicit RingFeed(Node& node) : node_(&node) {}
+  bool live() const override { return node_.load() != nullptr; }
+  uint32_t seq() override { return node_.load() ? readers().seq() : 0; }
+  void pump() override {
+    if (Node* n = node_.load()) n->pump_rings(nullptr);
   }
-  void wake(uint32_t bit) override { node_.transport_.ring_readers().wake(bit); }
+  void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) override {
+    if (node_.load()) readers().sleep_idle(bit, seen, timeout_ms, still_idle);
+  }
+  void wake(uint32_t bit) override {
+    if (node_.load()) readers().wake(bit);
+  }
+  // The node stops: waiters still holding this feed wait the usual way.
+  void detach() { node_ = nullptr; }
 
  private:
-  Node& node_;
+  RingReaders& readers() { return node_.load()->transport_.ring_readers(); }
+  std::atomic<Node*> node_;
 };
 
 Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file,
@@ -35,8 +43,8 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
   const std::string& r = transport_.role();
   if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
     transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
-    ring_feed_ = std::make_unique<RingFeed>(*this);
-    actors_.feed_inboxes_from(ring_feed_.get());
+    ring_feed_ = std::make_shared<RingFeed>(*this);
+    actors_.feed_inboxes_from(ring_feed_);
   }
 }
 
@@ -66,7 +74,8 @@ void Node::stop() {
   control_.close();
   logs_.close();
   actor_events_.close();
-  actors_.close_all();
+  actors_.close_all();  // wakes actor threads asleep on the feed, which then wait the usual way
+  if (ring_feed_) ring_feed_->detach();
   transport_.close();
 }
 
@@ -106,6 +115,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
   std::string routed;
   for (auto& t : targets) addrs.push_back(transport_.route(t.addr, routed));
   auto c = std::make_shared<Call>(calls_.next_id(), addrs);
+  if (ring_feed_) c->fed_by(ring_feed_);
   if (expect_reply) calls_.add(c);
   std::vector<bool> skip(targets.size(), false);
   for (auto& [i, error] : supervision_.dead_among(addrs)) {  // targets already dead fail at once
@@ -138,6 +148,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
 
 std::shared_ptr<Call> Node::expect(const std::vector<std::string>& addrs) {
   auto c = std::make_shared<Call>(calls_.next_id(), addrs);
+  if (ring_feed_) c->fed_by(ring_feed_);
   calls_.add(c);
   for (auto& [i, error] : supervision_.dead_among(addrs)) {
     CallResult r;
@@ -157,6 +168,7 @@ void Node::retarget(const std::shared_ptr<Call>& c, size_t index, const std::str
 
 std::shared_ptr<Call> Node::open_port(bool once) {
   auto c = std::make_shared<Call>(calls_.next_id(), Call::PortTag{}, once);
+  if (ring_feed_) c->fed_by(ring_feed_);
   calls_.add(c);
   return c;
 }
@@ -327,7 +339,7 @@ size_t Node::pump_rings(bool* held) {
     on_too_large(t.msg, t.payload_bytes, t.sender_limit);
   }
   if (held) *held = report.held;
-  return delivered.value_or(0);
+  return delivered;
 }
 
 void Node::rings_loop() {

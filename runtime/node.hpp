@@ -166,7 +166,7 @@ class Node {
   // how many messages; *held: one waits for its actor's room.
   size_t pump_rings(bool* held);
   class RingFeed;
-  std::unique_ptr<InboxFeed> ring_feed_;  // the actors' inboxes' feed (rings enabled)
+  std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)
   // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
   // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).
   bool has_room(const Message& m) const;

@@ -350,9 +350,10 @@ bool RingReaders::decode(const std::string& bytes, Message* out, std::string* er
   return true;
 }
 
-std::optional<size_t> RingReaders::poll(const Deliver& deliver, Report& report) {
-  std::unique_lock<std::mutex> reading(poll_mu_, std::try_to_lock);
-  if (!reading.owns_lock()) return std::nullopt;
+size_t RingReaders::poll(const Deliver& deliver, Report& report) {
+  // Waiting for the lock (not skipping the read): a thread woken for a message must read it,
+  // even when another thread is reading now and may have passed that ring already.
+  std::lock_guard<std::mutex> reading(poll_mu_);
   size_t delivered = 0;
   report.held = false;
   auto snapshot = reading_snapshot();  // a copy: forget() may change the set while this reads

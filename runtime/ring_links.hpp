@@ -51,6 +51,8 @@ class RingWriter {
   ShmRing::Result write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
                         int timeout_ms);
   void close();  // the peer is gone: waits end, the reader reads what came and forgets the ring
+  // The ring alone closed, from any thread (a writer waiting in it under its peer's lock ends).
+  void close_ring() { ring_.close(); }
 
  private:
   ShmRing ring_;
@@ -98,9 +100,9 @@ class RingReaders {
   // bounded, nothing is lost or reordered) and the message is offered again at the next poll.
   // Returns how many messages were delivered.
   using Deliver = std::function<bool(Message&)>;
-  // One thread reads at a time (the node's reading thread, or an idle actor thread reading for
-  // itself): nullopt when another is reading now.
-  std::optional<size_t> poll(const Deliver& deliver, Report& report);
+  // One thread reads at a time (the node's reading thread, or an idle thread reading for
+  // itself); another waits for its turn (a pass is short: nothing in it waits).
+  size_t poll(const Deliver& deliver, Report& report);
   // Whether a ring being read holds something not read yet (any thread; a message held back
   // for its actor's room does not count).
   bool unread() const;

@@ -294,6 +294,8 @@ void Transport::disconnect(const std::string& addr) {
     peer = it->second;
     out_.erase(it);
   }
+  // A sender waiting for room in its ring (holding the peer's lock) stops now, before the lock.
+  if (auto ring = std::atomic_load(&peer->ring_closer)) ring->close_ring();
   // Nothing more goes to a dead peer: drop its queue and stop reconnecting to it.
   {
     std::lock_guard<std::mutex> g(peer->mu);

@@ -179,7 +179,8 @@ class Transport {
     size_t unacked_bytes = 0;
     uint64_t peer_incarnation = 0;  // the receiver's, from its acknowledgements
     std::string routing_id;         // this connection's, which a refusal of it names
-    std::unique_ptr<RingWriter> ring;  // a shared-memory link to it (ring_links.hpp), once offered
+    std::shared_ptr<RingWriter> ring;  // a shared-memory link to it (ring_links.hpp), once offered
+    std::shared_ptr<RingWriter> ring_closer;  // the same, read without the lock (atomic access) to close it
     bool ring_tried = false;           // offered once per connection, whatever the answer
   };
   struct InPeer {
@@ -217,6 +218,7 @@ class Transport {
   bool ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
   // After a Call or Reply went over ZeroMQ to a peer of this host: offers it a ring (once).
   void offer_ring_locked(OutPeer& p, Kind sent, bool blocking);
+  static void drop_ring_locked(OutPeer& p);
   // Acknowledgements that came back on p's connection: what they cover is dropped.
   void read_acks_locked(OutPeer& p);
   // Room for `bytes` more unacknowledged: reads acks; a blocking sender waits for them.

@@ -1,7 +1,5 @@
 // The transport's shared-memory links (ring_links.hpp): when it offers one, how it answers an
 // offer, and how a message goes over a link once it is up. The protocol is described there.
-#include <unistd.h>
-
 #include "transport.hpp"
 #include "util.hpp"
 
@@ -20,7 +18,8 @@ void Transport::offer_ring_locked(OutPeer& p, Kind sent, bool blocking) {
   if (!rings_.enabled() || (sent != Kind::Call && sent != Kind::Reply) || !on_this_host(p.addr)) return;
   p.ring_tried = true;
   try {
-    p.ring = std::make_unique<RingWriter>(ring_bytes_);
+    p.ring = std::make_shared<RingWriter>(ring_bytes_);
+    std::atomic_store(&p.ring_closer, p.ring);
   } catch (const std::exception& e) {
     log_diag_limited(ring_log_, role_, "no shared-memory link to " + p.addr + " (ZeroMQ goes on): " + e.what());
     return;
@@ -36,8 +35,13 @@ void Transport::offer_ring_locked(OutPeer& p, Kind sent, bool blocking) {
   try {
     send_zmq_locked(p, offer, none, blocking);
   } catch (const SendError&) {
-    p.ring.reset();  // the message itself went: the link is only not offered
+    drop_ring_locked(p);  // the message itself went: the link is only not offered
   }
+}
+
+void Transport::drop_ring_locked(OutPeer& p) {
+  std::atomic_store(&p.ring_closer, std::shared_ptr<RingWriter>());
+  p.ring.reset();
 }
 
 void Transport::on_ring_offer(const std::string& from, const RingOfferBody& offer) {
@@ -73,7 +77,7 @@ void Transport::on_ring_accept(const std::string& from, const RingAcceptBody& an
   p->ring->answered(answer, &why);
   if (p->ring->state() == RingWriter::State::declined) {
     log_diag_limited(ring_log_, role_, "no shared-memory link to " + from + " (ZeroMQ goes on): " + why);
-    p->ring.reset();
+    drop_ring_locked(*p);
   }
 }
 
@@ -101,7 +105,8 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
       throw SendError("the link to " + p.addr + " is full (this thread does not wait)");
     case ShmRing::Result::timed_out:
       throw SendError("sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
-                      " ms: it reads nothing (XMESH_SEND_TIMEOUT_MS)");
+                      " ms (XMESH_SEND_TIMEOUT_MS): its ring stayed full, so its actor's queue is full "
+                      "(XMESH_INBOX_LIMIT) or it reads nothing");
     default:
       throw SendError("the link to " + p.addr + " is closed");
   }

@@ -264,3 +264,47 @@ TEST_CASE("two nodes switch from ZeroMQ to a ring mid-stream without losing or r
   ctl.stop();
   proc.stop();
 }
+
+TEST_CASE("a caller waiting on its call reads the reply itself, and a node stopping ends such waits", "[ring_links][node]") {
+  Node proc("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-fed-p", "k");
+  Node ctl("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-fed-c", "k");
+  proc.set_default_cookie("k");
+  ctl.set_default_cookie("k");
+  proc.start();
+  ctl.start();
+  Header spawn;
+  spawn.kind = Kind::SpawnActor;
+  ctl.call({Target{proc.addr(), "a"}}, spawn, {}, false);
+  std::shared_ptr<Inbox> inbox;
+  for (int i = 0; i < 500 && !inbox; ++i, usleep(10000)) inbox = proc.actor_inbox("a");
+  REQUIRE(inbox);
+  std::thread actor([&] {  // answers each call after a pause: the caller sleeps on the doorbell
+    while (auto m = inbox->pop(-1)) {
+      if (m->header.kind != Kind::Call) continue;
+      usleep(2000);
+      proc.reply(*m, true, nullptr, {});
+    }
+  });
+  for (int i = 0; i < 50; ++i) {
+    Header h;
+    h.kind = Kind::Call;
+    auto c = ctl.call({Target{proc.addr(), "a"}}, h, {}, true);
+    REQUIRE(c->wait_for(false, 10000) == WaitOutcome::Ready);
+  }
+  REQUIRE(ctl.stats().rings_in == 1);  // the replies came over the ring, read by this thread
+  Header never;
+  never.kind = Kind::Call;
+  never.actor = "nobody-answers";
+  auto pending = ctl.call({Target{proc.addr(), "silent"}}, never, {}, true);
+  std::thread stopper([&] {
+    usleep(100000);
+    ctl.stop();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(pending->wait_for(false, 1500) == WaitOutcome::Timeout);  // neither hangs nor spins forever
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  stopper.join();
+  inbox->close();
+  actor.join();
+  proc.stop();
+}

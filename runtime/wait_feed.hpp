@@ -1,0 +1,29 @@
+// WaitFeed: what else can deliver what a thread waits for while it waits: a node's shared-memory
+// rings (ring_links.hpp). A waiting thread (an actor's on its inbox, a caller's on its call)
+// reads the feed itself when what it waits for is not there yet, and sleeps on the feed's
+// wake-up word with a bit of its own instead of a condition variable, so that what comes on a
+// ring wakes the one thread that waits for it.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace xmesh {
+
+class WaitFeed {
+ public:
+  // The bit a thread waiting on a call sleeps with; inboxes take the bits 2..2^30, the node's
+  // reading thread bit 1 (Doorbell::kReaderBit).
+  static constexpr uint32_t kCallerBit = 1u << 31;
+  virtual ~WaitFeed() = default;
+  // False once the node stopped: the waiter waits the usual way.
+  virtual bool live() const = 0;
+  virtual uint32_t seq() = 0;  // before looking (a change since means: look again)
+  // Reads what came, dispatching it (after the thread reading now, if any). A thread a writer
+  // woke must pump before it leaves: it may be the only one woken for that message.
+  virtual void pump() = 0;
+  // Sleeps as `bit` until the feed rings, wake(bit), or timeout_ms, unless still_idle() is false.
+  virtual void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) = 0;
+  virtual void wake(uint32_t bit) = 0;
+};
+
+}  // namespace xmesh
