@@ -1,0 +1,75 @@
+// Round trip of Node::call between a controller node and k proc nodes in child processes, each
+// answered by a C++ thread (no Python on either side): the runtime's own cost per call, over the
+// same-host rings (XMESH_RINGS=0: over ZeroMQ). Prints one line: k, the median in us, and how
+// many messages went over rings.
+//
+//   build/bench/xmesh_bench_node_rtt [k] [calls]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "node.hpp"
+
+using namespace xmesh;
+
+namespace {
+// A proc: answers every call to actor "a" until StopActor.
+[[noreturn]] void serve(const std::string& addr) {
+  Node proc("proc", addr, "k");
+  proc.set_default_cookie("k");
+  proc.start();
+  std::shared_ptr<Inbox> inbox;
+  while (!(inbox = proc.actor_inbox("a"))) usleep(1000);
+  while (auto m = inbox->pop(10000)) {
+    if (m->header.kind == Kind::StopActor) break;
+    if (m->header.kind == Kind::Call) proc.reply(*m, true, nullptr, {});
+  }
+  proc.stop();
+  _exit(0);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int k = argc > 1 ? std::atoi(argv[1]) : 1;
+  int calls = argc > 2 ? std::atoi(argv[2]) : 4000;
+  std::string base = "ipc:///tmp/xmesh-node-rtt-" + std::to_string(getpid());
+  std::vector<pid_t> kids;
+  std::vector<Target> targets;
+  for (int j = 0; j < k; ++j) {
+    std::string addr = base + "-p" + std::to_string(j);
+    pid_t pid = fork();  // before any node exists in this process
+    if (pid == 0) serve(addr);
+    kids.push_back(pid);
+    targets.push_back(Target{addr, "a"});
+  }
+  Node ctl("controller", base + "-c", "k");
+  ctl.set_default_cookie("k");
+  ctl.start();
+  Header spawn;
+  spawn.kind = Kind::SpawnActor;
+  ctl.call(targets, spawn, {}, false);
+  std::vector<double> us;
+  int warmup = std::max(100, calls / 4);
+  for (int i = 0; i < warmup + calls; ++i) {
+    Header h;
+    h.kind = Kind::Call;
+    h.method = "noop";
+    auto t0 = std::chrono::steady_clock::now();
+    auto c = ctl.call(targets, h, {}, true);
+    c->wait_for(false, -1);
+    if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("%d %.1f %llu\n", k, us[us.size() / 2], static_cast<unsigned long long>(ctl.stats().ring_sent));
+  Header stop;
+  stop.kind = Kind::StopActor;
+  ctl.call(targets, stop, {}, false);
+  for (pid_t p : kids) waitpid(p, nullptr, 0);
+  ctl.stop();
+}
