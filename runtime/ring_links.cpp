@@ -129,7 +129,7 @@ ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std:
   if (e.total <= max) {
     r = blocking ? ring_.write_parts(e.parts.data(), e.parts.size(), timeout_ms)
                  : ring_.try_write_parts(e.parts.data(), e.parts.size());
-    if (r == ShmRing::Result::ok) bell_.ring();
+    if (r == ShmRing::Result::ok) ring_bell();
     return r;
   }
   size_t records = (e.total + max - 1) / max;
@@ -141,14 +141,18 @@ ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std:
     // reads: a message is never left half-written (a closed ring ends the wait).
     r = ring_.write_parts(piece.data(), piece.size(), n == 0 ? (blocking ? timeout_ms : 0) : -1);
     if (r != ShmRing::Result::ok) return r;
-    bell_.ring();
+    ring_bell();
   }
   return ShmRing::Result::ok;
 }
 
 void RingWriter::close() {
   ring_.close();
-  if (bell_) bell_.ring();
+  ring_bell();
+}
+
+void RingWriter::ring_bell() {
+  if (bell_) bell_.ring();  // none before the reader answered (nothing is written then but in tests)
 }
 
 // ---- the readers -----------------------------------------------------------------------------

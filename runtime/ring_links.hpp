@@ -55,6 +55,7 @@ class RingWriter {
   void close_ring() { ring_.close(); }
 
  private:
+  void ring_bell();
   ShmRing ring_;
   Doorbell bell_;  // the reader's, rung after each message
   State state_ = State::offered;

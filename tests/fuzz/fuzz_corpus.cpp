@@ -1,14 +1,19 @@
 // Writes the fuzzers' seed corpora from real messages: a header of every kind with the body it
-// carries in use (wire/), and the steps of a real workspace sync of a small tree (sync/).
+// carries in use (wire/), the records of messages on a ring (ring/), and the steps of a real
+// workspace sync of a small tree (sync/).
 // Usage: fuzz_corpus OUT_DIR
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bodies.hpp"
+#include "ring_links.hpp"
 #include "scan.hpp"
 #include "wire.hpp"
 
@@ -118,14 +123,51 @@ void sync_corpus(const std::string& dir, const std::string& scratch) {
 }
 }  // namespace
 
+// Records as a RingWriter writes them (one message of one record, one of several), each as the
+// fuzz_ring input format: a 2-byte length, the record.
+void ring_corpus(const std::string& dir) {
+  const size_t sizes[] = {0, 10, 3000, 9000, 200000};
+  for (size_t size : sizes) {
+    RingWriter writer(4096);
+    ShmRing raw = ShmRing::attach(writer.offer().fd);
+    Header h;
+    h.kind = Kind::Call;
+    h.sender = "controller-host-1234-abcd";
+    h.corr = 9;
+    h.actor = "trainer";
+    h.method = "step";
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(size);
+    std::memset(frames.back().data(), 'x', size);
+    auto header = encode_header(h);
+    std::string input, record;
+    // Written and read in turns (a 4 KiB ring holds a few records): the records as they came.
+    std::thread reader([&] {
+      for (;;) {
+        auto r = raw.read(record, 2000);
+        if (r != ShmRing::Result::ok) return;
+        input.push_back(static_cast<char>(record.size() & 0xff));
+        input.push_back(static_cast<char>(record.size() >> 8));
+        input += record;
+      }
+    });
+    writer.write(header, frames, true, 2000);
+    usleep(20000);
+    raw.close();
+    reader.join();
+    if (input.size() <= 65536) put(dir + "/call-" + std::to_string(size), input);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_corpus OUT_DIR\n");
     return 2;
   }
   const std::string out = argv[1];
-  for (const char* sub : {"", "/wire", "/sync", "/tree"}) mkdir((out + sub).c_str(), 0700);
+  for (const char* sub : {"", "/wire", "/sync", "/tree", "/ring"}) mkdir((out + sub).c_str(), 0700);
   wire_corpus(out + "/wire");
+  ring_corpus(out + "/ring");
   sync_corpus(out + "/sync", out + "/tree");
   std::printf("fuzz_corpus: %d seeds in %s\n", written, out.c_str());
   return 0;

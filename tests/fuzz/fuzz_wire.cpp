@@ -31,6 +31,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   StopProcsReply, AttachBody, PreviousOwner, AttachReply, AllocationStatus, StatusReply,
                   SpawnActorBody, ActorRecord, RefuseBody, ReloadReply, ProcInfoBody, ProcInfoReply,
                   DumpStacksReply, FlushOutputReply, DebugEventBody, DebugCommandBody, SyncStepBody, SyncReply,
-                  RankMeta, AllocationMeta>(h->body);
+                  RankMeta, AllocationMeta, RingOfferBody, RingAcceptBody>(h->body);
   return 0;
 }
