@@ -185,8 +185,7 @@ WaitOutcome Call::wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex
       --feed_sleepers_;
       continue;
     }
-    int left = static_cast<int>(std::min<int64_t>(
-        1000, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
+    int left = WaitFeed::sleep_ms(now, deadline);
     ++feed_sleepers_;
     g.unlock();
     feed_->sleep(WaitFeed::kCallerBit, seen, left, [&] { return changes_.load() == changes; });

@@ -105,8 +105,7 @@ std::optional<Message> Inbox::pop_fed(int timeout_ms) {
       gauge_.waited(now - start);
       return std::nullopt;
     }
-    int left = static_cast<int>(std::min<int64_t>(
-        1000, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
+    int left = WaitFeed::sleep_ms(now, deadline);
     {
       std::lock_guard<std::mutex> g(mu_);
       feed_sleeping_ = true;

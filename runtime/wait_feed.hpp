@@ -4,6 +4,8 @@
 // wake-up word with a bit of its own instead of a condition variable, so that what comes on a
 // ring wakes the one thread that waits for it.
 #pragma once
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 
@@ -24,6 +26,14 @@ class WaitFeed {
   // Sleeps as `bit` until the feed rings, wake(bit), or timeout_ms, unless still_idle() is false.
   virtual void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) = 0;
   virtual void wake(uint32_t bit) = 0;
+
+  // How long one sleep on a feed lasts before `deadline`: at most a second (a waiter looks at
+  // its own state again at least that often), at least a millisecond.
+  template <class TimePoint>
+  static int sleep_ms(TimePoint now, TimePoint deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+    return static_cast<int>(std::min<int64_t>(1000, left));
+  }
 };
 
 }  // namespace xmesh
