@@ -1,7 +1,5 @@
 #include "call.hpp"
 
-#include "spin.hpp"
-
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -179,10 +177,8 @@ WaitOutcome Call::wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex
     }
     auto now = SpinGauge::Clock::now();
     if (now >= deadline) break;
-    if (!feed_->live()) {  // the node stopped: the rest of the wait the usual way
-      ++feed_sleepers_;  // (nothing wakes the feed now; deliver() still notifies cv_)
+    if (!feed_->live()) {  // the node stopped: the rest of the wait on cv_ (deliver() notifies it)
       cv_.wait_until(g, deadline, [&] { return ready() || woken_; });
-      --feed_sleepers_;
       continue;
     }
     int left = WaitFeed::sleep_ms(now, deadline);
