@@ -74,47 +74,61 @@ uint64_t random_token() {
   return t;
 }
 
-// A memfd of `size` bytes, sealed at that size (a peer cannot shrink it under the other, which
-// would fault on access), mapped shared. Returns the fd; *map the mapping.
-int make_sealed_memfd(const std::string& name, size_t size, void** map) {
-  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw std::runtime_error(std::string("sizing shared memory: ") + std::strerror(e));
-  }
-  *map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (*map == MAP_FAILED) {
-    int e = errno;
-    ::close(fd);
-    throw std::runtime_error(std::string("mapping shared memory: ") + std::strerror(e));
-  }
-  return fd;
+}  // namespace
+
+SharedMemory SharedMemory::create(const std::string& name, size_t size) {
+  SharedMemory m;
+  m.fd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (m.fd_ < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  if (ftruncate(m.fd_, static_cast<off_t>(size)) != 0 ||
+      fcntl(m.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    throw std::runtime_error(std::string("sizing shared memory: ") + std::strerror(errno));
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_, 0);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string("mapping shared memory: ") + std::strerror(errno));
+  m.addr_ = p;
+  m.size_ = size;
+  return m;
 }
 
-// The other side's memfd made by make_sealed_memfd, its size between min and max: a duplicate
-// of fd (the caller keeps its own) and the mapping. Throws naming what does not match.
-int attach_sealed_memfd(int fd, size_t min, size_t max, const char* what, void** map, size_t* size) {
+SharedMemory SharedMemory::attach(int fd, size_t min, size_t max, const char* what) {
   struct stat st;
   if (fstat(fd, &st) != 0) throw std::runtime_error(std::string("an ") + what + "'s fd: " + std::strerror(errno));
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))
     throw std::runtime_error(std::string("the fd is not a sealed ") + what + " (it could shrink under this process)");
-  *size = static_cast<size_t>(st.st_size);
-  if (*size < min || *size > max)
-    throw std::runtime_error(std::string("the fd is not an ") + what + " (" + std::to_string(*size) + " bytes)");
-  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (own < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
-  *map = mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
-  if (*map == MAP_FAILED) {
-    int e = errno;
-    ::close(own);
-    throw std::runtime_error(std::string("mapping an ") + what + ": " + std::strerror(e));
-  }
-  return own;
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size < min || size > max)
+    throw std::runtime_error(std::string("the fd is not an ") + what + " (" + std::to_string(size) + " bytes)");
+  SharedMemory m;
+  m.fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (m.fd_ < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_, 0);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string("mapping an ") + what + ": " + std::strerror(errno));
+  m.addr_ = p;
+  m.size_ = size;
+  return m;
 }
-}  // namespace
+
+SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
+  if (this != &o) {
+    this->~SharedMemory();
+    fd_ = std::exchange(o.fd_, -1);
+    addr_ = std::exchange(o.addr_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+SharedMemory::~SharedMemory() {
+  if (addr_) munmap(addr_, size_);
+  drop_fd();
+  addr_ = nullptr;
+}
+
+void SharedMemory::drop_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
 
 struct ShmRing::Header {
   uint64_t magic;
@@ -134,83 +148,51 @@ ShmRing ShmRing::create(size_t capacity, const std::string& name) {
   if (capacity < kMinCapacity || capacity > kMaxCapacity || (capacity & (capacity - 1)) != 0)
     throw std::invalid_argument("a ring's capacity is a power of two from 4 KiB to 1 GiB, not " + std::to_string(capacity));
   static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
-  void* p = nullptr;
-  int fd = make_sealed_memfd(name, kHeaderBytes + capacity, &p);
-  auto* h = new (p) Header{};  // the memfd starts zeroed: atomics at 0
+  ShmRing ring(SharedMemory::create(name, kHeaderBytes + capacity));
+  auto* h = new (ring.mem_.addr()) Header{};  // the memfd starts zeroed: atomics at 0
   h->capacity = capacity;
   h->token = random_token();
   h->magic = kMagic;
-  return ShmRing(fd, h, kHeaderBytes + capacity);
+  return ring;
 }
 
 ShmRing ShmRing::attach(int fd) {
-  void* p = nullptr;
-  size_t size = 0;
-  int own = attach_sealed_memfd(fd, kHeaderBytes + kMinCapacity, kHeaderBytes + kMaxCapacity, "xmesh ring", &p, &size);
-  auto* h = static_cast<Header*>(p);
-  if (h->magic != kMagic || h->capacity + kHeaderBytes != size || (h->capacity & (h->capacity - 1)) != 0) {
-    munmap(p, size);
-    ::close(own);
+  ShmRing ring(SharedMemory::attach(fd, kHeaderBytes + kMinCapacity, kHeaderBytes + kMaxCapacity, "xmesh ring"));
+  const Header* h = ring.h();
+  if (h->magic != kMagic || h->capacity + kHeaderBytes != ring.mem_.size() || (h->capacity & (h->capacity - 1)) != 0)
     throw std::runtime_error("the fd is not an xmesh ring (its header does not match its size)");
-  }
-  return ShmRing(own, h, size);
+  return ring;
 }
 
-ShmRing::ShmRing(int fd, Header* header, size_t map_size)
-    : fd_(fd), h_(header), map_size_(map_size), data_(reinterpret_cast<char*>(header) + kHeaderBytes) {}
+char* ShmRing::data() const { return static_cast<char*>(mem_.addr()) + kHeaderBytes; }
 
-ShmRing::ShmRing(ShmRing&& o) noexcept { *this = std::move(o); }
-
-ShmRing& ShmRing::operator=(ShmRing&& o) noexcept {
-  if (this != &o) {
-    this->~ShmRing();
-    fd_ = std::exchange(o.fd_, -1);
-    h_ = std::exchange(o.h_, nullptr);
-    map_size_ = std::exchange(o.map_size_, 0);
-    data_ = std::exchange(o.data_, nullptr);
-  }
-  return *this;
-}
-
-ShmRing::~ShmRing() {
-  if (h_) munmap(h_, map_size_);
-  if (fd_ >= 0) ::close(fd_);
-  h_ = nullptr;
-  fd_ = -1;
-}
-
-void ShmRing::drop_fd() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
-size_t ShmRing::capacity() const { return static_cast<size_t>(h_->capacity); }
-uint64_t ShmRing::token() const { return h_->token; }
-bool ShmRing::closed() const { return h_->closed.load() != 0; }
-size_t ShmRing::used() const { return static_cast<size_t>(h_->head.load() - h_->tail.load()); }
+size_t ShmRing::capacity() const { return static_cast<size_t>(h()->capacity); }
+uint64_t ShmRing::token() const { return h()->token; }
+bool ShmRing::closed() const { return h()->closed.load() != 0; }
+size_t ShmRing::used() const { return static_cast<size_t>(h()->head.load() - h()->tail.load()); }
 
 void ShmRing::copy_in(uint64_t pos, const void* data, size_t n) {
   size_t cap = capacity(), off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
-  std::memcpy(data_ + off, data, first);
-  std::memcpy(data_, static_cast<const char*>(data) + first, n - first);
+  std::memcpy(this->data() + off, data, first);
+  std::memcpy(this->data(), static_cast<const char*>(data) + first, n - first);
 }
 
 void ShmRing::copy_out(uint64_t pos, void* data, size_t n) const {
   size_t cap = capacity(), off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
-  std::memcpy(data, data_ + off, first);
-  std::memcpy(static_cast<char*>(data) + first, data_, n - first);
+  std::memcpy(data, this->data() + off, first);
+  std::memcpy(static_cast<char*>(data) + first, this->data(), n - first);
 }
 
 ShmRing::Result ShmRing::try_write(std::string_view message) { return try_write_parts(&message, 1); }
 
 ShmRing::Result ShmRing::try_write_parts(const std::string_view* parts, size_t count) {
-  if (h_->closed.load()) return Result::closed;
+  if (h()->closed.load()) return Result::closed;
   size_t length = 0;
   for (size_t i = 0; i < count; ++i) length += parts[i].size();
   if (length > max_message()) return Result::too_large;
-  uint64_t head = h_->head.load(std::memory_order_relaxed);  // only this side writes it
+  uint64_t head = h()->head.load(std::memory_order_relaxed);  // only this side writes it
   size_t need = record_bytes(length);
-  if (capacity() - static_cast<size_t>(head - h_->tail.load()) < need) return Result::full;
+  if (capacity() - static_cast<size_t>(head - h()->tail.load()) < need) return Result::full;
   uint32_t length32 = static_cast<uint32_t>(length);
   copy_in(head, &length32, sizeof length32);
   uint64_t pos = head + sizeof length32;
@@ -218,16 +200,16 @@ ShmRing::Result ShmRing::try_write_parts(const std::string_view* parts, size_t c
     copy_in(pos, parts[i].data(), parts[i].size());
     pos += parts[i].size();
   }
-  h_->head.store(head + need);  // seq_cst, then the sleeping flag: see wait_for
-  h_->data_seq.fetch_add(1);
-  if (h_->reader_sleeping.load()) futex_wake_all(h_->data_seq);
+  h()->head.store(head + need);  // seq_cst, then the sleeping flag: see wait_for
+  h()->data_seq.fetch_add(1);
+  if (h()->reader_sleeping.load()) futex_wake_all(h()->data_seq);
   return Result::ok;
 }
 
 ShmRing::Result ShmRing::try_read(std::string& out) {
-  uint64_t tail = h_->tail.load(std::memory_order_relaxed);  // only this side writes it
-  uint64_t head = h_->head.load();
-  if (head == tail) return h_->closed.load() ? Result::closed : Result::empty;
+  uint64_t tail = h()->tail.load(std::memory_order_relaxed);  // only this side writes it
+  uint64_t head = h()->head.load();
+  if (head == tail) return h()->closed.load() ? Result::closed : Result::empty;
   uint32_t length = 0;
   copy_out(tail, &length, sizeof length);
   size_t need = record_bytes(length);
@@ -237,9 +219,9 @@ ShmRing::Result ShmRing::try_read(std::string& out) {
   }
   out.resize(length);
   copy_out(tail + sizeof length, out.data(), length);
-  h_->tail.store(tail + need);
-  h_->space_seq.fetch_add(1);
-  if (h_->writer_sleeping.load()) futex_wake_all(h_->space_seq);
+  h()->tail.store(tail + need);
+  h()->space_seq.fetch_add(1);
+  if (h()->writer_sleeping.load()) futex_wake_all(h()->space_seq);
   return Result::ok;
 }
 
@@ -286,20 +268,20 @@ ShmRing::Result ShmRing::keep_trying(Attempt attempt, Result not_ready, std::ato
 ShmRing::Result ShmRing::write(std::string_view message, int timeout_ms) { return write_parts(&message, 1, timeout_ms); }
 
 ShmRing::Result ShmRing::write_parts(const std::string_view* parts, size_t count, int timeout_ms) {
-  return keep_trying([&] { return try_write_parts(parts, count); }, Result::full, h_->space_seq, h_->writer_sleeping,
+  return keep_trying([&] { return try_write_parts(parts, count); }, Result::full, h()->space_seq, h()->writer_sleeping,
                      timeout_ms);
 }
 
 ShmRing::Result ShmRing::read(std::string& out, int timeout_ms) {
-  return keep_trying([&] { return try_read(out); }, Result::empty, h_->data_seq, h_->reader_sleeping, timeout_ms);
+  return keep_trying([&] { return try_read(out); }, Result::empty, h()->data_seq, h()->reader_sleeping, timeout_ms);
 }
 
 void ShmRing::close() {
-  h_->closed.store(1);
-  h_->data_seq.fetch_add(1);
-  h_->space_seq.fetch_add(1);
-  futex_wake_all(h_->data_seq);
-  futex_wake_all(h_->space_seq);
+  h()->closed.store(1);
+  h()->data_seq.fetch_add(1);
+  h()->space_seq.fetch_add(1);
+  futex_wake_all(h()->data_seq);
+  futex_wake_all(h()->space_seq);
 }
 
 // ---- Doorbell -------------------------------------------------------------------------------
@@ -317,52 +299,21 @@ constexpr size_t kBellBytes = 4096;
 }  // namespace
 
 Doorbell Doorbell::create(const std::string& name) {
-  void* p = nullptr;
-  int fd = make_sealed_memfd(name, kBellBytes, &p);
-  auto* s = new (p) Shared{};
+  Doorbell bell(SharedMemory::create(name, kBellBytes));
+  auto* s = new (bell.mem_.addr()) Shared{};
   s->token = random_token();
   s->magic = kBellMagic;
-  return Doorbell(fd, s);
+  return bell;
 }
 
 Doorbell Doorbell::attach(int fd) {
-  void* p = nullptr;
-  size_t size = 0;
-  int own = attach_sealed_memfd(fd, kBellBytes, kBellBytes, "xmesh doorbell", &p, &size);
-  auto* s = static_cast<Shared*>(p);
-  if (s->magic != kBellMagic) {
-    munmap(p, size);
-    ::close(own);
-    throw std::runtime_error("the fd is not an xmesh doorbell (its header does not match)");
-  }
-  return Doorbell(own, s);
+  Doorbell bell(SharedMemory::attach(fd, kBellBytes, kBellBytes, "xmesh doorbell"));
+  if (bell.s()->magic != kBellMagic) throw std::runtime_error("the fd is not an xmesh doorbell (its header does not match)");
+  return bell;
 }
 
-Doorbell::Doorbell(Doorbell&& o) noexcept { *this = std::move(o); }
-
-Doorbell& Doorbell::operator=(Doorbell&& o) noexcept {
-  if (this != &o) {
-    this->~Doorbell();
-    fd_ = std::exchange(o.fd_, -1);
-    s_ = std::exchange(o.s_, nullptr);
-  }
-  return *this;
-}
-
-Doorbell::~Doorbell() {
-  if (s_) munmap(s_, kBellBytes);
-  if (fd_ >= 0) ::close(fd_);
-  s_ = nullptr;
-  fd_ = -1;
-}
-
-void Doorbell::drop_fd() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
-uint64_t Doorbell::token() const { return s_->token; }
-uint32_t Doorbell::seq() const { return s_->seq.load(); }
+uint64_t Doorbell::token() const { return s()->token; }
+uint32_t Doorbell::seq() const { return s()->seq.load(); }
 
 // A reading thread that is awake (reading, or spinning on seq) takes the message: nobody is
 // woken. Else one idle thread is woken rather than the reading thread: it reads the ring itself
@@ -370,23 +321,23 @@ uint32_t Doorbell::seq() const { return s_->seq.load(); }
 // to sleep when no wake finds it sees seq changed and does not sleep: the reading thread is
 // woken only when no idle thread sleeps.
 void Doorbell::ring() {
-  s_->seq.fetch_add(1);
-  if (!s_->sleeping.load()) return;
-  if (s_->idle_sleepers.load() > 0 && futex_wake_bits(s_->seq, 1, ~kReaderBit) > 0) return;
-  futex_wake_bits(s_->seq, 1, kReaderBit);
+  s()->seq.fetch_add(1);
+  if (!s()->sleeping.load()) return;
+  if (s()->idle_sleepers.load() > 0 && futex_wake_bits(s()->seq, 1, ~kReaderBit) > 0) return;
+  futex_wake_bits(s()->seq, 1, kReaderBit);
 }
 
 void Doorbell::wake(uint32_t bit) {
-  s_->seq.fetch_add(1);  // a sleeper about to sleep sees it changed
-  futex_wake_bits(s_->seq, INT32_MAX, bit);
+  s()->seq.fetch_add(1);  // a sleeper about to sleep sees it changed
+  futex_wake_bits(s()->seq, INT32_MAX, bit);
 }
 
 // The sleeping flag (or count) is raised before `still_idle` looks again: a writer that rang
 // after the look sees it and wakes this side; one that rang before changed seq (the futex returns).
 void Doorbell::sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) {
-  auto& flag = bit == kReaderBit ? s_->sleeping : s_->idle_sleepers;
+  auto& flag = bit == kReaderBit ? s()->sleeping : s()->idle_sleepers;
   flag.fetch_add(1);
-  if (still_idle()) futex_wait_bits(s_->seq, seen, timeout_ms, bit);
+  if (still_idle()) futex_wait_bits(s()->seq, seen, timeout_ms, bit);
   flag.fetch_sub(1);
 }
 

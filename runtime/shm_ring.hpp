@@ -22,6 +22,35 @@
 
 namespace xmesh {
 
+// SharedMemory: one sealed memfd mapped shared (a ring, a doorbell): owns the fd and the
+// mapping, moves, and unmaps and closes once. Sealed at its size, so a peer cannot shrink it
+// under the other (which would fault on access).
+class SharedMemory {
+ public:
+  // A new memfd of `size` bytes, zeroed. Throws naming what failed.
+  static SharedMemory create(const std::string& name, size_t size);
+  // The other side's, its size between min and max bytes (fd is duplicated: the caller keeps
+  // its own). Throws naming `what` it is not.
+  static SharedMemory attach(int fd, size_t min, size_t max, const char* what);
+  SharedMemory() = default;
+  SharedMemory(SharedMemory&& other) noexcept { *this = std::move(other); }
+  SharedMemory& operator=(SharedMemory&& other) noexcept;
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+  ~SharedMemory();
+
+  int fd() const { return fd_; }
+  // Closes the fd, keeping the mapping (once the other side has its own: no fd per link).
+  void drop_fd();
+  void* addr() const { return addr_; }
+  size_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  void* addr_ = nullptr;
+  size_t size_ = 0;
+};
+
 class ShmRing {
  public:
   enum class Result { ok, full, empty, closed, timed_out, too_large };
@@ -34,15 +63,9 @@ class ShmRing {
   static ShmRing attach(int fd);
 
   ShmRing() = default;  // no ring yet (assigned one later)
-  ShmRing(ShmRing&& other) noexcept;
-  ShmRing& operator=(ShmRing&& other) noexcept;
-  ShmRing(const ShmRing&) = delete;
-  ShmRing& operator=(const ShmRing&) = delete;
-  ~ShmRing();
 
-  int fd() const { return fd_; }
-  // Closes the fd, keeping the mapping (once the other side has its own: no fd per link).
-  void drop_fd();
+  int fd() const { return mem_.fd(); }
+  void drop_fd() { mem_.drop_fd(); }  // see SharedMemory
   // Random per ring, in its header: an offer names it, so the side that attaches knows it
   // mapped the ring it was offered (not another file at the same /proc path).
   uint64_t token() const;
@@ -67,7 +90,9 @@ class ShmRing {
 
  private:
   struct Header;
-  ShmRing(int fd, Header* header, size_t map_size);
+  explicit ShmRing(SharedMemory mem) : mem_(std::move(mem)) {}
+  Header* h() const { return static_cast<Header*>(mem_.addr()); }
+  char* data() const;
   Result wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, uint32_t seen, int64_t deadline_ms);
   template <class Attempt>
   Result keep_trying(Attempt attempt, Result not_ready, std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping,
@@ -75,10 +100,7 @@ class ShmRing {
   void copy_in(uint64_t pos, const void* data, size_t n);
   void copy_out(uint64_t pos, void* data, size_t n) const;
 
-  int fd_ = -1;
-  Header* h_ = nullptr;
-  size_t map_size_ = 0;
-  char* data_ = nullptr;
+  SharedMemory mem_;
 };
 
 // Doorbell: one node's wake-up word in shared memory, rung by every writer of the rings the node
@@ -92,16 +114,11 @@ class Doorbell {
   static Doorbell create(const std::string& name = "xmesh-bell");
   static Doorbell attach(int fd);  // duplicates fd; throws when it is not a doorbell
   Doorbell() = default;
-  Doorbell(Doorbell&& other) noexcept;
-  Doorbell& operator=(Doorbell&& other) noexcept;
-  Doorbell(const Doorbell&) = delete;
-  Doorbell& operator=(const Doorbell&) = delete;
-  ~Doorbell();
 
-  int fd() const { return fd_; }
-  void drop_fd();  // as ShmRing's
+  int fd() const { return mem_.fd(); }
+  void drop_fd() { mem_.drop_fd(); }  // see SharedMemory
   uint64_t token() const;
-  explicit operator bool() const { return s_ != nullptr; }
+  explicit operator bool() const { return mem_.addr() != nullptr; }
   // Writer: after a message is in the ring.
   void ring();
   // Wakes the sleepers of `bit` (something came for that one thread), whatever else sleeps.
@@ -114,9 +131,9 @@ class Doorbell {
 
  private:
   struct Shared;
-  Doorbell(int fd, Shared* shared) : fd_(fd), s_(shared) {}
-  int fd_ = -1;
-  Shared* s_ = nullptr;
+  explicit Doorbell(SharedMemory mem) : mem_(std::move(mem)) {}
+  Shared* s() const { return static_cast<Shared*>(mem_.addr()); }
+  SharedMemory mem_;
 };
 
 }  // namespace xmesh

@@ -48,6 +48,21 @@ struct Link {
   }
 };
 
+// Starts both nodes and has ctl spawn actor "a" on proc: its inbox, the spawn in it.
+std::shared_ptr<Inbox> started_with_actor(Node& ctl, Node& proc) {
+  for (Node* n : {&proc, &ctl}) {
+    n->set_default_cookie("k");
+    n->start();
+  }
+  Header spawn;
+  spawn.kind = Kind::SpawnActor;
+  ctl.call({Target{proc.addr(), "a"}}, spawn, {}, false);
+  std::shared_ptr<Inbox> inbox;
+  for (int i = 0; i < 500 && !inbox; ++i, usleep(10000)) inbox = proc.actor_inbox("a");
+  REQUIRE(inbox);
+  return inbox;
+}
+
 std::vector<uint8_t> header_for(uint64_t corr) {
   Header h;
   h.kind = Kind::Call;
@@ -216,16 +231,7 @@ TEST_CASE("records that do not read close the ring and are named", "[ring_links]
 TEST_CASE("two nodes switch from ZeroMQ to a ring mid-stream without losing or reordering", "[ring_links][node]") {
   Node proc("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-ring-p", "k");
   Node ctl("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-ring-c", "k");
-  proc.set_default_cookie("k");
-  ctl.set_default_cookie("k");
-  proc.start();
-  ctl.start();
-  Header spawn;
-  spawn.kind = Kind::SpawnActor;
-  ctl.call({Target{proc.addr(), "a"}}, spawn, {}, false);
-  std::shared_ptr<Inbox> inbox;
-  for (int i = 0; i < 500 && !inbox; ++i, usleep(10000)) inbox = proc.actor_inbox("a");
-  REQUIRE(inbox);
+  auto inbox = started_with_actor(ctl, proc);
   REQUIRE(inbox->pop(5000)->header.kind == Kind::SpawnActor);
   const int n = 3000;
   std::atomic<int> answered{0}, out_of_order{0};
@@ -268,16 +274,7 @@ TEST_CASE("two nodes switch from ZeroMQ to a ring mid-stream without losing or r
 TEST_CASE("a caller waiting on its call reads the reply itself, and a node stopping ends such waits", "[ring_links][node]") {
   Node proc("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-fed-p", "k");
   Node ctl("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-fed-c", "k");
-  proc.set_default_cookie("k");
-  ctl.set_default_cookie("k");
-  proc.start();
-  ctl.start();
-  Header spawn;
-  spawn.kind = Kind::SpawnActor;
-  ctl.call({Target{proc.addr(), "a"}}, spawn, {}, false);
-  std::shared_ptr<Inbox> inbox;
-  for (int i = 0; i < 500 && !inbox; ++i, usleep(10000)) inbox = proc.actor_inbox("a");
-  REQUIRE(inbox);
+  auto inbox = started_with_actor(ctl, proc);
   std::thread actor([&] {  // answers each call after a pause: the caller sleeps on the doorbell
     while (auto m = inbox->pop(-1)) {
       if (m->header.kind != Kind::Call) continue;
