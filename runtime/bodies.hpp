@@ -396,6 +396,103 @@ struct RingAcceptBody {
 };
 XMESH_BODY_JSON(RingAcceptBody)
 
+// Cast trees (runtime/cast_tree.hpp). One target behind a relay, as its message lists it.
+struct CastTarget {
+  static constexpr const char* what = "CastTarget";
+  std::string addr;    // its proc's node address
+  std::string actor;   // its actor's name there
+  int64_t index = 0;   // its index in the origin's call (answers carry it)
+  uint64_t oseq = 0;   // its order number from the origin (Header::oseq)
+  std::optional<std::string> local;  // its unix-socket address, for a relay on its host, when addr is TCP
+  void check() const {
+    if (addr.empty()) throw std::invalid_argument("CastTarget: 'addr' is empty");
+    if (index < 0) throw std::invalid_argument("CastTarget: 'index' is negative");
+  }
+  template <class F>
+  static void fields(F&& f) {
+    f("a", &CastTarget::addr, Need::Required);
+    f("n", &CastTarget::actor, Need::Required);
+    f("i", &CastTarget::index, Need::Required);
+    f("u", &CastTarget::oseq, Need::Required);
+    f("l", &CastTarget::local, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(CastTarget)
+
+// The "cast" part of an actor message's body in a cast tree: who made it (absent in the
+// origin's own messages, whose sender is the origin) and the targets the receiver relays it to.
+struct CastBody {
+  static constexpr const char* what = "Cast";
+  std::optional<std::string> origin;       // the origin's address (as the first relay knew it)
+  std::optional<std::string> origin_id;    // the origin's node id (its messages' order is per id)
+  int64_t fanout = 16;                     // how many messages a relay sends at most
+  std::vector<CastTarget> behind;          // the receiver's slice of the targets, itself excluded
+  void check() const {
+    if (fanout < 2 || fanout > 4096) throw std::invalid_argument("Cast: 'fanout' is not within 2..4096");
+  }
+  template <class F>
+  static void fields(F&& f) {
+    f("o", &CastBody::origin, Need::Optional);
+    f("s", &CastBody::origin_id, Need::Optional);
+    f("f", &CastBody::fanout, Need::Optional);
+    f("t", &CastBody::behind, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(CastBody)
+
+// One answer in a Replies message: the payload frames of the answers follow in order, `frames`
+// of them for this one.
+struct ReplyEntry {
+  static constexpr const char* what = "ReplyEntry";
+  int64_t index = 0;
+  bool ok = false;
+  nlohmann::json body;   // the error, when not ok
+  int64_t frames = 0;
+  void check() const {
+    if (index < 0) throw std::invalid_argument("ReplyEntry: 'index' is negative");
+    if (frames < 0) throw std::invalid_argument("ReplyEntry: 'frames' is negative");
+  }
+  template <class F>
+  static void fields(F&& f) {
+    f("i", &ReplyEntry::index, Need::Required);
+    f("k", &ReplyEntry::ok, Need::Required);
+    f("b", &ReplyEntry::body, Need::Optional);
+    f("f", &ReplyEntry::frames, Need::Required);
+  }
+};
+XMESH_BODY_JSON(ReplyEntry)
+
+// Replies (a relay or a target behind one -> the next node up a cast tree): answers to the
+// origin's call (Header::corr) of targets behind the sender.
+struct RepliesBody {
+  static constexpr const char* what = "Replies";
+  std::string origin;               // the call's origin address
+  std::vector<ReplyEntry> replies;  // at least one
+  void check() const {
+    if (replies.empty()) throw std::invalid_argument("Replies: 'replies' is empty");
+  }
+  template <class F>
+  static void fields(F&& f) {
+    f("o", &RepliesBody::origin, Need::Required);
+    f("r", &RepliesBody::replies, Need::Required);
+  }
+};
+XMESH_BODY_JSON(RepliesBody)
+
+// CastLost (origin -> a target behind a relay that died): the messages with these order
+// numbers will not come; the target stops waiting for them (and drops them if they still do).
+struct CastLostBody {
+  static constexpr const char* what = "CastLost";
+  std::vector<uint64_t> oseqs;
+  std::optional<std::string> origin_id;  // whose numbers (default: the sender's)
+  template <class F>
+  static void fields(F&& f) {
+    f("u", &CastLostBody::oseqs, Need::Required);
+    f("s", &CastLostBody::origin_id, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(CastLostBody)
+
 // Reload (controller -> actor host): reload the modules of these synced files.
 struct ReloadBody {
   static constexpr const char* what = "Reload";

@@ -55,20 +55,50 @@ void Call::notify_waiters(bool fed_sleepers) {
   cv_.notify_all();
 }
 
+size_t Call::fail_index(size_t i, const json& error) {
+  CallResult r;
+  r.index = static_cast<int64_t>(i);
+  r.ok = false;
+  r.body = error;
+  return deliver(std::move(r)) ? 1 : 0;
+}
+
 size_t Call::fail_where(const std::string* addr, const json& error) {
   size_t n = 0;
-  for (size_t i = 0; i < addrs_.size(); ++i) {
-    if (addr && addrs_[i] != *addr) continue;
-    CallResult r;
-    r.index = static_cast<int64_t>(i);
-    r.ok = false;
-    r.body = error;
-    if (deliver(std::move(r))) ++n;
-  }
+  for (size_t i = 0; i < addrs_.size(); ++i)
+    if (!addr || addrs_[i] == *addr) n += fail_index(i, error);
   return n;
 }
 
-size_t Call::fail_addr(const std::string& addr, const json& error) { return fail_where(&addr, error); }
+void Call::set_tree(std::vector<int32_t> parents, std::vector<uint64_t> oseqs) {
+  parents_ = std::move(parents);
+  oseqs_ = std::move(oseqs);
+}
+
+int32_t Call::relay_at(size_t i, const std::string& addr) const {
+  for (int32_t p = parents_[i]; p >= 0; p = parents_[static_cast<size_t>(p)])
+    if (addrs_[static_cast<size_t>(p)] == addr) return p;
+  return -1;
+}
+
+size_t Call::fail_addr(const std::string& addr, const json& error,
+                       std::vector<std::pair<std::string, uint64_t>>* behind) {
+  size_t n = fail_where(&addr, error);
+  if (parents_.empty()) return n;
+  for (size_t i = 0; i < addrs_.size(); ++i) {
+    if (addrs_[i] == addr) continue;
+    int32_t relay = relay_at(i, addr);
+    if (relay < 0) continue;
+    json e = error;
+    e["text"] = error.value("text", std::string("its relay died")) + " (target " + std::to_string(i) +
+                "'s message and answer went through target " + std::to_string(relay) +
+                ", the relay of its cast tree: the call may or may not have run there)";
+    if (!fail_index(i, e)) continue;
+    ++n;
+    if (behind) behind->emplace_back(addrs_[i], oseqs_[i]);
+  }
+  return n;
+}
 
 size_t Call::fail_all(const json& error) { return fail_where(nullptr, error); }
 

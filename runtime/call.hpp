@@ -44,8 +44,14 @@ class Call {
 
   // Returns false if that target had already answered (late duplicates are dropped).
   bool deliver(CallResult r);
-  // Fails every target at this address that has not answered; returns how many.
-  size_t fail_addr(const std::string& addr, const json& error);
+  // The call went through a cast tree (cast_tree.hpp): each target's parent (its relay, an index
+  // of this call; -1: sent by the origin itself) and order number. Before the call is shared.
+  void set_tree(std::vector<int32_t> parents, std::vector<uint64_t> oseqs);
+  // Fails every target at this address that has not answered, and those behind it in a cast
+  // tree (their answers were to come through it); returns how many. *behind gets (address,
+  // order number) of each target failed because its relay died.
+  size_t fail_addr(const std::string& addr, const json& error,
+                   std::vector<std::pair<std::string, uint64_t>>* behind = nullptr);
   size_t fail_all(const json& error);
 
   bool done() const;
@@ -73,6 +79,11 @@ class Call {
 
  private:
   size_t fail_where(const std::string* addr, const json& error);  // nullptr: every target
+  size_t fail_index(size_t i, const json& error);
+  // The ancestor of target i (a relay) at addr, or -1.
+  int32_t relay_at(size_t i, const std::string& addr) const;
+  std::vector<int32_t> parents_;  // cast trees: target -> its relay (empty: every target direct)
+  std::vector<uint64_t> oseqs_;
   bool complete() const;  // every target answered (a once port: its one result came); mu_ held
   WaitOutcome wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex>& g);
   // After a change that ends waits: the condition variable, and a waiter asleep on the feed.

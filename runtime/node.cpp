@@ -33,13 +33,15 @@ class Node::RingFeed : public WaitFeed {
 
 Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file,
            std::string advertise)
-    : transport_(std::move(role), bind_addr, accept_cookie, key_file, advertise),
+    : order_gate_(env_int("XMESH_ORDER_WAIT_MS", 10000)),
+      transport_(std::move(role), bind_addr, accept_cookie, key_file, advertise),
       supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 4000)),
       actors_(env_int("XMESH_ACTOR_WAIT_MS", 10000)) {
   register_builtin_handlers();
   // Controllers and procs talk to each other over shared memory on one host (ring_links.hpp);
   // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
+  cast_fanout_ = static_cast<size_t>(std::max<int64_t>(0, env_int("XMESH_CAST_FANOUT", 16)));
   const std::string& r = transport_.role();
   if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
     transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
@@ -70,6 +72,8 @@ void Node::stop() {
   if (io_.joinable()) io_.join();
   transport_.ring_readers().wake();
   if (rings_.joinable()) rings_.join();
+  deferred_.stop();
+  if (relay_.joinable()) relay_.join();
   running_ = false;
   control_.close();
   logs_.close();
@@ -89,7 +93,14 @@ void Node::forget_peer(const std::string& addr) {
   transport_.forget_peer(addr);
   transport_.disconnect(addr);
 }
-NodeStats Node::stats() const { return transport_.stats(); }
+NodeStats Node::stats() const {
+  NodeStats s = transport_.stats();
+  s.relayed = relayed_.load();
+  s.order_held = order_gate_.held();
+  s.order_late = order_gate_.late();
+  s.order_dropped = order_gate_.dropped();
+  return s;
+}
 
 void Node::set_stack_dumper(StackDumper dumper) {
   std::lock_guard<std::mutex> g(dumper_mu_);
@@ -107,6 +118,11 @@ void Node::send(const std::string& to, Header h, std::vector<zmq::message_t> fra
   transport_.send(addr, h, frames, may_block());
 }
 
+namespace {
+// Actor messages: numbered per destination and taken in that order there (cast_tree.hpp).
+bool ordered_kind(Kind k) { return k == Kind::Call || k == Kind::StopActor || k == Kind::SpawnActor; }
+}  // namespace
+
 std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl, std::vector<zmq::message_t> frames,
                                  bool expect_reply) {
   transport_.check_size(frames);
@@ -116,32 +132,41 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
   for (auto& t : targets) addrs.push_back(transport_.route(t.addr, routed));
   auto c = std::make_shared<Call>(calls_.next_id(), addrs);
   if (ring_feed_) c->fed_by(ring_feed_);
+  std::vector<bool> dead(targets.size(), false);
+  auto dead_now = supervision_.dead_among(addrs);
+  for (auto& [i, error] : dead_now) dead[i] = true;
+  const bool ordered = ordered_kind(tmpl.kind);
+  std::vector<CastTarget> live;
+  live.reserve(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (dead[i]) continue;
+    CastTarget t{addrs[i], targets[i].actor, static_cast<int64_t>(i), ordered ? next_oseq(addrs[i]) : 0, std::nullopt};
+    if (targets[i].addr != addrs[i]) t.local = targets[i].addr;
+    live.push_back(std::move(t));
+  }
+  const bool tree = ordered && cast_fanout_ >= 2 && live.size() > cast_fanout_;
+  if (tree && expect_reply) {  // supervision fails what is behind a relay that dies
+    std::vector<int32_t> parents(targets.size(), -1);
+    std::vector<uint64_t> oseqs(targets.size(), 0);
+    auto by_position = cast_parents(live.size(), cast_fanout_);
+    for (size_t p = 0; p < live.size(); ++p) {
+      parents[live[p].index] = by_position[p] < 0 ? -1 : static_cast<int32_t>(live[by_position[p]].index);
+      oseqs[live[p].index] = live[p].oseq;
+    }
+    c->set_tree(std::move(parents), std::move(oseqs));
+  }
   if (expect_reply) calls_.add(c);
-  std::vector<bool> skip(targets.size(), false);
-  for (auto& [i, error] : supervision_.dead_among(addrs)) {  // targets already dead fail at once
-    skip[i] = true;
+  for (auto& [i, error] : dead_now) {  // targets already dead fail at once
     CallResult r;
     r.index = static_cast<int64_t>(i);
     r.body = std::move(error);
     c->deliver(std::move(r));
   }
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (skip[i]) continue;
-    Header h = tmpl;
-    h.corr = expect_reply ? c->id() : 0;  // no correlation id: nobody waits for an answer
-    h.index = static_cast<int64_t>(i);
-    h.actor = targets[i].actor;
-    std::vector<zmq::message_t> copy(frames.size());
-    for (size_t f = 0; f < frames.size(); ++f) copy[f].copy(frames[f]);  // shares large buffers
-    try {
-      transport_.send(addrs[i], h, copy, may_block());
-    } catch (const SendError& e) {
-      CallResult r;
-      r.index = static_cast<int64_t>(i);
-      r.body = error_body(ErrorKind::Send, e.what());
-      c->deliver(std::move(r));
-    }
-  }
+  tmpl.corr = expect_reply ? c->id() : 0;  // no correlation id: nobody waits for an answer
+  if (tree)
+    send_tree(c, live, tmpl, frames);
+  else
+    for (auto& t : live) send_direct(*c, t, tmpl, frames);
   if (expect_reply && c->done()) forget_call(c->id());
   return c;
 }
@@ -175,6 +200,18 @@ std::shared_ptr<Call> Node::open_port(bool once) {
 
 void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::message_t> frames) {
   if (call_msg.sender_addr.empty() || call_msg.header.corr == 0) return;  // nobody waits
+  if (call_msg.gathered) {  // it came through a cast tree: the answer goes up the tree
+    CallResult r;
+    r.index = call_msg.header.index;
+    r.ok = ok;
+    if (!ok) r.body = body;
+    r.frames = std::move(frames);
+    if (gathers_.add(call_msg.sender_addr, call_msg.header.corr, r)) {
+      flush_gathers();
+      return;
+    }
+    frames = std::move(r.frames);  // its gather is gone: straight to the origin
+  }
   Header h;
   h.kind = Kind::Reply;
   h.corr = call_msg.header.corr;
@@ -225,14 +262,24 @@ void Node::expire_waiting_for_actor() {
 
 // ---- supervision -----------------------------------------------------------------------------
 void Node::fail_calls_to(const std::string& addr, const json& error) {
+  std::vector<std::pair<std::string, uint64_t>> behind;  // targets whose relay was addr
   for (auto& c : calls_.to_addr(addr)) {
-    c->fail_addr(addr, error);
+    c->fail_addr(addr, error, &behind);
     if (c->done()) forget_call(c->id());
   }
+  gathers_.reroute(addr);  // answers that were to go up through addr go to their origins
+  if (behind.empty()) return;
+  std::vector<CastTarget> lost;
+  for (auto& [a, oseq] : behind) lost.push_back(CastTarget{a, "", 0, oseq, std::nullopt});
+  tell_lost(lost, id());  // they need not wait for what did not come through it
 }
 
 void Node::mark_dead(const std::string& addr, const json& error) {
   supervision_.mark_dead(addr, error);
+  {
+    std::lock_guard<std::mutex> g(oseq_mu_);
+    oseq_out_.erase(addr);
+  }
   fail_calls_to(addr, error);  // first: a send that the disconnect ends fails with this error, not its own
   transport_.disconnect(addr);
 }
@@ -294,6 +341,7 @@ void Node::io_loop() {
         else
           dispatch(std::move(r->msg));
       }
+      if (gathers_.dirty() && !transport_.input_pending()) flush_gathers();  // what came together goes up together
       for (auto& addr : transport_.take_successors()) supervision_.revive(addr);  // a new process there
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) return;
@@ -312,6 +360,8 @@ void Node::io_loop() {
       }
       tick_heartbeats();
       expire_waiting_for_actor();
+      expire_order_waits();
+      flush_gathers();
     }
   }
 }
@@ -333,6 +383,7 @@ size_t Node::pump_rings(bool* held) {
   pumping_ = true;  // handlers run here never wait in a send (as on the I/O thread)
   auto delivered = transport_.ring_readers().poll(deliver, report);
   pumping_ = was_pumping;
+  if (delivered) flush_gathers();
   for (auto& b : report.broken) transport_.count_malformed(b);
   for (auto& t : report.too_large) {
     transport_.count_too_large();
@@ -352,6 +403,7 @@ void Node::rings_loop() {
 
 bool Node::has_room(const Message& m) const {
   if (m.header.kind != Kind::Call && m.header.kind != Kind::StopActor) return true;
+  if (deferred_.size() >= inbox_limit_) return false;  // a relay's forwards wait: hold its senders back
   auto box = actors_.inbox(m.header.actor);
   return !box || box->queued() < inbox_limit_;
 }
@@ -372,6 +424,8 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::ProcExited)] = [this](Message& m) { on_proc_exited(m); };
   handlers_[static_cast<int>(Kind::PeerDead)] = [this](Message& m) { on_peer_dead(m); };
   handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
+  handlers_[static_cast<int>(Kind::Replies)] = [this](Message& m) { on_replies(m); };
+  handlers_[static_cast<int>(Kind::CastLost)] = [this](Message& m) { on_cast_lost(m); };
   handlers_[static_cast<int>(Kind::RingOffer)] = [this](Message& m) {
     RingOfferBody offer;
     if (typed_body(m, offer)) transport_.on_ring_offer(m.sender_addr, offer);
@@ -388,9 +442,21 @@ void Node::register_builtin_handlers() {
   };
 }
 
-// Every authenticated message: its kind's handler, or the control inbox. The registry is only
-// read once the I/O thread runs, so it needs no lock.
+// Every authenticated message, in order: its kind's handler, or the control inbox. The registry
+// is only read once the I/O thread runs, so it needs no lock.
 void Node::dispatch(Message m) {
+  if (ordered_kind(m.header.kind)) {
+    if (m.header.body.is_object() && m.header.body.contains("cast") && !take_cast(m)) return;
+    if (m.header.oseq) {
+      const std::string origin = m.header.sender;  // not read after m moved into the gate
+      for (auto& next : order_gate_.admit(origin, std::move(m))) dispatch_now(std::move(next));
+      return;
+    }
+  }
+  dispatch_now(std::move(m));
+}
+
+void Node::dispatch_now(Message m) {
   if (auto refusal = actors_.refusal_for(m)) {
     if (m.header.corr) reply(m, false, std::move(*refusal), {});
     return;

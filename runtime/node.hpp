@@ -23,6 +23,7 @@
 
 #include "actor_directory.hpp"
 #include "call.hpp"
+#include "cast_tree.hpp"
 #include "call_table.hpp"
 #include "inbox.hpp"
 #include "supervision.hpp"
@@ -86,9 +87,11 @@ class Node {
   // message now (a TCP link down, its queue full) gets SendError at once, so that a dead link
   // never stalls receiving.
   void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
-  // Sends a call to every target (a cast is N point-to-point sends of one shared payload; this
-  // is the one place a multicast tree would go). With expect_reply, registers and returns the
-  // Call that replies are filed into; targets already dead fail at once.
+  // Sends a call to every target: one message each, or, past XMESH_CAST_FANOUT targets, through
+  // a cast tree (cast_tree.hpp: at most that many messages leave here, relays forward them and
+  // gather the answers). Actor messages carry per-destination order numbers either way. With
+  // expect_reply, registers and returns the Call that replies are filed into; targets already
+  // dead fail at once.
   std::shared_ptr<Call> call(const std::vector<Target>& targets, Header tmpl, std::vector<zmq::message_t> frames,
                              bool expect_reply);
   // Registers a Call whose targets will answer without being sent anything (for example
@@ -172,7 +175,10 @@ class Node {
   bool has_room(const Message& m) const;
   size_t inbox_limit_ = 10000;
   void register_builtin_handlers();
+  // Every message that came: a cast tree's is relayed first, an actor message passes the order
+  // gate, then dispatch_now.
   void dispatch(Message m);
+  void dispatch_now(Message m);  // its kind's handler, or the control inbox
   void on_refusal(Message& m, const RefuseBody& refusal);
   void on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sender_limit);
   void on_reply(Message& m);
@@ -189,6 +195,42 @@ class Node {
   void expire_waiting_for_actor();
   void fail_calls_to(const std::string& addr, const json& error);
   void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
+
+  // ---- cast trees and order (node_cast.cpp) ----
+  uint64_t next_oseq(const std::string& addr);
+  void send_direct(Call& c, const CastTarget& t, const Header& tmpl, const std::vector<zmq::message_t>& frames);
+  void send_tree(const std::shared_ptr<Call>& c, const std::vector<CastTarget>& live, const Header& base,
+                 const std::vector<zmq::message_t>& frames);
+  // One message of a tree to `to`, carrying `cast` (the targets behind it); when it cannot be
+  // sent, `failed` answers for everyone it was for.
+  void send_hop(const Header& base, const std::vector<zmq::message_t>& frames, const CastTarget& to, CastBody cast,
+                std::function<void(const std::string&)> failed);
+  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread.
+  void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
+                     std::function<void(const std::string&)> failed);
+  bool take_cast(Message& m);  // a tree message: relayed, then m is its own target's (false: malformed)
+  void relay_cast(const Message& m, const CastBody& cast, const std::string& origin, const std::string& origin_id);
+  void fail_at_relay(const std::string& origin, const std::string& origin_id, uint64_t corr,
+                     const std::vector<CastTarget>& targets, const std::string& why);
+  void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id);
+  void on_replies(Message& m);
+  void on_cast_lost(Message& m);
+  void send_replies(const std::string& to, const std::string& origin, uint64_t corr, std::vector<CallResult> results);
+  void flush_gathers();  // the answers gathered here go up their trees
+  void expire_order_waits();
+  void relay_loop();     // the xmesh-relay thread: deferred sends, which may wait
+  const std::string& pick_addr(const CastTarget& t) const;
+  bool mine(const std::string& addr) const;  // one of this node's own addresses
+  size_t cast_fanout_ = 16;  // XMESH_CAST_FANOUT: more targets than this go through a tree (0: never)
+  std::mutex oseq_mu_;
+  std::unordered_map<std::string, uint64_t> oseq_out_;  // the last order number per destination
+  OrderGate order_gate_;
+  Gathers gathers_;
+  DeferredSends deferred_;
+  std::once_flag relay_started_;
+  std::thread relay_;
+  std::atomic<uint64_t> relayed_{0};
+  LogBudget order_log_{5, 60000};
 
   Transport transport_;
   Supervision supervision_;

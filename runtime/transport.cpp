@@ -358,7 +358,8 @@ void Transport::send_frames_locked(OutPeer& p, const std::vector<uint8_t>& heade
     if (!p.sock->send(hm, frames.empty() ? flags : zmq::send_flags::sndmore | flags))
       throw SendError(blocking ? "sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
                                      " ms (peer not reading)"
-                               : "sending to " + p.addr + " would block (the link is down or the peer not reading)");
+                               : "sending to " + p.addr + " would block (the link is down or the peer not reading)",
+                      false, !blocking);
     // The rest of a message whose first frame was taken is always taken.
     for (size_t i = 0; i < frames.size(); ++i) {
       auto f = i + 1 == frames.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
@@ -404,7 +405,7 @@ void Transport::make_room_locked(OutPeer& p, size_t bytes, bool blocking) {
   const std::string why = "the link to " + p.addr + " holds " + std::to_string(p.unacked_bytes) +
                           " bytes its peer has not acknowledged (XMESH_RESEND_BUFFER_BYTES is " +
                           std::to_string(resend_buffer_bytes_) + "): the peer is not keeping up or the link is down";
-  if (!blocking) throw SendError(why);
+  if (!blocking) throw SendError(why, false, true);
   const int64_t deadline = now_ms() + send_timeout_ms_;
   while (full()) {
     int64_t left = deadline - now_ms();
@@ -589,6 +590,17 @@ zmq::socket_t* Transport::receive_parts(std::vector<zmq::message_t>& parts) {
     if (e.num() == ETERM) throw;
     parts.clear();
     return nullptr;  // EINTR and the like: go round again
+  }
+}
+
+bool Transport::input_pending() {
+  auto readable = [](zmq::socket_t* s) {
+    return s != nullptr && (s->get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+  };
+  try {
+    return readable(router_.get()) || readable(tcp_ready_.load(std::memory_order_acquire));
+  } catch (const zmq::error_t&) {
+    return false;
   }
 }
 

@@ -37,9 +37,10 @@
 namespace xmesh {
 
 struct SendError : std::runtime_error {
-  explicit SendError(const std::string& what, bool too_large = false)
-      : std::runtime_error(what), too_large(too_large) {}
-  bool too_large;  // the message exceeds XMESH_MAX_MESSAGE_BYTES (else: peer dead, closed, timed out)
+  explicit SendError(const std::string& what, bool too_large = false, bool would_block = false)
+      : std::runtime_error(what), too_large(too_large), would_block(would_block) {}
+  bool too_large;    // the message exceeds XMESH_MAX_MESSAGE_BYTES (else: peer dead, closed, timed out)
+  bool would_block;  // a send that does not wait found the link full: it may go later
 };
 
 struct NodeStats {
@@ -54,6 +55,9 @@ struct NodeStats {
   uint64_t ring_sent = 0, ring_received = 0;  // messages over shared-memory links (counted in sent/received too)
   uint64_t rings_out = 0;  // links up now to peers this node writes to
   uint64_t rings_in = 0;   // links being read now
+  // Cast trees (filled by the node): messages this node relayed; actor messages waiting now for
+  // an earlier one from their origin; taken after their wait expired; dropped as given up on.
+  uint64_t relayed = 0, order_held = 0, order_late = 0, order_dropped = 0;
 };
 
 class Transport {
@@ -120,6 +124,8 @@ class Transport {
   };
   std::optional<Received> receive();
   void set_receive_timeout(int ms);
+  // I/O thread: another message waits to be received now (what came is handled as a batch).
+  bool input_pending();
 
   // Where to send what is addressed to addr: a peer's unix-socket address that it named in its
   // Hello beside its TCP one (it runs on another machine) goes to the TCP one; else addr itself.

@@ -15,7 +15,7 @@ void Transport::enable_rings(size_t ring_bytes) {
 }
 
 void Transport::offer_ring_locked(OutPeer& p, Kind sent, bool blocking) {
-  if (!rings_.enabled() || (sent != Kind::Call && sent != Kind::Reply) || !on_this_host(p.addr)) return;
+  if (!rings_.enabled() || (sent != Kind::Call && sent != Kind::Reply && sent != Kind::Replies) || !on_this_host(p.addr)) return;
   p.ring_tried = true;
   try {
     p.ring = std::make_shared<RingWriter>(ring_bytes_);
@@ -102,7 +102,7 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
       ++counts_.ring_sent;
       return true;
     case ShmRing::Result::full:
-      throw SendError("the link to " + p.addr + " is full (this thread does not wait)");
+      throw SendError("the link to " + p.addr + " is full (this thread does not wait)", false, true);
     case ShmRing::Result::timed_out:
       throw SendError("sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
                       " ms (XMESH_SEND_TIMEOUT_MS): its ring stayed full, so its actor's queue is full "

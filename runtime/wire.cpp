@@ -103,7 +103,7 @@ void put_text(std::vector<uint8_t>& out, const std::string& t) {
 std::vector<uint8_t> encode_header(const Header& h) {
   std::vector<uint8_t> out;
   out.reserve(64 + h.sender.size() + h.actor.size() + h.method.size());
-  uint64_t n = 2 + (h.incarnation != 0) + (h.seq != 0) + (h.corr != 0) + (h.index >= 0) + h.ok + !h.actor.empty() +
+  uint64_t n = 2 + (h.incarnation != 0) + (h.seq != 0) + (h.oseq != 0) + (h.corr != 0) + (h.index >= 0) + h.ok + !h.actor.empty() +
                !h.method.empty() + !h.ctx.is_null() + !h.body.is_null() + !h.pieces.empty();
   put_head(out, 5, n);
   put_key(out, 'k');
@@ -112,6 +112,7 @@ std::vector<uint8_t> encode_header(const Header& h) {
   put_text(out, h.sender);
   if (h.incarnation) put_key(out, 'i'), put_head(out, 0, h.incarnation);
   if (h.seq) put_key(out, 'q'), put_head(out, 0, h.seq);
+  if (h.oseq) put_key(out, 'u'), put_head(out, 0, h.oseq);
   if (h.corr) put_key(out, 'c'), put_head(out, 0, h.corr);
   if (h.index >= 0) put_key(out, 'r'), put_head(out, 0, static_cast<uint64_t>(h.index));
   if (h.ok) put_key(out, 'o'), out.push_back(0xf5);
@@ -273,6 +274,7 @@ std::optional<Header> decode_header_general(const void* data, size_t size, std::
   }
   if (!get_uint(j, "i", h.incarnation, error)) return std::nullopt;
   if (!get_uint(j, "q", h.seq, error)) return std::nullopt;
+  if (!get_uint(j, "u", h.oseq, error)) return std::nullopt;
   if (!get_uint(j, "c", h.corr, error)) return std::nullopt;
   auto r = j.find("r");
   if (r != j.end()) {
@@ -361,7 +363,7 @@ std::optional<Header> decode_header(const void* data, size_t size, std::string& 
     Header h;
     uint8_t major;
     uint64_t n;
-    bool fast = r.head(major, n) && major == 5 && n <= 12;
+    bool fast = r.head(major, n) && major == 5 && n <= 13;
     bool have_kind = false;
     for (uint64_t i = 0; fast && i < n; ++i) {
       std::string key;
@@ -379,6 +381,7 @@ std::optional<Header> decode_header(const void* data, size_t size, std::string& 
         case 's': fast = r.text(h.sender); break;
         case 'i': fast = r.uint(h.incarnation); break;
         case 'q': fast = r.uint(h.seq); break;
+        case 'u': fast = r.uint(h.oseq); break;
         case 'c': fast = r.uint(h.corr); break;
         case 'r':
           fast = r.uint(v) && v <= static_cast<uint64_t>(INT64_MAX);

@@ -482,7 +482,11 @@ void bind_node(py::module_& m) {
       .def_readonly("ring_sent", &NodeStats::ring_sent)
       .def_readonly("ring_received", &NodeStats::ring_received)
       .def_readonly("rings_out", &NodeStats::rings_out)
-      .def_readonly("rings_in", &NodeStats::rings_in);
+      .def_readonly("rings_in", &NodeStats::rings_in)
+      .def_readonly("relayed", &NodeStats::relayed)
+      .def_readonly("order_held", &NodeStats::order_held)
+      .def_readonly("order_late", &NodeStats::order_late)
+      .def_readonly("order_dropped", &NodeStats::order_dropped);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
       .def(py::init<std::string, std::string, std::string, std::string, std::string>(), py::arg("role"),

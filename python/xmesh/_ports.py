@@ -23,14 +23,18 @@ class Port(Generic[R]):
     """Where values go: `port.send(value)` (in order, without waiting), `port.exception(exc)`
     (the receiver's recv() raises it as an ActorError). Picklable: pass it to actors."""
 
-    __slots__ = ("_addr", "_corr", "_rank", "_once", "_used")
+    __slots__ = ("_addr", "_corr", "_rank", "_once", "_used", "_call_msg")
 
-    def __init__(self, addr: str, corr: int, rank: Optional[int] = None, once: bool = False) -> None:
+    def __init__(self, addr: str, corr: int, rank: Optional[int] = None, once: bool = False,
+                 call_msg: Any = None) -> None:
         self._addr = addr    # the receiving process's node
         self._corr = corr    # the receiver's id there (0: a broadcast's answer, which nobody reads)
         self._rank = rank    # what a ranked receiver pairs each value with
         self._once = once    # it answers one call: a second send is an error
         self._used = False
+        # The call this port answers, in the process that took it: the answer goes the way the
+        # node replies to it (up a cast tree, when it came through one). Not pickled.
+        self._call_msg = call_msg
 
     def send(self, obj: R) -> None:
         """Sends obj to the receiver (fire and forget, in order with this process's other sends
@@ -62,6 +66,9 @@ class Port(Generic[R]):
             return  # a broadcast's: nobody waits for an answer
         index = -1 if self._rank is None else self._rank
         try:
+            if self._call_msg is not None:
+                get_runtime().node.reply(self._call_msg, ok, body, frames)
+                return
             get_runtime().node.send(self._addr, _REPLY, body, frames, corr=self._corr, index=index, ok=ok)
         except Exception as e:
             raise RuntimeError(f"port.send() could not reach the receiver at {self._addr}: {e}") from e

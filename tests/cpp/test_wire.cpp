@@ -13,6 +13,7 @@ TEST_CASE("header round trip keeps every field", "[wire]") {
   h.sender = "controller-host-1-abcd";
   h.incarnation = 0xdeadbeefcafeULL;
   h.seq = 42;
+  h.oseq = 1ULL << 33;
   h.corr = 7;
   h.index = 3;
   h.ok = true;
@@ -28,6 +29,7 @@ TEST_CASE("header round trip keeps every field", "[wire]") {
   CHECK(d->sender == h.sender);
   CHECK(d->incarnation == h.incarnation);
   CHECK(d->seq == 42);
+  CHECK(d->oseq == 1ULL << 33);
   CHECK(d->corr == 7);
   CHECK(d->index == 3);
   CHECK(d->ok);
@@ -120,6 +122,8 @@ TEST_CASE("decoder survives 20000 random and truncated frames", "[wire][fuzz]") 
 TEST_CASE("the fast decoder and the general one agree", "[wire]") {
   std::vector<json> headers = {
       {{"k", 10}, {"s", "a"}, {"q", 3}, {"m", "f"}, {"a", "x.1"}, {"c", 99}, {"r", 0}},
+      {{"k", 10}, {"s", "a"}, {"u", 12}, {"q", 3}},
+      {{"k", 10}, {"s", "a"}, {"u", "x"}},      // 'u' not an unsigned integer: both refuse
       {{"s", "b"}, {"k", 11}, {"o", true}, {"c", 1ULL << 40}, {"r", 70000}, {"i", 18446744073709551615ULL}},
       {{"k", 11}, {"s", "c"}, {"o", false}, {"b", {{"kind", "actor"}, {"text", "boom"}}}},
       {{"k", 25}, {"s", std::string(300, 'z')}},
@@ -141,6 +145,7 @@ TEST_CASE("the fast decoder and the general one agree", "[wire]") {
     CHECK(fast->sender == general->sender);
     CHECK(fast->incarnation == general->incarnation);
     CHECK(fast->seq == general->seq);
+    CHECK(fast->oseq == general->oseq);
     CHECK(fast->corr == general->corr);
     CHECK(fast->index == general->index);
     CHECK(fast->ok == general->ok);

@@ -1,0 +1,306 @@
+#include "cast_tree.hpp"
+
+#include "util.hpp"
+
+namespace xmesh {
+
+std::vector<std::pair<size_t, size_t>> cast_slices(size_t n, size_t fanout) {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (n == 0) return out;
+  size_t k = std::min(n, std::max<size_t>(fanout, 1));
+  size_t base = n / k, extra = n % k, lo = 0;
+  for (size_t i = 0; i < k; ++i) {
+    size_t len = base + (i < extra ? 1 : 0);
+    out.emplace_back(lo, lo + len);
+    lo += len;
+  }
+  return out;
+}
+
+namespace {
+void assign_parents(size_t lo, size_t hi, int32_t parent, size_t fanout, std::vector<int32_t>& out) {
+  for (auto [a, b] : cast_slices(hi - lo, fanout)) {
+    out[lo + a] = parent;
+    assign_parents(lo + a + 1, lo + b, static_cast<int32_t>(lo + a), fanout, out);
+  }
+}
+}  // namespace
+
+std::vector<int32_t> cast_parents(size_t n, size_t fanout) {
+  std::vector<int32_t> out(n, -1);
+  assign_parents(0, n, -1, fanout, out);
+  return out;
+}
+
+std::vector<CastHop> cast_hops(const std::vector<CastTarget>& targets, size_t fanout) {
+  std::vector<CastHop> hops;
+  for (auto [a, b] : cast_slices(targets.size(), fanout)) {
+    CastHop hop;
+    hop.first = a;
+    hop.behind.assign(targets.begin() + static_cast<std::ptrdiff_t>(a + 1), targets.begin() + static_cast<std::ptrdiff_t>(b));
+    hops.push_back(std::move(hop));
+  }
+  return hops;
+}
+
+// ---- OrderGate -------------------------------------------------------------------------------
+void OrderGate::give_up(Stream& s, uint64_t oseq) {
+  s.given_up.push_back(oseq);
+  if (s.given_up.size() > 4096) s.given_up.pop_front();
+}
+
+void OrderGate::release(Stream& s, std::vector<Message>& out, int64_t now) {
+  bool moved = false;
+  for (;;) {
+    auto it = s.early.find(s.next);
+    if (it != s.early.end()) {
+      out.push_back(std::move(it->second));
+      s.early.erase(it);
+    } else if (s.lost.erase(s.next)) {
+      give_up(s, s.next);
+    } else {
+      break;
+    }
+    ++s.next;
+    moved = true;
+  }
+  if (s.early.empty())
+    s.waiting_since = 0;
+  else if (moved || s.waiting_since == 0)
+    s.waiting_since = now;
+}
+
+std::vector<Message> OrderGate::admit(const std::string& origin, Message m) {
+  std::vector<Message> out;
+  std::lock_guard<std::mutex> g(mu_);
+  Stream& s = streams_[origin];
+  uint64_t n = m.header.oseq;
+  if (n < s.next) {
+    for (uint64_t u : s.given_up)
+      if (u == n) {
+        ++dropped_;
+        return out;
+      }
+    ++late_;  // its wait expired: taken now, after the ones that did not wait for it
+    out.push_back(std::move(m));
+    return out;
+  }
+  if (n > s.next) {
+    if (s.lost.count(n)) {  // said lost, came after all: too late (its call was failed); passed over in turn
+      ++dropped_;
+      return out;
+    }
+    s.early.emplace(n, std::move(m));
+    if (s.waiting_since == 0) s.waiting_since = now_ms();
+    return out;
+  }
+  out.push_back(std::move(m));
+  ++s.next;
+  release(s, out, now_ms());
+  return out;
+}
+
+std::vector<Message> OrderGate::skip(const std::string& origin, const std::vector<uint64_t>& oseqs) {
+  std::vector<Message> out;
+  std::lock_guard<std::mutex> g(mu_);
+  Stream& s = streams_[origin];
+  for (uint64_t n : oseqs)
+    if (n >= s.next && !s.early.count(n)) s.lost.insert(n);
+  release(s, out, now_ms());
+  return out;
+}
+
+std::vector<Message> OrderGate::expire(int64_t now, std::vector<std::string>* gaps) {
+  std::vector<Message> out;
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [origin, s] : streams_) {
+    if (s.early.empty() || now - s.waiting_since < wait_ms_) continue;
+    uint64_t first = s.early.begin()->first;
+    if (gaps)
+      gaps->push_back(origin + ": " + std::to_string(first - s.next) + " message(s) from #" + std::to_string(s.next) +
+                      " never came");
+    for (uint64_t n = s.next; n < first && n - s.next < 4096; ++n) s.lost.erase(n);
+    s.next = first;  // numbers passed here that still come are taken late, not dropped
+    release(s, out, now);
+  }
+  return out;
+}
+
+void OrderGate::forget(const std::string& origin) {
+  std::lock_guard<std::mutex> g(mu_);
+  streams_.erase(origin);
+}
+
+size_t OrderGate::held() const {
+  std::lock_guard<std::mutex> g(mu_);
+  size_t n = 0;
+  for (auto& [_, s] : streams_) n += s.early.size();
+  return n;
+}
+
+uint64_t OrderGate::dropped() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return dropped_;
+}
+
+uint64_t OrderGate::late() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return late_;
+}
+
+// ---- Gathers ---------------------------------------------------------------------------------
+void Gathers::open(const std::string& origin, uint64_t corr, const std::string& upstream, size_t expected) {
+  std::lock_guard<std::mutex> g(mu_);
+  Key key{origin, corr};
+  auto [it, fresh] = gathers_.try_emplace(key);
+  it->second.upstream = upstream;
+  it->second.expected += expected;  // a relay reached twice for one call (never in one tree): both count
+  if (fresh) order_.push_back(key);
+  while (gathers_.size() > limit_ && !order_.empty()) {
+    gathers_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+bool Gathers::add(const std::string& origin, uint64_t corr, CallResult& r) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = gathers_.find(Key{origin, corr});
+  if (it == gathers_.end()) return false;
+  it->second.pending.push_back(std::move(r));
+  dirty_.store(true, std::memory_order_release);
+  return true;
+}
+
+std::vector<Gathers::Batch> Gathers::take() {
+  std::vector<Batch> out;
+  std::lock_guard<std::mutex> g(mu_);
+  if (!dirty_.exchange(false, std::memory_order_acq_rel)) return out;
+  for (auto it = gathers_.begin(); it != gathers_.end();) {
+    Gather& ga = it->second;
+    if (!ga.pending.empty()) {
+      ga.passed += ga.pending.size();
+      out.push_back(Batch{ga.upstream, it->first.first, it->first.second, std::move(ga.pending)});
+      ga.pending.clear();
+    }
+    if (ga.passed >= ga.expected)
+      it = gathers_.erase(it);  // its key stays in order_ until it comes to the front (harmless)
+    else
+      ++it;
+  }
+  while (!order_.empty() && !gathers_.count(order_.front())) order_.pop_front();
+  return out;
+}
+
+void Gathers::reroute(const std::string& dead_upstream) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [key, ga] : gathers_)
+    if (ga.upstream == dead_upstream) ga.upstream = key.first;
+}
+
+size_t Gathers::open_count() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return gathers_.size();
+}
+
+// ---- DeferredSends --------------------------------------------------------------------------
+bool DeferredSends::busy(const std::string& addr) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return queues_.count(addr) || in_flight_.count(addr);
+}
+
+void DeferredSends::push(Send s) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    std::string addr = s.addr;
+    queues_[addr].push_back(std::move(s));
+    ++size_;
+  }
+  cv_.notify_one();
+}
+
+std::optional<DeferredSends::Send> DeferredSends::pop(int timeout_ms) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto ready = [&]() -> std::map<std::string, std::deque<Send>>::iterator {
+    for (auto it = queues_.begin(); it != queues_.end(); ++it)
+      if (!in_flight_.count(it->first)) return it;
+    return queues_.end();
+  };
+  auto it = queues_.end();
+  cv_.wait_for(g, std::chrono::milliseconds(timeout_ms), [&] { return stopped_ || (it = ready()) != queues_.end(); });
+  if (stopped_ || it == queues_.end()) return std::nullopt;
+  Send s = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) queues_.erase(it);
+  --size_;
+  in_flight_.insert(s.addr);
+  return s;
+}
+
+void DeferredSends::done(const std::string& addr) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    in_flight_.erase(addr);
+  }
+  cv_.notify_one();
+}
+
+void DeferredSends::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+size_t DeferredSends::size() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return size_;
+}
+
+// ---- Replies ---------------------------------------------------------------------------------
+Header replies_header(const std::string& origin, uint64_t corr, std::vector<CallResult>& results,
+                      std::vector<zmq::message_t>& frames) {
+  RepliesBody body;
+  body.origin = origin;
+  for (auto& r : results) {
+    ReplyEntry e;
+    e.index = r.index;
+    e.ok = r.ok;
+    if (!r.ok) e.body = std::move(r.body);
+    e.frames = static_cast<int64_t>(r.frames.size());
+    for (auto& f : r.frames) frames.push_back(std::move(f));
+    body.replies.push_back(std::move(e));
+  }
+  Header h;
+  h.kind = Kind::Replies;
+  h.corr = corr;
+  h.body = body;
+  return h;
+}
+
+std::optional<std::vector<CallResult>> read_replies(Message& m, std::string* origin, std::string* why) {
+  auto body = read_as<RepliesBody>(m.header.body, why);
+  if (!body) return std::nullopt;
+  size_t need = 0;
+  for (auto& e : body->replies) need += static_cast<size_t>(e.frames);
+  if (need != m.frames.size()) {
+    if (why)
+      *why = "Replies body names " + std::to_string(need) + " payload frames, the message has " +
+             std::to_string(m.frames.size());
+    return std::nullopt;
+  }
+  std::vector<CallResult> out;
+  size_t f = 0;
+  for (auto& e : body->replies) {
+    CallResult r;
+    r.index = e.index;
+    r.ok = e.ok;
+    if (!e.ok) r.body = std::move(e.body);
+    for (int64_t i = 0; i < e.frames; ++i) r.frames.push_back(std::move(m.frames[f++]));
+    out.push_back(std::move(r));
+  }
+  *origin = std::move(body->origin);
+  return out;
+}
+
+}  // namespace xmesh

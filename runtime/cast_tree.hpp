@@ -1,0 +1,164 @@
+// Cast trees: a call (or broadcast) to many actors leaves its origin as at most `fanout`
+// messages. The targets are cut into contiguous slices; the first target of a slice is its relay:
+// the relay's node forwards the message to the rest of its slice the same way, in C++ before its
+// own actor sees it, and the answers come back up the same tree, batched at each relay (Replies).
+// Ranks are host-major, so slices are mostly host-local: one message per host crosses the
+// network, and the relays' sends to their neighbours go over shared memory.
+//
+// Order: every actor message carries a per-(origin, destination) order number (Header::oseq)
+// assigned at the origin, and the destination's OrderGate takes messages from one origin in that
+// order, whichever way each came (directly, or through a relay): a message overtaken by a later
+// one waits for it. A number that will never come (its relay died) is given up on when the
+// origin says so (CastLost), or after XMESH_ORDER_WAIT_MS.
+//
+// The parts here are plain data structures, each with its own lock; the node (node.cpp) wires
+// them to the transport and to supervision.
+#pragma once
+#include <cstdint>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "bodies.hpp"
+#include "call.hpp"
+#include "wire.hpp"
+
+namespace xmesh {
+
+// [lo, hi) slices of n targets, at most `fanout` of them, in order, sizes differing by at most one.
+std::vector<std::pair<size_t, size_t>> cast_slices(size_t n, size_t fanout);
+
+// The parent of each of n targets in the tree the origin sends (-1: the origin itself): the
+// first target of each slice relays to the rest of it, sliced again.
+std::vector<int32_t> cast_parents(size_t n, size_t fanout);
+
+// The messages a node sends for a cast: to whom, and the targets behind each (one level of the
+// tree). Used by the origin over its targets and by a relay over the targets behind it.
+struct CastHop {
+  size_t first;                    // position of the hop's receiver in the list sliced
+  std::vector<CastTarget> behind;  // the rest of its slice
+};
+std::vector<CastHop> cast_hops(const std::vector<CastTarget>& targets, size_t fanout);
+
+// Per origin, the order numbers taken so far: one stream per (origin incarnation) that a
+// destination reads in order. Thread-safe.
+class OrderGate {
+ public:
+  explicit OrderGate(int64_t wait_ms) : wait_ms_(wait_ms) {}
+  // m (its header.oseq set) came from origin: the messages to dispatch now, in order (m and the
+  // ones it released); none when m came early (held) or was given up on before it came.
+  // origin: the node id of the message's maker (unique per process incarnation).
+  std::vector<Message> admit(const std::string& origin, Message m);
+  // The origin says these numbers will not come: what waited behind them, in order.
+  std::vector<Message> skip(const std::string& origin, const std::vector<uint64_t>& oseqs);
+  // Messages held longer than the wait: their gaps are given up on (*gaps says which, for the
+  // log); what they release, in order.
+  std::vector<Message> expire(int64_t now_ms, std::vector<std::string>* gaps);
+  void forget(const std::string& origin);
+  size_t held() const;
+  uint64_t dropped() const;  // messages that came after they were given up on
+  uint64_t late() const;     // messages that came after a wait for them expired (taken anyway)
+
+ private:
+  struct Stream {
+    uint64_t next = 1;
+    std::map<uint64_t, Message> early;
+    std::set<uint64_t> lost;          // said lost (CastLost), not yet passed
+    std::deque<uint64_t> given_up;    // passed without coming (bounded): dropped if they come
+    int64_t waiting_since = 0;        // last progress while messages were held
+  };
+  void release(Stream& s, std::vector<Message>& out, int64_t now);
+  void give_up(Stream& s, uint64_t oseq);
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Stream> streams_;
+  int64_t wait_ms_;
+  uint64_t dropped_ = 0, late_ = 0;
+};
+
+// At a relay: the answers of relayed calls, coming back through this node to go up the tree.
+// A gather is keyed by (origin, corr); answers pile up until the node flushes them (after each
+// batch of messages it read), then go up as one Replies message. Thread-safe.
+class Gathers {
+ public:
+  struct Batch {
+    std::string to;  // the node up the tree (the origin for a first-level relay)
+    std::string origin;
+    uint64_t corr = 0;
+    std::vector<CallResult> results;
+  };
+  explicit Gathers(size_t limit = 65536) : limit_(limit) {}
+  // Answers for (origin, corr) go to `upstream`: `expected` of them (the relay's own and those
+  // of the targets behind it).
+  void open(const std::string& origin, uint64_t corr, const std::string& upstream, size_t expected);
+  // An answer for a gather (moved from r); false when none is open (r is left for the caller to
+  // send to the origin itself).
+  bool add(const std::string& origin, uint64_t corr, CallResult& r);
+  bool dirty() const { return dirty_.load(std::memory_order_acquire); }
+  // What to send now; gathers whose every answer went up are closed.
+  std::vector<Batch> take();
+  // The node up the tree died: later answers of its gathers go to their origin directly.
+  void reroute(const std::string& dead_upstream);
+  size_t open_count() const;
+
+ private:
+  struct Gather {
+    std::string upstream;
+    size_t expected = 0, passed = 0;
+    std::vector<CallResult> pending;
+  };
+  using Key = std::pair<std::string, uint64_t>;
+  mutable std::mutex mu_;
+  std::map<Key, Gather> gathers_;
+  std::deque<Key> order_;  // oldest first: a gather whose answers never all come (a call
+                           // answered through a port) is dropped past `limit_`
+  std::atomic<bool> dirty_{false};
+  size_t limit_;
+};
+
+// Sends that could not go at once (a link full, on a thread that must not wait: a relay's I/O
+// or rings thread) wait here in order per destination, for a thread that may wait in a send (the
+// node's xmesh-relay thread); later sends to that destination queue behind them. Thread-safe.
+class DeferredSends {
+ public:
+  struct Send {
+    std::string addr;
+    Header header;
+    std::vector<zmq::message_t> frames;
+    std::function<void(const std::string& why)> failed;  // it could not be sent at all
+  };
+  // Whether sends to addr wait here (or one is being sent): a new one must queue behind them.
+  bool busy(const std::string& addr) const;
+  void push(Send s);
+  // The next send (its destination marked in flight until done()), or nullopt after the
+  // timeout or stop().
+  std::optional<Send> pop(int timeout_ms);
+  void done(const std::string& addr);
+  void stop();
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::deque<Send>> queues_;
+  std::set<std::string> in_flight_;
+  size_t size_ = 0;
+  bool stopped_ = false;
+};
+
+// A Replies message: header (kind, corr) and body for `results` (their frames appended to
+// `frames`).
+Header replies_header(const std::string& origin, uint64_t corr, std::vector<CallResult>& results,
+                      std::vector<zmq::message_t>& frames);
+// The answers of a Replies message (its frames moved into them), or nullopt with *why.
+std::optional<std::vector<CallResult>> read_replies(Message& m, std::string* origin, std::string* why);
+
+}  // namespace xmesh

@@ -1,0 +1,271 @@
+// The node's side of cast trees and per-origin order (cast_tree.hpp has the design): the origin
+// numbers its actor messages and sends a tree past XMESH_CAST_FANOUT targets; a relay forwards
+// before its own actor sees the message and gathers the answers; a destination takes each
+// origin's messages in order.
+#include "node.hpp"
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+std::string host_of(const std::string& tcp_addr) {
+  if (tcp_addr.rfind("tcp://", 0) != 0) return "";
+  auto colon = tcp_addr.rfind(':');
+  return colon == std::string::npos || colon < 6 ? "" : tcp_addr.substr(6, colon - 6);
+}
+
+std::vector<zmq::message_t> copy_frames(const std::vector<zmq::message_t>& frames) {
+  std::vector<zmq::message_t> copy(frames.size());
+  for (size_t f = 0; f < frames.size(); ++f) copy[f].copy(const_cast<zmq::message_t&>(frames[f]));  // shares large buffers
+  return copy;
+}
+}  // namespace
+
+uint64_t Node::next_oseq(const std::string& addr) {
+  std::lock_guard<std::mutex> g(oseq_mu_);
+  return ++oseq_out_[addr];
+}
+
+bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
+
+// A relay reaches a target on its own host at the target's unix socket (and over shared memory).
+const std::string& Node::pick_addr(const CastTarget& t) const {
+  if (t.local && !t.local->empty()) {
+    std::string mine_host = host_of(transport_.tcp_addr());
+    if (mine_host.empty() || mine_host == host_of(t.addr)) return *t.local;
+  }
+  return t.addr;
+}
+
+// ---- the origin ------------------------------------------------------------------------------
+void Node::send_direct(Call& c, const CastTarget& t, const Header& tmpl, const std::vector<zmq::message_t>& frames) {
+  Header h = tmpl;
+  h.index = t.index;
+  h.actor = t.actor;
+  h.oseq = t.oseq;
+  auto copy = copy_frames(frames);
+  try {
+    transport_.send(t.addr, h, copy, may_block());
+  } catch (const SendError& e) {
+    CallResult r;
+    r.index = t.index;
+    r.body = error_body(ErrorKind::Send, e.what());
+    c.deliver(std::move(r));
+    if (t.oseq) tell_lost({t}, id());  // the destination need not wait for this number
+  }
+}
+
+void Node::send_tree(const std::shared_ptr<Call>& c, const std::vector<CastTarget>& live, const Header& base,
+                     const std::vector<zmq::message_t>& frames) {
+  for (auto& hop : cast_hops(live, cast_fanout_)) {
+    const CastTarget& to = live[hop.first];
+    std::vector<CastTarget> all = hop.behind;
+    all.insert(all.begin(), to);
+    CastBody cast;
+    cast.fanout = static_cast<int64_t>(cast_fanout_);
+    cast.behind = std::move(hop.behind);
+    send_hop(base, frames, to, std::move(cast), [this, c, all](const std::string& why) {
+      for (auto& t : all) {
+        CallResult r;
+        r.index = t.index;
+        r.body = error_body(ErrorKind::Send, "not sent: " + why);
+        c->deliver(std::move(r));
+      }
+      tell_lost(all, id());
+      if (c->done()) forget_call(c->id());
+    });
+  }
+}
+
+void Node::send_hop(const Header& base, const std::vector<zmq::message_t>& frames, const CastTarget& to, CastBody cast,
+                    std::function<void(const std::string&)> failed) {
+  Header h = base;
+  h.index = to.index;
+  h.actor = to.actor;
+  h.oseq = to.oseq;
+  if (!cast.behind.empty() || cast.origin) {
+    if (!h.body.is_object()) h.body = json::object();
+    h.body["cast"] = cast;
+  }
+  send_or_defer(pick_addr(to), std::move(h), frames, std::move(failed));
+}
+
+void Node::send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
+                         std::function<void(const std::string&)> failed) {
+  if (!deferred_.busy(addr)) {
+    Header attempt = h;
+    try {
+      send(addr, std::move(attempt), copy_frames(frames));
+      return;
+    } catch (const SendError& e) {
+      if (!e.would_block) {
+        failed(e.what());
+        return;
+      }
+    }
+  }
+  std::call_once(relay_started_, [this] {
+    relay_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "xmesh-relay");
+      relay_loop();
+    });
+  });
+  deferred_.push(DeferredSends::Send{addr, std::move(h), copy_frames(frames), std::move(failed)});
+}
+
+void Node::relay_loop() {
+  while (!stopping_) {
+    auto s = deferred_.pop(200);
+    if (!s) continue;
+    try {
+      send(s->addr, std::move(s->header), std::move(s->frames));  // this thread may wait
+    } catch (const SendError& e) {
+      s->failed(e.what());
+    }
+    deferred_.done(s->addr);
+  }
+}
+
+void Node::tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id) {
+  std::map<std::string, std::vector<uint64_t>> by_addr;
+  for (auto& t : targets)
+    if (t.oseq) by_addr[t.addr].push_back(t.oseq);
+  for (auto& [addr, oseqs] : by_addr) {
+    if (supervision_.is_dead(addr)) continue;
+    Header h;
+    h.kind = Kind::CastLost;
+    CastLostBody body;
+    body.oseqs = std::move(oseqs);
+    if (origin_id != id()) body.origin_id = origin_id;
+    h.body = body;
+    send_or_defer(addr, std::move(h), {}, [](const std::string&) {});  // else its wait expires
+  }
+}
+
+// ---- a relay ---------------------------------------------------------------------------------
+bool Node::take_cast(Message& m) {
+  auto it = m.header.body.find("cast");
+  std::string why;
+  auto cast = read_as<CastBody>(*it, &why);
+  m.header.body.erase(it);
+  if (m.header.body.empty()) m.header.body = json();
+  if (!cast) {
+    transport_.count_malformed("dropped a malformed cast-tree message from " + m.sender_addr + ": " + why);
+    return false;
+  }
+  const std::string upstream = m.sender_addr;
+  const std::string origin = cast->origin.value_or(upstream);
+  const std::string origin_id = cast->origin_id.value_or(m.header.sender);
+  if (m.header.corr) gathers_.open(origin, m.header.corr, upstream, 1 + cast->behind.size());
+  if (!cast->behind.empty()) relay_cast(m, *cast, origin, origin_id);
+  m.sender_addr = origin;  // to its actor the message is the origin's (ports, faults, refusals)
+  m.header.sender = origin_id;
+  m.gathered = m.header.corr != 0;
+  return true;
+}
+
+void Node::relay_cast(const Message& m, const CastBody& cast, const std::string& origin, const std::string& origin_id) {
+  Header base = m.header;  // its body without the cast part
+  base.pieces.clear();
+  const uint64_t corr = m.header.corr;
+  for (auto& hop : cast_hops(cast.behind, static_cast<size_t>(cast.fanout))) {
+    const CastTarget& to = cast.behind[hop.first];
+    std::vector<CastTarget> all = hop.behind;
+    all.insert(all.begin(), to);
+    CastBody sub;
+    sub.origin = origin;
+    sub.origin_id = origin_id;
+    sub.fanout = cast.fanout;
+    sub.behind = std::move(hop.behind);
+    send_hop(base, m.frames, to, std::move(sub), [this, origin, origin_id, corr, all](const std::string& why) {
+      fail_at_relay(origin, origin_id, corr, all, why);
+    });
+    ++relayed_;
+  }
+}
+
+void Node::fail_at_relay(const std::string& origin, const std::string& origin_id, uint64_t corr,
+                         const std::vector<CastTarget>& targets, const std::string& why) {
+  log_diag_limited(order_log_, role(), "a cast-tree relay could not forward to " + targets.front().addr + ": " + why);
+  if (corr) {
+    for (auto& t : targets) {
+      CallResult r;
+      r.index = t.index;
+      r.body = error_body(ErrorKind::Send, "not sent: the relay " + addr() + " could not forward it: " + why);
+      if (gathers_.add(origin, corr, r)) continue;
+      std::vector<CallResult> one;
+      one.push_back(std::move(r));
+      send_replies(origin, origin, corr, std::move(one));
+    }
+    flush_gathers();
+  }
+  tell_lost(targets, origin_id);
+}
+
+// Answers coming up a tree: to a gather here, or (this node's own call) to the Call.
+void Node::on_replies(Message& m) {
+  std::string origin, why;
+  auto results = read_replies(m, &origin, &why);
+  if (!results) {
+    transport_.count_malformed("dropped a malformed 'replies' message from " + m.sender_addr + ": " + why);
+    return;
+  }
+  const uint64_t corr = m.header.corr;
+  if (mine(origin)) {
+    auto c = calls_.find(corr);
+    if (!c) return;  // a forgotten call
+    for (auto& r : *results) c->deliver(std::move(r));
+    if (c->done()) forget_call(c->id());
+    return;
+  }
+  std::vector<CallResult> stray;  // for a gather no longer here: to the origin itself
+  for (auto& r : *results)
+    if (!gathers_.add(origin, corr, r)) stray.push_back(std::move(r));
+  if (!stray.empty()) send_replies(origin, origin, corr, std::move(stray));
+}
+
+void Node::send_replies(const std::string& to, const std::string& origin, uint64_t corr,
+                        std::vector<CallResult> results) {
+  std::vector<zmq::message_t> frames;
+  Header h = replies_header(origin, corr, results, frames);
+  auto lost = [this, origin](const std::string& why) {
+    log_diag_limited(order_log_, role(), "answers for a call of " + origin + " were lost: " + why);
+  };
+  if (to == origin) {
+    send_or_defer(to, std::move(h), frames, lost);
+    return;
+  }
+  // Up the tree; around a relay that died, to the origin itself.
+  auto kept = std::make_shared<std::vector<zmq::message_t>>(copy_frames(frames));
+  Header again = h;
+  send_or_defer(to, std::move(h), frames, [this, origin, kept, again, lost](const std::string&) {
+    send_or_defer(origin, again, *kept, lost);
+  });
+}
+
+void Node::flush_gathers() {
+  if (!gathers_.dirty()) return;
+  for (auto& b : gathers_.take()) send_replies(b.to, b.origin, b.corr, std::move(b.results));
+}
+
+// ---- order -----------------------------------------------------------------------------------
+void Node::on_cast_lost(Message& m) {
+  std::string why;
+  auto read = read_as<CastLostBody>(m.header.body, &why);
+  if (!read) {
+    transport_.count_malformed("dropped a malformed 'cast-lost' message: " + why);
+    return;
+  }
+  CastLostBody& lost = *read;
+  for (auto& next : order_gate_.skip(lost.origin_id.value_or(m.header.sender), lost.oseqs)) dispatch_now(std::move(next));
+}
+
+void Node::expire_order_waits() {
+  std::vector<std::string> gaps;
+  auto released = order_gate_.expire(now_ms(), &gaps);
+  for (auto& g : gaps)
+    log_diag_limited(order_log_, role(), "stopped waiting for earlier messages (XMESH_ORDER_WAIT_MS) from " + g);
+  for (auto& m : released) dispatch_now(std::move(m));
+}
+
+}  // namespace xmesh
