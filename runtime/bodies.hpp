@@ -403,7 +403,7 @@ struct CastTarget {
   std::string actor;   // its actor's name there
   int64_t index = 0;   // its index in the origin's call (answers carry it)
   uint64_t oseq = 0;   // its order number from the origin (Header::oseq)
-  std::optional<std::string> local;  // its unix-socket address, for a relay on its host, when addr is TCP
+  std::string local;   // its unix socket, when known: a relay on its host sends there ("": none)
   void check() const {
     if (addr.empty()) throw std::invalid_argument("CastTarget: 'addr' is empty");
     if (index < 0) throw std::invalid_argument("CastTarget: 'index' is negative");

@@ -17,30 +17,57 @@ std::vector<std::pair<size_t, size_t>> cast_slices(size_t n, size_t fanout) {
   return out;
 }
 
+std::string cast_host(const std::string& addr) {
+  if (addr.rfind("tcp://", 0) != 0) return "";
+  auto rest = addr.substr(6);
+  auto slash = rest.find('/');
+  if (slash != std::string::npos) rest.resize(slash);
+  auto colon = rest.rfind(':');
+  return colon == std::string::npos ? rest : rest.substr(0, colon);
+}
+
+std::vector<CastHop> cast_hops(const std::vector<CastTarget>& targets, size_t fanout) {
+  // Runs of consecutive targets on one host: [start, end) positions.
+  std::vector<std::pair<size_t, size_t>> runs;
+  std::string host;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    std::string h = cast_host(targets[i].addr);
+    if (runs.empty() || h != host) runs.emplace_back(i, i);
+    runs.back().second = i + 1;
+    host = std::move(h);
+  }
+  std::vector<std::pair<size_t, size_t>> slices;  // [lo, hi) positions of each hop
+  if (runs.size() <= 1) {
+    slices = cast_slices(targets.size(), fanout);
+  } else {
+    for (auto [a, b] : cast_slices(runs.size(), fanout)) slices.emplace_back(runs[a].first, runs[b - 1].second);
+  }
+  std::vector<CastHop> hops;
+  for (auto [lo, hi] : slices) {
+    CastHop hop;
+    hop.first = lo;
+    hop.behind.assign(targets.begin() + static_cast<std::ptrdiff_t>(lo + 1), targets.begin() + static_cast<std::ptrdiff_t>(hi));
+    hops.push_back(std::move(hop));
+  }
+  return hops;
+}
+
 namespace {
-void assign_parents(size_t lo, size_t hi, int32_t parent, size_t fanout, std::vector<int32_t>& out) {
-  for (auto [a, b] : cast_slices(hi - lo, fanout)) {
-    out[lo + a] = parent;
-    assign_parents(lo + a + 1, lo + b, static_cast<int32_t>(lo + a), fanout, out);
+// Walks the tree the relays will make (cast_hops at each level) over positions [lo, lo + n).
+void assign_parents(const std::vector<CastTarget>& list, size_t offset, int32_t parent, size_t fanout,
+                    std::vector<int32_t>& out) {
+  for (auto& hop : cast_hops(list, fanout)) {
+    size_t at = offset + hop.first;
+    out[at] = parent;
+    assign_parents(hop.behind, at + 1, static_cast<int32_t>(at), fanout, out);
   }
 }
 }  // namespace
 
-std::vector<int32_t> cast_parents(size_t n, size_t fanout) {
-  std::vector<int32_t> out(n, -1);
-  assign_parents(0, n, -1, fanout, out);
+std::vector<int32_t> cast_parents(const std::vector<CastTarget>& targets, size_t fanout) {
+  std::vector<int32_t> out(targets.size(), -1);
+  assign_parents(targets, 0, -1, fanout, out);
   return out;
-}
-
-std::vector<CastHop> cast_hops(const std::vector<CastTarget>& targets, size_t fanout) {
-  std::vector<CastHop> hops;
-  for (auto [a, b] : cast_slices(targets.size(), fanout)) {
-    CastHop hop;
-    hop.first = a;
-    hop.behind.assign(targets.begin() + static_cast<std::ptrdiff_t>(a + 1), targets.begin() + static_cast<std::ptrdiff_t>(b));
-    hops.push_back(std::move(hop));
-  }
-  return hops;
 }
 
 // ---- OrderGate -------------------------------------------------------------------------------

@@ -37,17 +37,25 @@ namespace xmesh {
 // [lo, hi) slices of n targets, at most `fanout` of them, in order, sizes differing by at most one.
 std::vector<std::pair<size_t, size_t>> cast_slices(size_t n, size_t fanout);
 
-// The parent of each of n targets in the tree the origin sends (-1: the origin itself): the
-// first target of each slice relays to the rest of it, sliced again.
-std::vector<int32_t> cast_parents(size_t n, size_t fanout);
+// The host of a target's address, for grouping: "" for a unix socket (the sender's host), the
+// host part of a TCP address (tcp://H:P, or tcp://H:P/N behind a host agent's port).
+std::string cast_host(const std::string& addr);
 
 // The messages a node sends for a cast: to whom, and the targets behind each (one level of the
-// tree). Used by the origin over its targets and by a relay over the targets behind it.
+// tree). Used by the origin over its targets and by a relay over the targets behind it. Targets
+// of one host stay together (ranks are host-major): with several hosts in the list, each message
+// goes to the first target of a run of whole hosts, at most `fanout` of them, so that one
+// message per host crosses the network and relays forward to their own host's procs; the targets
+// of a single host are cut into at most `fanout` slices.
 struct CastHop {
   size_t first;                    // position of the hop's receiver in the list sliced
   std::vector<CastTarget> behind;  // the rest of its slice
 };
 std::vector<CastHop> cast_hops(const std::vector<CastTarget>& targets, size_t fanout);
+
+// The parent of each target (by position) in the tree cast_hops makes: the position of its relay,
+// or -1 where the origin sends to it.
+std::vector<int32_t> cast_parents(const std::vector<CastTarget>& targets, size_t fanout);
 
 // Per origin, the order numbers taken so far: one stream per (origin incarnation) that a
 // destination reads in order. Thread-safe.

@@ -42,6 +42,9 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
   // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
   cast_fanout_ = static_cast<size_t>(std::max<int64_t>(0, env_int("XMESH_CAST_FANOUT", 16)));
+  const std::string tree_mode = env_str("XMESH_CAST_TREE", "hosts");
+  if (tree_mode == "off") cast_fanout_ = 0;
+  cast_local_ = tree_mode == "all";
   const std::string& r = transport_.role();
   if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
     transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
@@ -135,23 +138,16 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
   std::vector<bool> dead(targets.size(), false);
   auto dead_now = supervision_.dead_among(addrs);
   for (auto& [i, error] : dead_now) dead[i] = true;
-  const bool ordered = ordered_kind(tmpl.kind);
-  std::vector<CastTarget> live;
-  live.reserve(targets.size());
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (dead[i]) continue;
-    CastTarget t{addrs[i], targets[i].actor, static_cast<int64_t>(i), ordered ? next_oseq(addrs[i]) : 0, std::nullopt};
-    if (targets[i].addr != addrs[i]) t.local = targets[i].addr;
-    live.push_back(std::move(t));
-  }
-  const bool tree = ordered && cast_fanout_ >= 2 && live.size() > cast_fanout_;
-  if (tree && expect_reply) {  // supervision fails what is behind a relay that dies
+  std::vector<CastTarget> direct, tree;
+  split_cast(targets, addrs, dead, ordered_kind(tmpl.kind), direct, tree);
+  const size_t fanout = cast_fanout_.load();
+  if (!tree.empty() && expect_reply) {  // supervision fails what is behind a relay that dies
     std::vector<int32_t> parents(targets.size(), -1);
     std::vector<uint64_t> oseqs(targets.size(), 0);
-    auto by_position = cast_parents(live.size(), cast_fanout_);
-    for (size_t p = 0; p < live.size(); ++p) {
-      parents[live[p].index] = by_position[p] < 0 ? -1 : static_cast<int32_t>(live[by_position[p]].index);
-      oseqs[live[p].index] = live[p].oseq;
+    auto by_position = cast_parents(tree, fanout);
+    for (size_t p = 0; p < tree.size(); ++p) {
+      parents[tree[p].index] = by_position[p] < 0 ? -1 : static_cast<int32_t>(tree[by_position[p]].index);
+      oseqs[tree[p].index] = tree[p].oseq;
     }
     c->set_tree(std::move(parents), std::move(oseqs));
   }
@@ -163,10 +159,8 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     c->deliver(std::move(r));
   }
   tmpl.corr = expect_reply ? c->id() : 0;  // no correlation id: nobody waits for an answer
-  if (tree)
-    send_tree(c, live, tmpl, frames);
-  else
-    for (auto& t : live) send_direct(*c, t, tmpl, frames);
+  for (auto& t : direct) send_direct(*c, t, tmpl, frames);
+  if (!tree.empty()) send_tree(c, tree, tmpl, frames, fanout);
   if (expect_reply && c->done()) forget_call(c->id());
   return c;
 }
@@ -270,7 +264,7 @@ void Node::fail_calls_to(const std::string& addr, const json& error) {
   gathers_.reroute(addr);  // answers that were to go up through addr go to their origins
   if (behind.empty()) return;
   std::vector<CastTarget> lost;
-  for (auto& [a, oseq] : behind) lost.push_back(CastTarget{a, "", 0, oseq, std::nullopt});
+  for (auto& [a, oseq] : behind) lost.push_back(CastTarget{a, "", 0, oseq, ""});
   tell_lost(lost, id());  // they need not wait for what did not come through it
 }
 

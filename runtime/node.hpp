@@ -152,6 +152,14 @@ class Node {
   // one closed (a host agent outlives thousands of short-lived controllers).
   void forget_peer(const std::string& addr);
   NodeStats stats() const;
+  // Calls to more targets on other hosts than this go through a cast tree (cast_tree.hpp); 0 or
+  // 1: never. XMESH_CAST_FANOUT at start (16), XMESH_CAST_TREE=off for 0.
+  size_t cast_fanout() const { return cast_fanout_.load(); }
+  void set_cast_fanout(size_t n) { cast_fanout_.store(n); }
+  // Whether this host's procs (unix-socket addresses) go through trees too (XMESH_CAST_TREE=all);
+  // else they get one message each from here. Benchmarks and tests switch it.
+  bool cast_local() const { return cast_local_.load(); }
+  void set_cast_local(bool on) { cast_local_.store(on); }
 
   // Answers DumpStacks from the I/O thread itself, without waiting for anything the rest of
   // the process holds (a proc's GIL): the debugger's `where` must see a rank stuck in a C call
@@ -198,9 +206,12 @@ class Node {
 
   // ---- cast trees and order (node_cast.cpp) ----
   uint64_t next_oseq(const std::string& addr);
+  void split_cast(const std::vector<Target>& targets, const std::vector<std::string>& addrs,
+                  const std::vector<bool>& dead, bool ordered, std::vector<CastTarget>& direct,
+                  std::vector<CastTarget>& tree);
   void send_direct(Call& c, const CastTarget& t, const Header& tmpl, const std::vector<zmq::message_t>& frames);
   void send_tree(const std::shared_ptr<Call>& c, const std::vector<CastTarget>& live, const Header& base,
-                 const std::vector<zmq::message_t>& frames);
+                 const std::vector<zmq::message_t>& frames, size_t fanout);
   // One message of a tree to `to`, carrying `cast` (the targets behind it); when it cannot be
   // sent, `failed` answers for everyone it was for.
   void send_hop(const Header& base, const std::vector<zmq::message_t>& frames, const CastTarget& to, CastBody cast,
@@ -208,6 +219,7 @@ class Node {
   // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread.
   void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
                      std::function<void(const std::string&)> failed);
+  std::string hop_addr(const CastTarget& t) const;
   bool take_cast(Message& m);  // a tree message: relayed, then m is its own target's (false: malformed)
   void relay_cast(const Message& m, const CastBody& cast, const std::string& origin, const std::string& origin_id);
   void fail_at_relay(const std::string& origin, const std::string& origin_id, uint64_t corr,
@@ -219,9 +231,9 @@ class Node {
   void flush_gathers();  // the answers gathered here go up their trees
   void expire_order_waits();
   void relay_loop();     // the xmesh-relay thread: deferred sends, which may wait
-  const std::string& pick_addr(const CastTarget& t) const;
   bool mine(const std::string& addr) const;  // one of this node's own addresses
-  size_t cast_fanout_ = 16;  // XMESH_CAST_FANOUT: more targets than this go through a tree (0: never)
+  std::atomic<size_t> cast_fanout_{16};  // XMESH_CAST_FANOUT: more targets than this go through a tree (0: never)
+  std::atomic<bool> cast_local_{false};  // XMESH_CAST_TREE=all: this host's procs through trees too
   std::mutex oseq_mu_;
   std::unordered_map<std::string, uint64_t> oseq_out_;  // the last order number per destination
   OrderGate order_gate_;

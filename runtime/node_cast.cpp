@@ -8,12 +8,6 @@
 namespace xmesh {
 
 namespace {
-std::string host_of(const std::string& tcp_addr) {
-  if (tcp_addr.rfind("tcp://", 0) != 0) return "";
-  auto colon = tcp_addr.rfind(':');
-  return colon == std::string::npos || colon < 6 ? "" : tcp_addr.substr(6, colon - 6);
-}
-
 std::vector<zmq::message_t> copy_frames(const std::vector<zmq::message_t>& frames) {
   std::vector<zmq::message_t> copy(frames.size());
   for (size_t f = 0; f < frames.size(); ++f) copy[f].copy(const_cast<zmq::message_t&>(frames[f]));  // shares large buffers
@@ -28,16 +22,37 @@ uint64_t Node::next_oseq(const std::string& addr) {
 
 bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
 
-// A relay reaches a target on its own host at the target's unix socket (and over shared memory).
-const std::string& Node::pick_addr(const CastTarget& t) const {
-  if (t.local && !t.local->empty()) {
-    std::string mine_host = host_of(transport_.tcp_addr());
-    if (mine_host.empty() || mine_host == host_of(t.addr)) return *t.local;
-  }
+// A target of this node's host is reached at its unix socket (over shared memory), not through
+// its host agent's TCP port.
+std::string Node::hop_addr(const CastTarget& t) const {
+  if (!t.local.empty() && t.local.rfind("ipc://", 0) == 0 && !cast_host(t.addr).empty() &&
+      cast_host(t.addr) == cast_host(addr()))
+    return t.local;
   return t.addr;
 }
 
 // ---- the origin ------------------------------------------------------------------------------
+// The live targets with their order numbers, split into those sent one message each and those
+// reached through a tree: targets on other hosts, when there are more than the fan-out (procs on
+// this host are reached as cheaply from here as from a relay, unless XMESH_CAST_TREE=all).
+void Node::split_cast(const std::vector<Target>& targets, const std::vector<std::string>& addrs,
+                      const std::vector<bool>& dead, bool ordered, std::vector<CastTarget>& direct,
+                      std::vector<CastTarget>& tree) {
+  const size_t fanout = cast_fanout_.load();
+  const bool local_too = cast_local_.load();
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (dead[i]) continue;
+    CastTarget t{addrs[i], targets[i].actor, static_cast<int64_t>(i), ordered ? next_oseq(addrs[i]) : 0,
+                 transport_.unix_alias(addrs[i])};
+    bool treeable = ordered && fanout >= 2 && (local_too || !cast_host(t.addr).empty());
+    (treeable ? tree : direct).push_back(std::move(t));
+  }
+  if (tree.size() <= fanout) {  // few enough: one message each
+    direct.insert(direct.end(), std::make_move_iterator(tree.begin()), std::make_move_iterator(tree.end()));
+    tree.clear();
+  }
+}
+
 void Node::send_direct(Call& c, const CastTarget& t, const Header& tmpl, const std::vector<zmq::message_t>& frames) {
   Header h = tmpl;
   h.index = t.index;
@@ -56,13 +71,13 @@ void Node::send_direct(Call& c, const CastTarget& t, const Header& tmpl, const s
 }
 
 void Node::send_tree(const std::shared_ptr<Call>& c, const std::vector<CastTarget>& live, const Header& base,
-                     const std::vector<zmq::message_t>& frames) {
-  for (auto& hop : cast_hops(live, cast_fanout_)) {
+                     const std::vector<zmq::message_t>& frames, size_t fanout) {
+  for (auto& hop : cast_hops(live, fanout)) {
     const CastTarget& to = live[hop.first];
     std::vector<CastTarget> all = hop.behind;
     all.insert(all.begin(), to);
     CastBody cast;
-    cast.fanout = static_cast<int64_t>(cast_fanout_);
+    cast.fanout = static_cast<int64_t>(fanout);
     cast.behind = std::move(hop.behind);
     send_hop(base, frames, to, std::move(cast), [this, c, all](const std::string& why) {
       for (auto& t : all) {
@@ -87,7 +102,7 @@ void Node::send_hop(const Header& base, const std::vector<zmq::message_t>& frame
     if (!h.body.is_object()) h.body = json::object();
     h.body["cast"] = cast;
   }
-  send_or_defer(pick_addr(to), std::move(h), frames, std::move(failed));
+  send_or_defer(hop_addr(to), std::move(h), frames, std::move(failed));
 }
 
 void Node::send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,

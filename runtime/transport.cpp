@@ -88,8 +88,14 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
       unlink(path.c_str());
     }
     router_ = make_router(bind_addr, &addr_);
-    if (!advertise.empty()) addr_ = advertise;
-    if (addr_.rfind("tcp://", 0) == 0) tcp_addr_ = addr_;
+    if (addr_.rfind("ipc://", 0) == 0 && advertise.rfind("tcp://", 0) == 0) {
+      // Known by its TCP address (a listen_tcp to follow), reached on its host at the socket.
+      unix_addr_ = addr_;
+      addr_ = advertise;
+    } else {
+      if (!advertise.empty()) addr_ = advertise;
+      if (addr_.rfind("tcp://", 0) == 0) tcp_addr_ = addr_;
+    }
   } catch (...) {
     ctx_.shutdown();
     gatekeeper_->join();
@@ -182,7 +188,7 @@ std::string Transport::tcp_bound_addr() const {
 }
 
 std::string Transport::own_addr_for(const std::string& dest_addr) const {
-  if (dest_addr.rfind("tcp://", 0) != 0) return addr_;
+  if (dest_addr.rfind("tcp://", 0) != 0) return unix_addr_.empty() ? addr_ : unix_addr_;
   std::lock_guard<std::mutex> g(mu_);
   return tcp_addr_.empty() ? addr_ : tcp_addr_;
 }
@@ -325,7 +331,10 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   hello.version = version_string();
   hello.build = build_id();
   hello.addr = own_addr_for(p.addr);  // a TCP peer answers over TCP
-  if (hello.addr != addr_) hello.also = addr_;
+  if (hello.addr != addr_)
+    hello.also = addr_;
+  else if (!unix_addr_.empty())
+    hello.also = unix_addr_;  // where nodes of its host reach it (the peer learns the alias)
   hello.role = role_;
   hello.pid = getpid();
   hello.max_message_bytes = max_message_bytes_;
@@ -915,6 +924,7 @@ void Transport::handle_hello(const std::string& identity, InPeer& in, const Mess
   if (!hello.addr.empty()) predecessor_link = note_owner_locked(hello.addr, m.header.sender, hello.reply_cookie);
   if (hello.also.rfind("ipc://", 0) == 0 && is_tcp(hello.addr)) {
     aliases_[hello.also] = hello.addr;
+    unix_of_[hello.addr] = hello.also;
     has_aliases_ = true;
   }
   g.unlock();
@@ -970,6 +980,13 @@ const std::string& Transport::route(const std::string& addr, std::string& storag
   if (it == aliases_.end()) return addr;
   storage = it->second;
   return storage;
+}
+
+std::string Transport::unix_alias(const std::string& tcp_addr) const {
+  if (!has_aliases_.load(std::memory_order_relaxed)) return "";
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = unix_of_.find(tcp_addr);
+  return it == unix_of_.end() ? "" : it->second;
 }
 
 std::string Transport::peer_addr(const std::string& identity) const {

@@ -76,6 +76,7 @@ class Transport {
 
   const std::string& id() const { return id_; }
   const std::string& addr() const { return addr_; }
+  const std::string& unix_addr() const { return unix_addr_; }
   // A second listening address on TCP (CURVE, with the cluster's key file) for a node whose
   // address is a unix socket: a controller that starts using hosts over TCP, a host agent
   // serving remote controllers. Peers dialled over TCP learn this address in Hello, so their
@@ -131,6 +132,9 @@ class Transport {
   // Hello beside its TCP one (it runs on another machine) goes to the TCP one; else addr itself.
   // `storage` holds the answer when it is not addr.
   const std::string& route(const std::string& addr, std::string& storage) const;
+  // The unix-socket address a peer at this TCP address named beside it in its Hello ("" if
+  // none): where a node of its host reaches it over shared memory (a cast tree's relay).
+  std::string unix_alias(const std::string& tcp_addr) const;
   std::string peer_addr(const std::string& identity) const;
   int64_t peer_pid(const std::string& identity) const;  // from its Hello; 0 when unknown
   // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
@@ -263,6 +267,9 @@ class Transport {
   void forget_gone_peers();                       // under mu_
 
   std::string role_, addr_, id_;
+  // A node known by a TCP address that also listens on a unix socket (a proc of a TCP host: its
+  // host's procs reach it there, and over shared memory): that socket's address; else "".
+  std::string unix_addr_;
   uint64_t incarnation_;
   size_t max_message_bytes_;
 
@@ -305,6 +312,7 @@ class Transport {
   std::atomic<bool> has_successors_{false};
   std::set<std::string> expected_listening_;
   std::map<std::string, std::string> aliases_;  // a peer's unix-socket address -> its TCP one
+  std::unordered_map<std::string, std::string> unix_of_;  // and back
   std::atomic<bool> has_aliases_{false};
   std::string default_cookie_;
   LogBudget refusal_log_{3, 60000};

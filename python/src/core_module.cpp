@@ -538,6 +538,11 @@ void bind_node(py::module_& m) {
         py::gil_scoped_release release;
         n.reply(msg.m, ok, std::move(b), std::move(fr));
       }, py::arg("msg"), py::arg("ok"), py::arg("body") = py::none(), py::arg("frames") = py::none())
+      .def_property("cast_fanout", &Node::cast_fanout, &Node::set_cast_fanout,
+                    "Calls to more targets on other hosts than this go through a cast tree (0 or 1: never); "
+                    "XMESH_CAST_FANOUT at start.")
+      .def_property("cast_local", &Node::cast_local, &Node::set_cast_local,
+                    "Whether this host's procs go through cast trees too (XMESH_CAST_TREE=all at start).")
       .def("expect", &Node::expect, py::call_guard<py::gil_scoped_release>())
       .def("open_port", &Node::open_port, py::arg("once") = false)
       .def("forget_call", &Node::forget_call)

@@ -352,8 +352,15 @@ def init_proc_runtime():
     # A proc of a controller over TCP listens where its agent said (XMESH_PROC_BIND) with the
     # cluster's key, and is reached at XMESH_PROC_ADDR.
     bind = os.environ.get("XMESH_PROC_BIND", "")
-    node = _core.Node("proc", bind or addr, cookie, key_file=os.environ.get("XMESH_KEY_FILE", ""),
-                      advertise=addr if bind else "")
+    unix = os.environ.get("XMESH_PROC_UNIX", "")
+    key_file = os.environ.get("XMESH_KEY_FILE", "")
+    if bind and unix:
+        # Known by its TCP address; the procs of its host reach it at its unix socket (and over
+        # shared memory): cast-tree relays forwarding to their neighbours.
+        node = _core.Node("proc", unix, cookie, key_file=key_file, advertise=addr)
+        node.listen_tcp(bind, key_file, addr)
+    else:
+        node = _core.Node("proc", bind or addr, cookie, key_file=key_file, advertise=addr if bind else "")
     node.set_default_cookie(cookie)
     for other in json.loads(os.environ.get("XMESH_ACCEPT_COOKIES", "[]")):
         node.add_accepted_cookie(other)

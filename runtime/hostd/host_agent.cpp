@@ -488,6 +488,8 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   if (a.controller_addr.rfind("tcp://", 0) == 0) {  // a controller elsewhere: the proc listens on TCP
     if (!r.addr.empty()) throw std::runtime_error("a controller over TCP leaves the procs' addresses to the host agent");
     p->addr = tcp_proc_address(ports_taken, env);
+    // And on a unix socket, where the procs of this host reach it (relays of cast trees).
+    env["XMESH_PROC_UNIX"] = layout::proc_address(opts_.runtime_dir, a.id, p->rank);
   } else {
     std::string dir = "ipc://" + layout::proc_socket_dir(opts_.runtime_dir) + "/";
     p->addr = r.addr.empty() ? layout::proc_address(opts_.runtime_dir, a.id, p->rank) : r.addr;

@@ -133,7 +133,7 @@ TEST_CASE("a cast tree reaches every target exactly once, in logarithmic depth, 
   for (size_t n : {1, 2, 17, 64, 256, 1000}) {
     for (size_t fanout : {2, 4, 16}) {
       std::vector<CastTarget> list;
-      for (size_t i = 0; i < n; ++i) list.push_back(CastTarget{"ipc://x" + std::to_string(i), "a", int64_t(i), i + 1, {}});
+      for (size_t i = 0; i < n; ++i) list.push_back(CastTarget{"ipc://x" + std::to_string(i), "a", int64_t(i), i + 1, ""});
       std::vector<int> seen(n, 0);
       int depth = 0;
       reach(list, fanout, seen, 1, depth);
@@ -143,7 +143,7 @@ TEST_CASE("a cast tree reaches every target exactly once, in logarithmic depth, 
       INFO("n=" << n << " fanout=" << fanout);
       REQUIRE(depth <= bound + 1);
       // The origin's view (who relays to whom) matches what the relays do.
-      auto parents = cast_parents(n, fanout);
+      auto parents = cast_parents(list, fanout);
       std::vector<int32_t> from_hops(n, -2);
       std::function<void(const std::vector<CastTarget>&, int32_t)> walk = [&](const std::vector<CastTarget>& l, int32_t p) {
         for (auto& hop : cast_hops(l, fanout)) {
@@ -155,6 +155,33 @@ TEST_CASE("a cast tree reaches every target exactly once, in logarithmic depth, 
       REQUIRE(parents == from_hops);
     }
   }
+}
+
+TEST_CASE("a tree keeps each host's targets together: one message per host, relays forward on their host",
+          "[cast_tree]") {
+  REQUIRE(cast_host("tcp://10.0.0.2:7000/5") == "10.0.0.2");
+  REQUIRE(cast_host("tcp://10.0.0.2:41000") == "10.0.0.2");
+  REQUIRE(cast_host("ipc:///tmp/x/p.sock").empty());
+  std::vector<CastTarget> list;
+  for (int h = 0; h < 5; ++h)
+    for (int p = 0; p < 10; ++p) {
+      std::string addr = "tcp://10.0.0." + std::to_string(h + 1) + ":7000/" + std::to_string(p);
+      list.push_back(CastTarget{addr, "a", h * 10 + p, 1, ""});
+    }
+  auto top = cast_hops(list, 16);
+  REQUIRE(top.size() == 5);  // one per host
+  for (size_t i = 0; i < 5; ++i) {
+    REQUIRE(top[i].first == i * 10);
+    REQUIRE(top[i].behind.size() == 9);
+    for (auto& t : top[i].behind) REQUIRE(cast_host(t.addr) == cast_host(list[i * 10].addr));
+  }
+  // More hosts than the fan-out: runs of whole hosts, a relay's own host first.
+  auto few = cast_hops(list, 2);
+  REQUIRE(few.size() == 2);
+  REQUIRE(few[0].first == 0);
+  REQUIRE(few[1].first == 30);  // hosts 0-2 and 3-4
+  auto below = cast_hops(few[0].behind, 2);
+  REQUIRE(cast_host(few[0].behind[below[0].first].addr) == "10.0.0.1");
 }
 
 TEST_CASE("the order gate takes an origin's messages in order, holding what came early", "[cast_tree]") {
@@ -260,6 +287,7 @@ TEST_CASE("replies round-trip with their frames, and a body that miscounts them 
 TEST_CASE("calls past the fan-out go through relays, answers come back, and each actor keeps its sender's order",
           "[cast_tree][node]") {
   Env fanout("XMESH_CAST_FANOUT", "3");
+  Env local("XMESH_CAST_TREE", "all");  // these procs share the controller's host
   Cluster cl("tree", 13);
   auto all = cl.targets();
   std::vector<std::shared_ptr<Call>> calls;
@@ -304,6 +332,7 @@ TEST_CASE("calls past the fan-out go through relays, answers come back, and each
 TEST_CASE("a relay that dies holding a message fails exactly the targets behind it, which take later messages at once",
           "[cast_tree][node]") {
   Env fanout("XMESH_CAST_FANOUT", "3");
+  Env local("XMESH_CAST_TREE", "all");
   Env limit("XMESH_INBOX_LIMIT", "2");
   Env wait("XMESH_ORDER_WAIT_MS", "600000");  // the gap must be closed by the origin's notice
   Cluster cl("dead", 13);
