@@ -80,6 +80,16 @@ void wire_corpus(const std::string& dir) {
   put_header(dir, Kind::Log, {{"rank", 1}, {"stream", 1}, {"actor", "a"}});
   put_header(dir, Kind::Sync, {{"op", "begin"}, {"sid", "ab12"}, {"dest", ""}, {"digest", std::string(32, '0')}});
   put_header(dir, Kind::DebugCommand, {{"cmd", "continue"}});
+  CastBody cast;  // a cast tree's message and its answers (cast_tree.hpp)
+  cast.origin = "tcp://10.0.0.1:7000";
+  cast.origin_id = "controller-x-1-ab";
+  cast.fanout = 3;
+  cast.behind = {CastTarget{"tcp://10.0.0.2:7000/1", "a", 1, 4, "ipc:///r/p1.sock"},
+                 CastTarget{"tcp://10.0.0.2:7000/2", "a", 2, 4, ""}};
+  put_header(dir, Kind::Call, {{"cast", cast}}, "step");
+  put_header(dir, Kind::Replies, RepliesBody{"tcp://10.0.0.1:7000", {ReplyEntry{1, true, nullptr, 0},
+                                                                     ReplyEntry{2, false, error_body(ErrorKind::Actor, "x"), 0}}});
+  put_header(dir, Kind::CastLost, CastLostBody{{3, 4}, std::string("controller-x-1-ab")});
   Header big;
   big.kind = Kind::SpawnActor;
   big.sender = "proc-x";

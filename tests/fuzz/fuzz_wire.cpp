@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bodies.hpp"
+#include "cast_tree.hpp"
 #include "wire.hpp"
 
 using namespace xmesh;
@@ -31,6 +32,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   StopProcsReply, AttachBody, PreviousOwner, AttachReply, AllocationStatus, StatusReply,
                   SpawnActorBody, ActorRecord, RefuseBody, ReloadReply, ProcInfoBody, ProcInfoReply,
                   DumpStacksReply, FlushOutputReply, DebugEventBody, DebugCommandBody, SyncStepBody, SyncReply,
-                  RankMeta, AllocationMeta, RingOfferBody, RingAcceptBody>(h->body);
+                  RankMeta, AllocationMeta, RingOfferBody, RingAcceptBody, CastTarget, CastBody, ReplyEntry,
+                  RepliesBody, CastLostBody>(h->body);
+  if (h->body.is_object() && h->body.contains("cast")) read_as<CastBody>(h->body["cast"]);
+  Message m;
+  m.header = *h;
+  std::string origin, why;
+  read_replies(m, &origin, &why);  // a Replies body that miscounts its frames is refused, never read past
   return 0;
 }
