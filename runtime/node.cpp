@@ -76,7 +76,10 @@ void Node::stop() {
   transport_.ring_readers().wake();
   if (rings_.joinable()) rings_.join();
   deferred_.stop();
-  if (relay_.joinable()) relay_.join();
+  {
+    std::lock_guard<std::mutex> g(relay_start_mu_);
+    if (relay_.joinable()) relay_.join();
+  }
   running_ = false;
   control_.close();
   logs_.close();

@@ -239,8 +239,8 @@ class Node {
   OrderGate order_gate_;
   Gathers gathers_;
   DeferredSends deferred_;
-  std::once_flag relay_started_;
-  std::thread relay_;
+  std::mutex relay_start_mu_;
+  std::thread relay_;  // xmesh-relay, started by the first deferred send
   std::atomic<uint64_t> relayed_{0};
   LogBudget order_log_{5, 60000};
 

@@ -107,6 +107,10 @@ void Node::send_hop(const Header& base, const std::vector<zmq::message_t>& frame
 
 void Node::send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
                          std::function<void(const std::string&)> failed) {
+  if (stopping_) {  // no relay thread is started (or left) to send it
+    failed("this process's xmesh node has stopped");
+    return;
+  }
   if (!deferred_.busy(addr)) {
     Header attempt = h;
     try {
@@ -119,12 +123,18 @@ void Node::send_or_defer(const std::string& addr, Header h, const std::vector<zm
       }
     }
   }
-  std::call_once(relay_started_, [this] {
-    relay_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "xmesh-relay");
-      relay_loop();
-    });
-  });
+  {
+    std::lock_guard<std::mutex> g(relay_start_mu_);  // stop() joins under it: never a thread started after
+    if (stopping_) {
+      failed("this process's xmesh node has stopped");
+      return;
+    }
+    if (!relay_.joinable())
+      relay_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "xmesh-relay");
+        relay_loop();
+      });
+  }
   deferred_.push(DeferredSends::Send{addr, std::move(h), copy_frames(frames), std::move(failed)});
 }
 
