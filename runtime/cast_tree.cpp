@@ -285,6 +285,22 @@ size_t DeferredSends::size() const {
 }
 
 // ---- Replies ---------------------------------------------------------------------------------
+std::vector<std::vector<CallResult>> split_batches(std::vector<CallResult> results, size_t cap) {
+  std::vector<std::vector<CallResult>> out;
+  size_t bytes = 0;
+  for (auto& r : results) {
+    size_t size = 0;
+    for (auto& f : r.frames) size += f.size();
+    if (out.empty() || (!out.back().empty() && bytes + size > cap)) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    bytes += size;
+    out.back().push_back(std::move(r));
+  }
+  return out;
+}
+
 Header replies_header(const std::string& origin, uint64_t corr, std::vector<CallResult>& results,
                       std::vector<zmq::message_t>& frames) {
   RepliesBody body;

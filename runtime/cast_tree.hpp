@@ -162,6 +162,10 @@ class DeferredSends {
   bool stopped_ = false;
 };
 
+// Answers cut into batches of at most `cap` payload bytes each (an answer larger than that alone
+// in its batch), in order.
+std::vector<std::vector<CallResult>> split_batches(std::vector<CallResult> results, size_t cap);
+
 // A Replies message: header (kind, corr) and body for `results` (their frames appended to
 // `frames`).
 Header replies_header(const std::string& origin, uint64_t corr, std::vector<CallResult>& results,

@@ -203,6 +203,13 @@ void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::m
     r.ok = ok;
     if (!ok) r.body = body;
     r.frames = std::move(frames);
+    try {
+      transport_.check_size(r.frames);
+    } catch (const SendError& e) {  // answered with the error, naming both sizes, as below
+      r.ok = false;
+      r.body = error_body(ErrorKind::Send, std::string("result could not be sent: ") + e.what());
+      r.frames.clear();
+    }
     if (gathers_.add(call_msg.sender_addr, call_msg.header.corr, r)) {
       flush_gathers();
       return;

@@ -270,7 +270,10 @@ void Node::send_replies(const std::string& to, const std::string& origin, uint64
 
 void Node::flush_gathers() {
   if (!gathers_.dirty()) return;
-  for (auto& b : gathers_.take()) send_replies(b.to, b.origin, b.corr, std::move(b.results));
+  // Batches within a wire frame and the message limit: answers that each fit never add up past it.
+  const size_t cap = std::min(kWireFrameBytes, transport_.max_message_bytes());
+  for (auto& b : gathers_.take())
+    for (auto& batch : split_batches(std::move(b.results), cap)) send_replies(b.to, b.origin, b.corr, std::move(batch));
 }
 
 // ---- order -----------------------------------------------------------------------------------

@@ -284,6 +284,24 @@ TEST_CASE("gathers batch the answers of a relayed call and close when every one 
   REQUIRE_FALSE(g.add("ipc://o", 1, d));
 }
 
+TEST_CASE("answers going up are cut into batches within the limit, in order", "[cast_tree]") {
+  std::vector<CallResult> rs(5);
+  size_t sizes[] = {600, 600, 2000, 10, 990};
+  for (size_t i = 0; i < 5; ++i) {
+    rs[i].index = static_cast<int64_t>(i);
+    rs[i].frames.emplace_back(std::string(sizes[i], 'x').data(), sizes[i]);
+  }
+  auto batches = split_batches(std::move(rs), 1000);
+  std::vector<std::vector<int64_t>> got;
+  for (auto& b : batches) {
+    got.emplace_back();
+    for (auto& r : b) got.back().push_back(r.index);
+  }
+  // 600 | 600 | 2000 alone (over the cap by itself) | 10 + 990
+  REQUIRE(got == std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3, 4}});
+  REQUIRE(split_batches({}, 1000).empty());
+}
+
 TEST_CASE("replies round-trip with their frames, and a body that miscounts them is refused", "[cast_tree]") {
   std::vector<CallResult> rs(2);
   rs[0].index = 4;

@@ -46,6 +46,10 @@ class Recorder(xmesh.Actor):
         s = get_runtime().node.stats()
         return {"held": s.order_held, "late": s.order_late, "dropped": s.order_dropped}
 
+    @xmesh.endpoint
+    def blob(self, sizes: dict) -> bytes:
+        return b"x" * sizes.get(str(xmesh.context().actor_instance.rank.rank), 10)
+
     @xmesh.endpoint(explicit_response_port=True)
     def through_port(self, port, n: int) -> None:
         port.send(n + xmesh.context().actor_instance.rank.rank)
@@ -74,6 +78,17 @@ out["ops"] = ops + 1    # the second count is relayed before it is counted
 out["seen"] = list(rec.recorded.call().get(timeout=60).values())
 out["port"] = sorted(rec.through_port.call(100).get(timeout=60).values())
 out["stream"] = sorted(f.get(timeout=60) for f in rec.record.stream(1000))
+# Answers up to the message limit (XMESH_MAX_MESSAGE_BYTES, 1 MB here) go up in several batches;
+# one over it is answered with the error naming both sizes.
+sizes = {{str(r): 700_000 for r in range(12)}}
+sizes["5"] = 2_000_000
+blobs = {{}}
+for f in rec.blob.stream(sizes):
+    try:
+        blobs[len(blobs)] = len(f.get(timeout=60))
+    except Exception as e:
+        blobs["error"] = str(e)
+out["blobs"] = blobs
 print(json.dumps(out))
 pm.stop()
 """
@@ -81,7 +96,8 @@ pm.stop()
 
 def test_a_tree_call_returns_every_value_by_rank_and_keeps_each_callers_order():
     # These procs share the controller's host: XMESH_CAST_TREE=all sends them through trees too.
-    r = run_program(LOCAL.format(here=HERE), env={"XMESH_CAST_FANOUT": "4", "XMESH_CAST_TREE": "all"}, timeout=110)
+    r = run_program(LOCAL.format(here=HERE), env={"XMESH_CAST_FANOUT": "4", "XMESH_CAST_TREE": "all",
+                                                  "XMESH_MAX_MESSAGE_BYTES": "1000000"}, timeout=110)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["first"] == list(range(12))
@@ -93,6 +109,9 @@ def test_a_tree_call_returns_every_value_by_rank_and_keeps_each_callers_order():
         assert [n for n in seen if n % 3 and n % 12 == rank] == [n for n in range(1, 91) if n % 3 and n % 12 == rank]
     assert out["port"] == list(range(100, 112))
     assert out["stream"] == [10000 + r for r in range(12)]
+    blobs = out["blobs"]
+    assert sorted(v for k, v in blobs.items() if k != "error") == [700_000] * 11
+    assert "could not be sent" in blobs["error"] and "2000" in blobs["error"], blobs["error"]
 
 
 def test_procs_of_this_host_get_one_message_each_by_default():
