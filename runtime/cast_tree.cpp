@@ -241,6 +241,7 @@ void DeferredSends::push(Send s) {
     std::string addr = s.addr;
     queues_[addr].push_back(std::move(s));
     ++size_;
+    ++pushed_;
   }
   cv_.notify_one();
 }
@@ -277,6 +278,11 @@ void DeferredSends::stop() {
     stopped_ = true;
   }
   cv_.notify_all();
+}
+
+uint64_t DeferredSends::pushed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return pushed_;
 }
 
 size_t DeferredSends::size() const {

@@ -152,10 +152,12 @@ class DeferredSends {
   void done(const std::string& addr);
   void stop();
   size_t size() const;
+  uint64_t pushed() const;  // sends that ever waited here
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  uint64_t pushed_ = 0;
   std::map<std::string, std::deque<Send>> queues_;
   std::set<std::string> in_flight_;
   size_t size_ = 0;

@@ -105,6 +105,7 @@ NodeStats Node::stats() const {
   s.order_held = order_gate_.held();
   s.order_late = order_gate_.late();
   s.order_dropped = order_gate_.dropped();
+  s.deferred = deferred_.pushed();
   return s;
 }
 

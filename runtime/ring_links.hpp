@@ -38,7 +38,7 @@ class RingWriter {
   enum class State { offered, switch_due, active, declined };
   explicit RingWriter(size_t capacity);  // makes the ring; throws naming why it could not
 
-  State state() const { return state_; }
+  State state() const { return state_.load(); }  // any thread (stats); changed under the peer's lock
   RingOfferBody offer() const;
   // The reader's answer. Declined (or a doorbell that cannot be opened: said in *why): the link
   // is not used. Accepted: the next message sends RingSwitch first (take_switch()).
@@ -58,7 +58,7 @@ class RingWriter {
   void ring_bell();
   ShmRing ring_;
   Doorbell bell_;  // the reader's, rung after each message
-  State state_ = State::offered;
+  std::atomic<State> state_{State::offered};
 };
 
 // The reading side: every ring offered to this node, read by one thread (the node's

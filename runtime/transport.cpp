@@ -394,6 +394,7 @@ void Transport::read_acks_locked(OutPeer& p) {
       while (!p.unacked.empty() && p.unacked.front().seq <= h->seq) {
         p.unacked_bytes -= p.unacked.front().bytes;
         p.unacked.pop_front();
+        p.unacked_count.store(p.unacked.size(), std::memory_order_relaxed);
       }
     }
   } catch (const zmq::error_t&) {
@@ -467,6 +468,7 @@ void Transport::send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_
   if (p.resends) {
     p.unacked_bytes += kept.bytes;
     p.unacked.push_back(std::move(kept));
+    p.unacked_count.store(p.unacked.size(), std::memory_order_relaxed);
   }
   ++counts_.sent;
 }
@@ -1024,10 +1026,10 @@ NodeStats Transport::stats() const {
     s.peers = in_.size();
     for (auto& kv : out_) peers.push_back(kv.second);
   }
-  for (auto& p : peers) {  // a peer's mutex is never taken under mu_
-    std::lock_guard<std::mutex> g(p->mu);
-    s.unacked += p->unacked.size();
-    if (p->ring && p->ring->state() == RingWriter::State::active) ++s.rings_out;
+  for (auto& p : peers) {  // without the peer's mutex: a send may hold it, waiting for room
+    s.unacked += p->unacked_count.load(std::memory_order_relaxed);
+    auto ring = std::atomic_load(&p->ring_closer);
+    if (ring && ring->state() == RingWriter::State::active) ++s.rings_out;
   }
   s.ring_sent = counts_.ring_sent;
   s.ring_received = rings_.received();

@@ -58,6 +58,7 @@ struct NodeStats {
   // Cast trees (filled by the node): messages this node relayed; actor messages waiting now for
   // an earlier one from their origin; taken after their wait expired; dropped as given up on.
   uint64_t relayed = 0, order_held = 0, order_late = 0, order_dropped = 0;
+  uint64_t deferred = 0;  // sends a link could not take at once, left to the xmesh-relay thread
 };
 
 class Transport {
@@ -186,6 +187,7 @@ class Transport {
     std::string cookie;
     bool resends = false;  // a TCP link: keeps what it sends until acknowledged
     std::deque<Unacked> unacked;
+    std::atomic<size_t> unacked_count{0};  // its size, for stats() without the mutex
     size_t unacked_bytes = 0;
     uint64_t peer_incarnation = 0;  // the receiver's, from its acknowledgements
     std::string routing_id;         // this connection's, which a refusal of it names

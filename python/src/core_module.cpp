@@ -486,7 +486,8 @@ void bind_node(py::module_& m) {
       .def_readonly("relayed", &NodeStats::relayed)
       .def_readonly("order_held", &NodeStats::order_held)
       .def_readonly("order_late", &NodeStats::order_late)
-      .def_readonly("order_dropped", &NodeStats::order_dropped);
+      .def_readonly("order_dropped", &NodeStats::order_dropped)
+      .def_readonly("deferred", &NodeStats::deferred);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
       .def(py::init<std::string, std::string, std::string, std::string, std::string>(), py::arg("role"),
