@@ -451,7 +451,11 @@ void Node::register_builtin_handlers() {
 // is only read once the I/O thread runs, so it needs no lock.
 void Node::dispatch(Message m) {
   if (ordered_kind(m.header.kind)) {
-    if (m.header.body.is_object() && m.header.body.contains("cast") && !take_cast(m)) return;
+    if (m.header.body.is_object() && m.header.body.contains("cast") && !take_cast(m)) {
+      if (m.header.oseq)  // its number is passed: what follows it from its sender is not held for it
+        for (auto& next : order_gate_.skip(m.header.sender, {m.header.oseq})) dispatch_now(std::move(next));
+      return;
+    }
     if (m.header.oseq) {
       const std::string origin = m.header.sender;  // not read after m moved into the gate
       for (auto& next : order_gate_.admit(origin, std::move(m))) dispatch_now(std::move(next));

@@ -174,8 +174,9 @@ bool Node::take_cast(Message& m) {
   auto cast = read_as<CastBody>(*it, &why);
   m.header.body.erase(it);
   if (m.header.body.empty()) m.header.body = json();
-  if (!cast) {
+  if (!cast) {  // answered where it came from, so that a caller there does not wait for it
     transport_.count_malformed("dropped a malformed cast-tree message from " + m.sender_addr + ": " + why);
+    reply(m, false, error_body(ErrorKind::Send, "not delivered: its cast-tree part does not read: " + why), {});
     return false;
   }
   const std::string upstream = m.sender_addr;

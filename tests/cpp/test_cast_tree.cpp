@@ -381,6 +381,24 @@ TEST_CASE("calls past the fan-out go through relays, answers come back, and each
   for (auto& t : cl.took) REQUIRE(t[t.size() - 2] == "1000");
 }
 
+TEST_CASE("a tree message whose cast part does not read is answered with why, not run", "[cast_tree][node]") {
+  Cluster cl("bad", 1);
+  Header h;
+  h.kind = Kind::Call;
+  h.method = "bad";
+  h.oseq = 0;
+  h.body = {{"cast", {{"f", 1}, {"t", "not a list"}}}};
+  auto c = cl.ctl->call({cl.targets()[0]}, h, {}, true);
+  REQUIRE(c->wait_done(10000));
+  auto rs = c->take();
+  REQUIRE(rs.size() == 1);
+  REQUIRE_FALSE(rs[0].ok);
+  REQUIRE(rs[0].body.value("text", "").find("cast-tree part does not read") != std::string::npos);
+  REQUIRE(cl.procs[0]->stats().malformed == 1);
+  REQUIRE(cl.call(cl.targets(), "good")->wait_done(10000));  // and the next message is taken
+  REQUIRE(cl.took[0].back() == "good");
+}
+
 TEST_CASE("a relay that dies holding a message fails exactly the targets behind it, which take later messages at once",
           "[cast_tree][node]") {
   Env fanout("XMESH_CAST_FANOUT", "3");
