@@ -97,10 +97,19 @@ void OrderGate::release(Stream& s, std::vector<Message>& out, int64_t now) {
     s.waiting_since = now;
 }
 
+OrderGate::Stream& OrderGate::stream(const std::string& origin) {
+  auto it = streams_.find(origin);
+  if (it != streams_.end()) return it->second;
+  if (streams_.size() >= kMaxStreams)  // one per process that ever sent here: forget idle ones
+    for (auto i = streams_.begin(); i != streams_.end();)
+      i = i->second.early.empty() && i->second.lost.empty() ? streams_.erase(i) : std::next(i);
+  return streams_[origin];
+}
+
 std::vector<Message> OrderGate::admit(const std::string& origin, Message m) {
   std::vector<Message> out;
   std::lock_guard<std::mutex> g(mu_);
-  Stream& s = streams_[origin];
+  Stream& s = stream(origin);
   uint64_t n = m.header.oseq;
   if (n < s.next) {
     for (uint64_t u : s.given_up)
@@ -130,9 +139,9 @@ std::vector<Message> OrderGate::admit(const std::string& origin, Message m) {
 std::vector<Message> OrderGate::skip(const std::string& origin, const std::vector<uint64_t>& oseqs) {
   std::vector<Message> out;
   std::lock_guard<std::mutex> g(mu_);
-  Stream& s = streams_[origin];
-  for (uint64_t n : oseqs)
-    if (n >= s.next && !s.early.count(n)) s.lost.insert(n);
+  Stream& s = stream(origin);
+  for (uint64_t n : oseqs)  // numbers far ahead are not kept (a notice cannot fill memory)
+    if (n >= s.next && n - s.next < kWindow && s.lost.size() < kWindow && !s.early.count(n)) s.lost.insert(n);
   release(s, out, now_ms());
   return out;
 }

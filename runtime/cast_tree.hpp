@@ -84,7 +84,10 @@ class OrderGate {
     std::deque<uint64_t> given_up;    // passed without coming (bounded): dropped if they come
     int64_t waiting_since = 0;        // last progress while messages were held
   };
+  Stream& stream(const std::string& origin);
   void release(Stream& s, std::vector<Message>& out, int64_t now);
+  static constexpr uint64_t kWindow = 65536;      // lost numbers kept ahead of the next
+  static constexpr size_t kMaxStreams = 4096;     // origins remembered before idle ones are forgotten
   void give_up(Stream& s, uint64_t oseq);
   mutable std::mutex mu_;
   std::unordered_map<std::string, Stream> streams_;

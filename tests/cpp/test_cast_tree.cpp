@@ -208,6 +208,19 @@ TEST_CASE("the order gate takes an origin's messages in order, holding what came
   REQUIRE(numbers(gate.admit("o", ordered(10))) == std::vector<uint64_t>{10});
 }
 
+TEST_CASE("the order gate's memory is bounded whatever a peer says", "[cast_tree]") {
+  OrderGate gate(60000);
+  std::vector<uint64_t> flood;
+  for (uint64_t n = 1; n <= 200000; ++n) flood.push_back(n * 3);
+  gate.skip("o", flood);  // numbers far ahead, and too many, are not kept
+  REQUIRE(numbers(gate.admit("o", ordered(1))) == std::vector<uint64_t>{1});
+  REQUIRE(numbers(gate.admit("o", ordered(2))) == std::vector<uint64_t>{2});
+  REQUIRE(numbers(gate.admit("o", ordered(4))) == std::vector<uint64_t>{4});  // 3 was said lost
+  for (int i = 0; i < 10000; ++i) gate.admit("origin-" + std::to_string(i), ordered(1));  // made-up origins
+  REQUIRE(numbers(gate.admit("o", ordered(5))) == std::vector<uint64_t>{5});
+  REQUIRE(gate.held() == 0);
+}
+
 TEST_CASE("the order gate stops waiting for a gap after its wait, and takes the latecomer anyway", "[cast_tree]") {
   OrderGate gate(50);
   REQUIRE(gate.admit("o", ordered(3)).empty());
