@@ -216,9 +216,10 @@ class Node {
   // sent, `failed` answers for everyone it was for.
   void send_hop(const Header& base, const std::vector<zmq::message_t>& frames, const CastTarget& to, CastBody cast,
                 std::function<void(const std::string&)> failed);
-  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread.
+  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread
+  // (always through it when !try_now).
   void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
-                     std::function<void(const std::string&)> failed);
+                     std::function<void(const std::string&)> failed, bool try_now = true);
   std::string hop_addr(const CastTarget& t) const;
   bool take_cast(Message& m);  // a tree message: relayed, then m is its own target's (false: malformed)
   void relay_cast(const Message& m, const CastBody& cast, const std::string& origin, const std::string& origin_id);

@@ -106,12 +106,12 @@ void Node::send_hop(const Header& base, const std::vector<zmq::message_t>& frame
 }
 
 void Node::send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
-                         std::function<void(const std::string&)> failed) {
+                         std::function<void(const std::string&)> failed, bool try_now) {
   if (stopping_) {  // no relay thread is started (or left) to send it
     failed("this process's xmesh node has stopped");
     return;
   }
-  if (!deferred_.busy(addr)) {
+  if (try_now && !deferred_.busy(addr)) {
     Header attempt = h;
     try {
       send(addr, std::move(attempt), copy_frames(frames));
@@ -163,7 +163,9 @@ void Node::tell_lost(const std::vector<CastTarget>& targets, const std::string& 
     body.oseqs = std::move(oseqs);
     if (origin_id != id()) body.origin_id = origin_id;
     h.body = body;
-    send_or_defer(addr, std::move(h), {}, [](const std::string&) {});  // else its wait expires
+    // By the xmesh-relay thread: the caller, whose send to addr may just have waited out the
+    // send timeout, never waits for this one too. If it cannot go, the gap's wait expires.
+    send_or_defer(addr, std::move(h), {}, [](const std::string&) {}, /*try_now=*/false);
   }
 }
 

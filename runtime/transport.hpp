@@ -58,7 +58,7 @@ struct NodeStats {
   // Cast trees (filled by the node): messages this node relayed; actor messages waiting now for
   // an earlier one from their origin; taken after their wait expired; dropped as given up on.
   uint64_t relayed = 0, order_held = 0, order_late = 0, order_dropped = 0;
-  uint64_t deferred = 0;  // sends a link could not take at once, left to the xmesh-relay thread
+  uint64_t deferred = 0;  // sends left to the xmesh-relay thread (a link full at once; CastLost notices)
 };
 
 class Transport {
