@@ -224,6 +224,12 @@ std::vector<Gathers::Batch> Gathers::take() {
       ++it;
   }
   while (!order_.empty() && !gathers_.count(order_.front())) order_.pop_front();
+  if (order_.size() > 2 * gathers_.size() + 64) {  // closed ones behind an open one: keep the open only
+    std::deque<Key> open;
+    for (auto& k : order_)
+      if (gathers_.count(k)) open.push_back(k);
+    order_.swap(open);
+  }
   return out;
 }
 
@@ -236,6 +242,11 @@ void Gathers::reroute(const std::string& dead_upstream) {
 size_t Gathers::open_count() const {
   std::lock_guard<std::mutex> g(mu_);
   return gathers_.size();
+}
+
+size_t Gathers::remembered() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return order_.size();
 }
 
 // ---- DeferredSends --------------------------------------------------------------------------

@@ -119,6 +119,7 @@ class Gathers {
   // The node up the tree died: later answers of its gathers go to their origin directly.
   void reroute(const std::string& dead_upstream);
   size_t open_count() const;
+  size_t remembered() const;  // keys kept for the oldest-first order (bounded by the open ones)
 
  private:
   struct Gather {

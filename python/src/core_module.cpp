@@ -344,6 +344,8 @@ void bind_messages(py::module_& m) {
       .def_property_readonly("kind", [](PyMessage& p) { return p.m.header.kind; })
       .def_property_readonly("sender", [](PyMessage& p) { return p.m.header.sender; })
       .def_property_readonly("sender_addr", [](PyMessage& p) { return p.m.sender_addr; })
+      .def_property_readonly("gathered", [](PyMessage& p) { return p.m.gathered; },
+                             "It came through a cast tree: its answer goes up the tree (node.reply).")
       .def_property_readonly("corr", [](PyMessage& p) { return p.m.header.corr; })
       .def_property_readonly("index", [](PyMessage& p) { return p.m.header.index; })
       .def_property_readonly("actor", [](PyMessage& p) { return p.m.header.actor; })

@@ -167,7 +167,7 @@ class ActorThread(threading.Thread):
             rank = body.rank if body.rank is not None else msg.index
             return Port(body.reply_addr, body.reply_corr, rank)
         if ep is not None and (ep.explicit_response_port or ep.concurrent):
-            return Port(msg.sender_addr, msg.corr, msg.index, once=True, call_msg=msg)
+            return Port(msg.sender_addr, msg.corr, msg.index, once=True, call_msg=msg if msg.gathered else None)
         return None
 
     def _endpoint(self, method, body=None):

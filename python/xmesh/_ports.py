@@ -32,8 +32,8 @@ class Port(Generic[R]):
         self._rank = rank    # what a ranked receiver pairs each value with
         self._once = once    # it answers one call: a second send is an error
         self._used = False
-        # The call this port answers, in the process that took it: the answer goes the way the
-        # node replies to it (up a cast tree, when it came through one). Not pickled.
+        # The call this port answers when it came through a cast tree (in the process that took
+        # it): the answer goes up the tree, as the node replies to it. Not pickled.
         self._call_msg = call_msg
 
     def send(self, obj: R) -> None:
