@@ -26,17 +26,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 import bench_actors  # noqa: E402
-from actor_rtt import mp_fanout  # noqa: E402
+from actor_rtt import mp_fanout, timed_us  # noqa: E402
 from bench_stats import pct  # noqa: E402
-
-
-def timed_us(fn, n):
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return out
 
 
 def measure(node, mesh, tree: bool, local: bool, reps: int):
@@ -50,7 +41,7 @@ def measure(node, mesh, tree: bool, local: bool, reps: int):
             mesh.noop.broadcast()
         mesh.noop.call().get(timeout=120)
 
-    return timed_us(lambda: mesh.noop.call().get(timeout=120), reps), timed_us(burst, max(5, reps // 5))
+    return timed_us(lambda: mesh.noop.call().get(timeout=120), reps, 0), timed_us(burst, max(5, reps // 5), 0)
 
 
 def compare(node, mesh, sizes, rounds, reps, local, slicer, with_mp):

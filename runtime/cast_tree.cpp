@@ -174,16 +174,6 @@ size_t OrderGate::held() const {
   return n;
 }
 
-uint64_t OrderGate::dropped() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return dropped_;
-}
-
-uint64_t OrderGate::late() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return late_;
-}
-
 // ---- Gathers ---------------------------------------------------------------------------------
 void Gathers::open(const std::string& origin, uint64_t corr, const std::string& upstream, size_t expected) {
   std::lock_guard<std::mutex> g(mu_);
@@ -298,16 +288,6 @@ void DeferredSends::stop() {
     stopped_ = true;
   }
   cv_.notify_all();
-}
-
-uint64_t DeferredSends::pushed() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return pushed_;
-}
-
-size_t DeferredSends::size() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return size_;
 }
 
 // ---- Replies ---------------------------------------------------------------------------------

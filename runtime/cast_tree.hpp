@@ -73,8 +73,8 @@ class OrderGate {
   std::vector<Message> expire(int64_t now_ms, std::vector<std::string>* gaps);
   void forget(const std::string& origin);
   size_t held() const;
-  uint64_t dropped() const;  // messages that came after they were given up on
-  uint64_t late() const;     // messages that came after a wait for them expired (taken anyway)
+  uint64_t dropped() const { return dropped_.load(); }  // messages that came after they were given up on
+  uint64_t late() const { return late_.load(); }  // messages that came after a wait for them expired (taken anyway)
 
  private:
   struct Stream {
@@ -92,7 +92,7 @@ class OrderGate {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Stream> streams_;
   int64_t wait_ms_;
-  uint64_t dropped_ = 0, late_ = 0;
+  std::atomic<uint64_t> dropped_{0}, late_{0};
 };
 
 // At a relay: the answers of relayed calls, coming back through this node to go up the tree.
@@ -155,16 +155,17 @@ class DeferredSends {
   std::optional<Send> pop(int timeout_ms);
   void done(const std::string& addr);
   void stop();
-  size_t size() const;
-  uint64_t pushed() const;  // sends that ever waited here
+  // Read on every actor message a ring brings (Node::has_room): without the lock.
+  size_t size() const { return size_.load(); }
+  uint64_t pushed() const { return pushed_.load(); }  // sends that ever waited here
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t pushed_ = 0;
+  std::atomic<uint64_t> pushed_{0};
   std::map<std::string, std::deque<Send>> queues_;
   std::set<std::string> in_flight_;
-  size_t size_ = 0;
+  std::atomic<size_t> size_{0};
   bool stopped_ = false;
 };
 

@@ -43,6 +43,8 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
   cast_fanout_ = static_cast<size_t>(std::max<int64_t>(0, env_int("XMESH_CAST_FANOUT", 16)));
   const std::string tree_mode = env_str("XMESH_CAST_TREE", "hosts");
+  if (tree_mode != "hosts" && tree_mode != "all" && tree_mode != "off")
+    log_diag(transport_.role(), "XMESH_CAST_TREE=" + tree_mode + " is not one of hosts, all, off: hosts is used");
   if (tree_mode == "off") cast_fanout_ = 0;
   cast_local_ = tree_mode == "all";
   const std::string& r = transport_.role();

@@ -135,6 +135,11 @@ def test_cast_tree_off_relays_nothing():
     r = run_program(program, env={"XMESH_CAST_FANOUT": "2", "XMESH_CAST_TREE": "off"}, timeout=100)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "0"]
+    # A value that is none of hosts, all, off is named, and the default kept.
+    r = run_program(program, env={"XMESH_CAST_FANOUT": "2", "XMESH_CAST_TREE": "sideways"}, timeout=100)
+    assert r.returncode == 0, r.stderr
+    assert "XMESH_CAST_TREE=sideways is not one of hosts, all, off" in r.stderr
+    assert r.stdout.split() == ["2", "0"]
 
 
 WHY_NOT = unavailable()
