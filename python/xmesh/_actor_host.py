@@ -2,6 +2,7 @@
 at a time; async endpoints run on the proc's asyncio loop (one per proc) while the actor's
 thread waits for them, so each actor still handles one message at a time."""
 import asyncio
+import concurrent.futures
 import ctypes
 import os
 import threading
@@ -343,6 +344,10 @@ class ActorThread(threading.Thread):
         self.current_task, self.current_coro = fut, coro
         try:
             return fut.result()
+        except concurrent.futures.CancelledError:
+            if fut.cancelled():  # cancel() cancelled it: the caller's cancellation, not the endpoint's error
+                raise _RemoteCancel() from None
+            raise
         finally:
             self.current_task = self.current_coro = None
 

@@ -381,19 +381,23 @@ class Future(Generic[T]):
         asynchronous exception (raised when they next run Python code). A future not yet
         finished then raises CancelledError; one that already failed because a proc died keeps
         that error, and its other ranks stop. Returns False if nothing was running."""
-        if not self._call.missing():
+        missing = list(self._call.missing())
+        if not missing:
             return False
-        rt = get_runtime()
-        for i in self._call.missing():
-            addr = self._call.target_addr(i)
-            try:
-                rt.node.send(addr, int(Kind.Cancel), _core.CancelBody(corr=self._call.id, index=i).to_dict(),
-                             actor=t.actor_id if (t := self.target(i)) is not None else "")
-            except Exception:
-                pass
+        targets = [(i, self._call.target_addr(i), t.actor_id if (t := self.target(i)) is not None else "")
+                   for i in missing]
+        # Failed here before the Cancel messages leave: an actor's answer to them (a cancelled
+        # endpoint's error) that comes back first must not become this future's outcome.
         if not self._done:
             self._call.fail_all(error(ErrorKind.Cancelled, "cancelled by the caller"))
             self._finish()
+        rt = get_runtime()
+        for i, addr, actor in targets:
+            try:
+                rt.node.send(addr, int(Kind.Cancel), _core.CancelBody(corr=self._call.id, index=i).to_dict(),
+                             actor=actor)
+            except Exception:
+                pass
         return True
 
     def __await__(self):

@@ -154,6 +154,25 @@ def test_cancel_sync_and_async(counters):
     assert counters.slice(gpus=3).get.call_one().get(timeout=10) == 10
 
 
+def test_a_cancelled_async_endpoint_answers_cancelled(counters):
+    """The actor's own answer to a Cancel, without the caller failing the call first (as
+    fut.cancel() does): an async endpoint cancelled in flight answers 'cancelled', not an
+    endpoint error carrying concurrent.futures' CancelledError."""
+    from xmesh import _core
+    from xmesh._runtime import Kind, get_runtime
+
+    fut = counters.slice(gpus=2).asleep.call_one(30)
+    time.sleep(0.2)
+    call = fut._call
+    (index,) = call.missing()
+    get_runtime().node.send(call.target_addr(index), int(Kind.Cancel),
+                            _core.CancelBody(corr=call.id, index=index).to_dict(),
+                            actor=fut.target(index).actor_id)
+    with pytest.raises(asyncio.CancelledError):
+        fut.get(timeout=10)
+    assert counters.slice(gpus=2).get.call_one().get(timeout=10) == 10
+
+
 def test_actor_mesh_and_endpoint_reprs(counters):
     assert "counters" in repr(counters) and "{'gpus': 4}" in repr(counters)
     assert "Counter.get" in repr(counters.get)
