@@ -1,9 +1,10 @@
 // Round trip of Node::call between a controller node and k proc nodes in child processes, each
 // answered by a C++ thread (no Python on either side): the runtime's own cost per call, over the
-// same-host rings (XMESH_RINGS=0: over ZeroMQ). Prints one line: k, the median in us, and how
+// same-host rings (XMESH_RINGS=0: over ZeroMQ), or with `tcp` over loopback TCP links with CURVE
+// (a key file made for the run), as between hosts. Prints one line: k, the median in us, and how
 // many messages went over rings.
 //
-//   build/bench/xmesh_bench_node_rtt [k] [calls]
+//   build/bench/xmesh_bench_node_rtt [k] [calls] [tcp]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,16 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "keys.hpp"
 #include "node.hpp"
 
 using namespace xmesh;
 
 namespace {
-// A proc: answers every call to actor "a" until StopActor.
-[[noreturn]] void serve(const std::string& addr) {
-  Node proc("proc", addr, "k");
+// A proc: answers every call to actor "a" until StopActor. Its address goes to `report` (a pipe).
+[[noreturn]] void serve(const std::string& addr, const std::string& key_file, int report) {
+  Node proc("proc", addr, "k", key_file);
   proc.set_default_cookie("k");
   proc.start();
+  std::string bound = proc.addr() + "\n";
+  if (write(report, bound.data(), bound.size()) != static_cast<ssize_t>(bound.size())) _exit(1);
+  close(report);
   std::shared_ptr<Inbox> inbox;
   while (!(inbox = proc.actor_inbox("a"))) usleep(1000);
   while (auto m = inbox->pop(10000)) {
@@ -38,17 +43,30 @@ namespace {
 int main(int argc, char** argv) {
   int k = argc > 1 ? std::atoi(argv[1]) : 1;
   int calls = argc > 2 ? std::atoi(argv[2]) : 4000;
+  const bool tcp = argc > 3 && std::string(argv[3]) == "tcp";
   std::string base = "ipc:///tmp/xmesh-node-rtt-" + std::to_string(getpid());
+  std::string key_file;
+  if (tcp) {
+    key_file = "/tmp/xmesh-node-rtt-" + std::to_string(getpid()) + ".key";
+    write_key_file(key_file, generate_curve_keys(), true);
+  }
   std::vector<pid_t> kids;
   std::vector<Target> targets;
   for (int j = 0; j < k; ++j) {
-    std::string addr = base + "-p" + std::to_string(j);
+    std::string addr = tcp ? "tcp://127.0.0.1:*" : base + "-p" + std::to_string(j);
+    int report[2];
+    if (pipe(report) != 0) return 1;
     pid_t pid = fork();  // before any node exists in this process
-    if (pid == 0) serve(addr);
+    if (pid == 0) serve(addr, key_file, report[1]);
+    close(report[1]);
+    char buf[256];
+    ssize_t got = read(report[0], buf, sizeof buf - 1);
+    close(report[0]);
+    if (got <= 1) return 1;
     kids.push_back(pid);
-    targets.push_back(Target{addr, "a"});
+    targets.push_back(Target{std::string(buf, static_cast<size_t>(got) - 1), "a"});
   }
-  Node ctl("controller", base + "-c", "k");
+  Node ctl("controller", tcp ? "tcp://127.0.0.1:*" : base + "-c", "k", key_file);
   ctl.set_default_cookie("k");
   ctl.start();
   Header spawn;
@@ -72,4 +90,5 @@ int main(int argc, char** argv) {
   ctl.call(targets, stop, {}, false);
   for (pid_t p : kids) waitpid(p, nullptr, 0);
   ctl.stop();
+  if (tcp) std::remove(key_file.c_str());
 }

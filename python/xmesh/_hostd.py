@@ -403,7 +403,11 @@ def agent_at(locator: str, key_file: Optional[str] = None) -> HostAgent:
             else:
                 a = HostAgent(locator)
             _agents[locator] = a
-            get_runtime().host_in_use(locator)  # a released address used again: its loss is news again
+            rt = get_runtime()
+            rt.host_in_use(locator)  # a released address used again: its loss is news again
+            # An agent let go (release_agent) left its address marked dead here; whatever serves
+            # it now is another process, reached over a new connection.
+            rt.node.revive(locator)
     if isinstance(a, TcpHostAgent):
         a.begin_connect()
     return a

@@ -752,3 +752,26 @@ def test_an_agent_restarted_at_its_address_is_known_at_once_and_used(cluster):
         assert again.spawn("w2", Where).where.call_one().get(timeout=60)["host"] == "node-c"
     finally:
         again.stop()
+
+
+def test_an_agent_let_go_and_started_again_at_its_address_is_used_anew(cluster):
+    """A job's release lets its agents go (their address marked dead with why, as SLURM and SSH
+    jobs do); a later agent at the same address (a port the system hands out again) is connected
+    to anew, not refused with the old agent's end."""
+    from xmesh._hostd import release_agent
+
+    locator = cluster.locator(1)
+    procs = xmesh.hosts([locator], key_file=cluster.key).spawn_procs({"gpus": 1})
+    a = procs.spawn("w", Where)
+    a.where.call().get(timeout=60)
+    release_agent(f"tcp://{locator}", "the test's job was released")
+    with pytest.raises(xmesh.SupervisionError, match="the test's job was released"):
+        a.where.call_one().get(timeout=30)
+    cluster.agents[1].kill()
+    cluster.agents[1].wait(timeout=10)
+    cluster.start_agent(1)
+    again = xmesh.hosts([locator], key_file=cluster.key).spawn_procs({"gpus": 1})
+    try:
+        assert again.spawn("w2", Where).where.call_one().get(timeout=60)["host"] == "node-b"
+    finally:
+        again.stop()
