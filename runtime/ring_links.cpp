@@ -1,5 +1,7 @@
 #include "ring_links.hpp"
 
+#include "message_layout.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,60 +15,7 @@
 namespace xmesh {
 
 namespace {
-constexpr size_t kFixedPrefix = 16;  // total (8), header length (4), frame count (4)
 constexpr int kBatch = 32;            // messages read from one ring before the next is looked at
-
-template <class T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-
-template <class T>
-T get(const char* p) {
-  T value;
-  std::memcpy(&value, p, sizeof value);
-  return value;
-}
-
-// The parts of one message on a ring: the prefix (made here), the header, the frames.
-struct Encoded {
-  std::string prefix;
-  std::vector<std::string_view> parts;
-  size_t total = 0;
-};
-
-Encoded encode(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames) {
-  Encoded e;
-  size_t total = kFixedPrefix + 8 * frames.size() + header.size();
-  for (auto& f : frames) total += f.size();
-  e.total = total;
-  e.prefix.reserve(kFixedPrefix + 8 * frames.size());
-  put<uint64_t>(e.prefix, total);
-  put<uint32_t>(e.prefix, static_cast<uint32_t>(header.size()));
-  put<uint32_t>(e.prefix, static_cast<uint32_t>(frames.size()));
-  for (auto& f : frames) put<uint64_t>(e.prefix, f.size());
-  e.parts.reserve(2 + frames.size());
-  e.parts.emplace_back(e.prefix);
-  e.parts.emplace_back(reinterpret_cast<const char*>(header.data()), header.size());
-  for (auto& f : frames) e.parts.emplace_back(static_cast<const char*>(f.data()), f.size());
-  return e;
-}
-
-// The bytes [offset, offset + length) of the concatenated parts, as slices of them.
-void slice(const std::vector<std::string_view>& parts, size_t offset, size_t length, std::vector<std::string_view>& out) {
-  out.clear();
-  for (auto& p : parts) {
-    if (length == 0) break;
-    if (offset >= p.size()) {
-      offset -= p.size();
-      continue;
-    }
-    size_t n = std::min(length, p.size() - offset);
-    out.push_back(p.substr(offset, n));
-    offset = 0;
-    length -= n;
-  }
-}
 
 size_t record_space(size_t length) { return (4 + length + 7) & ~size_t(7); }
 
@@ -123,7 +72,7 @@ void RingWriter::switched() {
 
 ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames,
                                   bool blocking, int timeout_ms) {
-  Encoded e = encode(header, frames);
+  LaidOut e = lay_out(header, frames);
   const size_t max = ring_.max_message();
   ShmRing::Result r;
   if (e.total <= max) {
@@ -136,7 +85,7 @@ ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std:
   if (!blocking && ring_.capacity() - ring_.used() < records * record_space(max)) return ShmRing::Result::full;
   std::vector<std::string_view> piece;
   for (size_t offset = 0, n = 0; offset < e.total; offset += max, ++n) {
-    slice(e.parts, offset, std::min(max, e.total - offset), piece);
+    slice_parts(e.parts, offset, std::min(max, e.total - offset), piece);
     // The first record may time out (nothing written yet); a later one waits while the reader
     // reads: a message is never left half-written (a closed ring ends the wait).
     r = ring_.write_parts(piece.data(), piece.size(), n == 0 ? (blocking ? timeout_ms : 0) : -1);
@@ -282,16 +231,15 @@ RingReaders::Got RingReaders::take_record(In& in, Message* out, std::string* err
   }
   std::string* whole = &in.record;
   if (in.expected == 0) {
-    if (in.record.size() < kFixedPrefix) return *error = "a record shorter than its prefix", Got::garbage;
-    const char* p = in.record.data();
-    uint64_t total = get<uint64_t>(p), count = get<uint32_t>(p + 12), header = get<uint32_t>(p + 8);
-    uint64_t overhead = kFixedPrefix + 8 * count + header;
-    if (in.record.size() != std::min(total, largest) || total < overhead)
+    LayoutPrefix prefix;
+    if (!read_layout_prefix(in.record.data(), in.record.size(), &prefix) ||
+        in.record.size() != std::min<uint64_t>(prefix.total, largest))
       return *error = "a record that does not start a message", Got::garbage;
-    if (total - overhead > max_message_bytes_) {
-      *payload = total - overhead;
+    const uint64_t total = prefix.total;
+    if (prefix.payload() > max_message_bytes_) {
+      *payload = prefix.payload();
       in.skipping = total - in.record.size();
-      if (!decode_header_only(in.record, out)) out->header = Header{};
+      if (!decode_laid_out_header(in.record, out)) out->header = Header{};
       return Got::too_large;
     }
     if (total > in.record.size()) {
@@ -308,50 +256,10 @@ RingReaders::Got RingReaders::take_record(In& in, Message* out, std::string* err
     whole = &in.partial;
     in.expected = 0;
   }
-  bool ok = decode(*whole, out, error);
+  bool ok = decode_laid_out(*whole, out, error);
   in.partial.clear();
   in.partial.shrink_to_fit();
   return ok ? Got::message : Got::garbage;
-}
-
-bool RingReaders::decode_header_only(const std::string& record, Message* out) {
-  const char* p = record.data();
-  uint64_t count = get<uint32_t>(p + 12), header = get<uint32_t>(p + 8);
-  uint64_t at = kFixedPrefix + 8 * count;
-  if (at > record.size() || header > record.size() - at) return false;
-  std::string error;
-  auto h = decode_header(p + at, header, error);
-  if (h) out->header = std::move(*h);
-  return h.has_value();
-}
-
-bool RingReaders::decode(const std::string& bytes, Message* out, std::string* error) {
-  const char* p = bytes.data();
-  size_t size = bytes.size();
-  uint32_t header_bytes = get<uint32_t>(p + 8), count = get<uint32_t>(p + 12);
-  size_t at = kFixedPrefix;
-  if (count > (size - at) / 8) return *error = "a frame count past the message", false;
-  size_t body = at + 8 * size_t(count);
-  if (header_bytes > size - body) return *error = "a header past the message", false;
-  size_t offset = body + header_bytes;
-  std::vector<uint64_t> lengths(count);
-  for (uint32_t i = 0; i < count; ++i) {
-    lengths[i] = get<uint64_t>(p + at + 8 * size_t(i));
-    if (lengths[i] > size - offset) return *error = "a frame past the message", false;
-    offset += lengths[i];
-  }
-  if (offset != size) return *error = "bytes after the last frame", false;
-  auto header = decode_header(p + body, header_bytes, *error);
-  if (!header) return false;
-  out->header = std::move(*header);
-  out->frames.clear();
-  out->frames.reserve(count);
-  offset = body + header_bytes;
-  for (uint32_t i = 0; i < count; ++i) {
-    out->frames.emplace_back(p + offset, lengths[i]);
-    offset += lengths[i];
-  }
-  return true;
 }
 
 size_t RingReaders::poll(const Deliver& deliver, Report& report) {

@@ -124,9 +124,6 @@ class RingReaders {
   std::vector<std::shared_ptr<In>>& reading_snapshot();  // the polling thread's copy of reading_
   void forget(const std::shared_ptr<In>& in);
   Got take_record(In& in, Message* out, std::string* error, uint64_t* payload);
-  // The first record of a message over the limit: its header when it is there whole.
-  static bool decode_header_only(const std::string& record, Message* out);
-  static bool decode(const std::string& bytes, Message* out, std::string* error);
 
   size_t max_message_bytes_;
   std::atomic<bool> enabled_{false};
