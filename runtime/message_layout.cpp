@@ -19,21 +19,18 @@ T get(const char* p) {
 }
 }  // namespace
 
-LaidOut lay_out(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames) {
-  LaidOut e;
-  size_t total = kLayoutPrefix + 8 * frames.size() + header.size();
+LaidOut::LaidOut(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames) {
+  total = kLayoutPrefix + 8 * frames.size() + header.size();
   for (auto& f : frames) total += f.size();
-  e.total = total;
-  e.prefix.reserve(kLayoutPrefix + 8 * frames.size());
-  put<uint64_t>(e.prefix, total);
-  put<uint32_t>(e.prefix, static_cast<uint32_t>(header.size()));
-  put<uint32_t>(e.prefix, static_cast<uint32_t>(frames.size()));
-  for (auto& f : frames) put<uint64_t>(e.prefix, f.size());
-  e.parts.reserve(2 + frames.size());
-  e.parts.emplace_back(e.prefix);
-  e.parts.emplace_back(reinterpret_cast<const char*>(header.data()), header.size());
-  for (auto& f : frames) e.parts.emplace_back(static_cast<const char*>(f.data()), f.size());
-  return e;
+  prefix.reserve(kLayoutPrefix + 8 * frames.size());
+  put<uint64_t>(prefix, total);
+  put<uint32_t>(prefix, static_cast<uint32_t>(header.size()));
+  put<uint32_t>(prefix, static_cast<uint32_t>(frames.size()));
+  for (auto& f : frames) put<uint64_t>(prefix, f.size());
+  parts.reserve(2 + frames.size());
+  parts.emplace_back(prefix);
+  parts.emplace_back(reinterpret_cast<const char*>(header.data()), header.size());
+  for (auto& f : frames) parts.emplace_back(static_cast<const char*>(f.data()), f.size());
 }
 
 void slice_parts(const std::vector<std::string_view>& parts, size_t offset, size_t length,

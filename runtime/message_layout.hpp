@@ -19,13 +19,16 @@ namespace xmesh {
 constexpr size_t kLayoutPrefix = 16;
 
 // One message laid out: `parts` views the prefix (owned here), the header and the frames, in
-// order, without copying them; `total` is their joined size.
+// order, without copying them; `total` is their joined size. Filled in place (a move of the
+// prefix could leave the view of it behind), neither copied nor moved.
 struct LaidOut {
+  LaidOut(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames);
+  LaidOut(const LaidOut&) = delete;
+  LaidOut& operator=(const LaidOut&) = delete;
   std::string prefix;
   std::vector<std::string_view> parts;
   size_t total = 0;
 };
-LaidOut lay_out(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames);
 
 // The bytes [offset, offset + length) of the joined parts, as slices of them (into `out`).
 void slice_parts(const std::vector<std::string_view>& parts, size_t offset, size_t length,

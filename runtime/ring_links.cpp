@@ -72,7 +72,7 @@ void RingWriter::switched() {
 
 ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames,
                                   bool blocking, int timeout_ms) {
-  LaidOut e = lay_out(header, frames);
+  LaidOut e(header, frames);
   const size_t max = ring_.max_message();
   ShmRing::Result r;
   if (e.total <= max) {

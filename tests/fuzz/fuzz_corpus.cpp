@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bodies.hpp"
+#include "message_layout.hpp"
 #include "ring_links.hpp"
 #include "scan.hpp"
 #include "wire.hpp"
@@ -169,15 +170,48 @@ void ring_corpus(const std::string& dir) {
   }
 }
 
+// Plaintexts of lane records as a LaneSealer cuts messages (small ones: one record each; one
+// message of two records), in the fuzz_lane input format: a 2-byte length, the plaintext.
+void lane_corpus(const std::string& dir) {
+  const size_t sizes[] = {0, 10, 3000, 9000};
+  std::string two;
+  for (size_t size : sizes) {
+    Header h;
+    h.kind = Kind::Call;
+    h.sender = "controller-host-1234-abcd";
+    h.corr = 9;
+    h.actor = "trainer";
+    h.method = "step";
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(size);
+    std::memset(frames.back().data(), 'x', size);
+    auto header = encode_header(h);
+    LaidOut laid(header, frames);
+    std::string plain;
+    for (auto& p : laid.parts) plain.append(p);
+    std::string input;
+    for (size_t at = 0; at < plain.size(); at += 4000) {  // records of 4000 bytes: several for 9000
+      std::string piece = plain.substr(at, 4000);
+      input.push_back(static_cast<char>(piece.size() & 0xff));
+      input.push_back(static_cast<char>(piece.size() >> 8));
+      input += piece;
+    }
+    two += input;
+    put(dir + "/call-" + std::to_string(size), input);
+  }
+  put(dir + "/calls", two);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_corpus OUT_DIR\n");
     return 2;
   }
   const std::string out = argv[1];
-  for (const char* sub : {"", "/wire", "/sync", "/tree", "/ring"}) mkdir((out + sub).c_str(), 0700);
+  for (const char* sub : {"", "/wire", "/sync", "/tree", "/ring", "/lane"}) mkdir((out + sub).c_str(), 0700);
   wire_corpus(out + "/wire");
   ring_corpus(out + "/ring");
+  lane_corpus(out + "/lane");
   sync_corpus(out + "/sync", out + "/tree");
   std::printf("fuzz_corpus: %d seeds in %s\n", written, out.c_str());
   return 0;

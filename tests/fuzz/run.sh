@@ -10,13 +10,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build="$(cd "${1:-$here/../../build}" && pwd)"
 seconds="${2:-15}"
 out="$build/fuzz"
-for f in fuzz_wire fuzz_ring fuzz_sync_receiver venv/bin/python; do
+for f in fuzz_wire fuzz_ring fuzz_lane fuzz_sync_receiver venv/bin/python; do
   [[ -x "$out/$f" ]] || { echo "fuzz: $out/$f is missing: run tests/fuzz/build.sh $build" >&2; exit 1; }
 done
 mkdir -p "$out/crashes"
 limits=(-timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1)
 # FUZZ_RUNS is for the C++ targets; the Python one runs a hundredth as fast.
-declare -A scale=([fuzz_wire]=100 [fuzz_ring]=100 [fuzz_sync_receiver]=100 [fuzz_debug_lines]=1)
+declare -A scale=([fuzz_wire]=100 [fuzz_ring]=100 [fuzz_lane]=50 [fuzz_sync_receiver]=100 [fuzz_debug_lines]=1)
 run() {  # target, corpus name, command...
   local target=$1 name=$2
   shift 2
@@ -46,5 +46,6 @@ run() {  # target, corpus name, command...
 }
 run fuzz_wire wire "$out/fuzz_wire"
 run fuzz_ring ring "$out/fuzz_ring"
+run fuzz_lane lane "$out/fuzz_lane"
 run fuzz_sync_receiver sync "$out/fuzz_sync_receiver"
 PYTHONPATH="$build/python" run fuzz_debug_lines debug "$out/venv/bin/python" "$here/fuzz_debug_lines.py"

@@ -1,0 +1,211 @@
+// TCP lanes: a direct, encrypted stream of messages from one node to a node on another host
+// (issue 23's cross-host path; the design in docs/ARCHITECTURE.md, "TCP lanes").
+//
+// Why: a message over a ZeroMQ TCP link passes through four threads that are not the sender or
+// the receiver (ZeroMQ's I/O thread and the node's `xmesh-io` on each side); on two cores each
+// hand-over is a context switch, and a round trip measured 2.4x a bare ZeroMQ REQ/REP ping-pong.
+// A lane is a plain TCP connection that the sending thread writes itself and the receiving
+// node's reading thread reads itself.
+//
+// A lane carries one direction, as a shared-memory ring does. Its secret (a random AEAD key and
+// a random token naming it) is made by the receiver and sent to the writer over the ZeroMQ link,
+// which CURVE already encrypts and the cluster cookie authenticates; the writer connects to the
+// receiver's lane listener, sends the token, then records. A record is a 4-byte length and
+// ChaCha20-Poly1305 (IETF) ciphertext of at most kLaneChunk bytes of messages laid out as in
+// message_layout.hpp, its nonce the record's number on the lane: a record changed, dropped,
+// replayed or reordered on the way does not open, and the lane is then closed. A record holds
+// bytes of one message only; a message takes as many records as it needs.
+//
+// These classes are the lane itself (sealing, opening, the sockets); the transport decides when
+// a lane is offered, used and given up (transport_lanes.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "wire.hpp"
+
+namespace xmesh {
+
+constexpr size_t kLaneKeyBytes = 32;
+constexpr size_t kLaneTokenBytes = 16;
+constexpr size_t kLaneChunk = 64 << 10;   // plaintext bytes per record, at most
+constexpr size_t kLaneRecordTag = 16;     // what sealing adds to a record (Poly1305's tag)
+// The most a message may spend besides its frames (header, frame lengths): what a lane holds
+// in memory for one message before its frames is bounded by this, not by the peer's word.
+constexpr uint64_t kLaneMaxOverhead = 64 << 20;
+
+struct LaneSecret {
+  std::string key;    // kLaneKeyBytes random bytes
+  std::string token;  // kLaneTokenBytes random bytes
+};
+LaneSecret make_lane_secret();  // throws when the system's random source fails
+
+// The writer's side of the encryption: messages into records. Not thread-safe.
+class LaneSealer {
+ public:
+  explicit LaneSealer(std::string key);
+  // Appends the records of one message (its encoded header and frames) to `out`.
+  void seal(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, std::string& out);
+  // One record holding `plain` as it is (at most kLaneChunk bytes): for tests and the fuzzer,
+  // which need records a writer would never make.
+  void seal_bytes(std::string_view plain, std::string& out);
+
+ private:
+  void seal_record(const std::vector<std::string_view>& pieces, std::string& out);
+  std::string key_;
+  uint64_t counter_ = 0;
+  std::string scratch_;
+};
+
+// The reader's side: records back into messages, fed bytes as they come. Not thread-safe.
+class LaneOpener {
+ public:
+  LaneOpener(std::string key, size_t max_message_bytes);
+  enum class Got { nothing, message, too_large, broken };
+  void feed(const char* data, size_t n);
+  // What the bytes fed so far hold next: a whole message (*out); one whose frames exceed
+  // max_message_bytes (*out its header when that came whole, else an empty header; *payload the
+  // frames' size; its bytes are skipped); nothing whole yet; or broken (*error says why: the
+  // lane cannot be read further).
+  Got next(Message* out, std::string* error, uint64_t* payload);
+
+ private:
+  enum class Record { none, opened, bad };
+  Record open_record(std::string* error);
+  Got take_record(Message* out, std::string* error, uint64_t* payload);
+  Got start_message(Message* out, std::string* error, uint64_t* payload);
+  Got broken(std::string* error, std::string why);
+
+  std::string key_;
+  size_t max_message_bytes_;
+  uint64_t counter_ = 0;
+  std::string in_;      // sealed bytes not opened yet, from in_at_
+  size_t in_at_ = 0;
+  std::string record_;  // the plaintext of the record just opened
+  std::string message_; // the message being put together
+  uint64_t expected_ = 0;  // its total size (0: the next record starts a message)
+  uint64_t skipping_ = 0;  // bytes of a message over the limit still to skip
+  std::string broken_;     // why, once broken
+};
+
+// The writer's socket. Connects without waiting; the token goes first. Thread-safety: one
+// thread at a time (the transport holds its peer's lock).
+class LaneWriter {
+ public:
+  // host: a name or a numeric address; throws naming why when no socket can be made for it.
+  LaneWriter(const std::string& host, int port, const LaneSecret& secret);
+  ~LaneWriter();
+  LaneWriter(const LaneWriter&) = delete;
+  LaneWriter& operator=(const LaneWriter&) = delete;
+
+  enum class State { connecting, up, broken };
+  State state();  // looks at a pending connect's outcome, never waits
+  enum class Result { ok, would_block, timed_out, broken };
+  // One message, when state() is up (else would_block, nothing sealed). blocking=false: when
+  // earlier bytes still wait to leave, would_block and nothing is sealed; else the message is
+  // sealed and what the socket does not take now stays pending (flush() or the next write sends
+  // it). blocking: waits up to timeout_ms for all of it to leave (timed_out: the message is
+  // committed and leaves once the reader reads; the lane is no longer usable for a waiting
+  // sender's deadline, the caller decides).
+  Result write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
+               int timeout_ms);
+  Result flush(int timeout_ms);  // pending bytes out; 0: what the socket takes now
+  bool pending() const { return out_at_ < out_.size(); }
+  int fd() const { return fd_; }
+  const std::string& error() const { return error_; }  // why broken
+  void close();
+
+ private:
+  bool send_some();  // false when the connection broke
+  Result wait_out(int timeout_ms);
+  void fail(const std::string& why);
+
+  int fd_ = -1;
+  std::string peer_;
+  LaneSealer sealer_;
+  std::string out_;
+  size_t out_at_ = 0;
+  State state_ = State::connecting;
+  std::string error_;
+};
+
+// The receiver's listening socket and the connections still presenting their token.
+class LaneListener {
+ public:
+  // Listens on host (numeric or a name of this machine) at port (0: any). Throws naming why.
+  LaneListener(const std::string& host, int port);
+  ~LaneListener();
+  LaneListener(const LaneListener&) = delete;
+  LaneListener& operator=(const LaneListener&) = delete;
+  int port() const { return port_; }
+  int fd() const { return fd_; }
+
+  // A lane to accept: the connection presenting secret.token is writer_addr's, until ttl_ms.
+  void expect(const LaneSecret& secret, const std::string& writer_addr, int64_t now_ms, int64_t ttl_ms);
+  struct Accepted {
+    int fd = -1;  // owned by the caller now
+    std::string writer_addr;
+    std::string key;
+    std::string early;  // bytes that came after the token (records already)
+  };
+  // Never waits: accepts connections, reads tokens; a token expected comes back (each once);
+  // a connection with another token, or none within the ttl, is closed and said in *refused.
+  std::vector<Accepted> poll(int64_t now_ms, std::vector<std::string>* refused);
+  // What is worth waiting on for input: the listener and connections still owing their token.
+  void fds(std::vector<int>& out) const;
+  size_t expected() const { return expected_.size(); }
+
+ private:
+  struct Expected {
+    std::string writer_addr, key;
+    int64_t deadline;
+  };
+  struct Presenting {
+    int fd;
+    std::string got, peer;
+    int64_t deadline;
+  };
+  void accept_all(int64_t now_ms);
+  bool read_token(Presenting& c, std::vector<Accepted>& out, std::vector<std::string>* refused);
+
+  int fd_ = -1;
+  int port_ = 0;
+  int64_t ttl_ms_ = 10000;
+  std::vector<std::pair<std::string, Expected>> expected_;  // by token
+  std::vector<Presenting> presenting_;
+};
+
+// One lane being read (the receiver's reading thread).
+class LaneIn {
+ public:
+  LaneIn(LaneListener::Accepted accepted, size_t max_message_bytes);
+  ~LaneIn();
+  LaneIn(const LaneIn&) = delete;
+  LaneIn& operator=(const LaneIn&) = delete;
+  int fd() const { return fd_; }
+  const std::string& writer_addr() const { return writer_addr_; }
+
+  struct TooLarge {
+    Message msg;
+    uint64_t payload_bytes;
+  };
+  enum class Status { open, closed, broken };
+  // Reads what the socket holds now (never waits; about `budget` bytes at most; call it once
+  // right after the lane is accepted too: records may have come with the token): whole messages
+  // to `out` (sender_addr set), those over the limit to `too_large`. closed: the writer's end
+  // closed (what came before is in out); broken: bytes that do not open (*error says why).
+  Status read(std::vector<Message>& out, std::vector<TooLarge>& too_large, std::string* error,
+              size_t budget = 1 << 20);
+
+ private:
+  Status drain(std::vector<Message>& out, std::vector<TooLarge>& too_large, std::string* error);
+  int fd_;
+  std::string writer_addr_;
+  LaneOpener opener_;
+};
+
+}  // namespace xmesh
