@@ -2,7 +2,7 @@
 // answered by a C++ thread (no Python on either side): the runtime's own cost per call, over the
 // same-host rings (XMESH_RINGS=0: over ZeroMQ), or with `tcp` over loopback TCP links with CURVE
 // (a key file made for the run), as between hosts. Prints one line: k, the median in us, and how
-// many messages went over rings.
+// many messages went over rings and over TCP lanes.
 //
 //   build/bench/xmesh_bench_node_rtt [k] [calls] [tcp]
 #include <sys/wait.h>
@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
     if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(us.begin(), us.end());
-  std::printf("%d %.1f %llu\n", k, us[us.size() / 2], static_cast<unsigned long long>(ctl.stats().ring_sent));
+  auto st = ctl.stats();
+  std::printf("%d %.1f %llu %llu\n", k, us[us.size() / 2], static_cast<unsigned long long>(st.ring_sent),
+              static_cast<unsigned long long>(st.lane_sent));
   Header stop;
   stop.kind = Kind::StopActor;
   ctl.call(targets, stop, {}, false);

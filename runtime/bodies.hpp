@@ -396,6 +396,28 @@ struct RingAcceptBody {
 };
 XMESH_BODY_JSON(RingAcceptBody)
 
+// LaneOffer (the receiver of a LaneAsk -> the asker): connect to host:port, present the token and
+// seal with the key (runtime/tcp_lane.hpp; both hex, sent over the CURVE-encrypted link); or,
+// ok false, why there is no lane (the link stays on ZeroMQ).
+struct LaneOfferBody {
+  static constexpr const char* what = "LaneOffer";
+  bool ok = false;
+  std::string reason;
+  std::string host;
+  int64_t port = 0;
+  std::string key, token;
+  template <class F>
+  static void fields(F&& f) {
+    f("ok", &LaneOfferBody::ok, Need::Required);
+    f("reason", &LaneOfferBody::reason, Need::Optional);
+    f("host", &LaneOfferBody::host, Need::Optional);
+    f("port", &LaneOfferBody::port, Need::Optional);
+    f("key", &LaneOfferBody::key, Need::Optional);
+    f("token", &LaneOfferBody::token, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(LaneOfferBody)
+
 // Cast trees (runtime/cast_tree.hpp). One target behind a relay, as its message lists it.
 struct CastTarget {
   static constexpr const char* what = "CastTarget";

@@ -442,6 +442,14 @@ void Node::register_builtin_handlers() {
     if (typed_body(m, answer)) transport_.on_ring_accept(m.sender_addr, answer);
   };
   handlers_[static_cast<int>(Kind::RingSwitch)] = [this](Message& m) { transport_.on_ring_switch(m.sender_addr); };
+  handlers_[static_cast<int>(Kind::LaneAsk)] = [this](Message& m) { transport_.on_lane_ask(m.sender_addr); };
+  handlers_[static_cast<int>(Kind::LaneOffer)] = [this](Message& m) {
+    LaneOfferBody offer;
+    if (typed_body(m, offer)) transport_.on_lane_offer(m.sender_addr, offer);
+  };
+  handlers_[static_cast<int>(Kind::LaneSwitch)] = [this](Message& m) {
+    transport_.on_lane_switch(m.sender_addr, m.peer_identity);
+  };
   handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
     if (!supervision_.heartbeat_acked(m.sender_addr, m.header.incarnation))
       lose_host(m.sender_addr, "the host agent at " + m.sender_addr +

@@ -55,6 +55,7 @@ class Node {
   std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "") {
     return transport_.listen_tcp(bind_addr, key_file, advertise);
   }
+  void close_lanes() { transport_.close_lanes(); }  // Transport::close_lanes (a fault on purpose)
   std::string tcp_addr() const { return transport_.tcp_addr(); }
   std::string tcp_bound_addr() const { return transport_.tcp_bound_addr(); }
   // The cookie of the cluster whose key this node uses (keys.hpp); "" without a key.

@@ -148,4 +148,10 @@ std::optional<int> free_tcp_port(const std::string& host, int first, int last, c
   return std::nullopt;
 }
 
+std::optional<int> free_tcp_port_from_top(const std::string& host, int first, int last, const std::set<int>& taken) {
+  for (int port = last; port >= first; --port)
+    if (!taken.count(port) && try_bind(host, port)) return port;
+  return std::nullopt;
+}
+
 }  // namespace xmesh

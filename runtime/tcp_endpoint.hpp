@@ -39,6 +39,8 @@ int relayed_port(const std::string& addr);
 // `taken` (first = 0: any port the kernel gives). nullopt when none is free. A port is tried by
 // binding it (SO_REUSEADDR, as ZeroMQ binds) and closing again.
 std::optional<int> free_tcp_port(const std::string& host, int first, int last, const std::set<int>& taken);
+// The same, looking from the top of the range down (ports kept apart from those taken from below).
+std::optional<int> free_tcp_port_from_top(const std::string& host, int first, int last, const std::set<int>& taken);
 
 // A non-blocking socket listening at `at` (an IP address; port 0: any), and the port it got.
 // Throws std::runtime_error naming the address and why.

@@ -93,14 +93,20 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
       unix_addr_ = addr_;
       addr_ = advertise;
     } else {
+      std::string bound = addr_;
       if (!advertise.empty()) addr_ = advertise;
-      if (addr_.rfind("tcp://", 0) == 0) tcp_addr_ = addr_;
+      if (addr_.rfind("tcp://", 0) == 0) {
+        tcp_addr_ = addr_;
+        tcp_bound_ = bound;
+      }
     }
   } catch (...) {
     ctx_.shutdown();
     gatekeeper_->join();
     throw;
   }
+  lanes_write_ = env_int("XMESH_LANES", 1) != 0;
+  if (!tcp_addr_.empty()) listen_for_lanes(tcp_bound_, tcp_addr_);
 }
 
 Transport::~Transport() { close(); }
@@ -169,6 +175,7 @@ std::string Transport::listen_tcp(const std::string& bind_addr, const std::strin
     tcp_bound_ = endpoint;
   }
   tcp_ready_.store(tcp_router_.get(), std::memory_order_release);
+  listen_for_lanes(endpoint, tcp_addr());
   return tcp_addr();
 }
 
@@ -206,6 +213,12 @@ void Transport::close() {
     close_peer_locked(*p);
   }
   rings_.close_all();
+  {
+    std::lock_guard<std::mutex> g(lanes_mu_);
+    lanes_in_.clear();
+    lane_listener_.reset();
+    lanes_on_.store(false);
+  }
   tcp_ready_.store(nullptr);
   tcp_router_.reset();
   router_.reset();
@@ -224,6 +237,8 @@ std::string Transport::connection_id() { return id_ + "." + std::to_string(++con
 void Transport::close_peer_locked(OutPeer& p) {
   p.watch.reset();  // it watches sock: gone first
   p.sock.reset();
+  if (p.lane) p.lane->close();
+  p.lane_up.store(false);
   if (p.ring) p.ring->close();  // a writer waiting for room stops; the reader reads what came
 }
 
@@ -311,6 +326,10 @@ void Transport::disconnect(const std::string& addr) {
     }
   }
   rings_.drop(addr);
+  {
+    std::lock_guard<std::mutex> g(lanes_mu_);
+    lanes_in_.erase(addr);
+  }
   std::lock_guard<std::mutex> g(dialer_mu_);
   if (dialer_ && is_relayed(addr)) dialer_->forget(addr);
 }
@@ -350,6 +369,7 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
 }
 
 void Transport::resume_locked(OutPeer& p, zmq::send_flags flags) {
+  if (p.lane) lane_gone_locked(p, "its ZeroMQ link was made again");  // what it took is resent below
   send_hello_locked(p, flags);
   for (auto& u : p.unacked) {
     std::vector<zmq::message_t> again(u.frames.size());
@@ -440,9 +460,11 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   h.sender = id_;
   h.incarnation = incarnation_;
   if (ring_send_locked(*p, h, frames, blocking)) return;
+  if (lane_send_locked(*p, h, frames, blocking)) return;
   Kind kind = h.kind;
   send_zmq_locked(*p, h, frames, blocking);
   if (!p->ring_tried) offer_ring_locked(*p, kind, blocking);
+  if (p->lane_state == OutPeer::Lane::none) ask_lane_locked(*p, kind, blocking);
 }
 
 void Transport::send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
@@ -587,6 +609,7 @@ void Transport::set_receive_timeout(int ms) {
 zmq::socket_t* Transport::receive_parts(std::vector<zmq::message_t>& parts) {
   zmq::socket_t* tcp = tcp_ready_.load(std::memory_order_acquire);
   try {
+    if (lanes_on_.load(std::memory_order_relaxed)) return receive_parts_with_lanes(parts);
     if (!tcp)  // one router: a blocking receive with a timeout costs fewer system calls than a poll
       return zmq::recv_multipart(*router_, std::back_inserter(parts)) ? router_.get() : nullptr;
     zmq::pollitem_t items[2] = {{router_->handle(), 0, ZMQ_POLLIN, 0}, {tcp->handle(), 0, ZMQ_POLLIN, 0}};
@@ -608,6 +631,7 @@ bool Transport::input_pending() {
   auto readable = [](zmq::socket_t* s) {
     return s != nullptr && (s->get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
   };
+  if (!lane_ready_.empty()) return true;
   try {
     return readable(router_.get()) || readable(tcp_ready_.load(std::memory_order_acquire));
   } catch (const zmq::error_t&) {
@@ -616,9 +640,10 @@ bool Transport::input_pending() {
 }
 
 std::optional<Transport::Received> Transport::receive() {
+  if (auto r = take_lane_ready()) return r;  // what lanes brought, in the order it came
   std::vector<zmq::message_t> parts;
   zmq::socket_t* router = receive_parts(parts);
-  if (!router) return std::nullopt;
+  if (!router) return take_lane_ready();
   if (parts.size() < 2) {
     ++counts_.malformed;
     return std::nullopt;
@@ -689,6 +714,11 @@ std::optional<Transport::Received> Transport::admit(const std::string& identity,
     count_malformed("dropped an acknowledgement sent as a message");
     return std::nullopt;
   }
+  return accept_numbered(identity, *in, std::move(m));
+}
+
+std::optional<Transport::Received> Transport::accept_numbered(const std::string& identity, InPeer& peer, Message m) {
+  InPeer* in = &peer;
   auto verdict = in->seq.accept(m.header.incarnation, m.header.seq, in->acks);
   if (verdict == SeqTracker::Duplicate) {  // sent again after a reconnect: acknowledge, so its sender drops it
     ++counts_.duplicates;
@@ -767,6 +797,7 @@ void Transport::tend_tcp_links() {
     if (!p->watch || !p->sock) continue;
     notice_reconnect_locked(*p);
     read_acks_locked(*p);
+    tend_lane_locked(*p);
     if (p->hello_due) {
       try {
         resume_locked(*p, zmq::send_flags::dontwait);
@@ -1028,12 +1059,20 @@ NodeStats Transport::stats() const {
   }
   for (auto& p : peers) {  // without the peer's mutex: a send may hold it, waiting for room
     s.unacked += p->unacked_count.load(std::memory_order_relaxed);
+    if (p->lane_up.load(std::memory_order_relaxed)) ++s.lanes_out;
     auto ring = std::atomic_load(&p->ring_closer);
     if (ring && ring->state() == RingWriter::State::active) ++s.rings_out;
   }
   s.ring_sent = counts_.ring_sent;
   s.ring_received = rings_.received();
   s.rings_in = rings_.reading();
+  s.lane_sent = counts_.lane_sent;
+  s.lane_received = counts_.lane_received;
+  s.lane_breaks = counts_.lane_breaks;
+  {
+    std::lock_guard<std::mutex> g(lanes_mu_);
+    for (auto& kv : lanes_in_) s.lanes_in += kv.second.in && kv.second.switched;
+  }
   return s;
 }
 

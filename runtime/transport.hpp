@@ -32,6 +32,7 @@
 #include "relay_dialer.hpp"
 #include "ring_links.hpp"
 #include "seq.hpp"
+#include "tcp_lane.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
@@ -59,6 +60,10 @@ struct NodeStats {
   // an earlier one from their origin; taken after their wait expired; dropped as given up on.
   uint64_t relayed = 0, order_held = 0, order_late = 0, order_dropped = 0;
   uint64_t deferred = 0;  // sends left to the xmesh-relay thread (a link full at once; CastLost notices)
+  // TCP lanes (tcp_lane.hpp): messages over them (counted in sent/received too), lanes up now
+  // to peers this node writes to and lanes being read, lanes that broke (writer side: the link
+  // went back to ZeroMQ and sent again what was unacknowledged).
+  uint64_t lane_sent = 0, lane_received = 0, lanes_out = 0, lanes_in = 0, lane_breaks = 0;
 };
 
 class Transport {
@@ -168,6 +173,24 @@ class Transport {
   void on_ring_accept(const std::string& from, const RingAcceptBody& answer);
   void on_ring_switch(const std::string& from) { rings_.start_reading(from); }
 
+  // TCP lanes to this node (tcp_lane.hpp; docs/ARCHITECTURE.md "TCP lanes"): a listener on
+  // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
+  // Without one this node still writes lanes to nodes that listen.
+  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host);
+  bool lanes_enabled() const { return lanes_on_.load(); }
+  // At a TCP address (bound, and as peers reach it): a lane listener beside it where lanes are
+  // due (controllers and procs reached at their own port; XMESH_LANES=0 turns lanes off); what
+  // fails is logged and ZeroMQ goes on alone.
+  void listen_for_lanes(const std::string& bound, const std::string& advertised);
+  // The handlers of the lane protocol (the I/O thread): an ask is answered with a secret (or why
+  // not), an offer starts connecting, a switch starts reading the lane (after what came before it).
+  void on_lane_ask(const std::string& from);
+  void on_lane_offer(const std::string& from, const LaneOfferBody& offer);
+  void on_lane_switch(const std::string& from, const std::string& identity);
+  // Closes every lane this node reads (their writers go back to ZeroMQ and send again what was
+  // not acknowledged; they may ask for new lanes): for a fault injected on purpose (the tests).
+  void close_lanes();
+
  private:
   // A message kept until its receiver acknowledges it (TCP links).
   struct Unacked {
@@ -194,6 +217,13 @@ class Transport {
     std::shared_ptr<RingWriter> ring;  // a shared-memory link to it (ring_links.hpp), once offered
     std::shared_ptr<RingWriter> ring_closer;  // the same, read without the lock (atomic access) to close it
     bool ring_tried = false;           // offered once per connection, whatever the answer
+    // A TCP lane to it (tcp_lane.hpp): asked after the first Call or Reply over ZeroMQ; after
+    // three breaks, not again (ZeroMQ alone).
+    enum class Lane { none, asked, connecting, active, declined };
+    Lane lane_state = Lane::none;
+    std::unique_ptr<LaneWriter> lane;
+    int lane_breaks = 0;
+    std::atomic<bool> lane_up{false};  // lane_state == active, for stats() without the mutex
   };
   struct InPeer {
     bool authed = false;
@@ -248,6 +278,23 @@ class Transport {
   // it has not acknowledged.
   void tend_tcp_links();
   static void close_peer_locked(OutPeer& p);
+  // Lanes (transport_lanes.cpp). A lane message is numbered in its link's sequence and kept until
+  // acknowledged like one over ZeroMQ, so a lane that breaks costs nothing: the link goes back
+  // to ZeroMQ and sends again what is unacknowledged (the receiver drops what it has).
+  bool lane_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
+  void ask_lane_locked(OutPeer& p, Kind sent, bool blocking);
+  void lane_gone_locked(OutPeer& p, std::string why, bool quiet = false);
+  void tend_lane_locked(OutPeer& p);  // the I/O thread's tick: pending bytes out, a lane that broke noticed
+  // The I/O thread's receive when lanes are on: polls the routers, the lane listener and the lanes
+  // being read; what the lanes held goes to lane_ready_. The router with a message, or nullptr.
+  zmq::socket_t* receive_parts_with_lanes(std::vector<zmq::message_t>& parts);
+  void accept_lanes();
+  struct LaneRead;
+  void read_lane(const std::string& writer, LaneRead& lane);
+  std::optional<Received> take_lane_ready();
+  // The numbered part of admitting a message (after Hello and authentication): its sequence
+  // number checked (duplicates dropped, acknowledgements noted).
+  std::optional<Received> accept_numbered(const std::string& identity, InPeer& in, Message m);
   std::string connection_id();  // "<node id>.<n>": the routing id of one outbound connection
   void split_large_frames(Header& h, std::vector<zmq::message_t>& frames) const;
   bool join_pieces(Message& m);
@@ -321,10 +368,25 @@ class Transport {
   LogBudget ring_log_{3, 60000};
   RingReaders rings_;
   size_t ring_bytes_ = 0;
+  // Lanes being read, by their writer's address: accepted (in) and/or switched to (the writer's
+  // LaneSwitch dispatched: read from then on, its messages admitted as from `identity`).
+  struct LaneRead {
+    std::unique_ptr<LaneIn> in;
+    std::string identity;
+    bool switched = false;
+  };
+  std::atomic<bool> lanes_on_{false};     // a lane listener is up
+  bool lanes_write_ = true;               // XMESH_LANES (0: no lanes at all)
+  mutable std::mutex lanes_mu_;           // guards the lane table (the I/O thread's, and stats/disconnect)
+  std::unique_ptr<LaneListener> lane_listener_;
+  std::string lane_host_;                 // the listener's host as askers reach it
+  std::map<std::string, LaneRead> lanes_in_;
+  std::deque<Received> lane_ready_;       // messages read from lanes, for receive() (I/O thread)
+  LogBudget lane_log_{3, 60000};
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
     std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},
-        too_large{0}, resent{0}, reconnects{0}, ring_sent{0};
+        too_large{0}, resent{0}, reconnects{0}, ring_sent{0}, lane_sent{0}, lane_received{0}, lane_breaks{0};
   } counts_;
 };
 

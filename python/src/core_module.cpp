@@ -489,7 +489,12 @@ void bind_node(py::module_& m) {
       .def_readonly("order_held", &NodeStats::order_held)
       .def_readonly("order_late", &NodeStats::order_late)
       .def_readonly("order_dropped", &NodeStats::order_dropped)
-      .def_readonly("deferred", &NodeStats::deferred);
+      .def_readonly("deferred", &NodeStats::deferred)
+      .def_readonly("lane_sent", &NodeStats::lane_sent)
+      .def_readonly("lane_received", &NodeStats::lane_received)
+      .def_readonly("lanes_out", &NodeStats::lanes_out)
+      .def_readonly("lanes_in", &NodeStats::lanes_in)
+      .def_readonly("lane_breaks", &NodeStats::lane_breaks);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
       .def(py::init<std::string, std::string, std::string, std::string, std::string>(), py::arg("role"),

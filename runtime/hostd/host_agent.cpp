@@ -488,6 +488,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   if (a.controller_addr.rfind("tcp://", 0) == 0) {  // a controller elsewhere: the proc listens on TCP
     if (!r.addr.empty()) throw std::runtime_error("a controller over TCP leaves the procs' addresses to the host agent");
     p->addr = tcp_proc_address(ports_taken, env);
+    p->lane_port = tcp_lane_port(ports_taken, env, static_cast<size_t>(req.ranks.data() + req.ranks.size() - &r - 1));
     // And on a unix socket, where the procs of this host reach it (relays of cast trees).
     env["XMESH_PROC_UNIX"] = layout::proc_address(opts_.runtime_dir, a.id, p->rank);
   } else {
@@ -543,6 +544,7 @@ std::set<int> HostAgent::tcp_ports_in_use() const {
       if (!q->exited && q->addr.rfind("tcp://", 0) == 0) {
         TcpEndpoint e = TcpEndpoint::parse(q->addr);
         taken.insert(e.behind ? e.behind : e.port);
+        if (q->lane_port) taken.insert(q->lane_port);
       }
   return taken;
 }
@@ -569,6 +571,26 @@ std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::stri
   taken.insert(*port);
   env["XMESH_PROC_BIND"] = listen.str();
   return reach.str();
+}
+
+// A proc listening on a port of --ports gets a second one there for its TCP lanes' listener
+// (tcp_lane.hpp: peers then write to it directly), named in XMESH_LANE_LISTEN, taken from the
+// top of the range and only while the range keeps a port for each of the `after` procs still to
+// start (their own addresses come first); otherwise, or behind this agent's port, "off" (its
+// peers then use ZeroMQ alone). Returns the port, 0: none.
+int HostAgent::tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after) {
+  env["XMESH_LANE_LISTEN"] = "off";
+  if (!opts_.proc_port_first) return 0;
+  size_t free = 0;
+  for (int port = opts_.proc_port_first; port <= opts_.proc_port_last; ++port) free += !taken.count(port);
+  if (free < after + 1) return 0;
+  TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
+  auto port = free_tcp_port_from_top(listen.host, opts_.proc_port_first, opts_.proc_port_last, taken);
+  if (!port) return 0;
+  taken.insert(*port);
+  listen.port = *port;
+  env["XMESH_LANE_LISTEN"] = listen.str();
+  return *port;
 }
 
 // What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.

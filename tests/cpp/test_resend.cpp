@@ -313,3 +313,46 @@ TEST_CASE("a node that takes over a freed address is answered, not refused with 
   CHECK(round_trip(second, "two") == "re: two");
   CHECK(round_trip(second, "three") == "re: three");
 }
+
+// TCP lanes (runtime/tcp_lane.hpp, transport_lanes.cpp): after its first Call the sender asks
+// for a lane and switches to it; messages keep their numbers there, so a lane that breaks
+// midway (its reader closes it) loses and repeats nothing: they go again over ZeroMQ.
+TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane breaks midway", "[node][tcp][lanes]") {
+  TcpPair pair;
+  Node& a = pair.a;
+  Node& b = pair.b;
+  Inbox* box = &b.control();
+  Header call;  // a Call (to an actor that never comes, answered by nobody) asks for a lane
+  call.kind = Kind::Call;
+  call.actor = "nobody";
+  a.send(b.addr(), call, {});
+  int next = 0;
+  // The switch goes with a send once the lane's connection is up.
+  REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
+  send_numbered(a, b.addr(), next, 300);
+  REQUIRE(numbers_taken(*box, 300, 10000) == range(0, 300));
+  CHECK(a.stats().lane_sent >= 300 - next);
+  CHECK(b.stats().lanes_in == 1);
+  CHECK(b.stats().lane_received >= 300 - next);
+
+  std::thread breaker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    b.close_lanes();
+  });
+  for (int i = 300; i < 3000; i += 100) {
+    send_numbered(a, b.addr(), i, i + 100);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  breaker.join();
+  send_numbered(a, b.addr(), 3000, 3100);
+  CHECK(numbers_taken(*box, 2800, 20000) == range(300, 3100));
+  CHECK_FALSE(box->pop(300));  // nothing twice
+  CHECK(a.stats().lane_breaks >= 1);
+  CHECK(b.stats().gaps == 0);
+  CHECK(eventually([&] { return a.stats().unacked == 0; }, 5000));
+  // A new lane is asked for with the next Call, and used.
+  a.send(b.addr(), call, {});
+  next = 3100;
+  REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
+  CHECK(numbers_taken(*box, static_cast<size_t>(next - 3100), 10000) == range(3100, next));
+}

@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   StopProcsReply, AttachBody, PreviousOwner, AttachReply, AllocationStatus, StatusReply,
                   SpawnActorBody, ActorRecord, RefuseBody, ReloadReply, ProcInfoBody, ProcInfoReply,
                   DumpStacksReply, FlushOutputReply, DebugEventBody, DebugCommandBody, SyncStepBody, SyncReply,
-                  RankMeta, AllocationMeta, RingOfferBody, RingAcceptBody, CastTarget, CastBody, ReplyEntry,
+                  RankMeta, AllocationMeta, RingOfferBody, RingAcceptBody, LaneOfferBody, CastTarget, CastBody, ReplyEntry,
                   RepliesBody, CastLostBody>(h->body);
   if (h->body.is_object() && h->body.contains("cast")) read_as<CastBody>(h->body["cast"]);
   Message m;

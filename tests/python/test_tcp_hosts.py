@@ -775,3 +775,28 @@ def test_an_agent_let_go_and_started_again_at_its_address_is_used_anew(cluster):
         assert again.spawn("w2", Where).where.call_one().get(timeout=60)["host"] == "node-b"
     finally:
         again.stop()
+
+
+def test_calls_to_procs_on_their_own_ports_go_over_tcp_lanes_both_ways(cluster):
+    """Procs listening on ports of --ports take a second one there for their TCP lanes
+    (docs/ARCHITECTURE.md "TCP lanes"): calls go to them over lanes and their answers come back
+    over the controller's; the range keeps a port for each proc's own address first."""
+    from xmesh._runtime import get_runtime
+
+    cluster.start_agent(0, "--ports", "7700-7703", port=7002)
+    hm = xmesh.hosts([cluster.locator(0, 7002)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 2})
+    try:
+        ports = sorted(int(a.rsplit(":", 1)[1]) for a in procs.proc_addrs().values())
+        assert ports == [7700, 7701]  # their lanes listen on 7703 and 7702
+        a = procs.spawn("w", Where)
+        before = get_runtime().node.stats()
+        for _ in range(50):
+            assert [v["host"] for v in a.where.call().get(timeout=60).values()] == ["node-a", "node-a"]
+        after = get_runtime().node.stats()
+        assert after.lanes_out >= 2, after.lanes_out
+        assert after.lane_sent - before.lane_sent >= 90  # nearly all 100 calls (the first ones ask)
+        assert after.lane_received - before.lane_received >= 90  # and their answers
+        assert after.lane_breaks == before.lane_breaks
+    finally:
+        procs.stop()
