@@ -9,7 +9,7 @@
 // the budget. A burst of calls answered in microseconds spins; a fan-out to many procs on few
 // cores, or an idle actor, sleeps at once (many threads yielding to each other would only take
 // turns on the cores). The budget is XMESH_SPIN_US (microseconds, default 100; 0: never spin),
-// read once per process.
+// read once per process, raised to XMESH_SPIN_NET_US once a TCP lane is up (spin_for_network).
 #pragma once
 #include <sched.h>
 
@@ -21,6 +21,12 @@
 namespace xmesh {
 
 int spin_budget_us();
+// A process whose messages cross the network (a TCP lane is up): its waits hold a network round
+// trip besides its peer's work, longer than the same-host budget, and a sleep then costs a
+// wake-up on each side of every call (measured: call_one over lanes 270 us sleeping, 90 us
+// spinning). Raises the budget to XMESH_SPIN_NET_US (default 300) for the rest of the process,
+// unless spinning is off (XMESH_SPIN_US=0).
+void spin_for_network();
 
 class SpinGauge {
  public:

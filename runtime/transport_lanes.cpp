@@ -11,6 +11,7 @@
 
 #include <zmq_addon.hpp>
 
+#include "spin.hpp"
 #include "tcp_endpoint.hpp"
 #include "transport.hpp"
 #include "util.hpp"
@@ -153,6 +154,7 @@ bool Transport::lane_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
     send_zmq_locked(p, sw, none, blocking);  // SendError: the switch is still due
     p.lane_state = OutPeer::Lane::active;
     p.lane_up.store(true);
+    spin_for_network();
   }
   if (p.lane_state != OutPeer::Lane::active) return false;
   Unacked kept{};
@@ -206,8 +208,9 @@ void Transport::tend_lane_locked(OutPeer& p) {
   pollfd pf{p.lane->fd(), POLLIN, 0};
   bool closed = ::poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR));
   if (!closed && p.lane->flush(0) != LaneWriter::Result::broken) return;
-  // Closed with everything acknowledged: its reader ended (a proc that stopped), nothing to say.
-  lane_gone_locked(p, closed ? "its reader closed it" : p.lane->error(), closed && p.unacked.empty());
+  // Closed by its reader: that node closed it or ended (a proc that stopped): said by
+  // supervision if it matters; what it did not acknowledge goes again over ZeroMQ, quietly.
+  lane_gone_locked(p, closed ? "its reader closed it" : p.lane->error(), closed);
   try {
     resume_locked(p, zmq::send_flags::dontwait);
   } catch (const SendError&) {
@@ -247,6 +250,7 @@ void Transport::on_lane_switch(const std::string& from, const std::string& ident
   std::lock_guard<std::mutex> g(lanes_mu_);
   LaneRead& lane = lanes_in_[from];
   lane.switched = true;
+  spin_for_network();
   lane.identity = identity;
   if (lane.in) read_lane(from, lane);  // records may have come with its token
 }

@@ -1,5 +1,4 @@
 #include "util.hpp"
-#include "spin.hpp"
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -16,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "spin.hpp"
 #include <stdexcept>
 
 namespace xmesh {
@@ -224,9 +226,21 @@ std::string format_bytes(uint64_t n) {
   return buf;
 }
 
-int spin_budget_us() {
-  static const int budget = static_cast<int>(env_int("XMESH_SPIN_US", 100));
+namespace {
+std::atomic<int>& spin_budget_cell() {
+  static std::atomic<int> budget{static_cast<int>(env_int("XMESH_SPIN_US", 100))};
   return budget;
+}
+}  // namespace
+
+int spin_budget_us() { return spin_budget_cell().load(std::memory_order_relaxed); }
+
+void spin_for_network() {
+  static const int network = static_cast<int>(env_int("XMESH_SPIN_NET_US", 300));
+  auto& cell = spin_budget_cell();
+  int current = cell.load();
+  while (current > 0 && current < network && !cell.compare_exchange_weak(current, network)) {
+  }
 }
 
 }  // namespace xmesh
