@@ -332,6 +332,25 @@ TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane
   send_numbered(a, b.addr(), next, 300);
   REQUIRE(numbers_taken(*box, 300, 10000) == range(0, 300));
   CHECK(a.stats().lane_sent >= 300 - next);
+  {  // a message of many records, its frames whole
+    Header big;
+    big.kind = Kind::Configure;
+    big.method = "big";
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(3 << 20);
+    for (size_t i = 0; i < frames[0].size(); ++i) static_cast<char*>(frames[0].data())[i] = static_cast<char>(i * 7);
+    frames.emplace_back("tail", 4);
+    a.send(b.addr(), big, std::move(frames));
+    auto m = box->pop(10000);
+    REQUIRE(m);
+    CHECK(m->header.method == "big");
+    REQUIRE(m->frames.size() == 2);
+    REQUIRE(m->frames[0].size() == size_t(3) << 20);
+    bool same = true;
+    for (size_t i = 0; i < m->frames[0].size(); ++i) same = same && static_cast<char*>(m->frames[0].data())[i] == static_cast<char>(i * 7);
+    CHECK(same);
+    CHECK(m->frames[1].to_string() == "tail");
+  }
   CHECK(b.stats().lanes_in == 1);
   CHECK(b.stats().lane_received >= 300 - next);
 
