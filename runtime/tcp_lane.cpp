@@ -72,6 +72,15 @@ addrinfo* resolve(const std::string& host, int port, bool passive) {
 }
 }  // namespace
 
+std::string numeric_host(const std::string& host) {
+  addrinfo* res = resolve(host, 1, false);
+  char text[NI_MAXHOST];
+  int rc = getnameinfo(res->ai_addr, res->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+  freeaddrinfo(res);
+  if (rc != 0) throw std::runtime_error("cannot write the address of " + host + ": " + gai_strerror(rc));
+  return text;
+}
+
 LaneSecret make_lane_secret() {
   need_sodium();
   return LaneSecret{random_bytes(kLaneKeyBytes), random_bytes(kLaneTokenBytes)};

@@ -43,6 +43,9 @@ struct LaneSecret {
   std::string token;  // kLaneTokenBytes random bytes
 };
 LaneSecret make_lane_secret();  // throws when the system's random source fails
+// host's address as digits (a name resolved now; throws naming why not): what a listener tells
+// its writers, so that they connect without a name lookup on their I/O thread.
+std::string numeric_host(const std::string& host);
 
 // The writer's side of the encryption: messages into records. Not thread-safe.
 class LaneSealer {

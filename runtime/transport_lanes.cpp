@@ -64,9 +64,10 @@ bool lane_worth_asking(const std::string& addr) {
 
 void Transport::enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host) {
   auto listener = std::make_unique<LaneListener>(listen_host, port);  // throws naming why
+  std::string reach = numeric_host(advertise_host);
   std::lock_guard<std::mutex> g(lanes_mu_);
   lane_listener_ = std::move(listener);
-  lane_host_ = advertise_host;
+  lane_host_ = reach;
   lanes_on_.store(true);
 }
 
