@@ -396,19 +396,21 @@ struct RingAcceptBody {
 };
 XMESH_BODY_JSON(RingAcceptBody)
 
-// LaneOffer (the receiver of a LaneAsk -> the asker): connect to host:port, present the token and
-// seal with the key (runtime/tcp_lane.hpp; both hex, sent over the CURVE-encrypted link); or,
-// ok false, why there is no lane (the link stays on ZeroMQ).
+// LaneOffer (the receiver of a LaneAsk -> the asker): connect to host:port (via: through the host
+// agent listening there, a SOCKS5 CONNECT to that loopback port of the receiver's), present the
+// token and seal with the key (runtime/tcp_lane.hpp; both hex, sent over the CURVE-encrypted
+// link); or, ok false, why there is no lane (the link stays on ZeroMQ).
 struct LaneOfferBody {
   static constexpr const char* what = "LaneOffer";
   bool ok = false;
   std::string reason;
   std::string host;
-  int64_t port = 0;
+  int64_t port = 0, via = 0;
   std::string key, token;
   template <class F>
   static void fields(F&& f) {
     f("ok", &LaneOfferBody::ok, Need::Required);
+    f("via", &LaneOfferBody::via, Need::Optional);
     f("reason", &LaneOfferBody::reason, Need::Optional);
     f("host", &LaneOfferBody::host, Need::Optional);
     f("port", &LaneOfferBody::port, Need::Optional);

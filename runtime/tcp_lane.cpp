@@ -228,8 +228,8 @@ LaneOpener::Got LaneOpener::start_message(Message* out, std::string* error, uint
 }
 
 // ---- the writer's socket -----------------------------------------------------------------------
-LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secret)
-    : peer_(host + ":" + std::to_string(port)), sealer_(secret.key) {
+LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secret, int via)
+    : peer_(host + ":" + std::to_string(port) + (via ? "/" + std::to_string(via) : "")), sealer_(secret.key), via_(via) {
   if (secret.token.size() != kLaneTokenBytes) throw std::invalid_argument("a lane token is 16 bytes");
   addrinfo* res = resolve(host, port, false);
   fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -243,7 +243,12 @@ LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secr
   int e = errno;
   freeaddrinfo(res);
   if (rc != 0 && e != EINPROGRESS) fail("connecting to " + peer_ + ": " + errno_text(e));
-  out_ = secret.token;  // first on the connection, before any record
+  if (via_ > 0 && via_ < 65536) {  // SOCKS5: no authentication; CONNECT 127.0.0.1:via (the token follows)
+    out_ = std::string("\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01", 11);
+    out_.push_back(static_cast<char>(via_ >> 8));
+    out_.push_back(static_cast<char>(via_ & 0xff));
+  }
+  out_ += secret.token;  // first on the connection (after a SOCKS request), before any record
 }
 
 LaneWriter::~LaneWriter() { close(); }
@@ -263,6 +268,7 @@ void LaneWriter::fail(const std::string& why) {
 }
 
 LaneWriter::State LaneWriter::state() {
+  if (state_ == State::socks) read_socks_reply();
   if (state_ != State::connecting) return state_;
   pollfd p{fd_, POLLOUT, 0};
   if (::poll(&p, 1, 0) <= 0) return state_;
@@ -273,9 +279,28 @@ LaneWriter::State LaneWriter::state() {
     fail("connecting: " + errno_text(err));
     return state_;
   }
-  state_ = State::up;
-  send_some();  // the token
+  state_ = via_ ? State::socks : State::up;
+  send_some();  // the token (and the SOCKS request before it)
+  if (state_ == State::socks) read_socks_reply();
   return state_;
+}
+
+void LaneWriter::read_socks_reply() {
+  if (!send_some()) return;
+  char buf[16];
+  while (socks_reply_.size() < 12) {
+    ssize_t n = ::recv(fd_, buf, 12 - socks_reply_.size(), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) return fail("the host agent closed the connection (is the proc's lane port allowed?)");
+    socks_reply_.append(buf, static_cast<size_t>(n));
+    if (socks_reply_.size() >= 2 && socks_reply_.compare(0, 2, "\x05\x00", 2) != 0)
+      return fail("the host agent refused SOCKS5 without authentication");
+    if (socks_reply_.size() >= 4 && socks_reply_[3] != 0)  // the CONNECT's answer: 0 is yes
+      return fail("the host agent refused to reach port " + std::to_string(via_) + " (SOCKS5 reply " +
+                  std::to_string(static_cast<uint8_t>(socks_reply_[3])) + ")");
+  }
+  state_ = State::up;
 }
 
 bool LaneWriter::send_some() {

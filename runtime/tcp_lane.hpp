@@ -100,12 +100,14 @@ class LaneOpener {
 class LaneWriter {
  public:
   // host: a name or a numeric address; throws naming why when no socket can be made for it.
-  LaneWriter(const std::string& host, int port, const LaneSecret& secret);
+  // via (not 0): host:port is a host agent's PortMux (port_mux.hpp), asked with SOCKS5 for its
+  // proc's loopback port `via` before the token; the lane is up once it said yes.
+  LaneWriter(const std::string& host, int port, const LaneSecret& secret, int via = 0);
   ~LaneWriter();
   LaneWriter(const LaneWriter&) = delete;
   LaneWriter& operator=(const LaneWriter&) = delete;
 
-  enum class State { connecting, up, broken };
+  enum class State { connecting, socks, up, broken };
   State state();  // looks at a pending connect's outcome, never waits
   enum class Result { ok, would_block, timed_out, broken };
   // One message, when state() is up (else would_block, nothing sealed). blocking=false: when
@@ -124,6 +126,7 @@ class LaneWriter {
 
  private:
   bool send_some();  // false when the connection broke
+  void read_socks_reply();  // state socks: the agent's answers, read as they come
   Result wait_out(int timeout_ms);
   void fail(const std::string& why);
 
@@ -132,6 +135,8 @@ class LaneWriter {
   LaneSealer sealer_;
   std::string out_;
   size_t out_at_ = 0;
+  int via_ = 0;
+  std::string socks_reply_;  // what the agent answered so far (12 bytes: greeting and CONNECT)
   State state_ = State::connecting;
   std::string error_;
 };

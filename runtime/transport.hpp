@@ -176,7 +176,9 @@ class Transport {
   // TCP lanes to this node (tcp_lane.hpp; docs/ARCHITECTURE.md "TCP lanes"): a listener on
   // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
   // Without one this node still writes lanes to nodes that listen.
-  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host);
+  // agent_port (not 0): this node is a proc behind its host agent's one port; askers connect to
+  // the agent there and ask its PortMux for the listener's (loopback) port.
+  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host, int agent_port = 0);
   bool lanes_enabled() const { return lanes_on_.load(); }
   // At a TCP address (bound, and as peers reach it): a lane listener beside it where lanes are
   // due (controllers and procs reached at their own port; XMESH_LANES=0 turns lanes off); what
@@ -380,6 +382,7 @@ class Transport {
   mutable std::mutex lanes_mu_;           // guards the lane table (the I/O thread's, and stats/disconnect)
   std::unique_ptr<LaneListener> lane_listener_;
   std::string lane_host_;                 // the listener's host as askers reach it
+  int lane_agent_port_ = 0;               // where askers reach it through its agent (0: directly)
   std::map<std::string, LaneRead> lanes_in_;
   std::deque<Received> lane_ready_;       // messages read from lanes, for receive() (I/O thread)
   LogBudget lane_log_{3, 60000};

@@ -51,23 +51,26 @@ std::string unhex(const std::string& text, size_t n) {
   return out;
 }
 
-// Lanes go to a node reached at its own TCP port (not a proc behind its host agent's port).
+// Lanes go to nodes on other hosts (a proc behind its host agent's port too: its lane as well).
 bool lane_worth_asking(const std::string& addr) {
   if (!is_tcp_addr(addr)) return false;
   try {
-    return TcpEndpoint::parse(addr).behind == 0;
+    TcpEndpoint::parse(addr);
+    return true;
   } catch (const std::invalid_argument&) {
     return false;
   }
 }
 }  // namespace
 
-void Transport::enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host) {
+void Transport::enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host,
+                             int agent_port) {
   auto listener = std::make_unique<LaneListener>(listen_host, port);  // throws naming why
   std::string reach = numeric_host(advertise_host);
   std::lock_guard<std::mutex> g(lanes_mu_);
   lane_listener_ = std::move(listener);
   lane_host_ = reach;
+  lane_agent_port_ = agent_port;
   lanes_on_.store(true);
 }
 
@@ -78,7 +81,12 @@ void Transport::listen_for_lanes(const std::string& bound, const std::string& ad
   if (given == "off") return;
   try {
     TcpEndpoint reach = TcpEndpoint::parse(advertised);
-    if (reach.behind) return;  // a proc behind its agent's one port: nothing reaches its own ports
+    if (reach.behind) {  // behind its agent's one port: its lanes too, at the loopback port given
+      if (given.empty()) return;
+      TcpEndpoint at = TcpEndpoint::parse(given);
+      enable_lanes(at.host, at.port, reach.host, reach.port);
+      return;
+    }
     TcpEndpoint at = TcpEndpoint::parse(given.empty() ? bound : given);
     enable_lanes(at.host, given.empty() ? 0 : at.port, reach.host);
   } catch (const std::exception& e) {
@@ -119,11 +127,12 @@ void Transport::on_lane_offer(const std::string& from, const LaneOfferBody& offe
   if (p->lane_state != OutPeer::Lane::asked) return;
   std::string why = offer.ok ? "" : offer.reason.empty() ? "the peer takes no lanes" : offer.reason;
   LaneSecret secret{unhex(offer.key, kLaneKeyBytes), unhex(offer.token, kLaneTokenBytes)};
-  if (why.empty() && (secret.key.empty() || secret.token.empty() || offer.port <= 0 || offer.port > 65535))
+  if (why.empty() && (secret.key.empty() || secret.token.empty() || offer.port <= 0 || offer.port > 65535 ||
+                      offer.via < 0 || offer.via > 65535))
     why = "its offer does not read (key, token or port)";
   if (why.empty()) {
     try {
-      p->lane = std::make_unique<LaneWriter>(offer.host, static_cast<int>(offer.port), secret);
+      p->lane = std::make_unique<LaneWriter>(offer.host, static_cast<int>(offer.port), secret, static_cast<int>(offer.via));
       p->lane_state = OutPeer::Lane::connecting;
       return;
     } catch (const std::exception& e) {
@@ -232,7 +241,8 @@ void Transport::on_lane_ask(const std::string& from) {
       lane_listener_->expect(secret, from, now_ms(), kLaneOfferTtlMs);
       answer.ok = true;
       answer.host = lane_host_;
-      answer.port = lane_listener_->port();
+      answer.port = lane_agent_port_ ? lane_agent_port_ : lane_listener_->port();
+      answer.via = lane_agent_port_ ? lane_listener_->port() : 0;
       answer.key = hex(secret.key);
       answer.token = hex(secret.token);
     }

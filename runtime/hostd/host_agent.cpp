@@ -508,7 +508,10 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   env["XMESH_WORKSPACE"] = opts_.workspace_root + "/" + a.space;
   auto sp = start_process(req.argv, req.env, env, req.cwd);
   p->pid = sp.pid;
-  if (int behind = relayed_port(p->addr)) mux_->allow(behind);  // closed again when it exits (reap)
+  if (int behind = relayed_port(p->addr)) {  // closed again when it exits (reap)
+    mux_->allow(behind);
+    if (p->lane_port) mux_->allow(p->lane_port);
+  }
   p->out.fd = sp.out_fd;
   p->err.fd = sp.err_fd;
   p->err.name = "stderr";
@@ -573,19 +576,24 @@ std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::stri
   return reach.str();
 }
 
-// A proc listening on a port of --ports gets a second one there for its TCP lanes' listener
-// (tcp_lane.hpp: peers then write to it directly), named in XMESH_LANE_LISTEN, taken from the
-// top of the range and only while the range keeps a port for each of the `after` procs still to
-// start (their own addresses come first); otherwise, or behind this agent's port, "off" (its
-// peers then use ZeroMQ alone). Returns the port, 0: none.
+// A proc's TCP lanes' listener (tcp_lane.hpp: peers write to it directly), named in
+// XMESH_LANE_LISTEN. Behind this agent's port: a loopback port, reached through the PortMux as
+// the proc's own. With --ports: a second port of the range, taken from its top and only while
+// the range keeps a port for each of the `after` procs still to start (their own addresses come
+// first); otherwise "off" (its peers then use ZeroMQ alone). Returns the port, 0: none.
 int HostAgent::tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after) {
   env["XMESH_LANE_LISTEN"] = "off";
-  if (!opts_.proc_port_first) return 0;
-  size_t free = 0;
-  for (int port = opts_.proc_port_first; port <= opts_.proc_port_last; ++port) free += !taken.count(port);
-  if (free < after + 1) return 0;
+  std::optional<int> port;
   TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
-  auto port = free_tcp_port_from_top(listen.host, opts_.proc_port_first, opts_.proc_port_last, taken);
+  if (!opts_.proc_port_first) {
+    listen.host = "127.0.0.1";
+    port = free_tcp_port(listen.host, 0, 0, taken);
+  } else {
+    size_t free = 0;
+    for (int p = opts_.proc_port_first; p <= opts_.proc_port_last; ++p) free += !taken.count(p);
+    if (free < after + 1) return 0;
+    port = free_tcp_port_from_top(listen.host, opts_.proc_port_first, opts_.proc_port_last, taken);
+  }
   if (!port) return 0;
   taken.insert(*port);
   listen.port = *port;
@@ -862,7 +870,10 @@ void HostAgent::reap() {
       for (auto& p : kv.second->procs)
         if (p->pid == pid && !p->exited) {
           p->exited = true;
-          if (int behind = relayed_port(p->addr)) mux_->forbid(behind);
+          if (int behind = relayed_port(p->addr)) {
+            mux_->forbid(behind);
+            if (p->lane_port) mux_->forbid(p->lane_port);
+          }
           p->status = status;
           p->exited_ms = now_ms();
         }

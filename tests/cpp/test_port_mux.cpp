@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "key_file_helper.hpp"
 #include "node.hpp"
 #include "port_mux.hpp"
+#include "tcp_lane.hpp"
 #include "tcp_endpoint.hpp"
 
 using namespace xmesh;
@@ -185,4 +187,52 @@ TEST_CASE("a proc that listens only later is reached once it does, never refused
   auto got = proc.control().pop(10000);
   REQUIRE(got);
   CHECK(got->header.kind == Kind::Configure);
+}
+
+// A TCP lane (tcp_lane.hpp) to a proc behind the agent's one port: the writer asks the PortMux
+// with SOCKS5 for the proc's loopback lane port, then the lane runs through the relay; a port
+// the agent does not allow is refused, said.
+TEST_CASE("a TCP lane reaches a proc's loopback lane port through the agent's one port", "[tcp][relay][lanes]") {
+  PortMux mux("tcp://127.0.0.1:0");
+  mux.start(1);
+  LaneListener listener("127.0.0.1", 0);
+  LaneSecret secret = make_lane_secret();
+  listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
+  {
+    LaneWriter refused("127.0.0.1", mux.port(), secret, listener.port());  // not allowed yet
+    for (int i = 0; i < 5000 && refused.state() != LaneWriter::State::broken; ++i) usleep(1000);
+    CHECK(refused.state() == LaneWriter::State::broken);
+    CHECK_THAT(refused.error(), Catch::Contains("refused to reach port " + std::to_string(listener.port())));
+  }
+  mux.allow(listener.port());
+  LaneWriter writer("127.0.0.1", mux.port(), secret, listener.port());
+  for (int i = 0; i < 5000 && writer.state() != LaneWriter::State::up && writer.state() != LaneWriter::State::broken; ++i)
+    usleep(1000);
+  REQUIRE(writer.state() == LaneWriter::State::up);
+  std::optional<LaneListener::Accepted> accepted;
+  for (int i = 0; i < 5000 && !accepted; ++i) {
+    auto got = listener.poll(now_ms(), nullptr);
+    if (!got.empty()) accepted = std::move(got.front());
+    usleep(1000);
+  }
+  REQUIRE(accepted);
+  LaneIn in(std::move(*accepted), 1 << 20);
+  Header h;
+  h.kind = Kind::Call;
+  h.sender = "writer";
+  for (uint64_t i = 1; i <= 100; ++i) {
+    h.corr = i;
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(1000);
+    REQUIRE(writer.write(encode_header(h), frames, true, 5000) == LaneWriter::Result::ok);
+  }
+  std::vector<Message> got;
+  std::vector<LaneIn::TooLarge> too_large;
+  std::string error;
+  for (int i = 0; i < 5000 && got.size() < 100; ++i) {
+    REQUIRE(in.read(got, too_large, &error) == LaneIn::Status::open);
+    usleep(1000);
+  }
+  REQUIRE(got.size() == 100);
+  for (uint64_t i = 0; i < 100; ++i) CHECK(got[i].header.corr == i + 1);
 }
