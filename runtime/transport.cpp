@@ -467,6 +467,22 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   if (p->lane_state == OutPeer::Lane::none) ask_lane_locked(*p, kind, blocking);
 }
 
+void Transport::send_link_message_locked(OutPeer& p, Kind kind, json body, bool blocking) {
+  Header h;
+  h.kind = kind;
+  h.sender = id_;
+  h.incarnation = incarnation_;
+  h.body = std::move(body);
+  std::vector<zmq::message_t> none;
+  send_zmq_locked(p, h, none, blocking);
+}
+
+std::shared_ptr<Transport::OutPeer> Transport::existing_out_peer(const std::string& addr) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = out_.find(addr);
+  return it == out_.end() ? nullptr : it->second;
+}
+
 void Transport::send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
   const auto wait = blocking ? zmq::send_flags::none : zmq::send_flags::dontwait;
   split_large_frames(h, frames);

@@ -258,6 +258,11 @@ class Transport {
                           zmq::send_flags flags, bool blocking);
   // One message over p's ZeroMQ connection (numbered; kept until acknowledged on TCP).
   void send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
+  // A link's own message over ZeroMQ (a ring's or lane's offer, ask or switch): kind and body
+  // only, from this node. Throws SendError as send_zmq_locked.
+  void send_link_message_locked(OutPeer& p, Kind kind, json body, bool blocking);
+  // The out peer at addr if there is one (a handler answering what this node sent it), or null.
+  std::shared_ptr<OutPeer> existing_out_peer(const std::string& addr) const;
   // One message over p's ring when its link is up (true), after RingSwitch if that is due.
   bool ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
   // After a Call or Reply went over ZeroMQ to a peer of this host: offers it a ring (once).
@@ -385,6 +390,9 @@ class Transport {
   int lane_agent_port_ = 0;               // where askers reach it through its agent (0: directly)
   std::map<std::string, LaneRead> lanes_in_;
   std::deque<Received> lane_ready_;       // messages read from lanes, for receive() (I/O thread)
+  std::vector<zmq::pollitem_t> poll_items_;  // receive_parts_with_lanes' (I/O thread)
+  std::vector<std::string> poll_readers_;
+  std::vector<int> poll_fds_;
   LogBudget lane_log_{3, 60000};
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {

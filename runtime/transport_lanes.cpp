@@ -24,31 +24,10 @@ constexpr int kLaneBreaksAllowed = 3;       // then ZeroMQ alone to that peer
 
 bool is_tcp_addr(const std::string& addr) { return addr.rfind("tcp://", 0) == 0; }
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
 // "" when text is not hex of n bytes.
 std::string unhex(const std::string& text, size_t n) {
-  if (text.size() != 2 * n) return "";
   std::string out;
-  for (size_t i = 0; i < text.size(); i += 2) {
-    int v = 0;
-    for (size_t j = i; j < i + 2; ++j) {
-      char c = text[j];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (d < 0) return "";
-      v = v * 16 + d;
-    }
-    out.push_back(static_cast<char>(v));
-  }
-  return out;
+  return text.size() == 2 * n && from_hex(text, &out) ? out : "";
 }
 
 // Lanes go to nodes on other hosts (a proc behind its host agent's port too: its lane as well).
@@ -103,26 +82,16 @@ void Transport::ask_lane_locked(OutPeer& p, Kind sent, bool blocking) {
     p.lane_state = OutPeer::Lane::declined;
     return;
   }
-  Header ask;
-  ask.kind = Kind::LaneAsk;
-  ask.sender = id_;
-  ask.incarnation = incarnation_;
-  std::vector<zmq::message_t> none;
   try {
-    send_zmq_locked(p, ask, none, blocking);
+    send_link_message_locked(p, Kind::LaneAsk, nullptr, blocking);
     p.lane_state = OutPeer::Lane::asked;
   } catch (const SendError&) {  // the message itself went: the lane is only not asked for now
   }
 }
 
 void Transport::on_lane_offer(const std::string& from, const LaneOfferBody& offer) {
-  std::shared_ptr<OutPeer> p;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = out_.find(from);
-    if (it == out_.end()) return;
-    p = it->second;
-  }
+  auto p = existing_out_peer(from);
+  if (!p) return;
   std::lock_guard<std::mutex> g(p->mu);
   if (p->lane_state != OutPeer::Lane::asked) return;
   std::string why = offer.ok ? "" : offer.reason.empty() ? "the peer takes no lanes" : offer.reason;
@@ -156,12 +125,8 @@ bool Transport::lane_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
       return false;
     }
     if (state != LaneWriter::State::up) return false;
-    Header sw;  // the last message over ZeroMQ: the receiver reads the lane once it dispatched this
-    sw.kind = Kind::LaneSwitch;
-    sw.sender = id_;
-    sw.incarnation = incarnation_;
-    std::vector<zmq::message_t> none;
-    send_zmq_locked(p, sw, none, blocking);  // SendError: the switch is still due
+    // The last message over ZeroMQ: the receiver reads the lane once it dispatched this.
+    send_link_message_locked(p, Kind::LaneSwitch, nullptr, blocking);  // SendError: the switch is still due
     p.lane_state = OutPeer::Lane::active;
     p.lane_up.store(true);
     spin_for_network();
@@ -243,8 +208,8 @@ void Transport::on_lane_ask(const std::string& from) {
       answer.host = lane_host_;
       answer.port = lane_agent_port_ ? lane_agent_port_ : lane_listener_->port();
       answer.via = lane_agent_port_ ? lane_listener_->port() : 0;
-      answer.key = hex(secret.key);
-      answer.token = hex(secret.token);
+      answer.key = to_hex(secret.key);
+      answer.token = to_hex(secret.token);
     }
   }
   Header h;
@@ -328,14 +293,18 @@ std::optional<Transport::Received> Transport::take_lane_ready() {
 
 zmq::socket_t* Transport::receive_parts_with_lanes(std::vector<zmq::message_t>& parts) {
   zmq::socket_t* tcp = tcp_ready_.load(std::memory_order_acquire);
-  std::vector<zmq::pollitem_t> items;
+  // Kept between calls (the I/O thread's alone): no allocation per message.
+  auto& items = poll_items_;
+  auto& readers = poll_readers_;  // the writers whose lanes are polled, in items' order
+  auto& fds = poll_fds_;
+  items.clear();
+  readers.clear();
+  fds.clear();
   items.push_back({router_->handle(), 0, ZMQ_POLLIN, 0});
   if (tcp) items.push_back({tcp->handle(), 0, ZMQ_POLLIN, 0});
   const size_t routers = items.size();
-  std::vector<std::string> readers;  // the writers whose lanes are polled, in items' order
   {
     std::lock_guard<std::mutex> g(lanes_mu_);
-    std::vector<int> fds;
     if (lane_listener_) lane_listener_->fds(fds);
     for (int fd : fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
     for (auto& [writer, lane] : lanes_in_)

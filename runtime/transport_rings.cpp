@@ -24,16 +24,10 @@ void Transport::offer_ring_locked(OutPeer& p, Kind sent, bool blocking) {
     log_diag_limited(ring_log_, role_, "no shared-memory link to " + p.addr + " (ZeroMQ goes on): " + e.what());
     return;
   }
-  Header offer;
-  offer.kind = Kind::RingOffer;
-  offer.sender = id_;
-  offer.incarnation = incarnation_;
   RingOfferBody body = p.ring->offer();
   body.max_message_bytes = max_message_bytes_;
-  offer.body = body;
-  std::vector<zmq::message_t> none;
   try {
-    send_zmq_locked(p, offer, none, blocking);
+    send_link_message_locked(p, Kind::RingOffer, body, blocking);
   } catch (const SendError&) {
     drop_ring_locked(p);  // the message itself went: the link is only not offered
   }
@@ -64,13 +58,8 @@ void Transport::on_ring_offer(const std::string& from, const RingOfferBody& offe
 }
 
 void Transport::on_ring_accept(const std::string& from, const RingAcceptBody& answer) {
-  std::shared_ptr<OutPeer> p;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = out_.find(from);
-    if (it == out_.end()) return;
-    p = it->second;
-  }
+  auto p = existing_out_peer(from);
+  if (!p) return;
   std::lock_guard<std::mutex> g(p->mu);
   if (!p->ring) return;
   std::string why;
@@ -84,12 +73,8 @@ void Transport::on_ring_accept(const std::string& from, const RingAcceptBody& an
 bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
   if (!p.ring) return false;
   if (p.ring->state() == RingWriter::State::switch_due) {
-    Header sw;  // the last message over ZeroMQ: the reader reads the ring once it dispatched this
-    sw.kind = Kind::RingSwitch;
-    sw.sender = id_;
-    sw.incarnation = incarnation_;
-    std::vector<zmq::message_t> none;
-    send_zmq_locked(p, sw, none, blocking);  // SendError: the switch is still due
+    // The last message over ZeroMQ: the reader reads the ring once it dispatched this.
+    send_link_message_locked(p, Kind::RingSwitch, nullptr, blocking);  // SendError: the switch is still due
     p.ring->switched();
   }
   if (p.ring->state() != RingWriter::State::active) return false;

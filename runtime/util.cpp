@@ -58,14 +58,32 @@ std::string random_hex(size_t nbytes) {
     }
     got += static_cast<size_t>(n);
   }
+  return to_hex(raw);
+}
+
+std::string to_hex(const std::string& bytes) {
   static const char* digits = "0123456789abcdef";
   std::string out;
-  out.reserve(nbytes * 2);
-  for (unsigned char c : raw) {
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
     out.push_back(digits[c >> 4]);
     out.push_back(digits[c & 15]);
   }
   return out;
+}
+
+bool from_hex(const std::string& text, std::string* bytes) {
+  if (text.size() % 2) return false;
+  auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  std::string out;
+  out.reserve(text.size() / 2);
+  for (size_t i = 0; i < text.size(); i += 2) {
+    int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  *bytes = std::move(out);
+  return true;
 }
 
 std::string hostname() {

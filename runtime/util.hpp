@@ -18,6 +18,8 @@ double wall_time();
 
 // Hex string of n random bytes from the kernel's CSPRNG.
 std::string random_hex(size_t nbytes);
+std::string to_hex(const std::string& bytes);  // lowercase, two digits a byte
+bool from_hex(const std::string& text, std::string* bytes);  // false (bytes untouched) when not hex
 std::string hostname();
 
 // The per-user runtime directory (XMESH_RUNTIME_DIR, else $XDG_RUNTIME_DIR/xmesh, else

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -238,22 +240,34 @@ LaneIn::Status read_n(LaneIn& in, std::vector<Message>& got, size_t n) {
 }
 }  // namespace
 
+namespace {
+// A listener on loopback and a writer connected to it ("tcp://writer:1"), the lane accepted.
+struct ConnectedLane {
+  LaneListener listener{"127.0.0.1", 0};
+  LaneSecret secret = make_lane_secret();
+  std::unique_ptr<LaneWriter> writer;
+  std::optional<LaneListener::Accepted> accepted;
+  std::vector<std::string> refused;
+  ConnectedLane() {
+    REQUIRE(listener.port() > 0);
+    listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
+    writer = std::make_unique<LaneWriter>("127.0.0.1", listener.port(), secret);
+    wait_up(*writer);
+    accepted = accept_one(listener, &refused);
+    REQUIRE(accepted);
+  }
+};
+}  // namespace
+
 TEST_CASE("a lane over a real socket carries messages in order from the token on", "[tcp_lane]") {
   std::mt19937 rng(19);
-  LaneListener listener("127.0.0.1", 0);
-  REQUIRE(listener.port() > 0);
-  LaneSecret secret = make_lane_secret();
-  listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
-  LaneWriter writer("127.0.0.1", listener.port(), secret);
+  ConnectedLane lane;
+  LaneWriter& writer = *lane.writer;
   std::vector<Sample> sent;
   for (uint64_t i = 0; i < 200; ++i) sent.push_back(sample(i + 1, {i % 7 == 0 ? 150000 : i}, rng));
-  wait_up(writer);
-  std::vector<std::string> refused;
-  auto accepted = accept_one(listener, &refused);
-  REQUIRE(accepted);
-  CHECK(refused.empty());
-  CHECK(accepted->writer_addr == "tcp://writer:1");
-  LaneIn in(std::move(*accepted), 1 << 20);
+  CHECK(lane.refused.empty());
+  CHECK(lane.accepted->writer_addr == "tcp://writer:1");
+  LaneIn in(std::move(*lane.accepted), 1 << 20);
   std::thread reader_side;
   std::vector<Message> got;
   reader_side = std::thread([&] { read_n(in, got, sent.size()); });
@@ -318,13 +332,9 @@ TEST_CASE("a lane listener takes only the tokens it gave, once, and drops the si
 
 TEST_CASE("a lane writer whose reader does not read is held back, loses nothing and never sends half", "[tcp_lane]") {
   std::mt19937 rng(23);
-  LaneListener listener("127.0.0.1", 0);
-  LaneSecret secret = make_lane_secret();
-  listener.expect(secret, "tcp://w:1", now_ms(), 10000);
-  LaneWriter writer("127.0.0.1", listener.port(), secret);
-  wait_up(writer);
-  auto accepted = accept_one(listener, nullptr);
-  REQUIRE(accepted);
+  ConnectedLane lane;
+  LaneWriter& writer = *lane.writer;
+  auto& accepted = lane.accepted;
   int small = 64 << 10;  // fixed buffers: the kernel does not grow them while the test fills them
   setsockopt(writer.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
   setsockopt(accepted->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
@@ -354,14 +364,9 @@ TEST_CASE("a lane writer whose reader does not read is held back, loses nothing 
 }
 
 TEST_CASE("a lane writer learns its reader is gone", "[tcp_lane]") {
-  LaneListener listener("127.0.0.1", 0);
-  LaneSecret secret = make_lane_secret();
-  listener.expect(secret, "tcp://w:1", now_ms(), 10000);
-  LaneWriter writer("127.0.0.1", listener.port(), secret);
-  wait_up(writer);
-  auto accepted = accept_one(listener, nullptr);
-  REQUIRE(accepted);
-  ::close(accepted->fd);
+  ConnectedLane lane;
+  LaneWriter& writer = *lane.writer;
+  ::close(lane.accepted->fd);
   Header h;
   h.sender = "w";
   std::vector<uint8_t> header = encode_header(h);
@@ -375,7 +380,7 @@ TEST_CASE("a lane writer learns its reader is gone", "[tcp_lane]") {
   CHECK(writer.state() == LaneWriter::State::broken);
   CHECK_THAT(writer.error(), Catch::Contains("broke"));
   // Nothing listens: the connect fails, said.
-  LaneWriter nowhere("127.0.0.1", listener.port() == 1 ? 2 : 1, secret);
+  LaneWriter nowhere("127.0.0.1", lane.listener.port() == 1 ? 2 : 1, lane.secret);
   for (int i = 0; i < 5000 && nowhere.state() == LaneWriter::State::connecting; ++i) usleep(1000);
   CHECK(nowhere.state() == LaneWriter::State::broken);
   CHECK_THAT(nowhere.error(), Catch::Contains("connecting"));

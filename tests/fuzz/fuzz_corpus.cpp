@@ -134,6 +134,19 @@ void sync_corpus(const std::string& dir, const std::string& scratch) {
 }
 }  // namespace
 
+// A Call of the trainer's step with one frame of `size` bytes: its encoded header (frames filled).
+std::vector<uint8_t> step_call(size_t size, std::vector<zmq::message_t>& frames) {
+  Header h;
+  h.kind = Kind::Call;
+  h.sender = "controller-host-1234-abcd";
+  h.corr = 9;
+  h.actor = "trainer";
+  h.method = "step";
+  frames.emplace_back(size);
+  std::memset(frames.back().data(), 'x', size);
+  return encode_header(h);
+}
+
 // Records as a RingWriter writes them (one message of one record, one of several), each as the
 // fuzz_ring input format: a 2-byte length, the record.
 void ring_corpus(const std::string& dir) {
@@ -141,16 +154,8 @@ void ring_corpus(const std::string& dir) {
   for (size_t size : sizes) {
     RingWriter writer(4096);
     ShmRing raw = ShmRing::attach(writer.offer().fd);
-    Header h;
-    h.kind = Kind::Call;
-    h.sender = "controller-host-1234-abcd";
-    h.corr = 9;
-    h.actor = "trainer";
-    h.method = "step";
     std::vector<zmq::message_t> frames;
-    frames.emplace_back(size);
-    std::memset(frames.back().data(), 'x', size);
-    auto header = encode_header(h);
+    auto header = step_call(size, frames);
     std::string input, record;
     // Written and read in turns (a 4 KiB ring holds a few records): the records as they came.
     std::thread reader([&] {
@@ -176,16 +181,8 @@ void lane_corpus(const std::string& dir) {
   const size_t sizes[] = {0, 10, 3000, 9000};
   std::string two;
   for (size_t size : sizes) {
-    Header h;
-    h.kind = Kind::Call;
-    h.sender = "controller-host-1234-abcd";
-    h.corr = 9;
-    h.actor = "trainer";
-    h.method = "step";
     std::vector<zmq::message_t> frames;
-    frames.emplace_back(size);
-    std::memset(frames.back().data(), 'x', size);
-    auto header = encode_header(h);
+    auto header = step_call(size, frames);
     LaidOut laid(header, frames);
     std::string plain;
     for (auto& p : laid.parts) plain.append(p);
