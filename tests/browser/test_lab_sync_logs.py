@@ -61,6 +61,9 @@ def test_the_sync_view_and_the_held_back_counts(server, page):
     assert re.search(r"^watching /tmp/xmws-\w+: \d+ syncs?$", page.text_content(watcher)), page.text_content(watcher)
     nb.run(1)  # the watcher sends the new file: the host's row says so
     page.wait_for_function(f"document.querySelector('{host}').title === 'sent: mod_b.py'", timeout=15000)
+    # The watcher's row is drawn from its own update, which may come a moment after the host's.
+    page.wait_for_function(f"/: ([2-9]|\\d\\d+) syncs$/.test(document.querySelector(\"{watcher}\").textContent)",
+                           timeout=15000)
     assert int(re.search(r": (\d+) syncs$", page.text_content(watcher)).group(1)) >= 2
     shot(page, "sync")
     nb.run(2, timeout=60)
