@@ -716,6 +716,22 @@ struct AllocationStatus {
 };
 XMESH_BODY_JSON(AllocationStatus)
 
+// What an agent's one TCP port (PortMux) did so far: connections taken, spliced to the agent or
+// to a proc, lanes handed over to their proc, refused.
+struct PortCounts {
+  static constexpr const char* what = "port counts";
+  uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("accepted", &PortCounts::accepted, Need::Optional);
+    f("relayed_to_agent", &PortCounts::relayed_to_agent, Need::Optional);
+    f("relayed_to_procs", &PortCounts::relayed_to_procs, Need::Optional);
+    f("lanes_handed_over", &PortCounts::lanes_handed_over, Need::Optional);
+    f("refused", &PortCounts::refused, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(PortCounts)
+
 struct StatusReply {
   static constexpr const char* what = "Status reply";
   int64_t pid = 0;
@@ -724,6 +740,7 @@ struct StatusReply {
   std::string runtime_dir, workspace;  // the agent's runtime directory and workspace root
   uint64_t sync_bytes_received = 0;
   std::vector<AllocationStatus> allocations;
+  PortCounts port;  // all 0 for an agent without a TCP port
   template <class F>
   static void fields(F&& f) {
     f("pid", &StatusReply::pid, Need::Required);
@@ -735,6 +752,7 @@ struct StatusReply {
     f("workspace", &StatusReply::workspace, Need::Optional);
     f("sync_bytes_received", &StatusReply::sync_bytes_received, Need::Optional);
     f("allocations", &StatusReply::allocations, Need::Required);
+    f("port", &StatusReply::port, Need::Optional);
   }
 };
 XMESH_BODY_JSON(StatusReply)

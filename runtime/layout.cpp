@@ -16,6 +16,9 @@ std::string proc_socket_dir(const std::string& rundir) { return rundir + "/p"; }
 std::string proc_address(const std::string& rundir, const std::string& alloc, int64_t rank) {
   return "ipc://" + proc_socket_dir(rundir) + "/" + alloc + "." + std::to_string(rank);
 }
+std::string lane_handover_socket(const std::string& rundir, const std::string& alloc, int64_t rank) {
+  return proc_socket_dir(rundir) + "/" + alloc + "." + std::to_string(rank) + ".lanes";
+}
 std::string controller_dir(const std::string& rundir) { return rundir + "/c"; }
 std::string logs_root(const std::string& rundir) { return rundir + "/logs"; }
 std::string log_dir(const std::string& rundir, const std::string& name, const std::string& alloc) {

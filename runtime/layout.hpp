@@ -3,7 +3,7 @@
 // `xmesh._core.layout_*`):
 //
 //   <rundir>/hostd.sock  hostd.pid  hostd.log  hostd.lock  cookie    the host agent
-//   <rundir>/p/<alloc>.<rank>                                         procs' sockets
+//   <rundir>/p/<alloc>.<rank>  <alloc>.<rank>.lanes                   procs' sockets
 //   <rundir>/c/<pid>-<tag>   <rundir>/c/<pid>.debug                   controllers' sockets
 //   <rundir>/logs/<name>-<alloc>/ (or <alloc>/) rank<r>.log  procs.json   log files
 //   <rundir>/sync/                                                    a controller's scan caches
@@ -28,6 +28,8 @@ std::string hostd_lock_file(const std::string& rundir);
 std::string cookie_file(const std::string& rundir);
 std::string proc_socket_dir(const std::string& rundir);
 std::string proc_address(const std::string& rundir, const std::string& alloc, int64_t rank);
+// Where a proc behind its agent's port takes its TCP lanes' connections handed over (a path).
+std::string lane_handover_socket(const std::string& rundir, const std::string& alloc, int64_t rank);
 std::string controller_dir(const std::string& rundir);
 std::string logs_root(const std::string& rundir);
 std::string log_dir(const std::string& rundir, const std::string& name, const std::string& alloc);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tcp_lane.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -31,11 +32,13 @@ std::string socks_reply(uint8_t code, int port = 0) {
 PortMux::PortMux(const std::string& listen) : preamble_ms_(env_int("XMESH_HANDSHAKE_MS", 5000)) {
   listen_fd_ = listening_socket(TcpEndpoint::parse(listen), &port_);
   add_listener(listen_fd_, 0);
+  handover_sock_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);  // -1: splice only
 }
 
 PortMux::~PortMux() {
   stop();
   ::close(listen_fd_);
+  if (handover_sock_ >= 0) ::close(handover_sock_);
 }
 
 void PortMux::start(int agent_port) {
@@ -43,9 +46,9 @@ void PortMux::start(int agent_port) {
   start_thread();
 }
 
-void PortMux::allow(int port) {
+void PortMux::allow(int port, const std::string& handover) {
   std::lock_guard<std::mutex> g(mu_);
-  allowed_.insert(port);
+  allowed_[port] = handover;
 }
 
 void PortMux::forbid(int port) {
@@ -53,9 +56,12 @@ void PortMux::forbid(int port) {
   allowed_.erase(port);
 }
 
-bool PortMux::allowed(int port) const {
+bool PortMux::allowed(int port, std::string* handover) const {
   std::lock_guard<std::mutex> g(mu_);
-  return allowed_.count(port) > 0;
+  auto it = allowed_.find(port);
+  if (it == allowed_.end()) return false;
+  if (handover) *handover = it->second;
+  return true;
 }
 
 PortMux::Stats PortMux::stats() const {
@@ -154,12 +160,26 @@ bool PortMux::socks_request(Conn& c) {
   const int port = (static_cast<uint8_t>(h[4 + addr_len]) << 8) | static_cast<uint8_t>(h[5 + addr_len]);
   const std::string name = atyp == 3 ? h.substr(5, addr_len - 1) : "";
   const bool loopback = atyp == 1 ? static_cast<uint8_t>(h[4]) == 127 : (name == "localhost" || name == "127.0.0.1");
-  if (!loopback || !allowed(port)) return refuse(c, kSocksNotAllowed);
+  std::string handover;
+  if (!loopback || !allowed(port, &handover)) return refuse(c, kSocksNotAllowed);
   c.route = 1;                            // a SOCKS client: answered once the proc is reached
-  c.pending[kTarget] = h.substr(need);    // anything it sent after its request
+  c.target_port = port;
+  c.head.erase(0, need);                  // what is left: anything it sent after its request
+  if (!handover.empty() && hand_over(c, handover)) return false;  // the proc's now, not ours
+  c.pending[kTarget] = std::move(c.head);
   c.head.clear();
   count(&Stats::relayed_to_procs);
   return connect_target(c, port);
+}
+
+// The connection goes to the proc with what it sent after its request; the proc has it before
+// the writer hears yes, so nothing the writer sends next is read here.
+bool PortMux::hand_over(Conn& c, const std::string& handover) {
+  if (handover_sock_ < 0 || !hand_over_lane(handover_sock_, c.fd[kClient], c.head, handover)) return false;
+  std::string yes = socks_reply(kSocksOk, c.target_port);
+  write_some(c.fd[kClient], yes);  // 10 bytes into an empty socket buffer: taken whole
+  count(&Stats::lanes_handed_over);
+  return true;
 }
 
 bool PortMux::connect_target(Conn& c, int port) {

@@ -5,14 +5,17 @@
 // spliced to the agent's own TCP socket on loopback. A SOCKS5 greeting (0x05) comes from a
 // process's RelayDialer (relay_dialer.hpp) dialling a proc behind this agent ("tcp://host:port/N",
 // tcp_endpoint.hpp): the CONNECT may name only a loopback port that `allow` opened (a live proc of
-// this agent), never anything else, so this is no open proxy; it is then spliced to that port.
+// this agent), never anything else, so this is no open proxy; it is then spliced to that port,
+// or, for a proc's TCP lane listener that takes connections handed over (tcp_lane.hpp), handed
+// to the proc itself (SCM_RIGHTS): its lane's bytes then flow with no thread of the agent
+// between the writer and the proc; the splice stays the way when the hand-over fails.
 // Splicing copies bytes and reads none of them: the ZMTP handshake, CURVE's authentication and
 // encryption run end to end between the two nodes, exactly as on a direct connection. Anything
 // else, or a connection that has not said what it is within XMESH_HANDSHAKE_MS, is closed.
 #pragma once
 #include <cstdint>
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
 
 #include "splice.hpp"
@@ -30,12 +33,13 @@ class PortMux : private SpliceLoop {
   int port() const { return port_; }  // the one bound
   // Starts relaying: ZeroMQ connections go to the agent's socket at this loopback port.
   void start(int agent_port);
-  // A proc listening at this loopback port may be reached (until forbid).
-  void allow(int port);
+  // A proc listening at this loopback port may be reached (until forbid); a connection asking
+  // for it is handed over to the unix datagram socket at `handover` where one is named.
+  void allow(int port, const std::string& handover = "");
   void forbid(int port);
 
   struct Stats {
-    uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, refused = 0;
+    uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
   };
   Stats stats() const;
 
@@ -49,16 +53,19 @@ class PortMux : private SpliceLoop {
   bool connect_target(Conn& c, int port);
   bool target_connected(Conn& c);
   bool refuse(Conn& c, uint8_t socks_reply = 0);  // counts it; answers a SOCKS client why
-  bool allowed(int port) const;
+  // Whether port may be reached; *handover: where its connections are handed over ("": none).
+  bool allowed(int port, std::string* handover = nullptr) const;
+  bool hand_over(Conn& c, const std::string& handover);
   void count(uint64_t Stats::*counter);
 
   int listen_fd_ = -1;
+  int handover_sock_ = -1;  // an unbound unix datagram socket: hand-overs leave through it
   int port_ = 0, agent_port_ = 0;
   int64_t preamble_ms_;
   bool accepting_ = true;  // false for a while when out of files
   int64_t accept_again_ms_ = 0;
   mutable std::mutex mu_;  // guards allowed_ and stats_
-  std::set<int> allowed_;
+  std::map<int, std::string> allowed_;  // port: its hand-over socket, or ""
   Stats stats_;
 };
 

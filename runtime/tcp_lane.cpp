@@ -16,6 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "fd_passing.hpp"
 #include "message_layout.hpp"
 
 namespace xmesh {
@@ -357,7 +358,7 @@ LaneWriter::Result LaneWriter::flush(int timeout_ms) {
 }
 
 // ---- the listener ---------------------------------------------------------------------------
-LaneListener::LaneListener(const std::string& host, int port) {
+LaneListener::LaneListener(const std::string& host, int port, const std::string& handover) {
   addrinfo* res = resolve(host, port, true);
   fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int e = errno;
@@ -377,11 +378,23 @@ LaneListener::LaneListener(const std::string& host, int port) {
   getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
   port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                          : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  if (handover.empty()) return;
+  try {
+    handover_fd_ = bind_unix_datagram(handover);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+  handover_path_ = handover;
 }
 
 LaneListener::~LaneListener() {
   for (auto& c : presenting_) ::close(c.fd);
   if (fd_ >= 0) ::close(fd_);
+  if (handover_fd_ >= 0) {
+    ::close(handover_fd_);
+    ::unlink(handover_path_.c_str());
+  }
 }
 
 void LaneListener::expect(const LaneSecret& secret, const std::string& writer_addr, int64_t now_ms, int64_t ttl_ms) {
@@ -397,25 +410,71 @@ void LaneListener::accept_all(int64_t now_ms) {
     int c = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c < 0) return;  // EAGAIN, or a connection that went before it was taken
     set_nodelay(c);
-    if (presenting_.size() >= kMaxPresenting) {  // bounded against a flood: the oldest goes
-      ::close(presenting_.front().fd);
-      presenting_.erase(presenting_.begin());
-    }
-    presenting_.push_back(Presenting{c, "", peer_name(c), now_ms + ttl_ms_});
+    add_presenting(c, "", now_ms);
   }
+}
+
+// Connections the host agent handed over, each with what it read after the SOCKS5 request (the
+// token, or part of it). Anything that is not a TCP connection is closed: the socket's file is
+// the agent's and this process's only (the runtime directory is theirs), but a proc takes no
+// file on trust.
+void LaneListener::take_handed_over(int64_t now_ms) {
+  if (handover_fd_ < 0) return;
+  char head[kHandoverMaxBytes];
+  int fd = -1;
+  for (int i = 0; i < 64; ++i) {  // bounded: the rest at the next poll
+    ssize_t n = recv_with_fd(handover_fd_, head, sizeof head, &fd, MSG_DONTWAIT);
+    if (n < 0) return;
+    if (fd < 0) continue;
+    int type = 0;
+    socklen_t len = sizeof type;
+    sockaddr_storage ss{};
+    socklen_t ss_len = sizeof ss;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &ss_len) != 0 ||
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
+      ::close(fd);
+      continue;
+    }
+    if (n < 1 || head[0] != kHandoverTag) {
+      ::close(fd);
+      continue;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    add_presenting(fd, std::string(head + 1, static_cast<size_t>(n - 1)), now_ms);
+  }
+}
+
+bool hand_over_lane(int via_sock, int conn_fd, const std::string& read_so_far, const std::string& handover_path) {
+  if (read_so_far.size() + 1 > kHandoverMaxBytes) {
+    errno = EMSGSIZE;
+    return false;
+  }
+  std::string datagram = kHandoverTag + read_so_far;
+  return send_with_fds(via_sock, datagram, {conn_fd}, handover_path, MSG_DONTWAIT) == static_cast<ssize_t>(datagram.size());
+}
+
+void LaneListener::add_presenting(int fd, std::string got, int64_t now_ms) {
+  if (presenting_.size() >= kMaxPresenting) {  // bounded against a flood: the oldest goes
+    ::close(presenting_.front().fd);
+    presenting_.erase(presenting_.begin());
+  }
+  presenting_.push_back(Presenting{fd, std::move(got), peer_name(fd), now_ms + ttl_ms_});
 }
 
 // Reads what c sent so far; true when c is done with (accepted, refused or gone).
 bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::vector<std::string>* refused) {
   char buf[4096];
-  ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-  if (n <= 0) {
-    ::close(c.fd);
-    return true;
+  if (c.got.size() < kLaneTokenBytes) {  // a handed-over connection may bring its token along
+    ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (n <= 0) {
+      ::close(c.fd);
+      return true;
+    }
+    c.got.append(buf, static_cast<size_t>(n));
+    if (c.got.size() < kLaneTokenBytes) return false;
   }
-  c.got.append(buf, static_cast<size_t>(n));
-  if (c.got.size() < kLaneTokenBytes) return false;
   auto it = std::find_if(expected_.begin(), expected_.end(), [&](auto& e) {
     return sodium_memcmp(e.first.data(), c.got.data(), kLaneTokenBytes) == 0;
   });
@@ -431,6 +490,7 @@ bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::ve
 
 std::vector<LaneListener::Accepted> LaneListener::poll(int64_t now_ms, std::vector<std::string>* refused) {
   accept_all(now_ms);
+  take_handed_over(now_ms);
   std::vector<Accepted> out;
   for (size_t i = 0; i < presenting_.size();) {
     Presenting& c = presenting_[i];
@@ -452,6 +512,7 @@ std::vector<LaneListener::Accepted> LaneListener::poll(int64_t now_ms, std::vect
 
 void LaneListener::fds(std::vector<int>& out) const {
   out.push_back(fd_);
+  if (handover_fd_ >= 0) out.push_back(handover_fd_);
   for (auto& c : presenting_) out.push_back(c.fd);
 }
 

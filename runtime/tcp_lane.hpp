@@ -141,16 +141,33 @@ class LaneWriter {
   std::string error_;
 };
 
+// A connection handed over to a LaneListener (below): one datagram of kHandoverTag and the bytes
+// read from it so far, the connection attached.
+constexpr char kHandoverTag = 'L';
+constexpr size_t kHandoverMaxBytes = 1024;
+// Sends conn_fd (a TCP connection that asked for the listener at handover_path) over via_sock
+// (an unbound unix datagram socket), never waiting. False with errno: not there (ENOENT,
+// ECONNREFUSED: its proc is gone), its queue full (EAGAIN), too many bytes read (EMSGSIZE).
+bool hand_over_lane(int via_sock, int conn_fd, const std::string& read_so_far, const std::string& handover_path);
+
 // The receiver's listening socket and the connections still presenting their token.
+//
+// A proc behind its host agent's one port also takes connections handed over (hand-over socket
+// not empty): the agent's PortMux, asked by a writer for this listener's port, passes it the
+// accepted TCP connection (SCM_RIGHTS, with the bytes it read after the SOCKS5 request) on a
+// unix datagram socket bound there, instead of relaying every byte through its own thread. The
+// connection then presents its token like any other.
 class LaneListener {
  public:
-  // Listens on host (numeric or a name of this machine) at port (0: any). Throws naming why.
-  LaneListener(const std::string& host, int port);
+  // Listens on host (numeric or a name of this machine) at port (0: any), and for connections
+  // handed over at the unix path `handover` (empty: none). Throws naming why.
+  LaneListener(const std::string& host, int port, const std::string& handover = "");
   ~LaneListener();
   LaneListener(const LaneListener&) = delete;
   LaneListener& operator=(const LaneListener&) = delete;
   int port() const { return port_; }
   int fd() const { return fd_; }
+  const std::string& handover_path() const { return handover_path_; }
 
   // A lane to accept: the connection presenting secret.token is writer_addr's, until ttl_ms.
   void expect(const LaneSecret& secret, const std::string& writer_addr, int64_t now_ms, int64_t ttl_ms);
@@ -163,7 +180,8 @@ class LaneListener {
   // Never waits: accepts connections, reads tokens; a token expected comes back (each once);
   // a connection with another token, or none within the ttl, is closed and said in *refused.
   std::vector<Accepted> poll(int64_t now_ms, std::vector<std::string>* refused);
-  // What is worth waiting on for input: the listener and connections still owing their token.
+  // What is worth waiting on for input: the listener, the hand-over socket and connections still
+  // owing their token.
   void fds(std::vector<int>& out) const;
   size_t expected() const { return expected_.size(); }
 
@@ -178,10 +196,14 @@ class LaneListener {
     int64_t deadline;
   };
   void accept_all(int64_t now_ms);
+  void take_handed_over(int64_t now_ms);
+  void add_presenting(int fd, std::string got, int64_t now_ms);
   bool read_token(Presenting& c, std::vector<Accepted>& out, std::vector<std::string>* refused);
 
   int fd_ = -1;
   int port_ = 0;
+  int handover_fd_ = -1;
+  std::string handover_path_;
   int64_t ttl_ms_ = 10000;
   std::vector<std::pair<std::string, Expected>> expected_;  // by token
   std::vector<Presenting> presenting_;

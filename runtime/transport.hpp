@@ -177,8 +177,10 @@ class Transport {
   // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
   // Without one this node still writes lanes to nodes that listen.
   // agent_port (not 0): this node is a proc behind its host agent's one port; askers connect to
-  // the agent there and ask its PortMux for the listener's (loopback) port.
-  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host, int agent_port = 0);
+  // the agent there and ask its PortMux for the listener's (loopback) port; handover (not
+  // empty): the unix socket where the PortMux hands this node those connections.
+  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host, int agent_port = 0,
+                    const std::string& handover = "");
   bool lanes_enabled() const { return lanes_on_.load(); }
   // At a TCP address (bound, and as peers reach it): a lane listener beside it where lanes are
   // due (controllers and procs reached at their own port; XMESH_LANES=0 turns lanes off); what

@@ -43,8 +43,8 @@ bool lane_worth_asking(const std::string& addr) {
 }  // namespace
 
 void Transport::enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host,
-                             int agent_port) {
-  auto listener = std::make_unique<LaneListener>(listen_host, port);  // throws naming why
+                             int agent_port, const std::string& handover) {
+  auto listener = std::make_unique<LaneListener>(listen_host, port, handover);  // throws naming why
   std::string reach = numeric_host(advertise_host);
   std::lock_guard<std::mutex> g(lanes_mu_);
   lane_listener_ = std::move(listener);
@@ -63,7 +63,7 @@ void Transport::listen_for_lanes(const std::string& bound, const std::string& ad
     if (reach.behind) {  // behind its agent's one port: its lanes too, at the loopback port given
       if (given.empty()) return;
       TcpEndpoint at = TcpEndpoint::parse(given);
-      enable_lanes(at.host, at.port, reach.host, reach.port);
+      enable_lanes(at.host, at.port, reach.host, reach.port, env_str("XMESH_LANE_HANDOVER", ""));
       return;
     }
     TcpEndpoint at = TcpEndpoint::parse(given.empty() ? bound : given);

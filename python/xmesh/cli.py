@@ -47,6 +47,10 @@ def _print_status(st, as_json: bool) -> None:
         return
     print(f"host agent pid {st.pid} on {st.host} (xmesh {st.version}, protocol {st.protocol})")
     print(f"runtime directory {st.runtime_dir}")
+    c = st.port
+    if c.accepted:  # an agent over TCP: what its one port did
+        print(f"its TCP port: {c.accepted} connections, relayed {c.relayed_to_agent} to the agent and "
+              f"{c.relayed_to_procs} to procs, {c.lanes_handed_over} lanes handed to procs, {c.refused} refused")
     if not st.allocations:
         print("no allocations")
     for a in st.allocations:

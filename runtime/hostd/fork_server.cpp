@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "fd_passing.hpp"
+
 namespace xmesh {
 
 namespace {
@@ -54,23 +56,7 @@ void read_all(int fd, char* data, size_t n) {
 // The 4-byte length of the request with the proc's two pipe ends attached.
 void send_header(int sock, uint32_t length, int out_fd, int err_fd) {
   uint32_t be = htonl(length);
-  iovec iov{&be, sizeof be};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-  int fds[2] = {out_fd, err_fd};
-  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-  ssize_t w;
-  do {
-    w = sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (w < 0 && errno == EINTR);
+  ssize_t w = send_with_fds(sock, std::string_view(reinterpret_cast<char*>(&be), sizeof be), {out_fd, err_fd});
   if (w != static_cast<ssize_t>(sizeof be))
     throw std::runtime_error(std::string("writing to the fork server: ") + std::strerror(errno));
 }

@@ -488,7 +488,8 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   if (a.controller_addr.rfind("tcp://", 0) == 0) {  // a controller elsewhere: the proc listens on TCP
     if (!r.addr.empty()) throw std::runtime_error("a controller over TCP leaves the procs' addresses to the host agent");
     p->addr = tcp_proc_address(ports_taken, env);
-    p->lane_port = tcp_lane_port(ports_taken, env, static_cast<size_t>(req.ranks.data() + req.ranks.size() - &r - 1));
+    p->lane_port = tcp_lane_port(ports_taken, env, static_cast<size_t>(req.ranks.data() + req.ranks.size() - &r - 1),
+                                 layout::lane_handover_socket(opts_.runtime_dir, a.id, p->rank), &p->lane_handover);
     // And on a unix socket, where the procs of this host reach it (relays of cast trees).
     env["XMESH_PROC_UNIX"] = layout::proc_address(opts_.runtime_dir, a.id, p->rank);
   } else {
@@ -510,7 +511,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   p->pid = sp.pid;
   if (int behind = relayed_port(p->addr)) {  // closed again when it exits (reap)
     mux_->allow(behind);
-    if (p->lane_port) mux_->allow(p->lane_port);
+    if (p->lane_port) mux_->allow(p->lane_port, p->lane_handover);
   }
   p->out.fd = sp.out_fd;
   p->err.fd = sp.err_fd;
@@ -578,16 +579,24 @@ std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::stri
 
 // A proc's TCP lanes' listener (tcp_lane.hpp: peers write to it directly), named in
 // XMESH_LANE_LISTEN. Behind this agent's port: a loopback port, reached through the PortMux as
-// the proc's own. With --ports: a second port of the range, taken from its top and only while
+// the proc's own, and a unix socket at `handover` (XMESH_LANE_HANDOVER, *handover_given) where
+// the PortMux hands it its lanes' connections (a path too long for a unix socket: none, the
+// PortMux relays them). With --ports: a second port of the range, taken from its top and only while
 // the range keeps a port for each of the `after` procs still to start (their own addresses come
 // first); otherwise "off" (its peers then use ZeroMQ alone). Returns the port, 0: none.
-int HostAgent::tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after) {
+int HostAgent::tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after,
+                             const std::string& handover, std::string* handover_given) {
   env["XMESH_LANE_LISTEN"] = "off";
+  env["XMESH_LANE_HANDOVER"] = "";
   std::optional<int> port;
   TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
   if (!opts_.proc_port_first) {
     listen.host = "127.0.0.1";
     port = free_tcp_port(listen.host, 0, 0, taken);
+    if (port && handover.size() <= 107) {
+      env["XMESH_LANE_HANDOVER"] = handover;
+      *handover_given = handover;
+    }
   } else {
     size_t free = 0;
     for (int p = opts_.proc_port_first; p <= opts_.proc_port_last; ++p) free += !taken.count(p);
@@ -1019,6 +1028,10 @@ StatusReply HostAgent::status() const {
   r.runtime_dir = opts_.runtime_dir;
   r.workspace = opts_.workspace_root;
   r.sync_bytes_received = sync_->bytes_received();
+  if (mux_) {
+    PortMux::Stats s = mux_->stats();
+    r.port = PortCounts{s.accepted, s.relayed_to_agent, s.relayed_to_procs, s.lanes_handed_over, s.refused};
+  }
   int64_t now = now_ms();
   for (auto& kv : allocs_) {
     const Allocation& a = *kv.second;

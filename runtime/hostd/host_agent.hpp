@@ -78,6 +78,7 @@ class HostAgent {
     pid_t pid = -1;
     std::string addr;
     int lane_port = 0;  // its TCP lanes' listener (a port of --ports), 0: none
+    std::string lane_handover;  // where its lanes' connections are handed over, "": not
     Stream out, err;
     FILE* log = nullptr;  // rank<r>.log: both streams, one record per line
     std::string log_path;
@@ -130,7 +131,8 @@ class HostAgent {
   // port of that range on this agent's TCP host, reached directly. Not one in `taken` (then added
   // there). Sets XMESH_PROC_BIND and the key file in env.
   std::string tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env);
-  int tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after);
+  int tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after,
+                    const std::string& handover, std::string* handover_given);
   std::set<int> tcp_ports_in_use() const;  // the listening port and every live proc's
   void attach(const Message& m);
   void stop_procs(const Message& m);

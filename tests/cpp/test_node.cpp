@@ -14,6 +14,7 @@
 #include "handshake.hpp"
 #include "keys.hpp"
 #include "node.hpp"
+#include "scratch_dir_helper.hpp"
 #include "util.hpp"
 
 using namespace xmesh;
@@ -635,14 +636,8 @@ TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "
 
 // ---- TCP links: CURVE with the cluster's key file (issue 20) ---------------------------------
 namespace {
-struct KeyDir {
-  std::string dir;
-  KeyDir() {
-    char tmpl[] = "/tmp/xmkeynode-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-  }
-  ~KeyDir() { std::system(("rm -rf " + dir).c_str()); }
+struct KeyDir : ScratchDir {
+  KeyDir() : ScratchDir("xmkeynode") {}
   std::string make(const std::string& name) {
     auto path = dir + "/" + name;
     write_key_file(path, generate_curve_keys(), false);

@@ -4,10 +4,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -16,7 +18,9 @@
 
 #include "keys.hpp"
 #include "key_file_helper.hpp"
+#include "scratch_dir_helper.hpp"
 #include "node.hpp"
+#include "fd_passing.hpp"
 #include "port_mux.hpp"
 #include "tcp_lane.hpp"
 #include "tcp_endpoint.hpp"
@@ -79,6 +83,65 @@ int socks_reply_code(int relay_port, const std::string& request) {
   if (reply.size() < 2) return -1;
   return static_cast<uint8_t>(reply[1]);
 }
+
+// A lane from a writer through the mux to the listener (which expects secret): 100 messages
+// arrive whole and in order.
+void send_over_lane(PortMux& mux, LaneListener& listener, const LaneSecret& secret) {
+  LaneWriter writer("127.0.0.1", mux.port(), secret, listener.port());
+  for (int i = 0; i < 5000 && writer.state() != LaneWriter::State::up && writer.state() != LaneWriter::State::broken; ++i)
+    usleep(1000);
+  REQUIRE(writer.state() == LaneWriter::State::up);
+  std::optional<LaneListener::Accepted> accepted;
+  for (int i = 0; i < 5000 && !accepted; ++i) {
+    auto got = listener.poll(now_ms(), nullptr);
+    if (!got.empty()) accepted = std::move(got.front());
+    usleep(1000);
+  }
+  REQUIRE(accepted);
+  LaneIn in(std::move(*accepted), 1 << 20);
+  Header h;
+  h.kind = Kind::Call;
+  h.sender = "writer";
+  for (uint64_t i = 1; i <= 100; ++i) {
+    h.corr = i;
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(1000);
+    REQUIRE(writer.write(encode_header(h), frames, true, 5000) == LaneWriter::Result::ok);
+  }
+  std::vector<Message> got;
+  std::vector<LaneIn::TooLarge> too_large;
+  std::string error;
+  for (int i = 0; i < 5000 && got.size() < 100; ++i) {
+    REQUIRE(in.read(got, too_large, &error) == LaneIn::Status::open);
+    usleep(1000);
+  }
+  REQUIRE(got.size() == 100);
+  for (uint64_t i = 0; i < 100; ++i) CHECK(got[i].header.corr == i + 1);
+}
+
+// Two ends of a loopback TCP connection.
+struct RawTcpPair {
+  int server = -1, client = -1;
+  RawTcpPair() {
+    int l = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    REQUIRE(::bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(l, 1) == 0);
+    REQUIRE(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    client = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(::connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    server = ::accept(l, nullptr, nullptr);
+    ::close(l);
+    REQUIRE(server >= 0);
+  }
+  ~RawTcpPair() {
+    ::close(server);
+    ::close(client);
+  }
+};
 
 }  // namespace
 
@@ -205,34 +268,87 @@ TEST_CASE("a TCP lane reaches a proc's loopback lane port through the agent's on
     CHECK_THAT(refused.error(), Catch::Contains("refused to reach port " + std::to_string(listener.port())));
   }
   mux.allow(listener.port());
-  LaneWriter writer("127.0.0.1", mux.port(), secret, listener.port());
-  for (int i = 0; i < 5000 && writer.state() != LaneWriter::State::up && writer.state() != LaneWriter::State::broken; ++i)
-    usleep(1000);
-  REQUIRE(writer.state() == LaneWriter::State::up);
-  std::optional<LaneListener::Accepted> accepted;
-  for (int i = 0; i < 5000 && !accepted; ++i) {
-    auto got = listener.poll(now_ms(), nullptr);
-    if (!got.empty()) accepted = std::move(got.front());
-    usleep(1000);
+  send_over_lane(mux, listener, secret);
+  CHECK(mux.stats().relayed_to_procs == 1);
+  CHECK(mux.stats().lanes_handed_over == 0);
+}
+
+// The connection handed to the proc (SCM_RIGHTS to its hand-over socket) instead of relayed:
+// the lane reads the same, and the PortMux counts a hand-over, not a relay. A hand-over socket
+// that is not there (the proc gone, or one that never bound it) leaves the relay as the way.
+TEST_CASE("a lane's connection is handed over to the proc behind the agent's port", "[tcp][relay][lanes]") {
+  PortMux mux("tcp://127.0.0.1:0");
+  mux.start(1);
+  ScratchDir dir;
+  LaneListener listener("127.0.0.1", 0, dir.dir + "/p.lanes");
+  LaneSecret secret = make_lane_secret();
+  SECTION("handed over") {
+    listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
+    mux.allow(listener.port(), listener.handover_path());
+    send_over_lane(mux, listener, secret);
+    CHECK(mux.stats().lanes_handed_over == 1);
+    CHECK(mux.stats().relayed_to_procs == 0);
   }
-  REQUIRE(accepted);
-  LaneIn in(std::move(*accepted), 1 << 20);
-  Header h;
-  h.kind = Kind::Call;
-  h.sender = "writer";
-  for (uint64_t i = 1; i <= 100; ++i) {
-    h.corr = i;
-    std::vector<zmq::message_t> frames;
-    frames.emplace_back(1000);
-    REQUIRE(writer.write(encode_header(h), frames, true, 5000) == LaneWriter::Result::ok);
+  SECTION("no hand-over socket there: relayed") {
+    listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
+    mux.allow(listener.port(), dir.dir + "/nobody.lanes");
+    send_over_lane(mux, listener, secret);
+    CHECK(mux.stats().lanes_handed_over == 0);
+    CHECK(mux.stats().relayed_to_procs == 1);
   }
-  std::vector<Message> got;
-  std::vector<LaneIn::TooLarge> too_large;
-  std::string error;
-  for (int i = 0; i < 5000 && got.size() < 100; ++i) {
-    REQUIRE(in.read(got, too_large, &error) == LaneIn::Status::open);
-    usleep(1000);
+  SECTION("the token before or after the agent's yes, whole or split") {
+    mux.allow(listener.port(), listener.handover_path());
+    for (int split : {0, 5, 16}) {  // token bytes sent with the CONNECT; the rest after the yes
+      LaneSecret s = make_lane_secret();
+      listener.expect(s, "tcp://writer:" + std::to_string(split), now_ms(), 10000);
+      RawClient c(mux.port());
+      c.send_bytes(std::string("\x05\x01\x00", 3));
+      REQUIRE(c.receive(2) == std::string("\x05\x00", 2));
+      c.send_bytes(connect_request(1, 1, std::string("\x7f\x00\x00\x01", 4), listener.port()) + s.token.substr(0, split));
+      REQUIRE(c.receive(10).substr(0, 2) == std::string("\x05\x00", 2));
+      if (split < 16) c.send_bytes(s.token.substr(split));
+      std::vector<LaneListener::Accepted> got;
+      for (int i = 0; i < 5000 && got.empty(); ++i) {
+        got = listener.poll(now_ms(), nullptr);
+        usleep(1000);
+      }
+      REQUIRE(got.size() == 1);
+      CHECK(got[0].writer_addr == "tcp://writer:" + std::to_string(split));
+      ::close(got[0].fd);
+    }
+    CHECK(mux.stats().lanes_handed_over == 3);
   }
-  REQUIRE(got.size() == 100);
-  for (uint64_t i = 0; i < 100; ++i) CHECK(got[i].header.corr == i + 1);
+}
+
+// Whatever else reaches a proc's hand-over socket is closed and forgotten: a datagram without
+// the hand-over's tag, a file that is not a TCP connection, no file at all.
+TEST_CASE("a lane listener's hand-over socket takes only TCP connections said to be lanes", "[tcp][lanes]") {
+  ScratchDir dir;
+  LaneListener listener("127.0.0.1", 0, dir.dir + "/p.lanes");
+  std::vector<int> before;
+  listener.fds(before);
+  int via = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  RawTcpPair tcp;
+  CHECK(hand_over_lane(via, pipe_fds[0], "", listener.handover_path()));            // not a socket
+  CHECK(send_with_fds(via, "X", {tcp.server}, listener.handover_path()) == 1);        // no tag
+  sockaddr_un to{};
+  to.sun_family = AF_UNIX;
+  std::strcpy(to.sun_path, listener.handover_path().c_str());
+  CHECK(::sendto(via, "Lx", 2, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) == 2);  // no file
+  int unix_pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, unix_pair) == 0);
+  CHECK(hand_over_lane(via, unix_pair[0], "", listener.handover_path()));            // not TCP
+  std::vector<std::string> refused;
+  CHECK(listener.poll(now_ms(), &refused).empty());
+  std::vector<int> after;
+  listener.fds(after);
+  CHECK(after.size() == before.size());  // none of them presenting a token
+  CHECK(hand_over_lane(via, tcp.server, "", listener.handover_path()));              // a TCP connection: taken
+  CHECK(listener.poll(now_ms(), &refused).empty());
+  after.clear();
+  listener.fds(after);
+  CHECK(after.size() == before.size() + 1);
+  for (int fd : {via, pipe_fds[0], pipe_fds[1], unix_pair[0], unix_pair[1]}) ::close(fd);
 }

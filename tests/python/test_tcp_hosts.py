@@ -717,6 +717,7 @@ def test_xmesh_logs_reads_remote_hosts_through_their_agents(cluster):
                            text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert "on node-a" in r.stdout and "on node-b" in r.stdout and r.stdout.count("tcp-logs") == 2
+        assert r.stdout.count("lanes handed to procs") == 2, r.stdout  # what each agent's port did
         # sync from another machine's command line: the workspace reaches both hosts' procs.
         src = os.path.join(cluster.tmp, "cli-space")
         os.makedirs(src, exist_ok=True)
@@ -809,12 +810,15 @@ def test_calls_to_procs_on_their_own_ports_go_over_tcp_lanes_both_ways(cluster):
 def test_calls_to_procs_behind_their_agents_port_go_over_lanes_through_it(cluster):
     """A proc behind its agent's one port listens for lanes on a loopback port of its own that
     the agent's PortMux lets through (SOCKS5, as for its ZeroMQ link): calls reach it over a
-    lane too, through the agent's port and nothing else."""
+    lane too, through the agent's port and nothing else. The agent hands each lane's connection
+    to its proc (SCM_RIGHTS) rather than relay its bytes."""
+    from xmesh._hostd import agent
     from xmesh._runtime import get_runtime
 
     procs = xmesh.hosts([cluster.locator(1)], key_file=cluster.key).spawn_procs({"gpus": 2})
     try:
         assert all("/" in a.split("://", 1)[1] for a in procs.proc_addrs().values())  # relayed
+        port_before = agent(f"tcp://{cluster.locator(1)}").status().port
         a = procs.spawn("w", Where)
         before = get_runtime().node.stats()
         for _ in range(50):
@@ -823,5 +827,7 @@ def test_calls_to_procs_behind_their_agents_port_go_over_lanes_through_it(cluste
         assert after.lane_sent - before.lane_sent >= 90, (before.lane_sent, after.lane_sent)
         assert after.lane_received - before.lane_received >= 90
         assert after.lane_breaks == before.lane_breaks
+        port_after = agent(f"tcp://{cluster.locator(1)}").status().port
+        assert port_after.lanes_handed_over - port_before.lanes_handed_over == 2, (port_before, port_after)
     finally:
         procs.stop()
