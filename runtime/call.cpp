@@ -174,33 +174,36 @@ WaitOutcome Call::wait_for(bool any, int timeout_ms) {
 
 // The waiter reads the node's rings itself, so that the reply to its call is read by the thread
 // that waits for it (no thread in between), and sleeps on the node's doorbell (kCallerBit)
-// when nothing came: a reply on a ring, deliver() or wake() wakes it.
+// when nothing came: a reply on a ring, deliver() or wake() wakes it. While it reads and looks
+// it counts as awake, so that writers wake nobody else for what it will read anyway (an idle
+// actor thread of this process would read a reply only to wake this one). It looks a little
+// (spin.hpp) after every reply that did not complete the call: the replies of a fan-out come
+// close together, and a sleep between two of them costs a wake-up each.
 WaitOutcome Call::wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex>& g) {
   auto ready = [&] { return any ? !untaken_.empty() || complete() : complete() || fatal_; };
   static thread_local SpinGauge gauge;
-  const auto start = SpinGauge::Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(timeout_ms < 0 ? int64_t(1) << 40 : timeout_ms);
-  bool spun = false;
+  const auto deadline = SpinGauge::Clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? int64_t(1) << 40 : timeout_ms);
   WaitOutcome result = WaitOutcome::Timeout;
   if (any) ++any_waiters_;
+  uint32_t read_at = 0;  // the feed's seq before the last read
+  feed_->awake(true);
   for (;;) {
-    uint32_t seen = feed_->seq(), changes = changes_.load();
+    const auto start = SpinGauge::Clock::now();
+    uint32_t changes = changes_.load();
+    read_at = feed_->seq();
     g.unlock();
     feed_->pump();
-    if (!spun) {  // the short look, once per wait
-      spun = true;
-      uint32_t pumped_at = seen;
-      gauge.spin([&] {
-        uint32_t now = feed_->seq();
-        if (now != pumped_at) {  // something rang: read it (else only look at the call)
-          pumped_at = now;
-          feed_->pump();
-        }
-        return changes_.load() != changes;
-      });
-    }
+    gauge.spin([&] {
+      uint32_t now = feed_->seq();
+      if (now != read_at) {  // something rang: read it (else only look at the call)
+        read_at = now;
+        feed_->pump();
+      }
+      return changes_.load() != changes;
+    });
     g.lock();
     if (ready() || woken_) {
+      gauge.waited(SpinGauge::Clock::now() - start);
       result = ready() ? WaitOutcome::Ready : WaitOutcome::Woken;
       woken_ = woken_ && result != WaitOutcome::Woken;
       break;
@@ -214,12 +217,18 @@ WaitOutcome Call::wait_fed(bool any, int timeout_ms, std::unique_lock<std::mutex
     int left = WaitFeed::sleep_ms(now, deadline);
     ++feed_sleepers_;
     g.unlock();
-    feed_->sleep(WaitFeed::kCallerBit, seen, left, [&] { return changes_.load() == changes; });
+    feed_->awake(false);  // asleep: writers wake it (kCallerBit); anything after read_at ends the sleep
+    feed_->sleep(WaitFeed::kCallerBit, read_at, left, [&] { return changes_.load() == changes; });
+    feed_->awake(true);
     g.lock();
     --feed_sleepers_;
+    gauge.waited(SpinGauge::Clock::now() - start);
   }
   if (any) --any_waiters_;
-  gauge.waited(SpinGauge::Clock::now() - start);
+  g.unlock();
+  feed_->awake(false);
+  if (feed_->seq() != read_at) feed_->pump();  // what came while it was awake: read, not left
+  g.lock();
   return result;
 }
 

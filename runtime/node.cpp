@@ -23,6 +23,9 @@ class Node::RingFeed : public WaitFeed {
   void wake(uint32_t bit) override {
     if (node_.load()) readers().wake(bit);
   }
+  void awake(bool on) override {
+    if (node_.load()) readers().awake(on);
+  }
   // The node stops: waiters still holding this feed wait the usual way.
   void detach() { node_ = nullptr; }
 
@@ -165,8 +168,13 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     c->deliver(std::move(r));
   }
   tmpl.corr = expect_reply ? c->id() : 0;  // no correlation id: nobody waits for an answer
-  for (auto& t : direct) send_direct(*c, t, tmpl, frames);
-  if (!tree.empty()) send_tree(c, tree, tmpl, frames, fanout);
+  {
+    // The first answers may come while later targets are still sent to: this thread reads
+    // them itself (it is about to wait for them) rather than have them wake another.
+    AwakeOnFeed awake(expect_reply ? ring_feed_.get() : nullptr);
+    for (auto& t : direct) send_direct(*c, t, tmpl, frames);
+    if (!tree.empty()) send_tree(c, tree, tmpl, frames, fanout);
+  }
   if (expect_reply && c->done()) forget_call(c->id());
   return c;
 }

@@ -71,14 +71,14 @@ void RingWriter::switched() {
 }
 
 ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames,
-                                  bool blocking, int timeout_ms) {
+                                  bool blocking, int timeout_ms, uint32_t wake) {
   LaidOut e(header, frames);
   const size_t max = ring_.max_message();
   ShmRing::Result r;
   if (e.total <= max) {
     r = blocking ? ring_.write_parts(e.parts.data(), e.parts.size(), timeout_ms)
                  : ring_.try_write_parts(e.parts.data(), e.parts.size());
-    if (r == ShmRing::Result::ok) ring_bell();
+    if (r == ShmRing::Result::ok) ring_bell(wake);
     return r;
   }
   size_t records = (e.total + max - 1) / max;
@@ -90,7 +90,7 @@ ShmRing::Result RingWriter::write(const std::vector<uint8_t>& header, const std:
     // reads: a message is never left half-written (a closed ring ends the wait).
     r = ring_.write_parts(piece.data(), piece.size(), n == 0 ? (blocking ? timeout_ms : 0) : -1);
     if (r != ShmRing::Result::ok) return r;
-    ring_bell();
+    ring_bell(wake);
   }
   return ShmRing::Result::ok;
 }
@@ -100,8 +100,8 @@ void RingWriter::close() {
   ring_bell();
 }
 
-void RingWriter::ring_bell() {
-  if (bell_) bell_.ring();  // none before the reader answered (nothing is written then but in tests)
+void RingWriter::ring_bell(uint32_t wake) {
+  if (bell_) bell_.ring(wake);  // none before the reader answered (nothing is written then but in tests)
 }
 
 // ---- the readers -----------------------------------------------------------------------------
@@ -351,6 +351,10 @@ void RingReaders::sleep_idle(uint32_t bit, uint32_t seen, int timeout_ms, const 
 
 void RingReaders::wake(uint32_t bit) {
   if (bell_) bell_.wake(bit);
+}
+
+void RingReaders::awake(bool on) {
+  if (bell_) bell_.awake(on);
 }
 
 }  // namespace xmesh

@@ -47,15 +47,16 @@ class RingWriter {
   void switched();
   // One message as records. blocking=false: only when the whole message fits now (full
   // otherwise; nothing partial is ever left). blocking: up to timeout_ms for the first record,
-  // then as long as the reader reads (a message is never left half-written).
+  // then as long as the reader reads (a message is never left half-written). wake: the bits of
+  // the reader's sleepers the message is for (Doorbell::ring).
   ShmRing::Result write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
-                        int timeout_ms);
+                        int timeout_ms, uint32_t wake = Doorbell::kAnyIdle);
   void close();  // the peer is gone: waits end, the reader reads what came and forgets the ring
   // The ring alone closed, from any thread (a writer waiting in it under its peer's lock ends).
   void close_ring() { ring_.close(); }
 
  private:
-  void ring_bell();
+  void ring_bell(uint32_t wake = Doorbell::kAnyIdle);
   ShmRing ring_;
   Doorbell bell_;  // the reader's, rung after each message
   std::atomic<State> state_{State::offered};
@@ -114,6 +115,7 @@ class RingReaders {
   uint32_t seq() const { return bell_ ? bell_.seq() : 0; }
   void sleep_idle(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle);
   void wake(uint32_t bit);
+  void awake(bool on);  // Doorbell::awake
   void wake();  // the reading thread's wait ends (it stops)
   uint64_t received() const { return received_.load(); }  // messages delivered, ever
   size_t reading() const;                                 // links being read now

@@ -291,6 +291,7 @@ struct Doorbell::Shared {
   alignas(64) std::atomic<uint32_t> seq;  // bumped per ring: the futex every sleeper waits on
   std::atomic<uint32_t> sleeping;         // the reading thread sleeps (bit 0)
   std::atomic<uint32_t> idle_sleepers;    // idle threads that read when woken (other bits)
+  std::atomic<uint32_t> awake;            // threads reading for themselves, awake (Doorbell::awake)
 };
 
 namespace {
@@ -320,11 +321,22 @@ uint32_t Doorbell::seq() const { return s()->seq.load(); }
 // and finds its own call there (one wake-up instead of two). An idle sleeper that is just going
 // to sleep when no wake finds it sees seq changed and does not sleep: the reading thread is
 // woken only when no idle thread sleeps.
-void Doorbell::ring() {
+void Doorbell::ring(uint32_t prefer) {
   s()->seq.fetch_add(1);
-  if (!s()->sleeping.load()) return;
-  if (s()->idle_sleepers.load() > 0 && futex_wake_bits(s()->seq, 1, ~kReaderBit) > 0) return;
+  if (!s()->sleeping.load() || s()->awake.load() > 0) return;
+  if (s()->idle_sleepers.load() > 0) {
+    prefer &= kAnyIdle;
+    if (prefer != kAnyIdle && prefer != 0 && futex_wake_bits(s()->seq, 1, prefer) > 0) return;
+    if (futex_wake_bits(s()->seq, 1, kAnyIdle) > 0) return;
+  }
   futex_wake_bits(s()->seq, 1, kReaderBit);
+}
+
+void Doorbell::awake(bool on) {
+  if (on)
+    s()->awake.fetch_add(1);
+  else
+    s()->awake.fetch_sub(1);
 }
 
 void Doorbell::wake(uint32_t bit) {

@@ -107,10 +107,14 @@ class ShmRing {
 // reads. Its sleepers wait with a bit each: the node's reading thread (kReaderBit) and idle
 // threads that read the rings themselves when woken (an actor thread waiting on its inbox, any
 // other bit). Ringing wakes one idle sleeper if there is one, else the reading thread: an
-// atomic increment, and a futex wake only while someone sleeps.
+// atomic increment, and a futex wake only while someone sleeps. A writer that knows which kind
+// of thread its message is for names their bits (`prefer`): a reply wakes a waiting caller
+// rather than an idle actor thread of the same process, which would only read it and wake the
+// caller in turn (two wake-ups instead of one).
 class Doorbell {
  public:
   static constexpr uint32_t kReaderBit = 1;
+  static constexpr uint32_t kAnyIdle = ~kReaderBit;
   static Doorbell create(const std::string& name = "xmesh-bell");
   static Doorbell attach(int fd);  // duplicates fd; throws when it is not a doorbell
   Doorbell() = default;
@@ -119,8 +123,14 @@ class Doorbell {
   void drop_fd() { mem_.drop_fd(); }  // see SharedMemory
   uint64_t token() const;
   explicit operator bool() const { return mem_.addr() != nullptr; }
-  // Writer: after a message is in the ring.
-  void ring();
+  // Writer: after a message is in the ring. prefer: the bits of the sleepers to wake first.
+  // Nobody is woken while the reading thread or a thread reading for itself is awake.
+  void ring(uint32_t prefer = kAnyIdle);
+  // A thread that reads the rings for itself (a caller waiting on its call) is awake and will
+  // look again before it sleeps or leaves (on: counted; off: no longer). A thread that says off
+  // must then read once more if seq() changed since its last read: a writer that found it
+  // awake woke nobody.
+  void awake(bool on);
   // Wakes the sleepers of `bit` (something came for that one thread), whatever else sleeps.
   void wake(uint32_t bit);
   // Sleeper: seq() before looking at what it waits for; sleep(bit, seen, ...) when nothing was

@@ -6,9 +6,9 @@
 //
 // Spinning pays only where waits are short: each wait site keeps a SpinGauge, the running
 // average of how long its waits took (however they ended), and spins only while that is under
-// the budget. A burst of calls answered in microseconds spins; a fan-out to many procs on few
-// cores, or an idle actor, sleeps at once (many threads yielding to each other would only take
-// turns on the cores). The budget is XMESH_SPIN_US (microseconds, default 100; 0: never spin),
+// the budget. A burst of calls answered in microseconds spins, and so does a caller between the
+// replies of a fan-out (it measures from one reply to the next); an idle actor sleeps at once
+// (many threads yielding to each other would only take turns on the cores). The budget is XMESH_SPIN_US (microseconds, default 100; 0: never spin),
 // read once per process, raised to XMESH_SPIN_NET_US once a TCP lane is up (spin_for_network).
 #pragma once
 #include <sched.h>

@@ -2,11 +2,25 @@
 // offer, and how a message goes over a link once it is up. The protocol is described there.
 #include "transport.hpp"
 #include "util.hpp"
+#include "wait_feed.hpp"
 
 namespace xmesh {
 
 namespace {
 bool on_this_host(const std::string& addr) { return addr.rfind("ipc://", 0) == 0; }
+// Which of the reader's sleepers a message is for: answers for a thread waiting on its call,
+// calls for an idle actor thread (never a caller), the rest for whoever sleeps.
+uint32_t wake_bits_for(Kind kind) {
+  switch (kind) {
+    case Kind::Reply:
+    case Kind::Replies:
+      return WaitFeed::kCallerBit;
+    case Kind::Call:
+      return Doorbell::kAnyIdle & ~WaitFeed::kCallerBit;
+    default:
+      return Doorbell::kAnyIdle;
+  }
+}
 }  // namespace
 
 void Transport::enable_rings(size_t ring_bytes) {
@@ -81,7 +95,7 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
   h.seq = 0;  // a ring neither loses nor repeats: no numbers to check
   h.pieces.clear();
   auto header = encode_header(h);
-  switch (p.ring->write(header, frames, blocking, static_cast<int>(send_timeout_ms_))) {
+  switch (p.ring->write(header, frames, blocking, static_cast<int>(send_timeout_ms_), wake_bits_for(h.kind))) {
     case ShmRing::Result::ok:
       ++counts_.sent;
       ++counts_.ring_sent;

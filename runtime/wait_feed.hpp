@@ -26,6 +26,9 @@ class WaitFeed {
   // Sleeps as `bit` until the feed rings, wake(bit), or timeout_ms, unless still_idle() is false.
   virtual void sleep(uint32_t bit, uint32_t seen, int timeout_ms, const std::function<bool()>& still_idle) = 0;
   virtual void wake(uint32_t bit) = 0;
+  // A waiter that reads the feed for itself says it is awake (no writer wakes anyone meanwhile)
+  // and, once it says it no longer is, reads once more when seq() moved since its last read.
+  virtual void awake(bool on) = 0;
 
   // How long one sleep on a feed lasts before `deadline`: at most a second (a waiter looks at
   // its own state again at least that often), at least a millisecond.
@@ -34,6 +37,28 @@ class WaitFeed {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
     return static_cast<int>(std::min<int64_t>(1000, left));
   }
+};
+
+// A thread awake on a feed for a while (WaitFeed::awake): on leaving, it reads what came
+// meanwhile, which no writer woke anyone for.
+class AwakeOnFeed {
+ public:
+  explicit AwakeOnFeed(WaitFeed* feed) : feed_(feed && feed->live() ? feed : nullptr) {
+    if (!feed_) return;
+    seen_ = feed_->seq();
+    feed_->awake(true);
+  }
+  ~AwakeOnFeed() {
+    if (!feed_) return;
+    feed_->awake(false);
+    if (feed_->seq() != seen_) feed_->pump();
+  }
+  AwakeOnFeed(const AwakeOnFeed&) = delete;
+  AwakeOnFeed& operator=(const AwakeOnFeed&) = delete;
+
+ private:
+  WaitFeed* feed_;
+  uint32_t seen_ = 0;
 };
 
 }  // namespace xmesh

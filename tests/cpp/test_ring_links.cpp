@@ -94,6 +94,46 @@ TEST_CASE("a doorbell wakes its sleeper and is recognised by its token", "[ring_
   REQUIRE_THROWS(Doorbell::attach(ring.fd()));  // a ring is not a doorbell
 }
 
+// The writer names whom its message is for: a reply wakes the caller that sleeps, not an idle
+// actor thread of the same process (which would read it only to wake the caller); a call wakes
+// an actor thread. While a thread reading for itself is awake, a ring wakes nobody.
+TEST_CASE("a ring wakes the sleeper its message is for, and nobody while a reader is awake", "[ring_links]") {
+  constexpr uint32_t kCaller = 1u << 31, kActor = 4;
+  auto bell = Doorbell::create();
+  std::atomic<uint32_t> woke{0};
+  auto sleeper = [&](uint32_t bit) {
+    return std::thread([&, bit] {
+      bell.sleep(bit, bell.seq(), 5000, [] { return true; });
+      woke |= bit;
+    });
+  };
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
+  auto wait_woken = [&](uint32_t bits) {
+    for (int i = 0; i < 500 && (woke.load() & bits) != bits; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    settle();  // time for a wrong one to wake too
+    return woke.load();
+  };
+  std::thread reader = sleeper(Doorbell::kReaderBit);
+  std::thread actor = sleeper(kActor);
+  settle();  // the actor thread sleeps first: the first a wake without a preference would find
+  std::thread caller = sleeper(kCaller);
+  settle();
+  bell.ring(kCaller);  // a reply
+  CHECK(wait_woken(kCaller) == kCaller);
+  caller.join();
+  bell.ring(Doorbell::kAnyIdle & ~kCaller);  // a call
+  CHECK(wait_woken(kActor) == (kCaller | kActor));
+  actor.join();
+  bell.awake(true);  // a caller reading for itself: nobody is woken for what it will read
+  bell.ring(kCaller);
+  settle();
+  CHECK(woke.load() == (kCaller | kActor));
+  bell.awake(false);
+  bell.ring(kCaller);  // no caller sleeps, no idle thread: the reading thread
+  CHECK(wait_woken(Doorbell::kReaderBit) == (kCaller | kActor | Doorbell::kReaderBit));
+  reader.join();
+}
+
 TEST_CASE("messages larger than a ring's record cross it whole and in order", "[ring_links]") {
   Link link;
   std::vector<size_t> sizes = {0, 1, 100, 4000, 4097, 9000, 70000, 300000};
