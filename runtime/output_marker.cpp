@@ -97,9 +97,11 @@ uint64_t OutputTracker::begin(const OutputContext& ctx) {
   if (!enabled_) return 0;
   std::lock_guard<std::mutex> g(mu_);
   uint64_t token = ++next_token_;
-  active_.push_back({token, ctx, 0});
-  if (effective() != written_) mark_locked();
-  active_.back().written_at_begin = written_bytes();
+  active_.push_back({token, ctx, written_seen_});
+  if (effective() != written_) {
+    mark_locked();
+    active_.back().written_at_begin = written_seen_ = written_bytes();  // after its own marker
+  }
   return token;
 }
 
@@ -113,7 +115,13 @@ uint64_t OutputTracker::end(uint64_t token, bool python_wrote) {
       active_.erase(it);
       break;
     }
-  if (python_wrote || effective() != written_ || written_bytes() != at_begin || output_pending()) return mark_locked();
+  const uint64_t now = written_bytes();
+  written_seen_ = now;
+  if (python_wrote || effective() != written_ || now != at_begin || output_pending()) {
+    uint64_t seq = mark_locked();
+    written_seen_ = written_bytes();  // its own marker is no output of the next call
+    return seq;
+  }
   return 0;
 }
 

@@ -43,8 +43,8 @@ uint64_t written_bytes();
 // Proc side: which call the output written now belongs to. Calls begin and end (from any
 // thread); a marker is written when the context the host agent should attribute bytes to
 // changes, and at the end of a call that wrote something (Python said so, the process's
-// write(2) count moved during the call, or bytes are still in the pipes), so that calls which
-// wrote nothing cost no marker and no barrier. After the last running call ends, output
+// write(2) count moved since the last call ended, or bytes are still in the pipes), so that
+// calls which wrote nothing cost no marker and no barrier. After the last running call ends, output
 // (threads it left behind) still goes to its context until another call begins.
 class OutputTracker {
  public:
@@ -70,6 +70,10 @@ class OutputTracker {
   std::vector<Active> active_;
   OutputContext written_;  // what the host agent was last told
   uint64_t next_token_ = 0;
+  // written_bytes() when a call last ended: a call begins from it rather than reading /proc
+  // again (a few microseconds a read). It is never more than the count at any later begin, so
+  // a write between two calls makes the next call write its end marker: on the safe side.
+  uint64_t written_seen_ = 0;
 };
 OutputTracker& output_tracker();  // the process's
 

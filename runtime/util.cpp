@@ -246,7 +246,7 @@ std::string format_bytes(uint64_t n) {
 
 namespace {
 std::atomic<int>& spin_budget_cell() {
-  static std::atomic<int> budget{static_cast<int>(env_int("XMESH_SPIN_US", 100))};
+  static std::atomic<int> budget{static_cast<int>(env_int("XMESH_SPIN_US", 200))};
   return budget;
 }
 }  // namespace

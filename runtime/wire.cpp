@@ -393,7 +393,13 @@ std::optional<Header> decode_header(const void* data, size_t size, std::string& 
           break;
         case 'a': fast = r.text(h.actor); break;
         case 'm': fast = r.text(h.method); break;
-        default: fast = false;  // ctx, body, unknown keys: the general decoder
+        case 'x': {  // a call's context is its cell's id, a string: anything else, the general decoder
+          std::string cell;
+          fast = r.text(cell);
+          if (fast) h.ctx = std::move(cell);
+          break;
+        }
+        default: fast = false;  // body, unknown keys: the general decoder
       }
     }
     if (fast && have_kind && !h.sender.empty() && r.p == r.end) return h;

@@ -61,8 +61,9 @@ struct Header {
 };
 
 // Headers are CBOR maps with one-letter keys. The encoder and the decoder's fast path handle
-// the fixed fields by hand (the hot path of every call allocates almost nothing); ctx and body
-// go through nlohmann::json, and anything the fast path does not expect is decoded by the
+// the fixed fields by hand (the hot path of every call allocates almost nothing; the decoder
+// reads a ctx that is a string, a call's cell, by hand too); other ctx values and bodies go
+// through nlohmann::json, and anything the fast path does not expect is decoded by the
 // general decoder, so both accept exactly the same headers.
 std::vector<uint8_t> encode_header(const Header& h);
 // Decodes and validates a header. Never throws: on failure returns nullopt and sets error.

@@ -128,6 +128,8 @@ TEST_CASE("the fast decoder and the general one agree", "[wire]") {
       {{"k", 11}, {"s", "c"}, {"o", false}, {"b", {{"kind", "actor"}, {"text", "boom"}}}},
       {{"k", 25}, {"s", std::string(300, 'z')}},
       {{"k", 10}, {"s", "d"}, {"x", {{"cell", 3}}}},
+      {{"k", 10}, {"s", "d"}, {"x", "cell-7"}, {"m", "f"}},  // a cell's id: read by hand
+      {{"k", 10}, {"s", "d"}, {"x", 7}},                     // any other ctx: the general decoder
       {{"k", 10}, {"s", "e"}, {"zz", 1}},      // unknown key: general decoder (ignored there)
       {{"k", 10}, {"s", "f"}, {"q", -1}},      // bad field: both refuse
       {{"k", 10}, {"s", "g"}, {"o", 1}},       // 'o' not a boolean: both refuse
