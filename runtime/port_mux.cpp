@@ -66,7 +66,9 @@ bool PortMux::allowed(int port, std::string* handover) const {
 
 PortMux::Stats PortMux::stats() const {
   std::lock_guard<std::mutex> g(mu_);
-  return stats_;
+  Stats s = stats_;
+  s.event_wakes = event_wakes();
+  return s;
 }
 
 void PortMux::count(uint64_t Stats::*counter) {

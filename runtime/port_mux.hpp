@@ -40,6 +40,7 @@ class PortMux : private SpliceLoop {
 
   struct Stats {
     uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
+    uint64_t event_wakes = 0;  // the relay thread's wake-ups for socket events
   };
   Stats stats() const;
 

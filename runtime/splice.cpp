@@ -105,8 +105,17 @@ void SpliceLoop::set_interest(Conn& c, int side, uint32_t events) {
   c.interest[side] = events;
 }
 
+// Out of the epoll set first: closing a file takes it out only when no other process holds it,
+// and a connection handed to a proc (port_mux.hpp) lives on there: left in the set, its bytes
+// for the proc would wake this loop again and again.
+void SpliceLoop::forget_fd(int fd) {
+  if (fd < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+}
+
 void SpliceLoop::close_target(Conn& c) {
-  if (c.fd[kTarget] >= 0) ::close(c.fd[kTarget]);  // which also takes it out of the epoll set
+  forget_fd(c.fd[kTarget]);
   c.fd[kTarget] = -1;
   c.interest[kTarget] = 0;
   c.pending[kTarget].clear();
@@ -115,8 +124,7 @@ void SpliceLoop::close_target(Conn& c) {
 void SpliceLoop::close_conn(uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
-  for (int fd : it->second->fd)
-    if (fd >= 0) ::close(fd);
+  for (int fd : it->second->fd) forget_fd(fd);
   conns_.erase(it);
 }
 
@@ -134,6 +142,7 @@ void SpliceLoop::run() {
     // tick_ms_ may change in a hook: the next tick is due tick_ms_ after the last, whatever it was.
     const int wait = static_cast<int>(std::max<int64_t>(0, tick_ms_ - (now_ms() - last_tick)));
     int n = epoll_wait(epoll_fd_, events, 64, wait);
+    if (n > 0) event_wakes_.fetch_add(1, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       const uint64_t key = events[i].data.u64;
       if (key == kWakeKey) {

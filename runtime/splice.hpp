@@ -4,7 +4,8 @@
 // (relay_dialer.hpp). A subclass decides what happens before a pair is spliced (a preamble,
 // connecting the other side); the loop does the rest: epoll, non-blocking sockets, at most one
 // read's bytes held per direction (a side whose peer cannot take more is not read, so TCP's own
-// flow control holds the sender back), and either side's end closing both.
+// flow control holds the sender back), and either side's end closing both (each socket taken
+// out of the epoll set before it is closed: one handed to another process stays open there).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -46,6 +47,8 @@ class SpliceLoop {
 
   void start_thread();
   void stop();
+  // How often the loop woke for socket events so far (an idle loop does not).
+  uint64_t event_wakes() const { return event_wakes_.load(); }
   void wake();
   // Registers a listening socket; its readiness calls on_listener(key). key < 2^62.
   void add_listener(int fd, uint64_t key);
@@ -73,10 +76,12 @@ class SpliceLoop {
   bool pump(Conn& c, Side from);
   bool flush(Conn& c, Side to);
   void watch_spliced(Conn& c);
+  void forget_fd(int fd);  // out of the epoll set, then closed
 
   int epoll_fd_ = -1, wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> event_wakes_{0};
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;  // the loop's thread only
   std::vector<char> buffer_;                                   // one read's bytes

@@ -285,9 +285,13 @@ TEST_CASE("a lane's connection is handed over to the proc behind the agent's por
   SECTION("handed over") {
     listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
     mux.allow(listener.port(), listener.handover_path());
+    const uint64_t wakes_before = mux.stats().event_wakes;
     send_over_lane(mux, listener, secret);
     CHECK(mux.stats().lanes_handed_over == 1);
     CHECK(mux.stats().relayed_to_procs == 0);
+    // The lane's bytes are the proc's alone: the relay thread does not wake for them (a
+    // connection left in its epoll set woke it for every byte until the proc read it).
+    CHECK(mux.stats().event_wakes - wakes_before < 10);
   }
   SECTION("no hand-over socket there: relayed") {
     listener.expect(secret, "tcp://writer:1", now_ms(), 10000);
