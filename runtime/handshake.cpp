@@ -159,7 +159,8 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std:
   // connection: on TCP a disconnect before the handshake succeeded is a refusal too.
   const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                     (tcp_ && !relayed_ ? ZMQ_EVENT_DISCONNECTED : 0) | (must_listen_ ? ZMQ_EVENT_CONNECT_RETRIED : 0);
+                     (tcp_ && !relayed_ ? ZMQ_EVENT_DISCONNECTED : 0) | (must_listen_ ? ZMQ_EVENT_CONNECT_RETRIED : 0) |
+                     (tcp_ ? ZMQ_EVENT_CONNECTED : 0);
   if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), events) != 0)
     throw zmq::error_t();
   events_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
@@ -186,6 +187,8 @@ HandshakeWatch::State HandshakeWatch::poll(std::string* why) {
     std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       state_ = State::Succeeded;
+    } else if (id == ZMQ_EVENT_CONNECTED) {
+      ++connects_;
     } else if (id == ZMQ_EVENT_CONNECT_RETRIED) {
       // A connection that could not be made (refused, no route) is retried at once; one that is
       // silently dropped waits for TCP's own timeout instead, and is the caller's to wait out.
@@ -222,6 +225,18 @@ HandshakeWatch::State HandshakeWatch::poll(std::string* why) {
   }
   if (state_ == State::Refused || (state_ == State::Succeeded && !tcp_)) stop();
   return state_;
+}
+
+std::string HandshakeWatch::describe() const {
+  if (state_ == State::Succeeded) return "its handshake succeeded";
+  if (state_ == State::Refused) return "it was refused";
+  if (!tcp_) return "its handshake has not finished";
+  if (connects_ == 0)
+    return "no TCP connection to it was made yet" +
+           (failed_connects_ ? " (" + std::to_string(failed_connects_) + " attempts failed)" : std::string());
+  return "a TCP connection to it was made" + (connects_ > 1 ? " " + std::to_string(connects_) + " times" : std::string()) +
+         " but the handshake did not finish (" +
+         (relayed_ ? "its host agent's relay" : "whatever accepted the connection") + " has not answered)";
 }
 
 bool HandshakeWatch::reconnected() {

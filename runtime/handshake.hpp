@@ -90,6 +90,10 @@ class HandshakeWatch {
   // After the first handshake: whether the connection was made again since the last call (a
   // link that came back, or a new process at the address), which must hear Hello again.
   bool reconnected();
+  // What became of the connection so far, as of the last poll, for a message about a peer that
+  // does not answer: no TCP connection made (and attempts that failed), made but its handshake
+  // not finished, or the handshake done.
+  std::string describe() const;
 
  private:
   void stop();
@@ -100,6 +104,7 @@ class HandshakeWatch {
   bool relayed_ = false;  // a proc behind its host agent's port (tcp://host:port/N)
   bool must_listen_ = false;
   int failed_connects_ = 0;
+  int connects_ = 0;  // TCP connections made (ZMQ_EVENT_CONNECTED)
   State state_ = State::Pending;
 };
 

@@ -34,6 +34,10 @@ struct LaidOut {
 void slice_parts(const std::vector<std::string_view>& parts, size_t offset, size_t length,
                  std::vector<std::string_view>& out);
 
+// The most a message may spend besides its frames (header, frame lengths): what a reader holds
+// in memory for one message before its frames is bounded by this, not by the peer's word.
+constexpr uint64_t kMaxLayoutOverhead = 64 << 20;
+
 // What the prefix at the start of a message says; `overhead` is everything but the frames.
 struct LayoutPrefix {
   uint64_t total = 0;

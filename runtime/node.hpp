@@ -153,6 +153,7 @@ class Node {
   // one closed (a host agent outlives thousands of short-lived controllers).
   void forget_peer(const std::string& addr);
   NodeStats stats() const;
+  std::string link_report(const std::string& addr) const { return transport_.link_report(addr); }
   // Calls to more targets on other hosts than this go through a cast tree (cast_tree.hpp); 0 or
   // 1: never. XMESH_CAST_FANOUT at start (16), XMESH_CAST_TREE=off for 0.
   size_t cast_fanout() const { return cast_fanout_.load(); }

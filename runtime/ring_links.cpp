@@ -235,6 +235,11 @@ RingReaders::Got RingReaders::take_record(In& in, Message* out, std::string* err
     if (!read_layout_prefix(in.record.data(), in.record.size(), &prefix) ||
         in.record.size() != std::min<uint64_t>(prefix.total, largest))
       return *error = "a record that does not start a message", Got::garbage;
+    // What it claims besides its frames is bounded: the reserve below is not the peer's to size.
+    if (prefix.overhead() > kMaxLayoutOverhead)
+      return *error = "a message whose header and frame list take " + std::to_string(prefix.overhead()) +
+                      " bytes (at most " + std::to_string(kMaxLayoutOverhead) + ")",
+             Got::garbage;
     const uint64_t total = prefix.total;
     if (prefix.payload() > max_message_bytes_) {
       *payload = prefix.payload();

@@ -208,9 +208,9 @@ LaneOpener::Got LaneOpener::start_message(Message* out, std::string* error, uint
   LayoutPrefix prefix;
   if (!read_layout_prefix(record_.data(), record_.size(), &prefix) || record_.size() > prefix.total)
     return broken(error, "a record that does not start a message");
-  if (prefix.overhead() > kLaneMaxOverhead)
+  if (prefix.overhead() > kMaxLayoutOverhead)
     return broken(error, "a message whose header and frame list take " + std::to_string(prefix.overhead()) +
-                             " bytes (at most " + std::to_string(kLaneMaxOverhead) + ")");
+                             " bytes (at most " + std::to_string(kMaxLayoutOverhead) + ")");
   if (prefix.payload() > max_message_bytes_) {
     *payload = prefix.payload();
     skipping_ = prefix.total - record_.size();

@@ -34,9 +34,6 @@ constexpr size_t kLaneKeyBytes = 32;
 constexpr size_t kLaneTokenBytes = 16;
 constexpr size_t kLaneChunk = 64 << 10;   // plaintext bytes per record, at most
 constexpr size_t kLaneRecordTag = 16;     // what sealing adds to a record (Poly1305's tag)
-// The most a message may spend besides its frames (header, frame lengths): what a lane holds
-// in memory for one message before its frames is bounded by this, not by the peer's word.
-constexpr uint64_t kLaneMaxOverhead = 64 << 20;
 
 struct LaneSecret {
   std::string key;    // kLaneKeyBytes random bytes

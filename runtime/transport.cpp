@@ -477,6 +477,18 @@ void Transport::send_link_message_locked(OutPeer& p, Kind kind, json body, bool 
   send_zmq_locked(p, h, none, blocking);
 }
 
+std::string Transport::link_report(const std::string& addr) const {
+  auto p = existing_out_peer(addr);
+  if (!p) return "no link to it is open";
+  std::lock_guard<std::mutex> g(p->mu);
+  if (!p->sock) return "its link was closed";
+  std::string report = p->watch ? p->watch->describe() : "its handshake succeeded";
+  if (!p->unacked.empty())
+    report += "; " + std::to_string(p->unacked.size()) + " message" + (p->unacked.size() == 1 ? "" : "s") +
+              " sent to it not acknowledged";
+  return report;
+}
+
 std::shared_ptr<Transport::OutPeer> Transport::existing_out_peer(const std::string& addr) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = out_.find(addr);

@@ -159,6 +159,10 @@ class Transport {
   void count_malformed(const std::string& what);  // a message whose body did not read
   void count_too_large() { ++counts_.too_large; }  // one over the limit that came another way (a ring)
   NodeStats stats() const;
+  // What became of this node's link to addr, in words, for a message about a peer that does not
+  // answer: none opened, no TCP connection made, a connection without a finished handshake,
+  // messages waiting for its acknowledgement.
+  std::string link_report(const std::string& addr) const;
   // Closes every socket (bounded linger) and removes an ipc socket file.
   void close();
 

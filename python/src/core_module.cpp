@@ -587,7 +587,9 @@ void bind_node(py::module_& m) {
       .def("unwatch_host", &Node::unwatch_host)
       .def("add_dependent", &Node::add_dependent)
       .def("lose_host", &Node::lose_host)
-      .def("stats", &Node::stats);
+      .def("stats", &Node::stats)
+      .def("link_report", &Node::link_report, py::arg("addr"),
+           "What became of this node's link to addr, in words (for a peer that does not answer).");
 }
 
 // Shapes and slices (runtime/shape.hpp).

@@ -324,8 +324,10 @@ class TcpHostAgent(HostAgent):
 
     def _connected_by(self, answers: dict, timeout: float) -> None:
         if not answers:
-            raise ConnectionError(f"the host agent at {self.addr} did not answer within {timeout:.0f} s: is "
-                                  f"`xmesh-hostd --listen ... --key-file ...` running there, and reachable from here?")
+            link = get_runtime().node.link_report(self.addr)
+            raise ConnectionError(f"the host agent at {self.addr} did not answer within {timeout:.0f} s ({link}): "
+                                  f"is `xmesh-hostd --listen ... --key-file ...` running there, and reachable from "
+                                  f"here?")
         ok, reply, _ = answers[0]
         if not ok:
             raise HostdError(f"cannot use the host agent at {self.addr}: "

@@ -268,6 +268,29 @@ TEST_CASE("records that do not read close the ring and are named", "[ring_links]
   REQUIRE(readers.reading() == 0);
 }
 
+// A message whose prefix claims a header of 2 GiB (its frames within the limit): the reader
+// would have set that much memory aside on the writer's word; it closes the ring instead.
+TEST_CASE("a ring message claiming a huge header is refused before anything is set aside", "[ring_links]") {
+  RingReaders readers(1 << 20);
+  readers.enable();
+  auto ring = ShmRing::create(4096);
+  REQUIRE(readers.take_offer("ipc:///huge", RingOfferBody{getpid(), ring.fd(), ring.token()}).ok);
+  readers.start_reading("ipc:///huge");
+  const uint32_t header_bytes = 0x80000000u;
+  const uint64_t total = 16 + uint64_t(header_bytes) + 10;  // 10 bytes of frames
+  std::string first(ring.max_message(), 'x');  // the first record of a message longer than one
+  std::memcpy(first.data(), &total, 8);
+  std::memcpy(first.data() + 8, &header_bytes, 4);
+  const uint32_t count = 0;
+  std::memcpy(first.data() + 12, &count, 4);
+  REQUIRE(ring.write(first, 0) == ShmRing::Result::ok);
+  RingReaders::Report report;
+  REQUIRE(readers.poll([](Message&) { return true; }, report) == 0);
+  REQUIRE(report.broken.size() == 1);
+  CHECK_THAT(report.broken[0], Catch::Contains("header and frame list take"));
+  REQUIRE(ring.closed());
+}
+
 TEST_CASE("two nodes switch from ZeroMQ to a ring mid-stream without losing or reordering", "[ring_links][node]") {
   Node proc("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-ring-p", "k");
   Node ctl("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-ring-c", "k");

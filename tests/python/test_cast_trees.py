@@ -191,7 +191,11 @@ def test_a_dead_relay_on_a_namespace_host_fails_exactly_the_ranks_behind_it():
                 pm.stop()
             """)
             r = run_program(program, env={"XMESH_CAST_FANOUT": "3", "XMESH_ORDER_WAIT_MS": "600000"}, timeout=110)
-            assert r.returncode == 0, r.stderr
+            # (the agents' logs with a failure: a first connection that went unanswered was seen
+            # once in CI and never again; what the agents saw is the way to its cause)
+            assert r.returncode == 0, r.stderr + "".join(
+                f"\n--- agent {i} ({net.hosts[i].addr}) log:\n" + open(os.path.join(tmp, f"agent-{i}.log")).read()
+                for i in range(2))
             out = json.loads(r.stdout.strip().splitlines()[-1])
             assert out["ok"] == [0, 1, 2, 3, 4, 5]
             assert len(out["errors"]) == 6, out["errors"]  # rank 6 itself and the five behind it

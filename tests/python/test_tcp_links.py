@@ -85,3 +85,36 @@ def test_a_key_file_encrypts_what_travels_and_plaintext_would_show_it(tmp_path, 
     seen_plain, body_plain = call_through_relay("")
     assert "no actor named 'nobody'" in body_plain["text"]
     assert MARKER in seen_plain
+
+
+def test_a_link_that_gets_no_answer_says_how_far_it_got(tmp_path, monkeypatch):
+    """A peer that does not answer is described by what its link did (the message a controller
+    gives when a host agent does not answer): nothing opened, a TCP connection whose CURVE
+    handshake got no answer (a port that accepts and stays silent), a handshake done."""
+    monkeypatch.setenv("XMESH_ACTOR_WAIT_MS", "100")  # "no such actor" at once, not after 10 s
+    key = str(tmp_path / "cluster.key")
+    _core.write_new_key_file(key)
+    silent = socket.create_server(("127.0.0.1", 0))
+    held = []
+    threading.Thread(target=lambda: held.append(silent.accept()), daemon=True).start()
+    a = _core.Node("controller", "tcp://127.0.0.1:*", "cookie", key)
+    b = _core.Node("proc", "tcp://127.0.0.1:*", "cookie", key)
+    for n in (a, b):
+        n.set_default_cookie("cookie")
+        n.start()
+    try:
+        quiet = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        assert a.link_report(quiet) == "no link to it is open"
+        a.expect_listening(quiet)
+        call = a.call([(quiet, "nobody")], int(Kind.Call), "method", None, _pickling.dumps(()), True)
+        assert not call.wait(1.5)
+        report = a.link_report(quiet)
+        assert report.startswith("a TCP connection to it was made but the handshake did not finish"), report
+        assert "messages sent to it not acknowledged" in report, report  # its Hello and the call
+        answered = a.call([(b.addr, "nobody")], int(Kind.Call), "method", None, _pickling.dumps(()), True)
+        assert answered.wait(10)
+        assert a.link_report(b.addr).startswith("its handshake succeeded"), a.link_report(b.addr)
+    finally:
+        a.stop()
+        b.stop()
+        silent.close()
