@@ -95,7 +95,13 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
   h.seq = 0;  // a ring neither loses nor repeats: no numbers to check
   h.pieces.clear();
   auto header = encode_header(h);
-  switch (p.ring->write(header, frames, blocking, static_cast<int>(send_timeout_ms_), wake_bits_for(h.kind))) {
+  const uint32_t wake = wake_bits_for(h.kind);
+  auto r = p.ring->write(header, frames, false, 0, wake);
+  if (r == ShmRing::Result::full && blocking) {  // it waits for the reader: not awake meanwhile
+    AwakeOnFeed::Pause pause;
+    r = p.ring->write(header, frames, true, static_cast<int>(send_timeout_ms_), wake);
+  }
+  switch (r) {
     case ShmRing::Result::ok:
       ++counts_.sent;
       ++counts_.ring_sent;

@@ -43,12 +43,14 @@ class WaitFeed {
 // meanwhile, which no writer woke anyone for.
 class AwakeOnFeed {
  public:
-  explicit AwakeOnFeed(WaitFeed* feed) : feed_(feed && feed->live() ? feed : nullptr) {
+  explicit AwakeOnFeed(WaitFeed* feed) : feed_(feed && feed->live() ? feed : nullptr), outer_(current_) {
+    current_ = this;
     if (!feed_) return;
     seen_ = feed_->seq();
     feed_->awake(true);
   }
   ~AwakeOnFeed() {
+    current_ = outer_;
     if (!feed_) return;
     feed_->awake(false);
     if (feed_->seq() != seen_) feed_->pump();
@@ -56,8 +58,28 @@ class AwakeOnFeed {
   AwakeOnFeed(const AwakeOnFeed&) = delete;
   AwakeOnFeed& operator=(const AwakeOnFeed&) = delete;
 
+  // While the thread waits for something else (room in a full ring), it reads nothing: writers
+  // wake others for what comes meanwhile (else that would wait for the reading thread's
+  // 100 ms tick, or for this thread, which may be waiting on the very peer that writes).
+  class Pause {
+   public:
+    Pause() : a_(current_ && current_->feed_ ? current_ : nullptr) {
+      if (a_) a_->feed_->awake(false);
+    }
+    ~Pause() {
+      if (a_) a_->feed_->awake(true);
+    }
+    Pause(const Pause&) = delete;
+    Pause& operator=(const Pause&) = delete;
+
+   private:
+    AwakeOnFeed* a_;
+  };
+
  private:
+  static inline thread_local AwakeOnFeed* current_ = nullptr;
   WaitFeed* feed_;
+  AwakeOnFeed* outer_;
   uint32_t seen_ = 0;
 };
 
