@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "util.hpp"
+
 namespace xmesh {
 
 namespace {
@@ -26,12 +28,6 @@ constexpr size_t kMaxCapacity = size_t(1) << 30;
 constexpr int kSpins = 64;  // tries before sleeping: a reply often comes within microseconds
 
 size_t record_bytes(size_t length) { return (4 + length + 7) & ~size_t(7); }
-
-int64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -65,13 +61,6 @@ void futex_wait_bits(std::atomic<uint32_t>& word, uint32_t seen, int timeout_ms,
 
 long futex_wake_bits(std::atomic<uint32_t>& word, int count, uint32_t bits) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_BITSET, count, nullptr, nullptr, bits);
-}
-
-uint64_t random_token() {
-  uint64_t t = 0;
-  while (t == 0)
-    if (getrandom(&t, sizeof t, 0) != sizeof t) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
-  return t;
 }
 
 }  // namespace

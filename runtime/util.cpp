@@ -47,18 +47,30 @@ double wall_time() {
   return duration_cast<duration<double>>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string random_hex(size_t nbytes) {
-  std::string raw(nbytes, '\0');
+namespace {
+void random_fill(char* out, size_t nbytes) {
   size_t got = 0;
   while (got < nbytes) {
-    ssize_t n = getrandom(raw.data() + got, nbytes - got, 0);
+    ssize_t n = getrandom(out + got, nbytes - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
     }
     got += static_cast<size_t>(n);
   }
+}
+}  // namespace
+
+std::string random_hex(size_t nbytes) {
+  std::string raw(nbytes, '\0');
+  random_fill(raw.data(), nbytes);
   return to_hex(raw);
+}
+
+uint64_t random_token() {
+  uint64_t t = 0;
+  while (t == 0) random_fill(reinterpret_cast<char*>(&t), sizeof t);
+  return t;
 }
 
 std::string to_hex(const std::string& bytes) {

@@ -1,0 +1,57 @@
+// The data plane's owner side (issue 24; docs/ARCHITECTURE.md "The data plane"): the memory a
+// process lends as RDMA buffers, by id. A buffer is a range of this process's memory that peers
+// read from or write into directly; the registry says which ranges are lent, hands out leases
+// for one transfer each (a range checked against the buffer, the memory pinned until the lease
+// ends), and lets a buffer go only once no lease holds it.
+//
+// Ids are random 64-bit numbers: a handle names its buffer by id only, never by address, so a
+// peer learns nothing it could use to reach other memory, and a forged or stale id is refused.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace xmesh {
+
+class BufferRegistry {
+ public:
+  // Lends [addr, addr + size) (size > 0); writable: peers may write into it too. Returns its id.
+  uint64_t lend(void* addr, size_t size, bool writable);
+
+  struct Lease {
+    uint64_t id = 0;      // 0: refused (*why says why)
+    uint64_t number = 0;  // this lease, for release()
+    char* addr = nullptr; // the leased range's start
+    size_t size = 0;
+  };
+  // A lease on [offset, offset + size) of buffer `id` for reading it (write: for writing into
+  // it): refused, naming why, when no such buffer is lent (never, or dropped), the range is not
+  // inside it, or a write is asked of a read-only buffer.
+  Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, std::string* why);
+  // The lease ends. True when that let a dropped buffer go (its memory is the owner's again).
+  bool release(uint64_t id, uint64_t lease_number);
+
+  // Stops lending buffer `id`: new leases are refused at once. Returns how many leases still
+  // hold it (its memory stays untouched by this process until release() ends the last one);
+  // -1 when no such buffer is lent.
+  int drop(uint64_t id);
+  // Whether `id` is lent, or dropped with leases still holding it.
+  bool holds(uint64_t id) const;
+  size_t lent() const;  // buffers lent now, not dropped
+
+ private:
+  struct Entry {
+    char* addr;
+    size_t size;
+    bool writable;
+    bool dropped = false;
+    std::unordered_map<uint64_t, bool> leases;  // lease number: for writing
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Entry> buffers_;
+  uint64_t next_lease_ = 1;
+};
+
+}  // namespace xmesh
