@@ -480,7 +480,8 @@ void Transport::send_link_message_locked(OutPeer& p, Kind kind, json body, bool 
 std::string Transport::link_report(const std::string& addr) const {
   auto p = existing_out_peer(addr);
   if (!p) return "no link to it is open";
-  std::lock_guard<std::mutex> g(p->mu);
+  std::unique_lock<std::mutex> g(p->mu, std::try_to_lock);  // a diagnosis never waits for a sender
+  if (!g.owns_lock()) return "a send to it is under way (waiting for room)";
   if (!p->sock) return "its link was closed";
   std::string report = p->watch ? p->watch->describe() : "its handshake succeeded";
   if (!p->unacked.empty())
