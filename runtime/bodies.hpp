@@ -374,6 +374,51 @@ struct RingOfferBody {
 };
 XMESH_BODY_JSON(RingOfferBody)
 
+// BufferLease (-> an RDMA buffer's owner; the data plane, buffer_registry.hpp): a lease on
+// [offset, offset + size) of buffer `buffer`, for reading it or (write) writing into it.
+// Answered with a BufferLeaseReply, or a Buffer error saying why not.
+struct BufferLeaseBody {
+  static constexpr const char* what = "BufferLease";
+  uint64_t buffer = 0, offset = 0, size = 0;
+  bool write = false;
+  template <class F>
+  static void fields(F&& f) {
+    f("buffer", &BufferLeaseBody::buffer, Need::Required);
+    f("offset", &BufferLeaseBody::offset, Need::Optional);
+    f("size", &BufferLeaseBody::size, Need::Required);
+    f("write", &BufferLeaseBody::write, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(BufferLeaseBody)
+
+// Where a leased range is: the owner's pid and the range's address there (for a copy on its
+// host), and the lease's number (for BufferRelease).
+struct BufferLeaseReply {
+  static constexpr const char* what = "BufferLease reply";
+  int64_t pid = 0;
+  uint64_t addr = 0, lease = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("pid", &BufferLeaseReply::pid, Need::Required);
+    f("addr", &BufferLeaseReply::addr, Need::Required);
+    f("lease", &BufferLeaseReply::lease, Need::Required);
+  }
+};
+XMESH_BODY_JSON(BufferLeaseReply)
+
+// BufferRelease (-> the owner): the lease ended. BufferDrop (-> the owner): lend the buffer no
+// more (lease 0), answered with the leases that still hold it.
+struct BufferReleaseBody {
+  static constexpr const char* what = "BufferRelease";
+  uint64_t buffer = 0, lease = 0;
+  template <class F>
+  static void fields(F&& f) {
+    f("buffer", &BufferReleaseBody::buffer, Need::Required);
+    f("lease", &BufferReleaseBody::lease, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(BufferReleaseBody)
+
 // RingAccept (the receiver of an offer -> its sender): the ring (its token) is mapped, and the
 // receiver's doorbell is at /proc/<pid>/fd/<bell_fd>; or, ok false, why it is not used.
 struct RingAcceptBody {

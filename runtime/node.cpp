@@ -1,6 +1,7 @@
 #include "node.hpp"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "bodies.hpp"
 #include "util.hpp"
@@ -455,6 +456,12 @@ void Node::register_builtin_handlers() {
     LaneOfferBody offer;
     if (typed_body(m, offer)) transport_.on_lane_offer(m.sender_addr, offer);
   };
+  handlers_[static_cast<int>(Kind::BufferLease)] = [this](Message& m) { on_buffer_lease(m); };
+  handlers_[static_cast<int>(Kind::BufferDrop)] = [this](Message& m) { on_buffer_drop(m); };
+  handlers_[static_cast<int>(Kind::BufferRelease)] = [this](Message& m) {
+    BufferReleaseBody b;
+    if (typed_body(m, b)) buffers_.release(b.buffer, b.lease);
+  };
   handlers_[static_cast<int>(Kind::LaneSwitch)] = [this](Message& m) {
     transport_.on_lane_switch(m.sender_addr, m.peer_identity);
   };
@@ -591,6 +598,49 @@ void Node::on_peer_dead(Message& m) {
   mark_dead(dead.addr, dead.error);
   forget_peer(dead.addr);
   control_.push(std::move(m));
+}
+
+// A request whose body does not read is answered saying so (its sender waits for an answer).
+template <class Body>
+bool Node::request_body(const Message& m, Body& out) {
+  std::string why;
+  auto read = read_as<Body>(m.header.body, &why);
+  if (read) {
+    out = std::move(*read);
+    return true;
+  }
+  transport_.count_malformed(std::string("refused a malformed '") + kind_name(m.header.kind) + "' request: " + why);
+  reply(m, false, error_body(ErrorKind::Buffer, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why),
+        {});
+  return false;
+}
+
+void Node::on_buffer_lease(Message& m) {
+  BufferLeaseBody b;
+  if (!request_body(m, b)) return;
+  std::string why;
+  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, &why);
+  if (!lease.id) {
+    reply(m, false, error_body(ErrorKind::Buffer, why), {});
+    return;
+  }
+  BufferLeaseReply r{static_cast<int64_t>(getpid()), reinterpret_cast<uint64_t>(lease.addr), lease.number};
+  if (m.header.corr) {
+    reply(m, true, r, {});
+  } else {
+    buffers_.release(b.buffer, lease.number);  // nobody to tell where: no lease
+  }
+}
+
+void Node::on_buffer_drop(Message& m) {
+  BufferReleaseBody b;
+  if (!request_body(m, b)) return;
+  const int left = buffers_.drop(b.buffer);
+  if (left < 0) {
+    reply(m, false, error_body(ErrorKind::Buffer, "the buffer was dropped (or never lent by this process)"), {});
+    return;
+  }
+  reply(m, true, json{{"leases", left}}, {});
 }
 
 void Node::on_dump_stacks(Message& m) {

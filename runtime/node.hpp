@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actor_directory.hpp"
+#include "buffer_registry.hpp"
 #include "call.hpp"
 #include "cast_tree.hpp"
 #include "call_table.hpp"
@@ -154,6 +155,9 @@ class Node {
   void forget_peer(const std::string& addr);
   NodeStats stats() const;
   std::string link_report(const std::string& addr) const { return transport_.link_report(addr); }
+  // The memory this process lends as RDMA buffers (the data plane): BufferLease, BufferRelease
+  // and BufferDrop from peers are answered from it on the reading thread, never an actor's.
+  BufferRegistry& buffers() { return buffers_; }
   // Calls to more targets on other hosts than this go through a cast tree (cast_tree.hpp); 0 or
   // 1: never. XMESH_CAST_FANOUT at start (16), XMESH_CAST_TREE=off for 0.
   size_t cast_fanout() const { return cast_fanout_.load(); }
@@ -179,6 +183,7 @@ class Node {
   // how many messages; *held: one waits for its actor's room.
   size_t pump_rings(bool* held);
   class RingFeed;
+  BufferRegistry buffers_;
   std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)
   // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
   // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).
@@ -197,9 +202,13 @@ class Node {
   void on_proc_exited(Message& m);    // supervision: mark dead, relay PeerDead, then control
   void on_peer_dead(Message& m);
   void on_dump_stacks(Message& m);
+  void on_buffer_lease(Message& m);
+  void on_buffer_drop(Message& m);
   // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false.
   template <class Body>
   bool typed_body(const Message& m, Body& out);
+  template <class Body>
+  bool request_body(const Message& m, Body& out);
   void answer_no_actor(const Message& m, const std::string& why);
   void tick_heartbeats();
   void expire_waiting_for_actor();

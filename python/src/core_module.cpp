@@ -310,6 +310,9 @@ void bind_bodies(py::module_& m) {
   bind_body<PreviousOwner>(m, "PreviousOwner", "The controller that owned an allocation before.");
   bind_body<AttachReply>(m, "AttachReply", "What a controller needs to reach an attached allocation.");
   bind_body<AllocationStatus>(m, "AllocationStatus", "One allocation of an agent's Status.");
+  bind_body<BufferLeaseBody>(m, "BufferLeaseBody", "BufferLease: a lease on a range of an RDMA buffer, for reading or writing.");
+  bind_body<BufferLeaseReply>(m, "BufferLeaseReply", "Where a leased range is: the owner's pid, the address there, the lease.");
+  bind_body<BufferReleaseBody>(m, "BufferReleaseBody", "BufferRelease / BufferDrop: a lease ended, or a buffer lent no more.");
   bind_body<PortCounts>(m, "PortCounts", "What an agent's one TCP port did: connections relayed, lanes handed over, refused.");
   bind_body<StatusReply>(m, "StatusReply", "What an agent runs.");
   bind_body<CallBody>(m, "CallBody", "Call: the message's point when not the actor's own, and a port for the reply.");

@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "bodies.hpp"
 #include "buffer_registry.hpp"
+#include "node.hpp"
 #include "process_memory.hpp"
 
 using namespace xmesh;
@@ -116,4 +118,70 @@ TEST_CASE("a copy from a process that is gone, or outside its memory, says why",
   auto gone = read_process_memory(child.pid, mem.data(), local.data(), 64);
   CHECK(gone.status == ProcessCopy::Status::gone);
   CHECK_THAT(gone.why, Catch::Contains("is gone"));
+}
+
+namespace {
+// One BufferLease (or BufferDrop) from `from` to the owner node at `owner`: its one answer.
+CallResult ask(Node& from, const std::string& owner, Kind kind, const json& body) {
+  Header h;
+  h.kind = kind;
+  h.body = body;
+  auto c = from.call({Target{owner, ""}}, h, {}, true);
+  REQUIRE(c->wait_done(10000));
+  auto got = c->take();
+  REQUIRE(got.size() == 1);
+  return std::move(got[0]);
+}
+}  // namespace
+
+// The lease messages between two nodes (here in one process: the copy is from this process's
+// own memory, as it would be from another's): a lease answered with where the range is, a copy
+// from there, the release; a write lease into read-only memory, a range outside, a malformed
+// request and a dropped buffer refused naming why; a drop answered with the leases still held.
+TEST_CASE("a node answers leases on the buffers its process lends, and refuses the rest saying why", "[data_plane][node]") {
+  Node owner("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-buf-o", "k");
+  Node reader("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-buf-r", "k");
+  for (Node* n : {&owner, &reader}) {
+    n->set_default_cookie("k");
+    n->start();
+  }
+  std::vector<char> mem(1 << 20);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 3);
+  const uint64_t id = owner.buffers().lend(mem.data(), mem.size(), false);
+  auto leased = ask(reader, owner.addr(), Kind::BufferLease, BufferLeaseBody{id, 4096, 65536, false});
+  REQUIRE(leased.ok);
+  auto where = read_as<BufferLeaseReply>(leased.body, nullptr);
+  REQUIRE(where);
+  CHECK(where->pid == getpid());
+  std::vector<char> local(65536);
+  REQUIRE(read_process_memory(static_cast<pid_t>(where->pid), reinterpret_cast<void*>(where->addr), local.data(),
+                              local.size()));
+  CHECK(std::memcmp(local.data(), mem.data() + 4096, local.size()) == 0);
+
+  auto refused = [&](const json& body, Kind kind = Kind::BufferLease) {
+    auto r = ask(reader, owner.addr(), kind, body);
+    CHECK_FALSE(r.ok);
+    CHECK(r.body.value("kind", "") == "buffer");
+    return r.body.value("text", "");
+  };
+  CHECK_THAT(refused(BufferLeaseBody{id, 0, 16, true}), Catch::Contains("read-only"));
+  CHECK_THAT(refused(BufferLeaseBody{id, mem.size() - 8, 16, false}), Catch::Contains("not inside the buffer"));
+  CHECK_THAT(refused(json{{"buffer", "not a number"}}), Catch::Contains("malformed buffer-lease request"));
+  CHECK_THAT(refused(BufferLeaseBody{id + 1, 0, 16, false}), Catch::Contains("dropped (or never lent"));
+
+  // Dropped while the lease holds it: refused from then on, the memory held until the release.
+  auto dropped = ask(reader, owner.addr(), Kind::BufferDrop, BufferReleaseBody{id, 0});
+  REQUIRE(dropped.ok);
+  CHECK(dropped.body.value("leases", -1) == 1);
+  CHECK_THAT(refused(BufferLeaseBody{id, 0, 16, false}), Catch::Contains("dropped"));
+  CHECK(owner.buffers().holds(id));
+  Header release;
+  release.kind = Kind::BufferRelease;
+  release.body = BufferReleaseBody{id, where->lease};
+  reader.call({Target{owner.addr(), ""}}, release, {}, false);
+  for (int i = 0; i < 500 && owner.buffers().holds(id); ++i) usleep(10000);
+  CHECK_FALSE(owner.buffers().holds(id));
+  CHECK_THAT(refused(BufferReleaseBody{id, 0}, Kind::BufferDrop), Catch::Contains("dropped"));
+  reader.stop();
+  owner.stop();
 }

@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!again || encode_header(*again) != bytes) __builtin_trap();  // not stable under re-encoding
   read_every_body<HelloBody, ErrorBody, ProcExitedBody, LogBody, CancelBody, ConfigureBody, AdoptBody,
                   PeerDeadBody, ReloadBody, SpawnRank, SpawnProcsBody, ProcEntry, SpawnProcsReply, StopProcsBody,
-                  StopProcsReply, AttachBody, PreviousOwner, AttachReply, AllocationStatus, PortCounts, StatusReply,
+                  StopProcsReply, AttachBody, PreviousOwner, AttachReply, AllocationStatus, PortCounts, StatusReply, BufferLeaseBody, BufferLeaseReply, BufferReleaseBody,
                   SpawnActorBody, ActorRecord, RefuseBody, ReloadReply, ProcInfoBody, ProcInfoReply,
                   DumpStacksReply, FlushOutputReply, DebugEventBody, DebugCommandBody, SyncStepBody, SyncReply,
                   RankMeta, AllocationMeta, RingOfferBody, RingAcceptBody, LaneOfferBody, CastTarget, CastBody, ReplyEntry,
