@@ -35,7 +35,7 @@ BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64
     return {};
   }
   uint64_t number = next_lease_++;
-  e.leases.emplace(number, write);
+  e.leases.insert(number);
   return Lease{id, number, e.addr + offset, static_cast<size_t>(size)};
 }
 

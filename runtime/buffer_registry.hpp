@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace xmesh {
 
@@ -47,7 +48,7 @@ class BufferRegistry {
     size_t size;
     bool writable;
     bool dropped = false;
-    std::unordered_map<uint64_t, bool> leases;  // lease number: for writing
+    std::unordered_set<uint64_t> leases;  // the numbers of the leases holding it
   };
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> buffers_;

@@ -562,11 +562,12 @@ void Node::on_spawn_actor(Message& m) {
 }
 
 template <class Body>
-bool Node::typed_body(const Message& m, Body& out) {
+bool Node::typed_body(const Message& m, Body& out, std::string* why_out) {
   std::string why;
   auto read = read_as<Body>(m.header.body, &why);
   if (!read) {
     transport_.count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + why);
+    if (why_out) *why_out = why;
     return false;
   }
   out = std::move(*read);
@@ -602,22 +603,16 @@ void Node::on_peer_dead(Message& m) {
 
 // A request whose body does not read is answered saying so (its sender waits for an answer).
 template <class Body>
-bool Node::request_body(const Message& m, Body& out) {
+bool Node::request_body(const Message& m, Body& out, ErrorKind kind) {
   std::string why;
-  auto read = read_as<Body>(m.header.body, &why);
-  if (read) {
-    out = std::move(*read);
-    return true;
-  }
-  transport_.count_malformed(std::string("refused a malformed '") + kind_name(m.header.kind) + "' request: " + why);
-  reply(m, false, error_body(ErrorKind::Buffer, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why),
-        {});
+  if (typed_body(m, out, &why)) return true;
+  reply(m, false, error_body(kind, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why), {});
   return false;
 }
 
 void Node::on_buffer_lease(Message& m) {
   BufferLeaseBody b;
-  if (!request_body(m, b)) return;
+  if (!request_body(m, b, ErrorKind::Buffer)) return;
   std::string why;
   auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, &why);
   if (!lease.id) {
@@ -634,7 +629,7 @@ void Node::on_buffer_lease(Message& m) {
 
 void Node::on_buffer_drop(Message& m) {
   BufferReleaseBody b;
-  if (!request_body(m, b)) return;
+  if (!request_body(m, b, ErrorKind::Buffer)) return;
   const int left = buffers_.drop(b.buffer);
   if (left < 0) {
     reply(m, false, error_body(ErrorKind::Buffer, "the buffer was dropped (or never lent by this process)"), {});

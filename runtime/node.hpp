@@ -204,11 +204,12 @@ class Node {
   void on_dump_stacks(Message& m);
   void on_buffer_lease(Message& m);
   void on_buffer_drop(Message& m);
-  // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false.
+  // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false (*why_out
+  // says why). request_body also answers such a request with a `kind` error naming why.
   template <class Body>
-  bool typed_body(const Message& m, Body& out);
+  bool typed_body(const Message& m, Body& out, std::string* why_out = nullptr);
   template <class Body>
-  bool request_body(const Message& m, Body& out);
+  bool request_body(const Message& m, Body& out, ErrorKind kind);
   void answer_no_actor(const Message& m, const std::string& why);
   void tick_heartbeats();
   void expire_waiting_for_actor();
