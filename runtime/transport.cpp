@@ -1,7 +1,9 @@
 #include "transport.hpp"
 
 #include <sys/stat.h>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <unistd.h>
 
 #include <zmq_addon.hpp>
@@ -480,8 +482,11 @@ void Transport::send_link_message_locked(OutPeer& p, Kind kind, json body, bool 
 std::string Transport::link_report(const std::string& addr) const {
   auto p = existing_out_peer(addr);
   if (!p) return "no link to it is open";
-  std::unique_lock<std::mutex> g(p->mu, std::try_to_lock);  // a diagnosis never waits for a sender
-  if (!g.owns_lock()) return "a send to it is under way (waiting for room)";
+  // A diagnosis waits a moment for the link (the I/O thread holds it briefly), never for a
+  // sender held back for long.
+  std::unique_lock<std::mutex> g(p->mu, std::defer_lock);
+  for (int i = 0; i < 200 && !g.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!g.owns_lock()) return "a send to it has been under way for a while (waiting for room)";
   if (!p->sock) return "its link was closed";
   std::string report = p->watch ? p->watch->describe() : "its handshake succeeded";
   if (!p->unacked.empty())
