@@ -391,17 +391,19 @@ struct BufferLeaseBody {
 };
 XMESH_BODY_JSON(BufferLeaseBody)
 
-// Where a leased range is: the owner's pid and the range's address there (for a copy on its
-// host), and the lease's number (for BufferRelease).
+// Where a leased range is: the owner's host (util.hpp host_key: a reader with the same key
+// copies by pid), pid and the range's address there, and the lease's number (for BufferRelease).
 struct BufferLeaseReply {
   static constexpr const char* what = "BufferLease reply";
   int64_t pid = 0;
   uint64_t addr = 0, lease = 0;
+  std::string host;
   template <class F>
   static void fields(F&& f) {
     f("pid", &BufferLeaseReply::pid, Need::Required);
     f("addr", &BufferLeaseReply::addr, Need::Required);
     f("lease", &BufferLeaseReply::lease, Need::Required);
+    f("host", &BufferLeaseReply::host, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseReply)

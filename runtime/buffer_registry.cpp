@@ -12,12 +12,12 @@ uint64_t BufferRegistry::lend(void* addr, size_t size, bool writable) {
   uint64_t id;
   do id = random_token();
   while (buffers_.count(id));
-  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable});
+  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, {}});
   return id;
 }
 
 BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64_t size, bool write,
-                                            std::string* why) {
+                                            const std::string& holder, std::string* why) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.dropped) {
@@ -35,20 +35,43 @@ BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64
     return {};
   }
   uint64_t number = next_lease_++;
-  e.leases.insert(number);
+  e.leases.emplace(number, holder);
   return Lease{id, number, e.addr + offset, static_cast<size_t>(size)};
 }
 
-bool BufferRegistry::release(uint64_t id, uint64_t lease_number) {
+bool BufferRegistry::release(uint64_t id, uint64_t lease_number, const std::string& holder) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return false;
-  it->second.leases.erase(lease_number);
+  auto lease = it->second.leases.find(lease_number);
+  if (lease == it->second.leases.end() || lease->second != holder) return false;  // not its lease to end
+  it->second.leases.erase(lease);
   if (it->second.dropped && it->second.leases.empty()) {
     buffers_.erase(it);
     return true;
   }
   return false;
+}
+
+size_t BufferRegistry::release_holder(const std::string& holder) {
+  std::lock_guard<std::mutex> g(mu_);
+  size_t ended = 0;
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    auto& leases = it->second.leases;
+    for (auto l = leases.begin(); l != leases.end();) {
+      if (l->second == holder) {
+        l = leases.erase(l);
+        ++ended;
+      } else {
+        ++l;
+      }
+    }
+    if (it->second.dropped && leases.empty())
+      it = buffers_.erase(it);
+    else
+      ++it;
+  }
+  return ended;
 }
 
 int BufferRegistry::drop(uint64_t id) {

@@ -12,7 +12,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace xmesh {
 
@@ -28,11 +27,15 @@ class BufferRegistry {
     size_t size = 0;
   };
   // A lease on [offset, offset + size) of buffer `id` for reading it (write: for writing into
-  // it): refused, naming why, when no such buffer is lent (never, or dropped), the range is not
-  // inside it, or a write is asked of a read-only buffer.
-  Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, std::string* why);
-  // The lease ends. True when that let a dropped buffer go (its memory is the owner's again).
-  bool release(uint64_t id, uint64_t lease_number);
+  // it), held by the process at address `holder`: refused, naming why, when no such buffer is
+  // lent (never, or dropped), the range is not inside it, or a write is asked of a read-only
+  // buffer.
+  Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, const std::string& holder, std::string* why);
+  // The lease ends (only its holder ends it). True when that let a dropped buffer go (its
+  // memory is the owner's again).
+  bool release(uint64_t id, uint64_t lease_number, const std::string& holder);
+  // The process at `holder` died: every lease it held ends. Returns how many did.
+  size_t release_holder(const std::string& holder);
 
   // Stops lending buffer `id`: new leases are refused at once. Returns how many leases still
   // hold it (its memory stays untouched by this process until release() ends the last one);
@@ -48,7 +51,7 @@ class BufferRegistry {
     size_t size;
     bool writable;
     bool dropped = false;
-    std::unordered_set<uint64_t> leases;  // the numbers of the leases holding it
+    std::unordered_map<uint64_t, std::string> leases;  // the leases holding it: number -> holder
   };
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> buffers_;

@@ -200,6 +200,10 @@ void Node::retarget(const std::shared_ptr<Call>& c, size_t index, const std::str
   if (supervision_.is_dead(addr, &error)) c->fail_addr(addr, error);
 }
 
+std::shared_ptr<Call> Node::local_call(std::vector<std::string> addrs) {
+  return std::make_shared<Call>(calls_.next_id(), std::move(addrs));
+}
+
 std::shared_ptr<Call> Node::open_port(bool once) {
   auto c = std::make_shared<Call>(calls_.next_id(), Call::PortTag{}, once);
   if (ring_feed_) c->fed_by(ring_feed_);
@@ -297,6 +301,7 @@ void Node::mark_dead(const std::string& addr, const json& error) {
     oseq_out_.erase(addr);
   }
   fail_calls_to(addr, error);  // first: a send that the disconnect ends fails with this error, not its own
+  buffers_.release_holder(addr);  // a reader that died mid-copy: its leases end (a dropped buffer may go)
   transport_.disconnect(addr);
 }
 
@@ -460,7 +465,7 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::BufferDrop)] = [this](Message& m) { on_buffer_drop(m); };
   handlers_[static_cast<int>(Kind::BufferRelease)] = [this](Message& m) {
     BufferReleaseBody b;
-    if (typed_body(m, b)) buffers_.release(b.buffer, b.lease);
+    if (typed_body(m, b)) buffers_.release(b.buffer, b.lease, m.sender_addr);
   };
   handlers_[static_cast<int>(Kind::LaneSwitch)] = [this](Message& m) {
     transport_.on_lane_switch(m.sender_addr, m.peer_identity);
@@ -614,16 +619,16 @@ void Node::on_buffer_lease(Message& m) {
   BufferLeaseBody b;
   if (!request_body(m, b, ErrorKind::Buffer)) return;
   std::string why;
-  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, &why);
+  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why);
   if (!lease.id) {
     reply(m, false, error_body(ErrorKind::Buffer, why), {});
     return;
   }
-  BufferLeaseReply r{static_cast<int64_t>(getpid()), reinterpret_cast<uint64_t>(lease.addr), lease.number};
+  BufferLeaseReply r{static_cast<int64_t>(getpid()), reinterpret_cast<uint64_t>(lease.addr), lease.number, host_key()};
   if (m.header.corr) {
     reply(m, true, r, {});
   } else {
-    buffers_.release(b.buffer, lease.number);  // nobody to tell where: no lease
+    buffers_.release(b.buffer, lease.number, m.sender_addr);  // nobody to tell where: no lease
   }
 }
 

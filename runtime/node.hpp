@@ -103,6 +103,9 @@ class Node {
   // (a proc whose host agent chose its TCP port): supervision finds the call by it from then on,
   // and a target already known dead fails now.
   void retarget(const std::shared_ptr<Call>& c, size_t index, const std::string& addr);
+  // A Call that this process answers itself (a data-plane transfer, data_plane.hpp): an id of
+  // this node's, but never registered: no reply or supervision notice is filed into it.
+  std::shared_ptr<Call> local_call(std::vector<std::string> addrs);
   // Opens a port (Monarch's Channel.open): Reply messages carrying its id land in it, from
   // whoever holds the id, until forget_call; a once port closes after its first.
   std::shared_ptr<Call> open_port(bool once);

@@ -104,6 +104,18 @@ std::string hostname() {
   return buf;
 }
 
+const std::string& host_key() {
+  static const std::string key = [] {
+    struct stat st {};
+    const std::string pidns = stat("/proc/self/ns/pid", &st) == 0 ? std::to_string(st.st_ino) : "?";
+    std::string boot;
+    read_file("/proc/sys/kernel/random/boot_id", boot);
+    while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+    return hostname() + "|" + boot + "|" + pidns;
+  }();
+  return key;
+}
+
 void make_dirs(const std::string& path, unsigned mode) {
   if (path.empty()) return;
   std::string cur;

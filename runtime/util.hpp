@@ -22,6 +22,10 @@ uint64_t random_token();  // a random number, never 0 (names that must not be gu
 std::string to_hex(const std::string& bytes);  // lowercase, two digits a byte
 bool from_hex(const std::string& text, std::string* bytes);  // false (bytes untouched) when not hex
 std::string hostname();
+// Which machine and which process namespace this process is in: two processes with the same key
+// may copy each other's memory by pid. Namespace "hosts" of one machine (their own UTS names)
+// differ, as real hosts do. "hostname|boot id|pid namespace".
+const std::string& host_key();
 
 // The per-user runtime directory (XMESH_RUNTIME_DIR, else $XDG_RUNTIME_DIR/xmesh, else
 // ~/.local/state/xmesh/run), created 0700. Throws std::runtime_error naming the problem when

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "call.hpp"
+#include "data_plane.hpp"
 #include "keys.hpp"
 #include "inbox.hpp"
 #include "log_router.hpp"
@@ -41,6 +42,9 @@ struct HeldBuffer {
 };
 std::mutex g_release_mu;
 std::vector<HeldBuffer*> g_release;
+// Python objects whose memory a data thread used (a transfer's source or destination), let go
+// the same way: the thread that finished with them cannot take the GIL.
+std::vector<PyObject*> g_release_objects;
 
 void free_buffer(void*, void* hint) {
   std::lock_guard<std::mutex> g(g_release_mu);
@@ -49,14 +53,17 @@ void free_buffer(void*, void* hint) {
 
 void drain_releases() {
   std::vector<HeldBuffer*> todo;
+  std::vector<PyObject*> objects;
   {
     std::lock_guard<std::mutex> g(g_release_mu);
     todo.swap(g_release);
+    objects.swap(g_release_objects);
   }
   for (auto* h : todo) {
     PyBuffer_Release(&h->view);
     delete h;
   }
+  for (auto* o : objects) Py_DECREF(o);
 }
 
 constexpr size_t kZeroCopyMin = 64 * 1024;
@@ -591,8 +598,71 @@ void bind_node(py::module_& m) {
       .def("add_dependent", &Node::add_dependent)
       .def("lose_host", &Node::lose_host)
       .def("stats", &Node::stats)
+      .def("lend_buffer", [](Node& n, uintptr_t addr, uint64_t size, bool writable) {
+        return n.buffers().lend(reinterpret_cast<void*>(addr), size, writable);
+      }, py::arg("addr"), py::arg("size"), py::arg("writable"), "Lends memory as an RDMA buffer: its id.")
+      .def("drop_buffer", [](Node& n, uint64_t id) { return n.buffers().drop(id); },
+           "Lends it no more: the leases still holding it (-1: not lent).")
+      .def("buffer_held", [](Node& n, uint64_t id) { return n.buffers().holds(id); },
+           "Whether a buffer is lent, or dropped with a lease still holding it.")
       .def("link_report", &Node::link_report, py::arg("addr"),
            "What became of this node's link to addr, in words (for a peer that does not answer).");
+}
+
+// The data plane (runtime/data_plane.hpp, buffer_registry.hpp): the memory a process lends, and
+// the transfers it makes.
+void bind_data_plane(py::module_& m) {
+  m.def("buffer_info", [](const py::object& o, bool writable) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(o.ptr(), &v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      PyErr_Clear();
+      if (writable && PyObject_GetBuffer(o.ptr(), &v, PyBUF_C_CONTIGUOUS) == 0) {
+        PyBuffer_Release(&v);
+        throw py::value_error("the memory is read-only (a destination must be writable)");
+      }
+      throw py::value_error("the memory is not C-contiguous (copy it into a contiguous buffer first)");
+    }
+    auto out = py::make_tuple(reinterpret_cast<uintptr_t>(v.buf), static_cast<uint64_t>(v.len), bool(v.readonly));
+    PyBuffer_Release(&v);
+    return out;
+  }, py::arg("obj"), py::arg("writable") = false,
+     "(address, bytes, read-only) of a C-contiguous buffer-protocol object; ValueError naming why not.");
+  m.def("host_key", &host_key, "Which machine and process namespace this is (same key: copies by pid).");
+
+  py::class_<DataPlane::Stats>(m, "DataPlaneStats")
+      .def_readonly("ops", &DataPlane::Stats::ops)
+      .def_readonly("bytes", &DataPlane::Stats::bytes)
+      .def_readonly("same_host", &DataPlane::Stats::same_host)
+      .def_readonly("failed", &DataPlane::Stats::failed)
+      .def_readonly("late_leases", &DataPlane::Stats::late_leases);
+  using Op = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uintptr_t, bool>;
+  py::class_<DataPlane, std::shared_ptr<DataPlane>>(m, "DataPlane")
+      .def(py::init([](const std::shared_ptr<Node>& node, size_t threads) {
+             return std::make_shared<DataPlane>(*node, threads);
+           }),
+           py::arg("node"), py::arg("threads") = 0, py::keep_alive<1, 2>())
+      .def("submit", [](DataPlane& d, const std::vector<Op>& ops, const py::object& timeout_s, const py::object& keep) {
+        std::vector<DataOp> todo;
+        for (auto& [owner, buffer, offset, size, local, write] : ops)
+          todo.push_back({owner, buffer, offset, size, reinterpret_cast<char*>(local), write});
+        const int timeout_ms = timeout_s.is_none() ? -1 : static_cast<int>(timeout_s.cast<double>() * 1000);
+        PyObject* held = keep.ptr();
+        Py_INCREF(held);
+        auto let_go = [held] {
+          std::lock_guard<std::mutex> g(g_release_mu);
+          g_release_objects.push_back(held);
+        };
+        try {
+          py::gil_scoped_release release;
+          return d.submit(std::move(todo), timeout_ms, let_go);
+        } catch (...) {
+          Py_DECREF(held);
+          throw;
+        }
+      }, py::arg("ops"), py::arg("timeout"), py::arg("keepalive"),
+         "ops: [(owner address, buffer id, offset, size, local address, write)]; keepalive stays referenced "
+         "until no data thread uses the local memory. Returns the Call the transfer answers.")
+      .def("stats", &DataPlane::stats);
 }
 
 // Shapes and slices (runtime/shape.hpp).
@@ -736,6 +806,7 @@ PYBIND11_MODULE(_core, m) {
   bind_layout(m);
   bind_calls(m);
   bind_node(m);
+  bind_data_plane(m);
   bind_shape(m);
   bind_output(m);
   bind_debugger(m);

@@ -35,7 +35,15 @@ py::object to_py(const json& j) {
 json from_py(const py::handle& o) {
   if (o.is_none()) return nullptr;
   if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
-  if (py::isinstance<py::int_>(o)) return o.cast<int64_t>();
+  if (py::isinstance<py::int_>(o)) {
+    // Ids are unsigned 64-bit (buffer ids): past INT64_MAX they go as unsigned.
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+    if (overflow > 0) return o.cast<uint64_t>();
+    if (overflow < 0) throw py::value_error("an integer below -2**63 cannot go into a message");
+    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return static_cast<int64_t>(v);
+  }
   if (py::isinstance<py::float_>(o)) return o.cast<double>();
   if (py::isinstance<py::str>(o)) return o.cast<std::string>();
   if (py::isinstance<py::bytes>(o)) {

@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 
 #include "bodies.hpp"
 #include "buffer_registry.hpp"
+#include "data_plane.hpp"
 #include "node.hpp"
 #include "process_memory.hpp"
 
@@ -24,32 +27,43 @@ TEST_CASE("a lent buffer is leased by id for ranges inside it, and goes once dro
   REQUIRE(id != ro_id);
   CHECK(reg.lent() == 2);
   std::string why;
-  auto whole = reg.lease(id, 0, 1000, false, &why);
+  auto whole = reg.lease(id, 0, 1000, false, "reader", &why);
   REQUIRE(whole.id == id);
   CHECK(whole.addr == mem.data());
   CHECK(whole.size == 1000);
-  auto tail = reg.lease(id, 990, 10, true, &why);
+  auto tail = reg.lease(id, 990, 10, true, "reader", &why);
   REQUIRE(tail.id == id);
   CHECK(tail.addr == mem.data() + 990);
   // Outside the buffer, wrapping around, another id, a write into read-only memory: refused.
-  CHECK(reg.lease(id, 991, 10, false, &why).id == 0);
+  CHECK(reg.lease(id, 991, 10, false, "reader", &why).id == 0);
   CHECK_THAT(why, Catch::Contains("not inside the buffer (1000 bytes)"));
-  CHECK(reg.lease(id, 5, UINT64_MAX - 2, false, &why).id == 0);
-  CHECK(reg.lease(id ^ 1, 0, 1, false, &why).id == 0);
+  CHECK(reg.lease(id, 5, UINT64_MAX - 2, false, "reader", &why).id == 0);
+  CHECK(reg.lease(id ^ 1, 0, 1, false, "reader", &why).id == 0);
   CHECK_THAT(why, Catch::Contains("dropped (or never lent"));
-  CHECK(reg.lease(ro_id, 0, 10, true, &why).id == 0);
+  CHECK(reg.lease(ro_id, 0, 10, true, "reader", &why).id == 0);
   CHECK_THAT(why, Catch::Contains("read-only"));
-  CHECK(reg.lease(ro_id, 0, 10, false, &why).id == ro_id);
+  CHECK(reg.lease(ro_id, 0, 10, false, "reader", &why).id == ro_id);
   // Dropped while leased: no new lease, the memory held until the last lease ends.
   CHECK(reg.drop(id) == 2);
-  CHECK(reg.lease(id, 0, 1, false, &why).id == 0);
+  CHECK(reg.lease(id, 0, 1, false, "reader", &why).id == 0);
   CHECK(reg.holds(id));
   CHECK(reg.lent() == 1);
-  CHECK_FALSE(reg.release(id, whole.number));
-  CHECK(reg.release(id, tail.number));  // the last: it goes
+  CHECK_FALSE(reg.release(id, whole.number, "reader"));
+  CHECK_FALSE(reg.release(id, tail.number, "someone else"));  // only its holder ends a lease
+  CHECK(reg.holds(id));
+  CHECK(reg.release(id, tail.number, "reader"));  // the last: it goes
   CHECK_FALSE(reg.holds(id));
   CHECK(reg.drop(id) == -1);
-  CHECK(reg.drop(ro_id) == 1);
+  // A holder that died: its leases end, and a dropped buffer they held goes.
+  auto held = reg.lease(ro_id, 0, 10, false, "dead reader", &why);
+  auto other = reg.lease(ro_id, 0, 10, false, "live reader", &why);
+  REQUIRE((held.id && other.id));
+  CHECK(reg.drop(ro_id) == 3);  // the earlier lease of "reader" is still held too
+  CHECK(reg.release_holder("dead reader") == 1);
+  CHECK(reg.release_holder("reader") == 1);
+  CHECK(reg.holds(ro_id));
+  CHECK(reg.release_holder("live reader") == 1);
+  CHECK_FALSE(reg.holds(ro_id));
   CHECK_THROWS_AS(reg.lend(mem.data(), 0, true), std::invalid_argument);
 }
 
@@ -184,4 +198,101 @@ TEST_CASE("a node answers leases on the buffers its process lends, and refuses t
   CHECK_THAT(refused(BufferReleaseBody{id, 0}, Kind::BufferDrop), Catch::Contains("dropped"));
   reader.stop();
   owner.stop();
+}
+
+namespace {
+// The answer a transfer's Call got: "" when ok, else "<kind>: <text>".
+std::string outcome(Call& c) {
+  auto got = c.take();
+  REQUIRE(got.size() == 1);
+  if (got[0].ok) return "";
+  return got[0].body.value("kind", "") + ": " + got[0].body.value("text", "");
+}
+
+struct TwoNodes {
+  Node owner{"proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-dp-o", "k"};
+  Node reader{"controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-dp-r", "k"};
+  TwoNodes() {
+    for (Node* n : {&owner, &reader}) {
+      n->set_default_cookie("k");
+      n->start();
+    }
+  }
+  ~TwoNodes() {
+    reader.stop();
+    owner.stop();
+  }
+};
+}  // namespace
+
+// The data threads: a batch of reads and writes answered once all are done and their memory let
+// go after; a batch with a refused op fails naming it; a timeout of 0 times out; a batch queued
+// behind a long copy times out without waiting for a data thread to come free.
+TEST_CASE("the data plane runs batches of transfers and answers each batch once", "[data_plane]") {
+  TwoNodes n;
+  std::vector<char> mem(3 << 20), ro(100);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 4);
+  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
+  const uint64_t ro_id = n.owner.buffers().lend(ro.data(), ro.size(), false);
+  DataPlane plane(n.reader, 2);
+  std::vector<char> a(1 << 20), b(2 << 20), src(4096, 'w');
+  std::atomic<int> finished{0};
+  auto call = plane.submit({{n.owner.addr(), id, 0, a.size(), a.data(), false},
+                            {n.owner.addr(), id, a.size(), b.size(), b.data(), false},
+                            {n.owner.addr(), id, 100, src.size(), src.data(), true}},
+                           10000, [&] { ++finished; });
+  REQUIRE(call->wait_done(10000));
+  CHECK(outcome(*call).empty());
+  for (int i = 0; i < 500 && finished == 0; ++i) usleep(1000);
+  CHECK(finished == 1);
+  CHECK(std::memcmp(a.data() + 4196, mem.data() + 4196, a.size() - 4196) == 0);  // past the write (in parallel)
+  CHECK(std::memcmp(b.data(), mem.data() + a.size(), b.size()) == 0);
+  CHECK(std::all_of(mem.begin() + 100, mem.begin() + 4196, [](char c) { return c == 'w'; }));
+  CHECK(plane.stats().same_host == 3);
+  CHECK(plane.stats().bytes == a.size() + b.size() + src.size());
+
+  auto refused = plane.submit({{n.owner.addr(), id, 0, 10, a.data(), false},
+                               {n.owner.addr(), ro_id, 0, 10, src.data(), true}},
+                              10000, [&] { ++finished; });
+  REQUIRE(refused->wait_done(10000));
+  CHECK_THAT(outcome(*refused), Catch::StartsWith("buffer: ") && Catch::Contains("read-only"));
+  auto at_once = plane.submit({{n.owner.addr(), id, 0, 10, a.data(), false}}, 0, nullptr);
+  REQUIRE(at_once->wait_done(10000));
+  CHECK_THAT(outcome(*at_once), Catch::StartsWith("timeout: ") && Catch::Contains("did not finish within"));
+  CHECK_THROWS_AS(plane.submit({}, 100, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(plane.submit({{n.owner.addr(), id, 0, 0, a.data(), false}}, 100, nullptr), std::invalid_argument);
+  // Every lease ends (releases are one-way messages: they arrive shortly): the dropped buffer
+  // goes.
+  CHECK(n.owner.buffers().drop(id) >= 0);
+  for (int i = 0; i < 500 && n.owner.buffers().holds(id); ++i) usleep(1000);
+  CHECK_FALSE(n.owner.buffers().holds(id));
+}
+
+TEST_CASE("a batch queued behind a long copy times out without waiting for it", "[data_plane]") {
+  TwoNodes n;
+  std::vector<char> mem(size_t(256) << 20, 1), dst(mem.size()), small(10);
+  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
+  setenv("XMESH_DATA_STEP_PAUSE_MS", "200", 1);  // 4 steps of 64 MiB: >= 600 ms
+  DataPlane plane(n.reader, 1);
+  unsetenv("XMESH_DATA_STEP_PAUSE_MS");
+  auto long_copy = plane.submit({{n.owner.addr(), id, 0, mem.size(), dst.data(), false}}, 30000, nullptr);
+  usleep(50000);
+  auto queued = plane.submit({{n.owner.addr(), id, 0, small.size(), small.data(), false}}, 100, nullptr);
+  REQUIRE(queued->wait_done(10000));
+  CHECK_FALSE(long_copy->done());  // answered while the only data thread still copies
+  CHECK_THAT(outcome(*queued), Catch::StartsWith("timeout: "));
+  REQUIRE(long_copy->wait_done(10000));
+  CHECK(outcome(*long_copy).empty());
+  CHECK(dst == mem);
+}
+
+TEST_CASE("the leases of a reader that died end with it", "[data_plane][node]") {
+  TwoNodes n;
+  std::vector<char> mem(4096);
+  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
+  auto leased = ask(n.reader, n.owner.addr(), Kind::BufferLease, BufferLeaseBody{id, 0, 4096, true});
+  REQUIRE(leased.ok);
+  CHECK(n.owner.buffers().drop(id) == 1);  // the reader's copy holds the memory...
+  n.owner.mark_dead(n.reader.addr(), error_body(ErrorKind::Supervision, "killed"));
+  CHECK_FALSE(n.owner.buffers().holds(id));  // ...until its death is known
 }

@@ -727,7 +727,7 @@ TEST_CASE("plaintext on a key-protected TCP port is never read", "[node][securit
   sa.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port.substr(colon + 1))));
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  const char junk[] = "\x80\x04\x95cos\nsystem\n(S'touch /tmp/pwned'\ntR.";
+  const char junk[] = "\x80\x04\x95" "cos\nsystem\n(S'touch /tmp/pwned'\ntR.";
   (void)::write(fd, junk, sizeof junk);
   ::close(fd);
   CHECK_FALSE(b.control().pop(500));

@@ -367,3 +367,81 @@ class Escaper(Actor):
         child = subprocess.Popen(["sleep", "300"], start_new_session=True, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return child.pid
+
+
+def pattern(n: int, seed: int):
+    """n bytes that differ with seed and along the buffer (a 1 MiB random block, repeated)."""
+    import numpy as np
+
+    block = np.random.default_rng(seed).integers(0, 256, size=min(n, 1 << 20), dtype=np.uint8)
+    return np.resize(block, n)
+
+
+def make_memory(kind: str, n: int, seed: int):
+    """n bytes of pattern(n, seed) as a numpy array, a torch tensor or a bytearray."""
+    data = pattern(n, seed)
+    if kind == "torch":
+        import torch
+
+        return torch.from_numpy(data)
+    if kind == "bytearray":
+        return bytearray(data.tobytes())
+    return data
+
+
+def crc(memory) -> int:
+    import zlib
+
+    if hasattr(memory, "numpy"):
+        memory = memory.numpy()
+    return zlib.crc32(memoryview(memory).cast("B"))
+
+
+class BufferPeer(Actor):
+    """One side of RDMA buffer transfers (tests/python/test_rdma.py): lends its memory, or reads
+    and writes the buffers of others, answering with checksums."""
+
+    def __init__(self):
+        self.memory = {}
+        self.buffers = {}
+
+    @endpoint
+    def lend(self, name: str, kind: str, n: int, seed: int):
+        from xmesh.rdma import RDMABuffer
+
+        self.memory[name] = make_memory(kind, n, seed)
+        self.buffers[name] = RDMABuffer(self.memory[name])
+        return self.buffers[name]
+
+    @endpoint
+    def checksum(self, name: str) -> int:
+        return crc(self.memory[name])
+
+    @endpoint
+    def drop(self, name: str) -> None:
+        self.buffers[name].drop().get()
+
+    @endpoint
+    def read(self, buf, kind: str, timeout: float = 60) -> int:
+        dst = make_memory(kind, buf.size(), 0)
+        buf.read_into(dst, timeout=timeout).get()
+        return crc(dst)
+
+    @endpoint
+    def write(self, buf, kind: str, n: int, seed: int) -> int:
+        src = make_memory(kind, n, seed)
+        buf.write_from(src).get()
+        return crc(src)
+
+    @endpoint
+    def read_all(self, bufs) -> list:
+        from xmesh.rdma import RDMAAction
+
+        import numpy as np
+
+        dsts = [np.empty(b.size(), dtype=np.uint8) for b in bufs]
+        action = RDMAAction()
+        for d, b in zip(dsts, bufs):
+            action.read_remote(d, b)
+        action.submit().get()
+        return [crc(d) for d in dsts]

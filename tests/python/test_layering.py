@@ -14,9 +14,10 @@ LAYERS = [
      "_display", "_value_mesh", "_context"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
     ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles", "_unix_server"],
-    # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs
+    # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs,
+    #   RDMA buffers
     ["_future", "_actor", "_ports", "_allocation", "_proc_mesh", "_instance", "_controllers", "_named", "_workspace",
-     "_jobs"],
+     "_jobs", "rdma"],
     # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
     #   a job's node launcher, the host agent's fork server
     ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_forkserver", "_worker", "_job_agent"],

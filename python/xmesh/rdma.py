@@ -1,0 +1,296 @@
+"""xmesh.rdma: Monarch's RDMA buffers (`monarch.rdma`) on xmesh's data plane.
+
+An `RDMABuffer` lends a range of its process's memory (a contiguous torch CPU tensor, numpy
+array, bytearray or memoryview) and pickles into a small handle; whoever holds the handle reads
+the bytes into its own memory (`read_into`) or writes its memory into them (`write_from`)
+itself, on its process's data threads, without the owner's actor thread (docs/ARCHITECTURE.md
+"The data plane"). Procs of one host copy by cross-memory attach, one copy.
+
+    buf = RDMABuffer(weights.view(-1))          # in the trainer
+    generators.pull.call(buf).get()            # the handle travels in the call
+    buf.read_into(local_weights).get()          # in a generator: the bytes come
+"""
+from __future__ import annotations
+
+import operator
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _core
+from ._errors import SupervisionError
+from ._future import Done, Future
+from ._protocol import ErrorKind, error_kind, read_error
+from ._runtime import Kind, get_runtime
+
+__all__ = [
+    "RDMAAction", "RDMABuffer", "RDMAError", "RDMAReadTransferWarning", "RDMATcpFallbackWarning",
+    "RDMAWriteTransferWarning", "get_rdma_backend", "is_ibverbs_available", "is_rdma_available",
+]
+
+
+class RDMAError(RuntimeError):
+    """A transfer was refused or failed: the buffer was dropped, a range or a write was refused
+    by its owner, a copy failed. (An owner that died raises SupervisionError, a transfer past its
+    timeout TimeoutError.)"""
+
+
+class RDMAReadTransferWarning(Warning):
+    """Monarch's; defined so that programs filtering it run unchanged (xmesh never warns it)."""
+
+
+class RDMAWriteTransferWarning(Warning):
+    """Monarch's; defined so that programs filtering it run unchanged (xmesh never warns it)."""
+
+
+class RDMATcpFallbackWarning(Warning):
+    """Monarch's; defined so that programs filtering it run unchanged: xmesh's transports other
+    than ibverbs are its designed paths, not a degraded fallback, so it does not warn."""
+
+
+def is_ibverbs_available() -> bool:
+    """Whether transfers here may go over ibverbs RDMA. This build has no ibverbs path yet
+    (issue 24 goes on): False."""
+    return False
+
+
+def is_rdma_available() -> bool:
+    """Monarch's older name for is_ibverbs_available()."""
+    return is_ibverbs_available()
+
+
+def get_rdma_backend() -> str:
+    """Which transport serves buffers: 'ibverbs', or 'tcp' (Monarch's name for everything else:
+    here cross-memory attach between procs of one host)."""
+    return "ibverbs" if is_ibverbs_available() else "tcp"
+
+
+# -- memory -------------------------------------------------------------------------------------
+def _is_torch_tensor(obj: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _memory(obj: Any, writable: bool, role: str) -> Tuple[int, int, Any]:
+    """(address, bytes, what keeps the memory alive and unmoved) of a contiguous CPU tensor or
+    buffer-protocol object; ValueError/TypeError naming what is wrong with it."""
+    if _is_torch_tensor(obj):
+        if obj.device.type != "cpu":
+            raise NotImplementedError(f"{role} is a {obj.device.type} tensor: this build of xmesh moves CPU memory "
+                                      "only (CUDA memory is part of issue 24, not built yet)")
+        if not obj.is_contiguous():
+            raise ValueError(f"{role} is not contiguous: use .contiguous() (a copy), or a contiguous view")
+        return obj.data_ptr(), obj.numel() * obj.element_size(), obj
+    try:
+        view = memoryview(obj)  # holds the export: a bytearray cannot be resized under a transfer
+    except TypeError:
+        raise TypeError(f"{role} must be a torch tensor or a buffer (numpy array, bytearray, memoryview), "
+                        f"not {type(obj).__name__}") from None
+    try:
+        addr, size, _readonly = _core.buffer_info(view, writable)
+    except ValueError as e:
+        raise ValueError(f"{role}: {e}") from None
+    return addr, size, view
+
+
+# -- this process's side: lending, and the data threads ------------------------------------------
+class _Plane:
+    """This process's data plane: its data threads, and the memory it lends (kept alive here
+    until dropped and no lease holds it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.node: Any = None
+        self.threads: Any = None
+        self.lent: Dict[int, Any] = {}      # id -> what keeps its memory alive
+        self.dropped: Dict[int, Any] = {}   # dropped, waiting for the leases that held them
+
+    def transfers(self) -> Any:
+        rt = get_runtime()
+        with self.lock:
+            if self.threads is None or self.node is not rt.node:
+                self.node, self.threads = rt.node, _core.DataPlane(rt.node)
+                self.lent.clear()
+                self.dropped.clear()
+            return self.threads
+
+    def lend(self, addr: int, size: int, writable: bool, keep: Any) -> Tuple[str, int]:
+        self.transfers()
+        with self.lock:
+            buffer_id = self.node.lend_buffer(addr, size, writable)
+            self.lent[buffer_id] = keep
+            self._sweep()
+            return self.node.addr, buffer_id
+
+    def drop(self, buffer_id: int) -> None:
+        self.transfers()  # the node of this runtime (a handle may be all this process has)
+        with self.lock:
+            keep = self.lent.pop(buffer_id, None)
+            if keep is not None and self.node.drop_buffer(buffer_id) > 0:
+                self.dropped[buffer_id] = keep  # a reader still copies: its lease ends soon
+            self._sweep()
+
+    def _sweep(self) -> None:
+        for buffer_id in [b for b in self.dropped if not self.node.buffer_held(b)]:
+            del self.dropped[buffer_id]
+
+
+_plane = _Plane()
+
+
+# -- buffers --------------------------------------------------------------------------------------
+class RDMABuffer:
+    """A range of memory lent to whoever holds its handle (Monarch's RDMABuffer). `data`: a
+    contiguous torch CPU tensor (any shape; Monarch asks for 1-D), numpy array, bytearray,
+    bytes or memoryview; read-only memory (bytes) may be read, not written into. The memory stays
+    lent until `drop()`: keep it unchanged while others read it."""
+
+    def __init__(self, data: Any) -> None:
+        addr, size, keep = _memory(data, False, "RDMABuffer's data")
+        if size == 0:
+            raise ValueError("Cannot create RDMABuffer with size 0.")
+        writable = not (isinstance(keep, memoryview) and keep.readonly)
+        self._owner, self._id = _plane.lend(addr, size, writable, keep)
+        self._size = size
+        self._writable = writable
+
+    @classmethod
+    def _handle(cls, owner: str, buffer_id: int, size: int, writable: bool) -> "RDMABuffer":
+        b = cls.__new__(cls)
+        b._owner, b._id, b._size, b._writable = owner, buffer_id, size, writable
+        return b
+
+    def __reduce__(self) -> Any:
+        return (RDMABuffer._handle, (self._owner, self._id, self._size, self._writable))
+
+    @property
+    def backend(self) -> str:
+        """The transport family serving this buffer (get_rdma_backend())."""
+        return get_rdma_backend()
+
+    def size(self) -> int:
+        """Its size in bytes."""
+        return self._size
+
+    @property
+    def owner(self) -> str:
+        """The address of the process that lent the memory."""
+        return self._owner
+
+    def read_into(self, dst: Any, *, timeout: "float | None" = 60) -> Future:
+        """Reads the whole buffer into dst (at least size() bytes, writable, contiguous): a
+        Future that resolves to None once the bytes are there."""
+        return RDMAAction().read_remote(dst, self).submit(timeout=timeout)
+
+    def write_from(self, src: Any, *, timeout: "float | None" = 60) -> Future:
+        """Writes src (at most size() bytes) into the start of the buffer: a Future of None."""
+        return RDMAAction().write_remote(self, src).submit(timeout=timeout)
+
+    def drop(self) -> Any:
+        """Lends the memory no more: transfers that start after it fail naming the drop; one
+        under way finishes first. Returns a Future of None (resolved at once in the owner)."""
+        rt = get_runtime()
+        if self._owner == rt.node.addr:
+            _plane.drop(self._id)
+            return Done(None)
+        call = rt.node.call([(self._owner, "")], int(Kind.BufferDrop), "",
+                            _core.BufferReleaseBody(buffer=self._id, lease=0).to_dict())
+        return Future(call, _drop_outcome, description=f"RDMABuffer.drop() of a buffer of {self._owner}")
+
+    def __repr__(self) -> str:
+        return f"<xmesh.rdma.RDMABuffer {_core.format_bytes(self._size)} of {self._owner}>"
+
+
+def _drop_outcome(results: dict, fut: Future) -> None:
+    ok, body, _frames = results[0]
+    if not ok:
+        raise _transfer_error(body, fut.description)
+
+
+# -- transfers --------------------------------------------------------------------------------------
+def _transfer_error(body: Any, what: str) -> BaseException:
+    kind = error_kind(body)
+    text = read_error(body).text or "failed"
+    if kind == ErrorKind.Timeout:
+        return TimeoutError(f"{what}: {text}")
+    if kind == ErrorKind.Supervision:
+        return SupervisionError(f"{what}: {text}")
+    return RDMAError(f"{what}: {text}")
+
+
+def _check_timeout(timeout: Any) -> "float | None":
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        operator.index(timeout)  # Monarch's TypeError for what is not a number
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+class RDMAAction:
+    """Several reads and writes submitted as one (Monarch's RDMAAction): they run in parallel on
+    the data threads and the Future resolves once all are done, or fails with the first error."""
+
+    def __init__(self) -> None:
+        self._ops: List[Tuple[str, int, int, int, int, bool]] = []
+        self._keep: List[Any] = []
+        self._local: List[Tuple[int, int, bool, str]] = []  # (addr, size, written here, what)
+
+    def read_remote(self, dst: Any, src: RDMABuffer) -> "RDMAAction":
+        """Queues a read of the whole buffer src into dst (at least src.size() bytes)."""
+        addr, size, keep = _memory(dst, True, "read_into's destination")
+        if size < src.size():
+            raise ValueError(f"the destination holds {size} bytes, fewer than the buffer's {src.size()}")
+        self._add(src, addr, src.size(), False, keep, "a read's destination")
+        return self
+
+    def write_remote(self, dst: RDMABuffer, src: Any) -> "RDMAAction":
+        """Queues a write of src (at most dst.size() bytes) into the start of dst."""
+        addr, size, keep = _memory(src, False, "write_from's source")
+        if size > dst.size():
+            raise ValueError(f"the source holds {size} bytes, more than the buffer's {dst.size()}")
+        if size == 0:
+            raise ValueError("the source is empty: nothing to write")
+        if not dst._writable:
+            raise RDMAError("the buffer lends read-only memory: it cannot be written into")
+        self._add(dst, addr, size, True, keep, "a write's source")
+        return self
+
+    def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> "RDMAAction":
+        raise NotImplementedError("RDMAAction.fetch_add: not supported (nor by Monarch 0.7)")
+
+    def compare_and_swap(self, src: RDMABuffer, dst: Any, compare: int, swap: int) -> "RDMAAction":
+        raise NotImplementedError("RDMAAction.compare_and_swap: not supported (nor by Monarch 0.7)")
+
+    def _add(self, buf: RDMABuffer, addr: int, size: int, write: bool, keep: Any, what: str) -> None:
+        # Local memory that a read fills must not overlap other local memory of the same batch:
+        # the ops run in parallel, so the bytes there would depend on timing.
+        written_here = not write
+        for other_addr, other_size, other_written, other_what in self._local:
+            if (written_here or other_written) and addr < other_addr + other_size and other_addr < addr + size:
+                raise ValueError(f"{what} overlaps {other_what} of the same RDMAAction: its bytes would "
+                                 "depend on which runs first")
+        self._local.append((addr, size, written_here, what))
+        self._ops.append((buf._owner, buf._id, 0, size, addr, write))
+        self._keep.append(keep)
+
+    def submit(self, *, timeout: "float | None" = 60) -> Any:
+        """Starts the queued operations: a Future of None (TimeoutError once timeout seconds
+        pass; None: no limit). Safe to call more than once (each runs them again)."""
+        limit = _check_timeout(timeout)
+        if not self._ops:
+            return Done(None)
+        n = len(self._ops)
+        total = sum(op[3] for op in self._ops)
+        what = (f"RDMA {'write' if self._ops[0][5] else 'read'} of {_core.format_bytes(total)}" if n == 1
+                else f"RDMAAction of {n} transfers ({_core.format_bytes(total)})")
+        call = _plane.transfers().submit(list(self._ops), limit, list(self._keep))
+        return Future(call, _transfer_outcome, description=what)
+
+
+def _transfer_outcome(results: dict, fut: Future) -> None:
+    _core.drain_releases()  # what kept the memory alive may go now
+    ok, body, _frames = results[0]
+    if not ok:
+        raise _transfer_error(body, fut.description)

@@ -1,0 +1,295 @@
+#include "data_plane.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include "bodies.hpp"
+#include "node.hpp"
+#include "process_memory.hpp"
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// A copy moves this much between looks at its deadline (and at the queue's): a timeout is
+// answered within one step, whatever the transfer's size.
+constexpr size_t kCopyStep = size_t(64) << 20;
+
+std::string describe_owner(const DataOp& op) { return "the buffer's owner at " + op.owner; }
+}  // namespace
+
+// One submission: its ops, the Call it answers, and how many of its ops are still being worked.
+struct DataPlane::Batch {
+  std::vector<DataOp> ops;
+  std::shared_ptr<Call> call;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<void()> on_finished;
+  std::atomic<size_t> unfinished{0};
+  std::atomic<bool> answered{false};
+
+  bool expired() const { return Clock::now() >= deadline; }
+  int ms_left() const {
+    if (deadline == Clock::time_point::max()) return -1;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return static_cast<int>(std::max<int64_t>(0, left));
+  }
+  // The first answer wins: a failure of one op fails the batch, the others stop at their next step.
+  void answer(bool ok, json body) {
+    if (answered.exchange(true)) return;
+    CallResult r;
+    r.index = 0;
+    r.ok = ok;
+    r.body = std::move(body);
+    call->deliver(std::move(r));
+  }
+  void fail(ErrorKind kind, const std::string& text) { answer(false, error_body(kind, text)); }
+  void time_out() {
+    fail(ErrorKind::Timeout, "the transfer did not finish within its timeout (" + std::to_string(ops.size()) +
+                                 " operation" + (ops.size() == 1 ? "" : "s") + ")");
+  }
+  // An op is over (done, failed or skipped): the last one answers ok if nothing failed, and lets
+  // the memory go.
+  void op_over() {
+    if (unfinished.fetch_sub(1) != 1) return;
+    answer(true, json());
+    if (on_finished) on_finished();
+  }
+};
+
+DataPlane::DataPlane(Node& node, size_t threads)
+    : node_(node), step_pause_ms_(static_cast<int>(env_int("XMESH_DATA_STEP_PAUSE_MS", 0))) {
+  if (threads == 0) threads = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_DATA_THREADS", 2)));
+  for (size_t i = 0; i < threads; ++i)
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "xmesh-data");
+      run();
+    });
+}
+
+DataPlane::~DataPlane() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  for (auto& job : queue_) {
+    job.batch->fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
+    job.batch->op_over();
+  }
+}
+
+std::shared_ptr<Call> DataPlane::submit(std::vector<DataOp> ops, int timeout_ms, std::function<void()> on_finished) {
+  if (ops.empty()) throw std::invalid_argument("a transfer needs at least one operation");
+  for (auto& op : ops)
+    if (op.size == 0 || !op.local || op.owner.empty())
+      throw std::invalid_argument("a transfer operation needs an owner, a size > 0 and local memory");
+  auto b = std::make_shared<Batch>();
+  b->call = node_.local_call({ops.front().owner});
+  if (timeout_ms >= 0) b->deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  b->on_finished = std::move(on_finished);
+  b->ops = std::move(ops);
+  b->unfinished = b->ops.size();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) throw std::runtime_error("the data plane is stopped (the process is shutting down)");
+    for (size_t i = 0; i < b->ops.size(); ++i) queue_.push_back({b, i});
+  }
+  cv_.notify_all();
+  return b->call;
+}
+
+DataPlane::Stats DataPlane::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+void DataPlane::run() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      cv_.wait_for(g, std::chrono::seconds(1), [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      if (queue_.empty()) {
+        g.unlock();
+        release_late_leases();
+        continue;
+      }
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Batch& b = *job.batch;
+    if (b.answered) {
+      // Failed or timed out already: the rest of it is not started.
+    } else if (b.expired()) {
+      b.time_out();
+    } else {
+      run_op(b, b.ops[job.index]);
+    }
+    b.op_over();
+    release_late_leases();
+  }
+}
+
+namespace {
+// The lease's answer, or why there is none (*kind, *why).
+bool take_lease(Call& c, BufferLeaseReply* out, ErrorKind* kind, std::string* why) {
+  auto got = c.take();
+  if (got.empty()) return false;
+  auto& r = got.front();
+  if (r.ok) {
+    std::string bad;
+    auto reply = read_as<BufferLeaseReply>(r.body, &bad);
+    if (reply) {
+      *out = *reply;
+      return true;
+    }
+    *kind = ErrorKind::Buffer;
+    *why = "the owner's answer to a lease is malformed: " + bad;
+    return false;
+  }
+  *kind = error_kind_of(r.body).value_or(ErrorKind::Buffer);
+  *why = r.body.value("text", std::string("the owner refused the lease"));
+  return false;
+}
+}  // namespace
+
+void DataPlane::run_op(Batch& b, const DataOp& op) {
+  Header h;
+  h.kind = Kind::BufferLease;
+  h.body = BufferLeaseBody{op.buffer, op.offset, op.size, op.write};
+  std::shared_ptr<Call> ask;
+  try {
+    ask = node_.call({Target{op.owner, ""}}, h, {}, true);
+  } catch (const std::exception& e) {
+    b.fail(ErrorKind::Send, "could not ask " + describe_owner(op) + " for a lease: " + e.what());
+    return;
+  }
+  // In slices: a stopping data plane (the process exits) must not wait out a long timeout.
+  while (!ask->wait_done(b.ms_left() < 0 ? 100 : std::min(100, b.ms_left()))) {
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stopping = stopping_;
+      if (stopping || b.expired() || b.answered) late_.push_back({op.owner, op.buffer, ask});
+    }
+    if (stopping) {
+      b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
+      return;
+    }
+    if (b.expired()) {
+      b.time_out();
+      return;
+    }
+    if (b.answered) return;  // another op of the batch failed, or it timed out
+  }
+  BufferLeaseReply lease;
+  ErrorKind kind = ErrorKind::Buffer;
+  std::string why;
+  if (!take_lease(*ask, &lease, &kind, &why)) {
+    if (kind == ErrorKind::Supervision) why = describe_owner(op) + " is gone: " + why;
+    b.fail(kind, why);
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.failed;
+    return;
+  }
+  // Only the same host is served yet; the lease says where the owner is.
+  bool copied = false;
+  if (lease.host != host_key()) {
+    b.fail(ErrorKind::Buffer, describe_owner(op) + " is on another host (" + lease.host.substr(0, lease.host.find('|')) +
+                                  "), and transfers between hosts are not built yet");
+  } else {
+    copied = copy_same_host(b, op, lease);
+  }
+  end_lease(op.owner, op.buffer, lease.lease);
+  std::lock_guard<std::mutex> g(mu_);
+  ++stats_.ops;
+  if (copied) {
+    ++stats_.same_host;
+    stats_.bytes += op.size;
+  } else {
+    ++stats_.failed;
+  }
+}
+
+bool DataPlane::copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease) {
+  const pid_t pid = static_cast<pid_t>(lease.pid);
+  char* remote = reinterpret_cast<char*>(lease.addr);
+  for (uint64_t at = 0; at < op.size; at += kCopyStep) {
+    if (b.answered) return false;  // another op of the batch failed, or it timed out
+    if (b.expired()) {
+      b.time_out();
+      return false;
+    }
+    fail_expired_batches();
+    if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at));
+    ProcessCopy r;
+    if (pid == getpid()) {
+      if (op.write)
+        std::memmove(remote + at, op.local + at, n);
+      else
+        std::memmove(op.local + at, remote + at, n);
+    } else {
+      r = op.write ? write_process_memory(pid, remote + at, op.local + at, n)
+                   : read_process_memory(pid, remote + at, op.local + at, n);
+    }
+    if (r) continue;
+    if (r.status == ProcessCopy::Status::gone)
+      b.fail(ErrorKind::Supervision, describe_owner(op) + " (pid " + std::to_string(pid) + ") died during the transfer");
+    else
+      b.fail(ErrorKind::Buffer, "copying " + std::string(op.write ? "into" : "from") + " " + describe_owner(op) + ": " + r.why);
+    return false;
+  }
+  return true;
+}
+
+void DataPlane::fail_expired_batches() {
+  std::vector<std::shared_ptr<Batch>> expired;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& job : queue_)
+      if (!job.batch->answered && job.batch->expired()) expired.push_back(job.batch);
+  }
+  for (auto& b : expired) b->time_out();
+}
+
+void DataPlane::release_late_leases() {
+  std::vector<LateLease> answered;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto keep = std::partition(late_.begin(), late_.end(), [](auto& l) { return !l.ask->done() && !l.ask->fatal(); });
+    answered.assign(std::make_move_iterator(keep), std::make_move_iterator(late_.end()));
+    late_.erase(keep, late_.end());
+  }
+  for (auto& late : answered) {
+    BufferLeaseReply lease;
+    ErrorKind kind;
+    std::string why;
+    if (!take_lease(*late.ask, &lease, &kind, &why)) continue;  // refused: nothing to end
+    end_lease(late.owner, late.buffer, lease.lease);
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.late_leases;
+  }
+}
+
+void DataPlane::end_lease(const std::string& owner, uint64_t buffer, uint64_t lease) {
+  Header release;
+  release.kind = Kind::BufferRelease;
+  release.body = BufferReleaseBody{buffer, lease};
+  try {
+    node_.call({Target{owner, ""}}, release, {}, false);
+  } catch (const std::exception&) {
+    // The owner is gone: its leases went with it.
+  }
+}
+
+}  // namespace xmesh

@@ -1,0 +1,95 @@
+// The data plane's moving side (issue 24; docs/ARCHITECTURE.md "The data plane"): the process
+// that reads a peer's RDMA buffer into its own memory, or writes its memory into one, moves the
+// bytes itself on its data threads, never on a caller's or an actor's thread. One submission (a
+// read_into, a write_from, an RDMAAction) is a batch of operations; each takes a lease from the
+// buffer's owner (a BufferLease message), copies, and ends the lease (BufferRelease). The batch
+// completes a Call of this process's own, which a Future waits on like any other.
+//
+// Transports, chosen per operation from the lease's answer: the same host (the owner's host
+// key is this process's) copies by cross-memory attach (process_memory.hpp), one copy.
+#pragma once
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "call.hpp"
+
+namespace xmesh {
+
+class Node;
+struct BufferLeaseReply;
+
+struct DataOp {
+  std::string owner;     // the owner's node address
+  uint64_t buffer = 0;   // the buffer's id there
+  uint64_t offset = 0;   // where in the buffer
+  uint64_t size = 0;     // bytes to move (> 0)
+  char* local = nullptr; // this process's memory: the destination of a read, the source of a write
+  bool write = false;    // true: local -> the buffer
+};
+
+class DataPlane {
+ public:
+  // node: sends the leases (and owns nothing of this). threads: copies that may run at once
+  // (XMESH_DATA_THREADS, default 2).
+  explicit DataPlane(Node& node, size_t threads = 0);
+  ~DataPlane();  // stops the threads; batches not done fail
+  DataPlane(const DataPlane&) = delete;
+  DataPlane& operator=(const DataPlane&) = delete;
+
+  // Runs ops (at least one); the returned Call (one target: the first op's owner) is answered
+  // ok once every op is done, or with the first failure: a Buffer error (the owner refused the
+  // lease), Supervision (the owner died), Timeout (not done within timeout_ms; -1: no limit).
+  // on_finished runs on a data thread once no op touches its memory any more (after the Call is
+  // answered, and also when a timeout answered it first): what kept the memory alive may go.
+  std::shared_ptr<Call> submit(std::vector<DataOp> ops, int timeout_ms, std::function<void()> on_finished);
+
+  struct Stats {
+    uint64_t ops = 0, bytes = 0, same_host = 0, failed = 0, late_leases = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Batch;
+  struct Job {
+    std::shared_ptr<Batch> batch;
+    size_t index;
+  };
+  void run();
+  void run_op(Batch& b, const DataOp& op);
+  // One copy on this host from the leased range (into it: a write), in steps that look at the
+  // batch's deadline. False if it failed (the batch is answered so).
+  bool copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease);
+  // Times out the queued batches whose deadline passed (their Futures must not wait for a
+  // data thread to come free).
+  void fail_expired_batches();
+  void end_lease(const std::string& owner, uint64_t buffer, uint64_t lease);
+  // Lease requests that outlived their op's timeout: a lease granted late is ended at once.
+  struct LateLease {
+    std::string owner;
+    uint64_t buffer;
+    std::shared_ptr<Call> ask;
+  };
+  void release_late_leases();
+  Node& node_;
+  // XMESH_DATA_STEP_PAUSE_MS: a pause between copy steps, so that tests can act while a
+  // transfer is under way (kill its owner); 0 outside tests.
+  const int step_pause_ms_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  std::vector<LateLease> late_;
+  bool stopping_ = false;
+  Stats stats_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace xmesh
