@@ -377,33 +377,45 @@ XMESH_BODY_JSON(RingOfferBody)
 // BufferLease (-> an RDMA buffer's owner; the data plane, buffer_registry.hpp): a lease on
 // [offset, offset + size) of buffer `buffer`, for reading it or (write) writing into it.
 // Answered with a BufferLeaseReply, or a Buffer error saying why not.
+// The reader says its host (util.hpp host_key): another host's (or stream: the reader asks for
+// it) gets a stream grant (buffer_stream.hpp), a reader of the owner's host the pid and address.
 struct BufferLeaseBody {
   static constexpr const char* what = "BufferLease";
   uint64_t buffer = 0, offset = 0, size = 0;
   bool write = false;
+  std::string host;
+  bool stream = false;
   template <class F>
   static void fields(F&& f) {
     f("buffer", &BufferLeaseBody::buffer, Need::Required);
     f("offset", &BufferLeaseBody::offset, Need::Optional);
     f("size", &BufferLeaseBody::size, Need::Required);
     f("write", &BufferLeaseBody::write, Need::Optional);
+    f("host", &BufferLeaseBody::host, Need::Optional);
+    f("stream", &BufferLeaseBody::stream, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseBody)
 
 // Where a leased range is: the owner's host (util.hpp host_key: a reader with the same key
-// copies by pid), pid and the range's address there, and the lease's number (for BufferRelease).
+// copies by pid), pid and the range's address there, and the lease's number (for BufferRelease);
+// for a stream, the owner's stream listener ("tcp://host:port"), the grant's token and key (hex)
+// and the cipher its records are sealed with.
 struct BufferLeaseReply {
   static constexpr const char* what = "BufferLease reply";
   int64_t pid = 0;
   uint64_t addr = 0, lease = 0;
-  std::string host;
+  std::string host, stream, token, key, cipher;
   template <class F>
   static void fields(F&& f) {
     f("pid", &BufferLeaseReply::pid, Need::Required);
     f("addr", &BufferLeaseReply::addr, Need::Required);
     f("lease", &BufferLeaseReply::lease, Need::Required);
     f("host", &BufferLeaseReply::host, Need::Optional);
+    f("stream", &BufferLeaseReply::stream, Need::Optional);
+    f("token", &BufferLeaseReply::token, Need::Optional);
+    f("key", &BufferLeaseReply::key, Need::Optional);
+    f("cipher", &BufferLeaseReply::cipher, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseReply)

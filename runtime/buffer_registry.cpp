@@ -1,7 +1,10 @@
 #include "buffer_registry.hpp"
 
+#include <iterator>
 #include <stdexcept>
+#include <vector>
 
+#include "record_cipher.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -12,12 +15,12 @@ uint64_t BufferRegistry::lend(void* addr, size_t size, bool writable) {
   uint64_t id;
   do id = random_token();
   while (buffers_.count(id));
-  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, {}});
+  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, {}});
   return id;
 }
 
 BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64_t size, bool write,
-                                            const std::string& holder, std::string* why) {
+                                            const std::string& holder, std::string* why, bool stream) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.dropped) {
@@ -35,8 +38,27 @@ BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64
     return {};
   }
   uint64_t number = next_lease_++;
-  e.leases.emplace(number, holder);
-  return Lease{id, number, e.addr + offset, static_cast<size_t>(size)};
+  LeaseRecord rec{holder, offset, size, write, "", "", {}};
+  if (stream) {
+    do rec.token = random_bytes(16);
+    while (tokens_.count(rec.token));
+    rec.key = random_bytes(kRecordKeyBytes);
+    tokens_[rec.token] = {id, number};
+  }
+  Lease out{id, number, e.addr + offset, static_cast<size_t>(size), rec.token, rec.key};
+  e.leases.emplace(number, std::move(rec));
+  return out;
+}
+
+void BufferRegistry::forget_lease(Entry& e, uint64_t number) {
+  auto l = e.leases.find(number);
+  if (l == e.leases.end()) return;
+  if (!l->second.token.empty()) tokens_.erase(l->second.token);
+  e.leases.erase(l);
+}
+
+void BufferRegistry::forget_if_unheld(std::unordered_map<uint64_t, Entry>::iterator it) {
+  if (it->second.dropped && it->second.leases.empty() && it->second.pins == 0) buffers_.erase(it);
 }
 
 bool BufferRegistry::release(uint64_t id, uint64_t lease_number, const std::string& holder) {
@@ -44,46 +66,68 @@ bool BufferRegistry::release(uint64_t id, uint64_t lease_number, const std::stri
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return false;
   auto lease = it->second.leases.find(lease_number);
-  if (lease == it->second.leases.end() || lease->second != holder) return false;  // not its lease to end
-  it->second.leases.erase(lease);
-  if (it->second.dropped && it->second.leases.empty()) {
-    buffers_.erase(it);
-    return true;
-  }
-  return false;
+  if (lease == it->second.leases.end() || lease->second.holder != holder) return false;  // not its lease to end
+  forget_lease(it->second, lease_number);
+  const size_t before = buffers_.size();
+  forget_if_unheld(it);
+  return buffers_.size() < before;
 }
 
 size_t BufferRegistry::release_holder(const std::string& holder) {
   std::lock_guard<std::mutex> g(mu_);
   size_t ended = 0;
   for (auto it = buffers_.begin(); it != buffers_.end();) {
-    auto& leases = it->second.leases;
-    for (auto l = leases.begin(); l != leases.end();) {
-      if (l->second == holder) {
-        l = leases.erase(l);
-        ++ended;
-      } else {
-        ++l;
-      }
-    }
-    if (it->second.dropped && leases.empty())
-      it = buffers_.erase(it);
-    else
-      ++it;
+    std::vector<uint64_t> theirs;
+    for (auto& [number, rec] : it->second.leases)
+      if (rec.holder == holder) theirs.push_back(number);
+    for (uint64_t number : theirs) forget_lease(it->second, number);
+    ended += theirs.size();
+    auto next = std::next(it);
+    forget_if_unheld(it);
+    it = next;
   }
   return ended;
+}
+
+BufferRegistry::Pin BufferRegistry::pin_stream(const std::string& token, uint32_t stream, uint64_t offset,
+                                               uint64_t length, std::string* why) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto t = tokens_.find(token);
+  if (t == tokens_.end()) {
+    *why = "no lease has that token (ended, or never granted)";
+    return {};
+  }
+  Entry& e = buffers_.at(t->second.first);
+  LeaseRecord& rec = e.leases.at(t->second.second);
+  if (offset > rec.size || length > rec.size - offset || length == 0) {
+    *why = "bytes " + std::to_string(offset) + ".." + std::to_string(offset + length) + " are not inside the lease (" +
+           std::to_string(rec.size) + " bytes)";
+    return {};
+  }
+  if (!rec.streams.insert(stream).second) {
+    *why = "stream " + std::to_string(stream) + " of this lease was used already";
+    return {};
+  }
+  ++e.pins;
+  return Pin{t->second.first, e.addr + rec.offset + offset, static_cast<size_t>(length), rec.write, rec.key};
+}
+
+void BufferRegistry::unpin(uint64_t id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  --it->second.pins;
+  forget_if_unheld(it);
 }
 
 int BufferRegistry::drop(uint64_t id) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.dropped) return -1;
-  if (it->second.leases.empty()) {
-    buffers_.erase(it);
-    return 0;
-  }
   it->second.dropped = true;
-  return static_cast<int>(it->second.leases.size());
+  const int left = static_cast<int>(it->second.leases.size());
+  forget_if_unheld(it);
+  return left;
 }
 
 bool BufferRegistry::holds(uint64_t id) const {

@@ -2,14 +2,17 @@
 // process lends as RDMA buffers, by id. A buffer is a range of this process's memory that peers
 // read from or write into directly; the registry says which ranges are lent, hands out leases
 // for one transfer each (a range checked against the buffer, the memory pinned until the lease
-// ends), and lets a buffer go only once no lease holds it.
+// ends), and lets a buffer go only once no lease holds it and no stream copies it.
 //
 // Ids are random 64-bit numbers: a handle names its buffer by id only, never by address, so a
 // peer learns nothing it could use to reach other memory, and a forged or stale id is refused.
+// A lease for a stream (a reader on another host) comes with a grant: a random token naming the
+// lease on the owner's stream listener and a random key its records are sealed with.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -25,36 +28,63 @@ class BufferRegistry {
     uint64_t number = 0;  // this lease, for release()
     char* addr = nullptr; // the leased range's start
     size_t size = 0;
+    std::string token, key;  // a stream lease's grant (empty otherwise)
   };
   // A lease on [offset, offset + size) of buffer `id` for reading it (write: for writing into
   // it), held by the process at address `holder`: refused, naming why, when no such buffer is
   // lent (never, or dropped), the range is not inside it, or a write is asked of a read-only
-  // buffer.
-  Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, const std::string& holder, std::string* why);
+  // buffer. stream: with a grant (token and key) for the stream listener.
+  Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, const std::string& holder, std::string* why,
+              bool stream = false);
   // The lease ends (only its holder ends it). True when that let a dropped buffer go (its
   // memory is the owner's again).
   bool release(uint64_t id, uint64_t lease_number, const std::string& holder);
   // The process at `holder` died: every lease it held ends. Returns how many did.
   size_t release_holder(const std::string& holder);
 
+  // A stream of a granted lease starts: bytes [offset, offset + length) of the leased range,
+  // stream number `stream` (each number once per lease: a record nonce is never used twice
+  // under a key). The buffer stays (even dropped, even the lease ended) until unpin().
+  struct Pin {
+    uint64_t id = 0;  // 0: refused (*why)
+    char* addr = nullptr;
+    size_t size = 0;
+    bool write = false;
+    std::string key;
+  };
+  Pin pin_stream(const std::string& token, uint32_t stream, uint64_t offset, uint64_t length, std::string* why);
+  void unpin(uint64_t id);
+
   // Stops lending buffer `id`: new leases are refused at once. Returns how many leases still
   // hold it (its memory stays untouched by this process until release() ends the last one);
   // -1 when no such buffer is lent.
   int drop(uint64_t id);
-  // Whether `id` is lent, or dropped with leases still holding it.
+  // Whether `id` is lent, or dropped with leases or streams still holding it.
   bool holds(uint64_t id) const;
   size_t lent() const;  // buffers lent now, not dropped
 
  private:
+  struct LeaseRecord {
+    std::string holder;
+    uint64_t offset = 0, size = 0;  // within the buffer
+    bool write = false;
+    std::string token, key;
+    std::set<uint32_t> streams;  // stream numbers used
+  };
   struct Entry {
     char* addr;
     size_t size;
     bool writable;
     bool dropped = false;
-    std::unordered_map<uint64_t, std::string> leases;  // the leases holding it: number -> holder
+    int pins = 0;  // streams copying now
+    std::unordered_map<uint64_t, LeaseRecord> leases;  // the leases holding it, by number
   };
+  // A dropped buffer nothing holds any more goes. mu_ held.
+  void forget_if_unheld(std::unordered_map<uint64_t, Entry>::iterator it);
+  void forget_lease(Entry& e, uint64_t number);  // mu_ held
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> buffers_;
+  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> tokens_;  // grant token -> (id, lease)
   uint64_t next_lease_ = 1;
 };
 

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "bodies.hpp"
+#include "buffer_stream.hpp"
 #include "node.hpp"
 #include "process_memory.hpp"
 #include "util.hpp"
@@ -64,7 +66,10 @@ struct DataPlane::Batch {
 };
 
 DataPlane::DataPlane(Node& node, size_t threads)
-    : node_(node), step_pause_ms_(static_cast<int>(env_int("XMESH_DATA_STEP_PAUSE_MS", 0))) {
+    : node_(node),
+      step_pause_ms_(static_cast<int>(env_int("XMESH_DATA_STEP_PAUSE_MS", 0))),
+      force_stream_(env_str("XMESH_DATA_TRANSPORT") == "stream"),
+      max_streams_(static_cast<uint64_t>(std::max<int64_t>(1, env_int("XMESH_DATA_STREAMS", 4)))) {
   if (threads == 0) threads = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_DATA_THREADS", 2)));
   for (size_t i = 0; i < threads; ++i)
     threads_.emplace_back([this] {
@@ -162,10 +167,12 @@ bool take_lease(Call& c, BufferLeaseReply* out, ErrorKind* kind, std::string* wh
 }
 }  // namespace
 
-void DataPlane::run_op(Batch& b, const DataOp& op) {
+void DataPlane::run_op(Batch& b, const DataOp& op) { run_op(b, op, force_stream_); }
+
+void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
   Header h;
   h.kind = Kind::BufferLease;
-  h.body = BufferLeaseBody{op.buffer, op.offset, op.size, op.write};
+  h.body = BufferLeaseBody{op.buffer, op.offset, op.size, op.write, host_key(), stream};
   std::shared_ptr<Call> ask;
   try {
     ask = node_.call({Target{op.owner, ""}}, h, {}, true);
@@ -201,33 +208,74 @@ void DataPlane::run_op(Batch& b, const DataOp& op) {
     ++stats_.failed;
     return;
   }
-  // Only the same host is served yet; the lease says where the owner is.
-  bool copied = false;
-  if (lease.host != host_key()) {
-    b.fail(ErrorKind::Buffer, describe_owner(op) + " is on another host (" + lease.host.substr(0, lease.host.find('|')) +
-                                  "), and transfers between hosts are not built yet");
-  } else {
-    copied = copy_same_host(b, op, lease);
-  }
+  // The lease says how: a stream grant, or (the owner on this host) its pid and address.
+  Copy how = lease.stream.empty() ? copy_same_host(b, op, lease) : copy_streamed(b, op, lease);
   end_lease(op.owner, op.buffer, lease.lease);
+  if (how == Copy::refused_here) {  // cross-memory attach not permitted: the stream path instead
+    run_op(b, op, true);
+    return;
+  }
   std::lock_guard<std::mutex> g(mu_);
   ++stats_.ops;
-  if (copied) {
-    ++stats_.same_host;
-    stats_.bytes += op.size;
-  } else {
+  if (how == Copy::failed) {
     ++stats_.failed;
+    return;
   }
+  ++(how == Copy::streamed ? stats_.streamed : stats_.same_host);
+  stats_.bytes += op.size;
 }
 
-bool DataPlane::copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease) {
+DataPlane::Copy DataPlane::copy_streamed(Batch& b, const DataOp& op, const BufferLeaseReply& lease) {
+  StreamGrant grant;
+  grant.address = lease.stream;
+  if (!from_hex(lease.token, &grant.token) || grant.token.size() != 16 || !from_hex(lease.key, &grant.key) ||
+      grant.key.size() != kRecordKeyBytes || !parse_record_cipher(lease.cipher, &grant.cipher)) {
+    b.fail(ErrorKind::Buffer, describe_owner(op) + " answered with a malformed stream grant");
+    return Copy::failed;
+  }
+  // Several streams for a large range (each on its own thread and connection), a part of at
+  // least kStreamPart each.
+  const int streams = static_cast<int>(std::clamp<uint64_t>(op.size / kStreamPart, 1, max_streams_));
+  auto outcome = stream_transfer(grant, op.local, op.size, op.write, streams, [&] {
+    return !b.answered && !b.expired() && !stopping();
+  }, step_pause_ms_);
+  if (outcome) return Copy::streamed;
+  if (b.answered) return Copy::failed;  // stopped by another op's failure
+  if (b.expired()) {
+    b.time_out();
+    return Copy::failed;
+  }
+  if (stopping()) {
+    b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
+    return Copy::failed;
+  }
+  // A broken stream: the owner died (its death is known here within moments), or the network.
+  // A refusal is the owner's word (its lease ended under the stream): said as it is.
+  json dead;
+  for (int i = 0; i < 20 && outcome.status == StreamOutcome::Status::broken; ++i) {
+    if (node_.is_dead(op.owner, &dead)) {
+      b.fail(ErrorKind::Supervision, describe_owner(op) + " died during the transfer: " + dead.value("text", std::string()));
+      return Copy::failed;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  b.fail(ErrorKind::Buffer, outcome.why);
+  return Copy::failed;
+}
+
+bool DataPlane::stopping() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stopping_;
+}
+
+DataPlane::Copy DataPlane::copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease) {
   const pid_t pid = static_cast<pid_t>(lease.pid);
   char* remote = reinterpret_cast<char*>(lease.addr);
   for (uint64_t at = 0; at < op.size; at += kCopyStep) {
-    if (b.answered) return false;  // another op of the batch failed, or it timed out
+    if (b.answered) return Copy::failed;  // another op of the batch failed, or it timed out
     if (b.expired()) {
       b.time_out();
-      return false;
+      return Copy::failed;
     }
     fail_expired_batches();
     if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
@@ -243,13 +291,25 @@ bool DataPlane::copy_same_host(Batch& b, const DataOp& op, const BufferLeaseRepl
                    : read_process_memory(pid, remote + at, op.local + at, n);
     }
     if (r) continue;
+    if (r.status == ProcessCopy::Status::not_permitted && at == 0) {
+      note_refused_attach(r.why);
+      return Copy::refused_here;
+    }
     if (r.status == ProcessCopy::Status::gone)
       b.fail(ErrorKind::Supervision, describe_owner(op) + " (pid " + std::to_string(pid) + ") died during the transfer");
     else
       b.fail(ErrorKind::Buffer, "copying " + std::string(op.write ? "into" : "from") + " " + describe_owner(op) + ": " + r.why);
-    return false;
+    return Copy::failed;
   }
-  return true;
+  return Copy::same_host;
+}
+
+void DataPlane::note_refused_attach(const std::string& why) {
+  // Said once a process: every later transfer of this host goes the stream way without a word.
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(stderr, "[xmesh] RDMA buffers: %s; transfers on this host go through streams instead\n", why.c_str());
+  });
 }
 
 void DataPlane::fail_expired_batches() {

@@ -53,7 +53,7 @@ class DataPlane {
   std::shared_ptr<Call> submit(std::vector<DataOp> ops, int timeout_ms, std::function<void()> on_finished);
 
   struct Stats {
-    uint64_t ops = 0, bytes = 0, same_host = 0, failed = 0, late_leases = 0;
+    uint64_t ops = 0, bytes = 0, same_host = 0, streamed = 0, failed = 0, late_leases = 0;
   };
   Stats stats() const;
 
@@ -65,9 +65,16 @@ class DataPlane {
   };
   void run();
   void run_op(Batch& b, const DataOp& op);
+  void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask for a stream grant
+  enum class Copy { same_host, streamed, failed, refused_here };
   // One copy on this host from the leased range (into it: a write), in steps that look at the
-  // batch's deadline. False if it failed (the batch is answered so).
-  bool copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease);
+  // batch's deadline. failed: the batch is answered so; refused_here: this process may not
+  // attach to the owner's memory (take the stream way).
+  Copy copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease);
+  // The leased range over the owner's stream listener (buffer_stream.hpp).
+  Copy copy_streamed(Batch& b, const DataOp& op, const BufferLeaseReply& lease);
+  void note_refused_attach(const std::string& why);
+  bool stopping() const;
   // Times out the queued batches whose deadline passed (their Futures must not wait for a
   // data thread to come free).
   void fail_expired_batches();
@@ -83,6 +90,11 @@ class DataPlane {
   // XMESH_DATA_STEP_PAUSE_MS: a pause between copy steps, so that tests can act while a
   // transfer is under way (kill its owner); 0 outside tests.
   const int step_pause_ms_;
+  // XMESH_DATA_TRANSPORT=stream: streams even on this host (tests, benchmarks); else what the
+  // owner's answer says. XMESH_DATA_STREAMS: parallel streams a large transfer may use (4).
+  const bool force_stream_;
+  const uint64_t max_streams_;
+  static constexpr uint64_t kStreamPart = uint64_t(8) << 20;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include "bodies.hpp"
+#include "record_cipher.hpp"
+#include "tcp_endpoint.hpp"
+#include "tcp_lane.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -619,17 +622,61 @@ void Node::on_buffer_lease(Message& m) {
   BufferLeaseBody b;
   if (!request_body(m, b, ErrorKind::Buffer)) return;
   std::string why;
-  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why);
+  // A reader elsewhere (or one that may not read this process's memory) gets the bytes streamed.
+  const bool stream = b.stream || (!b.host.empty() && b.host != host_key());
+  std::string listener;
+  if (stream && (listener = buffer_streams(&why)).empty()) {
+    reply(m, false, error_body(ErrorKind::Buffer, "the owner cannot stream its buffers: " + why), {});
+    return;
+  }
+  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why, stream);
   if (!lease.id) {
     reply(m, false, error_body(ErrorKind::Buffer, why), {});
     return;
   }
-  BufferLeaseReply r{static_cast<int64_t>(getpid()), reinterpret_cast<uint64_t>(lease.addr), lease.number, host_key()};
+  BufferLeaseReply r;
+  r.pid = static_cast<int64_t>(getpid());
+  r.addr = reinterpret_cast<uint64_t>(lease.addr);
+  r.lease = lease.number;
+  r.host = host_key();
+  if (stream) {
+    r.stream = listener;
+    r.token = to_hex(lease.token);
+    r.key = to_hex(lease.key);
+    r.cipher = record_cipher_name(preferred_record_cipher());
+  }
   if (m.header.corr) {
     reply(m, true, r, {});
   } else {
     buffers_.release(b.buffer, lease.number, m.sender_addr);  // nobody to tell where: no lease
   }
+}
+
+std::string Node::buffer_streams(std::string* why) {
+  std::lock_guard<std::mutex> g(streams_mu_);
+  const std::string bound = transport_.tcp_bound_addr(), reached = tcp_addr();
+  if (streams_ && streams_bound_ == bound) return streams_->address();
+  // Beside the node's TCP address (bound there, reached as peers reach the node); a node with
+  // none is reached by nobody off this host: loopback (the same-host fallback). One placed
+  // before the node listened on TCP stays for the streams it serves; a new one goes beside it.
+  if (streams_) old_streams_.push_back(std::move(streams_));
+  std::string bind_host = "127.0.0.1", reach_host = bind_host;
+  try {
+    if (!bound.empty()) {
+      const auto b = TcpEndpoint::parse(bound), r = TcpEndpoint::parse(reached.empty() ? bound : reached);
+      bind_host = b.wildcard() ? (b.host.find(':') != std::string::npos ? "::" : "0.0.0.0") : b.host;
+      reach_host = r.wildcard() ? numeric_host(hostname()) : r.host;
+      // A proc behind its agent's one port listens on loopback, reached through the agent: its
+      // streams listen on the host's address the agent is reached at (a port of their own).
+      if (r.behind) bind_host = r.host;
+    }
+    streams_ = std::make_unique<BufferStreamServer>(buffers_, bind_host, reach_host);
+    streams_bound_ = bound;
+  } catch (const std::exception& e) {
+    *why = e.what();
+    return "";
+  }
+  return streams_->address();
 }
 
 void Node::on_buffer_drop(Message& m) {

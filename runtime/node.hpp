@@ -23,6 +23,7 @@
 
 #include "actor_directory.hpp"
 #include "buffer_registry.hpp"
+#include "buffer_stream.hpp"
 #include "call.hpp"
 #include "cast_tree.hpp"
 #include "call_table.hpp"
@@ -187,6 +188,14 @@ class Node {
   size_t pump_rings(bool* held);
   class RingFeed;
   BufferRegistry buffers_;
+  // The stream listener of the buffers' bytes for readers on other hosts, started at the first
+  // lease that needs it (buffer_stream.hpp); why it could not start, once it failed.
+  std::mutex streams_mu_;
+  std::unique_ptr<BufferStreamServer> streams_;
+  std::string streams_bound_;  // the TCP address the listener was placed beside ("": none)
+  std::vector<std::unique_ptr<BufferStreamServer>> old_streams_;  // placed before the node listened on TCP
+  // Where the stream listener is reached ("" and *why when it cannot start).
+  std::string buffer_streams(std::string* why);
   std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)
   // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
   // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).

@@ -137,6 +137,21 @@ int listening_socket(const TcpEndpoint& at, int* bound_port) {
   return fd;
 }
 
+int connecting_socket(const TcpEndpoint& to) {
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  if (!socket_address(to.host, to.port, ss, len))
+    throw std::runtime_error("cannot connect to " + to.str() + ": not an IP address");
+  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("cannot connect to " + to.str() + ": " + std::strerror(errno));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot connect to " + to.str() + ": " + why);
+  }
+  return fd;
+}
+
 std::optional<int> free_tcp_port(const std::string& host, int first, int last, const std::set<int>& taken) {
   if (first == 0) {
     for (int attempt = 0; attempt < 16; ++attempt)

@@ -45,5 +45,8 @@ std::optional<int> free_tcp_port_from_top(const std::string& host, int first, in
 // A non-blocking socket listening at `at` (an IP address; port 0: any), and the port it got.
 // Throws std::runtime_error naming the address and why.
 int listening_socket(const TcpEndpoint& at, int* bound_port);
+// A non-blocking socket whose connection to `to` (an IP address) is under way (poll it for
+// writing to learn the outcome). Throws std::runtime_error naming the address and why.
+int connecting_socket(const TcpEndpoint& to);
 
 }  // namespace xmesh

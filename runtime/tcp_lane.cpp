@@ -18,6 +18,7 @@
 
 #include "fd_passing.hpp"
 #include "message_layout.hpp"
+#include "util.hpp"
 
 namespace xmesh {
 
@@ -27,12 +28,6 @@ constexpr size_t kMaxPresenting = 64;  // connections owing their token at once 
 
 void need_sodium() {
   if (sodium_init() < 0) throw std::runtime_error("libsodium could not be initialised");
-}
-
-std::string random_bytes(size_t n) {
-  std::string out(n, '\0');
-  randombytes_buf(out.data(), n);
-  return out;
 }
 
 void nonce_for(uint64_t counter, unsigned char* nonce) {

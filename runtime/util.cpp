@@ -61,11 +61,13 @@ void random_fill(char* out, size_t nbytes) {
 }
 }  // namespace
 
-std::string random_hex(size_t nbytes) {
+std::string random_bytes(size_t nbytes) {
   std::string raw(nbytes, '\0');
   random_fill(raw.data(), nbytes);
-  return to_hex(raw);
+  return raw;
 }
+
+std::string random_hex(size_t nbytes) { return to_hex(random_bytes(nbytes)); }
 
 uint64_t random_token() {
   uint64_t t = 0;

@@ -18,6 +18,7 @@ double wall_time();
 
 // Hex string of n random bytes from the kernel's CSPRNG.
 std::string random_hex(size_t nbytes);
+std::string random_bytes(size_t nbytes);  // keys and tokens
 uint64_t random_token();  // a random number, never 0 (names that must not be guessed)
 std::string to_hex(const std::string& bytes);  // lowercase, two digits a byte
 bool from_hex(const std::string& text, std::string* bytes);  // false (bytes untouched) when not hex

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libzmq3-dev cppzmq-dev nlohmann-json3-dev pybind11-dev catch2 libsodium-dev
+  libzmq3-dev cppzmq-dev nlohmann-json3-dev pybind11-dev catch2 libsodium-dev libssl-dev
   libibverbs-dev libxxhash-dev libzstd-dev
   python3 python3-dev python3-venv
   python3-cloudpickle python3-numpy python3-torch

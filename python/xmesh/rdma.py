@@ -4,7 +4,8 @@ An `RDMABuffer` lends a range of its process's memory (a contiguous torch CPU te
 array, bytearray or memoryview) and pickles into a small handle; whoever holds the handle reads
 the bytes into its own memory (`read_into`) or writes its memory into them (`write_from`)
 itself, on its process's data threads, without the owner's actor thread (docs/ARCHITECTURE.md
-"The data plane"). Procs of one host copy by cross-memory attach, one copy.
+"The data plane"). Procs of one host copy by cross-memory attach, one copy; hosts stream the
+bytes over TCP, sealed under a key made for each transfer.
 
     buf = RDMABuffer(weights.view(-1))          # in the trainer
     generators.pull.call(buf).get()            # the handle travels in the call
@@ -61,7 +62,7 @@ def is_rdma_available() -> bool:
 
 def get_rdma_backend() -> str:
     """Which transport serves buffers: 'ibverbs', or 'tcp' (Monarch's name for everything else:
-    here cross-memory attach between procs of one host)."""
+    here cross-memory attach between procs of one host, sealed TCP streams between hosts)."""
     return "ibverbs" if is_ibverbs_available() else "tcp"
 
 

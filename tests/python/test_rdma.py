@@ -229,3 +229,65 @@ def test_monarch_programs_import_it_from_monarch_rdma():
 
     assert mr.RDMABuffer is RDMABuffer and mr.get_rdma_backend() == "tcp"
     assert issubclass(mr.RDMATcpFallbackWarning, Warning)
+
+
+# The stream path (what hosts use between them, and this host where cross-memory attach is
+# refused), forced on one host: the same reads and writes, a batch, and an owner killed while
+# its bytes stream (the pause makes the copy last).
+STREAMED = r"""
+import os, signal, time
+import numpy as np
+from xmesh import this_host, endpoint
+from xmesh.rdma import RDMABuffer, RDMAAction, _plane
+from actors_for_tests import BufferPeer, crc, make_memory
+
+class Owner(BufferPeer):
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    @endpoint
+    def streamed(self):
+        from xmesh.rdma import _plane
+        s = _plane.transfers().stats()
+        return s.streamed, s.same_host
+
+pm = this_host().spawn_procs({"gpus": 2})
+peers = pm.spawn("peers", Owner)
+for n in [1, 256 << 10, (256 << 10) + 1, 40 << 20]:
+    mine = make_memory("numpy", n, 60)
+    buf = RDMABuffer(mine)
+    assert list(peers.read.call(buf, "torch").get(timeout=60).values()) == [crc(mine)] * 2, n
+    assert peers.slice(gpus=1).write.call_one(buf, "bytearray", n, 61).get(timeout=60) == crc(mine), n
+    theirs = peers.slice(gpus=0).lend.call_one("m", "numpy", n, 62).get()
+    dst = np.empty(n, dtype=np.uint8)
+    theirs.read_into(dst).get(timeout=60)
+    assert crc(dst) == crc(make_memory("numpy", n, 62)), n
+    buf.drop()
+bufs = [RDMABuffer(make_memory("numpy", n, 70 + n)) for n in (10, 3 << 20, 17 << 20)]
+assert peers.slice(gpus=0).read_all.call_one(bufs).get(timeout=60) == [crc(make_memory("numpy", n, 70 + n)) for n in (10, 3 << 20, 17 << 20)]
+print("streamed", _plane.transfers().stats().streamed > 0, _plane.transfers().stats().same_host,
+      list(peers.streamed.call().get().values()))
+
+big = peers.slice(gpus=1).lend.call_one("big", "numpy", 256 << 20, 1).get()
+pid = peers.slice(gpus=1).pid.call_one().get()
+fut = big.read_into(np.empty(256 << 20, dtype=np.uint8))
+time.sleep(0.5)
+assert not fut.done(), "the transfer ended before the owner was killed"
+os.kill(pid, signal.SIGKILL)
+try:
+    fut.get(timeout=30)
+    print("NO ERROR")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_the_stream_path_on_one_host():
+    r = run_program(STREAMED, env={
+        "XMESH_DATA_TRANSPORT": "stream", "XMESH_DATA_STEP_PAUSE_MS": "300",
+        "PYTHONPATH": os.path.dirname(__file__) + ":" + os.environ["PYTHONPATH"]}, timeout=100)
+    assert r.returncode == 0, r.stderr
+    assert "streamed True 0 [(" in r.stdout, r.stdout  # every transfer streamed, none attached
+    assert ", 0), (" in r.stdout
+    assert "SupervisionError" in r.stdout and "died during the transfer" in r.stdout, r.stdout

@@ -831,3 +831,35 @@ def test_calls_to_procs_behind_their_agents_port_go_over_lanes_through_it(cluste
         assert port_after.lanes_handed_over - port_before.lanes_handed_over == 2, (port_before, port_after)
     finally:
         procs.stop()
+
+
+def test_rdma_buffers_stream_between_hosts(cluster):
+    """RDMA buffers across namespace hosts (issue 24): the controller's memory read and written
+    by procs on two hosts, one host's memory read and written by the other's procs and by the
+    controller, over sealed TCP streams (not cross-memory attach: the hosts differ)."""
+    from actors_for_tests import BufferPeer, crc, make_memory
+    from xmesh.rdma import RDMABuffer, _plane
+
+    hm = xmesh.hosts([cluster.locator(0), cluster.locator(1)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 1})
+    before = _plane.transfers().stats()
+    try:
+        peers = procs.spawn("peers", BufferPeer)
+        n = (24 << 20) + 5
+        mine = make_memory("numpy", n, 50)
+        buf = RDMABuffer(mine)
+        assert list(peers.read.call(buf, "torch").get(timeout=60).values()) == [crc(mine)] * 2
+        assert peers.slice(hosts=1).write.call_one(buf, "numpy", n, 51).get(timeout=60) == crc(mine)
+        theirs = peers.slice(hosts=0).lend.call_one("a", "bytearray", 3 << 20, 52).get()
+        assert peers.slice(hosts=1).read.call_one(theirs, "numpy").get(timeout=60) == crc(make_memory("numpy", 3 << 20, 52))
+        written = peers.slice(hosts=1).write.call_one(theirs, "numpy", 1 << 20, 53).get(timeout=60)
+        dst = bytearray(3 << 20)
+        theirs.read_into(dst).get(timeout=60)
+        assert crc(dst[: 1 << 20]) == written
+        assert dst[1 << 20:] == make_memory("bytearray", 3 << 20, 52)[1 << 20:]
+        stats = _plane.transfers().stats()
+        assert stats.streamed - before.streamed == 1 and stats.same_host == before.same_host
+        peers.slice(hosts=0).drop.call_one("a").get()
+        buf.drop()
+    finally:
+        procs.stop()

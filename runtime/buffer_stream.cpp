@@ -1,0 +1,343 @@
+#include "buffer_stream.hpp"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <vector>
+
+#include "tcp_endpoint.hpp"
+#include "util.hpp"
+
+namespace xmesh {
+
+namespace {
+constexpr char kMagic[4] = {'X', 'M', 'D', 'S'};
+constexpr int kSliceMs = 200;  // waits look at keep_going (or at the server stopping) this often
+
+// How long a stream may make no progress before the server gives it up (a reader that vanished
+// without closing): XMESH_DATA_STALL_MS, default 30 s.
+int stall_ms() { return static_cast<int>(env_int("XMESH_DATA_STALL_MS", 30000)); }
+
+void put_u32(char* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i)); }
+void put_u64(char* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i)); }
+uint32_t get_u32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+uint64_t get_u64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// Moves exactly n bytes over a non-blocking socket, waiting in slices; between slices `go()`
+// may stop it, and no progress for stall_ms ends it. "" when done, else why not.
+template <class Move>
+std::string move_all(int fd, size_t n, bool sending, const std::function<bool()>& go, int stall, Move move) {
+  size_t done = 0;
+  int idle_ms = 0;
+  while (done < n) {
+    ssize_t got = move(done, n - done);
+    if (got > 0) {
+      done += static_cast<size_t>(got);
+      idle_ms = 0;
+      continue;
+    }
+    if (got == 0) return "the peer closed the stream";
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return std::strerror(errno);
+    if (!go()) return "stopped";
+    if (idle_ms >= stall) return "no progress for " + std::to_string(stall / 1000) + " s";
+    pollfd p{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+    if (::poll(&p, 1, kSliceMs) == 0) idle_ms += kSliceMs;
+  }
+  return "";
+}
+
+std::string send_all(int fd, const char* data, size_t n, const std::function<bool()>& go, int stall) {
+  return move_all(fd, n, true, go, stall,
+                  [&](size_t at, size_t left) { return ::send(fd, data + at, left, MSG_NOSIGNAL); });
+}
+std::string recv_all(int fd, char* data, size_t n, const std::function<bool()>& go, int stall) {
+  return move_all(fd, n, false, go, stall, [&](size_t at, size_t left) { return ::recv(fd, data + at, left, 0); });
+}
+
+size_t records_in(uint64_t length) { return static_cast<size_t>((length + kStreamRecord - 1) / kStreamRecord); }
+
+void large_socket_buffers(int fd) {
+  int bytes = 4 << 20;  // the kernel caps it at its own limit
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+}  // namespace
+
+// ---- the owner's side -------------------------------------------------------------------------
+BufferStreamServer::BufferStreamServer(BufferRegistry& registry, const std::string& bind_host,
+                                       const std::string& reach_host)
+    : registry_(registry) {
+  TcpEndpoint at;
+  at.host = bind_host;
+  int port = 0;
+  listen_fd_ = listening_socket(at, &port);
+  at.host = reach_host;
+  at.port = port;
+  address_ = at.str();
+  if (::pipe2(wake_, O_CLOEXEC) != 0) {
+    ::close(listen_fd_);
+    throw std::runtime_error(std::string("a pipe for the stream listener: ") + std::strerror(errno));
+  }
+  acceptor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "xmesh-streams");
+    accept_loop();
+  });
+}
+
+BufferStreamServer::~BufferStreamServer() {
+  {
+    std::unique_lock<std::mutex> g(mu_);
+    stopping_ = true;
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+  }
+  char c = 'x';
+  (void)!::write(wake_[1], &c, 1);
+  acceptor_.join();
+  std::unique_lock<std::mutex> g(mu_);
+  cv_.wait(g, [&] { return open_.empty(); });
+  ::close(listen_fd_);
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
+
+BufferStreamServer::Stats BufferStreamServer::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+void BufferStreamServer::accept_loop() {
+  while (true) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
+    if (p[1].revents) return;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stopping_) {
+        ::close(fd);
+        return;
+      }
+      open_.insert(fd);
+    }
+    large_socket_buffers(fd);
+    std::thread([this, fd] {
+      pthread_setname_np(pthread_self(), "xmesh-stream");
+      serve(fd);
+      std::lock_guard<std::mutex> g(mu_);
+      open_.erase(fd);
+      ::close(fd);
+      cv_.notify_all();
+    }).detach();
+  }
+}
+
+void BufferStreamServer::serve(int fd) {
+  auto go = [this] {
+    std::lock_guard<std::mutex> g(mu_);
+    return !stopping_;
+  };
+  char hello[kStreamHelloBytes];
+  std::string why = recv_all(fd, hello, sizeof hello, go, 10000);
+  if (why.empty() && std::memcmp(hello, kMagic, 4) != 0) why = "not a data-plane stream";
+  BufferRegistry::Pin pin;
+  uint32_t stream = 0;
+  if (why.empty()) {
+    stream = get_u32(hello + 20);
+    pin = registry_.pin_stream(std::string(hello + 4, 16), stream, get_u64(hello + 24), get_u64(hello + 32), &why);
+  }
+  if (!pin.id) {
+    if (why.find("peer closed") == std::string::npos) {
+      std::string answer = "N";
+      const uint16_t n = static_cast<uint16_t>(std::min<size_t>(why.size(), 1000));
+      answer += static_cast<char>(n & 0xff);
+      answer += static_cast<char>(n >> 8);
+      answer += why.substr(0, n);
+      (void)send_all(fd, answer.data(), answer.size(), go, 1000);
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.refused;
+    return;
+  }
+  const char yes = 'Y';
+  bool ok = send_all(fd, &yes, 1, go, stall_ms()).empty();
+  if (ok) ok = pin.write ? receive_records(fd, pin, stream, &why) : send_records(fd, pin, stream, &why);
+  registry_.unpin(pin.id);
+  std::lock_guard<std::mutex> g(mu_);
+  ++stats_.streams;
+  if (ok)
+    stats_.bytes += pin.size;
+  else
+    ++stats_.broken;
+}
+
+bool BufferStreamServer::send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why) {
+  auto go = [this] {
+    std::lock_guard<std::mutex> g(mu_);
+    return !stopping_;
+  };
+  RecordCipher cipher(preferred_record_cipher(), pin.key);
+  std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
+  const int stall = stall_ms();
+  for (size_t i = 0, n = records_in(pin.size); i < n; ++i) {
+    const size_t at = i * kStreamRecord, len = std::min(kStreamRecord, pin.size - at);
+    cipher.seal(stream, i, pin.addr + at, len, sealed.data());
+    *why = send_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
+    if (!why->empty()) return false;
+  }
+  return true;
+}
+
+bool BufferStreamServer::receive_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why) {
+  auto go = [this] {
+    std::lock_guard<std::mutex> g(mu_);
+    return !stopping_;
+  };
+  RecordCipher cipher(preferred_record_cipher(), pin.key);
+  std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
+  const int stall = stall_ms();
+  const size_t n = records_in(pin.size);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t at = i * kStreamRecord, len = std::min(kStreamRecord, pin.size - at);
+    *why = recv_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
+    if (!why->empty()) return false;
+    // Opened in the scratch buffer and copied once whole: a decryption writes its output
+    // before the tag is checked, and bytes that do not open must never reach the buffer.
+    if (!cipher.open(stream, i, sealed.data(), len, sealed.data())) {
+      *why = "a record did not open (changed on the way, or not sealed with the lease's key)";
+      return false;
+    }
+    std::memcpy(pin.addr + at, sealed.data(), len);
+  }
+  cipher.seal(stream, n, nullptr, 0, sealed.data());  // the acknowledgement: an empty record
+  *why = send_all(fd, sealed.data(), kRecordTagBytes, go, stall);
+  return why->empty();
+}
+
+// ---- the reader's side -------------------------------------------------------------------------
+namespace {
+StreamOutcome outcome(StreamOutcome::Status s, std::string why) { return StreamOutcome{s, std::move(why)}; }
+
+// One stream: bytes [offset, offset + length) of the lease to or from local + offset.
+StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32_t stream, char* local,
+                         uint64_t offset, uint64_t length, bool write, const std::function<bool()>& go, int pause_ms) {
+  int fd;
+  try {
+    fd = connecting_socket(to);
+  } catch (const std::exception& e) {
+    return outcome(StreamOutcome::Status::broken, e.what());
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  large_socket_buffers(fd);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const std::string where = "the stream to " + to.proxy();
+  char hello[kStreamHelloBytes];
+  std::memcpy(hello, kMagic, 4);
+  std::memcpy(hello + 4, grant.token.data(), 16);
+  put_u32(hello + 20, stream);
+  put_u64(hello + 24, offset);
+  put_u64(hello + 32, length);
+  const int stall = stall_ms();
+  auto failed = [&](const std::string& why) {
+    return outcome(why == "stopped" ? StreamOutcome::Status::stopped : StreamOutcome::Status::broken,
+                   where + ": " + why);
+  };
+  std::string why = send_all(fd, hello, sizeof hello, go, stall);  // waits out the connect too
+  char answer = 0;
+  if (why.empty()) why = recv_all(fd, &answer, 1, go, stall);
+  if (!why.empty()) return failed(why);
+  if (answer != 'Y') {
+    char len[2] = {0, 0};
+    std::string text = "refused";
+    if (answer == 'N' && recv_all(fd, len, 2, go, 1000).empty()) {
+      text.assign(static_cast<unsigned char>(len[0]) | (static_cast<unsigned char>(len[1]) << 8), '\0');
+      if (!recv_all(fd, text.data(), text.size(), go, 1000).empty()) text = "refused";
+    }
+    return outcome(StreamOutcome::Status::refused, "the owner refused " + where + ": " + text);
+  }
+  RecordCipher cipher(grant.cipher, grant.key);
+  std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
+  const size_t n = records_in(length);
+  constexpr size_t kRecordsPerPause = (size_t(16) << 20) / kStreamRecord;
+  for (size_t i = 0; i < n; ++i) {
+    if (pause_ms > 0 && i > 0 && i % kRecordsPerPause == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    char* at = local + offset + i * kStreamRecord;
+    const size_t len = std::min<uint64_t>(kStreamRecord, length - i * kStreamRecord);
+    if (write) {
+      cipher.seal(stream, i, at, len, sealed.data());
+      why = send_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
+    } else {
+      why = recv_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
+      if (why.empty() && !cipher.open(stream, i, sealed.data(), len, at))
+        why = "a record did not open (changed on the way)";
+    }
+    if (!why.empty()) return failed(why);
+  }
+  if (write) {  // the owner's acknowledgement: the bytes are in place
+    why = recv_all(fd, sealed.data(), kRecordTagBytes, go, stall);
+    if (why.empty() && !cipher.open(stream, n, sealed.data(), 0, sealed.data()))
+      why = "the acknowledgement did not open";
+    if (!why.empty()) return failed(why);
+  }
+  return {};
+}
+}  // namespace
+
+StreamOutcome stream_transfer(const StreamGrant& grant, char* local, uint64_t size, bool write, int streams,
+                              const std::function<bool()>& keep_going, int pause_ms) {
+  TcpEndpoint to;
+  try {
+    to = TcpEndpoint::parse(grant.address);
+  } catch (const std::exception& e) {
+    return outcome(StreamOutcome::Status::broken, std::string("the owner's stream address: ") + e.what());
+  }
+  const size_t records = records_in(size);
+  const size_t parts = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(std::max(1, streams)), records));
+  const size_t per_part = (records + parts - 1) / parts * kStreamRecord;  // whole records each
+  std::vector<StreamOutcome> results(parts);
+  std::atomic<bool> failed{false};
+  auto go = [&] { return !failed.load() && keep_going(); };
+  auto part = [&](size_t k) {
+    const uint64_t offset = k * per_part;
+    if (offset >= size) return;
+    results[k] = run_stream(grant, to, static_cast<uint32_t>(k), local, offset, std::min<uint64_t>(per_part, size - offset),
+                            write, go, pause_ms);
+    if (!results[k]) failed = true;  // the other parts stop at their next look
+  };
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k < parts; ++k) helpers.emplace_back(part, k);
+  part(0);
+  for (auto& t : helpers) t.join();
+  // The first real failure, not a part that stopped because of it.
+  for (auto& r : results)
+    if (!r && r.status != StreamOutcome::Status::stopped) return r;
+  for (auto& r : results)
+    if (!r) return r;
+  return {};
+}
+
+}  // namespace xmesh
