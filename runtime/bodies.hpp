@@ -379,12 +379,19 @@ XMESH_BODY_JSON(RingOfferBody)
 // Answered with a BufferLeaseReply, or a Buffer error saying why not.
 // The reader says its host (util.hpp host_key): another host's (or stream: the reader asks for
 // it) gets a stream grant (buffer_stream.hpp), a reader of the owner's host the pid and address.
+// Small ranges (at most kInlineBytes) from another host travel in the messages themselves:
+// a read's answer carries the bytes (inline: the reader takes them so), a write's request
+// carries them in its one frame (inline), and no lease outlives the exchange.
+// (Well under a shared-memory ring's size: the owner answers on its reading thread, which
+// never waits for room, and a message larger than the ring never fits it.)
+constexpr uint64_t kInlineBytes = 64 << 10;
 struct BufferLeaseBody {
   static constexpr const char* what = "BufferLease";
   uint64_t buffer = 0, offset = 0, size = 0;
   bool write = false;
   std::string host;
   bool stream = false;
+  bool inline_ = false;
   template <class F>
   static void fields(F&& f) {
     f("buffer", &BufferLeaseBody::buffer, Need::Required);
@@ -393,6 +400,7 @@ struct BufferLeaseBody {
     f("write", &BufferLeaseBody::write, Need::Optional);
     f("host", &BufferLeaseBody::host, Need::Optional);
     f("stream", &BufferLeaseBody::stream, Need::Optional);
+    f("inline", &BufferLeaseBody::inline_, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseBody)
@@ -406,6 +414,7 @@ struct BufferLeaseReply {
   int64_t pid = 0;
   uint64_t addr = 0, lease = 0;
   std::string host, stream, token, key, cipher;
+  bool inline_ = false;  // the bytes are done: read, in the answer's frame; written, in place
   template <class F>
   static void fields(F&& f) {
     f("pid", &BufferLeaseReply::pid, Need::Required);
@@ -416,6 +425,7 @@ struct BufferLeaseReply {
     f("token", &BufferLeaseReply::token, Need::Optional);
     f("key", &BufferLeaseReply::key, Need::Optional);
     f("cipher", &BufferLeaseReply::cipher, Need::Optional);
+    f("inline", &BufferLeaseReply::inline_, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseReply)

@@ -145,8 +145,10 @@ void DataPlane::run() {
 }
 
 namespace {
-// The lease's answer, or why there is none (*kind, *why).
-bool take_lease(Call& c, BufferLeaseReply* out, ErrorKind* kind, std::string* why) {
+// The lease's answer (and its frames: the bytes of a small read from another host), or why
+// there is none (*kind, *why).
+bool take_lease(Call& c, BufferLeaseReply* out, std::vector<zmq::message_t>* frames, ErrorKind* kind,
+                std::string* why) {
   auto got = c.take();
   if (got.empty()) return false;
   auto& r = got.front();
@@ -155,6 +157,7 @@ bool take_lease(Call& c, BufferLeaseReply* out, ErrorKind* kind, std::string* wh
     auto reply = read_as<BufferLeaseReply>(r.body, &bad);
     if (reply) {
       *out = *reply;
+      if (frames) *frames = std::move(r.frames);
       return true;
     }
     *kind = ErrorKind::Buffer;
@@ -169,16 +172,22 @@ bool take_lease(Call& c, BufferLeaseReply* out, ErrorKind* kind, std::string* wh
 
 void DataPlane::run_op(Batch& b, const DataOp& op) { run_op(b, op, force_stream_); }
 
-void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
+std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stream) {
+  // Small and (as far as this process has seen) on another host: the bytes go in the messages.
+  const bool in_messages = op.size <= kInlineBytes && (stream || owner_elsewhere(op.owner));
   Header h;
   h.kind = Kind::BufferLease;
-  h.body = BufferLeaseBody{op.buffer, op.offset, op.size, op.write, host_key(), stream};
+  BufferLeaseBody body{op.buffer, op.offset, op.size, op.write, host_key(), stream};
+  body.inline_ = in_messages;
+  h.body = body;
+  std::vector<zmq::message_t> frames;
+  if (in_messages && op.write) frames.emplace_back(op.local, op.size);
   std::shared_ptr<Call> ask;
   try {
-    ask = node_.call({Target{op.owner, ""}}, h, {}, true);
+    ask = node_.call({Target{op.owner, ""}}, h, std::move(frames), true);
   } catch (const std::exception& e) {
     b.fail(ErrorKind::Send, "could not ask " + describe_owner(op) + " for a lease: " + e.what());
-    return;
+    return nullptr;
   }
   // In slices: a stopping data plane (the process exits) must not wait out a long timeout.
   while (!ask->wait_done(b.ms_left() < 0 ? 100 : std::min(100, b.ms_left()))) {
@@ -190,27 +199,40 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
     }
     if (stopping) {
       b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
-      return;
+      return nullptr;
     }
     if (b.expired()) {
       b.time_out();
-      return;
+      return nullptr;
     }
-    if (b.answered) return;  // another op of the batch failed, or it timed out
+    if (b.answered) return nullptr;  // another op of the batch failed, or it timed out
   }
+  return ask;
+}
+
+void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
+  auto ask = ask_lease(b, op, stream);
+  if (!ask) return;
   BufferLeaseReply lease;
+  std::vector<zmq::message_t> frames;
   ErrorKind kind = ErrorKind::Buffer;
   std::string why;
-  if (!take_lease(*ask, &lease, &kind, &why)) {
+  if (!take_lease(*ask, &lease, &frames, &kind, &why)) {
     if (kind == ErrorKind::Supervision) why = describe_owner(op) + " is gone: " + why;
     b.fail(kind, why);
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.failed;
     return;
   }
-  // The lease says how: a stream grant, or (the owner on this host) its pid and address.
-  Copy how = lease.stream.empty() ? copy_same_host(b, op, lease) : copy_streamed(b, op, lease);
-  end_lease(op.owner, op.buffer, lease.lease);
+  remember_owner(op.owner, lease.host);
+  Copy how;
+  if (lease.inline_) {
+    how = take_inline(b, op, frames);
+  } else {
+    // The lease says how: a stream grant, or (the owner on this host) its pid and address.
+    how = lease.stream.empty() ? copy_same_host(b, op, lease) : copy_streamed(b, op, lease);
+    end_lease(op.owner, op.buffer, lease.lease);
+  }
   if (how == Copy::refused_here) {  // cross-memory attach not permitted: the stream path instead
     run_op(b, op, true);
     return;
@@ -221,8 +243,32 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
     ++stats_.failed;
     return;
   }
-  ++(how == Copy::streamed ? stats_.streamed : stats_.same_host);
+  ++(how == Copy::same_host ? stats_.same_host : how == Copy::in_messages ? stats_.in_messages : stats_.streamed);
   stats_.bytes += op.size;
+}
+
+DataPlane::Copy DataPlane::take_inline(Batch& b, const DataOp& op, std::vector<zmq::message_t>& frames) {
+  if (op.write) return Copy::in_messages;  // the owner wrote them before it answered
+  if (frames.size() != 1 || frames[0].size() != op.size) {
+    b.fail(ErrorKind::Buffer, describe_owner(op) + " answered a small read without its " + std::to_string(op.size) +
+                                  " bytes");
+    return Copy::failed;
+  }
+  std::memcpy(op.local, frames[0].data(), op.size);
+  return Copy::in_messages;
+}
+
+bool DataPlane::owner_elsewhere(const std::string& owner) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = owner_hosts_.find(owner);
+  return it != owner_hosts_.end() && it->second != host_key();
+}
+
+void DataPlane::remember_owner(const std::string& owner, const std::string& host) {
+  if (host.empty()) return;
+  std::lock_guard<std::mutex> g(mu_);
+  if (owner_hosts_.size() > 10000) owner_hosts_.clear();  // bounded: a cache, not a record
+  owner_hosts_[owner] = host;
 }
 
 DataPlane::Copy DataPlane::copy_streamed(Batch& b, const DataOp& op, const BufferLeaseReply& lease) {
@@ -334,7 +380,7 @@ void DataPlane::release_late_leases() {
     BufferLeaseReply lease;
     ErrorKind kind;
     std::string why;
-    if (!take_lease(*late.ask, &lease, &kind, &why)) continue;  // refused: nothing to end
+    if (!take_lease(*late.ask, &lease, nullptr, &kind, &why) || lease.inline_) continue;  // nothing to end  // refused: nothing to end
     end_lease(late.owner, late.buffer, lease.lease);
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.late_leases;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "call.hpp"
@@ -53,7 +54,7 @@ class DataPlane {
   std::shared_ptr<Call> submit(std::vector<DataOp> ops, int timeout_ms, std::function<void()> on_finished);
 
   struct Stats {
-    uint64_t ops = 0, bytes = 0, same_host = 0, streamed = 0, failed = 0, late_leases = 0;
+    uint64_t ops = 0, bytes = 0, same_host = 0, streamed = 0, in_messages = 0, failed = 0, late_leases = 0;
   };
   Stats stats() const;
 
@@ -66,7 +67,15 @@ class DataPlane {
   void run();
   void run_op(Batch& b, const DataOp& op);
   void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask for a stream grant
-  enum class Copy { same_host, streamed, failed, refused_here };
+  // Asks the owner for a lease and waits for its answer (nullptr: the batch is answered already).
+  std::shared_ptr<Call> ask_lease(Batch& b, const DataOp& op, bool stream);
+  enum class Copy { same_host, streamed, in_messages, failed, refused_here };
+  // A small transfer done in the lease's messages: a read's bytes from the answer's frame.
+  Copy take_inline(Batch& b, const DataOp& op, std::vector<zmq::message_t>& frames);
+  // Owners' host keys as their lease answers said (a write sends small bytes with its request
+  // only to an owner known to be elsewhere).
+  bool owner_elsewhere(const std::string& owner) const;
+  void remember_owner(const std::string& owner, const std::string& host);
   // One copy on this host from the leased range (into it: a write), in steps that look at the
   // batch's deadline. failed: the batch is answered so; refused_here: this process may not
   // attach to the owner's memory (take the stream way).
@@ -99,6 +108,7 @@ class DataPlane {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::vector<LateLease> late_;
+  std::unordered_map<std::string, std::string> owner_hosts_;
   bool stopping_ = false;
   Stats stats_;
   std::vector<std::thread> threads_;

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "bodies.hpp"
 #include "record_cipher.hpp"
 #include "tcp_endpoint.hpp"
@@ -629,9 +631,20 @@ void Node::on_buffer_lease(Message& m) {
     reply(m, false, error_body(ErrorKind::Buffer, "the owner cannot stream its buffers: " + why), {});
     return;
   }
-  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why, stream);
+  // Small and from elsewhere: the bytes in the messages (the control link seals them), no stream.
+  const bool in_messages = b.inline_ && stream && b.size <= kInlineBytes;
+  if (in_messages && b.write && (m.frames.size() != 1 || m.frames[0].size() != b.size)) {
+    reply(m, false, error_body(ErrorKind::Buffer, "malformed BufferLease request: a write of " +
+                                   std::to_string(b.size) + " bytes in the messages must carry them in one frame"), {});
+    return;
+  }
+  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why, stream && !in_messages);
   if (!lease.id) {
     reply(m, false, error_body(ErrorKind::Buffer, why), {});
+    return;
+  }
+  if (in_messages) {
+    answer_in_messages(m, b, lease);
     return;
   }
   BufferLeaseReply r;
@@ -649,6 +662,24 @@ void Node::on_buffer_lease(Message& m) {
     reply(m, true, r, {});
   } else {
     buffers_.release(b.buffer, lease.number, m.sender_addr);  // nobody to tell where: no lease
+  }
+}
+
+void Node::answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease) {
+  std::vector<zmq::message_t> frames;
+  if (b.write)
+    std::memcpy(lease.addr, m.frames[0].data(), lease.size);
+  else
+    frames.emplace_back(lease.addr, lease.size);  // a copy, made before the lease ends
+  buffers_.release(lease.id, lease.number, m.sender_addr);
+  BufferLeaseReply r;
+  r.pid = static_cast<int64_t>(getpid());
+  r.host = host_key();
+  r.inline_ = true;
+  try {
+    reply(m, true, r, std::move(frames));
+  } catch (const SendError& e) {  // this thread does not wait for room: say so, small
+    reply(m, false, error_body(ErrorKind::Send, std::string("the owner could not send the bytes: ") + e.what()), {});
   }
 }
 

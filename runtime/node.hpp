@@ -39,6 +39,8 @@ struct Target {
   std::string actor;  // actor name on that proc
 };
 
+struct BufferLeaseBody;
+
 class Node {
  public:
   // role: "controller", "proc", "hostd" (diagnostics and ids). bind_addr: "ipc://path" or
@@ -196,6 +198,8 @@ class Node {
   std::vector<std::unique_ptr<BufferStreamServer>> old_streams_;  // placed before the node listened on TCP
   // Where the stream listener is reached ("" and *why when it cannot start).
   std::string buffer_streams(std::string* why);
+  // A small lease from another host answered with its bytes (a read) or done in place (a write).
+  void answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease);
   std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)
   // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
   // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).

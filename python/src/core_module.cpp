@@ -634,6 +634,7 @@ void bind_data_plane(py::module_& m) {
       .def_readonly("bytes", &DataPlane::Stats::bytes)
       .def_readonly("same_host", &DataPlane::Stats::same_host)
       .def_readonly("streamed", &DataPlane::Stats::streamed)
+      .def_readonly("in_messages", &DataPlane::Stats::in_messages)
       .def_readonly("failed", &DataPlane::Stats::failed)
       .def_readonly("late_leases", &DataPlane::Stats::late_leases);
   using Op = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uintptr_t, bool>;

@@ -437,3 +437,34 @@ TEST_CASE("a dropped buffer stays while a stream still copies it", "[data_plane]
   reg.unpin(id);
   CHECK_FALSE(reg.holds(id));
 }
+
+// Small transfers with an owner elsewhere (here: streams asked for, as another host's reader
+// would get them) travel in the lease's own messages; large ones stream.
+TEST_CASE("small transfers go in the lease's messages, large ones stream", "[data_plane][stream]") {
+  TwoNodes n;
+  std::vector<char> mem(2 << 20);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 8);
+  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
+  setenv("XMESH_DATA_TRANSPORT", "stream", 1);
+  DataPlane plane(n.reader, 2);
+  unsetenv("XMESH_DATA_TRANSPORT");
+  std::vector<char> small(1000), big(1 << 20), src(kInlineBytes, 's');
+  auto call = plane.submit({{n.owner.addr(), id, 5, small.size(), small.data(), false},
+                            {n.owner.addr(), id, 1 << 20, big.size(), big.data(), false},
+                            {n.owner.addr(), id, 100, src.size(), src.data(), true}},
+                           30000, nullptr);
+  REQUIRE(call->wait_done(30000));
+  CHECK(outcome(*call).empty());
+  CHECK(std::memcmp(small.data(), mem.data() + 5, 95) == 0);  // before the write's range
+  CHECK(std::memcmp(big.data(), mem.data() + (1 << 20), big.size()) == 0);
+  CHECK(std::all_of(mem.begin() + 100, mem.begin() + 100 + src.size(), [](char c) { return c == 's'; }));
+  CHECK(plane.stats().in_messages == 2);
+  CHECK(plane.stats().streamed == 1);
+  CHECK(plane.stats().same_host == 0);
+  // A write in the messages must carry its bytes, all of them, in one frame.
+  BufferLeaseBody bare{id, 0, 10, true, "another host", true};
+  bare.inline_ = true;
+  auto refused = ask(n.reader, n.owner.addr(), Kind::BufferLease, bare);
+  CHECK_FALSE(refused.ok);
+  CHECK_THAT(refused.body.value("text", ""), Catch::Contains("must carry them in one frame"));
+}
