@@ -24,6 +24,9 @@ EXPECTED = {
                       "doubled: Tensor (4096, 4096) 2.0 33554432.0"],
     "counter.py": ["values: [3, 2, 2, 2]"],
     "async_fanout.py": ["gathered: [0, 1, 2, 3]", "call: [0, 1, 2, 3]"],
+    "weight_sync.py": ["published 525568 parameters (2 MiB) as one buffer",
+                       "step 1: 2 generators in sync with the trainer: True",
+                       "step 3: 2 generators in sync with the trainer: True"],
 }
 
 
