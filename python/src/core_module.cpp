@@ -12,6 +12,7 @@
 
 #include "call.hpp"
 #include "data_plane.hpp"
+#include "ibverbs_probe.hpp"
 #include "keys.hpp"
 #include "inbox.hpp"
 #include "log_router.hpp"
@@ -627,6 +628,15 @@ void bind_data_plane(py::module_& m) {
     return out;
   }, py::arg("obj"), py::arg("writable") = false,
      "(address, bytes, read-only) of a C-contiguous buffer-protocol object; ValueError naming why not.");
+  m.def("probe_ibverbs", [] {
+    const auto& p = probe_ibverbs();
+    py::dict d;
+    d["usable"] = p.usable;
+    d["device"] = p.device;
+    d["listed"] = p.listed;
+    d["why"] = p.why;
+    return d;
+  }, "Whether RDMA through libibverbs carries a loopback transfer here (runtime/ibverbs_probe.hpp).");
   m.def("host_key", &host_key, "Which machine and process namespace this is (same key: copies by pid).");
 
   py::class_<DataPlane::Stats>(m, "DataPlaneStats")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 import sys
 import threading
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
@@ -45,14 +46,36 @@ class RDMAWriteTransferWarning(Warning):
 
 
 class RDMATcpFallbackWarning(Warning):
-    """Monarch's; defined so that programs filtering it run unchanged: xmesh's transports other
-    than ibverbs are its designed paths, not a degraded fallback, so it does not warn."""
+    """Said once per process when an RDMA device works here (or is listed but broken) while
+    buffers move over xmesh's other transports; never where there is no device at all."""
 
 
 def is_ibverbs_available() -> bool:
-    """Whether transfers here may go over ibverbs RDMA. This build has no ibverbs path yet
-    (issue 24 goes on): False."""
-    return False
+    """Whether ibverbs RDMA hardware works on this system (Monarch's meaning): a device that
+    carried a loopback RDMA write when probed (registered memory, a queue pair connected to
+    itself), not merely one that is listed. Probed once per process; XMESH_IBVERBS=0 skips it."""
+    return bool(_core.probe_ibverbs()["usable"])
+
+
+def _say_how_buffers_move() -> None:
+    """Once per process, where it matters: an RDMA device that works, or one listed that does
+    not, while buffers move over xmesh's other transports."""
+    global _said
+    if _said:
+        return
+    _said = True
+    probe = _core.probe_ibverbs()
+    if probe["usable"]:
+        warnings.warn(f"RDMA device {probe['device']} works here, but this build of xmesh moves RDMA buffers "
+                      "over cross-memory attach and sealed TCP streams (its ibverbs path is not built yet)",
+                      RDMATcpFallbackWarning, stacklevel=3)
+    elif probe["listed"]:
+        warnings.warn(f"RDMA devices are listed ({', '.join(probe['listed'])}) but none works: {probe['why']}; "
+                      "RDMA buffers move over cross-memory attach and sealed TCP streams",
+                      RDMATcpFallbackWarning, stacklevel=3)
+
+
+_said = False
 
 
 def is_rdma_available() -> bool:
@@ -61,9 +84,11 @@ def is_rdma_available() -> bool:
 
 
 def get_rdma_backend() -> str:
-    """Which transport serves buffers: 'ibverbs', or 'tcp' (Monarch's name for everything else:
-    here cross-memory attach between procs of one host, sealed TCP streams between hosts)."""
-    return "ibverbs" if is_ibverbs_available() else "tcp"
+    """Which transport serves buffers: 'tcp', Monarch's name for its transports other than
+    ibverbs (here cross-memory attach between procs of one host, sealed TCP streams between
+    hosts). Never 'ibverbs' yet: this build has no ibverbs path, whatever the hardware
+    (is_ibverbs_available() says what the hardware can do)."""
+    return "tcp"
 
 
 # -- memory -------------------------------------------------------------------------------------
@@ -150,6 +175,7 @@ class RDMABuffer:
         addr, size, keep = _memory(data, False, "RDMABuffer's data")
         if size == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
+        _say_how_buffers_move()
         writable = not (isinstance(keep, memoryview) and keep.readonly)
         self._owner, self._id = _plane.lend(addr, size, writable, keep)
         self._size = size

@@ -18,6 +18,7 @@
 #include "buffer_registry.hpp"
 #include "buffer_stream.hpp"
 #include "data_plane.hpp"
+#include "ibverbs_probe.hpp"
 #include "node.hpp"
 #include "process_memory.hpp"
 #include "record_cipher.hpp"
@@ -467,4 +468,18 @@ TEST_CASE("small transfers go in the lease's messages, large ones stream", "[dat
   auto refused = ask(n.reader, n.owner.addr(), Kind::BufferLease, bare);
   CHECK_FALSE(refused.ok);
   CHECK_THAT(refused.body.value("text", ""), Catch::Contains("must carry them in one frame"));
+}
+
+TEST_CASE("the ibverbs probe says what it found, and this machine has no device", "[data_plane][ibverbs]") {
+  const auto& probe = probe_ibverbs();
+  CHECK(&probe == &probe_ibverbs());  // once per process
+  if (probe.listed.empty()) {
+    CHECK_FALSE(probe.usable);
+    CHECK_THAT(probe.why, Catch::Contains("no RDMA device") || Catch::Contains("no libibverbs") ||
+                              Catch::Contains("XMESH_IBVERBS=0"));
+  } else if (!probe.usable) {
+    CHECK_THAT(probe.why, Catch::Contains(probe.listed.front() + ": "));  // the step that failed, per device
+  } else {
+    CHECK_FALSE(probe.device.empty());
+  }
 }

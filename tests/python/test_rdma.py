@@ -161,8 +161,42 @@ def test_a_handle_pickles_small_and_carries_no_address():
     assert str(mine.ctypes.data).encode() not in blob
     back = pickle.loads(blob)
     assert back.size() == MiB and back.owner == buf.owner
-    assert get_rdma_backend() == buf.backend == "tcp" and not is_ibverbs_available()
+    assert get_rdma_backend() == buf.backend == "tcp"
     buf.drop()
+
+
+def test_the_ibverbs_probe_answers_with_what_it_found():
+    from xmesh import _core
+
+    probe = _core.probe_ibverbs()
+    assert is_ibverbs_available() == probe["usable"]
+    if not probe["listed"]:  # this machine: no device at all (PLATFORM-NOTES), said so
+        assert not probe["usable"] and "no RDMA device" in probe["why"] or "no libibverbs" in probe["why"]
+
+
+@pytest.mark.parametrize("probe, said", [
+    ({"usable": False, "device": "", "listed": [], "why": "no RDMA device"}, None),
+    ({"usable": False, "device": "", "listed": ["mlx5_0"], "why": "mlx5_0: port 1 is not active (state 1)"},
+     "listed (mlx5_0) but none works: mlx5_0: port 1 is not active"),
+    ({"usable": True, "device": "mlx5_0", "listed": ["mlx5_0"], "why": ""},
+     "RDMA device mlx5_0 works here, but this build"),
+])
+def test_a_device_that_works_or_is_broken_is_said_once_and_none_is_not(monkeypatch, probe, said):
+    # The NIC is what cannot be had here: its probe's answers are given to the selection.
+    import warnings
+
+    from xmesh import _core, rdma
+
+    monkeypatch.setattr(_core, "probe_ibverbs", lambda: probe)
+    monkeypatch.setattr(rdma, "_said", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bufs = [RDMABuffer(bytearray(10)), RDMABuffer(bytearray(10))]
+    texts = [str(w.message) for w in caught if issubclass(w.category, rdma.RDMATcpFallbackWarning)]
+    assert texts == ([] if said is None else [texts[0]]) and (said is None or said in texts[0])
+    assert rdma.get_rdma_backend() == "tcp"
+    for b in bufs:
+        b.drop()
 
 
 def test_an_owner_that_died_is_a_supervision_error(peers):
