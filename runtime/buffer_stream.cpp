@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "tcp_endpoint.hpp"
+#include "tcp_lane.hpp"
 #include "util.hpp"
 
 namespace xmesh {
 
 namespace {
-constexpr char kMagic[4] = {'X', 'M', 'D', 'S'};
 constexpr int kSliceMs = 200;  // waits look at keep_going (or at the server stopping) this often
 
 // How long a stream may make no progress before the server gives it up (a reader that vanished
@@ -103,20 +103,23 @@ BufferStreamServer::BufferStreamServer(BufferRegistry& registry, const std::stri
   });
 }
 
+BufferStreamServer::BufferStreamServer(BufferRegistry& registry) : registry_(registry) {}
+
 BufferStreamServer::~BufferStreamServer() {
   {
     std::unique_lock<std::mutex> g(mu_);
     stopping_ = true;
     for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
   }
-  char c = 'x';
-  (void)!::write(wake_[1], &c, 1);
-  acceptor_.join();
+  if (acceptor_.joinable()) {
+    char c = 'x';
+    (void)!::write(wake_[1], &c, 1);
+    acceptor_.join();
+  }
   std::unique_lock<std::mutex> g(mu_);
   cv_.wait(g, [&] { return open_.empty(); });
-  ::close(listen_fd_);
-  ::close(wake_[0]);
-  ::close(wake_[1]);
+  for (int fd : {listen_fd_, wake_[0], wake_[1]})
+    if (fd >= 0) ::close(fd);
 }
 
 BufferStreamServer::Stats BufferStreamServer::stats() const {
@@ -130,35 +133,45 @@ void BufferStreamServer::accept_loop() {
     if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
     if (p[1].revents) return;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (stopping_) {
-        ::close(fd);
-        return;
-      }
-      open_.insert(fd);
-    }
-    large_socket_buffers(fd);
-    std::thread([this, fd] {
-      pthread_setname_np(pthread_self(), "xmesh-stream");
-      serve(fd);
-      std::lock_guard<std::mutex> g(mu_);
-      open_.erase(fd);
-      ::close(fd);
-      cv_.notify_all();
-    }).detach();
+    if (fd >= 0) adopt(fd, "");
   }
 }
 
-void BufferStreamServer::serve(int fd) {
+void BufferStreamServer::adopt(int fd, std::string early) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    open_.insert(fd);
+  }
+  // Non-blocking, whatever handed it over made it (the waits below poll).
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  large_socket_buffers(fd);
+  std::thread([this, fd, early = std::move(early)] {
+    pthread_setname_np(pthread_self(), "xmesh-stream");
+    serve(fd, early);
+    std::lock_guard<std::mutex> g(mu_);
+    open_.erase(fd);
+    ::close(fd);
+    cv_.notify_all();
+  }).detach();
+}
+
+void BufferStreamServer::serve(int fd, const std::string& early) {
   auto go = [this] {
     std::lock_guard<std::mutex> g(mu_);
     return !stopping_;
   };
-  char hello[kStreamHelloBytes];
-  std::string why = recv_all(fd, hello, sizeof hello, go, 10000);
-  if (why.empty() && std::memcmp(hello, kMagic, 4) != 0) why = "not a data-plane stream";
+  char hello[kStreamHelloBytes + 1];  // and the go byte
+  // The writer waits for the answer before any record: nothing may follow its go byte yet.
+  std::string why = early.size() > sizeof hello ? "bytes after the hello before its answer" : "";
+  std::memcpy(hello, early.data(), std::min(early.size(), sizeof hello));
+  if (why.empty() && early.size() < sizeof hello)
+    why = recv_all(fd, hello + early.size(), sizeof hello - early.size(), go, 10000);
+  if (why.empty() && std::memcmp(hello, kStreamMagic, sizeof kStreamMagic) != 0) why = "not a data-plane stream";
+  if (why.empty() && hello[kStreamHelloBytes] != '!') why = "no go byte after the hello";
   BufferRegistry::Pin pin;
   uint32_t stream = 0;
   if (why.empty()) {
@@ -255,7 +268,7 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   const std::string where = "the stream to " + to.proxy();
   char hello[kStreamHelloBytes];
-  std::memcpy(hello, kMagic, 4);
+  std::memcpy(hello, kStreamMagic, sizeof kStreamMagic);
   std::memcpy(hello + 4, grant.token.data(), 16);
   put_u32(hello + 20, stream);
   put_u64(hello + 24, offset);
@@ -265,7 +278,18 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
     return outcome(why == "stopped" ? StreamOutcome::Status::stopped : StreamOutcome::Status::broken,
                    where + ": " + why);
   };
-  std::string why = send_all(fd, hello, sizeof hello, go, stall);  // waits out the connect too
+  // Through the owner's host agent (a proc behind its one port): SOCKS5 to its lane listener,
+  // and the go byte once the agent answered (directly: at once).
+  std::string first = (to.behind ? socks5_connect_request(to.behind) : "") + std::string(hello, sizeof hello);
+  if (!to.behind) first += '!';
+  std::string why = send_all(fd, first.data(), first.size(), go, stall);  // waits out the connect too
+  if (why.empty() && to.behind) {
+    std::string reply(kSocks5ReplyBytes, '\0');
+    why = recv_all(fd, reply.data(), reply.size(), go, stall);
+    if (why.empty() && !(why = socks5_reply_problem(reply, to.behind)).empty())
+      return outcome(StreamOutcome::Status::refused, where + ": " + why);
+    if (why.empty()) why = send_all(fd, "!", 1, go, stall);
+  }
   char answer = 0;
   if (why.empty()) why = recv_all(fd, &answer, 1, go, stall);
   if (!why.empty()) return failed(why);

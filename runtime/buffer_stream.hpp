@@ -5,10 +5,13 @@
 // stream needs), listening beside the node's TCP address. A reader opens one or more streams
 // for a lease (parts of its range, in parallel); each stream says, in the clear:
 //   "XMDS" | token (16 bytes) | stream number (u32) | offset in the lease (u64) | length (u64)
-// (little-endian). The token is a capability for that lease only and names no memory; the
-// bytes that follow are sealed under the lease's key, which only the control link (CURVE)
-// carried, so an observer of the stream learns nothing and a forger moves nothing. The server
-// answers one byte: 'Y', or 'N' with a u16 length and why, then closes. For a read it then sends
+// (little-endian), then one byte '!' (go). The token is a capability for that lease only and
+// names no memory; the bytes that follow are sealed under the lease's key, which only the
+// control link (CURVE) carried, so an observer of the stream learns nothing and a forger moves
+// nothing. The server answers one byte: 'Y', or 'N' with a u16 length and why, then closes.
+// Through a host agent's PortMux the reader sends the go byte only once it read the agent's
+// SOCKS5 answer: the server, handed the connection before the agent answers, then cannot
+// answer first and have its byte land among the agent's. For a read it then sends
 // the part's records; for a write it reads them into a scratch buffer, opens each into the
 // buffer (so bytes that do not open never land there), and after the last sends a sealed empty
 // record (the acknowledgement: the writer's Future resolves only once the bytes are in place).
@@ -38,10 +41,15 @@ class BufferStreamServer {
   // Listens at bind_host (an IP address) on a port the kernel picks, reached at reach_host (the
   // same, unless the node is reached through NAT); throws naming why it cannot.
   BufferStreamServer(BufferRegistry& registry, const std::string& bind_host, const std::string& reach_host);
+  // No listener of its own: it serves the streams adopt() gives it (a node's lane listener
+  // passes on the connections that open as streams, tcp_lane.hpp kStreamMagic).
+  explicit BufferStreamServer(BufferRegistry& registry);
+  // Serves the stream on fd (its own now), `early` the bytes already read from it.
+  void adopt(int fd, std::string early);
   ~BufferStreamServer();  // stops listening, ends the streams under way, waits for them
   BufferStreamServer(const BufferStreamServer&) = delete;
   BufferStreamServer& operator=(const BufferStreamServer&) = delete;
-  const std::string& address() const { return address_; }  // "host:port" ("[v6]:port")
+  const std::string& address() const { return address_; }  // "tcp://host:port" ("": adopting only)
   struct Stats {
     uint64_t streams = 0, refused = 0, broken = 0, bytes = 0;
   };
@@ -49,7 +57,7 @@ class BufferStreamServer {
 
  private:
   void accept_loop();
-  void serve(int fd);
+  void serve(int fd, const std::string& early);
   // The stream's records, once its hello was accepted: false when it broke (*why).
   bool send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);
   bool receive_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);

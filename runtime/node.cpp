@@ -685,6 +685,18 @@ void Node::answer_in_messages(Message& m, const BufferLeaseBody& b, const Buffer
 
 std::string Node::buffer_streams(std::string* why) {
   std::lock_guard<std::mutex> g(streams_mu_);
+  // Where the node has a lane listener, streams come to it (no port of their own: a proc behind
+  // its agent's one port is reached through the agent like its lanes) and are handed over here.
+  if (const std::string lanes = transport_.lane_endpoint(); !lanes.empty()) {
+    if (!adopting_) {
+      adopting_ = std::make_unique<BufferStreamServer>(buffers_);
+      // Called by the I/O thread under the transport's lane lock: it takes no lock of the
+      // node's. The server outlives the transport (declared before it, so destroyed after).
+      BufferStreamServer* server = adopting_.get();
+      transport_.set_stream_adopter([server](int fd, std::string early) { server->adopt(fd, std::move(early)); });
+    }
+    return lanes;
+  }
   const std::string bound = transport_.tcp_bound_addr(), reached = tcp_addr();
   if (streams_ && streams_bound_ == bound) return streams_->address();
   // Beside the node's TCP address (bound there, reached as peers reach the node); a node with

@@ -196,6 +196,7 @@ class Node {
   std::unique_ptr<BufferStreamServer> streams_;
   std::string streams_bound_;  // the TCP address the listener was placed beside ("": none)
   std::vector<std::unique_ptr<BufferStreamServer>> old_streams_;  // placed before the node listened on TCP
+  std::unique_ptr<BufferStreamServer> adopting_;  // the streams that come to the lane listener
   // Where the stream listener is reached ("" and *why when it cannot start).
   std::string buffer_streams(std::string* why);
   // A small lease from another host answered with its bytes (a read) or done in place (a write).

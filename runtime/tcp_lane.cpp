@@ -79,7 +79,26 @@ std::string numeric_host(const std::string& host) {
 
 LaneSecret make_lane_secret() {
   need_sodium();
-  return LaneSecret{random_bytes(kLaneKeyBytes), random_bytes(kLaneTokenBytes)};
+  std::string token;
+  do token = random_bytes(kLaneTokenBytes);
+  while (token.compare(0, sizeof kStreamMagic, kStreamMagic, sizeof kStreamMagic) == 0);  // (one in 2^32)
+  return LaneSecret{random_bytes(kLaneKeyBytes), token};
+}
+
+std::string socks5_connect_request(int port) {
+  std::string out("\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01", 11);
+  out.push_back(static_cast<char>(port >> 8));
+  out.push_back(static_cast<char>(port & 0xff));
+  return out;
+}
+
+std::string socks5_reply_problem(const std::string& reply, int port) {
+  if (reply.size() >= 2 && reply.compare(0, 2, "\x05\x00", 2) != 0)
+    return "the host agent refused SOCKS5 without authentication";
+  if (reply.size() >= 4 && reply[3] != 0)  // the CONNECT's answer: 0 is yes
+    return "the host agent refused to reach port " + std::to_string(port) + " (SOCKS5 reply " +
+           std::to_string(static_cast<uint8_t>(reply[3])) + ")";
+  return "";
 }
 
 // ---- sealing --------------------------------------------------------------------------------
@@ -239,11 +258,7 @@ LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secr
   int e = errno;
   freeaddrinfo(res);
   if (rc != 0 && e != EINPROGRESS) fail("connecting to " + peer_ + ": " + errno_text(e));
-  if (via_ > 0 && via_ < 65536) {  // SOCKS5: no authentication; CONNECT 127.0.0.1:via (the token follows)
-    out_ = std::string("\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01", 11);
-    out_.push_back(static_cast<char>(via_ >> 8));
-    out_.push_back(static_cast<char>(via_ & 0xff));
-  }
+  if (via_ > 0 && via_ < 65536) out_ = socks5_connect_request(via_);  // the token follows
   out_ += secret.token;  // first on the connection (after a SOCKS request), before any record
 }
 
@@ -284,17 +299,14 @@ LaneWriter::State LaneWriter::state() {
 void LaneWriter::read_socks_reply() {
   if (!send_some()) return;
   char buf[16];
-  while (socks_reply_.size() < 12) {
-    ssize_t n = ::recv(fd_, buf, 12 - socks_reply_.size(), MSG_DONTWAIT);
+  while (socks_reply_.size() < kSocks5ReplyBytes) {
+    ssize_t n = ::recv(fd_, buf, kSocks5ReplyBytes - socks_reply_.size(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) return fail("the host agent closed the connection (is the proc's lane port allowed?)");
     socks_reply_.append(buf, static_cast<size_t>(n));
-    if (socks_reply_.size() >= 2 && socks_reply_.compare(0, 2, "\x05\x00", 2) != 0)
-      return fail("the host agent refused SOCKS5 without authentication");
-    if (socks_reply_.size() >= 4 && socks_reply_[3] != 0)  // the CONNECT's answer: 0 is yes
-      return fail("the host agent refused to reach port " + std::to_string(via_) + " (SOCKS5 reply " +
-                  std::to_string(static_cast<uint8_t>(socks_reply_[3])) + ")");
+    const std::string problem = socks5_reply_problem(socks_reply_, via_);
+    if (!problem.empty()) return fail(problem);
   }
   state_ = State::up;
 }
@@ -468,8 +480,13 @@ bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::ve
       return true;
     }
     c.got.append(buf, static_cast<size_t>(n));
-    if (c.got.size() < kLaneTokenBytes) return false;
   }
+  if (stream_adopter_ && c.got.size() >= sizeof kStreamMagic &&
+      c.got.compare(0, sizeof kStreamMagic, kStreamMagic, sizeof kStreamMagic) == 0) {
+    stream_adopter_(c.fd, std::move(c.got));  // a data-plane stream: its server owns it now
+    return true;
+  }
+  if (c.got.size() < kLaneTokenBytes) return false;
   auto it = std::find_if(expected_.begin(), expected_.end(), [&](auto& e) {
     return sodium_memcmp(e.first.data(), c.got.data(), kLaneTokenBytes) == 0;
   });

@@ -20,6 +20,7 @@
 // a lane is offered, used and given up (transport_lanes.cpp).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,18 @@ class LaneOpener {
   uint64_t skipping_ = 0;  // bytes of a message over the limit still to skip
   std::string broken_;     // why, once broken
 };
+
+// SOCKS5 through a host agent's PortMux (port_mux.hpp), the way lanes and data-plane streams
+// reach a proc behind it: the greeting and a CONNECT to 127.0.0.1:port, sent at once (no
+// authentication); the agent answers kSocks5ReplyBytes (its greeting answer, then CONNECT's).
+std::string socks5_connect_request(int port);
+constexpr size_t kSocks5ReplyBytes = 12;
+// What the agent answered so far (complete or not): "" while nothing is wrong, else why not.
+std::string socks5_reply_problem(const std::string& reply, int port);
+
+// The first bytes of a data-plane stream (buffer_stream.hpp): a lane listener that reads them
+// instead of a lane token hands the connection to its stream adopter. Lane tokens never start so.
+constexpr char kStreamMagic[4] = {'X', 'M', 'D', 'S'};
 
 // The writer's socket. Connects without waiting; the token goes first. Thread-safety: one
 // thread at a time (the transport holds its peer's lock).
@@ -168,6 +181,10 @@ class LaneListener {
 
   // A lane to accept: the connection presenting secret.token is writer_addr's, until ttl_ms.
   void expect(const LaneSecret& secret, const std::string& writer_addr, int64_t now_ms, int64_t ttl_ms);
+  // Who takes data-plane streams that arrive here (the connection and what was read of it);
+  // none: they are refused like unknown tokens.
+  using StreamAdopter = std::function<void(int fd, std::string early)>;
+  void set_stream_adopter(StreamAdopter adopter) { stream_adopter_ = std::move(adopter); }
   struct Accepted {
     int fd = -1;  // owned by the caller now
     std::string writer_addr;
@@ -202,6 +219,7 @@ class LaneListener {
   int handover_fd_ = -1;
   std::string handover_path_;
   int64_t ttl_ms_ = 10000;
+  StreamAdopter stream_adopter_;
   std::vector<std::pair<std::string, Expected>> expected_;  // by token
   std::vector<Presenting> presenting_;
 };

@@ -186,6 +186,11 @@ class Transport {
   void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host, int agent_port = 0,
                     const std::string& handover = "");
   bool lanes_enabled() const { return lanes_on_.load(); }
+  // Where peers reach the lane listener ("tcp://host:port", "tcp://agent:port/N" through the
+  // agent's PortMux; "" when there is none): data-plane streams come there too.
+  std::string lane_endpoint() const;
+  // Who takes the data-plane streams that arrive at the lane listener (tcp_lane.hpp).
+  void set_stream_adopter(LaneListener::StreamAdopter adopter);
   // At a TCP address (bound, and as peers reach it): a lane listener beside it where lanes are
   // due (controllers and procs reached at their own port; XMESH_LANES=0 turns lanes off); what
   // fails is logged and ZeroMQ goes on alone.
@@ -394,6 +399,7 @@ class Transport {
   std::unique_ptr<LaneListener> lane_listener_;
   std::string lane_host_;                 // the listener's host as askers reach it
   int lane_agent_port_ = 0;               // where askers reach it through its agent (0: directly)
+  LaneListener::StreamAdopter stream_adopter_;  // given to the listener, now or once made
   std::map<std::string, LaneRead> lanes_in_;
   std::deque<Received> lane_ready_;       // messages read from lanes, for receive() (I/O thread)
   std::vector<zmq::pollitem_t> poll_items_;  // receive_parts_with_lanes' (I/O thread)

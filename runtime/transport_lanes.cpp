@@ -48,9 +48,26 @@ void Transport::enable_lanes(const std::string& listen_host, int port, const std
   std::string reach = numeric_host(advertise_host);
   std::lock_guard<std::mutex> g(lanes_mu_);
   lane_listener_ = std::move(listener);
+  if (stream_adopter_) lane_listener_->set_stream_adopter(stream_adopter_);
   lane_host_ = reach;
   lane_agent_port_ = agent_port;
   lanes_on_.store(true);
+}
+
+std::string Transport::lane_endpoint() const {
+  std::lock_guard<std::mutex> g(lanes_mu_);
+  if (!lane_listener_) return "";
+  TcpEndpoint e;
+  e.host = lane_host_;
+  e.port = lane_agent_port_ ? lane_agent_port_ : lane_listener_->port();
+  e.behind = lane_agent_port_ ? lane_listener_->port() : 0;
+  return e.str();
+}
+
+void Transport::set_stream_adopter(LaneListener::StreamAdopter adopter) {
+  std::lock_guard<std::mutex> g(lanes_mu_);
+  stream_adopter_ = std::move(adopter);
+  if (lane_listener_) lane_listener_->set_stream_adopter(stream_adopter_);
 }
 
 void Transport::listen_for_lanes(const std::string& bound, const std::string& advertised) {

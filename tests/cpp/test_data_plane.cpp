@@ -23,6 +23,8 @@
 #include "process_memory.hpp"
 #include "record_cipher.hpp"
 #include "tcp_endpoint.hpp"
+#include "tcp_lane.hpp"
+#include "util.hpp"
 
 using namespace xmesh;
 
@@ -358,7 +360,7 @@ std::string hello(const std::string& token, uint32_t stream, uint64_t offset, ui
   for (int i = 0; i < 4; ++i) h += static_cast<char>(stream >> (8 * i));
   for (int i = 0; i < 8; ++i) h += static_cast<char>(offset >> (8 * i));
   for (int i = 0; i < 8; ++i) h += static_cast<char>(length >> (8 * i));
-  return h;
+  return h + "!";
 }
 }  // namespace
 
@@ -402,6 +404,9 @@ TEST_CASE("a buffer's bytes stream whole, sealed, and only to the holder of its 
   CHECK_THAT(raw_exchange(server.address(), hello(std::string(16, 'x'), 0, 0, 10)), Catch::Contains("no lease has that token"));
   CHECK_THAT(raw_exchange(server.address(), hello(lease.token, 0, 0, 10)), Catch::Contains("stream 0 of this lease was used"));
   CHECK_THAT(raw_exchange(server.address(), hello(lease.token, 9, size, 1)), Catch::Contains("not inside the lease"));
+  std::string no_go = hello(lease.token, 8, 0, 10);
+  no_go.back() = 'x';
+  CHECK_THAT(raw_exchange(server.address(), no_go), Catch::Contains("no go byte"));
   CHECK_THAT(raw_exchange(server.address(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(20, ' ')),
              Catch::Contains("not a data-plane stream"));
   // A writer without the key: its records do not open, nothing lands.
@@ -420,7 +425,7 @@ TEST_CASE("a buffer's bytes stream whole, sealed, and only to the holder of its 
                                false, 1, always);
   CHECK(ended.status == StreamOutcome::Status::refused);
   CHECK_THAT(ended.why, Catch::Contains("no lease has that token"));
-  CHECK(server.stats().refused == 5);
+  CHECK(server.stats().refused == 6);
   CHECK(server.stats().broken >= 1);  // the forged write
 }
 
@@ -482,4 +487,38 @@ TEST_CASE("the ibverbs probe says what it found, and this machine has no device"
   } else {
     CHECK_FALSE(probe.device.empty());
   }
+}
+
+// A node with a lane listener takes streams there: the listener hands a connection that opens
+// as a stream to the stream server (as the agent's PortMux hands a proc its connections).
+TEST_CASE("streams that come to a lane listener are handed to the stream server", "[data_plane][stream][tcp_lane]") {
+  BufferRegistry reg;
+  BufferStreamServer adopting(reg);
+  CHECK(adopting.address().empty());
+  LaneListener lanes("127.0.0.1", 0);
+  lanes.set_stream_adopter([&](int fd, std::string early) { adopting.adopt(fd, std::move(early)); });
+  std::atomic<bool> done{false};
+  std::thread poller([&] {
+    std::vector<std::string> refused;
+    while (!done) {
+      lanes.poll(now_ms(), &refused);
+      usleep(1000);
+    }
+  });
+  std::vector<char> mem(3 << 20);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 9);
+  const uint64_t id = reg.lend(mem.data(), mem.size(), false);
+  std::string why;
+  auto lease = reg.lease(id, 0, mem.size(), false, "r", &why, true);
+  std::vector<char> dst(mem.size());
+  TcpEndpoint at;
+  at.host = "127.0.0.1";
+  at.port = lanes.port();
+  auto got = stream_transfer({at.str(), lease.token, lease.key, preferred_record_cipher()}, dst.data(), dst.size(),
+                             false, 1, [] { return true; });
+  done = true;
+  poller.join();
+  REQUIRE(got);
+  CHECK(dst == mem);
+  CHECK(adopting.stats().streams == 1);
 }

@@ -455,6 +455,20 @@ def test_only_the_agents_port_is_open_procs_are_reached_through_it(cluster):
             pingers = procs.slice(hosts=0).spawn("pingers", Pinger, pongers)
             got = pingers.ping_all.call(7).get(timeout=60)
             assert list(got.values()) == [["pong 7 from 0", "pong 7 from 1"]] * 2
+            # RDMA buffers too: their streams come through each agent's port to the owner's lane
+            # listener (handed over), from the other host and from here.
+            from actors_for_tests import BufferPeer, crc, make_memory
+
+            peers = procs.spawn("peers", BufferPeer)
+            n = 20 << 20
+            theirs = peers.slice(hosts=0, gpus=1).lend.call_one("w", "numpy", n, 5).get()
+            assert peers.slice(hosts=1, gpus=0).read.call_one(theirs, "numpy").get(timeout=60) == \
+                crc(make_memory("numpy", n, 5))
+            written = peers.slice(hosts=1, gpus=1).write.call_one(theirs, "numpy", n, 6).get(timeout=60)
+            assert peers.slice(hosts=0, gpus=1).checksum.call_one("w").get() == written
+            dst = bytearray(n)
+            theirs.read_into(dst).get(timeout=60)
+            assert crc(dst) == written
         finally:
             procs.stop()
     finally:
