@@ -140,7 +140,10 @@ void BufferStreamServer::accept_loop() {
 void BufferStreamServer::adopt(int fd, std::string early) {
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (stopping_) {
+    // A thread per stream, so a bound: a flood of connections (each may wait 10 s for its hello)
+    // is refused beyond it rather than taking every thread the process may have.
+    if (stopping_ || open_.size() >= kMaxStreams) {
+      if (!stopping_) ++stats_.refused;
       ::close(fd);
       return;
     }

@@ -35,6 +35,7 @@ namespace xmesh {
 
 constexpr size_t kStreamRecord = 256 << 10;  // plaintext bytes per record
 constexpr size_t kStreamHelloBytes = 4 + 16 + 4 + 8 + 8;
+constexpr size_t kMaxStreams = 256;  // streams one process serves at once
 
 class BufferStreamServer {
  public:

@@ -150,7 +150,10 @@ namespace {
 bool take_lease(Call& c, BufferLeaseReply* out, std::vector<zmq::message_t>* frames, ErrorKind* kind,
                 std::string* why) {
   auto got = c.take();
-  if (got.empty()) return false;
+  if (got.empty()) {
+    *why = "the owner gave no answer to the lease";
+    return false;
+  }
   auto& r = got.front();
   if (r.ok) {
     std::string bad;

@@ -657,7 +657,9 @@ void bind_data_plane(py::module_& m) {
         std::vector<DataOp> todo;
         for (auto& [owner, buffer, offset, size, local, write] : ops)
           todo.push_back({owner, buffer, offset, size, reinterpret_cast<char*>(local), write});
-        const int timeout_ms = timeout_s.is_none() ? -1 : static_cast<int>(timeout_s.cast<double>() * 1000);
+        // Seconds (None: no limit); past what an int of milliseconds holds (24 days) is no limit.
+        const double ms = timeout_s.is_none() ? -1 : timeout_s.cast<double>() * 1000;
+        const int timeout_ms = ms < 0 || ms > 2147483647.0 ? -1 : static_cast<int>(ms);
         PyObject* held = keep.ptr();
         Py_INCREF(held);
         auto let_go = [held] {
