@@ -522,3 +522,30 @@ TEST_CASE("streams that come to a lane listener are handed to the stream server"
   CHECK(dst == mem);
   CHECK(adopting.stats().streams == 1);
 }
+
+TEST_CASE("a stream server serves a bounded number of streams at once", "[data_plane][stream]") {
+  BufferRegistry reg;
+  BufferStreamServer server(reg, "127.0.0.1", "127.0.0.1");
+  auto to = TcpEndpoint::parse(server.address());
+  auto dial = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(to.port));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    return fd;
+  };
+  std::vector<int> idle;  // connections that never say hello
+  for (size_t i = 0; i < kMaxStreams; ++i) idle.push_back(dial());
+  for (int i = 0; i < 500 && server.stats().refused == 0; ++i) {
+    int extra = dial();  // one past the bound: closed at once
+    timeval tv{2, 0};
+    setsockopt(extra, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    CHECK(::recv(extra, &c, 1, 0) == 0);
+    ::close(extra);
+  }
+  CHECK(server.stats().refused == 1);
+  for (int fd : idle) ::close(fd);
+}
