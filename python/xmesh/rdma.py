@@ -152,8 +152,10 @@ class _Plane:
         self.transfers()  # the node of this runtime (a handle may be all this process has)
         with self.lock:
             keep = self.lent.pop(buffer_id, None)
-            if keep is not None and self.node.drop_buffer(buffer_id) > 0:
-                self.dropped[buffer_id] = keep  # a reader still copies: its lease ends soon
+            if keep is not None:
+                self.node.drop_buffer(buffer_id)
+                if self.node.buffer_held(buffer_id):  # a lease or a stream still copies it
+                    self.dropped[buffer_id] = keep
             self._sweep()
 
     def _sweep(self) -> None:

@@ -22,6 +22,9 @@ def test_xmesh_magic_shows_the_kernel_s_meshes_by_rank_state(kernel):
     assert kernel.value("%xmesh") == "no meshes in this kernel"
     kernel.ok(NAP, timeout=90)
     kernel.ok("running = nappers.nap.call(30)")  # left running: rank 1 is in it
+    # The other ranks answer at once, but not before the next cell can run: wait for them.
+    kernel.ok("import time\n_t = time.monotonic()\n"
+              "while running.pending_ranks() != [1] and time.monotonic() - _t < 30:\n    time.sleep(0.02)")
     r = kernel.ok("%xmesh")
     lines = r.text.splitlines()
     assert lines[0].split() == ["Name", "Shape", "Hosts", "Idle", "In", "a", "call", "Stopped", "Dead", "Busy", "in"]
