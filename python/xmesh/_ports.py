@@ -111,11 +111,14 @@ class _Mailbox:
         with self.lock:
             if self.closed:
                 raise RuntimeError(f"{description}: this receiver was closed")
+            # Done is read before taking: a once port's value that lands between an empty take
+            # and a look at done would otherwise read as taken already.
+            done = self.call.done
             if not self.pending:
                 self.pending.extend(self.call.take())
             if self.pending:
                 return self.pending.popleft()
-        if self.call.done:
+        if done:
             raise RuntimeError(f"{description}: this receiver was opened with once=True and its one value was "
                                "taken already")
         return None
