@@ -122,6 +122,11 @@ BufferStreamServer::~BufferStreamServer() {
     if (fd >= 0) ::close(fd);
 }
 
+bool BufferStreamServer::stopping() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stopping_;
+}
+
 BufferStreamServer::Stats BufferStreamServer::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   return stats_;
@@ -163,10 +168,7 @@ void BufferStreamServer::adopt(int fd, std::string early) {
 }
 
 void BufferStreamServer::serve(int fd, const std::string& early) {
-  auto go = [this] {
-    std::lock_guard<std::mutex> g(mu_);
-    return !stopping_;
-  };
+  auto go = [this] { return !stopping(); };
   char hello[kStreamHelloBytes + 1];  // and the go byte
   // The writer waits for the answer before any record: nothing may follow its go byte yet.
   std::string why = early.size() > sizeof hello ? "bytes after the hello before its answer" : "";
@@ -207,10 +209,7 @@ void BufferStreamServer::serve(int fd, const std::string& early) {
 }
 
 bool BufferStreamServer::send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why) {
-  auto go = [this] {
-    std::lock_guard<std::mutex> g(mu_);
-    return !stopping_;
-  };
+  auto go = [this] { return !stopping(); };
   RecordCipher cipher(preferred_record_cipher(), pin.key);
   std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
   const int stall = stall_ms();
@@ -224,10 +223,7 @@ bool BufferStreamServer::send_records(int fd, const BufferRegistry::Pin& pin, ui
 }
 
 bool BufferStreamServer::receive_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why) {
-  auto go = [this] {
-    std::lock_guard<std::mutex> g(mu_);
-    return !stopping_;
-  };
+  auto go = [this] { return !stopping(); };
   RecordCipher cipher(preferred_record_cipher(), pin.key);
   std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
   const int stall = stall_ms();

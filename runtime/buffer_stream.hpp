@@ -58,6 +58,7 @@ class BufferStreamServer {
 
  private:
   void accept_loop();
+  bool stopping() const;  // the waits of its streams end when it is
   void serve(int fd, const std::string& early);
   // The stream's records, once its hello was accepted: false when it broke (*why).
   bool send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);

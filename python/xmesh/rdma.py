@@ -131,26 +131,33 @@ class _Plane:
         self.lent: Dict[int, Any] = {}      # id -> what keeps its memory alive
         self.dropped: Dict[int, Any] = {}   # dropped, waiting for the leases that held them
 
+    def _bind(self) -> None:
+        """This runtime's node (a new one, after a restart, starts afresh); self.lock held."""
+        node = get_runtime().node
+        if self.node is not node:
+            self.node, self.threads = node, None
+            self.lent.clear()
+            self.dropped.clear()
+
     def transfers(self) -> Any:
-        rt = get_runtime()
+        """The data threads, started at the first transfer (a process that only lends has none)."""
         with self.lock:
-            if self.threads is None or self.node is not rt.node:
-                self.node, self.threads = rt.node, _core.DataPlane(rt.node)
-                self.lent.clear()
-                self.dropped.clear()
+            self._bind()
+            if self.threads is None:
+                self.threads = _core.DataPlane(self.node)
             return self.threads
 
     def lend(self, addr: int, size: int, writable: bool, keep: Any) -> Tuple[str, int]:
-        self.transfers()
         with self.lock:
+            self._bind()
             buffer_id = self.node.lend_buffer(addr, size, writable)
             self.lent[buffer_id] = keep
             self._sweep()
             return self.node.addr, buffer_id
 
     def drop(self, buffer_id: int) -> None:
-        self.transfers()  # the node of this runtime (a handle may be all this process has)
         with self.lock:
+            self._bind()
             keep = self.lent.pop(buffer_id, None)
             if keep is not None:
                 self.node.drop_buffer(buffer_id)

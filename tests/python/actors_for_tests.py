@@ -397,6 +397,24 @@ def crc(memory) -> int:
     return zlib.crc32(memoryview(memory).cast("B"))
 
 
+def kill_owner_mid_read(buf, owner_pid: int) -> str:
+    """Starts reading buf, kills its owner once the copy is under way (run with
+    XMESH_DATA_STEP_PAUSE_MS so that it lasts), and says how the read ended."""
+    import signal
+
+    import numpy as np
+
+    fut = buf.read_into(np.empty(buf.size(), dtype=np.uint8))
+    time.sleep(0.5)
+    assert not fut.done(), "the transfer ended before the owner was killed"
+    os.kill(owner_pid, signal.SIGKILL)
+    try:
+        fut.get(timeout=30)
+        return "NO ERROR"
+    except Exception as e:
+        return f"{type(e).__name__} {e}"
+
+
 class BufferPeer(Actor):
     """One side of RDMA buffer transfers (tests/python/test_rdma.py): lends its memory, or reads
     and writes the buffers of others, answering with checksums."""
@@ -416,6 +434,18 @@ class BufferPeer(Actor):
     @endpoint
     def checksum(self, name: str) -> int:
         return crc(self.memory[name])
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def transports(self) -> tuple:
+        """(transfers streamed, transfers by cross-memory attach) this proc made."""
+        from xmesh.rdma import _plane
+
+        s = _plane.transfers().stats()
+        return s.streamed, s.same_host
 
     @endpoint
     def drop(self, name: str) -> None:

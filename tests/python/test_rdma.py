@@ -212,18 +212,13 @@ def test_an_owner_that_died_is_a_supervision_error(peers):
 # transfer is under way: the destination dropped by its user (the data threads keep it alive
 # until they are done with it), then the owner killed.
 MID_TRANSFER = r"""
-import gc, os, signal, time, weakref
+import gc, weakref
 import numpy as np
-from xmesh import this_host, Actor, endpoint
-from actors_for_tests import BufferPeer
-
-class Owner(BufferPeer):
-    @endpoint
-    def pid(self):
-        return os.getpid()
+from xmesh import this_host
+from actors_for_tests import BufferPeer, kill_owner_mid_read
 
 pm = this_host().spawn_procs({"gpus": 1})
-owner = pm.spawn("owner", Owner)
+owner = pm.spawn("owner", BufferPeer)
 buf = owner.lend.call_one("big", "numpy", 256 << 20, 1).get()
 pid = owner.pid.call_one().get()
 
@@ -236,16 +231,7 @@ print("alive while copying:", alive() is not None)
 fut.get(timeout=30)
 gc.collect()
 print("alive once done:", alive() is not None)
-
-fut = buf.read_into(np.empty(256 << 20, dtype=np.uint8))
-time.sleep(0.5)  # 4 steps of 64 MiB, 0.3 s apart: the copy is under way
-assert not fut.done(), "the transfer ended before the owner was killed"
-os.kill(pid, signal.SIGKILL)
-try:
-    fut.get(timeout=30)
-    print("NO ERROR")
-except Exception as e:
-    print(type(e).__name__, e)
+print(kill_owner_mid_read(buf, pid))  # 4 steps of 64 MiB, 0.3 s apart
 """
 
 
@@ -269,25 +255,13 @@ def test_monarch_programs_import_it_from_monarch_rdma():
 # refused), forced on one host: the same reads and writes, a batch, and an owner killed while
 # its bytes stream (the pause makes the copy last).
 STREAMED = r"""
-import os, signal, time
 import numpy as np
-from xmesh import this_host, endpoint
-from xmesh.rdma import RDMABuffer, RDMAAction, _plane
-from actors_for_tests import BufferPeer, crc, make_memory
-
-class Owner(BufferPeer):
-    @endpoint
-    def pid(self):
-        return os.getpid()
-
-    @endpoint
-    def streamed(self):
-        from xmesh.rdma import _plane
-        s = _plane.transfers().stats()
-        return s.streamed, s.same_host
+from xmesh import this_host
+from xmesh.rdma import RDMABuffer, _plane
+from actors_for_tests import BufferPeer, crc, kill_owner_mid_read, make_memory
 
 pm = this_host().spawn_procs({"gpus": 2})
-peers = pm.spawn("peers", Owner)
+peers = pm.spawn("peers", BufferPeer)
 for n in [1, 256 << 10, (256 << 10) + 1, 40 << 20]:
     mine = make_memory("numpy", n, 60)
     buf = RDMABuffer(mine)
@@ -301,19 +275,10 @@ for n in [1, 256 << 10, (256 << 10) + 1, 40 << 20]:
 bufs = [RDMABuffer(make_memory("numpy", n, 70 + n)) for n in (10, 3 << 20, 17 << 20)]
 assert peers.slice(gpus=0).read_all.call_one(bufs).get(timeout=60) == [crc(make_memory("numpy", n, 70 + n)) for n in (10, 3 << 20, 17 << 20)]
 print("streamed", _plane.transfers().stats().streamed > 0, _plane.transfers().stats().same_host,
-      list(peers.streamed.call().get().values()))
+      list(peers.transports.call().get().values()))
 
 big = peers.slice(gpus=1).lend.call_one("big", "numpy", 256 << 20, 1).get()
-pid = peers.slice(gpus=1).pid.call_one().get()
-fut = big.read_into(np.empty(256 << 20, dtype=np.uint8))
-time.sleep(0.5)
-assert not fut.done(), "the transfer ended before the owner was killed"
-os.kill(pid, signal.SIGKILL)
-try:
-    fut.get(timeout=30)
-    print("NO ERROR")
-except Exception as e:
-    print(type(e).__name__, e)
+print(kill_owner_mid_read(big, peers.slice(gpus=1).pid.call_one().get()))
 """
 
 
