@@ -130,6 +130,9 @@ def test_the_call_tracker_forgets_finished_calls_and_keeps_running_ones():
     procs = xmesh.this_host().spawn_procs({"gpus": 2})
     try:
         nappers = procs.spawn("nappers", Napper)
+        # The spawn is a tracked call too: until both __init__ answers came back (their output
+        # drained first) it is rightly listed as running, so wait for it before looking.
+        nappers.initialized.get()
         sleeper, busy_one = nappers.slice(gpus=0), nappers.slice(gpus=1)
         long = sleeper.nap.call_one(30)
         for _ in range(1000):
