@@ -392,6 +392,7 @@ struct BufferLeaseBody {
   std::string host;
   bool stream = false;
   bool inline_ = false;
+  std::string rdma;  // the reader's RDMA address for its link to this owner (rdma_nic.hpp), or ""
   template <class F>
   static void fields(F&& f) {
     f("buffer", &BufferLeaseBody::buffer, Need::Required);
@@ -401,6 +402,7 @@ struct BufferLeaseBody {
     f("host", &BufferLeaseBody::host, Need::Optional);
     f("stream", &BufferLeaseBody::stream, Need::Optional);
     f("inline", &BufferLeaseBody::inline_, Need::Optional);
+    f("rdma", &BufferLeaseBody::rdma, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseBody)
@@ -408,12 +410,14 @@ XMESH_BODY_JSON(BufferLeaseBody)
 // Where a leased range is: the owner's host (util.hpp host_key: a reader with the same key
 // copies by pid), pid and the range's address there, and the lease's number (for BufferRelease);
 // for a stream, the owner's stream listener ("tcp://host:port"), the grant's token and key (hex)
-// and the cipher its records are sealed with.
+// and the cipher its records are sealed with. A reader that offered an RDMA address gets the
+// owner's link's address and the buffer's rkey (addr is then where the range starts for RDMA),
+// or why not (rdma_why: the reader streams).
 struct BufferLeaseReply {
   static constexpr const char* what = "BufferLease reply";
   int64_t pid = 0;
-  uint64_t addr = 0, lease = 0;
-  std::string host, stream, token, key, cipher;
+  uint64_t addr = 0, lease = 0, rkey = 0;
+  std::string host, stream, token, key, cipher, rdma, rdma_why;
   bool inline_ = false;  // the bytes are done: read, in the answer's frame; written, in place
   template <class F>
   static void fields(F&& f) {
@@ -426,6 +430,9 @@ struct BufferLeaseReply {
     f("key", &BufferLeaseReply::key, Need::Optional);
     f("cipher", &BufferLeaseReply::cipher, Need::Optional);
     f("inline", &BufferLeaseReply::inline_, Need::Optional);
+    f("rdma", &BufferLeaseReply::rdma, Need::Optional);
+    f("rkey", &BufferLeaseReply::rkey, Need::Optional);
+    f("rdma_why", &BufferLeaseReply::rdma_why, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseReply)

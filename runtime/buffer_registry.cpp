@@ -15,8 +15,17 @@ uint64_t BufferRegistry::lend(void* addr, size_t size, bool writable) {
   uint64_t id;
   do id = random_token();
   while (buffers_.count(id));
-  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, {}});
+  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, nullptr, {}});
   return id;
+}
+
+RdmaNic::RegionPtr BufferRegistry::registration(uint64_t id, const MakeRegion& make) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buffers_.find(id);
+  if (it == buffers_.end() || it->second.dropped) return nullptr;
+  Entry& e = it->second;
+  if (!e.region) e.region = make(e.addr, e.size, e.writable);
+  return e.region;
 }
 
 BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64_t size, bool write,

@@ -12,9 +12,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <functional>
 #include <set>
 #include <string>
 #include <unordered_map>
+
+#include "rdma_nic.hpp"
 
 namespace xmesh {
 
@@ -55,6 +58,13 @@ class BufferRegistry {
   Pin pin_stream(const std::string& token, uint32_t stream, uint64_t offset, uint64_t length, std::string* why);
   void unpin(uint64_t id);
 
+  // The RDMA NIC's registration of buffer `id`'s whole memory (rdma_nic.hpp): made by `make`
+  // (memory, size, writable) at the first call, kept with the buffer and let go (deregistered)
+  // when the buffer goes. nullptr when no such buffer is lent or make failed (made again at the
+  // next call). Peers reach the whole buffer with its rkey, which is what its handle allows.
+  using MakeRegion = std::function<RdmaNic::RegionPtr(char* addr, size_t size, bool writable)>;
+  RdmaNic::RegionPtr registration(uint64_t id, const MakeRegion& make);
+
   // Stops lending buffer `id`: new leases are refused at once. Returns how many leases still
   // hold it (its memory stays untouched by this process until release() ends the last one);
   // -1 when no such buffer is lent.
@@ -77,6 +87,7 @@ class BufferRegistry {
     bool writable;
     bool dropped = false;
     int pins = 0;  // streams copying now
+    RdmaNic::RegionPtr region;  // registered for RDMA (at the first RDMA lease)
     std::unordered_map<uint64_t, LeaseRecord> leases;  // the leases holding it, by number
   };
   // A dropped buffer nothing holds any more goes. mu_ held.

@@ -69,6 +69,7 @@ DataPlane::DataPlane(Node& node, size_t threads)
     : node_(node),
       step_pause_ms_(static_cast<int>(env_int("XMESH_DATA_STEP_PAUSE_MS", 0))),
       force_stream_(env_str("XMESH_DATA_TRANSPORT") == "stream"),
+      force_remote_(env_str("XMESH_DATA_TRANSPORT") == "remote"),
       max_streams_(static_cast<uint64_t>(std::max<int64_t>(1, env_int("XMESH_DATA_STREAMS", 4)))) {
   if (threads == 0) threads = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_DATA_THREADS", 2)));
   for (size_t i = 0; i < threads; ++i)
@@ -173,15 +174,20 @@ bool take_lease(Call& c, BufferLeaseReply* out, std::vector<zmq::message_t>* fra
 }
 }  // namespace
 
-void DataPlane::run_op(Batch& b, const DataOp& op) { run_op(b, op, force_stream_); }
+void DataPlane::run_op(Batch& b, const DataOp& op) { run_op(b, op, force_stream_ || force_remote_); }
 
-std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stream) {
+std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stream,
+                                           std::shared_ptr<RdmaNic::Link>* link) {
   // Small and (as far as this process has seen) on another host: the bytes go in the messages.
   const bool in_messages = op.size <= kInlineBytes && (stream || owner_elsewhere(op.owner));
   Header h;
   h.kind = Kind::BufferLease;
-  BufferLeaseBody body{op.buffer, op.offset, op.size, op.write, host_key(), stream};
+  BufferLeaseBody body{op.buffer, op.offset, op.size, op.write, host_key(), stream, false, ""};
   body.inline_ = in_messages;
+  // An owner not known to be on this host is offered this process's RDMA address: it answers
+  // with its own where it has a NIC too (and the reader is elsewhere).
+  if (!in_messages && !force_stream_ && (force_remote_ || !owner_here(op.owner)) && (*link = link_to(op.owner)))
+    body.rdma = (*link)->address().to_string();
   h.body = body;
   std::vector<zmq::message_t> frames;
   if (in_messages && op.write) frames.emplace_back(op.local, op.size);
@@ -214,14 +220,18 @@ std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stre
 }
 
 void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
-  auto ask = ask_lease(b, op, stream);
+  std::shared_ptr<RdmaNic::Link> link;
+  auto ask = ask_lease(b, op, stream, &link);
   if (!ask) return;
   BufferLeaseReply lease;
   std::vector<zmq::message_t> frames;
   ErrorKind kind = ErrorKind::Buffer;
   std::string why;
   if (!take_lease(*ask, &lease, &frames, &kind, &why)) {
-    if (kind == ErrorKind::Supervision) why = describe_owner(op) + " is gone: " + why;
+    if (kind == ErrorKind::Supervision) {
+      why = describe_owner(op) + " is gone: " + why;
+      forget_link(op.owner, link);
+    }
     b.fail(kind, why);
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.failed;
@@ -232,8 +242,7 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
   if (lease.inline_) {
     how = take_inline(b, op, frames);
   } else {
-    // The lease says how: a stream grant, or (the owner on this host) its pid and address.
-    how = lease.stream.empty() ? copy_same_host(b, op, lease) : copy_streamed(b, op, lease);
+    how = copy_leased(b, op, lease, link);
     end_lease(op.owner, op.buffer, lease.lease);
   }
   if (how == Copy::refused_here) {  // cross-memory attach not permitted: the stream path instead
@@ -246,7 +255,10 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
     ++stats_.failed;
     return;
   }
-  ++(how == Copy::same_host ? stats_.same_host : how == Copy::in_messages ? stats_.in_messages : stats_.streamed);
+  ++(how == Copy::same_host     ? stats_.same_host
+     : how == Copy::in_messages ? stats_.in_messages
+     : how == Copy::rdma        ? stats_.rdma
+                                : stats_.streamed);
   stats_.bytes += op.size;
 }
 
@@ -300,16 +312,152 @@ DataPlane::Copy DataPlane::copy_streamed(Batch& b, const DataOp& op, const Buffe
   }
   // A broken stream: the owner died (its death is known here within moments), or the network.
   // A refusal is the owner's word (its lease ended under the stream): said as it is.
+  if (outcome.status == StreamOutcome::Status::broken && owner_died(b, op)) return Copy::failed;
+  b.fail(ErrorKind::Buffer, outcome.why);
+  return Copy::failed;
+}
+
+bool DataPlane::owner_died(Batch& b, const DataOp& op) {
   json dead;
-  for (int i = 0; i < 20 && outcome.status == StreamOutcome::Status::broken; ++i) {
+  for (int i = 0; i < 20; ++i) {
     if (node_.is_dead(op.owner, &dead)) {
       b.fail(ErrorKind::Supervision, describe_owner(op) + " died during the transfer: " + dead.value("text", std::string()));
-      return Copy::failed;
+      return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  b.fail(ErrorKind::Buffer, outcome.why);
-  return Copy::failed;
+  return false;
+}
+
+DataPlane::Copy DataPlane::copy_leased(Batch& b, const DataOp& op, const BufferLeaseReply& lease,
+                                       std::shared_ptr<RdmaNic::Link>& link) {
+  if (lease.stream.empty()) {  // the owner is on this host: its pid and address
+    forget_link(op.owner, link);  // offered before this process knew: not needed
+    return copy_same_host(b, op, lease);
+  }
+  if (link && !lease.rdma.empty()) {
+    const Copy how = copy_rdma(b, op, lease, *link);
+    if (how != Copy::rdma_refused) return how;
+  } else if (link) {
+    give_up_rdma(op.owner, lease.rdma_why.empty() ? describe_owner(op) + " answered without an RDMA address"
+                                                  : lease.rdma_why);
+  }
+  return copy_streamed(b, op, lease);
+}
+
+DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease, RdmaNic::Link& link) {
+  RdmaAddress peer;
+  std::string why;
+  if (!RdmaAddress::parse(lease.rdma, &peer, &why) || lease.rkey > 0xffffffffULL) {
+    give_up_rdma(op.owner, describe_owner(op) + " answered with a malformed RDMA grant: " +
+                               (why.empty() ? "an rkey past 32 bits" : why));
+    return Copy::rdma_refused;
+  }
+  {
+    std::lock_guard<std::mutex> g(links_mu_);
+    if (!link.connected()) {
+      why = link.connect(peer);
+    } else if (link.peer_qpn() != peer.qpn) {
+      // The owner answers from a link other than the one this is connected to (it was
+      // restarted at its address): this op streams, the next gets a new link.
+      links_.erase(op.owner);
+      return Copy::rdma_refused;
+    }
+  }
+  if (!why.empty()) {
+    give_up_rdma(op.owner, "connecting to " + describe_owner(op) + ": " + why);
+    return Copy::rdma_refused;
+  }
+  auto region = nic_->register_memory(op.local, op.size, false, false, &why);
+  if (!region) {
+    give_up_rdma(op.owner, "this process's memory could not be registered: " + why);
+    return Copy::rdma_refused;
+  }
+  for (uint64_t at = 0; at < op.size; at += kCopyStep) {
+    if (b.answered) return Copy::failed;  // another op of the batch failed, or it timed out
+    if (b.expired()) {
+      b.time_out();
+      return Copy::failed;
+    }
+    fail_expired_batches();
+    if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at));
+    auto r = link.transfer(op.write, op.local + at, *region, lease.addr + at, static_cast<uint32_t>(lease.rkey), n,
+                           [&] { return !b.answered && !b.expired() && !stopping() && !node_.is_dead(op.owner); });
+    if (!r) return rdma_stopped(b, op, r);
+  }
+  return Copy::rdma;
+}
+
+DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r) {
+  {
+    std::lock_guard<std::mutex> g(links_mu_);
+    links_.erase(op.owner);  // the link is broken: the next transfer to this owner opens another
+  }
+  if (b.answered) return Copy::failed;
+  if (b.expired()) {
+    b.time_out();
+    return Copy::failed;
+  }
+  if (stopping()) {
+    b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
+    return Copy::failed;
+  }
+  if (owner_died(b, op)) return Copy::failed;
+  // The NIC failed while the owner lives (unreachable over the fabric, a remote access error):
+  // this pair streams from now on.
+  give_up_rdma(op.owner, "RDMA with " + describe_owner(op) + " failed: " + r.why);
+  return Copy::rdma_refused;
+}
+
+std::shared_ptr<RdmaNic::Link> DataPlane::link_to(const std::string& owner) {
+  std::lock_guard<std::mutex> g(links_mu_);
+  if (!nic_asked_) {
+    nic_asked_ = true;
+    nic_ = node_.rdma_nic();
+  }
+  if (!nic_ || no_rdma_.count(owner)) return nullptr;
+  auto& link = links_[owner];
+  if (link) return link;
+  std::string why;
+  if (std::shared_ptr<RdmaNic::Link> fresh = nic_->open_link(&why)) return link = fresh;
+  links_.erase(owner);
+  if (no_rdma_.size() > 10000) no_rdma_.clear();  // bounded: a cache, not a record
+  no_rdma_[owner] = why;
+  note_rdma_refused("this process could not open an RDMA link: " + why);
+  return nullptr;
+}
+
+void DataPlane::forget_link(const std::string& owner, const std::shared_ptr<RdmaNic::Link>& link) {
+  if (!link) return;
+  std::lock_guard<std::mutex> g(links_mu_);
+  auto it = links_.find(owner);
+  if (it != links_.end() && it->second == link) links_.erase(it);
+}
+
+void DataPlane::give_up_rdma(const std::string& owner, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> g(links_mu_);
+    links_.erase(owner);
+    if (no_rdma_.size() > 10000) no_rdma_.clear();
+    no_rdma_[owner] = why;
+  }
+  note_rdma_refused(why);
+}
+
+void DataPlane::note_rdma_refused(const std::string& why) {
+  // Said once a process (one owner's reason stands for the rest): its transfers still move.
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::fprintf(stderr, "[xmesh] RDMA buffers: %s; transfers between these processes go through streams instead\n",
+                 why.c_str());
+  });
+}
+
+bool DataPlane::owner_here(const std::string& owner) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = owner_hosts_.find(owner);
+  return it != owner_hosts_.end() && it->second == host_key();
 }
 
 bool DataPlane::stopping() const {

@@ -6,7 +6,10 @@
 // completes a Call of this process's own, which a Future waits on like any other.
 //
 // Transports, chosen per operation from the lease's answer: the same host (the owner's host
-// key is this process's) copies by cross-memory attach (process_memory.hpp), one copy.
+// key is this process's) copies by cross-memory attach (process_memory.hpp), one copy; another
+// host, by RDMA where both processes have a working NIC (rdma_nic.hpp: a link per owner, set up
+// through the lease messages), else by the owner's sealed streams (buffer_stream.hpp); small
+// transfers between hosts travel in the lease's messages.
 #pragma once
 #include <sys/types.h>
 
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "call.hpp"
+#include "rdma_nic.hpp"
 
 namespace xmesh {
 
@@ -54,7 +58,7 @@ class DataPlane {
   std::shared_ptr<Call> submit(std::vector<DataOp> ops, int timeout_ms, std::function<void()> on_finished);
 
   struct Stats {
-    uint64_t ops = 0, bytes = 0, same_host = 0, streamed = 0, in_messages = 0, failed = 0, late_leases = 0;
+    uint64_t ops = 0, bytes = 0, same_host = 0, streamed = 0, in_messages = 0, rdma = 0, failed = 0, late_leases = 0;
   };
   Stats stats() const;
 
@@ -66,10 +70,13 @@ class DataPlane {
   };
   void run();
   void run_op(Batch& b, const DataOp& op);
-  void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask for a stream grant
-  // Asks the owner for a lease and waits for its answer (nullptr: the batch is answered already).
-  std::shared_ptr<Call> ask_lease(Batch& b, const DataOp& op, bool stream);
-  enum class Copy { same_host, streamed, in_messages, failed, refused_here };
+  void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask as from another host
+  // Asks the owner for a lease (offering *link's RDMA address when there is one to offer) and
+  // waits for its answer (nullptr: the batch is answered already).
+  std::shared_ptr<Call> ask_lease(Batch& b, const DataOp& op, bool stream, std::shared_ptr<RdmaNic::Link>* link);
+  enum class Copy { same_host, streamed, in_messages, rdma, failed, refused_here, rdma_refused };
+  // The leased range moved by the transport the answer names (a failed RDMA path streams).
+  Copy copy_leased(Batch& b, const DataOp& op, const BufferLeaseReply& lease, std::shared_ptr<RdmaNic::Link>& link);
   // A small transfer done in the lease's messages: a read's bytes from the answer's frame.
   Copy take_inline(Batch& b, const DataOp& op, std::vector<zmq::message_t>& frames);
   // Owners' host keys as their lease answers said (a write sends small bytes with its request
@@ -82,6 +89,23 @@ class DataPlane {
   Copy copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease);
   // The leased range over the owner's stream listener (buffer_stream.hpp).
   Copy copy_streamed(Batch& b, const DataOp& op, const BufferLeaseReply& lease);
+  // The leased range by RDMA over the link to its owner, in steps under the deadline.
+  // rdma_refused: this pair cannot (the owner's link changed, memory not registrable, the
+  // NIC failed while the owner lives): the caller streams.
+  Copy copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease, RdmaNic::Link& link);
+  // Why an RDMA step stopped, as the batch's answer (or rdma_refused).
+  Copy rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r);
+  // The link to `owner` (a new one, unconnected, when there is none): nullptr when RDMA is not
+  // for this owner (this process has no NIC, the owner is on this host or said no before).
+  std::shared_ptr<RdmaNic::Link> link_to(const std::string& owner);
+  // This pair streams from now on (the owner has no NIC, or RDMA failed between them), said once.
+  void give_up_rdma(const std::string& owner, const std::string& why);
+  void forget_link(const std::string& owner, const std::shared_ptr<RdmaNic::Link>& link);  // if still its
+  void note_rdma_refused(const std::string& why);
+  // The owner died (its death is known here within moments of a broken transfer): the batch
+  // is answered so. Waits up to 1 s for the word.
+  bool owner_died(Batch& b, const DataOp& op);
+  bool owner_here(const std::string& owner) const;  // known to be on this host
   void note_refused_attach(const std::string& why);
   bool stopping() const;
   // Times out the queued batches whose deadline passed (their Futures must not wait for a
@@ -99,9 +123,10 @@ class DataPlane {
   // XMESH_DATA_STEP_PAUSE_MS: a pause between copy steps, so that tests can act while a
   // transfer is under way (kill its owner); 0 outside tests.
   const int step_pause_ms_;
-  // XMESH_DATA_TRANSPORT=stream: streams even on this host (tests, benchmarks); else what the
+  // XMESH_DATA_TRANSPORT=stream: streams even on this host (tests, benchmarks); =remote: as if
+  // every owner were on another host (RDMA where both have a NIC, else streams); else what the
   // owner's answer says. XMESH_DATA_STREAMS: parallel streams a large transfer may use (4).
-  const bool force_stream_;
+  const bool force_stream_, force_remote_;
   const uint64_t max_streams_;
   static constexpr uint64_t kStreamPart = uint64_t(8) << 20;
   mutable std::mutex mu_;
@@ -109,6 +134,11 @@ class DataPlane {
   std::deque<Job> queue_;
   std::vector<LateLease> late_;
   std::unordered_map<std::string, std::string> owner_hosts_;
+  std::mutex links_mu_;  // links_, no_rdma_, nic_ (a link's connect runs under it)
+  bool nic_asked_ = false;
+  std::shared_ptr<RdmaNic> nic_;
+  std::unordered_map<std::string, std::shared_ptr<RdmaNic::Link>> links_;  // by owner
+  std::unordered_map<std::string, std::string> no_rdma_;  // owner -> why RDMA is not for it
   bool stopping_ = false;
   Stats stats_;
   std::vector<std::thread> threads_;

@@ -307,6 +307,10 @@ void Node::mark_dead(const std::string& addr, const json& error) {
   }
   fail_calls_to(addr, error);  // first: a send that the disconnect ends fails with this error, not its own
   buffers_.release_holder(addr);  // a reader that died mid-copy: its leases end (a dropped buffer may go)
+  {
+    std::lock_guard<std::mutex> g(rdma_mu_);
+    rdma_links_.erase(addr);
+  }
   transport_.disconnect(addr);
 }
 
@@ -657,12 +661,83 @@ void Node::on_buffer_lease(Message& m) {
     r.token = to_hex(lease.token);
     r.key = to_hex(lease.key);
     r.cipher = record_cipher_name(preferred_record_cipher());
+    if (!b.rdma.empty()) offer_rdma(m.sender_addr, b, r);
   }
   if (m.header.corr) {
     reply(m, true, r, {});
   } else {
     buffers_.release(b.buffer, lease.number, m.sender_addr);  // nobody to tell where: no lease
   }
+}
+
+void Node::set_rdma_nic_source(RdmaNicSource source) {
+  std::lock_guard<std::mutex> g(rdma_mu_);
+  rdma_source_ = std::move(source);
+  rdma_made_ = false;
+  rdma_nic_.reset();
+  rdma_links_.clear();
+}
+
+std::shared_ptr<RdmaNic> Node::rdma_nic(std::string* why) {
+  std::lock_guard<std::mutex> g(rdma_mu_);
+  if (!rdma_made_) {
+    rdma_made_ = true;
+    if (rdma_source_) rdma_nic_ = rdma_source_(&rdma_why_);
+    if (!rdma_nic_ && rdma_why_.empty()) rdma_why_ = "no RDMA NIC was given to this process";
+  }
+  if (!rdma_nic_ && why) *why = rdma_why_;
+  return rdma_nic_;
+}
+
+size_t Node::rdma_links() const {
+  std::lock_guard<std::mutex> g(rdma_mu_);
+  return rdma_links_.size();
+}
+
+void Node::offer_rdma(const std::string& holder, const BufferLeaseBody& b, BufferLeaseReply& r) {
+  std::string why;
+  RdmaAddress peer;
+  auto nic = rdma_nic(&why);
+  if (!nic) {
+    r.rdma_why = "the owner has no working RDMA device: " + why;
+    return;
+  }
+  if (!RdmaAddress::parse(b.rdma, &peer, &why)) {
+    r.rdma_why = why;
+    return;
+  }
+  auto region = buffers_.registration(b.buffer, [&](char* addr, size_t size, bool writable) {
+    return nic->register_memory(addr, size, true, writable, &why);
+  });
+  if (!region) {
+    r.rdma_why = "the owner could not register the buffer's memory: " + why;
+    return;
+  }
+  auto link = rdma_link_for(holder, peer, &why);
+  if (!link) {
+    r.rdma_why = "the owner could not connect to the reader: " + why;
+    return;
+  }
+  r.rdma = link->address().to_string();
+  r.rkey = region->rkey;
+}
+
+std::shared_ptr<RdmaNic::Link> Node::rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why) {
+  std::lock_guard<std::mutex> g(rdma_mu_);
+  auto& link = rdma_links_[holder];
+  if (link && link->peer_qpn() == peer.qpn) return link;
+  std::shared_ptr<RdmaNic::Link> fresh = rdma_nic_->open_link(why);
+  if (fresh) {
+    if (std::string bad = fresh->connect(peer); !bad.empty()) {
+      *why = bad;
+      fresh.reset();
+    }
+  }
+  if (fresh)
+    link = fresh;
+  else
+    rdma_links_.erase(holder);
+  return fresh;
 }
 
 void Node::answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease) {

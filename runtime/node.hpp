@@ -40,6 +40,7 @@ struct Target {
 };
 
 struct BufferLeaseBody;
+struct BufferLeaseReply;
 
 class Node {
  public:
@@ -164,6 +165,14 @@ class Node {
   // The memory this process lends as RDMA buffers (the data plane): BufferLease, BufferRelease
   // and BufferDrop from peers are answered from it on the reading thread, never an actor's.
   BufferRegistry& buffers() { return buffers_; }
+  // The RDMA NIC through which peers on other hosts reach this process's buffers and its data
+  // plane reaches theirs (rdma_nic.hpp), made by the injected source at first need (the Python
+  // module gives the ibverbs one; tests a simulated one). No source, or the source's nullptr:
+  // none (*why says why), and the data plane streams.
+  using RdmaNicSource = std::function<std::shared_ptr<RdmaNic>(std::string* why)>;
+  void set_rdma_nic_source(RdmaNicSource source);
+  std::shared_ptr<RdmaNic> rdma_nic(std::string* why = nullptr);
+  size_t rdma_links() const;  // the links peers' readers have to this process's buffers
   // Calls to more targets on other hosts than this go through a cast tree (cast_tree.hpp); 0 or
   // 1: never. XMESH_CAST_FANOUT at start (16), XMESH_CAST_TREE=off for 0.
   size_t cast_fanout() const { return cast_fanout_.load(); }
@@ -199,6 +208,19 @@ class Node {
   std::unique_ptr<BufferStreamServer> adopting_;  // the streams that come to the lane listener
   // Where the stream listener is reached ("" and *why when it cannot start).
   std::string buffer_streams(std::string* why);
+  // The RDMA NIC (made once) and, per reader that offered its RDMA address, this process's link
+  // to it (replaced when the reader offers a new one; gone with the reader).
+  mutable std::mutex rdma_mu_;
+  RdmaNicSource rdma_source_;
+  bool rdma_made_ = false;
+  std::shared_ptr<RdmaNic> rdma_nic_;
+  std::string rdma_why_;
+  std::unordered_map<std::string, std::shared_ptr<RdmaNic::Link>> rdma_links_;
+  // A lease for a reader elsewhere that offered its RDMA address: the owner's link's address
+  // and the buffer's rkey into the answer, or why not (the reader streams).
+  void offer_rdma(const std::string& holder, const BufferLeaseBody& b, BufferLeaseReply& r);
+  // The link to `holder`, connected to its address (a new one when the holder's changed).
+  std::shared_ptr<RdmaNic::Link> rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why);
   // A small lease from another host answered with its bytes (a read) or done in place (a write).
   void answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease);
   std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)

@@ -13,6 +13,7 @@
 #include "call.hpp"
 #include "data_plane.hpp"
 #include "ibverbs_probe.hpp"
+#include "rdma_nic.hpp"
 #include "keys.hpp"
 #include "inbox.hpp"
 #include "log_router.hpp"
@@ -509,8 +510,14 @@ void bind_node(py::module_& m) {
       .def_readonly("lane_breaks", &NodeStats::lane_breaks);
 
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
-      .def(py::init<std::string, std::string, std::string, std::string, std::string>(), py::arg("role"),
-           py::arg("bind_addr"), py::arg("accept_cookie"), py::arg("key_file") = "", py::arg("advertise") = "")
+      .def(py::init([](std::string role, std::string bind, std::string cookie, std::string key_file, std::string adv) {
+             auto node = std::make_shared<Node>(role, bind, cookie, key_file, adv);
+             // The data plane's RDMA NIC: the device the ibverbs probe finds working, if any.
+             node->set_rdma_nic_source(&open_ibverbs_nic);
+             return node;
+           }),
+           py::arg("role"), py::arg("bind_addr"), py::arg("accept_cookie"), py::arg("key_file") = "",
+           py::arg("advertise") = "")
       .def("listen_tcp", &Node::listen_tcp, py::arg("bind_addr"), py::arg("key_file"), py::arg("advertise") = "",
            "A second address on TCP (CURVE with the key file); returns it.")
       .def_property_readonly("tcp_addr", &Node::tcp_addr)
@@ -645,6 +652,7 @@ void bind_data_plane(py::module_& m) {
       .def_readonly("same_host", &DataPlane::Stats::same_host)
       .def_readonly("streamed", &DataPlane::Stats::streamed)
       .def_readonly("in_messages", &DataPlane::Stats::in_messages)
+      .def_readonly("rdma", &DataPlane::Stats::rdma)
       .def_readonly("failed", &DataPlane::Stats::failed)
       .def_readonly("late_leases", &DataPlane::Stats::late_leases);
   using Op = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uintptr_t, bool>;

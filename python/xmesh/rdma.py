@@ -4,8 +4,9 @@ An `RDMABuffer` lends a range of its process's memory (a contiguous torch CPU te
 array, bytearray or memoryview) and pickles into a small handle; whoever holds the handle reads
 the bytes into its own memory (`read_into`) or writes its memory into them (`write_from`)
 itself, on its process's data threads, without the owner's actor thread (docs/ARCHITECTURE.md
-"The data plane"). Procs of one host copy by cross-memory attach, one copy; hosts stream the
-bytes over TCP, sealed under a key made for each transfer.
+"The data plane"). Procs of one host copy by cross-memory attach, one copy; procs of two hosts
+move them by RDMA (libibverbs) where both have a working device, else stream them over TCP,
+sealed under a key made for each transfer.
 
     buf = RDMABuffer(weights.view(-1))          # in the trainer
     generators.pull.call(buf).get()            # the handle travels in the call
@@ -46,8 +47,8 @@ class RDMAWriteTransferWarning(Warning):
 
 
 class RDMATcpFallbackWarning(Warning):
-    """Said once per process when an RDMA device works here (or is listed but broken) while
-    buffers move over xmesh's other transports; never where there is no device at all."""
+    """Said once per process when an RDMA device is listed here but none works (buffers move
+    over xmesh's other transports); never where there is no device at all."""
 
 
 def is_ibverbs_available() -> bool:
@@ -58,18 +59,14 @@ def is_ibverbs_available() -> bool:
 
 
 def _say_how_buffers_move() -> None:
-    """Once per process, where it matters: an RDMA device that works, or one listed that does
-    not, while buffers move over xmesh's other transports."""
+    """Once per process, where it matters: RDMA devices listed of which none works, so that
+    buffers between hosts move over sealed TCP streams."""
     global _said
     if _said:
         return
     _said = True
     probe = _core.probe_ibverbs()
-    if probe["usable"]:
-        warnings.warn(f"RDMA device {probe['device']} works here, but this build of xmesh moves RDMA buffers "
-                      "over cross-memory attach and sealed TCP streams (its ibverbs path is not built yet)",
-                      RDMATcpFallbackWarning, stacklevel=3)
-    elif probe["listed"]:
+    if not probe["usable"] and probe["listed"]:
         warnings.warn(f"RDMA devices are listed ({', '.join(probe['listed'])}) but none works: {probe['why']}; "
                       "RDMA buffers move over cross-memory attach and sealed TCP streams",
                       RDMATcpFallbackWarning, stacklevel=3)
@@ -84,11 +81,11 @@ def is_rdma_available() -> bool:
 
 
 def get_rdma_backend() -> str:
-    """Which transport serves buffers: 'tcp', Monarch's name for its transports other than
-    ibverbs (here cross-memory attach between procs of one host, sealed TCP streams between
-    hosts). Never 'ibverbs' yet: this build has no ibverbs path, whatever the hardware
-    (is_ibverbs_available() says what the hardware can do)."""
-    return "tcp"
+    """Which transport serves buffers between hosts from this process: 'ibverbs' where a device
+    works here (is_ibverbs_available(); a peer without one is still reached by stream), else
+    'tcp', Monarch's name for its other transports (here sealed TCP streams between hosts).
+    Procs of one host copy by cross-memory attach either way."""
+    return "ibverbs" if is_ibverbs_available() else "tcp"
 
 
 # -- memory -------------------------------------------------------------------------------------
