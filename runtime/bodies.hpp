@@ -419,6 +419,9 @@ struct BufferLeaseReply {
   uint64_t addr = 0, lease = 0, rkey = 0;
   std::string host, stream, token, key, cipher, rdma, rdma_why;
   bool inline_ = false;  // the bytes are done: read, in the answer's frame; written, in place
+  // The buffer is device memory, the range staged in host memory: a write's release must say
+  // it is complete and wait for its answer (the bytes reach the device then).
+  bool device = false;
   template <class F>
   static void fields(F&& f) {
     f("pid", &BufferLeaseReply::pid, Need::Required);
@@ -433,19 +436,24 @@ struct BufferLeaseReply {
     f("rdma", &BufferLeaseReply::rdma, Need::Optional);
     f("rkey", &BufferLeaseReply::rkey, Need::Optional);
     f("rdma_why", &BufferLeaseReply::rdma_why, Need::Optional);
+    f("device", &BufferLeaseReply::device, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseReply)
 
-// BufferRelease (-> the owner): the lease ended. BufferDrop (-> the owner): lend the buffer no
-// more (lease 0), answered with the leases that still hold it.
+// BufferRelease (-> the owner): the lease ended; complete: a write's bytes all arrived (a
+// device buffer's staged bytes are then copied in, answered when asked with a reply).
+// BufferDrop (-> the owner): lend the buffer no more (lease 0), answered with the leases that
+// still hold it.
 struct BufferReleaseBody {
   static constexpr const char* what = "BufferRelease";
   uint64_t buffer = 0, lease = 0;
+  bool complete = false;
   template <class F>
   static void fields(F&& f) {
     f("buffer", &BufferReleaseBody::buffer, Need::Required);
     f("lease", &BufferReleaseBody::lease, Need::Optional);
+    f("complete", &BufferReleaseBody::complete, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferReleaseBody)

@@ -9,20 +9,20 @@
 
 namespace xmesh {
 
-uint64_t BufferRegistry::lend(void* addr, size_t size, bool writable) {
+uint64_t BufferRegistry::lend(void* addr, size_t size, bool writable, std::shared_ptr<DeviceMemory> device) {
   if (!addr || size == 0) throw std::invalid_argument("an RDMA buffer needs memory of at least one byte");
   std::lock_guard<std::mutex> g(mu_);
   uint64_t id;
   do id = random_token();
   while (buffers_.count(id));
-  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, nullptr, {}});
+  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, nullptr, std::move(device), {}});
   return id;
 }
 
 RdmaNic::RegionPtr BufferRegistry::registration(uint64_t id, const MakeRegion& make) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
-  if (it == buffers_.end() || it->second.dropped) return nullptr;
+  if (it == buffers_.end() || it->second.dropped || it->second.device) return nullptr;
   Entry& e = it->second;
   if (!e.region) e.region = make(e.addr, e.size, e.writable);
   return e.region;
@@ -46,17 +46,48 @@ BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64
     *why = "the buffer is read-only (it was lent from read-only memory)";
     return {};
   }
+  LeaseRecord rec{holder, offset, size, write, "", "", {}, nullptr};
+  if (e.device && !stage(e, rec, why)) return {};
   uint64_t number = next_lease_++;
-  LeaseRecord rec{holder, offset, size, write, "", "", {}};
   if (stream) {
     do rec.token = random_bytes(16);
     while (tokens_.count(rec.token));
     rec.key = random_bytes(kRecordKeyBytes);
     tokens_[rec.token] = {id, number};
   }
-  Lease out{id, number, e.addr + offset, static_cast<size_t>(size), rec.token, rec.key};
+  Lease out{id, number, rec.staging ? rec.staging.get() : e.addr + offset, static_cast<size_t>(size), rec.token,
+            rec.key, rec.staging != nullptr};
   e.leases.emplace(number, std::move(rec));
   return out;
+}
+
+bool BufferRegistry::stage(Entry& e, LeaseRecord& rec, std::string* why) {
+  rec.staging = e.device->host_staging(rec.size, why);
+  if (!rec.staging) {
+    *why = "the buffer's device memory could not be staged: " + *why;
+    return false;
+  }
+  if (rec.write) return true;  // the writer fills it all; land() copies it in
+  if (std::string bad = e.device->to_host(rec.staging.get(), e.addr + rec.offset, rec.size); !bad.empty()) {
+    *why = "the buffer's device memory could not be read: " + bad;
+    return false;
+  }
+  return true;
+}
+
+std::string BufferRegistry::land(uint64_t id, uint64_t lease_number, const std::string& holder) {
+  std::lock_guard<std::mutex> g(mu_);
+  const char* unheld = "no such lease is held (it ended, or the owner restarted)";
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return unheld;
+  auto lease = it->second.leases.find(lease_number);
+  if (lease == it->second.leases.end() || lease->second.holder != holder) return unheld;
+  const LeaseRecord& rec = lease->second;
+  if (!rec.staging || !rec.write) return "";
+  if (std::string bad = it->second.device->to_device(it->second.addr + rec.offset, rec.staging.get(), rec.size);
+      !bad.empty())
+    return "the written bytes could not be copied to the buffer's device memory: " + bad;
+  return "";
 }
 
 void BufferRegistry::forget_lease(Entry& e, uint64_t number) {
@@ -118,7 +149,8 @@ BufferRegistry::Pin BufferRegistry::pin_stream(const std::string& token, uint32_
     return {};
   }
   ++e.pins;
-  return Pin{t->second.first, e.addr + rec.offset + offset, static_cast<size_t>(length), rec.write, rec.key};
+  char* base = rec.staging ? rec.staging.get() : e.addr + rec.offset;
+  return Pin{t->second.first, base + offset, static_cast<size_t>(length), rec.write, rec.key, rec.staging};
 }
 
 void BufferRegistry::unpin(uint64_t id) {

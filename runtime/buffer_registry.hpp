@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "device_memory.hpp"
 #include "rdma_nic.hpp"
 
 namespace xmesh {
@@ -24,21 +25,30 @@ namespace xmesh {
 class BufferRegistry {
  public:
   // Lends [addr, addr + size) (size > 0); writable: peers may write into it too. Returns its id.
-  uint64_t lend(void* addr, size_t size, bool writable);
+  // device: the memory is that driver's (device_memory.hpp), which no peer reaches: each lease
+  // gets a staging range of host memory (a read's filled from the device at the lease, a
+  // write's copied in by land()).
+  uint64_t lend(void* addr, size_t size, bool writable, std::shared_ptr<DeviceMemory> device = nullptr);
 
   struct Lease {
     uint64_t id = 0;      // 0: refused (*why says why)
     uint64_t number = 0;  // this lease, for release()
-    char* addr = nullptr; // the leased range's start
+    char* addr = nullptr; // the leased range's start (on a device buffer: its host staging)
     size_t size = 0;
     std::string token, key;  // a stream lease's grant (empty otherwise)
+    bool staged = false;     // a device buffer's lease: addr is host staging
   };
   // A lease on [offset, offset + size) of buffer `id` for reading it (write: for writing into
   // it), held by the process at address `holder`: refused, naming why, when no such buffer is
   // lent (never, or dropped), the range is not inside it, or a write is asked of a read-only
-  // buffer. stream: with a grant (token and key) for the stream listener.
+  // buffer, or a device buffer's range cannot be staged. stream: with a grant (token and key)
+  // for the stream listener.
   Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, const std::string& holder, std::string* why,
               bool stream = false);
+  // A write lease on a device buffer, its bytes all in the staging range: they are copied to
+  // the device. "" or why not (no such lease of this holder's, the driver's error); nothing to
+  // do (a host buffer, a read lease) is "".
+  std::string land(uint64_t id, uint64_t lease_number, const std::string& holder);
   // The lease ends (only its holder ends it). True when that let a dropped buffer go (its
   // memory is the owner's again).
   bool release(uint64_t id, uint64_t lease_number, const std::string& holder);
@@ -54,6 +64,7 @@ class BufferRegistry {
     size_t size = 0;
     bool write = false;
     std::string key;
+    std::shared_ptr<char> staging;  // a device buffer's lease: kept while the stream copies
   };
   Pin pin_stream(const std::string& token, uint32_t stream, uint64_t offset, uint64_t length, std::string* why);
   void unpin(uint64_t id);
@@ -80,6 +91,7 @@ class BufferRegistry {
     bool write = false;
     std::string token, key;
     std::set<uint32_t> streams;  // stream numbers used
+    std::shared_ptr<char> staging;  // a device buffer's: the leased range in host memory
   };
   struct Entry {
     char* addr;
@@ -88,11 +100,14 @@ class BufferRegistry {
     bool dropped = false;
     int pins = 0;  // streams copying now
     RdmaNic::RegionPtr region;  // registered for RDMA (at the first RDMA lease)
+    std::shared_ptr<DeviceMemory> device;  // the driver of device memory; nullptr: host memory
     std::unordered_map<uint64_t, LeaseRecord> leases;  // the leases holding it, by number
   };
   // A dropped buffer nothing holds any more goes. mu_ held.
   void forget_if_unheld(std::unordered_map<uint64_t, Entry>::iterator it);
   void forget_lease(Entry& e, uint64_t number);  // mu_ held
+  // A device buffer's lease gets its staging range (a read's filled from the device). mu_ held.
+  bool stage(Entry& e, LeaseRecord& rec, std::string* why);
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> buffers_;
   std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> tokens_;  // grant token -> (id, lease)

@@ -174,7 +174,67 @@ bool take_lease(Call& c, BufferLeaseReply* out, std::vector<zmq::message_t>* fra
 }
 }  // namespace
 
-void DataPlane::run_op(Batch& b, const DataOp& op) { run_op(b, op, force_stream_ || force_remote_); }
+void DataPlane::run_op(Batch& b, const DataOp& op) {
+  if (op.device)
+    run_staged(b, op);
+  else
+    run_op(b, op, force_stream_ || force_remote_);
+}
+
+void DataPlane::run_staged(Batch& b, const DataOp& op) {
+  std::string why;
+  auto staging = op.device->host_staging(op.size, &why);
+  if (staging && op.write) why = op.device->to_host(staging.get(), op.local, op.size);
+  if (!staging || !why.empty()) {
+    b.fail(ErrorKind::Buffer, "this process's device memory could not be staged for the transfer: " + why);
+    std::lock_guard<std::mutex> g(mu_);
+    ++stats_.failed;
+    return;
+  }
+  DataOp host = op;
+  host.local = staging.get();
+  host.device = nullptr;
+  run_op(b, host, force_stream_ || force_remote_);  // returns once nothing touches the staging
+  if (op.write || b.answered) return;  // written, or failed (this op or another of the batch)
+  if (why = op.device->to_device(op.local, staging.get(), op.size); !why.empty())
+    b.fail(ErrorKind::Buffer, "the bytes read could not be copied to this process's device memory: " + why);
+}
+
+bool DataPlane::await_owner(Batch& b, Call& c) {
+  while (!c.wait_done(b.ms_left() < 0 ? 100 : std::min(100, b.ms_left()))) {
+    if (stopping()) {
+      b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
+      return false;
+    }
+    if (b.expired()) {
+      b.time_out();
+      return false;
+    }
+    if (b.answered) return false;  // another op of the batch failed, or it timed out
+  }
+  return true;
+}
+
+bool DataPlane::land_device_write(Batch& b, const DataOp& op, uint64_t lease) {
+  Header h;
+  h.kind = Kind::BufferRelease;
+  h.body = BufferReleaseBody{op.buffer, lease, true};
+  std::shared_ptr<Call> c;
+  try {
+    c = node_.call({Target{op.owner, ""}}, h, {}, true);
+  } catch (const std::exception& e) {
+    b.fail(ErrorKind::Send, "could not tell " + describe_owner(op) + " that the write is complete: " + e.what());
+    return false;
+  }
+  if (!await_owner(b, *c)) return false;  // the owner ends the lease when the release arrives
+  auto got = c->take();
+  if (!got.empty() && got.front().ok) return true;
+  const json body = got.empty() ? json() : got.front().body;
+  const ErrorKind kind = error_kind_of(body).value_or(ErrorKind::Buffer);
+  b.fail(kind, (kind == ErrorKind::Supervision ? describe_owner(op) + " is gone: " : std::string()) +
+                   body.value("text", std::string("the owner gave no answer to the write's end")));
+  return false;
+}
 
 std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stream,
                                            std::shared_ptr<RdmaNic::Link>* link) {
@@ -198,25 +258,10 @@ std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stre
     b.fail(ErrorKind::Send, "could not ask " + describe_owner(op) + " for a lease: " + e.what());
     return nullptr;
   }
-  // In slices: a stopping data plane (the process exits) must not wait out a long timeout.
-  while (!ask->wait_done(b.ms_left() < 0 ? 100 : std::min(100, b.ms_left()))) {
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stopping = stopping_;
-      if (stopping || b.expired() || b.answered) late_.push_back({op.owner, op.buffer, ask});
-    }
-    if (stopping) {
-      b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
-      return nullptr;
-    }
-    if (b.expired()) {
-      b.time_out();
-      return nullptr;
-    }
-    if (b.answered) return nullptr;  // another op of the batch failed, or it timed out
-  }
-  return ask;
+  if (await_owner(b, *ask)) return ask;
+  std::lock_guard<std::mutex> g(mu_);
+  late_.push_back({op.owner, op.buffer, ask});  // a lease granted late is ended at once
+  return nullptr;
 }
 
 void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
@@ -243,7 +288,12 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
     how = take_inline(b, op, frames);
   } else {
     how = copy_leased(b, op, lease, link);
-    end_lease(op.owner, op.buffer, lease.lease);
+    const bool moved = how == Copy::same_host || how == Copy::streamed || how == Copy::rdma;
+    if (lease.device && op.write && moved) {
+      if (!land_device_write(b, op, lease.lease)) how = Copy::failed;
+    } else {
+      end_lease(op.owner, op.buffer, lease.lease);
+    }
   }
   if (how == Copy::refused_here) {  // cross-memory attach not permitted: the stream path instead
     run_op(b, op, true);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "call.hpp"
+#include "device_memory.hpp"
 #include "rdma_nic.hpp"
 
 namespace xmesh {
@@ -39,6 +40,8 @@ struct DataOp {
   uint64_t size = 0;     // bytes to move (> 0)
   char* local = nullptr; // this process's memory: the destination of a read, the source of a write
   bool write = false;    // true: local -> the buffer
+  // local is device memory of this driver (device_memory.hpp): moved through host staging.
+  std::shared_ptr<DeviceMemory> device;
 };
 
 class DataPlane {
@@ -71,6 +74,15 @@ class DataPlane {
   void run();
   void run_op(Batch& b, const DataOp& op);
   void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask as from another host
+  // An op whose local memory is a device's: through host staging of this process's.
+  void run_staged(Batch& b, const DataOp& op);
+  // Waits for the owner's answer to c in slices (a stopping data plane must not wait out a long
+  // timeout): false when the batch was answered meanwhile (failed, timed out, or stopping,
+  // answered so here).
+  bool await_owner(Batch& b, Call& c);
+  // A write into a device buffer's staged range ends with a release that says it is complete,
+  // waited for: the owner copies the bytes to its device first. false: the batch is answered.
+  bool land_device_write(Batch& b, const DataOp& op, uint64_t lease);
   // Asks the owner for a lease (offering *link's RDMA address when there is one to offer) and
   // waits for its answer (nullptr: the batch is answered already).
   std::shared_ptr<Call> ask_lease(Batch& b, const DataOp& op, bool stream, std::shared_ptr<RdmaNic::Link>* link);

@@ -472,10 +472,7 @@ void Node::register_builtin_handlers() {
   };
   handlers_[static_cast<int>(Kind::BufferLease)] = [this](Message& m) { on_buffer_lease(m); };
   handlers_[static_cast<int>(Kind::BufferDrop)] = [this](Message& m) { on_buffer_drop(m); };
-  handlers_[static_cast<int>(Kind::BufferRelease)] = [this](Message& m) {
-    BufferReleaseBody b;
-    if (typed_body(m, b)) buffers_.release(b.buffer, b.lease, m.sender_addr);
-  };
+  handlers_[static_cast<int>(Kind::BufferRelease)] = [this](Message& m) { on_buffer_release(m); };
   handlers_[static_cast<int>(Kind::LaneSwitch)] = [this](Message& m) {
     transport_.on_lane_switch(m.sender_addr, m.peer_identity);
   };
@@ -656,12 +653,16 @@ void Node::on_buffer_lease(Message& m) {
   r.addr = reinterpret_cast<uint64_t>(lease.addr);
   r.lease = lease.number;
   r.host = host_key();
+  r.device = lease.staged;
   if (stream) {
     r.stream = listener;
     r.token = to_hex(lease.token);
     r.key = to_hex(lease.key);
     r.cipher = record_cipher_name(preferred_record_cipher());
-    if (!b.rdma.empty()) offer_rdma(m.sender_addr, b, r);
+    if (!b.rdma.empty() && lease.staged)
+      r.rdma_why = "the buffer is device memory, staged through host memory for streams (no RDMA from staging yet)";
+    else if (!b.rdma.empty())
+      offer_rdma(m.sender_addr, b, r);
   }
   if (m.header.corr) {
     reply(m, true, r, {});
@@ -742,11 +743,18 @@ std::shared_ptr<RdmaNic::Link> Node::rdma_link_for(const std::string& holder, co
 
 void Node::answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease) {
   std::vector<zmq::message_t> frames;
-  if (b.write)
+  std::string failed;
+  if (b.write) {
     std::memcpy(lease.addr, m.frames[0].data(), lease.size);
-  else
+    failed = buffers_.land(lease.id, lease.number, m.sender_addr);  // a device buffer's: copied in
+  } else {
     frames.emplace_back(lease.addr, lease.size);  // a copy, made before the lease ends
+  }
   buffers_.release(lease.id, lease.number, m.sender_addr);
+  if (!failed.empty()) {
+    reply(m, false, error_body(ErrorKind::Buffer, failed), {});
+    return;
+  }
   BufferLeaseReply r;
   r.pid = static_cast<int64_t>(getpid());
   r.host = host_key();
@@ -795,6 +803,20 @@ std::string Node::buffer_streams(std::string* why) {
     return "";
   }
   return streams_->address();
+}
+
+void Node::on_buffer_release(Message& m) {
+  BufferReleaseBody b;
+  if (!typed_body(m, b)) return;
+  // A complete write into a device buffer: its staged bytes go to the device before the lease
+  // ends, and the writer (waiting for this answer) learns whether they did.
+  const std::string failed = b.complete ? buffers_.land(b.buffer, b.lease, m.sender_addr) : "";
+  buffers_.release(b.buffer, b.lease, m.sender_addr);
+  if (!m.header.corr) return;
+  if (failed.empty())
+    reply(m, true, json(), {});
+  else
+    reply(m, false, error_body(ErrorKind::Buffer, failed), {});
 }
 
 void Node::on_buffer_drop(Message& m) {

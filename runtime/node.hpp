@@ -221,6 +221,7 @@ class Node {
   void offer_rdma(const std::string& holder, const BufferLeaseBody& b, BufferLeaseReply& r);
   // The link to `holder`, connected to its address (a new one when the holder's changed).
   std::shared_ptr<RdmaNic::Link> rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why);
+  void on_buffer_release(Message& m);
   // A small lease from another host answered with its bytes (a read) or done in place (a write).
   void answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease);
   std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)

@@ -12,6 +12,7 @@
 
 #include "call.hpp"
 #include "data_plane.hpp"
+#include "device_memory.hpp"
 #include "ibverbs_probe.hpp"
 #include "rdma_nic.hpp"
 #include "keys.hpp"
@@ -34,6 +35,15 @@ namespace py = pybind11;
 using namespace xmesh;
 
 namespace {
+
+// The CUDA driver for device memory (runtime/device_memory.hpp), or a RuntimeError saying why
+// there is none.
+std::shared_ptr<DeviceMemory> cuda_or_throw() {
+  std::string why;
+  auto driver = load_cuda_driver(&why);
+  if (!driver) throw std::runtime_error(why);
+  return driver;
+}
 
 // ---- Payload frames --------------------------------------------------------------------
 // Large buffers are sent without copying: ZeroMQ keeps a pointer to the Python buffer and
@@ -606,9 +616,10 @@ void bind_node(py::module_& m) {
       .def("add_dependent", &Node::add_dependent)
       .def("lose_host", &Node::lose_host)
       .def("stats", &Node::stats)
-      .def("lend_buffer", [](Node& n, uintptr_t addr, uint64_t size, bool writable) {
-        return n.buffers().lend(reinterpret_cast<void*>(addr), size, writable);
-      }, py::arg("addr"), py::arg("size"), py::arg("writable"), "Lends memory as an RDMA buffer: its id.")
+      .def("lend_buffer", [](Node& n, uintptr_t addr, uint64_t size, bool writable, bool device) {
+        return n.buffers().lend(reinterpret_cast<void*>(addr), size, writable, device ? cuda_or_throw() : nullptr);
+      }, py::arg("addr"), py::arg("size"), py::arg("writable"), py::arg("device") = false,
+         "Lends memory as an RDMA buffer (device: the CUDA driver's memory, staged per lease): its id.")
       .def("drop_buffer", [](Node& n, uint64_t id) { return n.buffers().drop(id); },
            "Lends it no more: the leases still holding it (-1: not lent).")
       .def("buffer_held", [](Node& n, uint64_t id) { return n.buffers().holds(id); },
@@ -655,7 +666,14 @@ void bind_data_plane(py::module_& m) {
       .def_readonly("rdma", &DataPlane::Stats::rdma)
       .def_readonly("failed", &DataPlane::Stats::failed)
       .def_readonly("late_leases", &DataPlane::Stats::late_leases);
-  using Op = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uintptr_t, bool>;
+  m.def("check_device_memory", [](uintptr_t addr, uint64_t size) {
+    auto driver = cuda_or_throw();
+    if (!driver->holds(reinterpret_cast<const void*>(addr), size))
+      throw py::value_error("it is not " + std::to_string(size) + " bytes of device memory known to " + driver->name());
+  }, py::arg("addr"), py::arg("size"),
+     "Raises (RuntimeError: no CUDA driver, saying why; ValueError: not its memory) unless [addr, addr + size) is "
+     "device memory of the CUDA driver (runtime/device_memory.hpp).");
+  using Op = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uintptr_t, bool, bool>;
   py::class_<DataPlane, std::shared_ptr<DataPlane>>(m, "DataPlane")
       .def(py::init([](const std::shared_ptr<Node>& node, size_t threads) {
              return std::make_shared<DataPlane>(*node, threads);
@@ -663,8 +681,9 @@ void bind_data_plane(py::module_& m) {
            py::arg("node"), py::arg("threads") = 0, py::keep_alive<1, 2>())
       .def("submit", [](DataPlane& d, const std::vector<Op>& ops, const py::object& timeout_s, const py::object& keep) {
         std::vector<DataOp> todo;
-        for (auto& [owner, buffer, offset, size, local, write] : ops)
-          todo.push_back({owner, buffer, offset, size, reinterpret_cast<char*>(local), write});
+        for (auto& [owner, buffer, offset, size, local, write, device] : ops)
+          todo.push_back({owner, buffer, offset, size, reinterpret_cast<char*>(local), write,
+                          device ? cuda_or_throw() : nullptr});
         // Seconds (None: no limit); past what an int of milliseconds holds (24 days) is no limit.
         const double ms = timeout_s.is_none() ? -1 : timeout_s.cast<double>() * 1000;
         const int timeout_ms = ms < 0 || ms > 2147483647.0 ? -1 : static_cast<int>(ms);
@@ -682,7 +701,7 @@ void bind_data_plane(py::module_& m) {
           throw;
         }
       }, py::arg("ops"), py::arg("timeout"), py::arg("keepalive"),
-         "ops: [(owner address, buffer id, offset, size, local address, write)]; keepalive stays referenced "
+         "ops: [(owner address, buffer id, offset, size, local address, write, local on the CUDA device)]; keepalive stays referenced "
          "until no data thread uses the local memory. Returns the Call the transfer answers.")
       .def("stats", &DataPlane::stats);
 }

@@ -94,16 +94,26 @@ def _is_torch_tensor(obj: object) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _memory(obj: Any, writable: bool, role: str) -> Tuple[int, int, Any]:
-    """(address, bytes, what keeps the memory alive and unmoved) of a contiguous CPU tensor or
-    buffer-protocol object; ValueError/TypeError naming what is wrong with it."""
+def _memory(obj: Any, writable: bool, role: str) -> Tuple[int, int, Any, bool]:
+    """(address, bytes, what keeps the memory alive and unmoved, whether it is CUDA device
+    memory) of a contiguous torch tensor (CPU or CUDA), an object with __cuda_array_interface__
+    (CuPy, Numba) or a buffer-protocol object; ValueError/TypeError naming what is wrong with it,
+    RuntimeError when device memory is given and no CUDA driver loads (saying why)."""
     if _is_torch_tensor(obj):
-        if obj.device.type != "cpu":
-            raise NotImplementedError(f"{role} is a {obj.device.type} tensor: this build of xmesh moves CPU memory "
-                                      "only (CUDA memory is part of issue 24, not built yet)")
+        if obj.device.type not in ("cpu", "cuda"):
+            raise NotImplementedError(f"{role} is a {obj.device.type} tensor: xmesh moves CPU and CUDA memory")
         if not obj.is_contiguous():
             raise ValueError(f"{role} is not contiguous: use .contiguous() (a copy), or a contiguous view")
-        return obj.data_ptr(), obj.numel() * obj.element_size(), obj
+        addr, size = obj.data_ptr(), obj.numel() * obj.element_size()
+        on_device = obj.device.type == "cuda"
+        if on_device and size:
+            _core.check_device_memory(addr, size)
+        return addr, size, obj, on_device
+    if hasattr(obj, "__cuda_array_interface__"):
+        addr, size = _cuda_array(obj.__cuda_array_interface__, writable, role)
+        if size:
+            _core.check_device_memory(addr, size)
+        return addr, size, obj, True
     try:
         view = memoryview(obj)  # holds the export: a bytearray cannot be resized under a transfer
     except TypeError:
@@ -113,7 +123,28 @@ def _memory(obj: Any, writable: bool, role: str) -> Tuple[int, int, Any]:
         addr, size, _readonly = _core.buffer_info(view, writable)
     except ValueError as e:
         raise ValueError(f"{role}: {e}") from None
-    return addr, size, view
+    return addr, size, view, False
+
+
+def _cuda_array(cai: Any, writable: bool, role: str) -> Tuple[int, int]:
+    """(address, bytes) of a C-contiguous __cuda_array_interface__ (version 2 or later)."""
+    try:
+        shape = tuple(int(n) for n in cai["shape"])
+        itemsize = int(cai["typestr"][2:])
+        addr, readonly = int(cai["data"][0]), bool(cai["data"][1])
+        strides = cai.get("strides")
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise TypeError(f"{role} has a malformed __cuda_array_interface__: {type(e).__name__}: {e}") from None
+    expected: List[int] = []
+    step = itemsize
+    for n in reversed(shape):
+        expected.insert(0, step)
+        step *= n
+    if strides is not None and tuple(strides) != tuple(expected) and step:
+        raise ValueError(f"{role} is not C-contiguous: use a contiguous copy")
+    if writable and readonly:
+        raise ValueError(f"{role} is read-only device memory: it cannot be read into")
+    return addr, step
 
 
 # -- this process's side: lending, and the data threads ------------------------------------------
@@ -144,10 +175,10 @@ class _Plane:
                 self.threads = _core.DataPlane(self.node)
             return self.threads
 
-    def lend(self, addr: int, size: int, writable: bool, keep: Any) -> Tuple[str, int]:
+    def lend(self, addr: int, size: int, writable: bool, keep: Any, on_device: bool = False) -> Tuple[str, int]:
         with self.lock:
             self._bind()
-            buffer_id = self.node.lend_buffer(addr, size, writable)
+            buffer_id = self.node.lend_buffer(addr, size, writable, on_device)
             self.lent[buffer_id] = keep
             self._sweep()
             return self.node.addr, buffer_id
@@ -173,17 +204,21 @@ _plane = _Plane()
 # -- buffers --------------------------------------------------------------------------------------
 class RDMABuffer:
     """A range of memory lent to whoever holds its handle (Monarch's RDMABuffer). `data`: a
-    contiguous torch CPU tensor (any shape; Monarch asks for 1-D), numpy array, bytearray,
-    bytes or memoryview; read-only memory (bytes) may be read, not written into. The memory stays
-    lent until `drop()`: keep it unchanged while others read it."""
+    contiguous torch tensor, CPU or CUDA (any shape; Monarch asks for 1-D), an object with
+    __cuda_array_interface__, a numpy array, bytearray, bytes or memoryview; read-only memory
+    (bytes) may be read, not written into. CUDA memory is staged through pinned host memory by
+    the CUDA driver, loaded at run time. The memory stays lent until `drop()`: keep it unchanged
+    while others read it."""
 
     def __init__(self, data: Any) -> None:
-        addr, size, keep = _memory(data, False, "RDMABuffer's data")
+        addr, size, keep, on_device = _memory(data, False, "RDMABuffer's data")
         if size == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
         _say_how_buffers_move()
         writable = not (isinstance(keep, memoryview) and keep.readonly)
-        self._owner, self._id = _plane.lend(addr, size, writable, keep)
+        if on_device and not _is_torch_tensor(keep):
+            writable = not bool(keep.__cuda_array_interface__["data"][1])
+        self._owner, self._id = _plane.lend(addr, size, writable, keep, on_device)
         self._size = size
         self._writable = writable
 
@@ -266,28 +301,28 @@ class RDMAAction:
     the data threads and the Future resolves once all are done, or fails with the first error."""
 
     def __init__(self) -> None:
-        self._ops: List[Tuple[str, int, int, int, int, bool]] = []
+        self._ops: List[Tuple[str, int, int, int, int, bool, bool]] = []
         self._keep: List[Any] = []
         self._local: List[Tuple[int, int, bool, str]] = []  # (addr, size, written here, what)
 
     def read_remote(self, dst: Any, src: RDMABuffer) -> "RDMAAction":
         """Queues a read of the whole buffer src into dst (at least src.size() bytes)."""
-        addr, size, keep = _memory(dst, True, "read_into's destination")
+        addr, size, keep, on_device = _memory(dst, True, "read_into's destination")
         if size < src.size():
             raise ValueError(f"the destination holds {size} bytes, fewer than the buffer's {src.size()}")
-        self._add(src, addr, src.size(), False, keep, "a read's destination")
+        self._add(src, addr, src.size(), False, keep, "a read's destination", on_device)
         return self
 
     def write_remote(self, dst: RDMABuffer, src: Any) -> "RDMAAction":
         """Queues a write of src (at most dst.size() bytes) into the start of dst."""
-        addr, size, keep = _memory(src, False, "write_from's source")
+        addr, size, keep, on_device = _memory(src, False, "write_from's source")
         if size > dst.size():
             raise ValueError(f"the source holds {size} bytes, more than the buffer's {dst.size()}")
         if size == 0:
             raise ValueError("the source is empty: nothing to write")
         if not dst._writable:
             raise RDMAError("the buffer lends read-only memory: it cannot be written into")
-        self._add(dst, addr, size, True, keep, "a write's source")
+        self._add(dst, addr, size, True, keep, "a write's source", on_device)
         return self
 
     def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> "RDMAAction":
@@ -296,7 +331,8 @@ class RDMAAction:
     def compare_and_swap(self, src: RDMABuffer, dst: Any, compare: int, swap: int) -> "RDMAAction":
         raise NotImplementedError("RDMAAction.compare_and_swap: not supported (nor by Monarch 0.7)")
 
-    def _add(self, buf: RDMABuffer, addr: int, size: int, write: bool, keep: Any, what: str) -> None:
+    def _add(self, buf: RDMABuffer, addr: int, size: int, write: bool, keep: Any, what: str,
+             on_device: bool) -> None:
         # Local memory that a read fills must not overlap other local memory of the same batch:
         # the ops run in parallel, so the bytes there would depend on timing.
         written_here = not write
@@ -305,7 +341,7 @@ class RDMAAction:
                 raise ValueError(f"{what} overlaps {other_what} of the same RDMAAction: its bytes would "
                                  "depend on which runs first")
         self._local.append((addr, size, written_here, what))
-        self._ops.append((buf._owner, buf._id, 0, size, addr, write))
+        self._ops.append((buf._owner, buf._id, 0, size, addr, write, on_device))
         self._keep.append(keep)
 
     def submit(self, *, timeout: "float | None" = 60) -> Any:

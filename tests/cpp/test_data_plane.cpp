@@ -1,6 +1,7 @@
 // The data plane's parts (issue 24): the owner's BufferRegistry (ids, leases, drops) and
 // cross-process copies on one host (process_memory.hpp), between this process and a forked child.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "buffer_registry.hpp"
 #include "buffer_stream.hpp"
 #include "data_plane.hpp"
+#include "device_memory.hpp"
 #include "ibverbs_probe.hpp"
 #include "node.hpp"
 #include "process_memory.hpp"
@@ -724,4 +726,109 @@ TEST_CASE("an RDMA transfer stops at its timeout or its owner's death, and the n
 
   n.owner.mark_dead(n.reader.addr(), error_body(ErrorKind::Supervision, "the reader was killed"));
   CHECK(n.owner.rdma_links() == 0);
+}
+
+// ---- device memory, through the CUDA driver's stand-in (tests/fake_cuda: no GPU here) ----
+
+namespace {
+// The stand-in driver as xmesh loads it (XMESH_CUDA_DRIVER), with its test helpers: device
+// memory the tests make, and copies in and out of it. Its device memory faults if touched
+// other than through the driver's copies.
+struct FakeCuda {
+  std::shared_ptr<DeviceMemory> driver;
+  int (*alloc)(unsigned long long*, size_t) = nullptr;
+  int (*copy_in)(unsigned long long, const void*, size_t) = nullptr;
+  int (*copy_out)(void*, unsigned long long, size_t) = nullptr;
+  FakeCuda() {
+    setenv("XMESH_CUDA_DRIVER", XMESH_FAKE_CUDA_PATH, 1);
+    std::string why;
+    driver = load_cuda_driver(&why);
+    INFO(why);
+    REQUIRE(driver);
+    void* lib = dlopen(XMESH_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(lib);
+    alloc = reinterpret_cast<decltype(alloc)>(dlsym(lib, "cuMemAlloc_v2"));
+    copy_in = reinterpret_cast<decltype(copy_in)>(dlsym(lib, "fake_cuda_copy_in"));
+    copy_out = reinterpret_cast<decltype(copy_out)>(dlsym(lib, "fake_cuda_copy_out"));
+    REQUIRE((alloc && copy_in && copy_out));
+  }
+  char* device(const std::vector<char>& initial) {
+    unsigned long long p = 0;
+    REQUIRE(alloc(&p, initial.size()) == 0);
+    REQUIRE(copy_in(p, initial.data(), initial.size()) == 0);
+    return reinterpret_cast<char*>(p);
+  }
+  std::vector<char> contents(const char* p, size_t n) {
+    std::vector<char> out(n);
+    REQUIRE(copy_out(out.data(), reinterpret_cast<unsigned long long>(p), n) == 0);
+    return out;
+  }
+};
+std::vector<char> patterned(size_t n, int seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = pattern(i, seed);
+  return v;
+}
+}  // namespace
+
+// A device buffer's lease is staged (a read's range copied out at the lease, a write's copied in
+// when its release says complete, answered before the writer's op is done); a device
+// destination or source of the reader is staged by the reader. Every path: this host, streams,
+// the lease's messages. The stand-in's memory faults when touched directly, so a path that
+// skipped staging would crash the test.
+TEST_CASE("device memory is staged through host memory on both sides, on every path", "[data_plane][cuda]") {
+  FakeCuda cuda;
+  CHECK(cuda.driver->holds(cuda.device(std::vector<char>(16)), 16));
+  std::vector<char> host_mem(4096);
+  CHECK_FALSE(cuda.driver->holds(host_mem.data(), host_mem.size()));
+  TwoNodes n;
+  const size_t size = (2 << 20) + 3;
+  const auto initial = patterned(size, 11);
+  char* dev = cuda.device(initial);
+  const uint64_t id = n.owner.buffers().lend(dev, size, true, cuda.driver);
+  for (const char* transport : {"", "stream"}) {
+    DYNAMIC_SECTION("transport '" << transport << "'") {
+      setenv("XMESH_DATA_TRANSPORT", transport, 1);
+      DataPlane plane(n.reader, 2);
+      unsetenv("XMESH_DATA_TRANSPORT");
+      std::vector<char> got(size), small(1000);
+      auto read = plane.submit({{n.owner.addr(), id, 0, size, got.data(), false},
+                                {n.owner.addr(), id, 5, small.size(), small.data(), false}},
+                               10000, nullptr);
+      REQUIRE(read->wait_done(10000));
+      CHECK(outcome(*read).empty());
+      CHECK(got == initial);
+      CHECK(std::memcmp(small.data(), initial.data() + 5, small.size()) == 0);
+
+      const auto written = patterned(1 << 20, 12), tiny = patterned(100, 13);
+      auto write = plane.submit({{n.owner.addr(), id, 0, written.size(), const_cast<char*>(written.data()), true},
+                                 {n.owner.addr(), id, size - tiny.size(), tiny.size(), const_cast<char*>(tiny.data()), true}},
+                                10000, nullptr);
+      REQUIRE(write->wait_done(10000));
+      CHECK(outcome(*write).empty());
+      auto now = cuda.contents(dev, size);  // in place as soon as the write's Future is done
+      CHECK(std::memcmp(now.data(), written.data(), written.size()) == 0);
+      CHECK(std::memcmp(now.data() + size - tiny.size(), tiny.data(), tiny.size()) == 0);
+      CHECK(std::memcmp(now.data() + written.size(), initial.data() + written.size(),
+                        size - tiny.size() - written.size()) == 0);
+
+      // The reader's own device memory: read into it, write from it.
+      char* mine = cuda.device(std::vector<char>(size, 0));
+      auto into = plane.submit({{n.owner.addr(), id, 0, size, mine, false, cuda.driver}}, 10000, nullptr);
+      REQUIRE(into->wait_done(10000));
+      CHECK(outcome(*into).empty());
+      CHECK(cuda.contents(mine, size) == now);
+      char* source = cuda.device(patterned(4096, 14));
+      auto from = plane.submit({{n.owner.addr(), id, 64, 4096, source, true, cuda.driver}}, 10000, nullptr);
+      REQUIRE(from->wait_done(10000));
+      CHECK(outcome(*from).empty());
+      CHECK(std::memcmp(cuda.contents(dev, size).data() + 64, patterned(4096, 14).data(), 4096) == 0);
+      cuda.copy_in(reinterpret_cast<unsigned long long>(dev), initial.data(), size);  // for the next section
+    }
+  }
+  // A device buffer is not registered for RDMA (no RDMA from staging yet): streamed instead.
+  CHECK(n.owner.buffers().registration(id, [](char*, size_t, bool) -> RdmaNic::RegionPtr {
+    FAIL("a device buffer was registered");
+    return nullptr;
+  }) == nullptr);
 }

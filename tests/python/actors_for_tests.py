@@ -475,3 +475,78 @@ class BufferPeer(Actor):
             action.read_remote(d, b)
         action.submit().get()
         return [crc(d) for d in dsts]
+
+
+# -- device memory: the CUDA driver's stand-in (tests/fake_cuda; no GPU here) ---------------------
+def fake_cuda():
+    """The stand-in driver xmesh loads too (XMESH_CUDA_DRIVER: the same file, so the same
+    library in this process), initialized."""
+    import ctypes
+
+    lib = ctypes.CDLL(os.environ["XMESH_CUDA_DRIVER"])
+    assert lib.cuInit(0) == 0
+    return lib
+
+
+class FakeDeviceArray:
+    """n bytes of the stand-in's device memory (pattern(n, seed)), shown as CuPy and Numba show
+    theirs: __cuda_array_interface__. Touching it other than through the driver faults."""
+
+    def __init__(self, n: int, seed: int = 0, readonly: bool = False):
+        import ctypes
+
+        self._lib, self.n, self.readonly = fake_cuda(), n, readonly
+        ptr = ctypes.c_ulonglong()
+        assert self._lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)) == 0
+        self.ptr = ptr.value
+        data = pattern(n, seed).tobytes()
+        assert self._lib.fake_cuda_copy_in(ctypes.c_ulonglong(self.ptr), data, ctypes.c_size_t(n)) == 0
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.n,), "typestr": "|u1", "data": (self.ptr, self.readonly), "version": 3,
+                "strides": None}
+
+    def contents(self) -> bytes:
+        import ctypes
+
+        out = ctypes.create_string_buffer(self.n)
+        assert self._lib.fake_cuda_copy_out(out, ctypes.c_ulonglong(self.ptr), ctypes.c_size_t(self.n)) == 0
+        return out.raw
+
+    def __del__(self):
+        import ctypes
+
+        self._lib.cuMemFree_v2(ctypes.c_ulonglong(self.ptr))
+
+
+class DevicePeer(Actor):
+    """A proc's side of transfers with device memory (tests/python/test_rdma_device.py)."""
+
+    def __init__(self):
+        self.memory = {}
+        self.buffers = {}
+
+    @endpoint
+    def lend(self, name: str, n: int, seed: int):
+        from xmesh.rdma import RDMABuffer
+
+        self.memory[name] = FakeDeviceArray(n, seed)
+        self.buffers[name] = RDMABuffer(self.memory[name])
+        return self.buffers[name]
+
+    @endpoint
+    def read(self, buf) -> int:
+        dst = FakeDeviceArray(buf.size())
+        buf.read_into(dst).get(timeout=60)
+        return crc(dst.contents())
+
+    @endpoint
+    def write(self, buf, n: int, seed: int) -> int:
+        src = FakeDeviceArray(n, seed)
+        buf.write_from(src).get(timeout=60)
+        return crc(src.contents())
+
+    @endpoint
+    def contents(self, name: str) -> int:
+        return crc(self.memory[name].contents())
