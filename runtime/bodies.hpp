@@ -422,6 +422,9 @@ struct BufferLeaseReply {
   // The buffer is device memory, the range staged in host memory: a write's release must say
   // it is complete and wait for its answer (the bytes reach the device then).
   bool device = false;
+  // The range is device memory the owner's NIC reaches itself (dma-buf): RDMA only, no stream
+  // grant (a reader whose RDMA fails ends the lease and asks again without offering RDMA).
+  bool direct = false;
   template <class F>
   static void fields(F&& f) {
     f("pid", &BufferLeaseReply::pid, Need::Required);
@@ -437,6 +440,7 @@ struct BufferLeaseReply {
     f("rkey", &BufferLeaseReply::rkey, Need::Optional);
     f("rdma_why", &BufferLeaseReply::rdma_why, Need::Optional);
     f("device", &BufferLeaseReply::device, Need::Optional);
+    f("direct", &BufferLeaseReply::direct, Need::Optional);
   }
 };
 XMESH_BODY_JSON(BufferLeaseReply)

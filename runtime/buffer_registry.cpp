@@ -15,21 +15,34 @@ uint64_t BufferRegistry::lend(void* addr, size_t size, bool writable, std::share
   uint64_t id;
   do id = random_token();
   while (buffers_.count(id));
-  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, nullptr, std::move(device), {}});
+  buffers_.emplace(id, Entry{static_cast<char*>(addr), size, writable, false, 0, nullptr, "", std::move(device), {}});
   return id;
 }
 
-RdmaNic::RegionPtr BufferRegistry::registration(uint64_t id, const MakeRegion& make) {
+RdmaNic::RegionPtr BufferRegistry::registration(uint64_t id, const MakeRegion& make, std::string* why) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
-  if (it == buffers_.end() || it->second.dropped || it->second.device) return nullptr;
+  if (it == buffers_.end() || it->second.dropped) {
+    *why = "the buffer was dropped (or never lent by this process)";
+    return nullptr;
+  }
   Entry& e = it->second;
-  if (!e.region) e.region = make(e.addr, e.size, e.writable);
+  if (!e.region && e.region_failed.empty()) {
+    e.region = make(e.addr, e.size, e.writable, e.device.get(), why);
+    if (!e.region) e.region_failed = why->empty() ? "the NIC refused it" : *why;
+  }
+  if (!e.region) *why = e.region_failed;
   return e.region;
 }
 
+bool BufferRegistry::on_device(uint64_t id) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buffers_.find(id);
+  return it != buffers_.end() && it->second.device != nullptr;
+}
+
 BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64_t size, bool write,
-                                            const std::string& holder, std::string* why, bool stream) {
+                                            const std::string& holder, std::string* why, bool stream, bool direct) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end() || it->second.dropped) {
@@ -47,7 +60,7 @@ BufferRegistry::Lease BufferRegistry::lease(uint64_t id, uint64_t offset, uint64
     return {};
   }
   LeaseRecord rec{holder, offset, size, write, "", "", {}, nullptr};
-  if (e.device && !stage(e, rec, why)) return {};
+  if (e.device && !direct && !stage(e, rec, why)) return {};
   uint64_t number = next_lease_++;
   if (stream) {
     do rec.token = random_bytes(16);

@@ -42,9 +42,10 @@ class BufferRegistry {
   // it), held by the process at address `holder`: refused, naming why, when no such buffer is
   // lent (never, or dropped), the range is not inside it, or a write is asked of a read-only
   // buffer, or a device buffer's range cannot be staged. stream: with a grant (token and key)
-  // for the stream listener.
+  // for the stream listener. direct: a device buffer's range as it is (for the NIC's own
+  // registration of it), not staged.
   Lease lease(uint64_t id, uint64_t offset, uint64_t size, bool write, const std::string& holder, std::string* why,
-              bool stream = false);
+              bool stream = false, bool direct = false);
   // A write lease on a device buffer, its bytes all in the staging range: they are copied to
   // the device. "" or why not (no such lease of this holder's, the driver's error); nothing to
   // do (a host buffer, a read lease) is "".
@@ -73,8 +74,12 @@ class BufferRegistry {
   // (memory, size, writable) at the first call, kept with the buffer and let go (deregistered)
   // when the buffer goes. nullptr when no such buffer is lent or make failed (made again at the
   // next call). Peers reach the whole buffer with its rkey, which is what its handle allows.
-  using MakeRegion = std::function<RdmaNic::RegionPtr(char* addr, size_t size, bool writable)>;
-  RdmaNic::RegionPtr registration(uint64_t id, const MakeRegion& make);
+  // make gets the buffer's driver for device memory (nullptr: host memory); a failure is kept
+  // (*why, at every later call: not tried again).
+  using MakeRegion =
+      std::function<RdmaNic::RegionPtr(char* addr, size_t size, bool writable, DeviceMemory* device, std::string* why)>;
+  RdmaNic::RegionPtr registration(uint64_t id, const MakeRegion& make, std::string* why);
+  bool on_device(uint64_t id) const;  // lent from device memory
 
   // Stops lending buffer `id`: new leases are refused at once. Returns how many leases still
   // hold it (its memory stays untouched by this process until release() ends the last one);
@@ -100,6 +105,7 @@ class BufferRegistry {
     bool dropped = false;
     int pins = 0;  // streams copying now
     RdmaNic::RegionPtr region;  // registered for RDMA (at the first RDMA lease)
+    std::string region_failed;  // why it could not be
     std::shared_ptr<DeviceMemory> device;  // the driver of device memory; nullptr: host memory
     std::unordered_map<uint64_t, LeaseRecord> leases;  // the leases holding it, by number
   };

@@ -3,6 +3,7 @@
 // Copies run in the context that owns the pointer (pushed around the copy), so memory of any
 // device and of any context (PyTorch's primary ones) is served.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <mutex>
 
@@ -32,7 +33,10 @@ struct Api {
   CUresult (*push)(CUcontext);
   CUresult (*pop)(CUcontext*);
   CUresult (*error_string)(CUresult, const char**);
+  // Optional (CUDA 11.7 and later): a dma-buf of device memory, for GPUDirect RDMA.
+  CUresult (*range_handle)(void*, CUdeviceptr, size_t, int, unsigned long long);
 };
+constexpr int kRangeHandleDmabufFd = 1;  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 
 class CudaDriver : public DeviceMemory {
  public:
@@ -55,6 +59,23 @@ class CudaDriver : public DeviceMemory {
   }
   std::string to_device(char* device, const char* host, size_t n) override {
     return in_context_of(device, "cuMemcpyHtoD", [&] { return api_.htod(ptr(device), host, n); });
+  }
+
+  int dmabuf(const char* p, size_t n, uint64_t* offset, std::string* why) override {
+    if (!api_.range_handle) {
+      *why = "the CUDA driver has no cuMemGetHandleForAddressRange (older than CUDA 11.7)";
+      return -1;
+    }
+    // The range must start and end on host pages: the whole pages around [p, p + n).
+    const CUdeviceptr page = static_cast<CUdeviceptr>(sysconf(_SC_PAGESIZE));
+    const CUdeviceptr start = ptr(p) / page * page, end = (ptr(p) + n + page - 1) / page * page;
+    int fd = -1;
+    if (CUresult r = api_.range_handle(&fd, start, end - start, kRangeHandleDmabufFd, 0); r != 0) {
+      *why = said("cuMemGetHandleForAddressRange (dma-buf)", r);
+      return -1;
+    }
+    *offset = ptr(p) - start;
+    return fd;
   }
 
   std::shared_ptr<char> host_staging(size_t n, std::string* why) override {
@@ -118,6 +139,7 @@ std::shared_ptr<DeviceMemory> open_driver(std::string* why) {
   resolve(lib, "cuCtxPushCurrent_v2", &a.push, &missing);
   resolve(lib, "cuCtxPopCurrent_v2", &a.pop, &missing);
   resolve(lib, "cuGetErrorString", &a.error_string, &missing);
+  a.range_handle = reinterpret_cast<decltype(a.range_handle)>(dlsym(lib, "cuMemGetHandleForAddressRange"));
   if (!missing.empty()) {
     *why = "the CUDA driver " + path + " lacks " + missing;
     dlclose(lib);

@@ -174,30 +174,28 @@ bool take_lease(Call& c, BufferLeaseReply* out, std::vector<zmq::message_t>* fra
 }
 }  // namespace
 
-void DataPlane::run_op(Batch& b, const DataOp& op) {
-  if (op.device)
-    run_staged(b, op);
-  else
-    run_op(b, op, force_stream_ || force_remote_);
-}
+void DataPlane::run_op(Batch& b, const DataOp& op) { run_op(b, op, force_stream_ || force_remote_); }
 
-void DataPlane::run_staged(Batch& b, const DataOp& op) {
+DataPlane::Copy DataPlane::through_host(Batch& b, const DataOp& op, const std::function<Copy(const DataOp&)>& copy) {
+  if (!op.device) return copy(op);
   std::string why;
   auto staging = op.device->host_staging(op.size, &why);
   if (staging && op.write) why = op.device->to_host(staging.get(), op.local, op.size);
   if (!staging || !why.empty()) {
     b.fail(ErrorKind::Buffer, "this process's device memory could not be staged for the transfer: " + why);
-    std::lock_guard<std::mutex> g(mu_);
-    ++stats_.failed;
-    return;
+    return Copy::failed;
   }
   DataOp host = op;
   host.local = staging.get();
   host.device = nullptr;
-  run_op(b, host, force_stream_ || force_remote_);  // returns once nothing touches the staging
-  if (op.write || b.answered) return;  // written, or failed (this op or another of the batch)
-  if (why = op.device->to_device(op.local, staging.get(), op.size); !why.empty())
+  const Copy how = copy(host);  // returns once nothing touches the staging
+  const bool moved = how == Copy::same_host || how == Copy::streamed || how == Copy::rdma || how == Copy::in_messages;
+  if (op.write || !moved) return how;
+  if (why = op.device->to_device(op.local, staging.get(), op.size); !why.empty()) {
     b.fail(ErrorKind::Buffer, "the bytes read could not be copied to this process's device memory: " + why);
+    return Copy::failed;
+  }
+  return how;
 }
 
 bool DataPlane::await_owner(Batch& b, Call& c) {
@@ -250,7 +248,16 @@ std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stre
     body.rdma = (*link)->address().to_string();
   h.body = body;
   std::vector<zmq::message_t> frames;
-  if (in_messages && op.write) frames.emplace_back(op.local, op.size);
+  if (in_messages && op.write) {
+    frames.emplace_back(op.size);
+    if (!op.device) {
+      std::memcpy(frames.back().data(), op.local, op.size);
+    } else if (std::string bad = op.device->to_host(static_cast<char*>(frames.back().data()), op.local, op.size);
+               !bad.empty()) {
+      b.fail(ErrorKind::Buffer, "this process's device memory could not be read for the transfer: " + bad);
+      return nullptr;
+    }
+  }
   std::shared_ptr<Call> ask;
   try {
     ask = node_.call({Target{op.owner, ""}}, h, std::move(frames), true);
@@ -295,7 +302,7 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
       end_lease(op.owner, op.buffer, lease.lease);
     }
   }
-  if (how == Copy::refused_here) {  // cross-memory attach not permitted: the stream path instead
+  if (how == Copy::refused_here || how == Copy::again) {  // not this way: the stream path instead
     run_op(b, op, true);
     return;
   }
@@ -319,7 +326,13 @@ DataPlane::Copy DataPlane::take_inline(Batch& b, const DataOp& op, std::vector<z
                                   " bytes");
     return Copy::failed;
   }
-  std::memcpy(op.local, frames[0].data(), op.size);
+  const char* bytes = static_cast<const char*>(frames[0].data());
+  if (!op.device) {
+    std::memcpy(op.local, bytes, op.size);
+  } else if (std::string bad = op.device->to_device(op.local, bytes, op.size); !bad.empty()) {
+    b.fail(ErrorKind::Buffer, "the bytes read could not be copied to this process's device memory: " + bad);
+    return Copy::failed;
+  }
   return Copy::in_messages;
 }
 
@@ -381,9 +394,17 @@ bool DataPlane::owner_died(Batch& b, const DataOp& op) {
 
 DataPlane::Copy DataPlane::copy_leased(Batch& b, const DataOp& op, const BufferLeaseReply& lease,
                                        std::shared_ptr<RdmaNic::Link>& link) {
+  if (lease.direct) {  // device memory its owner's NIC reaches itself: RDMA, or ask again without
+    if (link && !lease.rdma.empty()) {
+      const Copy how = copy_rdma(b, op, lease, *link);
+      return how == Copy::rdma_refused ? Copy::again : how;
+    }
+    give_up_rdma(op.owner, describe_owner(op) + " granted RDMA alone without an RDMA address");
+    return Copy::again;
+  }
   if (lease.stream.empty()) {  // the owner is on this host: its pid and address
     forget_link(op.owner, link);  // offered before this process knew: not needed
-    return copy_same_host(b, op, lease);
+    return through_host(b, op, [&](const DataOp& h) { return copy_same_host(b, h, lease); });
   }
   if (link && !lease.rdma.empty()) {
     const Copy how = copy_rdma(b, op, lease, *link);
@@ -392,7 +413,7 @@ DataPlane::Copy DataPlane::copy_leased(Batch& b, const DataOp& op, const BufferL
     give_up_rdma(op.owner, lease.rdma_why.empty() ? describe_owner(op) + " answered without an RDMA address"
                                                   : lease.rdma_why);
   }
-  return copy_streamed(b, op, lease);
+  return through_host(b, op, [&](const DataOp& h) { return copy_streamed(b, h, lease); });
 }
 
 DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease, RdmaNic::Link& link) {
@@ -418,8 +439,11 @@ DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLea
     give_up_rdma(op.owner, "connecting to " + describe_owner(op) + ": " + why);
     return Copy::rdma_refused;
   }
-  auto region = nic_->register_memory(op.local, op.size, false, false, &why);
-  if (!region) {
+  RdmaNic::RegionPtr region;
+  if (op.device) {  // this process's device memory: registered through a dma-buf, else staged
+    region = register_device(op, &why);
+    if (!region) return through_host(b, op, [&](const DataOp& h) { return copy_rdma(b, h, lease, link); });
+  } else if (!(region = nic_->register_memory(op.local, op.size, false, false, &why))) {
     give_up_rdma(op.owner, "this process's memory could not be registered: " + why);
     return Copy::rdma_refused;
   }
@@ -458,6 +482,15 @@ DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaRe
   // this pair streams from now on.
   give_up_rdma(op.owner, "RDMA with " + describe_owner(op) + " failed: " + r.why);
   return Copy::rdma_refused;
+}
+
+RdmaNic::RegionPtr DataPlane::register_device(const DataOp& op, std::string* why) {
+  uint64_t offset = 0;
+  const int fd = op.device->dmabuf(op.local, op.size, &offset, why);
+  if (fd < 0) return nullptr;
+  auto region = nic_->register_dmabuf(fd, offset, op.size, reinterpret_cast<uint64_t>(op.local), false, false, why);
+  close(fd);
+  return region;
 }
 
 std::shared_ptr<RdmaNic::Link> DataPlane::link_to(const std::string& owner) {

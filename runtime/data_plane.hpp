@@ -74,8 +74,8 @@ class DataPlane {
   void run();
   void run_op(Batch& b, const DataOp& op);
   void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask as from another host
-  // An op whose local memory is a device's: through host staging of this process's.
-  void run_staged(Batch& b, const DataOp& op);
+  // This process's device memory registered with the NIC through a dma-buf (nullptr, *why).
+  RdmaNic::RegionPtr register_device(const DataOp& op, std::string* why);
   // Waits for the owner's answer to c in slices (a stopping data plane must not wait out a long
   // timeout): false when the batch was answered meanwhile (failed, timed out, or stopping,
   // answered so here).
@@ -86,7 +86,12 @@ class DataPlane {
   // Asks the owner for a lease (offering *link's RDMA address when there is one to offer) and
   // waits for its answer (nullptr: the batch is answered already).
   std::shared_ptr<Call> ask_lease(Batch& b, const DataOp& op, bool stream, std::shared_ptr<RdmaNic::Link>* link);
-  enum class Copy { same_host, streamed, in_messages, rdma, failed, refused_here, rdma_refused };
+  // refused_here: cross-memory attach not permitted; again: a direct (RDMA-only) lease whose
+  // RDMA failed: both end the lease and ask again for a stream. rdma_refused: see copy_rdma.
+  enum class Copy { same_host, streamed, in_messages, rdma, failed, refused_here, again, rdma_refused };
+  // copy(op) on host memory: op itself, or (its local memory a device's) host staging of this
+  // process's, copied out before a write and in after a read that moved.
+  Copy through_host(Batch& b, const DataOp& op, const std::function<Copy(const DataOp&)>& copy);
   // The leased range moved by the transport the answer names (a failed RDMA path streams).
   Copy copy_leased(Batch& b, const DataOp& op, const BufferLeaseReply& lease, std::shared_ptr<RdmaNic::Link>& link);
   // A small transfer done in the lease's messages: a read's bytes from the answer's frame.

@@ -10,6 +10,7 @@
 // machine without it is told why.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,10 @@ class DeviceMemory {
   virtual std::string to_device(char* device, const char* host, size_t n) = 0;
   // n bytes of host memory the device copies to and from fast (pinned); nullptr and *why.
   virtual std::shared_ptr<char> host_staging(size_t n, std::string* why) = 0;
+  // A dma-buf file descriptor covering [p, p + n) (the caller closes it) and p's offset in it,
+  // for a NIC to register the device memory itself (GPUDirect RDMA); -1 and *why where the
+  // driver or the memory does not allow it (the data plane then stages).
+  virtual int dmabuf(const char* p, size_t n, uint64_t* offset, std::string* why) = 0;
 };
 
 // The CUDA driver, loaded once per process; nullptr and *why when it cannot be (no driver

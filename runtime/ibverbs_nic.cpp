@@ -95,6 +95,20 @@ class IbverbsNic : public RdmaNic, public std::enable_shared_from_this<IbverbsNi
     });
   }
 
+  RegionPtr register_dmabuf(int fd, uint64_t offset, size_t size, uint64_t iova, bool remote_access, bool writable,
+                            std::string* why) override {
+    int access = IBV_ACCESS_LOCAL_WRITE;
+    if (remote_access) access |= IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE : 0);
+    errno = 0;
+    ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, offset, size, iova, fd, access);
+    if (!mr) return *why = failed("registering device memory (ibv_reg_dmabuf_mr)"), nullptr;
+    auto self = shared_from_this();
+    return RegionPtr(new Region{reinterpret_cast<char*>(iova), size, mr->lkey, mr->rkey}, [mr, self](const Region* r) {
+      ibv_dereg_mr(mr);
+      delete r;
+    });
+  }
+
   std::unique_ptr<Link> open_link(std::string* why) override;
 
   ibv_context* ctx_ = nullptr;

@@ -639,7 +639,14 @@ void Node::on_buffer_lease(Message& m) {
                                    std::to_string(b.size) + " bytes in the messages must carry them in one frame"), {});
     return;
   }
-  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why, stream && !in_messages);
+  // RDMA for a reader elsewhere that offered its address: the link to it and the buffer's
+  // registration, made before the lease: a device buffer the NIC reaches itself (dma-buf) is
+  // then leased direct, neither staged nor granted to streams.
+  RdmaOffer offer;
+  if (stream && !in_messages && !b.rdma.empty()) offer = prepare_rdma(m.sender_addr, b);
+  const bool direct = offer.link && buffers_.on_device(b.buffer);
+  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why, stream && !in_messages && !direct,
+                              direct);
   if (!lease.id) {
     reply(m, false, error_body(ErrorKind::Buffer, why), {});
     return;
@@ -654,15 +661,18 @@ void Node::on_buffer_lease(Message& m) {
   r.lease = lease.number;
   r.host = host_key();
   r.device = lease.staged;
-  if (stream) {
+  r.direct = direct;
+  if (stream && !direct) {
     r.stream = listener;
     r.token = to_hex(lease.token);
     r.key = to_hex(lease.key);
     r.cipher = record_cipher_name(preferred_record_cipher());
-    if (!b.rdma.empty() && lease.staged)
-      r.rdma_why = "the buffer is device memory, staged through host memory for streams (no RDMA from staging yet)";
-    else if (!b.rdma.empty())
-      offer_rdma(m.sender_addr, b, r);
+  }
+  if (offer.link) {
+    r.rdma = offer.link->address().to_string();
+    r.rkey = offer.region->rkey;
+  } else {
+    r.rdma_why = offer.why;
   }
   if (m.header.corr) {
     reply(m, true, r, {});
@@ -695,32 +705,29 @@ size_t Node::rdma_links() const {
   return rdma_links_.size();
 }
 
-void Node::offer_rdma(const std::string& holder, const BufferLeaseBody& b, BufferLeaseReply& r) {
+Node::RdmaOffer Node::prepare_rdma(const std::string& holder, const BufferLeaseBody& b) {
+  RdmaOffer offer;
   std::string why;
   RdmaAddress peer;
   auto nic = rdma_nic(&why);
-  if (!nic) {
-    r.rdma_why = "the owner has no working RDMA device: " + why;
-    return;
-  }
-  if (!RdmaAddress::parse(b.rdma, &peer, &why)) {
-    r.rdma_why = why;
-    return;
-  }
-  auto region = buffers_.registration(b.buffer, [&](char* addr, size_t size, bool writable) {
-    return nic->register_memory(addr, size, true, writable, &why);
-  });
-  if (!region) {
-    r.rdma_why = "the owner could not register the buffer's memory: " + why;
-    return;
-  }
+  if (!nic) return offer.why = "the owner has no working RDMA device: " + why, offer;
+  if (!RdmaAddress::parse(b.rdma, &peer, &why)) return offer.why = why, offer;
+  auto region = buffers_.registration(b.buffer, [&](char* addr, size_t size, bool writable, DeviceMemory* device,
+                                                   std::string* failed) -> RdmaNic::RegionPtr {
+    if (!device) return nic->register_memory(addr, size, true, writable, failed);
+    uint64_t offset = 0;  // device memory: registered through a dma-buf of it, or staged
+    const int fd = device->dmabuf(addr, size, &offset, failed);
+    if (fd < 0) return nullptr;
+    auto direct = nic->register_dmabuf(fd, offset, size, reinterpret_cast<uint64_t>(addr), true, writable, failed);
+    close(fd);
+    return direct;
+  }, &why);
+  if (!region) return offer.why = "the owner could not register the buffer's memory for RDMA: " + why, offer;
   auto link = rdma_link_for(holder, peer, &why);
-  if (!link) {
-    r.rdma_why = "the owner could not connect to the reader: " + why;
-    return;
-  }
-  r.rdma = link->address().to_string();
-  r.rkey = region->rkey;
+  if (!link) return offer.why = "the owner could not connect to the reader: " + why, offer;
+  offer.link = link;
+  offer.region = region;
+  return offer;
 }
 
 std::shared_ptr<RdmaNic::Link> Node::rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why) {

@@ -216,9 +216,14 @@ class Node {
   std::shared_ptr<RdmaNic> rdma_nic_;
   std::string rdma_why_;
   std::unordered_map<std::string, std::shared_ptr<RdmaNic::Link>> rdma_links_;
-  // A lease for a reader elsewhere that offered its RDMA address: the owner's link's address
-  // and the buffer's rkey into the answer, or why not (the reader streams).
-  void offer_rdma(const std::string& holder, const BufferLeaseBody& b, BufferLeaseReply& r);
+  // For a reader elsewhere that offered its RDMA address: the owner's link to it and the
+  // buffer's registration (its rkey), or why not (the reader streams).
+  struct RdmaOffer {
+    std::shared_ptr<RdmaNic::Link> link;
+    RdmaNic::RegionPtr region;
+    std::string why;
+  };
+  RdmaOffer prepare_rdma(const std::string& holder, const BufferLeaseBody& b);
   // The link to `holder`, connected to its address (a new one when the holder's changed).
   std::shared_ptr<RdmaNic::Link> rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why);
   void on_buffer_release(Message& m);

@@ -39,7 +39,8 @@ struct RdmaResult {
 
 class RdmaNic {
  public:
-  // Memory the NIC may reach: lkey for this process's own work requests, rkey for peers'.
+  // Memory the NIC may reach: lkey for this process's own work requests, rkey for peers'. addr:
+  // where it starts as work requests and peers address it (a dma-buf's: the device pointer).
   struct Region {
     char* addr = nullptr;
     size_t size = 0;
@@ -68,6 +69,11 @@ class RdmaNic {
   // [addr, addr + size) registered (remote_access: peers may read it, and write it when
   // writable); nullptr and *why when the NIC refuses.
   virtual RegionPtr register_memory(char* addr, size_t size, bool remote_access, bool writable, std::string* why) = 0;
+  // Device memory exported as a dma-buf (device_memory.hpp): size bytes at `offset` in it,
+  // addressed as [iova, iova + size) by work requests and peers (the device pointer). The fd is
+  // the caller's still. nullptr and *why when the NIC (or its driver) cannot.
+  virtual RegionPtr register_dmabuf(int fd, uint64_t offset, size_t size, uint64_t iova, bool remote_access,
+                                    bool writable, std::string* why) = 0;
   virtual std::unique_ptr<Link> open_link(std::string* why) = 0;
 };
 

@@ -739,6 +739,7 @@ struct FakeCuda {
   int (*alloc)(unsigned long long*, size_t) = nullptr;
   int (*copy_in)(unsigned long long, const void*, size_t) = nullptr;
   int (*copy_out)(void*, unsigned long long, size_t) = nullptr;
+  void (*allow_dmabuf)(int) = nullptr;
   FakeCuda() {
     setenv("XMESH_CUDA_DRIVER", XMESH_FAKE_CUDA_PATH, 1);
     std::string why;
@@ -750,7 +751,8 @@ struct FakeCuda {
     alloc = reinterpret_cast<decltype(alloc)>(dlsym(lib, "cuMemAlloc_v2"));
     copy_in = reinterpret_cast<decltype(copy_in)>(dlsym(lib, "fake_cuda_copy_in"));
     copy_out = reinterpret_cast<decltype(copy_out)>(dlsym(lib, "fake_cuda_copy_out"));
-    REQUIRE((alloc && copy_in && copy_out));
+    allow_dmabuf = reinterpret_cast<decltype(allow_dmabuf)>(dlsym(lib, "fake_cuda_allow_dmabuf"));
+    REQUIRE((alloc && copy_in && copy_out && allow_dmabuf));
   }
   char* device(const std::vector<char>& initial) {
     unsigned long long p = 0;
@@ -826,9 +828,79 @@ TEST_CASE("device memory is staged through host memory on both sides, on every p
       cuda.copy_in(reinterpret_cast<unsigned long long>(dev), initial.data(), size);  // for the next section
     }
   }
-  // A device buffer is not registered for RDMA (no RDMA from staging yet): streamed instead.
-  CHECK(n.owner.buffers().registration(id, [](char*, size_t, bool) -> RdmaNic::RegionPtr {
-    FAIL("a device buffer was registered");
-    return nullptr;
-  }) == nullptr);
+}
+
+// Device memory between processes with NICs: where the driver exports it as a dma-buf, the NIC
+// registers it and RDMA reaches it directly, both the owner's buffer (leased direct: not staged,
+// no stream grant) and the reader's own; where not, it is staged (the reader's: RDMA from its
+// staging; the owner's: streamed, saying why). A direct lease whose RDMA fails is ended and the
+// op asked again for a staged stream.
+TEST_CASE("device memory goes by RDMA through its dma-buf where the driver allows, else staged", "[data_plane][cuda][rdma]") {
+  FakeCuda cuda;
+  const size_t size = (2 << 20) + 3;
+  const auto initial = patterned(size, 15);
+  SECTION("through dma-bufs") {
+    cuda.allow_dmabuf(1);
+    RdmaPair n;
+    char* dev = cuda.device(initial);
+    const uint64_t id = n.owner.buffers().lend(dev, size, true, cuda.driver);
+    auto plane = n.plane();
+    std::vector<char> got(size);
+    auto read = plane->submit({{n.owner.addr(), id, 0, size, got.data(), false}}, 10000, nullptr);
+    REQUIRE(read->wait_done(10000));
+    CHECK(outcome(*read).empty());
+    CHECK(got == initial);
+    const auto written = patterned(1 << 20, 16);
+    auto write = plane->submit({{n.owner.addr(), id, 0, written.size(), const_cast<char*>(written.data()), true}},
+                               10000, nullptr);
+    REQUIRE(write->wait_done(10000));
+    CHECK(outcome(*write).empty());
+    auto now = cuda.contents(dev, size);
+    CHECK(std::memcmp(now.data(), written.data(), written.size()) == 0);
+    char* mine = cuda.device(std::vector<char>(size, 0));
+    auto into = plane->submit({{n.owner.addr(), id, 0, size, mine, false, cuda.driver}}, 10000, nullptr);
+    REQUIRE(into->wait_done(10000));
+    CHECK(outcome(*into).empty());
+    CHECK(cuda.contents(mine, size) == now);
+    CHECK(plane->stats().rdma == 3);
+    CHECK(n.fabric->dmabufs == 2);  // the owner's buffer once, the reader's destination once
+  }
+  SECTION("without dma-bufs") {
+    cuda.allow_dmabuf(0);
+    RdmaPair n;
+    auto plane = n.plane();
+    std::vector<char> host_mem = initial;
+    const uint64_t host_id = n.owner.buffers().lend(host_mem.data(), size, false);
+    char* mine = cuda.device(std::vector<char>(size, 0));
+    auto into = plane->submit({{n.owner.addr(), host_id, 0, size, mine, false, cuda.driver}}, 10000, nullptr);
+    REQUIRE(into->wait_done(10000));
+    CHECK(outcome(*into).empty());
+    CHECK(cuda.contents(mine, size) == initial);
+    CHECK(plane->stats().rdma == 1);  // RDMA into the reader's staging
+    char* dev = cuda.device(initial);
+    const uint64_t id = n.owner.buffers().lend(dev, size, false, cuda.driver);
+    std::vector<char> got(size);
+    auto read = plane->submit({{n.owner.addr(), id, 0, size, got.data(), false}}, 10000, nullptr);
+    REQUIRE(read->wait_done(10000));
+    CHECK(outcome(*read).empty());
+    CHECK(got == initial);
+    CHECK(plane->stats().streamed == 1);  // the owner staged it and said why not RDMA
+    CHECK(n.fabric->dmabufs == 0);
+  }
+  SECTION("a direct lease whose RDMA fails") {
+    cuda.allow_dmabuf(1);
+    RdmaPair n;
+    n.fabric->unreachable = true;
+    char* dev = cuda.device(initial);
+    const uint64_t id = n.owner.buffers().lend(dev, size, false, cuda.driver);
+    auto plane = n.plane();
+    std::vector<char> got(size);
+    auto read = plane->submit({{n.owner.addr(), id, 0, size, got.data(), false}}, 10000, nullptr);
+    REQUIRE(read->wait_done(10000));
+    CHECK(outcome(*read).empty());
+    CHECK(got == initial);
+    CHECK(plane->stats().rdma == 0);
+    CHECK(plane->stats().streamed == 1);
+    CHECK(n.fabric->dmabufs == 1);
+  }
 }

@@ -22,11 +22,12 @@ enum { ATTR_CONTEXT = 1, ATTR_MEMORY_TYPE = 2, ATTR_RANGE_START = 11, ATTR_RANGE
 enum { MEMORY_TYPE_HOST = 1, MEMORY_TYPE_DEVICE = 2 };
 
 #define MAX_ALLOCS 256
-static struct { char* base; size_t size, mapped; } allocs[MAX_ALLOCS];
+static struct { char* base; size_t size, mapped; int fd; } allocs[MAX_ALLOCS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static char the_context;  /* the one context there is */
 static unsigned long long copies;
+static int dmabuf_allowed = 1;
 static __thread int pushed;
 
 static int find(CUdeviceptr p, size_t n) {
@@ -51,21 +52,29 @@ CUresult cuGetErrorString(CUresult r, const char** text) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
   if (!initialized) return NOT_INITIALIZED;
+  /* Backed by a memfd, so that a dma-buf of it can be handed out (a NIC maps the memfd). */
   size_t page = (size_t)sysconf(_SC_PAGESIZE), mapped = (n + page - 1) / page * page;
-  void* p = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return OUT_OF_MEMORY;
+  int fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+  if (fd < 0) return OUT_OF_MEMORY;
+  void* p = ftruncate(fd, (off_t)mapped) == 0 ? mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    close(fd);
+    return OUT_OF_MEMORY;
+  }
   pthread_mutex_lock(&mu);
   for (int i = 0; i < MAX_ALLOCS; ++i)
     if (!allocs[i].base) {
       allocs[i].base = p;
       allocs[i].size = n;
       allocs[i].mapped = mapped;
+      allocs[i].fd = fd;
       pthread_mutex_unlock(&mu);
       *out = (CUdeviceptr)p;
       return SUCCESS;
     }
   pthread_mutex_unlock(&mu);
   munmap(p, mapped);
+  close(fd);
   return OUT_OF_MEMORY;
 }
 
@@ -77,6 +86,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
     return INVALID_VALUE;
   }
   munmap(allocs[i].base, allocs[i].mapped);
+  close(allocs[i].fd);
   allocs[i].base = NULL;
   pthread_mutex_unlock(&mu);
   return SUCCESS;
@@ -145,6 +155,25 @@ CUresult fake_cuda_copy_out(void* host, CUdeviceptr device, size_t n) {
   return r;
 }
 unsigned long long fake_cuda_copies(void) { return copies; }
+
+/* A dma-buf of device memory (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD): here a duplicate of the
+ * allocation's memfd, so only ranges that start at an allocation are served (the real driver
+ * serves any page-aligned range); fake_cuda_allow_dmabuf(0) refuses all, as a driver or GPU
+ * without dma-buf support does. */
+CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr p, size_t n, int type, unsigned long long flags) {
+  (void)flags;
+  if (!initialized) return NOT_INITIALIZED;
+  if (type != 1 || !dmabuf_allowed) return INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  int i = find(p, 0);
+  int ok = i >= 0 && (char*)p == allocs[i].base && n <= allocs[i].mapped;
+  int fd = ok ? dup(allocs[i].fd) : -1;
+  pthread_mutex_unlock(&mu);
+  if (fd < 0) return INVALID_VALUE;
+  *(int*)handle = fd;
+  return SUCCESS;
+}
+void fake_cuda_allow_dmabuf(int on) { dmabuf_allowed = on; }
 
 CUresult cuMemHostAlloc(void** out, size_t n, unsigned flags) {
   (void)flags;
