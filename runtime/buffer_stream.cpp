@@ -13,6 +13,8 @@
 #include <cstring>
 #include <fcntl.h>
 #include <stdexcept>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "tcp_endpoint.hpp"
@@ -27,6 +29,9 @@ constexpr int kSliceMs = 200;  // waits look at keep_going (or at the server sto
 // How long a stream may make no progress before the server gives it up (a reader that vanished
 // without closing): XMESH_DATA_STALL_MS, default 30 s.
 int stall_ms() { return static_cast<int>(env_int("XMESH_DATA_STALL_MS", 30000)); }
+// How long a connection kept between streams waits for its next hello (the reader keeps it
+// for less: kPoolIdleMs), XMESH_DATA_IDLE_MS, default 30 s.
+int idle_ms() { return static_cast<int>(env_int("XMESH_DATA_IDLE_MS", 30000)); }
 
 void put_u32(char* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i)); }
 void put_u64(char* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i)); }
@@ -153,6 +158,7 @@ void BufferStreamServer::adopt(int fd, std::string early) {
       return;
     }
     open_.insert(fd);
+    ++stats_.connections;
   }
   // Non-blocking, whatever handed it over made it (the waits below poll).
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -168,13 +174,25 @@ void BufferStreamServer::adopt(int fd, std::string early) {
 }
 
 void BufferStreamServer::serve(int fd, const std::string& early) {
+  // A connection serves one stream after another (readers keep theirs per owner), until a
+  // stream fails or is refused, or no next hello comes within the idle time.
+  if (!serve_one(fd, early, false)) return;
+  while (serve_one(fd, "", true)) {
+  }
+}
+
+bool BufferStreamServer::serve_one(int fd, const std::string& early, bool kept) {
   auto go = [this] { return !stopping(); };
   char hello[kStreamHelloBytes + 1];  // and the go byte
   // The writer waits for the answer before any record: nothing may follow its go byte yet.
   std::string why = early.size() > sizeof hello ? "bytes after the hello before its answer" : "";
   std::memcpy(hello, early.data(), std::min(early.size(), sizeof hello));
   if (why.empty() && early.size() < sizeof hello)
-    why = recv_all(fd, hello + early.size(), sizeof hello - early.size(), go, 10000);
+    why = recv_all(fd, hello + early.size(), sizeof hello - early.size(), go, kept ? idle_ms() : 10000);
+  // A kept connection that its reader closed, or that stayed idle, ends without a word.
+  if (kept && !why.empty() &&
+      (why.find("peer closed") != std::string::npos || why.find("no progress") != std::string::npos || why == "stopped"))
+    return false;
   if (why.empty() && std::memcmp(hello, kStreamMagic, sizeof kStreamMagic) != 0) why = "not a data-plane stream";
   if (why.empty() && hello[kStreamHelloBytes] != '!') why = "no go byte after the hello";
   BufferRegistry::Pin pin;
@@ -194,7 +212,7 @@ void BufferStreamServer::serve(int fd, const std::string& early) {
     }
     std::lock_guard<std::mutex> g(mu_);
     ++stats_.refused;
-    return;
+    return false;
   }
   const char yes = 'Y';
   bool ok = send_all(fd, &yes, 1, go, stall_ms()).empty();
@@ -206,6 +224,7 @@ void BufferStreamServer::serve(int fd, const std::string& early) {
     stats_.bytes += pin.size;
   else
     ++stats_.broken;
+  return ok;
 }
 
 bool BufferStreamServer::send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why) {
@@ -249,22 +268,79 @@ bool BufferStreamServer::receive_records(int fd, const BufferRegistry::Pin& pin,
 namespace {
 StreamOutcome outcome(StreamOutcome::Status s, std::string why) { return StreamOutcome{s, std::move(why)}; }
 
-// One stream: bytes [offset, offset + length) of the lease to or from local + offset.
+// Connections to owners' stream listeners kept once a stream over them succeeded (the owner
+// serves the next hello on them): a transfer takes one instead of connecting (a connect, and
+// through a host agent its SOCKS5 exchange, saved: most of a 1 MiB transfer's time between
+// hosts). Kept for kIdleMs (less than the owner's XMESH_DATA_IDLE_MS), kPerAddress per owner,
+// kMax in all; one that the owner closed meanwhile is seen as readable and dropped.
+class KeptConnections {
+ public:
+  int take(const std::string& address) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = idle_.find(address);
+    while (it != idle_.end() && !it->second.empty()) {
+      auto [fd, since] = it->second.back();
+      it->second.pop_back();
+      --count_;
+      pollfd p{fd, POLLIN, 0};
+      if (Clock::now() - since < std::chrono::milliseconds(kIdleMs) && ::poll(&p, 1, 0) == 0) return fd;
+      ::close(fd);
+    }
+    return -1;
+  }
+  void put(const std::string& address, int fd) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto& idle = idle_[address];
+    if (count_ >= kMax || idle.size() >= kPerAddress) {
+      ::close(fd);
+      return;
+    }
+    idle.push_back({fd, Clock::now()});
+    ++count_;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kIdleMs = 10000;
+  static constexpr size_t kPerAddress = 8, kMax = 64;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::vector<std::pair<int, Clock::time_point>>> idle_;
+  size_t count_ = 0;
+};
+
+KeptConnections& kept_connections() {
+  static KeptConnections* kept = new KeptConnections;  // never destroyed: threads may use it at exit
+  return *kept;
+}
+
+// One stream: bytes [offset, offset + length) of the lease to or from local + offset, over a
+// kept connection to the owner if there is one (fresh: a new one), kept after if it succeeded.
 StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32_t stream, char* local,
-                         uint64_t offset, uint64_t length, bool write, const std::function<bool()>& go, int pause_ms) {
-  int fd;
-  try {
-    fd = connecting_socket(to);
-  } catch (const std::exception& e) {
-    return outcome(StreamOutcome::Status::broken, e.what());
+                         uint64_t offset, uint64_t length, bool write, const std::function<bool()>& go, int pause_ms,
+                         bool fresh = false) {
+  int fd = fresh ? -1 : kept_connections().take(grant.address);
+  const bool kept = fd >= 0;
+  if (!kept) {
+    try {
+      fd = connecting_socket(to);
+    } catch (const std::exception& e) {
+      return outcome(StreamOutcome::Status::broken, e.what());
+    }
+    large_socket_buffers(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
   struct Closer {
     int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  large_socket_buffers(fd);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const std::string& address;
+    bool keep = false;
+    ~Closer() {
+      if (keep)
+        kept_connections().put(address, fd);
+      else
+        ::close(fd);
+    }
+  } closer{fd, grant.address};
   const std::string where = "the stream to " + to.proxy();
   char hello[kStreamHelloBytes];
   std::memcpy(hello, kStreamMagic, sizeof kStreamMagic);
@@ -278,11 +354,12 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
                    where + ": " + why);
   };
   // Through the owner's host agent (a proc behind its one port): SOCKS5 to its lane listener,
-  // and the go byte once the agent answered (directly: at once).
-  std::string first = (to.behind ? socks5_connect_request(to.behind) : "") + std::string(hello, sizeof hello);
-  if (!to.behind) first += '!';
+  // and the go byte once the agent answered (directly, or over a kept connection: at once).
+  const bool through_agent = to.behind && !kept;
+  std::string first = (through_agent ? socks5_connect_request(to.behind) : "") + std::string(hello, sizeof hello);
+  if (!through_agent) first += '!';
   std::string why = send_all(fd, first.data(), first.size(), go, stall);  // waits out the connect too
-  if (why.empty() && to.behind) {
+  if (why.empty() && through_agent) {
     std::string reply(kSocks5ReplyBytes, '\0');
     why = recv_all(fd, reply.data(), reply.size(), go, stall);
     if (why.empty() && !(why = socks5_reply_problem(reply, to.behind)).empty())
@@ -291,6 +368,9 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
   }
   char answer = 0;
   if (why.empty()) why = recv_all(fd, &answer, 1, go, stall);
+  // A kept connection the owner closed as we took it (its idle time ran out): a new one.
+  if (!why.empty() && kept && why != "stopped")
+    return run_stream(grant, to, stream, local, offset, length, write, go, pause_ms, true);
   if (!why.empty()) return failed(why);
   if (answer != 'Y') {
     char len[2] = {0, 0};
@@ -326,6 +406,7 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
       why = "the acknowledgement did not open";
     if (!why.empty()) return failed(why);
   }
+  closer.keep = true;
   return {};
 }
 }  // namespace

@@ -52,7 +52,7 @@ class BufferStreamServer {
   BufferStreamServer& operator=(const BufferStreamServer&) = delete;
   const std::string& address() const { return address_; }  // "tcp://host:port" ("": adopting only)
   struct Stats {
-    uint64_t streams = 0, refused = 0, broken = 0, bytes = 0;
+    uint64_t connections = 0, streams = 0, refused = 0, broken = 0, bytes = 0;
   };
   Stats stats() const;
 
@@ -60,6 +60,10 @@ class BufferStreamServer {
   void accept_loop();
   bool stopping() const;  // the waits of its streams end when it is
   void serve(int fd, const std::string& early);
+  // One stream on fd: its hello (kept: the connection served one before, and may stay idle
+  // for XMESH_DATA_IDLE_MS waiting for it), the answer, the records. false: the connection is
+  // done (refused, broken, idle, closed).
+  bool serve_one(int fd, const std::string& early, bool kept);
   // The stream's records, once its hello was accepted: false when it broke (*why).
   bool send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);
   bool receive_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);

@@ -433,6 +433,41 @@ TEST_CASE("a buffer's bytes stream whole, sealed, and only to the holder of its 
   CHECK(server.stats().broken >= 1);  // the forged write
 }
 
+// A reader keeps its connection to an owner's stream listener for the next stream (the owner
+// serves hello after hello on it); one the owner closed after its idle time is not used again.
+TEST_CASE("stream connections are kept between transfers, until the owner's idle time", "[data_plane][stream]") {
+  BufferRegistry reg;
+  BufferStreamServer server(reg, "127.0.0.1", "127.0.0.1");
+  std::vector<char> mem(3 * kStreamRecord);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 9);
+  const uint64_t id = reg.lend(mem.data(), mem.size(), true);
+  auto always = [] { return true; };
+  std::string why;
+  auto transfer = [&](bool write, char fill) {
+    auto lease = reg.lease(id, 0, mem.size(), write, "reader", &why, true);
+    REQUIRE(lease.id);
+    std::vector<char> local(mem.size(), fill);
+    REQUIRE(stream_transfer({server.address(), lease.token, lease.key, preferred_record_cipher()}, local.data(),
+                            local.size(), write, 1, always));
+    reg.release(id, lease.number, "reader");
+    return local;
+  };
+  CHECK(transfer(false, 0) == mem);
+  transfer(true, 'k');
+  CHECK(std::all_of(mem.begin(), mem.end(), [](char c) { return c == 'k'; }));
+  CHECK(transfer(false, 0) == mem);
+  CHECK(server.stats().streams == 3);
+  CHECK(server.stats().connections == 1);
+  setenv("XMESH_DATA_IDLE_MS", "300", 1);  // the kept connection waits this long for its next hello
+  CHECK(transfer(false, 0) == mem);        // (over the kept one, which then waits 300 ms)
+  usleep(900000);
+  unsetenv("XMESH_DATA_IDLE_MS");
+  CHECK(transfer(false, 0) == mem);  // the owner closed it: a new one
+  CHECK(server.stats().connections == 2);
+  CHECK(server.stats().streams == 5);
+  CHECK(server.stats().broken == 0);
+}
+
 TEST_CASE("a dropped buffer stays while a stream still copies it", "[data_plane][stream]") {
   BufferRegistry reg;
   std::vector<char> mem(100);
