@@ -396,7 +396,7 @@ DataPlane::Copy DataPlane::copy_leased(Batch& b, const DataOp& op, const BufferL
                                        std::shared_ptr<RdmaNic::Link>& link) {
   if (lease.direct) {  // device memory its owner's NIC reaches itself: RDMA, or ask again without
     if (link && !lease.rdma.empty()) {
-      const Copy how = copy_rdma(b, op, lease, *link);
+      const Copy how = copy_rdma(b, op, lease, link);
       return how == Copy::rdma_refused ? Copy::again : how;
     }
     give_up_rdma(op.owner, describe_owner(op) + " granted RDMA alone without an RDMA address");
@@ -407,7 +407,7 @@ DataPlane::Copy DataPlane::copy_leased(Batch& b, const DataOp& op, const BufferL
     return through_host(b, op, [&](const DataOp& h) { return copy_same_host(b, h, lease); });
   }
   if (link && !lease.rdma.empty()) {
-    const Copy how = copy_rdma(b, op, lease, *link);
+    const Copy how = copy_rdma(b, op, lease, link);
     if (how != Copy::rdma_refused) return how;
   } else if (link) {
     give_up_rdma(op.owner, lease.rdma_why.empty() ? describe_owner(op) + " answered without an RDMA address"
@@ -416,7 +416,8 @@ DataPlane::Copy DataPlane::copy_leased(Batch& b, const DataOp& op, const BufferL
   return through_host(b, op, [&](const DataOp& h) { return copy_streamed(b, h, lease); });
 }
 
-DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease, RdmaNic::Link& link) {
+DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease,
+                                     const std::shared_ptr<RdmaNic::Link>& link) {
   RdmaAddress peer;
   std::string why;
   if (!RdmaAddress::parse(lease.rdma, &peer, &why) || lease.rkey > 0xffffffffULL) {
@@ -426,12 +427,12 @@ DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLea
   }
   {
     std::lock_guard<std::mutex> g(links_mu_);
-    if (!link.connected()) {
-      why = link.connect(peer);
-    } else if (link.peer_qpn() != peer.qpn) {
+    if (!link->connected()) {
+      why = link->connect(peer);
+    } else if (link->peer_qpn() != peer.qpn) {
       // The owner answers from a link other than the one this is connected to (it was
       // restarted at its address): this op streams, the next gets a new link.
-      links_.erase(op.owner);
+      if (auto it = links_.find(op.owner); it != links_.end() && it->second == link) links_.erase(it);
       return Copy::rdma_refused;
     }
   }
@@ -456,18 +457,16 @@ DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLea
     fail_expired_batches();
     if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at));
-    auto r = link.transfer(op.write, op.local + at, *region, lease.addr + at, static_cast<uint32_t>(lease.rkey), n,
+    auto r = link->transfer(op.write, op.local + at, *region, lease.addr + at, static_cast<uint32_t>(lease.rkey), n,
                            [&] { return !b.answered && !b.expired() && !stopping() && !node_.is_dead(op.owner); });
-    if (!r) return rdma_stopped(b, op, r);
+    if (!r) return rdma_stopped(b, op, r, link);
   }
   return Copy::rdma;
 }
 
-DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r) {
-  {
-    std::lock_guard<std::mutex> g(links_mu_);
-    links_.erase(op.owner);  // the link is broken: the next transfer to this owner opens another
-  }
+DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r,
+                                        const std::shared_ptr<RdmaNic::Link>& link) {
+  forget_link(op.owner, link);  // it is broken: the next transfer to this owner opens another
   if (b.answered) return Copy::failed;
   if (b.expired()) {
     b.time_out();

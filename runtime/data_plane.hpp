@@ -109,9 +109,9 @@ class DataPlane {
   // The leased range by RDMA over the link to its owner, in steps under the deadline.
   // rdma_refused: this pair cannot (the owner's link changed, memory not registrable, the
   // NIC failed while the owner lives): the caller streams.
-  Copy copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease, RdmaNic::Link& link);
+  Copy copy_rdma(Batch& b, const DataOp& op, const BufferLeaseReply& lease, const std::shared_ptr<RdmaNic::Link>& link);
   // Why an RDMA step stopped, as the batch's answer (or rdma_refused).
-  Copy rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r);
+  Copy rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r, const std::shared_ptr<RdmaNic::Link>& link);
   // The link to `owner` (a new one, unconnected, when there is none): nullptr when RDMA is not
   // for this owner (this process has no NIC, the owner is on this host or said no before).
   std::shared_ptr<RdmaNic::Link> link_to(const std::string& owner);
