@@ -271,7 +271,7 @@ std::shared_ptr<Call> DataPlane::ask_lease(Batch& b, const DataOp& op, bool stre
   return nullptr;
 }
 
-void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
+void DataPlane::run_op(Batch& b, const DataOp& op, bool stream, int attempt) {
   std::shared_ptr<RdmaNic::Link> link;
   auto ask = ask_lease(b, op, stream, &link);
   if (!ask) return;
@@ -303,8 +303,12 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream) {
     }
   }
   if (how == Copy::refused_here || how == Copy::again) {  // not this way: the stream path instead
-    run_op(b, op, true);
-    return;
+    if (attempt < 2) {
+      run_op(b, op, true, attempt + 1);
+      return;
+    }
+    b.fail(ErrorKind::Buffer, describe_owner(op) + " granted three leases in a row that could not be used");
+    how = Copy::failed;
   }
   std::lock_guard<std::mutex> g(mu_);
   ++stats_.ops;

@@ -73,7 +73,9 @@ class DataPlane {
   };
   void run();
   void run_op(Batch& b, const DataOp& op);
-  void run_op(Batch& b, const DataOp& op, bool stream);  // stream: ask as from another host
+  // stream: ask as from another host. attempt: how many leases of this op were given up on
+  // (cross-memory attach refused, a direct lease whose RDMA failed) before this one.
+  void run_op(Batch& b, const DataOp& op, bool stream, int attempt = 0);
   // This process's device memory registered with the NIC through a dma-buf (nullptr, *why).
   RdmaNic::RegionPtr register_device(const DataOp& op, std::string* why);
   // Waits for the owner's answer to c in slices (a stopping data plane must not wait out a long
