@@ -56,12 +56,12 @@ struct DataPlane::Batch {
     fail(ErrorKind::Timeout, "the transfer did not finish within its timeout (" + std::to_string(ops.size()) +
                                  " operation" + (ops.size() == 1 ? "" : "s") + ")");
   }
-  // An op is over (done, failed or skipped): the last one answers ok if nothing failed, and lets
-  // the memory go.
+  // An op is over (done, failed or skipped): the last one lets the memory go, then answers ok
+  // if nothing failed (in that order: whoever the answer wakes finds the memory let go).
   void op_over() {
     if (unfinished.fetch_sub(1) != 1) return;
-    answer(true, json());
     if (on_finished) on_finished();
+    answer(true, json());
   }
 };
 

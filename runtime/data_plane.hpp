@@ -56,8 +56,9 @@ class DataPlane {
   // Runs ops (at least one); the returned Call (one target: the first op's owner) is answered
   // ok once every op is done, or with the first failure: a Buffer error (the owner refused the
   // lease), Supervision (the owner died), Timeout (not done within timeout_ms; -1: no limit).
-  // on_finished runs on a data thread once no op touches its memory any more (after the Call is
-  // answered, and also when a timeout answered it first): what kept the memory alive may go.
+  // on_finished runs on a data thread once no op touches its memory any more (before a Call
+  // that succeeded is answered; after one that failed or timed out was): what kept the memory
+  // alive may go.
   std::shared_ptr<Call> submit(std::vector<DataOp> ops, int timeout_ms, std::function<void()> on_finished);
 
   struct Stats {
