@@ -189,8 +189,7 @@ DataPlane::Copy DataPlane::through_host(Batch& b, const DataOp& op, const std::f
   host.local = staging.get();
   host.device = nullptr;
   const Copy how = copy(host);  // returns once nothing touches the staging
-  const bool moved = how == Copy::same_host || how == Copy::streamed || how == Copy::rdma || how == Copy::in_messages;
-  if (op.write || !moved) return how;
+  if (op.write || !moved(how)) return how;
   if (why = op.device->to_device(op.local, staging.get(), op.size); !why.empty()) {
     b.fail(ErrorKind::Buffer, "the bytes read could not be copied to this process's device memory: " + why);
     return Copy::failed;
@@ -295,8 +294,7 @@ void DataPlane::run_op(Batch& b, const DataOp& op, bool stream, int attempt) {
     how = take_inline(b, op, frames);
   } else {
     how = copy_leased(b, op, lease, link);
-    const bool moved = how == Copy::same_host || how == Copy::streamed || how == Copy::rdma;
-    if (lease.device && op.write && moved) {
+    if (lease.device && op.write && moved(how)) {
       if (!land_device_write(b, op, lease.lease)) how = Copy::failed;
     } else {
       end_lease(op.owner, op.buffer, lease.lease);
@@ -452,20 +450,11 @@ DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLea
     give_up_rdma(op.owner, "this process's memory could not be registered: " + why);
     return Copy::rdma_refused;
   }
-  for (uint64_t at = 0; at < op.size; at += kCopyStep) {
-    if (b.answered) return Copy::failed;  // another op of the batch failed, or it timed out
-    if (b.expired()) {
-      b.time_out();
-      return Copy::failed;
-    }
-    fail_expired_batches();
-    if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at));
+  return in_steps(b, op, Copy::rdma, [&](uint64_t at, size_t n) {
     auto r = link->transfer(op.write, op.local + at, *region, lease.addr + at, static_cast<uint32_t>(lease.rkey), n,
-                           [&] { return !b.answered && !b.expired() && !stopping() && !node_.is_dead(op.owner); });
-    if (!r) return rdma_stopped(b, op, r, link);
-  }
-  return Copy::rdma;
+                            [&] { return !b.answered && !b.expired() && !stopping() && !node_.is_dead(op.owner); });
+    return r ? Copy::rdma : rdma_stopped(b, op, r, link);
+  });
 }
 
 DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r,
@@ -554,15 +543,7 @@ bool DataPlane::stopping() const {
 DataPlane::Copy DataPlane::copy_same_host(Batch& b, const DataOp& op, const BufferLeaseReply& lease) {
   const pid_t pid = static_cast<pid_t>(lease.pid);
   char* remote = reinterpret_cast<char*>(lease.addr);
-  for (uint64_t at = 0; at < op.size; at += kCopyStep) {
-    if (b.answered) return Copy::failed;  // another op of the batch failed, or it timed out
-    if (b.expired()) {
-      b.time_out();
-      return Copy::failed;
-    }
-    fail_expired_batches();
-    if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at));
+  return in_steps(b, op, Copy::same_host, [&](uint64_t at, size_t n) {
     ProcessCopy r;
     if (pid == getpid()) {
       if (op.write)
@@ -573,7 +554,7 @@ DataPlane::Copy DataPlane::copy_same_host(Batch& b, const DataOp& op, const Buff
       r = op.write ? write_process_memory(pid, remote + at, op.local + at, n)
                    : read_process_memory(pid, remote + at, op.local + at, n);
     }
-    if (r) continue;
+    if (r) return Copy::same_host;
     if (r.status == ProcessCopy::Status::not_permitted && at == 0) {
       note_refused_attach(r.why);
       return Copy::refused_here;
@@ -583,8 +564,23 @@ DataPlane::Copy DataPlane::copy_same_host(Batch& b, const DataOp& op, const Buff
     else
       b.fail(ErrorKind::Buffer, "copying " + std::string(op.write ? "into" : "from") + " " + describe_owner(op) + ": " + r.why);
     return Copy::failed;
+  });
+}
+
+DataPlane::Copy DataPlane::in_steps(Batch& b, const DataOp& op, Copy done,
+                                    const std::function<Copy(uint64_t at, size_t n)>& step) {
+  for (uint64_t at = 0; at < op.size; at += kCopyStep) {
+    if (b.answered) return Copy::failed;  // another op of the batch failed, or it timed out
+    if (b.expired()) {
+      b.time_out();
+      return Copy::failed;
+    }
+    fail_expired_batches();
+    if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
+    const Copy how = step(at, static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at)));
+    if (how != done) return how;
   }
-  return Copy::same_host;
+  return done;
 }
 
 void DataPlane::note_refused_attach(const std::string& why) {

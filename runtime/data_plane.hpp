@@ -92,6 +92,13 @@ class DataPlane {
   // refused_here: cross-memory attach not permitted; again: a direct (RDMA-only) lease whose
   // RDMA failed: both end the lease and ask again for a stream. rdma_refused: see copy_rdma.
   enum class Copy { same_host, streamed, in_messages, rdma, failed, refused_here, again, rdma_refused };
+  static bool moved(Copy how) {  // the bytes went, by one transport or another
+    return how == Copy::same_host || how == Copy::streamed || how == Copy::in_messages || how == Copy::rdma;
+  }
+  // step(at, n) over op's range in kCopyStep pieces while it answers `done`, looking at the
+  // batch between pieces (another op's failure, its deadline, queued batches past theirs, the
+  // tests' pause); the first other answer ends it.
+  Copy in_steps(Batch& b, const DataOp& op, Copy done, const std::function<Copy(uint64_t at, size_t n)>& step);
   // copy(op) on host memory: op itself, or (its local memory a device's) host staging of this
   // process's, copied out before a write and in after a read that moved.
   Copy through_host(Batch& b, const DataOp& op, const std::function<Copy(const DataOp&)>& copy);

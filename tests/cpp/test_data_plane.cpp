@@ -82,6 +82,11 @@ TEST_CASE("a lent buffer is leased by id for ranges inside it, and goes once dro
 
 namespace {
 char pattern(size_t i, int seed) { return static_cast<char>((i * 131 + seed * 7) & 0xff); }
+std::vector<char> patterned(size_t n, int seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = pattern(i, seed);
+  return v;
+}
 
 // A forked child holding `size` bytes at the address `mem` has here, filled with pattern(seed 1)
 // after the fork. It says "ready", waits for "check", then answers whether its memory holds
@@ -172,8 +177,7 @@ TEST_CASE("a node answers leases on the buffers its process lends, and refuses t
     n->set_default_cookie("k");
     n->start();
   }
-  std::vector<char> mem(1 << 20);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 3);
+  std::vector<char> mem = patterned(1 << 20, 3);
   const uint64_t id = owner.buffers().lend(mem.data(), mem.size(), false);
   auto leased = ask(reader, owner.addr(), Kind::BufferLease, BufferLeaseBody{id, 4096, 65536, false});
   REQUIRE(leased.ok);
@@ -243,8 +247,8 @@ struct TwoNodes {
 // behind a long copy times out without waiting for a data thread to come free.
 TEST_CASE("the data plane runs batches of transfers and answers each batch once", "[data_plane]") {
   TwoNodes n;
-  std::vector<char> mem(3 << 20), ro(100);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 4);
+  std::vector<char> mem = patterned(3 << 20, 4);
+  std::vector<char> ro(100);
   const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
   const uint64_t ro_id = n.owner.buffers().lend(ro.data(), ro.size(), false);
   DataPlane plane(n.reader, 2);
@@ -376,8 +380,7 @@ TEST_CASE("a buffer's bytes stream whole, sealed, and only to the holder of its 
   BufferRegistry reg;
   BufferStreamServer server(reg, "127.0.0.1", "127.0.0.1");
   REQUIRE_THAT(server.address(), Catch::StartsWith("tcp://127.0.0.1:"));
-  std::vector<char> mem(size_t(20) << 20);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 7);
+  std::vector<char> mem = patterned(size_t(20) << 20, 7);
   const uint64_t id = reg.lend(mem.data(), mem.size(), true);
   auto always = [] { return true; };
   std::string why;
@@ -440,8 +443,7 @@ TEST_CASE("a buffer's bytes stream whole, sealed, and only to the holder of its 
 TEST_CASE("stream connections are kept between transfers, until the owner's idle time", "[data_plane][stream]") {
   BufferRegistry reg;
   BufferStreamServer server(reg, "127.0.0.1", "127.0.0.1");
-  std::vector<char> mem(3 * kStreamRecord);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 9);
+  std::vector<char> mem = patterned(3 * kStreamRecord, 9);
   const uint64_t id = reg.lend(mem.data(), mem.size(), true);
   auto always = [] { return true; };
   std::string why;
@@ -492,8 +494,7 @@ TEST_CASE("a dropped buffer stays while a stream still copies it", "[data_plane]
 // would get them) travel in the lease's own messages; large ones stream.
 TEST_CASE("small transfers go in the lease's messages, large ones stream", "[data_plane][stream]") {
   TwoNodes n;
-  std::vector<char> mem(2 << 20);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 8);
+  std::vector<char> mem = patterned(2 << 20, 8);
   const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
   setenv("XMESH_DATA_TRANSPORT", "stream", 1);
   DataPlane plane(n.reader, 2);
@@ -549,8 +550,7 @@ TEST_CASE("streams that come to a lane listener are handed to the stream server"
       usleep(1000);
     }
   });
-  std::vector<char> mem(3 << 20);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 9);
+  std::vector<char> mem = patterned(3 << 20, 9);
   const uint64_t id = reg.lend(mem.data(), mem.size(), false);
   std::string why;
   auto lease = reg.lease(id, 0, mem.size(), false, "r", &why, true);
@@ -640,8 +640,8 @@ struct RdmaPair : TwoNodes {
 // reader's memory registered for each transfer only; small ones still go in the messages.
 TEST_CASE("between processes with NICs, transfers go by RDMA over one link per pair", "[data_plane][rdma]") {
   RdmaPair n;
-  std::vector<char> mem(3 << 20), ro(100);
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 5);
+  std::vector<char> mem = patterned(3 << 20, 5);
+  std::vector<char> ro(100);
   const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
   const uint64_t ro_id = n.owner.buffers().lend(ro.data(), ro.size(), false);
   auto plane = n.plane();
@@ -687,8 +687,8 @@ TEST_CASE("between processes with NICs, transfers go by RDMA over one link per p
 // owner's NIC refuses to register the buffer. Each transfer still completes, by stream; after a
 // pair failed once it is not tried again.
 TEST_CASE("a pair without working RDMA streams instead", "[data_plane][rdma][stream]") {
-  std::vector<char> mem(2 << 20), dst(mem.size());
-  for (size_t i = 0; i < mem.size(); ++i) mem[i] = pattern(i, 6);
+  std::vector<char> mem = patterned(2 << 20, 6);
+  std::vector<char> dst(mem.size());
   SECTION("the owner has no NIC") {
     RdmaPair n(false);
     const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
@@ -807,11 +807,6 @@ struct FakeCuda {
     return out;
   }
 };
-std::vector<char> patterned(size_t n, int seed) {
-  std::vector<char> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = pattern(i, seed);
-  return v;
-}
 }  // namespace
 
 // A device buffer's lease is staged (a read's range copied out at the lease, a write's copied in
