@@ -202,6 +202,10 @@ bool BufferStreamServer::serve_one(int fd, const std::string& early, bool kept) 
     pin = registry_.pin_stream(std::string(hello + 4, 16), stream, get_u64(hello + 24), get_u64(hello + 32), &why);
   }
   if (!pin.id) {
+    {
+      std::lock_guard<std::mutex> g(mu_);  // counted before the answer: whoever reads it has it counted
+      ++stats_.refused;
+    }
     if (why.find("peer closed") == std::string::npos) {
       std::string answer = "N";
       const uint16_t n = static_cast<uint16_t>(std::min<size_t>(why.size(), 1000));
@@ -210,8 +214,6 @@ bool BufferStreamServer::serve_one(int fd, const std::string& early, bool kept) 
       answer += why.substr(0, n);
       (void)send_all(fd, answer.data(), answer.size(), go, 1000);
     }
-    std::lock_guard<std::mutex> g(mu_);
-    ++stats_.refused;
     return false;
   }
   const char yes = 'Y';
