@@ -593,17 +593,35 @@ XMESH_BODY_JSON(RepliesBody)
 
 // CastLost (origin -> a target behind a relay that died): the messages with these order
 // numbers will not come; the target stops waiting for them (and drops them if they still do).
+// Also (a shared-memory link that broke) every number up to `t` that has not come.
 struct CastLostBody {
   static constexpr const char* what = "CastLost";
   std::vector<uint64_t> oseqs;
   std::optional<std::string> origin_id;  // whose numbers (default: the sender's)
+  uint64_t through = 0;
   template <class F>
   static void fields(F&& f) {
     f("u", &CastLostBody::oseqs, Need::Required);
     f("s", &CastLostBody::origin_id, Need::Optional);
+    f("t", &CastLostBody::through, Need::Optional);
   }
 };
 XMESH_BODY_JSON(CastLostBody)
+
+// RingBroken (a node -> the other end of a shared-memory link): the link with this token broke
+// (its records or positions do not read, or its reader closed it): what was on it is lost. The
+// receiver forgets the link too and fails the calls in flight between the two.
+struct RingBrokenBody {
+  static constexpr const char* what = "RingBroken";
+  uint64_t token = 0;
+  std::string why;
+  template <class F>
+  static void fields(F&& f) {
+    f("token", &RingBrokenBody::token, Need::Required);
+    f("why", &RingBrokenBody::why, Need::Optional);
+  }
+};
+XMESH_BODY_JSON(RingBrokenBody)
 
 // Reload (controller -> actor host): reload the modules of these synced files.
 struct ReloadBody {
@@ -805,10 +823,12 @@ struct AllocationStatus {
 XMESH_BODY_JSON(AllocationStatus)
 
 // What an agent's one TCP port (PortMux) did so far: connections taken, spliced to the agent or
-// to a proc, lanes handed over to their proc, refused.
+// to a proc, lanes handed over to their proc, refused, closed before authenticating to make room
+// for newer ones (a flood of half-open connections).
 struct PortCounts {
   static constexpr const char* what = "port counts";
   uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
+  uint64_t evicted = 0;
   template <class F>
   static void fields(F&& f) {
     f("accepted", &PortCounts::accepted, Need::Optional);
@@ -816,6 +836,7 @@ struct PortCounts {
     f("relayed_to_procs", &PortCounts::relayed_to_procs, Need::Optional);
     f("lanes_handed_over", &PortCounts::lanes_handed_over, Need::Optional);
     f("refused", &PortCounts::refused, Need::Optional);
+    f("evicted", &PortCounts::evicted, Need::Optional);
   }
 };
 XMESH_BODY_JSON(PortCounts)

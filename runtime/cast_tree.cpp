@@ -136,12 +136,14 @@ std::vector<Message> OrderGate::admit(const std::string& origin, Message m) {
   return out;
 }
 
-std::vector<Message> OrderGate::skip(const std::string& origin, const std::vector<uint64_t>& oseqs) {
+std::vector<Message> OrderGate::skip(const std::string& origin, const std::vector<uint64_t>& oseqs, uint64_t through) {
   std::vector<Message> out;
   std::lock_guard<std::mutex> g(mu_);
   Stream& s = stream(origin);
   for (uint64_t n : oseqs)  // numbers far ahead are not kept (a notice cannot fill memory)
     if (n >= s.next && n - s.next < kWindow && s.lost.size() < kWindow && !s.early.count(n)) s.lost.insert(n);
+  for (uint64_t n = s.next; n <= through && n - s.next < kWindow && s.lost.size() < kWindow; ++n)
+    if (!s.early.count(n)) s.lost.insert(n);
   release(s, out, now_ms());
   return out;
 }

@@ -66,8 +66,9 @@ class OrderGate {
   // ones it released); none when m came early (held) or was given up on before it came.
   // origin: the node id of the message's maker (unique per process incarnation).
   std::vector<Message> admit(const std::string& origin, Message m);
-  // The origin says these numbers will not come: what waited behind them, in order.
-  std::vector<Message> skip(const std::string& origin, const std::vector<uint64_t>& oseqs);
+  // The origin says these numbers will not come, nor any up to `through` that has not come yet
+  // (0: none; a link that broke with messages on it): what waited behind them, in order.
+  std::vector<Message> skip(const std::string& origin, const std::vector<uint64_t>& oseqs, uint64_t through = 0);
   // Messages held longer than the wait: their gaps are given up on (*gaps says which, for the
   // log); what they release, in order.
   std::vector<Message> expire(int64_t now_ms, std::vector<std::string>* gaps);

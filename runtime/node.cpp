@@ -47,6 +47,13 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
       supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 4000)),
       actors_(env_int("XMESH_ACTOR_WAIT_MS", 10000)) {
   register_builtin_handlers();
+  transport_.set_ring_break_handler([this](const Transport::RingBreak& b, const Header& sending) {
+    if (!b.closed) return ring_broke(b.peer, b.token, b.why, BreakFound::by_sender, &sending);
+    // Its reader closed it: stopping (supervision speaks), or it found garbage and its
+    // RingBroken, naming this ring, follows. The message goes over ZeroMQ meanwhile.
+    transport_.set_closed_ring_aside(b.peer, b.token);
+    return !supervision_.is_dead(b.peer);
+  });
   // Controllers and procs talk to each other over shared memory on one host (ring_links.hpp);
   // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
@@ -286,9 +293,10 @@ void Node::expire_waiting_for_actor() {
 }
 
 // ---- supervision -----------------------------------------------------------------------------
-void Node::fail_calls_to(const std::string& addr, const json& error) {
+void Node::fail_calls_to(const std::string& addr, const json& error, uint64_t spare) {
   std::vector<std::pair<std::string, uint64_t>> behind;  // targets whose relay was addr
   for (auto& c : calls_.to_addr(addr)) {
+    if (c->id() == spare) continue;
     c->fail_addr(addr, error, &behind);
     if (c->done()) forget_call(c->id());
   }
@@ -414,7 +422,10 @@ size_t Node::pump_rings(bool* held) {
   auto delivered = transport_.ring_readers().poll(deliver, report);
   pumping_ = was_pumping;
   if (delivered) flush_gathers();
-  for (auto& b : report.broken) transport_.count_malformed(b);
+  for (auto& b : report.broken) {
+    transport_.count_malformed("the ring from " + b.addr + " was closed: " + b.why);
+    ring_broke(b.addr, b.token, b.why, BreakFound::by_reader);
+  }
   for (auto& t : report.too_large) {
     transport_.count_too_large();
     on_too_large(t.msg, t.payload_bytes, t.sender_limit);
@@ -456,6 +467,7 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
   handlers_[static_cast<int>(Kind::Replies)] = [this](Message& m) { on_replies(m); };
   handlers_[static_cast<int>(Kind::CastLost)] = [this](Message& m) { on_cast_lost(m); };
+  handlers_[static_cast<int>(Kind::RingBroken)] = [this](Message& m) { on_ring_broken(m); };
   handlers_[static_cast<int>(Kind::RingOffer)] = [this](Message& m) {
     RingOfferBody offer;
     if (typed_body(m, offer)) transport_.on_ring_offer(m.sender_addr, offer);
@@ -527,6 +539,9 @@ void Node::on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sende
   } else {
     log_diag_limited(size_refusal_log_, role(), "dropped " + text);
   }
+  // Never dispatched: its order number is passed, so its sender's next messages are not held for it.
+  if (ordered_kind(m.header.kind) && m.header.oseq && !m.header.sender.empty())
+    for (auto& next : order_gate_.skip(m.header.sender, {m.header.oseq})) dispatch_now(std::move(next));
 }
 
 // Calls to the refusing peer fail with the reason; the user hears of it through the control

@@ -258,11 +258,28 @@ class Node {
   void answer_no_actor(const Message& m, const std::string& why);
   void tick_heartbeats();
   void expire_waiting_for_actor();
-  void fail_calls_to(const std::string& addr, const json& error);
+  // Fails every call waiting on addr (and the targets behind it in cast trees), but the call
+  // `spare` (0: none); answers that were to go up through addr go to their origins instead.
+  void fail_calls_to(const std::string& addr, const json& error, uint64_t spare = 0);
+
+  // ---- shared-memory links that break (node_ring_breaks.cpp) ----
+  // A ring with peer broke: found by its reader here (by_reader), by a send here that found it
+  // closed or its positions wrong (by_sender, with the message being sent, which is not lost),
+  // or told by the peer (by_peer). Whatever was on it is lost: every call in flight between the
+  // two fails naming why (its message or its answer may have been on it), the peer's order gate
+  // hears which numbers will not come, the peer hears of the break, and the pair goes on over
+  // ZeroMQ (a new link is offered at the next call). False when the peer is dead (supervision
+  // speaks for it).
+  enum class BreakFound { by_reader, by_sender, by_peer };
+  bool ring_broke(const std::string& peer, uint64_t token, const std::string& why, BreakFound found,
+                  const Header* sending = nullptr);
+  void on_ring_broken(Message& m);
+  LogBudget ring_break_log_{3, 60000};
   void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
 
   // ---- cast trees and order (node_cast.cpp) ----
   uint64_t next_oseq(const std::string& addr);
+  void unsent_oseqs(const std::vector<CastTarget>& targets);
   void split_cast(const std::vector<Target>& targets, const std::vector<std::string>& addrs,
                   const std::vector<bool>& dead, bool ordered, std::vector<CastTarget>& direct,
                   std::vector<CastTarget>& tree);

@@ -20,6 +20,25 @@ uint64_t Node::next_oseq(const std::string& addr) {
   return ++oseq_out_[addr];
 }
 
+// A number whose message never left is taken back when no later one was handed out meanwhile
+// (the destination never knew of it); else the destination hears it will not come. Either way
+// its next messages are not held for it.
+void Node::unsent_oseqs(const std::vector<CastTarget>& targets) {
+  std::vector<CastTarget> lost;
+  {
+    std::lock_guard<std::mutex> g(oseq_mu_);
+    for (auto& t : targets) {
+      if (!t.oseq) continue;
+      auto it = oseq_out_.find(t.addr);
+      if (it != oseq_out_.end() && it->second == t.oseq)
+        --it->second;
+      else
+        lost.push_back(t);
+    }
+  }
+  if (!lost.empty()) tell_lost(lost, id());
+}
+
 bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
 
 // A target of this node's host is reached at its unix socket (over shared memory), not through
@@ -66,7 +85,11 @@ void Node::send_direct(Call& c, const CastTarget& t, const Header& tmpl, const s
     r.index = t.index;
     r.body = error_body(ErrorKind::Send, e.what());
     c.deliver(std::move(r));
-    if (t.oseq) tell_lost({t}, id());  // the destination need not wait for this number
+    if (!t.oseq) return;  // the destination need not wait for this number
+    if (e.maybe_sent)
+      tell_lost({t}, id());
+    else
+      unsent_oseqs({t});
   }
 }
 
@@ -288,7 +311,8 @@ void Node::on_cast_lost(Message& m) {
     return;
   }
   CastLostBody& lost = *read;
-  for (auto& next : order_gate_.skip(lost.origin_id.value_or(m.header.sender), lost.oseqs)) dispatch_now(std::move(next));
+  for (auto& next : order_gate_.skip(lost.origin_id.value_or(m.header.sender), lost.oseqs, lost.through))
+    dispatch_now(std::move(next));
 }
 
 void Node::expire_order_waits() {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -15,6 +16,8 @@ namespace xmesh {
 
 namespace {
 constexpr size_t kPreambleMax = 512;  // a SOCKS5 greeting and request take far less
+// ZMTP 3's signature: 0xFF, 8 bytes of padding, 0x7F; a peer sends it before it hears anything.
+constexpr size_t kZmtpSignature = 10;
 // SOCKS5 replies (RFC 1928): succeeded, general failure, not allowed, refused, command or address
 // type not supported.
 constexpr uint8_t kSocksOk = 0x00, kSocksFailure = 0x01, kSocksNotAllowed = 0x02, kSocksRefused = 0x05,
@@ -29,7 +32,10 @@ std::string socks_reply(uint8_t code, int port = 0) {
 }
 }  // namespace
 
-PortMux::PortMux(const std::string& listen) : preamble_ms_(env_int("XMESH_HANDSHAKE_MS", 5000)) {
+PortMux::PortMux(const std::string& listen)
+    : preamble_ms_(env_int("XMESH_HANDSHAKE_MS", 5000)),
+      max_preambles_(static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_PORT_PREAMBLES", 128)))),
+      max_handshakes_(static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_PORT_HANDSHAKES", 64)))) {
   listen_fd_ = listening_socket(TcpEndpoint::parse(listen), &port_);
   add_listener(listen_fd_, 0);
   handover_sock_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);  // -1: splice only
@@ -93,6 +99,32 @@ void PortMux::on_listener(uint64_t) {
     c.state = kPreamble;
     c.deadline = now_ms() + preamble_ms_;
     count(&Stats::accepted);
+    bound_preambles();
+  }
+}
+
+void PortMux::bound_preambles() {
+  std::vector<uint64_t> ids;  // ids grow with each connection: the smallest are the oldest
+  for (auto& [id, c] : conns())
+    if (!c->spliced && c->state != kConnecting) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (size_t i = 0; i + max_preambles_ < ids.size(); ++i) {
+    close_conn(ids[i]);
+    count(&Stats::evicted);
+  }
+}
+
+void PortMux::bound_handshakes(uint64_t id) {
+  const int64_t now = now_ms();
+  auto settled = [&](const std::pair<uint64_t, int64_t>& h) {  // past the handshake time, or gone
+    return now - h.second > preamble_ms_ || !conns().count(h.first);
+  };
+  while (!handshaking_.empty() && settled(handshaking_.front())) handshaking_.pop_front();
+  handshaking_.emplace_back(id, now);
+  while (handshaking_.size() > max_handshakes_) {
+    close_conn(handshaking_.front().first);
+    handshaking_.pop_front();
+    count(&Stats::evicted);
   }
 }
 
@@ -124,11 +156,15 @@ bool PortMux::read_preamble(Conn& c) {
   if (c.head.size() > kPreambleMax) return refuse(c, kSocksFailure);
   if (c.state == kPreamble) {
     const auto first = static_cast<uint8_t>(c.head[0]);
-    if (first == 0xFF) {  // a ZMTP greeting: the agent's own socket
+    if (first == 0xFF) {  // a ZMTP greeting: the agent's own socket, once its signature is whole
+      if (c.head.size() < kZmtpSignature) return true;
+      if (static_cast<uint8_t>(c.head[kZmtpSignature - 1]) != 0x7F) return refuse(c);
       c.pending[kTarget] = std::move(c.head);
       c.head.clear();
       count(&Stats::relayed_to_agent);
-      return connect_target(c, agent_port_);
+      if (!connect_target(c, agent_port_)) return false;
+      bound_handshakes(c.id);
+      return true;
     }
     if (first != 0x05) return refuse(c);
     if (c.head.size() < 2) return true;

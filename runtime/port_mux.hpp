@@ -12,8 +12,18 @@
 // Splicing copies bytes and reads none of them: the ZMTP handshake, CURVE's authentication and
 // encryption run end to end between the two nodes, exactly as on a direct connection. Anything
 // else, or a connection that has not said what it is within XMESH_HANDSHAKE_MS, is closed.
+//
+// Connections not yet authenticated are bounded in count as well as time, so that a flood of
+// half-open ones (slowloris) cannot take every file of the agent: a ZMTP connection is spliced
+// only once its whole 10-byte signature came; at most XMESH_PORT_PREAMBLES (128) connections may
+// wait to say what they are and at most XMESH_PORT_HANDSHAKES (64) spliced to the agent may be
+// younger than the handshake time (3 files each: the two ends here and the agent's own). Past
+// either bound the oldest such connection is closed (counted as evicted): a legitimate peer
+// says what it is and finishes its handshake within milliseconds, so it is always the newest
+// and gets through a flood.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <map>
 #include <string>
@@ -40,6 +50,7 @@ class PortMux : private SpliceLoop {
 
   struct Stats {
     uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
+    uint64_t evicted = 0;  // not authenticated yet, closed to make room for newer ones
     uint64_t event_wakes = 0;  // the relay thread's wake-ups for socket events
   };
   Stats stats() const;
@@ -58,6 +69,11 @@ class PortMux : private SpliceLoop {
   bool allowed(int port, std::string* handover = nullptr) const;
   bool hand_over(Conn& c, const std::string& handover);
   void count(uint64_t Stats::*counter);
+  // Closes the oldest connections still saying what they are while more than the bound wait.
+  void bound_preambles();
+  // A connection spliced to the agent now: the oldest of those still in their handshake time
+  // closed while more than the bound are.
+  void bound_handshakes(uint64_t id);
 
   int listen_fd_ = -1;
   int handover_sock_ = -1;  // an unbound unix datagram socket: hand-overs leave through it
@@ -68,6 +84,8 @@ class PortMux : private SpliceLoop {
   mutable std::mutex mu_;  // guards allowed_ and stats_
   std::map<int, std::string> allowed_;  // port: its hand-over socket, or ""
   Stats stats_;
+  size_t max_preambles_, max_handshakes_;
+  std::deque<std::pair<uint64_t, int64_t>> handshaking_;  // (conn id, spliced at) to the agent, oldest first
 };
 
 }  // namespace xmesh

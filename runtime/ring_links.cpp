@@ -192,6 +192,23 @@ void RingReaders::drop(const std::string& addr) {
   rings_.erase(it);
 }
 
+bool RingReaders::forget_broken(const std::string& addr, uint64_t token) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto e = ended_.begin(); e != ended_.end(); ++e)
+    if (e->first == addr && e->second == token) {
+      ended_.erase(e);
+      return true;
+    }
+  auto it = rings_.find(addr);
+  if (it == rings_.end() || it->second->ring.token() != token) return false;
+  std::shared_ptr<In> in = it->second;
+  in->ring.close();
+  rings_.erase(it);
+  reading_.erase(std::remove(reading_.begin(), reading_.end(), in), reading_.end());
+  ++version_;
+  return true;
+}
+
 void RingReaders::close_all() {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& kv : rings_) kv.second->ring.close();
@@ -210,8 +227,12 @@ std::vector<std::shared_ptr<RingReaders::In>>& RingReaders::reading_snapshot() {
   return snapshot_;
 }
 
-void RingReaders::forget(const std::shared_ptr<In>& in) {
+void RingReaders::forget(const std::shared_ptr<In>& in, bool closed_by_writer) {
   std::lock_guard<std::mutex> g(mu_);
+  if (closed_by_writer) {  // its writer's RingBroken, if it broke, may come after this
+    ended_.emplace_back(in->addr, in->ring.token());
+    if (ended_.size() > kEndedKept) ended_.pop_front();
+  }
   reading_.erase(std::remove(reading_.begin(), reading_.end(), in), reading_.end());
   auto it = rings_.find(in->addr);
   if (it != rings_.end() && it->second == in) rings_.erase(it);
@@ -288,8 +309,13 @@ size_t RingReaders::poll(const Deliver& deliver, Report& report) {
     for (int n = 0; draining || n < kBatch; ++n) {
       auto r = in->ring.try_read(in->record);
       if (r == ShmRing::Result::empty) break;
-      if (r != ShmRing::Result::ok) {
+      if (r == ShmRing::Result::corrupt) {
         forget(in);
+        report.broken.push_back({in->addr, in->ring.token(), "its positions in shared memory do not add up"});
+        break;
+      }
+      if (r != ShmRing::Result::ok) {  // closed by its writer (or for it), read to its end
+        forget(in, /*closed_by_writer=*/true);
         break;
       }
       Message m;
@@ -305,7 +331,7 @@ size_t RingReaders::poll(const Deliver& deliver, Report& report) {
       if (got == Got::garbage) {
         in->ring.close();
         forget(in);
-        report.broken.push_back("the ring from " + in->addr + " was closed: " + error);
+        report.broken.push_back({in->addr, in->ring.token(), error});
         break;
       }
       ++received_;

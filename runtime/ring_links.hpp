@@ -15,6 +15,7 @@
 // a 4-byte frame count, 8 bytes per frame length, the encoded header, the frames.
 #pragma once
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,6 +52,7 @@ class RingWriter {
   // the reader's sleepers the message is for (Doorbell::ring).
   ShmRing::Result write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
                         int timeout_ms, uint32_t wake = Doorbell::kAnyIdle);
+  uint64_t token() const { return ring_.token(); }
   void close();  // the peer is gone: waits end, the reader reads what came and forgets the ring
   // The ring alone closed, from any thread (a writer waiting in it under its peer's lock ends).
   void close_ring() { ring_.close(); }
@@ -82,12 +84,23 @@ class RingReaders {
   void start_reading(const std::string& addr);
   // addr is gone (dead, a new process there): its ring is read to its end, then forgotten.
   void drop(const std::string& addr);
+  // The ring from addr with this token broke (its writer said so): closed and forgotten now,
+  // nothing more read from it. True also when it was read to its end after its writer closed
+  // it (the writer closes a ring it found broken before it says so). False when no such ring is
+  // known: this node found the break itself and handled it.
+  bool forget_broken(const std::string& addr, uint64_t token);
   void close_all();
 
   // What a poll found besides the messages it delivered.
   struct Report {
     bool held = false;                 // a message waits for its actor's room (see poll)
-    std::vector<std::string> broken;   // rings closed for records that do not read, and why
+    // Rings closed because their records or positions do not read: whatever was in them is lost.
+    struct Broken {
+      std::string addr;  // the writer's
+      uint64_t token;    // the ring's
+      std::string why;
+    };
+    std::vector<Broken> broken;
     // Messages over this node's XMESH_MAX_MESSAGE_BYTES: their header (when it came whole) and
     // payload size; their bytes were skipped, the ring reads on.
     struct TooLarge {
@@ -124,7 +137,8 @@ class RingReaders {
   struct In;
   enum class Got { message, more, garbage, too_large };
   std::vector<std::shared_ptr<In>>& reading_snapshot();  // the polling thread's copy of reading_
-  void forget(const std::shared_ptr<In>& in);
+  // Out of the sets; one its writer closed is remembered a while (ended_).
+  void forget(const std::shared_ptr<In>& in, bool closed_by_writer = false);
   Got take_record(In& in, Message* out, std::string* error, uint64_t* payload);
 
   size_t max_message_bytes_;
@@ -138,6 +152,10 @@ class RingReaders {
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> version_{0};                  // bumped when reading_ changes
   std::vector<std::shared_ptr<In>> snapshot_;         // the polling thread's copy
+  // (writer's address, token) of rings read to their end after their writer closed them: a
+  // writer that closed one because it broke says so in a RingBroken that may come later.
+  static constexpr size_t kEndedKept = 64;
+  std::deque<std::pair<std::string, uint64_t>> ended_;
   uint64_t snapshot_version_ = ~uint64_t(0);
 };
 

@@ -137,37 +137,48 @@ ShmRing ShmRing::create(size_t capacity, const std::string& name) {
   if (capacity < kMinCapacity || capacity > kMaxCapacity || (capacity & (capacity - 1)) != 0)
     throw std::invalid_argument("a ring's capacity is a power of two from 4 KiB to 1 GiB, not " + std::to_string(capacity));
   static_assert(sizeof(Header) <= kHeaderBytes, "the header fits its page");
-  ShmRing ring(SharedMemory::create(name, kHeaderBytes + capacity));
+  const uint64_t token = random_token();
+  ShmRing ring(SharedMemory::create(name, kHeaderBytes + capacity), capacity, token, 0, 0);
   auto* h = new (ring.mem_.addr()) Header{};  // the memfd starts zeroed: atomics at 0
   h->capacity = capacity;
-  h->token = random_token();
+  h->token = token;
   h->magic = kMagic;
   return ring;
 }
 
+// The header is read once here, into this side's own memory; nothing later re-reads it.
 ShmRing ShmRing::attach(int fd) {
-  ShmRing ring(SharedMemory::attach(fd, kHeaderBytes + kMinCapacity, kHeaderBytes + kMaxCapacity, "xmesh ring"));
-  const Header* h = ring.h();
-  if (h->magic != kMagic || h->capacity + kHeaderBytes != ring.mem_.size() || (h->capacity & (h->capacity - 1)) != 0)
+  SharedMemory mem = SharedMemory::attach(fd, kHeaderBytes + kMinCapacity, kHeaderBytes + kMaxCapacity, "xmesh ring");
+  const Header* h = static_cast<const Header*>(mem.addr());
+  const uint64_t capacity = mem.size() - kHeaderBytes, head = h->head.load(), tail = h->tail.load();
+  if (h->magic != kMagic || h->capacity != capacity || (capacity & (capacity - 1)) != 0)
     throw std::runtime_error("the fd is not an xmesh ring (its header does not match its size)");
-  return ring;
+  if (head < tail || head - tail > capacity)
+    throw std::runtime_error("the fd is not a usable xmesh ring (its positions do not add up)");
+  return ShmRing(std::move(mem), static_cast<size_t>(capacity), h->token, head, tail);
 }
 
 char* ShmRing::data() const { return static_cast<char*>(mem_.addr()) + kHeaderBytes; }
 
-size_t ShmRing::capacity() const { return static_cast<size_t>(h()->capacity); }
-uint64_t ShmRing::token() const { return h()->token; }
 bool ShmRing::closed() const { return h()->closed.load() != 0; }
-size_t ShmRing::used() const { return static_cast<size_t>(h()->head.load() - h()->tail.load()); }
+size_t ShmRing::used() const {
+  const uint64_t head = h()->head.load(), tail = h()->tail.load();
+  return head < tail ? 0 : static_cast<size_t>(std::min<uint64_t>(head - tail, capacity_));
+}
+
+ShmRing::Result ShmRing::corrupted() {
+  close();
+  return Result::corrupt;
+}
 
 void ShmRing::copy_in(uint64_t pos, const void* data, size_t n) {
-  size_t cap = capacity(), off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
+  size_t cap = capacity_, off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
   std::memcpy(this->data() + off, data, first);
   std::memcpy(this->data(), static_cast<const char*>(data) + first, n - first);
 }
 
 void ShmRing::copy_out(uint64_t pos, void* data, size_t n) const {
-  size_t cap = capacity(), off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
+  size_t cap = capacity_, off = static_cast<size_t>(pos & (cap - 1)), first = std::min(n, cap - off);
   std::memcpy(data, this->data() + off, first);
   std::memcpy(static_cast<char*>(data) + first, this->data(), n - first);
 }
@@ -179,9 +190,10 @@ ShmRing::Result ShmRing::try_write_parts(const std::string_view* parts, size_t c
   size_t length = 0;
   for (size_t i = 0; i < count; ++i) length += parts[i].size();
   if (length > max_message()) return Result::too_large;
-  uint64_t head = h()->head.load(std::memory_order_relaxed);  // only this side writes it
+  const uint64_t head = head_, tail = h()->tail.load();  // this side's own position, the peer's read
+  if (tail > head || head - tail > capacity_) return corrupted();
   size_t need = record_bytes(length);
-  if (capacity() - static_cast<size_t>(head - h()->tail.load()) < need) return Result::full;
+  if (capacity_ - static_cast<size_t>(head - tail) < need) return Result::full;
   uint32_t length32 = static_cast<uint32_t>(length);
   copy_in(head, &length32, sizeof length32);
   uint64_t pos = head + sizeof length32;
@@ -189,26 +201,25 @@ ShmRing::Result ShmRing::try_write_parts(const std::string_view* parts, size_t c
     copy_in(pos, parts[i].data(), parts[i].size());
     pos += parts[i].size();
   }
-  h()->head.store(head + need);  // seq_cst, then the sleeping flag: see wait_for
+  head_ = head + need;
+  h()->head.store(head_);  // seq_cst, then the sleeping flag: see wait_for
   h()->data_seq.fetch_add(1);
   if (h()->reader_sleeping.load()) futex_wake_all(h()->data_seq);
   return Result::ok;
 }
 
 ShmRing::Result ShmRing::try_read(std::string& out) {
-  uint64_t tail = h()->tail.load(std::memory_order_relaxed);  // only this side writes it
-  uint64_t head = h()->head.load();
+  const uint64_t tail = tail_, head = h()->head.load();  // this side's own position, the peer's read
   if (head == tail) return h()->closed.load() ? Result::closed : Result::empty;
-  uint32_t length = 0;
+  if (head < tail || head - tail > capacity_) return corrupted();
+  uint32_t length = 0;  // read once: the peer may change the shared copy meanwhile
   copy_out(tail, &length, sizeof length);
   size_t need = record_bytes(length);
-  if (head - tail > capacity() || length > max_message() || need > head - tail) {  // garbage: nothing more is read
-    close();
-    return Result::closed;
-  }
+  if (length > max_message() || need > head - tail) return corrupted();  // garbage: nothing more is read
   out.resize(length);
   copy_out(tail + sizeof length, out.data(), length);
-  h()->tail.store(tail + need);
+  tail_ = tail + need;
+  h()->tail.store(tail_);
   h()->space_seq.fetch_add(1);
   if (h()->writer_sleeping.load()) futex_wake_all(h()->space_seq);
   return Result::ok;

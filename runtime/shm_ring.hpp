@@ -12,6 +12,12 @@
 // buffer where they must be (two copies), so every size up to `max_message()` fits whatever the
 // positions. Either side can close it (a peer known dead is closed from outside, by whoever
 // learned it): the other side's waits end at once, reading what was written before first.
+//
+// The peer is not trusted with this process's memory: its native code may scribble on the
+// mapping. Each side keeps its own position and the ring's capacity in its own memory (never
+// re-read from the shared header); the peer's position is read from shared memory and checked
+// against them, and positions that do not add up answer `corrupt` (the ring is closed), never
+// a copy outside the mapping.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -53,7 +59,9 @@ class SharedMemory {
 
 class ShmRing {
  public:
-  enum class Result { ok, full, empty, closed, timed_out, too_large };
+  // corrupt: the shared positions do not add up (the peer, or something in its process, wrote
+  // over them): the ring is closed, nothing more is read or written.
+  enum class Result { ok, full, empty, closed, timed_out, too_large, corrupt };
 
   // A new ring with `capacity` bytes of buffer (a power of two, at least 4 KiB); its memfd is
   // fd(), for the other side's attach(). Throws naming the reason.
@@ -68,8 +76,8 @@ class ShmRing {
   void drop_fd() { mem_.drop_fd(); }  // see SharedMemory
   // Random per ring, in its header: an offer names it, so the side that attaches knows it
   // mapped the ring it was offered (not another file at the same /proc path).
-  uint64_t token() const;
-  size_t capacity() const;
+  uint64_t token() const { return token_; }
+  size_t capacity() const { return capacity_; }
   size_t max_message() const { return capacity() / 2; }  // larger messages take another path
 
   // Writer side. try_write never waits; write waits up to timeout_ms (-1: forever) for space.
@@ -86,11 +94,14 @@ class ShmRing {
   // No more messages: the peer's waits end. Either side, or whoever learned the peer died.
   void close();
   bool closed() const;
-  size_t used() const;  // bytes written and not read yet (records included)
+  // Bytes written and not read yet (records included), from the shared positions: at most the
+  // capacity (a figure, for stats and a writer's look at its room; never a bound for memory).
+  size_t used() const;
 
  private:
   struct Header;
-  explicit ShmRing(SharedMemory mem) : mem_(std::move(mem)) {}
+  ShmRing(SharedMemory mem, size_t capacity, uint64_t token, uint64_t head, uint64_t tail)
+      : mem_(std::move(mem)), capacity_(capacity), token_(token), head_(head), tail_(tail) {}
   Header* h() const { return static_cast<Header*>(mem_.addr()); }
   char* data() const;
   Result wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, uint32_t seen, int64_t deadline_ms);
@@ -99,8 +110,15 @@ class ShmRing {
                      int timeout_ms);
   void copy_in(uint64_t pos, const void* data, size_t n);
   void copy_out(uint64_t pos, void* data, size_t n) const;
+  Result corrupted();  // closes the ring and answers corrupt
 
   SharedMemory mem_;
+  // This side's own copies: what bounds every copy (capacity_) and this side's position (head_
+  // for the writer, tail_ for the reader; a ring used from one object in tests keeps both).
+  size_t capacity_ = 0;
+  uint64_t token_ = 0;
+  uint64_t head_ = 0;
+  uint64_t tail_ = 0;
 };
 
 // Doorbell: one node's wake-up word in shared memory, rung by every writer of the rings the node

@@ -394,10 +394,10 @@ void Transport::send_frames_locked(OutPeer& p, const std::vector<uint8_t>& heade
     // The rest of a message whose first frame was taken is always taken.
     for (size_t i = 0; i < frames.size(); ++i) {
       auto f = i + 1 == frames.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-      if (!p.sock->send(frames[i], f)) throw SendError("sending to " + p.addr + " timed out (payload)");
+      if (!p.sock->send(frames[i], f)) throw SendError("sending to " + p.addr + " timed out (payload)", false, false, true);
     }
   } catch (const zmq::error_t& e) {
-    throw SendError("sending to " + p.addr + " failed: " + e.what());
+    throw SendError("sending to " + p.addr + " failed: " + e.what(), false, false, true);
   }
 }
 
@@ -457,11 +457,25 @@ void Transport::make_room_locked(OutPeer& p, size_t bytes, bool blocking) {
 
 void Transport::send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
   auto p = out_peer(addr);
+  RingBreak broke;
+  send_once(p, h, frames, blocking, &broke);
+  if (broke.token == 0) return;
+  // The ring broke under this message (nothing of it written): the node fails what was in flight
+  // on it, then the message goes again, over ZeroMQ once the link is dropped.
+  if (!ring_break_handler_ || !ring_break_handler_(broke, h))
+    throw SendError("the shared-memory link to " + addr + " is closed (" + broke.why + ")");
+  broke = RingBreak{};
+  send_once(p, h, frames, blocking, &broke);
+  if (broke.token != 0) throw SendError("the shared-memory link to " + addr + " broke again (" + broke.why + ")");
+}
+
+void Transport::send_once(const std::shared_ptr<OutPeer>& p, Header& h, std::vector<zmq::message_t>& frames,
+                          bool blocking, RingBreak* broke) {
   std::lock_guard<std::mutex> g(p->mu);
-  if (!p->sock) throw SendError("connection to " + addr + " is closed");
+  if (!p->sock) throw SendError("connection to " + p->addr + " is closed");
   h.sender = id_;
   h.incarnation = incarnation_;
-  if (ring_send_locked(*p, h, frames, blocking)) return;
+  if (ring_send_locked(*p, h, frames, blocking, broke) || broke->token) return;
   if (lane_send_locked(*p, h, frames, blocking)) return;
   Kind kind = h.kind;
   send_zmq_locked(*p, h, frames, blocking);

@@ -17,6 +17,7 @@
 #pragma once
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,10 +39,14 @@
 namespace xmesh {
 
 struct SendError : std::runtime_error {
-  explicit SendError(const std::string& what, bool too_large = false, bool would_block = false)
-      : std::runtime_error(what), too_large(too_large), would_block(would_block) {}
+  explicit SendError(const std::string& what, bool too_large = false, bool would_block = false,
+                     bool maybe_sent = false)
+      : std::runtime_error(what), too_large(too_large), would_block(would_block), maybe_sent(maybe_sent) {}
   bool too_large;    // the message exceeds XMESH_MAX_MESSAGE_BYTES (else: peer dead, closed, timed out)
   bool would_block;  // a send that does not wait found the link full: it may go later
+  // Part of the message may have left (a payload frame refused after its header went): its
+  // receiver may still see it. Otherwise nothing of it left (its order number may be reused).
+  bool maybe_sent;
 };
 
 struct NodeStats {
@@ -176,6 +181,32 @@ class Transport {
   void on_ring_offer(const std::string& from, const RingOfferBody& offer);
   void on_ring_accept(const std::string& from, const RingAcceptBody& answer);
   void on_ring_switch(const std::string& from) { rings_.start_reading(from); }
+  // A shared-memory link with a peer that broke: this node found it closed while writing (its
+  // reader gave it up) or its positions not adding up; whatever it held unread is lost.
+  struct RingBreak {
+    std::string peer;
+    uint64_t token = 0;  // the ring's
+    std::string why;
+    // Closed by its reader (it may be stopping, or found garbage and says so in RingBroken):
+    // not a break this side can judge; else its shared positions do not add up.
+    bool closed = false;
+  };
+  // Who handles a break found while sending (the node, injected before start): called without
+  // any lock held, with the message being sent (not yet on the broken ring, so it is not lost).
+  // True when the link is dropped and the message may go over ZeroMQ; false: the send fails.
+  using RingBreakHandler = std::function<bool(const RingBreak&, const Header& sending)>;
+  void set_ring_break_handler(RingBreakHandler handler) { ring_break_handler_ = std::move(handler); }
+  // Drops the link with `token` to or from peer, whichever way it went (the reader's ring is
+  // forgotten unread). writer: it was this node's ring to peer; through_oseq: the highest order
+  // number written on it (0: none). Nothing found: the break was handled already.
+  struct RingDropped {
+    bool writer = false, reader = false;
+    uint64_t through_oseq = 0;
+  };
+  RingDropped drop_broken_ring(const std::string& peer, uint64_t token);
+  // This node's ring to peer was found closed by its reader: dropped, its token and highest order
+  // number kept a while, for a RingBroken from the reader naming it (drop_broken_ring finds it).
+  void set_closed_ring_aside(const std::string& peer, uint64_t token);
 
   // TCP lanes to this node (tcp_lane.hpp; docs/ARCHITECTURE.md "TCP lanes"): a listener on
   // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
@@ -230,6 +261,9 @@ class Transport {
     std::shared_ptr<RingWriter> ring;  // a shared-memory link to it (ring_links.hpp), once offered
     std::shared_ptr<RingWriter> ring_closer;  // the same, read without the lock (atomic access) to close it
     bool ring_tried = false;           // offered once per connection, whatever the answer
+    uint64_t ring_oseq = 0;            // the highest order number written on the ring
+    std::deque<std::pair<uint64_t, uint64_t>> rings_set_aside;  // (token, ring_oseq) of rings closed by the reader
+    int ring_breaks = 0;               // links that broke; after kRingBreaksAllowed, ZeroMQ alone
     // A TCP lane to it (tcp_lane.hpp): asked after the first Call or Reply over ZeroMQ; after
     // three breaks, not again (ZeroMQ alone).
     enum class Lane { none, asked, connecting, active, declined };
@@ -274,11 +308,16 @@ class Transport {
   void send_link_message_locked(OutPeer& p, Kind kind, json body, bool blocking);
   // The out peer at addr if there is one (a handler answering what this node sent it), or null.
   std::shared_ptr<OutPeer> existing_out_peer(const std::string& addr) const;
-  // One message over p's ring when its link is up (true), after RingSwitch if that is due.
-  bool ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
+  // One message over p's ring when its link is up (true), after RingSwitch if that is due. A
+  // ring found broken (closed by its reader, positions that do not add up) is described in
+  // *broke, nothing of the message written (false).
+  bool ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking, RingBreak* broke);
+  void send_once(const std::shared_ptr<OutPeer>& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
+                 RingBreak* broke);
   // After a Call or Reply went over ZeroMQ to a peer of this host: offers it a ring (once).
   void offer_ring_locked(OutPeer& p, Kind sent, bool blocking);
   static void drop_ring_locked(OutPeer& p);
+  uint64_t give_up_ring_locked(OutPeer& p);  // a ring that broke or was closed under a send
   // Acknowledgements that came back on p's connection: what they cover is dropped.
   void read_acks_locked(OutPeer& p);
   // Room for `bytes` more unacknowledged: reads acks; a blocking sender waits for them.
@@ -386,6 +425,7 @@ class Transport {
   LogBudget ring_log_{3, 60000};
   RingReaders rings_;
   size_t ring_bytes_ = 0;
+  RingBreakHandler ring_break_handler_;
   // Lanes being read, by their writer's address: accepted (in) and/or switched to (the writer's
   // LaneSwitch dispatched: read from then on, its messages admitted as from `identity`).
   struct LaneRead {

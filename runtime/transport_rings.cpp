@@ -1,12 +1,15 @@
 // The transport's shared-memory links (ring_links.hpp): when it offers one, how it answers an
 // offer, and how a message goes over a link once it is up. The protocol is described there.
 #include "transport.hpp"
+
+#include <utility>
 #include "util.hpp"
 #include "wait_feed.hpp"
 
 namespace xmesh {
 
 namespace {
+constexpr int kRingBreaksAllowed = 3;  // links to one peer that may break before ZeroMQ alone carries its messages
 bool on_this_host(const std::string& addr) { return addr.rfind("ipc://", 0) == 0; }
 // Which of the reader's sleepers a message is for: answers for a thread waiting on its call,
 // calls for an idle actor thread (never a caller), the rest for whoever sleeps.
@@ -84,7 +87,8 @@ void Transport::on_ring_accept(const std::string& from, const RingAcceptBody& an
   }
 }
 
-bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
+bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
+                                 RingBreak* broke) {
   if (!p.ring) return false;
   if (p.ring->state() == RingWriter::State::switch_due) {
     // The last message over ZeroMQ: the reader reads the ring once it dispatched this.
@@ -105,6 +109,7 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
     case ShmRing::Result::ok:
       ++counts_.sent;
       ++counts_.ring_sent;
+      if (h.oseq > p.ring_oseq) p.ring_oseq = h.oseq;
       return true;
     case ShmRing::Result::full:
       throw SendError("the link to " + p.addr + " is full (this thread does not wait)", false, true);
@@ -112,9 +117,52 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
       throw SendError("sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
                       " ms (XMESH_SEND_TIMEOUT_MS): its ring stayed full, so its actor's queue is full "
                       "(XMESH_INBOX_LIMIT) or it reads nothing");
-    default:
-      throw SendError("the link to " + p.addr + " is closed");
+    default:  // closed by its reader, or positions that do not add up: nothing of this message is in it
+      *broke = RingBreak{p.addr, p.ring->token(),
+                         r == ShmRing::Result::corrupt ? "its positions in shared memory do not add up"
+                                                       : "its reader closed it",
+                         r != ShmRing::Result::corrupt};
+      return false;
   }
+}
+
+// p's ring is given up: closed, dropped, and the next Call or Reply over ZeroMQ offers a new
+// link, a few times at most. Its highest order number.
+uint64_t Transport::give_up_ring_locked(OutPeer& p) {
+  p.ring->close();
+  drop_ring_locked(p);
+  p.ring_tried = ++p.ring_breaks >= kRingBreaksAllowed;
+  return std::exchange(p.ring_oseq, 0);
+}
+
+Transport::RingDropped Transport::drop_broken_ring(const std::string& peer, uint64_t token) {
+  RingDropped dropped;
+  if (auto p = existing_out_peer(peer)) {
+    std::lock_guard<std::mutex> g(p->mu);
+    if (p->ring && p->ring->token() == token) {
+      dropped.writer = true;
+      dropped.through_oseq = give_up_ring_locked(*p);
+    }
+    auto& aside = p->rings_set_aside;
+    for (auto it = aside.begin(); it != aside.end(); ++it)
+      if (it->first == token) {
+        dropped.writer = true;
+        dropped.through_oseq = it->second;
+        aside.erase(it);
+        break;
+      }
+  }
+  dropped.reader = rings_.forget_broken(peer, token);
+  return dropped;
+}
+
+void Transport::set_closed_ring_aside(const std::string& peer, uint64_t token) {
+  auto p = existing_out_peer(peer);
+  if (!p) return;
+  std::lock_guard<std::mutex> g(p->mu);
+  if (!p->ring || p->ring->token() != token) return;
+  p->rings_set_aside.emplace_back(token, give_up_ring_locked(*p));
+  if (p->rings_set_aside.size() > kRingBreaksAllowed) p->rings_set_aside.pop_front();
 }
 
 }  // namespace xmesh

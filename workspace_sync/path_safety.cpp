@@ -59,12 +59,61 @@ bool symlink_stays_inside(const std::string& link_path, const std::string& targe
   return true;
 }
 
+bool symlink_resolves_inside(const Manifest& m, const std::string& link_path, const std::string& target,
+                             std::string* why) {
+  if (!symlink_stays_inside(link_path, target, why)) return false;
+  std::vector<std::string> at = split(link_path);
+  at.pop_back();  // the link's directory
+  std::vector<std::string> steps;
+  for (auto& c : split(target))
+    if (!c.empty() && c != ".") steps.push_back(c);
+  std::string walked;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {  // the last component may be a link (checked on its own)
+    if (steps[i] == "..") {
+      at.pop_back();  // never past the root: the lexical walk above stayed inside
+      continue;
+    }
+    at.push_back(steps[i]);
+    walked.clear();
+    for (auto& part : at) walked += (walked.empty() ? "" : "/") + part;
+    const Entry* e = m.find(walked);
+    if (e && e->type == EntryType::Symlink) {
+      if (why) *why = "passes through the symlink '" + walked + "' (a link's target may not go through another "
+                      "link: it could resolve outside the workspace)";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> drop_links_through_links(Manifest& m) {
+  std::vector<std::pair<std::string, std::string>> dropped;
+  std::vector<bool> refused(m.entries.size(), false);
+  std::string why;
+  for (size_t i = 0; i < m.entries.size(); ++i) {  // judged on the whole manifest, then removed
+    const Entry& e = m.entries[i];
+    if (e.type == EntryType::Symlink && !symlink_resolves_inside(m, e.path, e.target, &why)) {
+      refused[i] = true;
+      dropped.emplace_back(e.path, "symlink to " + e.target + " " + why);
+    }
+  }
+  if (dropped.empty()) return dropped;
+  size_t n = 0;
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    if (refused[i]) continue;
+    if (n != i) m.entries[n] = std::move(m.entries[i]);  // never onto itself: that empties it
+    ++n;
+  }
+  m.entries.resize(n);
+  return dropped;
+}
+
 namespace {
 
 void check_entry(const Manifest& m, const Entry& e) {
   std::string why;
   if (!valid_relative_path(e.path, &why)) throw PathError("refused manifest entry '" + e.path + "': the path " + why);
-  if (e.type == EntryType::Symlink && !symlink_stays_inside(e.path, e.target, &why))
+  if (e.type == EntryType::Symlink && !symlink_resolves_inside(m, e.path, e.target, &why))
     throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
   size_t slash = e.path.rfind('/');
   if (slash != std::string::npos) {
@@ -88,11 +137,19 @@ void check_nothing_under(const Manifest& m, const std::string& path) {
 }  // namespace
 
 void check_manifest_change(const Manifest& result, const Manifest& upserts, const Manifest& deleted) {
+  bool new_link = false;
   for (auto& e : upserts.entries) {
     check_entry(result, e);
     if (e.type != EntryType::Dir) check_nothing_under(result, e.path);
+    new_link = new_link || e.type == EntryType::Symlink;
   }
   for (auto& e : deleted.entries) check_nothing_under(result, e.path);
+  if (!new_link) return;
+  // A new link may sit on the way of an older one's target: every link is judged again.
+  std::string why;
+  for (auto& e : result.entries)
+    if (e.type == EntryType::Symlink && !symlink_resolves_inside(result, e.path, e.target, &why))
+      throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
 }
 
 void check_manifest(const Manifest& m) {

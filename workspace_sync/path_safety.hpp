@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "manifest.hpp"
 
@@ -30,6 +32,13 @@ bool valid_relative_path(const std::string& path, std::string* why, bool allow_e
 // The target of a symlink at link_path, resolved lexically from the link's directory, stays
 // inside the workspace (absolute targets never do).
 bool symlink_stays_inside(const std::string& link_path, const std::string& target, std::string* why);
+// The same, and no component the target walks through (all but its last) is a symlink of m:
+// the kernel follows a link before a '..' after it, so `s/..` with s -> ../.. leaves the tree
+// although the lexical walk stays in. m is sorted (Manifest::find).
+bool symlink_resolves_inside(const Manifest& m, const std::string& link_path, const std::string& target,
+                             std::string* why);
+// Removes from m (sorted) every symlink that symlink_resolves_inside refuses: (path, why) each.
+std::vector<std::pair<std::string, std::string>> drop_links_through_links(Manifest& m);
 // Every entry of a received manifest: valid paths, targets inside, each parent present as a
 // directory entry (so no path reaches through a symlink or a file). Throws PathError.
 void check_manifest(const Manifest& m);

@@ -624,8 +624,9 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   prepare(c);     // every new or changed file aside; nothing visible changes
   switch_in(c);   // deletions, new directories, every staged file renamed in
   json reply = commit_reply(c);
+  auto paths = commit_paths(c);
   save(c);        // the host manifest, with the stat values of what was written
-  return {reply, {}};
+  return {reply, std::move(paths)};
 }
 
 // 1. Every new or changed file and symlink staged aside under a name of its own, with its mode
@@ -738,12 +739,6 @@ void SyncReceiver::switch_in(Commit& c) {
 
 // What the controller hears: counts (files and symlinks) and the paths of each change.
 SyncReply SyncReceiver::commit_reply(const Commit& c) const {
-  auto paths = [](const std::vector<const Entry*>& list) {
-    std::vector<std::string> out;
-    for (const Entry* e : list)
-      if (e->type != EntryType::Dir) out.push_back(e->path);
-    return out;
-  };
   auto count = [](const std::vector<const Entry*>& list) {
     size_t n = 0;
     for (const Entry* e : list) n += e->type != EntryType::Dir;
@@ -760,11 +755,21 @@ SyncReply SyncReceiver::commit_reply(const Commit& c) const {
   r.deleted = deleted;
   r.unchanged = unchanged;
   r.bytes_received = c.s.bytes;
-  r.added_paths = paths(c.d.added);
-  r.changed_paths = paths(c.d.changed);
-  r.deleted_paths = paths(c.d.deleted);
   r.kept = c.kept;
   return r;
+}
+
+// The paths of each change travel as frames (added, changed, deleted; each NUL-separated, a
+// byte no path holds), not in the reply's body: a sync of 100,000 files would make the body
+// larger than any message header may be.
+std::vector<std::string> SyncReceiver::commit_paths(const Commit& c) {
+  auto joined = [](const std::vector<const Entry*>& list) {
+    std::string out;
+    for (const Entry* e : list)
+      if (e->type != EntryType::Dir) out.append(e->path).push_back('\0');
+    return out;
+  };
+  return {joined(c.d.added), joined(c.d.changed), joined(c.d.deleted)};
 }
 
 // 3. The host manifest: the new entries with the stat values of the files as written (entries

@@ -81,6 +81,7 @@ class SyncReceiver {
   void fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name);
   void switch_in(Commit& c);
   SyncReply commit_reply(const Commit& c) const;
+  static std::vector<std::string> commit_paths(const Commit& c);  // the changes' paths, as frames
   void save(Commit& c);
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;

@@ -320,6 +320,18 @@ bool strictly_under(std::string_view path, const std::set<std::string, std::less
 
 }  // namespace
 
+namespace {
+// Links whose targets pass through another link leave the manifest, said in skipped: only the
+// whole tree's links tell (path_safety.hpp).
+void skip_links_through_links(ScanResult& r) {
+  auto dropped = drop_links_through_links(r.manifest);
+  if (dropped.empty()) return;
+  for (auto& d : dropped)
+    if (std::find(r.skipped.begin(), r.skipped.end(), d) == r.skipped.end()) r.skipped.push_back(std::move(d));
+  std::sort(r.skipped.begin(), r.skipped.end());
+}
+}  // namespace
+
 ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const Manifest& previous,
                        const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns) {
   if (changes.everything || changes.walked.count("")) return scan_tree(root, opts, &previous);
@@ -414,6 +426,7 @@ ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const M
   carry(notes.too_large, fresh.too_large, out.too_large);
   out.incremental = true;
   out.manifest.scan_ns = started_ns;
+  skip_links_through_links(out);
   return out;
 }
 
@@ -432,6 +445,7 @@ ScanResult scan_tree(const std::string& root, const ScanOptions& opts, const Man
   close(fd);
   r.manifest.scan_ns = started;
   r.manifest.sort();
+  skip_links_through_links(r);
   return r;
 }
 

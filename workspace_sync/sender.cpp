@@ -380,7 +380,23 @@ class Push {
     for (auto& [h, r] : p_.wait(sent, "commit")) {
       json counts = read_reply(h, r);  // named: items() must not outlive it
       for (auto& kv : counts.items()) report_hosts_[h][kv.key()] = kv.value();
+      const char* keys[] = {"added_paths", "changed_paths", "deleted_paths"};
+      for (size_t k = 0; k < 3 && k < r.frames.size(); ++k)  // NUL-separated paths (receiver.cpp)
+        report_hosts_[h][keys[k]] = split_paths(r.frames[k]);
     }
+  }
+
+  static json split_paths(const zmq::message_t& frame) {
+    json out = json::array();
+    const char* p = static_cast<const char*>(frame.data());
+    const char* end = p + frame.size();
+    while (p < end) {
+      const char* nul = static_cast<const char*>(std::memchr(p, '\0', static_cast<size_t>(end - p)));
+      if (!nul) nul = end;
+      out.push_back(std::string(p, nul));
+      p = nul + 1;
+    }
+    return out;
   }
 
   void abort() {

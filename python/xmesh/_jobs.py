@@ -13,10 +13,13 @@ ends (cancelled, its time limit, a node failure) the hosts are lost at once with
 a notice says when the time limit nears.
 """
 import glob
+import hashlib
+import hmac
 import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import threading
 import time as _time
@@ -44,7 +47,14 @@ class JobError(RuntimeError):
 
 @dataclass
 class JobRecord:
-    """What is saved of a job (`<state_dir>/jobs/<name>.json`)."""
+    """What is saved of a job (`<state_dir>/jobs/<name>.json`).
+
+    A record chooses what `xmesh stop` and `attach` run (ssh and its options, scancel's job id,
+    the agents' pids), and a state directory may come from somewhere else (a repository checkout,
+    an unpacked archive). So a record counts only when it is this user's own (mode 0600 in a
+    0700 directory, no symlink) and signed by this user's xmesh (an HMAC with the secret in
+    `records_secret_path()`, which never sits in a state directory); anything else is refused,
+    naming why, and never run."""
     kind: str
     name: str
     spec: dict
@@ -60,28 +70,126 @@ class JobRecord:
 
     def save(self, state_dir: str) -> None:
         path = self.path(state_dir, self.name)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)  # one made by an older xmesh may be open to others
+        body = asdict(self)
+        body["mac"] = _record_mac(body)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(asdict(self), f, indent=1)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=1)
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, state_dir: str, name: str) -> Optional["JobRecord"]:
+        """The record saved as `name`, None when there is none. JobError, naming why, when it is
+        not one this user's xmesh wrote (owner, mode, signature) or does not read."""
+        if not NAME.match(name):
+            return None  # not a job's name (no path of its own under jobs/)
+        path = cls.path(state_dir, name)
         try:
-            with open(cls.path(state_dir, name)) as f:
-                return cls(**json.load(f))
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError) as e:
-            raise JobError(f"the saved job {cls.path(state_dir, name)} does not read ({e}): remove it to submit anew")
+        except OSError as e:
+            raise JobError(f"the saved job {path} cannot be read ({e.strerror}): remove it") from None
+        with os.fdopen(fd) as f:
+            _check_own_private(path, os.fstat(f.fileno()), "file", 0o600)
+            _check_own_private(os.path.dirname(path), os.stat(os.path.dirname(path)), "directory", 0o700)
+            try:
+                body = json.load(f)
+            except ValueError as e:
+                raise JobError(f"the saved job {path} does not read ({e}): remove it to submit anew") from None
+        if not isinstance(body, dict) or not hmac.compare_digest(str(body.pop("mac", "")), _record_mac(body)):
+            raise JobError(f"the saved job {path} was not written by xmesh for this user (its signature does not "
+                           f"match {records_secret_path()}): it is not acted on; remove it")
+        try:
+            record = cls(**body)
+            record.check()
+        except (TypeError, ValueError) as e:
+            raise JobError(f"the saved job {path} does not read ({e}): remove it to submit anew") from None
+        return record
+
+    def check(self) -> None:
+        """ValueError naming the first field that is not what xmesh writes."""
+        if self.kind not in ("slurm", "ssh") or not isinstance(self.spec, dict):
+            raise ValueError(f"kind {self.kind!r}")
+        if not isinstance(self.job_id, str) or not NAME.match(self.job_id):
+            raise ValueError(f"job id {self.job_id!r}")
+        for a in self.agents:
+            if not (isinstance(a, dict) and _is_host(a.get("host")) and isinstance(a.get("pid"), int)
+                    and a["pid"] > 1):
+                raise ValueError(f"agent {a!r}")
+        if self.kind == "ssh":
+            spec = self.spec
+            if not (isinstance(spec.get("ssh"), str) and isinstance(spec.get("ssh_args"), list)
+                    and all(isinstance(x, str) for x in spec["ssh_args"])
+                    and isinstance(spec.get("hosts"), list) and all(_is_host(h) for h in spec["hosts"])):
+                raise ValueError("its ssh settings")
 
 
-def saved_jobs(state_dir: Optional[str] = None) -> list:
-    """The records of every job saved under state_dir (default ./.xmesh)."""
+def _is_host(host: Any) -> bool:
+    """A host name ssh takes as one (never an option)."""
+    return isinstance(host, str) and bool(host) and not host.startswith("-") and not any(c.isspace() for c in host)
+
+
+def _check_own_private(path: str, st: os.stat_result, what: str, mode: int) -> None:
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise JobError(f"the saved job's {what} {path} is not this user's own private one (owner uid {st.st_uid}, "
+                       f"mode {stat.S_IMODE(st.st_mode):04o}; xmesh writes {mode:04o}, owned by uid {os.geteuid()}): "
+                       "it is not acted on; remove it")
+
+
+def records_secret_path() -> str:
+    """This user's secret that signs job records (outside any state directory)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "xmesh", "records.key")
+
+
+def _records_secret() -> bytes:
+    path = records_secret_path()
+    try:
+        with open(path, "rb") as f:
+            secret = f.read()
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile
+            return _records_secret()
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+        return _records_secret()
+    st = os.stat(path)
+    if len(secret) < 32 or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise JobError(f"{path} is not this user's private secret of 32 bytes (mode 0600): remove it and it is "
+                       "made anew (records saved with the old one are then refused)")
+    return secret
+
+
+def _record_mac(body: dict) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(_records_secret(), text, hashlib.sha256).hexdigest()
+
+
+def saved_jobs(state_dir: Optional[str] = None, problems: Optional[list] = None) -> list:
+    """The records of every job saved under state_dir (default ./.xmesh). A record that cannot
+    be used is left out, its (name, why) added to `problems` when given: one bad record never
+    hides the others."""
     d = os.path.join(default_state_dir(state_dir), "jobs")
     names = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
-    return [r for r in (JobRecord.load(default_state_dir(state_dir), n) for n in names) if r is not None]
+    records = []
+    for n in names:
+        try:
+            record = JobRecord.load(default_state_dir(state_dir), n)
+        except JobError as e:
+            if problems is not None:
+                problems.append((n, str(e)))
+            continue
+        if record is not None:
+            records.append(record)
+    return records
 
 
 def saved_job(name: str, state_dir: Optional[str] = None) -> "_Job":
@@ -116,8 +224,9 @@ def job_key_file(state_dir: str) -> str:
 
 def job_rows(state_dir: Optional[str] = None) -> list:
     """What `xmesh ls` shows of the saved jobs: name, scheduler and id, nodes, state, time left."""
-    rows = []
-    for r in saved_jobs(state_dir):
+    rows: list = []
+    problems: list = []
+    for r in saved_jobs(state_dir, problems):
         try:
             st = slurm_state(r.job_id) if r.kind == "slurm" else _ssh_state(r)
         except (OSError, JobError) as e:  # scontrol missing or failing here
@@ -126,6 +235,9 @@ def job_rows(state_dir: Optional[str] = None) -> list:
                      "nodes": r.spec.get("nodes", len(r.agents)), "node_list": st.nodes, "state": st.state,
                      "reason": "" if st.reason == "None" else st.reason,
                      "seconds_left": st.seconds_left, "hosts": r.hosts})
+    for name, why in problems:  # listed, with why, beside the others
+        rows.append({"kind": "job", "name": name, "scheduler": "?", "job_id": "", "nodes": 0, "node_list": "",
+                     "state": "REFUSED", "reason": why, "seconds_left": None, "hosts": []})
     return rows
 
 
@@ -145,15 +257,19 @@ def _ssh_state(record: JobRecord, timeout: float = 2.0) -> "SlurmState":
                       ",".join(a["host"] for a in record.agents))
 
 
-def stop_job(name: str, state_dir: Optional[str] = None) -> bool:
-    """Releases the saved job `name` (scancel, its record removed); False when there is none."""
+def stop_job(name: str, state_dir: Optional[str] = None) -> Optional[str]:
+    """Releases the saved job `name` (SLURM: scancel; SSH: its agents stopped) and removes its
+    record: what was released, in words; None when no job of that name is saved. JobError when
+    its record is refused (never acted on) or the release failed."""
     d = default_state_dir(state_dir)
     record = JobRecord.load(d, name)
     if record is None:
-        return False
+        return None
     release(record)
     os.unlink(JobRecord.path(d, name))
-    return True
+    if record.kind == "slurm":
+        return f"released SLURM job {record.job_id} ({name}; scancel)"
+    return f"stopped the host agents of SSH job {name} on {', '.join(a['host'] for a in record.agents)}"
 
 
 def describe(record: JobRecord) -> str:

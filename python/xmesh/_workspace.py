@@ -402,11 +402,13 @@ class SyncReport:
     def summary(self) -> str:
         dirs = ", ".join(local + (f" -> {dest}" if dest else "") for local, dest in self._trees())
         n_hosts = len({h["agent"].runtime_dir for p in self.parts for h in p["hosts"]})
+        skipped = len(self.skipped)
+        not_sent = f"; {skipped} skipped (see .skipped)" if skipped else ""
         if self.up_to_date:
             return (f"workspace {dirs}: {n_hosts} host{'s' if n_hosts != 1 else ''} already up to date "
-                    f"({self.unchanged} files; {self.seconds * 1000:.0f} ms)")
+                    f"({self.unchanged} files{not_sent}; {self.seconds * 1000:.0f} ms)")
         return (f"workspace {dirs} -> {n_hosts} host{'s' if n_hosts != 1 else ''}: {self.added} added, "
-                f"{self.changed} changed, {self.deleted} deleted, {self.unchanged} unchanged; sent "
+                f"{self.changed} changed, {self.deleted} deleted, {self.unchanged} unchanged{not_sent}; sent "
                 f"{human_bytes(self.bytes_sent)}, host agents received {human_bytes(self.bytes_received)}; "
                 f"{self.seconds:.2f} s")
 
@@ -430,6 +432,8 @@ class SyncReport:
                                                                     for d, s in self.dirs_sent[:5]))
         for local, path, why in self.skipped[:10]:
             lines.append(f"  skipped {path}: {why}")
+        if len(self.skipped) > 10:
+            lines.append(f"  and {len(self.skipped) - 10} more skipped (see .skipped)")
         reloaded, warnings = self._reload_lines()
         lines += ["  " + line for line in reloaded + warnings]
         return "\n".join(lines)

@@ -50,7 +50,8 @@ def _print_status(st, as_json: bool) -> None:
     c = st.port
     if c.accepted:  # an agent over TCP: what its one port did
         print(f"its TCP port: {c.accepted} connections, relayed {c.relayed_to_agent} to the agent and "
-              f"{c.relayed_to_procs} to procs, {c.lanes_handed_over} lanes handed to procs, {c.refused} refused")
+              f"{c.relayed_to_procs} to procs, {c.lanes_handed_over} lanes handed to procs, {c.refused} refused, "
+              f"{c.evicted} closed unauthenticated to make room")
     if not st.allocations:
         print("no allocations")
     for a in st.allocations:
@@ -145,11 +146,16 @@ def _print_jobs(jobs: list) -> None:
 
 
 def _stop(args):
-    from ._jobs import stop_job
+    from ._jobs import JobError, stop_job
     from ._named import stop_named
 
-    if stop_job(args.name, args.state_dir):
-        print(f"released job {args.name} (scancel)")
+    try:
+        released = stop_job(args.name, args.state_dir)
+    except JobError as e:
+        print(f"xmesh: {e}", file=sys.stderr)
+        return 1
+    if released:
+        print(released)
         return 0
     targets = _tcp_agents(args) + _local_dirs(args)
     if not targets or not stop_named(args.name, targets):

@@ -1030,7 +1030,7 @@ StatusReply HostAgent::status() const {
   r.sync_bytes_received = sync_->bytes_received();
   if (mux_) {
     PortMux::Stats s = mux_->stats();
-    r.port = PortCounts{s.accepted, s.relayed_to_agent, s.relayed_to_procs, s.lanes_handed_over, s.refused};
+    r.port = PortCounts{s.accepted, s.relayed_to_agent, s.relayed_to_procs, s.lanes_handed_over, s.refused, s.evicted};
   }
   int64_t now = now_ms();
   for (auto& kv : allocs_) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cast_tree.hpp"
+#include "env_helper.hpp"
 #include "node.hpp"
 #include "util.hpp"
 
@@ -39,13 +40,6 @@ void reach(const std::vector<CastTarget>& list, size_t fanout, std::vector<int>&
     reach(hop.behind, fanout, seen, depth + 1, max_depth);
   }
 }
-
-// A scoped environment variable (nodes read their settings when made).
-struct Env {
-  std::string name;
-  Env(const char* n, const std::string& v) : name(n) { setenv(n, v.c_str(), 1); }
-  ~Env() { unsetenv(name.c_str()); }
-};
 
 // A controller and `n` procs, each proc with actor "a" answering every call with its method
 // name, recording what it took in order.

@@ -356,3 +356,59 @@ TEST_CASE("a lane listener's hand-over socket takes only TCP connections said to
   CHECK(after.size() == before.size() + 1);
   for (int fd : {via, pipe_fds[0], pipe_fds[1], unix_pair[0], unix_pair[1]}) ::close(fd);
 }
+
+// Issue 41, finding 7: connections that start like ZMTP (\xff\x00\x00) and then say nothing were
+// spliced to the agent at once and held 3 files each; ~1,500 filled an agent whose fd limit is
+// 1024. Now a ZMTP connection is spliced only once its 10-byte signature came, and past the bounds
+// on connections still saying what they are or still in their handshake, the oldest are closed:
+// a controller that connects during the flood gets through.
+TEST_CASE("a flood of half-open connections cannot keep a legitimate controller out", "[tcp][relay]") {
+  setenv("XMESH_HANDSHAKE_MS", "60000", 1);  // only the bounds can close the flood's connections
+  setenv("XMESH_PORT_PREAMBLES", "16", 1);
+  setenv("XMESH_PORT_HANDSHAKES", "8", 1);
+  KeyFile key;
+  PortMux mux("tcp://127.0.0.1:0");
+  Node agent("hostd", "ipc:///tmp/xmesh-mux-flood-" + std::to_string(getpid()), "k");
+  unsetenv("XMESH_PORT_PREAMBLES");
+  unsetenv("XMESH_PORT_HANDSHAKES");
+  const std::string agent_addr = "tcp://127.0.0.1:" + std::to_string(mux.port());
+  agent.listen_tcp("tcp://127.0.0.1:*", key.path, agent_addr);
+  unsetenv("XMESH_HANDSHAKE_MS");
+  mux.start(port_of(agent.tcp_bound_addr()));
+  agent.set_default_cookie("k");
+  agent.start();
+
+  std::vector<std::unique_ptr<RawClient>> flood;
+  for (int i = 0; i < 100; ++i) {  // three bytes of a greeting, then silence
+    flood.push_back(std::make_unique<RawClient>(mux.port()));
+    flood.back()->send_bytes(std::string("\xff\x00\x00", 3));
+  }
+  for (int i = 0; i < 50; ++i) {  // a whole signature, then silence in the handshake
+    flood.push_back(std::make_unique<RawClient>(mux.port()));
+    flood.back()->send_bytes(std::string("\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7f", 10));
+  }
+  for (int i = 0; i < 2000 && mux.stats().accepted < 150; ++i) usleep(1000);
+  REQUIRE(mux.stats().accepted == 150);
+  auto s = mux.stats();
+  CHECK(s.relayed_to_agent <= 50);       // a 3-byte start is never spliced
+  CHECK(s.evicted >= 150 - 16 - 8);      // what the bounds do not hold was closed
+  size_t open = 0;
+  for (auto& c : flood) {  // what the relay still holds: within its bounds
+    timeval tv{0, 20000};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b;
+    ssize_t r = ::recv(c->fd, &b, 1, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ++open;
+  }
+  CHECK(open <= 16 + 8);
+
+  Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
+  controller.set_default_cookie("k");
+  controller.start();
+  Header h;
+  h.kind = Kind::Configure;
+  controller.send(agent_addr, h, {});
+  REQUIRE(agent.control().pop(10000));  // the controller got in
+  controller.stop();
+  agent.stop();
+}

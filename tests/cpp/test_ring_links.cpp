@@ -263,7 +263,9 @@ TEST_CASE("records that do not read close the ring and are named", "[ring_links]
   RingReaders::Report report;
   REQUIRE(readers.poll([](Message&) { return true; }, report) == 0);
   REQUIRE(report.broken.size() == 1);
-  REQUIRE(report.broken[0].find("ipc:///bad") != std::string::npos);
+  REQUIRE(report.broken[0].addr == "ipc:///bad");
+  REQUIRE(report.broken[0].token == ring.token());
+  REQUIRE_FALSE(report.broken[0].why.empty());
   REQUIRE(ring.closed());
   REQUIRE(readers.reading() == 0);
 }
@@ -287,7 +289,7 @@ TEST_CASE("a ring message claiming a huge header is refused before anything is s
   RingReaders::Report report;
   REQUIRE(readers.poll([](Message&) { return true; }, report) == 0);
   REQUIRE(report.broken.size() == 1);
-  CHECK_THAT(report.broken[0], Catch::Contains("header and frame list take"));
+  CHECK_THAT(report.broken[0].why, Catch::Contains("header and frame list take"));
   REQUIRE(ring.closed());
 }
 

@@ -162,3 +162,92 @@ TEST_CASE("fds that are not rings are refused, naming why", "[shm_ring]") {
   REQUIRE_THROWS_WITH(ShmRing::attach(sealed), "the fd is not an xmesh ring (its header does not match its size)");
   close(sealed);
 }
+
+namespace {
+// The shared header as a hostile peer sees it (the layout of shm_ring.cpp's Header): the
+// capacity at byte 8, the writer's position at 64, the reader's at 128.
+struct HostileView {
+  explicit HostileView(const ShmRing& ring) {
+    base = static_cast<char*>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, ring.fd(), 0));
+    REQUIRE(base != MAP_FAILED);
+  }
+  ~HostileView() { munmap(base, 8192); }
+  void put(size_t offset, uint64_t value) { std::memcpy(base + offset, &value, 8); }
+  uint64_t get(size_t offset) const {
+    uint64_t v;
+    std::memcpy(&v, base + offset, 8);
+    return v;
+  }
+  char* base;
+};
+constexpr size_t kCapacityAt = 8, kHeadAt = 64, kTailAt = 128;
+}  // namespace
+
+// A proc's buggy native code may scribble on the mapping: a capacity grown to 1 GiB after attach
+// must not make either side copy past the 4 KiB it mapped (it read its own copy at attach).
+TEST_CASE("a capacity rewritten after attach bounds nothing: copies stay inside the mapping", "[shm_ring]") {
+  auto writer = ShmRing::create(4096);
+  auto reader = ShmRing::attach(writer.fd());
+  HostileView peer(writer);
+  peer.put(kCapacityAt, uint64_t(1) << 30);
+  REQUIRE(reader.capacity() == 4096);
+  REQUIRE(reader.max_message() == 2048);
+  std::string got;
+  for (uint64_t n = 0; n < 200; ++n) {  // round the buffer many times: records straddle its end
+    std::string m = message_of(n, 100 + n * 13 % 1900);
+    REQUIRE(writer.write(m, 1000) == R::ok);
+    REQUIRE(reader.read(got, 1000) == R::ok);
+    REQUIRE(got == m);
+  }
+  REQUIRE(writer.try_write(std::string(3000, 'x')) == R::too_large);  // its own limit, not the peer's
+}
+
+TEST_CASE("positions that do not add up close the ring as corrupt, on either side", "[shm_ring]") {
+  SECTION("the writer's position far past the reader's (head 2^62)") {
+    auto writer = ShmRing::create(4096);
+    auto reader = ShmRing::attach(writer.fd());
+    REQUIRE(writer.try_write("before") == R::ok);
+    HostileView(writer).put(kHeadAt, uint64_t(1) << 62);
+    std::string got;
+    REQUIRE(reader.try_read(got) == R::corrupt);
+    REQUIRE(reader.closed());
+    REQUIRE(writer.try_write("after") == R::closed);
+  }
+  SECTION("the reader's position ahead of what was written") {
+    auto writer = ShmRing::create(4096);
+    auto reader = ShmRing::attach(writer.fd());
+    REQUIRE(writer.try_write("one") == R::ok);
+    HostileView(writer).put(kTailAt, uint64_t(1) << 40);
+    REQUIRE(writer.try_write("two") == R::corrupt);
+    REQUIRE(writer.closed());
+  }
+  SECTION("a record length past the record area (0xffffffff)") {
+    auto writer = ShmRing::create(4096);
+    auto reader = ShmRing::attach(writer.fd());
+    REQUIRE(writer.try_write("twelve bytes") == R::ok);
+    HostileView view(writer);
+    const uint32_t huge = 0xffffffffu;
+    std::memcpy(view.base + 4096, &huge, 4);  // the first record's length, at the start of the data
+    std::string got;
+    REQUIRE(reader.try_read(got) == R::corrupt);
+    REQUIRE(got.empty());
+  }
+  SECTION("a peer moving its own copy of this side's position changes nothing here") {
+    auto writer = ShmRing::create(4096);
+    auto reader = ShmRing::attach(writer.fd());
+    REQUIRE(writer.try_write("first") == R::ok);
+    REQUIRE(writer.try_write("second") == R::ok);
+    HostileView view(writer);
+    view.put(kTailAt, view.get(kHeadAt));  // "everything was read": the reader knows better
+    std::string got;
+    REQUIRE(reader.try_read(got) == R::ok);
+    REQUIRE(got == "first");
+    REQUIRE(reader.try_read(got) == R::ok);
+    REQUIRE(got == "second");
+  }
+  SECTION("attaching to a ring whose positions are already wrong is refused") {
+    auto writer = ShmRing::create(4096);
+    HostileView(writer).put(kHeadAt, 1 << 20);
+    REQUIRE_THROWS_WITH(ShmRing::attach(writer.fd()), Catch::Contains("positions do not add up"));
+  }
+}

@@ -354,3 +354,60 @@ TEST_CASE("the receiver checks every piece and refuses content that does not mat
   CHECK_THROWS_WITH(push_tree(r, src.path, ""), Catch::Contains("overlaps"));
   CHECK(push_tree(r, src.path, "w2")["added"] == 1);
 }
+
+// Issue 41, finding 6: a chain of links each lexically inside (d1/d2/d3/s -> ../../.., then
+// e -> d1/d2/d3/s/../../../../outside) resolves outside on the host, since the kernel follows s
+// before the '..' after it. A link whose target passes through another link is refused by the
+// receiver and skipped by the scanner, naming why.
+TEST_CASE("a link whose target passes through another link is refused and skipped, naming why", "[workspace]") {
+  auto link_entry = [](const std::string& path, const std::string& target) {
+    Entry l;
+    l.path = path;
+    l.type = EntryType::Symlink;
+    l.target = target;
+    l.size = target.size();
+    return l;
+  };
+  Manifest m;
+  m.entries = {dir_entry("d1"), dir_entry("d1/d2"), dir_entry("d1/d2/d3"), link_entry("d1/d2/d3/s", "../../.."),
+               link_entry("e", "d1/d2/d3/s/../../../../outside")};
+  m.sort();
+  CHECK_THROWS_WITH(check_manifest(m), Catch::Contains("refused manifest entry 'e'") &&
+                                           Catch::Contains("passes through the symlink 'd1/d2/d3/s'"));
+  // Sent as a change to a manifest that had only the first link, it is refused the same.
+  Manifest upserts;
+  upserts.entries = {m.entries.back()};
+  CHECK_THROWS_WITH(check_manifest_change(m, upserts, Manifest{}), Catch::Contains("passes through the symlink"));
+  // And the other order: the link that turns an older one's target into an escape comes last.
+  Manifest older;
+  older.entries = {dir_entry("d1"), dir_entry("d1/d2"), link_entry("d1/d2/s", "x"),
+                   link_entry("e", "d1/d2/s/../../../outside")};
+  older.sort();
+  std::string why;
+  REQUIRE(symlink_resolves_inside(older, "e", "d1/d2/s/../../../outside", &why) == false);  // s is a link already
+  Manifest plain;
+  plain.entries = {dir_entry("d1"), dir_entry("d1/d2"), dir_entry("d1/d2/s"), link_entry("e", "d1/d2/s/../x")};
+  plain.sort();
+  CHECK_NOTHROW(check_manifest(plain));  // through real directories only: fine
+  Manifest swapped = plain, change;
+  swapped.entries[2] = link_entry("d1/d2/s", "../..");  // the directory replaced by a link to the root
+  swapped.sort();
+  change.entries = {swapped.entries[2]};
+  CHECK_THROWS_WITH(check_manifest_change(swapped, change, Manifest{}),
+                    Catch::Contains("refused manifest entry 'e'") && Catch::Contains("passes through the symlink"));
+  // A link to a link (its last component) is judged on its own.
+  Manifest to_link;
+  to_link.entries = {link_entry("a", "b"), link_entry("b", "c")};
+  to_link.sort();
+  CHECK_NOTHROW(check_manifest(to_link));
+
+  TempDir t;
+  write(t.path + "/d1/d2/d3/keep.txt", "k");
+  REQUIRE(symlink("../../..", (t.path + "/d1/d2/d3/s").c_str()) == 0);
+  REQUIRE(symlink("d1/d2/d3/s/../../../../outside", (t.path + "/e").c_str()) == 0);
+  ScanResult r = scan_tree(t.path, {}, nullptr);
+  CHECK(r.manifest.find("d1/d2/d3/s") != nullptr);  // itself inside
+  CHECK(r.manifest.find("e") == nullptr);
+  std::map<std::string, std::string> skipped(r.skipped.begin(), r.skipped.end());
+  CHECK_THAT(skipped["e"], Catch::Contains("passes through the symlink 'd1/d2/d3/s'"));
+}

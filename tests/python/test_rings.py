@@ -2,7 +2,9 @@
 between a controller and its procs switch to rings after the first exchange; a slow actor
 behind a small ring never loses or reorders a message and its inbox stays bounded; arguments and
 results far larger than a ring cross it whole; a proc killed while holding rings fails its calls
-with a SupervisionError and its rings are reclaimed; XMESH_RINGS=0 keeps ZeroMQ alone."""
+with a SupervisionError and its rings are reclaimed; a proc whose code scribbles on the rings'
+shared headers neither crashes the controller nor strands the call in flight (it fails naming the
+link, later calls go on and a new ring comes up); XMESH_RINGS=0 keeps ZeroMQ alone."""
 import json
 import os
 import signal
@@ -12,7 +14,7 @@ import pytest
 from xmesh_testing import run_program, wait_until
 
 import xmesh
-from xmesh import SupervisionError
+from xmesh import ActorError, SupervisionError
 from xmesh._runtime import get_runtime
 
 
@@ -51,6 +53,35 @@ class Probe(xmesh.Actor):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             pass
+
+    @xmesh.endpoint
+    def sleep(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "slept"
+
+    @xmesh.endpoint
+    def scribble_later(self, delay: float, offset: int, value: int) -> int:
+        """What a buggy native library of this proc might do: after `delay`, write `value` at
+        `offset` of every ring header this process maps (both directions). How many it found."""
+        import ctypes
+        import threading
+
+        starts = []
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if "memfd:xmesh-link" in line:
+                    starts.append(int(line.split("-", 1)[0], 16))
+
+        def scribble() -> None:
+            time.sleep(delay)
+            for start in starts:
+                ctypes.c_uint64.from_address(start + offset).value = value
+
+        if delay > 0:
+            threading.Thread(target=scribble, daemon=True).start()
+        else:
+            scribble()
+        return len(starts)
 
 
 def _stats():
@@ -134,6 +165,39 @@ def test_a_slow_actor_behind_a_small_ring_loses_and_reorders_nothing_and_stays_b
     assert [size for _, size in out["seen"]][:51:50] == [5000, 5000]
     assert out["ring_sent"] >= 1500
     assert out["deepest"] <= 21  # the ring held the caller back; the inbox never grew past the limit
+
+
+# Where the shared header keeps what: the capacity at byte 8, the writer's position at 64, the
+# reader's at 128 (runtime/shm_ring.cpp).
+@pytest.mark.parametrize("field,offset,value", [("writer position", 64, 1 << 62), ("reader position", 128, 1 << 40)])
+def test_a_ring_scribbled_on_fails_the_call_in_flight_and_calls_go_on(field, offset, value):
+    pm = xmesh.this_host().spawn_procs({"gpus": 1})
+    probe = pm.spawn("scribbled", Probe)
+    for i in range(5):
+        assert probe.echo.call_one(i).get(timeout=60) == i
+    assert probe.scribble_later.call_one(0.3, offset, value).get(timeout=30) >= 2
+    in_flight = probe.sleep.call_one(1.5)
+    with pytest.raises(ActorError, match="shared-memory link .* broke"):
+        in_flight.get(timeout=30)  # failed naming why, never stranded
+    before = _stats().ring_sent
+    assert [probe.echo.call_one(i).get(timeout=30) for i in range(30)] == list(range(30))
+    assert wait_until(lambda: _stats().rings_out == 1, timeout=10)  # a new ring came up
+    assert probe.echo.call_one("on the new ring").get(timeout=30) == "on the new ring"
+    assert _stats().ring_sent > before
+    pm.stop()
+
+
+def test_a_ring_capacity_rewritten_by_the_proc_bounds_nothing():
+    pm = xmesh.this_host().spawn_procs({"gpus": 1})
+    probe = pm.spawn("resized", Probe)
+    probe.echo.call_one(0).get(timeout=60)
+    assert probe.scribble_later.call_one(0.0, 8, 1 << 30).get(timeout=30) >= 2
+    before = _stats().ring_sent
+    for size in (10, 100_000, 3_000_000):  # records round the 256 KiB ring many times over
+        blob = os.urandom(size)
+        assert probe.echo.call_one(blob).get(timeout=60) == blob
+    assert _stats().ring_sent > before  # still over the same rings: each side kept its own capacity
+    pm.stop()
 
 
 def test_rings_off_keeps_zeromq():

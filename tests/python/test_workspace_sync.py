@@ -106,6 +106,49 @@ def test_bad_input_is_named(fresh_rundir, tmp_path):
         host.sync_workspace(src, conda=True)
 
 
+def test_a_chain_of_links_leaving_the_workspace_is_skipped_and_said(fresh_rundir, tmp_path):
+    """Issue 41, finding 6: d1/d2/d3/s -> ../../.. and e -> d1/d2/d3/s/../secret.txt both stay
+    inside when their components are counted, but the kernel follows s first: e would read the
+    file beside the host's workspace. e is skipped, said in the report; s (inside) travels."""
+    src = str(tmp_path / "src")
+    write(f"{src}/d1/d2/d3/keep.txt", "k")
+    os.symlink("../../..", f"{src}/d1/d2/d3/s")
+    os.symlink("d1/d2/d3/s/../secret.txt", f"{src}/e")
+    os.symlink("/etc/passwd", f"{src}/absolute")
+    host = xmesh.hosts([fresh_rundir])
+    root = workspace_dir(fresh_rundir)
+    write(os.path.join(os.path.dirname(root), "secret.txt"), "the host's own")
+    report = host.sync_workspace(src)
+    skipped = {p: why for _, p, why in report.skipped}
+    assert "passes through the symlink 'd1/d2/d3/s'" in skipped["e"]
+    assert "outside the workspace (absolute)" in skipped["absolute"]
+    assert "2 skipped" in report.summary() and "skipped e: symlink to d1/d2/d3/s/../secret.txt" in repr(report)
+    assert os.readlink(f"{root}/d1/d2/d3/s") == "../../.."
+    assert not os.path.lexists(f"{root}/e") and not os.path.lexists(f"{root}/absolute")
+    again = host.sync_workspace(src)  # nothing new: still said
+    assert again.up_to_date and "2 skipped" in again.summary()
+
+
+def test_a_sync_of_many_files_commits_and_reports_every_path(fresh_rundir, tmp_path):
+    """Issue 41, finding 3: the commit's answer listed every path in its header, over the 1 MiB
+    a header may take (about 30,000 paths of 40 bytes), so a sync that committed was reported as
+    failed after the step timeout. The paths now travel as the answer's frames."""
+    src = tmp_path / "many"
+    n = 30_000
+    for d in range(30):
+        sub = src / f"directory-with-a-longish-name-{d:02d}"
+        sub.mkdir(parents=True)
+        for i in range(n // 30):
+            (sub / f"f{i:05d}.txt").write_bytes(b"x")
+    host = xmesh.hosts([fresh_rundir])
+    report = host.sync_workspace(str(src))
+    assert report.added == n, report
+    paths = [p for part in report.parts for h in part["hosts"] for p in h.get("added_paths", [])]
+    assert len(paths) == n and "directory-with-a-longish-name-07/f00123.txt" in paths
+    root = workspace_dir(fresh_rundir)
+    assert len(os.listdir(os.path.join(root, "directory-with-a-longish-name-29"))) == n // 30
+
+
 def test_workspace_dirs_and_several_hosts_get_each_byte_once(fresh_rundir, tmp_path):
     a, b = str(tmp_path / "proj_a"), str(tmp_path / "proj_b")
     write(f"{a}/one.txt", "1" * 20000)
