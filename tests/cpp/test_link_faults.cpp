@@ -14,6 +14,7 @@
 
 #include "env_helper.hpp"
 #include "node.hpp"
+#include "node_test_helpers.hpp"
 #include "util.hpp"
 
 using namespace xmesh;
@@ -21,18 +22,9 @@ using namespace xmesh;
 namespace {
 std::string addr_for(const char* tag) { return "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-" + tag; }
 
-// Starts both nodes and has ctl spawn actor "a" on proc: its inbox, after the spawn.
-std::shared_ptr<Inbox> started_with_actor(Node& ctl, Node& proc) {
-  for (Node* n : {&proc, &ctl}) {
-    n->set_default_cookie("k");
-    n->start();
-  }
-  Header spawn;
-  spawn.kind = Kind::SpawnActor;
-  ctl.call({Target{proc.addr(), "a"}}, spawn, {}, false);
-  std::shared_ptr<Inbox> inbox;
-  for (int i = 0; i < 500 && !inbox; ++i, usleep(10000)) inbox = proc.actor_inbox("a");
-  REQUIRE(inbox);
+// The proc's actor "a" spawned by ctl, its spawn message taken: its inbox.
+std::shared_ptr<Inbox> spawned(Node& ctl, Node& proc) {
+  auto inbox = started_with_actor(ctl, proc);
   REQUIRE(inbox->pop(5000)->header.kind == Kind::SpawnActor);
   return inbox;
 }
@@ -98,7 +90,7 @@ TEST_CASE("a ring scribbled on fails the call in flight, and the pair goes on ov
           "[link_faults][node]") {
   Node proc("proc", addr_for("lf-p"), "k");
   Node ctl("controller", addr_for("lf-c"), "k");
-  Answerer actor(proc, started_with_actor(ctl, proc));
+  Answerer actor(proc, spawned(ctl, proc));
   for (int i = 0; i < 20; ++i) REQUIRE(call(ctl, proc, "warm")->wait_for(false, 10000) == WaitOutcome::Ready);
   REQUIRE(ctl.stats().rings_out == 1);
   REQUIRE(ctl.stats().rings_in == 1);
@@ -134,7 +126,7 @@ TEST_CASE("a message its receiver refused as too large does not hold the next on
     proc = std::make_unique<Node>("proc", addr_for("tl-p"), "k");
   }
   Node ctl("controller", addr_for("tl-c"), "k");
-  Answerer actor(*proc, started_with_actor(ctl, *proc));
+  Answerer actor(*proc, spawned(ctl, *proc));
   REQUIRE(call(ctl, *proc, "warm")->wait_for(false, 10000) == WaitOutcome::Ready);
   auto big = call(ctl, *proc, "big", 5 << 20);
   REQUIRE(big->wait_for(false, 10000) == WaitOutcome::Ready);
@@ -153,7 +145,7 @@ TEST_CASE("broadcasts whose sends timed out do not hold the next call", "[link_f
   Env timeout("XMESH_SEND_TIMEOUT_MS", "100");
   Node proc("proc", addr_for("bt-p"), "k");
   Node ctl("controller", addr_for("bt-c"), "k");
-  Answerer actor(proc, started_with_actor(ctl, proc));
+  Answerer actor(proc, spawned(ctl, proc));
   for (int i = 0; i < 5; ++i) REQUIRE(call(ctl, proc, "warm")->wait_for(false, 10000) == WaitOutcome::Ready);
   REQUIRE(ctl.stats().rings_out == 1);
   actor.answering = false;  // the actor holds one message; its inbox and then the ring fill

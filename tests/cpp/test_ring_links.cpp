@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "node.hpp"
+#include "node_test_helpers.hpp"
 #include "ring_links.hpp"
 #include "util.hpp"
 
@@ -47,21 +48,6 @@ struct Link {
     readers.start_reading("ipc:///writer");
   }
 };
-
-// Starts both nodes and has ctl spawn actor "a" on proc: its inbox, the spawn in it.
-std::shared_ptr<Inbox> started_with_actor(Node& ctl, Node& proc) {
-  for (Node* n : {&proc, &ctl}) {
-    n->set_default_cookie("k");
-    n->start();
-  }
-  Header spawn;
-  spawn.kind = Kind::SpawnActor;
-  ctl.call({Target{proc.addr(), "a"}}, spawn, {}, false);
-  std::shared_ptr<Inbox> inbox;
-  for (int i = 0; i < 500 && !inbox; ++i, usleep(10000)) inbox = proc.actor_inbox("a");
-  REQUIRE(inbox);
-  return inbox;
-}
 
 std::vector<uint8_t> header_for(uint64_t corr) {
   Header h;

@@ -220,7 +220,7 @@ def test_xmesh_ls_shows_jobs_and_stop_releases_them_and_the_time_limit_is_announ
     assert row["job_id"] == job.job_id and row["state"] == "RUNNING" and 500 < row["seconds_left"] <= 600
     r = subprocess.run([*CLI, "stop", "limited", "--state-dir", slurm.state_dir], capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode == 0 and "released job limited" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and f"released SLURM job {job.job_id} (limited; scancel)" in r.stdout, r.stdout + r.stderr
     assert slurm.run("squeue", "-h", "-j", job.job_id, check=False).stdout.strip() == ""
 
 
