@@ -223,6 +223,17 @@ class HostAgent:
     def status(self, timeout: float = 15.0) -> "_core.StatusReply":
         return _core.StatusReply.from_dict(self.request(Kind.Status, {}, timeout=timeout))
 
+    def log_losses(self, alloc: str, ranks: Optional[set] = None) -> list:
+        """What this agent's log files of allocation `alloc` lack (a full disk), in words, per rank
+        (only `ranks`, when given): those lines were shown but could not be kept."""
+        out = []
+        for st in self.status().allocations:
+            if st.alloc == alloc:
+                out += [f"rank {p.rank}'s log file lacks {_core.format_bytes(p.log_lost_bytes)} of its output "
+                        f"({p.log_error}): those lines were shown but could not be kept"
+                        for p in st.procs if p.log_lost_bytes and (ranks is None or p.rank in ranks)]
+        return out
+
     def spawn_procs(self, body: "_core.SpawnProcsBody", timeout: Optional[float] = None) -> "_core.SpawnProcsReply":
         # Starting a proc takes the agent longer the more it already started (they compete for
         # the cores): the default allows half a second each beyond 30 s. An agent that dies

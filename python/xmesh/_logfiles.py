@@ -154,7 +154,8 @@ def last(records, tail):
     return records[-tail:] if tail else []
 
 
-def _check_stream(stream):
+def check_stream(stream: object) -> None:
+    """ValueError naming a stream that is not 'stdout', 'stderr' or None (every stream)."""
     if stream not in (None, "stdout", "stderr"):
         raise ValueError(f"stream must be 'stdout', 'stderr' or None, got {stream!r}")
 
@@ -232,7 +233,7 @@ def read_records(d, ranks=None, stream=None, grep=None, actor=None):
     """Every record of the log directory d (a path, or an AgentLogDir on another host),
     filtered, per rank in file order; the pieces of a long line (or of one written in several
     goes) come joined, as one record."""
-    _check_stream(stream)
+    check_stream(stream)
     pattern = compile_grep(grep)
     meta = _meta_of(d)
     host = meta.host if meta is not None else None

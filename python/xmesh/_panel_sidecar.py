@@ -175,16 +175,71 @@ def _logs(msg: dict, rundir: Optional[str]) -> dict:
     grep = msg.get("grep") or None
     if grep is not None and not isinstance(grep, str):
         raise ValueError("grep is a regular expression")
+    stream = msg.get("stream")
+    _logfiles.check_stream(stream)  # named before anything is looked up
     # A named allocation's directory is NAME-ID (earlier ones of that name have other ids).
     dirs = [d for d in _logfiles.find_logdirs(os.path.abspath(rundir or _core.runtime_dir()), name or alloc)
             if os.path.basename(d) in (alloc, f"{name}-{alloc}")]
     if not dirs:
         raise ValueError(f"no logs of allocation {name or alloc!r} (id {alloc})")
-    records = _logfiles.read_records(dirs[-1], ranks={rank} if rank is not None else None,
-                                     stream=msg.get("stream") or None, grep=grep)
-    records.sort(key=lambda r: (r.time, r.rank))
-    return {"id": alloc, "total": len(records),
-            "records": [r._asdict() for r in _logfiles.last(records, tail)]}
+    _logfiles.compile_grep(grep)  # a pattern that does not compile is named as such
+
+    def read() -> dict:
+        records = _logfiles.read_records(dirs[-1], ranks={rank} if rank is not None else None,
+                                         stream=stream, grep=grep)
+        records.sort(key=lambda r: (r.time, r.rank))
+        return {"id": alloc, "total": len(records),
+                "records": [r._asdict() for r in _logfiles.last(records, tail)]}
+
+    # A search by a user's regular expression may backtrack for minutes ((a+)+$ on a long line),
+    # and Python's re cannot be interrupted: it runs in a child of its own, given SEARCH_LIMIT_S.
+    return read() if grep is None else _in_child(read, SEARCH_LIMIT_S, f"search too slow: the regular expression "
+                                                 f"{grep!r} took over {SEARCH_LIMIT_S:.0f} s on these logs; "
+                                                 "try a simpler one")
+
+
+SEARCH_LIMIT_S = 5.0  # well under the server's wait for the sidecar (15 s)
+
+
+def _in_child(work: Callable[[], dict], limit_s: float, too_slow: str) -> dict:
+    """work() in a forked child, its JSON answer read back; past limit_s the child is killed and
+    ValueError(too_slow) raised. The child only reads files and computes: nothing of this
+    process's threads is needed there."""
+    import select
+    import signal
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(r)
+        try:
+            data = json.dumps(work()).encode()
+        except ValueError as e:
+            data = json.dumps({"__error__": str(e)}).encode()
+        except BaseException as e:  # noqa: BLE001 - said to the parent, never raised here
+            data = json.dumps({"__error__": f"{type(e).__name__}: {e}"}).encode()
+        with os.fdopen(w, "wb") as out:
+            out.write(data)
+        os._exit(0)
+    os.close(w)
+    chunks, deadline = [], time.monotonic() + limit_s
+    try:
+        with os.fdopen(r, "rb") as pipe:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    raise ValueError(too_slow)
+                chunk = os.read(pipe.fileno(), 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    finally:
+        os.waitpid(pid, 0)
+    answer = json.loads(b"".join(chunks) or b"{}")
+    if "__error__" in answer:
+        raise ValueError(answer["__error__"])
+    return answer
 
 
 DEBUG_TIMEOUT_S = 10.0  # under the server's wait for the sidecar

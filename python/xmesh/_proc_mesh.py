@@ -184,6 +184,7 @@ class ProcMesh(MeshTrait):
         the allocation) or a list; stream: "stdout" or "stderr"; grep: a regular expression;
         tail: only the last N records."""
         self._require_alloc("logs")
+        _logfiles.check_stream(stream)  # named even where no rank has a log yet
         ranks = list(self._shape.ranks())
         if rank is not None:
             wanted = [rank] if isinstance(rank, int) else list(rank)
@@ -206,7 +207,25 @@ class ProcMesh(MeshTrait):
         for d, rs in dirs.items():
             records.extend(_logfiles.read_records(d, ranks=rs, stream=stream, grep=grep, actor=actor))
         records.sort(key=lambda rec: (rec.time, rec.rank))
+        self._say_log_losses(alloc, ranks)
         return _logfiles.last(records, tail)
+
+    @staticmethod
+    def _say_log_losses(alloc: Allocation, ranks: list[int]) -> None:
+        """A warning naming what the log files lack (a full disk on a host): the lines returned
+        are then not all the procs wrote, and the last of them not the latest."""
+        import warnings
+
+        agents = {alloc.procs[r].agent.runtime_dir: alloc.procs[r].agent for r in ranks
+                  if alloc.procs[r].agent is not None}
+        for a in agents.values():
+            try:
+                losses = a.log_losses(alloc.id, set(ranks))
+            except (HostdError, TimeoutError, ConnectionError):
+                continue  # an agent that does not answer: its files are all there is to say
+            if losses:
+                warnings.warn("; ".join(losses) + " (the lines returned are what the files kept)", RuntimeWarning,
+                              stacklevel=4)
 
     def _require_alloc(self, what: str) -> Allocation:
         if self._alloc is None:

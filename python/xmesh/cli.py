@@ -211,19 +211,8 @@ def _own_runtime_dir(path: str) -> str:
 def _log_losses(agent_of, logdir) -> list:
     """What the files of logdir lack, as the agent that wrote them counted it (a full disk);
     agent_of() is that agent, connected, or None when it no longer runs."""
-    from . import _core
-
-    alloc = os.path.basename(str(logdir)).rsplit("-", 1)[-1]
     a = agent_of()
-    if a is None:
-        return []
-    out = []
-    for st in a.status().allocations:
-        if st.alloc == alloc:
-            out += [f"rank {p.rank}'s log file lacks {_core.format_bytes(p.log_lost_bytes)} of its output "
-                    f"({p.log_error}): those lines were shown but could not be kept"
-                    for p in st.procs if p.log_lost_bytes]
-    return out
+    return [] if a is None else a.log_losses(os.path.basename(str(logdir)).rsplit("-", 1)[-1])
 
 
 def _log_sources(args) -> list:

@@ -355,7 +355,8 @@ HostAgent::Allocation* HostAgent::live_named(const std::string& name) {
 
 bool HostAgent::controller_attached(const Allocation& a, int64_t now) const {
   auto c = controllers_.find(a.controller_addr);
-  return c != controllers_.end() && !c->second.said_goodbye && now - c->second.last_seen_ms < opts_.controller_timeout_ms;
+  return c != controllers_.end() && !c->second.said_goodbye && !c->second.link_closed &&
+         now - c->second.last_seen_ms < opts_.controller_timeout_ms && !process_ended(c->second);
 }
 
 template <class Body>
@@ -943,13 +944,16 @@ void HostAgent::report_exits() {
   }
 }
 
+bool HostAgent::process_ended(const Controller& c) {
+  if (c.pid <= 0) return false;
+  auto st = process_status(static_cast<pid_t>(c.pid));
+  return !st || st->start_ticks != c.start_ticks;
+}
+
 bool HostAgent::controller_gone(const Controller& c, int64_t now, int64_t grace_ms) const {
   if (c.said_goodbye) return true;
   if (now - c.last_seen_ms <= grace_ms) return false;
-  if (c.pid > 0) {  // silent past the grace: gone only if its process ended (not merely stopped)
-    auto st = process_status(static_cast<pid_t>(c.pid));
-    return !st || st->start_ticks != c.start_ticks;
-  }
+  if (c.pid > 0) return process_ended(c);  // silent past the grace: gone only if its process ended (not merely stopped)
   return true;
 }
 
@@ -1002,11 +1006,17 @@ void HostAgent::check_timers() {
   for (auto it = controllers_.begin(); it != controllers_.end();) {
     bool owns = false;
     for (auto& kv : allocs_) owns = owns || kv.second->controller_addr == it->first;
-    const Controller& c = it->second;
+    Controller& c = it->second;
     bool gone = controller_gone(c, now, grace_ms);
     if (gone)
       for (auto& sid : c.syncs) sync_->abandon(sid);  // what a killed sync staged goes now
-    if (gone && !owns && (c.said_goodbye || c.pid)) node_->forget_peer(it->first);
+    // A controller of this machine whose process ended (a SIGKILL) needs no connection, even
+    // while it owns named allocations: closed once a second of silence says to look.
+    const bool ended = !c.link_closed && c.pid > 0 && now - c.last_seen_ms > kEndedLookMs && process_ended(c);
+    if ((gone && !owns && (c.said_goodbye || c.pid) && !c.link_closed) || ended) {
+      node_->forget_peer(it->first);
+      c.link_closed = true;
+    }
     it = (gone && !owns) ? controllers_.erase(it) : std::next(it);
   }
   // Idle exit.

@@ -110,10 +110,13 @@ class HostAgent {
     int64_t pid = 0;  // its process, when it runs on this machine (then silence alone never orphans)
     std::set<std::string> syncs;  // the sync sessions it began
     uint64_t start_ticks = 0;
+    bool link_closed = false;  // its process ended: the connection to it closed (it may still own allocations)
   };
   // Whether a controller is gone for good: said goodbye, or silent for the orphan grace and
   // (when it runs on this machine) its process ended.
   bool controller_gone(const Controller& c, int64_t now, int64_t grace_ms) const;
+  // A controller of this machine whose process ended (known at once, without waiting for silence).
+  static bool process_ended(const Controller& c);
 
   void handle(Message m);
   // The requests controllers send; a malformed one is answered with an error naming the field.
@@ -184,6 +187,7 @@ class HostAgent {
   void sweep_stale_sockets();
   int64_t last_socket_sweep_ms_ = 0;  // 0: the first check sweeps what an earlier agent left
   static constexpr int64_t kStallMs = 2000;  // a gap between timer checks this long is a stall
+  static constexpr int64_t kEndedLookMs = 1000;  // a controller silent this long is looked at (ended?)
   bool quit_ = false;
   std::string ending_;  // why the agent is stopping on a signal (XMESH_JOB_DESCRIPTION names its job)
 };

@@ -183,6 +183,11 @@ class Chatty(Actor):
 
 pm = xmesh.hosts([sys.argv[1]]).spawn_procs({"gpus": 1}, name="fill")
 print("TALKED", pm.spawn("chatty", Chatty).talk.call_one(3000).get(timeout=60), flush=True)
+import warnings
+with warnings.catch_warnings(record=True) as said:
+    warnings.simplefilter("always")
+    kept = pm.logs(tail=3)
+print("KEPT", len(kept), "WARNED", [str(w.message) for w in said], flush=True)
 """
 
 
@@ -198,6 +203,9 @@ def test_a_full_disk_is_said_once_and_what_the_files_lack_is_counted(tmp_path):
         r = run_program(FILL_THE_DISK, args=[str(small)], env={"XMESH_RUNTIME_DIR": str(small)}, timeout=110)
         assert r.returncode == 0, r.stderr
         assert "TALKED 3000" in r.stdout and "line 2999 " in r.stdout  # every line was still shown
+        # procs.logs() says what its files lack (its last lines are not the latest the proc wrote).
+        (kept,) = [ln for ln in r.stdout.splitlines() if ln.startswith("KEPT ")]
+        assert "rank 0's log file lacks" in kept and "No space left on device" in kept, kept
         warnings = [ln for ln in r.stderr.splitlines() if "cannot be written (No space left on device)" in ln]
         assert len(warnings) == 1, r.stderr[-3000:]
         logs = subprocess.run([PYTHON, "-m", "xmesh.cli", "logs", "fill", "--runtime-dir", str(small)],

@@ -43,3 +43,41 @@ def test_a_named_allocation_outlives_its_program_and_lists_its_actors(fresh_rund
         procs.actors("nope")
     procs.stop()
     assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=15)
+
+
+KILLED_OWNER = """
+import sys, time, xmesh
+procs = xmesh.this_host().spawn_procs({'gpus': 1}, name=sys.argv[1])
+procs.initialized.get(timeout=60)
+print("READY", flush=True)
+time.sleep(120)
+"""
+
+
+def _eventfds(pid: int) -> int:
+    return sum(1 for fd in os.listdir(f"/proc/{pid}/fd") if "eventfd" in os.readlink(f"/proc/{pid}/fd/{fd}"))
+
+
+def test_a_sigkilled_owner_shows_detached_at_once_and_leaves_nothing_open_in_the_agent(fresh_rundir, tmp_path):
+    """Issue 41, finding 8: each SIGKILLed controller left an eventfd (its connection) open in the
+    agent, and its named allocation showed `attached` for seconds."""
+    from xmesh._pids import running_agent_pid
+
+    path = tmp_path / "owner.py"
+    path.write_text(KILLED_OWNER)
+    counts = []
+    for i in range(3):
+        prog = subprocess.Popen([PYTHON, str(path), f"killed{i}"], env=dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir),
+                                stdout=subprocess.PIPE, text=True)
+        assert prog.stdout.readline().strip() == "READY"
+        prog.kill()
+        prog.wait()
+        (row,) = [a for a in xmesh.allocations([fresh_rundir]) if a["name"] == f"killed{i}"]
+        assert row["attached"] is False, row  # its process is gone: said at once
+        agent = running_agent_pid(fresh_rundir)
+        # Its connection is closed once a second of silence makes the agent look.
+        assert wait_until(lambda: not counts or _eventfds(agent) <= counts[0], timeout=10), (counts, _eventfds(agent))
+        counts.append(_eventfds(agent))
+    assert counts[-1] <= counts[0], counts
+    for i in range(3):
+        xmesh.attach(f"killed{i}", hosts=xmesh.hosts([fresh_rundir])).stop()

@@ -9,6 +9,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from xmesh_testing import PYTHON, terminal_stdin
 
 import xmesh
@@ -332,3 +334,37 @@ def test_a_host_agent_that_did_not_answer_its_controller_is_named_in_the_list(fr
                                       "error": "RuntimeError: the host agent did not answer a Status request within 1 s"}]
     assert listed["meshes"] == [] and listed["controllers"][0] == {k: v for k, v in snap.items()
                                                                     if k not in ("allocations", "remote")}
+
+
+class Shouter(xmesh.Actor):
+    @xmesh.endpoint
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+
+def test_the_logs_search_is_bounded_in_time_and_names_a_bad_stream(monkeypatch):
+    """Issue 41, finding 8: a catastrophic regular expression stalled the sidecar for 15 s (and the
+    server restarted it); a bad stream was answered as "no logs". The search runs in a child of its
+    own with SEARCH_LIMIT_S; what is too slow is said so, and the sidecar answers on at once."""
+    from xmesh import _core, _panel_sidecar
+
+    monkeypatch.setattr(_panel_sidecar, "SEARCH_LIMIT_S", 1.0)
+    rundir = _core.runtime_dir()
+    procs = xmesh.this_host().spawn_procs({"gpus": 1}, name="shouts")
+    procs.spawn("s", Shouter).say.call("a" * 40 + "!").get(timeout=30)
+    alloc = procs._alloc.id  # the allocation's id, as the panel's list carries it
+    logs = _panel_sidecar.OPS["logs"]
+    deadline = time.monotonic() + 10
+    while logs({"id": alloc, "name": "shouts"}, rundir)["total"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert logs({"id": alloc, "name": "shouts", "grep": "a{40}!"}, rundir)["total"] == 1  # through the child
+    with pytest.raises(ValueError, match="search too slow: the regular expression"):
+        logs({"id": alloc, "name": "shouts", "grep": "^(a+)+$"}, rundir)  # 2^40 ways to fail
+    assert logs({"id": alloc, "name": "shouts", "grep": "a!"}, rundir)["total"] == 1  # answers on
+    with pytest.raises(ValueError, match="stream must be 'stdout', 'stderr' or None, got 'stdrr'"):
+        logs({"id": alloc, "name": "shouts", "stream": "stdrr"}, rundir)
+    with pytest.raises(ValueError, match="stream must be"):
+        logs({"id": "no-such-allocation", "stream": "stdrr"}, rundir)  # named before anything is looked up
+    with pytest.raises(ValueError, match="stream must be"):
+        procs.logs(stream="stdrr")
+    procs.stop()
