@@ -1,6 +1,7 @@
 #include "fork_server.hpp"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 
 #include "fd_passing.hpp"
+#include "process.hpp"
 
 namespace xmesh {
 
@@ -85,6 +87,23 @@ ForkServer::~ForkServer() {
   if (sock_ >= 0) close(sock_);  // it reads the end of its input and exits (the agent reaps it)
 }
 
+// Until the server's answer starts, looking at the server every 100 ms: one that ended or is
+// stopped (a SIGSTOP) is said so at once, not after the whole timeout; one that is slow is
+// given kAnswerTimeoutS, and the message says in what state it was.
+void ForkServer::await_answer() {
+  const std::string who = "the fork server (pid " + std::to_string(pid_) + ")";
+  for (int waited_ms = 0;; waited_ms += 100) {
+    pollfd pf{sock_, POLLIN, 0};
+    if (::poll(&pf, 1, 100) > 0) return;  // something to read (or its end: read_all says which)
+    auto st = process_status(pid_);
+    if (!st) throw std::runtime_error(who + " ended before it answered");
+    if (st->stopped()) throw std::runtime_error(who + " is stopped (SIGSTOP?): it cannot answer");
+    if (waited_ms >= kAnswerTimeoutS * 1000)
+      throw std::runtime_error(who + " did not answer within " + std::to_string(kAnswerTimeoutS) + " s" +
+                               (st->unusual().empty() ? "" : " (it is " + st->unusual() + ")"));
+  }
+}
+
 void ForkServer::fail() {
   if (sock_ >= 0) close(sock_);
   sock_ = -1;
@@ -99,6 +118,7 @@ SpawnedProc ForkServer::spawn(const std::map<std::string, std::string>& env, con
   try {
     send_header(sock_, static_cast<uint32_t>(body.size()), pipes.out[1], pipes.err[1]);
     write_all(sock_, body.data(), body.size());
+    await_answer();
     uint32_t be = 0;
     read_all(sock_, reinterpret_cast<char*>(&be), sizeof be);
     std::string reply(ntohl(be), '\0');

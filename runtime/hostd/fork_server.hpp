@@ -35,6 +35,7 @@ class ForkServer {
 
  private:
   void fail();
+  void await_answer();  // throws naming why the server cannot answer
   pid_t pid_ = -1;
   int sock_ = -1;  // the agent's end of the socket pair; the server has the other as fd 3
 };

@@ -95,6 +95,37 @@ def test_a_fork_server_that_died_is_replaced_and_no_spawn_fails():
         procs.stop()
 
 
+def test_a_stopped_fork_server_is_named_as_such_and_no_spawn_waits_for_it():
+    """Issue 41, finding 8: a fork server stopped by a SIGSTOP held the spawn for the whole
+    10 s and the agent's log said only that it did not answer. Now it is looked at while the
+    agent waits: stopped, it is said so at once and the procs start from their command line."""
+    import signal
+
+    procs = xmesh.this_host().spawn_procs({"gpus": 1})
+    procs.initialized.get(timeout=60)
+    agent = _safe_ppid(procs.pids[0])
+    servers = [p for p in _fork_servers(agent) if p not in procs.pids]
+    assert servers
+    for server in servers:
+        os.kill(server, signal.SIGSTOP)
+    try:
+        more = xmesh.this_host().spawn_procs({"gpus": 2})
+        more.initialized.get(timeout=60)
+        with open(_core.layout_hostd_log(_core.runtime_dir())) as f:
+            log = f.read()
+        assert any(f"the fork server (pid {s}) is stopped (SIGSTOP?): it cannot answer" in log for s in servers), \
+            log[-2000:]
+        assert "did not answer within 10 s" not in log
+        more.stop()
+    finally:
+        for server in servers:
+            try:
+                os.kill(server, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        procs.stop()
+
+
 def _safe_ppid(pid: int) -> int:
     try:
         return int(_stat(pid)[1])
