@@ -57,6 +57,8 @@ std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
   return nullptr;
 }
 
+constexpr int64_t kStepMsPerEntry = 1;  // a host's time per manifest entry in a plan or commit, at most
+
 struct Step {
   std::shared_ptr<Call> call;
   std::vector<size_t> hosts;  // index into the host list, per call target
@@ -78,8 +80,12 @@ class Pusher {
   }
 
   // Waits for every answer; throws naming the hosts that failed. Results by host index.
-  std::map<size_t, CallResult> wait(Step& s, const std::string& what) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.step_timeout_ms);
+  // entries: how many manifest entries the step works through on the host (a plan or a commit
+  // of a million files takes the agent minutes): each adds kStepMsPerEntry to the wait, so a
+  // large tree that commits is never reported failed (an agent that dies fails the call at once).
+  std::map<size_t, CallResult> wait(Step& s, const std::string& what, size_t entries = 0) {
+    const int64_t limit_ms = opts_.step_timeout_ms + static_cast<int64_t>(entries) * kStepMsPerEntry;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
     while (!s.call->wait_done(100)) {
       check_();
       if (std::chrono::steady_clock::now() > deadline) {
@@ -87,7 +93,7 @@ class Pusher {
         for (int64_t i : s.call->missing()) who += (who.empty() ? "" : ", ") + hosts_[s.hosts[i]].label;
         node_.forget_call(s.call->id());
         throw std::runtime_error("workspace sync: " + who + " did not answer the " + what + " step within " +
-                                 std::to_string(opts_.step_timeout_ms / 1000) + " s");
+                                 std::to_string(limit_ms / 1000) + " s");
       }
     }
     node_.forget_call(s.call->id());
@@ -253,7 +259,7 @@ class Push {
     if (!whole.empty()) send_whole(whole);
     for (size_t i = 0; i < plans_.size(); ++i) {
       std::vector<size_t> refit;
-      for (auto& [h, r] : p_.wait(plans_[i], "plan")) {
+      for (auto& [h, r] : p_.wait(plans_[i], "plan", m_.entries.size())) {
         if (read_reply(h, r).full.value_or(false)) {
           refit.push_back(h);
           continue;
@@ -377,7 +383,7 @@ class Push {
   // 4. commit: each host switches its staged files in, in one batch.
   void commit() {
     Step sent = p_.send(differ_, step("commit"), {});
-    for (auto& [h, r] : p_.wait(sent, "commit")) {
+    for (auto& [h, r] : p_.wait(sent, "commit", m_.entries.size())) {
       json counts = read_reply(h, r);  // named: items() must not outlive it
       for (auto& kv : counts.items()) report_hosts_[h][kv.key()] = kv.value();
       const char* keys[] = {"added_paths", "changed_paths", "deleted_paths"};

@@ -29,7 +29,8 @@ struct PushOptions {
   int zstd_level = 1;
   size_t batch_bytes = 4u << 20;  // raw bytes per data message
   int window = 4;                 // data messages in flight per group of hosts
-  int step_timeout_ms = 60000;    // a host silent this long during one step fails the sync
+  int step_timeout_ms = 60000;    // a host silent this long during one step fails the sync (plans and
+                                  // commits get 1 ms more per manifest entry: a large tree takes long)
 };
 
 struct PushHost {

@@ -223,11 +223,11 @@ class HostAgent:
     def status(self, timeout: float = 15.0) -> "_core.StatusReply":
         return _core.StatusReply.from_dict(self.request(Kind.Status, {}, timeout=timeout))
 
-    def log_losses(self, alloc: str, ranks: Optional[set] = None) -> list:
+    def log_losses(self, alloc: str, ranks: Optional[set] = None, timeout: float = 15.0) -> list:
         """What this agent's log files of allocation `alloc` lack (a full disk), in words, per rank
         (only `ranks`, when given): those lines were shown but could not be kept."""
         out = []
-        for st in self.status().allocations:
+        for st in self.status(timeout=timeout).allocations:
             if st.alloc == alloc:
                 out += [f"rank {p.rank}'s log file lacks {_core.format_bytes(p.log_lost_bytes)} of its output "
                         f"({p.log_error}): those lines were shown but could not be kept"

@@ -16,6 +16,7 @@ from ._future import CallTarget, CoroutineFuture, Done, Future
 from ._hostd import HostAgent, HostdError, TcpHostAgent, agent, agent_at, tcp_locator
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
+from ._pids import running_agent_pid
 from ._env import env_seconds_from_ms
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime, note_call, proc_environment, shutdown_client
@@ -219,9 +220,11 @@ class ProcMesh(MeshTrait):
         agents = {alloc.procs[r].agent.runtime_dir: alloc.procs[r].agent for r in ranks
                   if alloc.procs[r].agent is not None}
         for a in agents.values():
+            if not a.over_tcp and running_agent_pid(a.runtime_dir) is None:
+                continue  # no agent runs there (never started one for this)
             try:
-                losses = a.log_losses(alloc.id, set(ranks))
-            except (HostdError, TimeoutError, ConnectionError):
+                losses = a.log_losses(alloc.id, set(ranks), timeout=2.0)
+            except (HostdError, RuntimeError, TimeoutError, ConnectionError):
                 continue  # an agent that does not answer: its files are all there is to say
             if losses:
                 warnings.warn("; ".join(losses) + " (the lines returned are what the files kept)", RuntimeWarning,

@@ -99,6 +99,19 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
     if (!opts_.key_file.empty()) node_->add_accepted_cookie(node_->cluster_cookie());
     mux_->start(TcpEndpoint::parse(node_->tcp_bound_addr()).port);
   }
+  // Heartbeats are acknowledged on the node's I/O thread: the main loop may be busy for long in
+  // one request (a sync committing a million files takes it a minute), and a controller over
+  // TCP that heard no ack for XMESH_HOSTD_TIMEOUT_MS would lose this host and every proc on it.
+  // The main loop still hears of them (the controller's liveness).
+  node_->on(Kind::Heartbeat, [this](Message& m) {
+    Header ack;
+    ack.kind = Kind::HeartbeatAck;
+    try {
+      node_->send(m.sender_addr, std::move(ack), {});  // the I/O thread's sends never wait
+    } catch (const SendError&) {
+    }
+    node_->control().push(std::move(m));
+  });
   node_->start();
   idle_since_ms_ = now_ms();
 }
@@ -206,15 +219,8 @@ void HostAgent::handle(Message m) {
     if (!st) c.pid = 0;
   }
   switch (m.header.kind) {
-    case Kind::Heartbeat: {
-      Header h;
-      h.kind = Kind::HeartbeatAck;
-      try {
-        node_->send(m.sender_addr, std::move(h), {});
-      } catch (const SendError&) {
-      }
+    case Kind::Heartbeat:  // acknowledged on the I/O thread already; its coming is the liveness above
       return;
-    }
     case Kind::SpawnProcs:
       spawn_procs(m);
       return;

@@ -194,6 +194,28 @@ def test_workspace_sync_reaches_every_host_and_reloads_live_actors(cluster, tmp_
         procs.stop()
 
 
+def test_a_long_sync_on_the_agent_does_not_lose_its_host(cluster, tmp_path):
+    """Issue 41: the agent answered heartbeats from its main loop, which a large sync holds for
+    seconds (a minute for a million files): a controller over TCP lost the host and its procs.
+    Acknowledged on the agent's I/O thread now; here the controller's timeout is 400 ms and the
+    agent's plan and commit of 30,000 files take it longer than that."""
+    ws = tmp_path / "many"
+    for d in range(30):
+        (ws / f"d{d:02d}").mkdir(parents=True)
+        for i in range(1000):
+            (ws / f"d{d:02d}" / f"f{i:04d}").write_bytes(b"x")
+    r = run_program(controller_program(cluster, [0], f"""
+        procs = hm.spawn_procs({{"gpus": 1}})
+        w = procs.spawn("where", Where)
+        w.where.call().get(timeout=60)
+        report = hm.sync_workspace({str(ws)!r})
+        print("SYNCED", report.added, list(w.echo.call("still here").get(timeout=30).values()), flush=True)
+        procs.stop()
+    """), env={"XMESH_HOSTD_TIMEOUT_MS": "400"}, timeout=110)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "SYNCED 30000 ['still here']" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
 class UsesModule(xmesh.Actor):
     @xmesh.endpoint
     def answer(self) -> int:
