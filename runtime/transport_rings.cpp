@@ -13,6 +13,12 @@ constexpr int kRingBreaksAllowed = 3;  // links to one peer that may break befor
 bool on_this_host(const std::string& addr) { return addr.rfind("ipc://", 0) == 0; }
 // Which of the reader's sleepers a message is for: answers for a thread waiting on its call,
 // calls for an idle actor thread (never a caller), the rest for whoever sleeps.
+// A cast tree's message forwarded for another origin (its cast part names the origin's id).
+bool relayed(const Header& h) {
+  if (!h.body.is_object()) return false;
+  auto cast = h.body.find("cast");
+  return cast != h.body.end() && cast->is_object() && cast->contains("s");
+}
 uint32_t wake_bits_for(Kind kind) {
   switch (kind) {
     case Kind::Reply:
@@ -109,7 +115,9 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
     case ShmRing::Result::ok:
       ++counts_.sent;
       ++counts_.ring_sent;
-      if (h.oseq > p.ring_oseq) p.ring_oseq = h.oseq;
+      // This node's own numbers only: a relayed message carries its origin's, which a CastLost
+      // from here would not name (the reader's gate takes them from the origin or its wait).
+      if (h.oseq > p.ring_oseq && !relayed(h)) p.ring_oseq = h.oseq;
       return true;
     case ShmRing::Result::full:
       throw SendError("the link to " + p.addr + " is full (this thread does not wait)", false, true);
