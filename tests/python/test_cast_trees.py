@@ -76,6 +76,7 @@ after = sum(rec.relayed.call().get(timeout=60).values())
 out["relayed"] = after - before
 out["ops"] = ops + 1    # the second count is relayed before it is counted
 out["seen"] = list(rec.recorded.call().get(timeout=60).values())
+out["order"] = list(rec.order_stats.call().get(timeout=60).values())  # held, late, dropped: said on failure
 out["port"] = sorted(rec.through_port.call(100).get(timeout=60).values())
 out["stream"] = sorted(f.get(timeout=60) for f in rec.record.stream(1000))
 # Answers up to the message limit (XMESH_MAX_MESSAGE_BYTES, 1 MB here) go up in several batches;
@@ -104,7 +105,7 @@ def test_a_tree_call_returns_every_value_by_rank_and_keeps_each_callers_order():
     # 12 targets, fan-out 4: the controller sends 4 messages, relays the other 8.
     assert out["relayed"] == 8 * out["ops"]
     for rank, seen in enumerate(out["seen"]):
-        assert seen == sorted(seen), f"rank {rank} took its messages out of order: {seen}"
+        assert seen == sorted(seen), f"rank {rank} took its messages out of order: {seen}; gate: {out['order'][rank]}"
         assert [n for n in seen if n % 3 == 0 and n] == list(range(3, 91, 3))
         assert [n for n in seen if n % 3 and n % 12 == rank] == [n for n in range(1, 91) if n % 3 and n % 12 == rank]
     assert out["port"] == list(range(100, 112))
