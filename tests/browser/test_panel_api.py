@@ -23,6 +23,7 @@ class Worker(xmesh.Actor):
 
 procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="api-mesh")
 w = procs.spawn("w", Worker)
+w.initialized.get(timeout=60)  # every __init__ answered: only work() is left in the ranks' calls
 print("READY", flush=True)
 w.work.call(120).get()
 """
