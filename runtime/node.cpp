@@ -599,6 +599,9 @@ bool Node::typed_body(const Message& m, Body& out, std::string* why_out) {
   out = std::move(*read);
   return true;
 }
+// The notices read in node_cast.cpp and node_ring_breaks.cpp.
+template bool Node::typed_body<CastLostBody>(const Message&, CastLostBody&, std::string*);
+template bool Node::typed_body<RingBrokenBody>(const Message&, RingBrokenBody&, std::string*);
 
 void Node::on_proc_exited(Message& m) {
   ProcExitedBody exited;

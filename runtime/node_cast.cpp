@@ -304,13 +304,8 @@ void Node::flush_gathers() {
 
 // ---- order -----------------------------------------------------------------------------------
 void Node::on_cast_lost(Message& m) {
-  std::string why;
-  auto read = read_as<CastLostBody>(m.header.body, &why);
-  if (!read) {
-    transport_.count_malformed("dropped a malformed 'cast-lost' message: " + why);
-    return;
-  }
-  CastLostBody& lost = *read;
+  CastLostBody lost;
+  if (!typed_body(m, lost)) return;
   for (auto& next : order_gate_.skip(lost.origin_id.value_or(m.header.sender), lost.oseqs, lost.through))
     dispatch_now(std::move(next));
 }

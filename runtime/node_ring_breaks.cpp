@@ -46,13 +46,9 @@ bool Node::ring_broke(const std::string& peer, uint64_t token, const std::string
 }
 
 void Node::on_ring_broken(Message& m) {
-  std::string why;
-  auto body = read_as<RingBrokenBody>(m.header.body, &why);
-  if (!body) {
-    transport_.count_malformed("dropped a malformed 'ring-broken' message: " + why);
-    return;
-  }
-  ring_broke(m.sender_addr, body->token, "its other end found " + (body->why.empty() ? "it broken" : body->why),
+  RingBrokenBody body;
+  if (!typed_body(m, body)) return;
+  ring_broke(m.sender_addr, body.token, "its other end found " + (body.why.empty() ? "it broken" : body.why),
              BreakFound::by_peer);
 }
 
