@@ -17,7 +17,7 @@ namespace xmesh {
 
 namespace {
 constexpr size_t kIpcPathMax = 107;
-constexpr size_t kHeaderRoom = 1 << 20;  // what a header frame may take beyond the wire frame limit
+constexpr size_t kHeaderRoom = kMaxHeaderBytes;  // what a header frame may take beyond the wire frame limit
 constexpr size_t kFdSpare = 32;          // kept free for libzmq, pipes and files whatever happens
 
 // A piece of a large frame, sharing its memory: the last piece libzmq is done with frees it.
@@ -525,7 +525,7 @@ void Transport::send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_
   }
   if (p.hello_due) resume_locked(p, wait);
   h.seq = p.seq + 1;
-  auto header = encode_header(h);
+  auto header = header_for_wire(h);
   if (p.resends) {
     kept.seq = h.seq;
     kept.header = header;
@@ -594,6 +594,16 @@ bool Transport::join_pieces(Message& m) {
   m.frames.swap(joined);
   m.header.pieces.clear();
   return true;
+}
+
+std::vector<uint8_t> Transport::header_for_wire(const Header& h) {
+  auto bytes = encode_header(h);
+  if (bytes.size() > kMaxHeaderBytes)
+    throw SendError("a '" + std::string(kind_name(h.kind)) + "' message's header of " + std::to_string(bytes.size()) +
+                        " bytes exceeds the " + std::to_string(kMaxHeaderBytes >> 20) +
+                        " MiB header limit (what grows with the data belongs in its frames)",
+                    /*too_large=*/true);
+  return bytes;
 }
 
 void Transport::check_size(const std::vector<zmq::message_t>& frames) const {

@@ -118,6 +118,9 @@ class Transport {
   // peer, a blocking send waits (up to the send timeout) for acknowledgements.
   void send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking = true);
   void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
+  // The header as it goes on any link; SendError (too_large) past kMaxHeaderBytes, which the
+  // receiver would drop as malformed, leaving its caller to time out.
+  static std::vector<uint8_t> header_for_wire(const Header& h);
   // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
   void disconnect(const std::string& addr);
 

@@ -154,7 +154,7 @@ bool Transport::lane_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
   make_room_locked(p, kept.bytes, blocking);
   h.seq = p.seq + 1;
   h.pieces.clear();  // a lane carries frames whole
-  auto header = encode_header(h);
+  auto header = header_for_wire(h);
   kept.seq = h.seq;
   kept.header = header;
   kept.bytes += header.size();

@@ -104,7 +104,7 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
   if (p.ring->state() != RingWriter::State::active) return false;
   h.seq = 0;  // a ring neither loses nor repeats: no numbers to check
   h.pieces.clear();
-  auto header = encode_header(h);
+  auto header = header_for_wire(h);
   const uint32_t wake = wake_bits_for(h.kind);
   auto r = p.ring->write(header, frames, false, 0, wake);
   if (r == ShmRing::Result::full && blocking) {  // it waits for the reader: not awake meanwhile

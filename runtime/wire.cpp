@@ -233,7 +233,7 @@ std::optional<Header> decode_header_general(const void* data, size_t size, std::
     error = "empty header frame";
     return std::nullopt;
   }
-  if (size > (1u << 20)) {
+  if (size > kMaxHeaderBytes) {
     error = "header frame of " + std::to_string(size) + " bytes exceeds the 1 MiB header limit";
     return std::nullopt;
   }
@@ -358,7 +358,7 @@ struct Reader {
 }  // namespace
 
 std::optional<Header> decode_header(const void* data, size_t size, std::string& error) {
-  if (size > 0 && size <= (1u << 20)) {
+  if (size > 0 && size <= kMaxHeaderBytes) {
     Reader r{static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size};
     Header h;
     uint8_t major;

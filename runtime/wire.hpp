@@ -66,6 +66,9 @@ struct Header {
 // through nlohmann::json, and anything the fast path does not expect is decoded by the
 // general decoder, so both accept exactly the same headers.
 std::vector<uint8_t> encode_header(const Header& h);
+// The largest header frame a node decodes; a sender refuses to send a larger one (SendError),
+// so a body that grows with its data (paths, pieces) fails where it is made, naming its size.
+constexpr size_t kMaxHeaderBytes = size_t(1) << 20;
 // Decodes and validates a header. Never throws: on failure returns nullopt and sets error.
 std::optional<Header> decode_header(const void* data, size_t size, std::string& error);
 // The general decoder alone (for tests comparing it with the fast path).

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <unordered_map>
 
 #include "bodies.hpp"
@@ -57,6 +59,9 @@ std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
   return nullptr;
 }
 
+// A data message's pieces travel in its header (about 30 bytes each): a batch of many small
+// files ends at this many, far below the header limit and a short step for the host.
+constexpr size_t kMaxPiecesPerBatch = 4096;
 constexpr int64_t kStepMsPerEntry = 1;  // a host's time per manifest entry in a plan or commit, at most
 
 struct Step {
@@ -163,6 +168,89 @@ struct Compressor {
   ~Compressor() { ZSTD_freeCCtx(c); }
 };
 
+// How many paths of each kind a report names: its counts are whole, its lists stop here, so a
+// sync of a million files reports in kilobytes (.py paths are all kept: auto_reload needs each).
+constexpr size_t kReportPaths = 1000;
+
+// The paths a host's commit answered with (one NUL-separated frame, receiver.cpp): the first
+// kReportPaths in its order, how many more, and every .py path into `py`.
+json report_paths(const zmq::message_t& frame, json& py, uint64_t& more) {
+  json shown = json::array();
+  const char* p = static_cast<const char*>(frame.data());
+  const char* end = p + frame.size();
+  while (p < end) {
+    const char* nul = static_cast<const char*>(std::memchr(p, '\0', static_cast<size_t>(end - p)));
+    if (!nul) nul = end;
+    std::string_view path(p, static_cast<size_t>(nul - p));
+    if (shown.size() < kReportPaths)
+      shown.push_back(std::string(path));
+    else
+      ++more;
+    if (path.size() > 3 && path.substr(path.size() - 3) == ".py") py.push_back(std::string(path));
+    p = nul + 1;
+  }
+  return shown;
+}
+
+// What the report says of the content that travelled: how many files, the bytes per top-level
+// directory, the first kReportPaths files in path order and the kReportPaths largest; bounded
+// whatever the tree. A file sent to two groups of hosts counts once.
+class SentFiles {
+ public:
+  explicit SentFiles(const Manifest& m) : m_(m), seen_(m.entries.size()) {}
+
+  void add(const Entry& e, uint64_t stored) {
+    const size_t idx = static_cast<size_t>(&e - m_.entries.data());
+    if (seen_[idx]) return;
+    seen_[idx] = true;
+    ++files_;
+    const size_t slash = e.path.find('/');
+    dirs_[slash == std::string::npos ? "./" : e.path.substr(0, slash + 1)] += e.size;
+    keep(first_, {idx, stored}, [](const Row& a, const Row& b) { return a.idx < b.idx; });
+    keep(largest_, {idx, stored}, [this](const Row& a, const Row& b) { return size(a) > size(b); });
+  }
+
+  // {files, dirs: [[top, bytes]], first: [[path, size, stored]] in path order, largest: the same
+  // largest first}.
+  json to_json() {
+    std::sort(first_.begin(), first_.end(), [](const Row& a, const Row& b) { return a.idx < b.idx; });
+    std::sort(largest_.begin(), largest_.end(), [this](const Row& a, const Row& b) { return size(a) > size(b); });
+    auto rows = [this](const std::vector<Row>& v) {
+      json out = json::array();
+      for (auto& r : v) out.push_back({m_.entries[r.idx].path, m_.entries[r.idx].size, r.stored});
+      return out;
+    };
+    json dirs = json::array();
+    for (auto& [d, n] : dirs_) dirs.push_back({d, n});
+    return {{"files", files_}, {"dirs", dirs}, {"first", rows(first_)}, {"largest", rows(largest_)}};
+  }
+
+ private:
+  struct Row {
+    size_t idx;
+    uint64_t stored;
+  };
+  uint64_t size(const Row& r) const { return m_.entries[r.idx].size; }
+  // Keeps the kReportPaths rows that come first by `before`: a heap whose top is the last kept.
+  template <typename Before>
+  static void keep(std::vector<Row>& heap, Row r, Before before) {
+    if (heap.size() == kReportPaths) {
+      if (!before(r, heap.front())) return;
+      std::pop_heap(heap.begin(), heap.end(), before);
+      heap.back() = r;
+    } else {
+      heap.push_back(r);
+    }
+    std::push_heap(heap.begin(), heap.end(), before);
+  }
+
+  const Manifest& m_;
+  std::vector<bool> seen_;
+  uint64_t files_ = 0;
+  std::map<std::string, uint64_t> dirs_;
+  std::vector<Row> first_, largest_;
+};
+
 // One push of a scanned tree to its hosts, in the four steps of the Sync protocol: begin (only
 // the digest; equal hosts are done), plan (the manifest or a delta; each host answers with the
 // content it lacks), data (one stream per group of hosts lacking the same content), commit
@@ -172,7 +260,7 @@ class Push {
   Push(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
        const std::function<void()>& check_interrupt, const Manifest& m)
       : node_(node), root_(root), hosts_(hosts), opts_(opts), check_(check_interrupt), p_(node, hosts, opts, check_),
-        m_(m), digest_(m.digest()), sid_(random_hex(16)) {
+        m_(m), digest_(m.digest()), sid_(random_hex(16)), sent_(m) {
     for (auto& h : hosts) report_hosts_.push_back({{"addr", h.addr}, {"label", h.label}, {"bytes_sent", 0}});
   }
 
@@ -190,7 +278,7 @@ class Push {
   }
   const Hash128& digest() const { return digest_; }
   json take_hosts() { return std::move(report_hosts_); }
-  json take_sent() { return std::move(sent_); }
+  json take_sent() { return sent_.to_json(); }
 
  private:
   SyncStepBody step(const char* op) const {
@@ -280,7 +368,7 @@ class Push {
   }
 
   // 3. data: one stream per group of hosts lacking the same content, in batches of
-  //    batch_bytes with at most `window` in flight.
+  //    batch_bytes (or kMaxPiecesPerBatch pieces) with at most `window` in flight.
   void send_data() {
     for (auto& e : m_.entries)
       if (e.type == EntryType::File) local_.emplace(e.hash, &e);
@@ -305,7 +393,6 @@ class Push {
         st.inflight.pop_front();
       }
     }
-    for (auto& [path, sizes] : sent_by_path_) sent_.push_back({path, sizes.first, sizes.second});
   }
 
   struct Stream {
@@ -346,7 +433,7 @@ class Push {
     uint64_t off = 0, stored_total = 0;
     while (off < e.size) {
       size_t room = opts_.batch_bytes - st.raw_in_batch;
-      if (room == 0) {
+      if (room == 0 || st.pieces.size() >= kMaxPiecesPerBatch) {
         flush(st);
         room = opts_.batch_bytes;
       }
@@ -375,9 +462,7 @@ class Push {
       off += static_cast<uint64_t>(n);
     }
     if (hash.digest() != e.hash) throw std::runtime_error(e.path + " changed while being sent; sync again");
-    auto& sizes = sent_by_path_[e.path];
-    sizes.first = e.size;
-    sizes.second = std::max(sizes.second, stored_total);
+    sent_.add(e, stored_total);
   }
 
   // 4. commit: each host switches its staged files in, in one batch.
@@ -386,23 +471,15 @@ class Push {
     for (auto& [h, r] : p_.wait(sent, "commit", m_.entries.size())) {
       json counts = read_reply(h, r);  // named: items() must not outlive it
       for (auto& kv : counts.items()) report_hosts_[h][kv.key()] = kv.value();
-      const char* keys[] = {"added_paths", "changed_paths", "deleted_paths"};
-      for (size_t k = 0; k < 3 && k < r.frames.size(); ++k)  // NUL-separated paths (receiver.cpp)
-        report_hosts_[h][keys[k]] = split_paths(r.frames[k]);
+      const char* kinds[] = {"added", "changed", "deleted"};
+      json py = json::array();
+      for (size_t k = 0; k < 3 && k < r.frames.size(); ++k) {  // NUL-separated paths (receiver.cpp)
+        uint64_t more = 0;
+        report_hosts_[h][std::string(kinds[k]) + "_paths"] = report_paths(r.frames[k], py, more);
+        report_hosts_[h][std::string(kinds[k]) + "_more"] = more;
+      }
+      report_hosts_[h]["py_paths"] = std::move(py);
     }
-  }
-
-  static json split_paths(const zmq::message_t& frame) {
-    json out = json::array();
-    const char* p = static_cast<const char*>(frame.data());
-    const char* end = p + frame.size();
-    while (p < end) {
-      const char* nul = static_cast<const char*>(std::memchr(p, '\0', static_cast<size_t>(end - p)));
-      if (!nul) nul = end;
-      out.push_back(std::string(p, nul));
-      p = nul + 1;
-    }
-    return out;
   }
 
   void abort() {
@@ -431,8 +508,7 @@ class Push {
   std::string wire_;                                     // the whole manifest, encoded once
   std::map<std::string, std::vector<size_t>> groups_;   // need list -> hosts
   std::unordered_map<Hash128, const Entry*, Hash128Hasher> local_;
-  std::map<std::string, std::pair<uint64_t, uint64_t>> sent_by_path_;  // raw, stored
-  json sent_ = json::array();
+  SentFiles sent_;
   Compressor zstd_;
   std::vector<char> buf_, zbuf_;
 };

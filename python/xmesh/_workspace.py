@@ -135,8 +135,7 @@ def reload_procs(report, procs):
         for h in part["hosts"]:
             if h.get("same"):
                 continue
-            files = [os.path.join(h["dir"], p) for key in ("changed_paths", "added_paths", "deleted_paths")
-                     for p in h.get(key, []) if p.endswith(".py")]
+            files = [os.path.join(h["dir"], p) for p in h.get("py_paths", [])]
             changed_by_host.setdefault((h["agent"].runtime_dir, part.get("space_for")), []).extend(files)
     by_host: dict = {}
     for rank, addr, agent, space_for in procs:
@@ -160,6 +159,7 @@ def reload_procs(report, procs):
 
 
 _CHANGED_SHOWN = 10  # a report names up to this many files sent, else the largest
+REPORT_PATHS = 1000  # what a report lists of each kind of path at most (kReportPaths, workspace_sync/sender.cpp)
 
 
 def sync_workspace(spaces, procs_of, workspace=".", *, dest=None, exclude=(), auto_reload=False,
@@ -349,22 +349,34 @@ class SyncReport:
                     e[k] += h.get(k, 0)
         return list(out.values())
 
-    @property
-    def files_sent(self) -> list[tuple[str, int, int]]:
-        """[(path, size, bytes sent)] of the content that travelled, largest first."""
+    def _sent_rows(self, key: str) -> list[tuple[str, int, int]]:
         rows = []
         for p in self._first_parts():
             prefix = (p["dest"] + "/") if p["dest"] else ""
-            rows += [(prefix + path, size, stored) for path, size, stored in p["sent"]]
-        return sorted(rows, key=lambda r: -r[1])
+            rows += [(prefix + path, size, stored) for path, size, stored in p["sent"][key]]
+        return rows
+
+    @property
+    def files_sent_count(self) -> int:
+        """How many files' content travelled (files_sent lists up to REPORT_PATHS of them)."""
+        return sum(p["sent"]["files"] for p in self._first_parts())
+
+    @property
+    def files_sent(self) -> list[tuple[str, int, int]]:
+        """[(path, size, bytes sent)] of the content that travelled, largest first: every file, or
+        the REPORT_PATHS largest of each directory synced when more were sent (files_sent_count
+        says how many), so that a million-file sync's report stays small."""
+        return sorted(self._sent_rows("largest"), key=lambda r: -r[1])
 
     @property
     def dirs_sent(self) -> list[tuple[str, int]]:
-        """[(top-level directory, bytes)] of the content that travelled, largest first."""
+        """[(top-level directory, bytes)] of the content that travelled, largest first (every
+        file counted)."""
         totals: dict = {}
-        for path, size, _ in self.files_sent:
-            top = path.split("/", 1)[0] + "/" if "/" in path else "./"
-            totals[top] = totals.get(top, 0) + size
+        for p in self._first_parts():
+            for top, size in p["sent"]["dirs"]:
+                key = p["dest"] + "/" if p["dest"] else top
+                totals[key] = totals.get(key, 0) + size
         return sorted(totals.items(), key=lambda kv: -kv[1])
 
     @property
@@ -396,8 +408,9 @@ class SyncReport:
 
     @property
     def changed_files(self) -> list[str]:
-        """Paths whose content was sent (added or changed), in path order."""
-        return sorted({path for path, _, _ in self.files_sent})
+        """Paths whose content was sent (added or changed), in path order: all of them, or the
+        first REPORT_PATHS of each directory synced when more were sent (files_sent_count)."""
+        return sorted({path for path, _, _ in self._sent_rows("first")})
 
     def summary(self) -> str:
         dirs = ", ".join(local + (f" -> {dest}" if dest else "") for local, dest in self._trees())
@@ -424,7 +437,8 @@ class SyncReport:
         files = self.files_sent
         changed = self.changed_files
         if changed:
-            more = f" and {len(changed) - _CHANGED_SHOWN} more" if len(changed) > _CHANGED_SHOWN else ""
+            count = self.files_sent_count
+            more = f" and {count - _CHANGED_SHOWN} more" if count > _CHANGED_SHOWN else ""
             lines.append("  sent: " + ", ".join(changed[:_CHANGED_SHOWN]) + more)
         if len(files) > _CHANGED_SHOWN:
             lines.append("  largest files sent: " + ", ".join(f"{p} ({human_bytes(s)})" for p, s, _ in files[:5]))

@@ -273,6 +273,31 @@ TEST_CASE("a frame larger than the wire frame limit travels in pieces and arrive
   CHECK(m->header.pieces.empty());
 }
 
+TEST_CASE("a header over the header limit fails at the sender, never as a silent drop", "[node]") {
+  // Issue 41: a sync data message whose header listed 140,000 pieces was dropped as malformed by
+  // the receiver, and the sync waited out its step timeout.
+  Node a("controller", tmp_addr("a-hdr"), "k"), b("proc", tmp_addr("b-hdr"), "k");
+  for (Node* x : {&a, &b}) {
+    x->set_default_cookie("k");
+    x->start();
+  }
+  Header h;
+  h.kind = Kind::Configure;
+  h.body = {{"pad", std::string(kMaxHeaderBytes + 10, 'p')}};
+  try {
+    a.send(b.addr(), h, {});
+    FAIL("expected SendError");
+  } catch (const SendError& e) {
+    CHECK(e.too_large);
+    CHECK(std::string(e.what()).find("exceeds the 1 MiB header limit") != std::string::npos);
+  }
+  h.body = {{"pad", std::string(1000, 'p')}};  // the link is fine for the next one
+  a.send(b.addr(), h, {});
+  auto got = b.control().pop(5000);
+  REQUIRE(got);
+  CHECK(got->header.body["pad"].get<std::string>().size() == 1000);
+}
+
 TEST_CASE("a message over the receiver's smaller limit is answered with an error naming both limits", "[node]") {
   // Issue 16, defect 8: such a message vanished (libzmq dropped it) and the call hung.
   Node a("controller", tmp_addr("a-lim"), "k");

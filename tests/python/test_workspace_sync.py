@@ -129,24 +129,42 @@ def test_a_chain_of_links_leaving_the_workspace_is_skipped_and_said(fresh_rundir
     assert again.up_to_date and "2 skipped" in again.summary()
 
 
-def test_a_sync_of_many_files_commits_and_reports_every_path(fresh_rundir, tmp_path):
+def test_a_sync_of_many_files_commits_and_reports_in_bounded_lists(fresh_rundir, tmp_path):
     """Issue 41, finding 3: the commit's answer listed every path in its header, over the 1 MiB
     a header may take (about 30,000 paths of 40 bytes), so a sync that committed was reported as
-    failed after the step timeout. The paths now travel as the answer's frames."""
+    failed after the step timeout; and a data message of 4 MiB of tiny files carried a piece per
+    file in its header (140,000 pieces: over the limit, dropped, the data step timed out). The
+    paths now travel as the answer's frames, a data message ends at 4,096 pieces, and the report
+    keeps whole counts but lists at most REPORT_PATHS paths of each kind (every .py path: reloads
+    need them), so its memory does not grow with the tree."""
+    from xmesh._workspace import REPORT_PATHS
+
     src = tmp_path / "many"
-    n = 30_000
-    for d in range(30):
+    n, py = 140_000, 1_200
+    for d in range(35):
         sub = src / f"directory-with-a-longish-name-{d:02d}"
         sub.mkdir(parents=True)
-        for i in range(n // 30):
-            (sub / f"f{i:05d}.txt").write_bytes(b"x")
+        for i in range(n // 35):
+            (sub / f"f{i:05d}.txt").write_bytes(b"%d" % (d * 10_000 + i))  # each its own content
+    for i in range(py):
+        (src / f"m{i:04d}.py").write_text(f"V = {i}\n")
     host = xmesh.hosts([fresh_rundir])
     report = host.sync_workspace(str(src))
-    assert report.added == n, report
-    paths = [p for part in report.parts for h in part["hosts"] for p in h.get("added_paths", [])]
-    assert len(paths) == n and "directory-with-a-longish-name-07/f00123.txt" in paths
+    total = n + py
+    assert report.added == total and report.files_sent_count == total, report
+    [h] = [h for part in report.parts for h in part["hosts"]]
+    assert len(h["added_paths"]) == REPORT_PATHS and h["added_more"] == total - REPORT_PATHS
+    assert h["added_paths"][0] == "directory-with-a-longish-name-00/f00000.txt"
+    assert sorted(h["py_paths"]) == [f"m{i:04d}.py" for i in range(py)]
+    assert len(report.files_sent) == REPORT_PATHS and len(report.changed_files) == REPORT_PATHS
+    assert report.changed_files[0] == "directory-with-a-longish-name-00/f00000.txt"
+    assert report.files_sent[0][1] == len("V = 1199\n")  # the largest: the .py files of 4 digits
+    assert sum(size for _, size in report.dirs_sent) == sum(
+        os.path.getsize(os.path.join(p, f)) for p, _, fs in os.walk(src) for f in fs)
+    assert f"and {total - 10} more" in repr(report)
     root = workspace_dir(fresh_rundir)
-    assert len(os.listdir(os.path.join(root, "directory-with-a-longish-name-29"))) == n // 30
+    assert len(os.listdir(os.path.join(root, "directory-with-a-longish-name-34"))) == n // 35
+    assert read(os.path.join(root, "directory-with-a-longish-name-34", "f03999.txt")) == "343999"
 
 
 def test_workspace_dirs_and_several_hosts_get_each_byte_once(fresh_rundir, tmp_path):
