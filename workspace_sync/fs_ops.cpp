@@ -7,14 +7,35 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
+#include <system_error>
 #include <vector>
+
+#include <xxhash.h>
 
 namespace xmesh::ws {
 
 namespace {
 std::string err(const std::string& what) { return what + ": " + std::strerror(errno); }
 }  // namespace
+
+int open_regular_at(int dirfd, const std::string& name, const std::string& display_path) {
+  // O_NONBLOCK: a FIFO put where a file was must not hold the reader until someone writes.
+  int fd = openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot read " + display_path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    throw std::system_error(e, std::generic_category(), "cannot stat " + display_path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    throw std::runtime_error("cannot read " + display_path + ": it is not a regular file");
+  }
+  return fd;
+}
 
 int open_dir_nofollow(int dirfd, const std::string& rel, bool create) {
   int cur = dup(dirfd);
@@ -48,44 +69,36 @@ int open_dir_nofollow(int dirfd, const std::string& rel, bool create) {
   return cur;
 }
 
-void copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst) {
-  int in = openat(srcdir, src.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (in < 0) throw std::runtime_error(err("cannot read " + src));
-  int out = openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (out < 0) {
-    int e = errno;
-    close(in);
-    errno = e;
-    throw std::runtime_error(err("cannot create " + dst));
-  }
+Hash128 copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst) {
+  struct Fds {  // both closed however this ends
+    int in = -1, out = -1;
+    ~Fds() {
+      if (in >= 0) close(in);
+      if (out >= 0) close(out);
+    }
+  } fds;
+  fds.in = open_regular_at(srcdir, src, src);
+  fds.out = openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fds.out < 0) throw std::runtime_error(err("cannot create " + dst));
+  XXH3_state_t* state = XXH3_createState();
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> owned(state, XXH3_freeState);
+  XXH3_128bits_reset(state);
   std::vector<char> buf(1 << 20);
   while (true) {
-    ssize_t n = read(in, buf.data(), buf.size());
+    ssize_t n = read(fds.in, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      close(in);
-      if (n < 0) {
-        close(out);
-        errno = e;
-        throw std::runtime_error(err("cannot read " + src));
-      }
-      break;
-    }
+    if (n < 0) throw std::runtime_error(err("cannot read " + src));
+    if (n == 0) break;
+    XXH3_128bits_update(state, buf.data(), static_cast<size_t>(n));
     for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(out, buf.data() + off, static_cast<size_t>(n - off));
+      ssize_t w = write(fds.out, buf.data() + off, static_cast<size_t>(n - off));
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        int e = errno;
-        close(in);
-        close(out);
-        errno = e;
-        throw std::runtime_error(err("cannot write " + dst));
-      }
+      if (w < 0) throw std::runtime_error(err("cannot write " + dst));
       off += w;
     }
   }
-  close(out);
+  XXH128_hash_t h = XXH3_128bits_digest(state);
+  return Hash128{h.low64, h.high64};
 }
 
 void remove_tree(const std::string& path) {

@@ -4,14 +4,21 @@
 #include <cstdint>
 #include <string>
 
+#include "manifest.hpp"
+
 namespace xmesh::ws {
 
 // Opens directory `rel` ("" = dirfd itself, duplicated) under dirfd one component at a time
 // with O_NOFOLLOW; with create, missing components are made (mode 0755 before umask). Throws
 // std::runtime_error naming the path (a component that is a symlink or a file is refused).
 int open_dir_nofollow(int dirfd, const std::string& rel, bool create);
-// Copies regular file src (relative to srcdir, not followed if a link) to a new file dst in dstdir.
-void copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst);
+// Opens regular file `name` under dirfd for reading: never follows a link, never waits on a
+// FIFO; anything but a regular file is refused (std::runtime_error / std::system_error naming
+// display_path).
+int open_regular_at(int dirfd, const std::string& name, const std::string& display_path);
+// Copies regular file src (relative to srcdir, not followed if a link) to a new file dst in
+// dstdir; returns the XXH3-128 of what it copied (the caller checks it against the manifest).
+Hash128 copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst);
 // Removes a directory tree given by absolute path (the staging area); errors are ignored.
 void remove_tree(const std::string& path);
 void make_dirs_path(const std::string& path);  // mkdir -p, mode 0700 for state directories

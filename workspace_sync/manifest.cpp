@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "fs_ops.hpp"
+
 namespace xmesh::ws {
 
 std::string Hash128::hex() const {
@@ -33,14 +35,9 @@ Hash128 hash_bytes(const void* data, size_t n) {
 
 Hash128 hash_file(int dirfd, const std::string& name, const std::string& display_path, uint64_t* size,
                   int64_t* mtime_ns, int64_t* ctime_ns, uint64_t* ino) {
-  int fd = openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot read " + display_path);
+  int fd = open_regular_at(dirfd, name, display_path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    throw std::system_error(e, std::generic_category(), "cannot stat " + display_path);
-  }
+  fstat(fd, &st);  // it succeeded in open_regular_at
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
   static thread_local std::vector<char> buf(1 << 20);
@@ -103,7 +100,7 @@ void put_str(std::string& out, const std::string& s) {
 }
 
 struct Reader {
-  const std::string& s;
+  std::string_view s;
   size_t pos = 0;
   uint64_t varint() {
     uint64_t v = 0;
@@ -127,7 +124,7 @@ struct Reader {
     if (n > max) throw std::runtime_error("manifest has a string of " + std::to_string(n) + " bytes (at most " +
                                           std::to_string(max) + ")");
     if (pos + n > s.size()) throw std::runtime_error("manifest is truncated");
-    std::string out = s.substr(pos, n);
+    std::string out(s.substr(pos, n));
     pos += n;
     return out;
   }
@@ -182,7 +179,7 @@ Hash128 Manifest::digest() const {
   return hash_bytes(w.data(), w.size());
 }
 
-Manifest Manifest::decode_wire(const std::string& bytes) {
+Manifest Manifest::decode_wire(std::string_view bytes) {
   if (bytes.compare(0, 4, kWireMagic) != 0) throw std::runtime_error("not an xmesh workspace manifest");
   Reader r{bytes, 4};
   uint64_t n = r.varint();

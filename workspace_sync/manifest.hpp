@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -54,7 +55,7 @@ struct Manifest {
   // The wire form (what a host receives): no stat values. decode_wire validates the framing,
   // not the paths (see path_safety.hpp); it throws std::runtime_error naming the problem.
   std::string encode_wire() const;
-  static Manifest decode_wire(const std::string& bytes);
+  static Manifest decode_wire(std::string_view bytes);
   // The local cache form, with stat values and the scan time.
   std::string encode_cache() const;
   static bool decode_cache(const std::string& bytes, Manifest& out);

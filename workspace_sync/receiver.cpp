@@ -38,6 +38,18 @@ std::string base_of(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// An open descriptor, closed when it goes.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
 // Directory descriptors by relative path, opened without following links, closed at the end.
 class DirCache {
  public:
@@ -118,13 +130,28 @@ class PycacheDropper {
   std::unordered_map<std::string, Cache> caches_;
 };
 
+// Content the host already has, copied aside for e: what was copied must be what the manifest
+// says (a proc may have written to the host's file since the plan, or put a FIFO there).
+void copy_checked(int srcdir, const std::string& src, int stagefd, const std::string& staged, const Entry& e) {
+  Hash128 got;
+  try {
+    got = copy_file_at(srcdir, src, stagefd, staged);
+  } catch (const std::exception& x) {
+    throw SyncRefused("cannot stage " + e.path + " from the host's copy: " + x.what());
+  }
+  if (got != e.hash)
+    throw SyncRefused("the host's copy of the content of " + e.path + " (" + src +
+                      ") changed during the sync; sync again");
+}
+
 }  // namespace
 
 struct SyncReceiver::Session {
   struct Object {
     Hash128 hash;
     uint64_t size = 0, written = 0;
-    std::string path;  // a path that has it (for messages)
+    const Entry* entry = nullptr;  // an entry of `incoming` that has it (its path, for messages)
+    const std::string& path() const { return entry->path; }
     uint32_t mode = 0600;  // that path's permission bits, given to the staged file
     int fd = -1;
     XXH3_state_t* state = nullptr;
@@ -133,7 +160,7 @@ struct SyncReceiver::Session {
   };
   std::string sid, dest, stage_dir;
   int64_t last_ms = 0;
-  std::shared_ptr<const Manifest> host;  // what the host holds (shared with known_)
+  std::shared_ptr<const Manifest> host;  // what the host holds
   Manifest incoming;
   std::string host_digest, incoming_digest;  // hex
   bool planned = false;
@@ -161,6 +188,11 @@ SyncReceiver::~SyncReceiver() {
   std::vector<std::string> sids;
   for (auto& kv : sessions_) sids.push_back(kv.first);
   for (auto& sid : sids) drop(sid);
+}
+
+void SyncReceiver::check_cancelled() const {
+  if (cancelled_.load(std::memory_order_relaxed))
+    throw SyncRefused("the host agent is stopping: the sync was cut short (the next sync completes it)");
 }
 
 void SyncReceiver::drop(const std::string& sid) {
@@ -255,19 +287,33 @@ void SyncReceiver::remember(const std::string& dest, const HostCopy& copy, std::
     known_.erase(dest);
     return;
   }
-  known_[dest] = Known{copy, std::move(watcher)};
+  known_[dest] = Known{copy.digest, copy.entries, std::move(watcher)};
 }
 
 SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest) {
   auto known = known_.find(dest);
-  if (known != known_.end() && !known->second.watcher->wait(0, 0)) return known->second.copy;
+  if (known != known_.end() && !known->second.watcher->wait(0, 0))
+    return HostCopy{nullptr, known->second.digest, known->second.entries};
   known_.erase(dest);
   // Watch first, then look: a change made while we look shows up as an event next time.
   auto watcher = watch(dest);
   auto m = std::make_shared<const Manifest>(check_on_disk(dest));
-  HostCopy copy{m, m->digest().hex()};
+  HostCopy copy{m, m->digest().hex(), m->entries.size()};
   remember(dest, copy, std::move(watcher));
   return copy;
+}
+
+SyncReceiver::HostCopy SyncReceiver::with_manifest(const std::string& dest, HostCopy copy) {
+  if (copy.manifest) return copy;
+  auto m = std::make_shared<Manifest>();
+  std::string bytes;
+  if (read_whole_file(manifest_path(dest) + ".manifest", bytes) && Manifest::decode_cache(bytes, *m) &&
+      m->digest().hex() == copy.digest) {
+    copy.manifest = std::move(m);
+    return copy;
+  }
+  known_.erase(dest);  // the file is not what was remembered: look at the disk itself
+  return load_and_verify(dest);
 }
 
 Manifest SyncReceiver::check_on_disk(const std::string& dest) {
@@ -276,12 +322,14 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
   if (!read_whole_file(manifest_path(dest) + ".manifest", bytes) || !Manifest::decode_cache(bytes, stored))
     return Manifest{};
   std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
-  int destfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (destfd < 0) return Manifest{};
+  Fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dirfd.fd < 0) return Manifest{};
+  const int destfd = dirfd.fd;
   Manifest out;
   out.scan_ns = wall_ns();
   bool changed = false;
   for (auto& e : stored.entries) {
+    check_cancelled();
     struct stat st;
     if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       changed = true;
@@ -323,7 +371,6 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
     if (v.mode != e.mode) changed = true;
     out.entries.push_back(std::move(v));
   }
-  close(destfd);
   if (changed) {
     try {
       write_file_replacing(manifest_path(dest) + ".manifest", out.encode_cache());
@@ -335,7 +382,9 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
   return out;
 }
 
-Manifest SyncReceiver::verified_manifest(const std::string& dest) { return *load_and_verify(dest).manifest; }
+Manifest SyncReceiver::verified_manifest(const std::string& dest) {
+  return *with_manifest(dest, load_and_verify(dest)).manifest;
+}
 
 SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std::string_view>& frames, int64_t now_ms) {
   std::string why;
@@ -346,7 +395,8 @@ SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std
 
 SyncReceiver::Reply SyncReceiver::handle_step(const SyncStepBody& step, const std::vector<std::string_view>& frames,
                                          int64_t now_ms) {
-  for (auto& f : frames) bytes_received_ += f.size();
+  for (auto& f : frames) bytes_received_.fetch_add(f.size(), std::memory_order_relaxed);
+  check_cancelled();
   const std::string& op = step.op;
   if (op == "begin") return begin(step, now_ms);
   const std::string& sid = step.sid;
@@ -405,9 +455,11 @@ SyncReceiver::Reply SyncReceiver::begin(const SyncStepBody& step, int64_t now_ms
     SyncReply r;
     r.same = true;
     r.dir = dir;
-    r.entries = host.manifest->entries.size();
+    r.entries = host.entries;
     return {r, {}};
   }
+  host = with_manifest(dest, std::move(host));
+  have = host.digest;  // a saved manifest that was not what was remembered was checked again
   auto s = std::make_unique<Session>();
   s->sid = sid;
   s->dest = dest;
@@ -433,13 +485,15 @@ SyncReceiver::Reply SyncReceiver::plan(Session& s, const SyncStepBody& step, con
   if (frames.empty()) throw SyncRefused("sync plan without a manifest");
   ManifestDelta delta;
   const std::vector<Entry>* candidates = nullptr;  // the entries that may need content
+  // Objects name an entry of s.incoming (kept until the commit): a delta's upserts go with it.
+  bool in_incoming = false;
   if (step.base) {
     // A delta against the manifest the host holds: it must fit, and the result must be the
     // manifest the controller scanned (its digest), else the controller sends it whole.
     if (frames.size() < 2) throw SyncRefused("sync plan delta without its deleted paths");
     if (*step.base != s.host_digest) return {full, {}};
-    delta.upserts = Manifest::decode_wire(std::string(frames[0]));
-    delta.deleted = Manifest::decode_wire(std::string(frames[1]));
+    delta.upserts = Manifest::decode_wire(frames[0]);
+    delta.deleted = Manifest::decode_wire(frames[1]);
     try {
       s.incoming = apply_delta(*s.host, delta);
     } catch (const std::runtime_error&) {
@@ -450,53 +504,47 @@ SyncReceiver::Reply SyncReceiver::plan(Session& s, const SyncStepBody& step, con
     check_manifest_change(s.incoming, delta.upserts, delta.deleted);  // the rest was checked before
     candidates = &delta.upserts.entries;
   } else {
-    s.incoming = Manifest::decode_wire(std::string(frames[0]));
+    s.incoming = Manifest::decode_wire(frames[0]);
     check_manifest(s.incoming);
     s.incoming_digest = s.incoming.digest().hex();
     candidates = &s.incoming.entries;
+    in_incoming = true;
   }
   s.planned = true;
   // Content the host has already (unchanged, renamed or copied files) is not asked for.
   std::unordered_set<Hash128, Hash128Hasher> have;
   for (auto& e : s.host->entries)
     if (e.type == EntryType::File) have.insert(e.hash);
-  std::unordered_map<Hash128, size_t, Hash128Hasher> asked;
+  std::unordered_set<Hash128, Hash128Hasher> asked;
+  std::vector<Session::Object> empty;  // empty files: staged now, nothing to send
   std::string hashes;
-  int stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
+  Fd stagefd(open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (stagefd.fd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
   for (auto& e : *candidates) {
+    check_cancelled();
     if (e.type != EntryType::File || have.count(e.hash) || asked.count(e.hash)) continue;
     Session::Object o;
     o.hash = e.hash;
     o.size = e.size;
-    o.path = e.path;
+    o.entry = in_incoming ? &e : s.incoming.find(e.path);
     o.mode = e.mode & 0777;
     if (e.size == 0) {  // nothing to send: stage the empty file now
-      int fd = openat(stagefd, e.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0) {
-        close(stagefd);
-        throw SyncRefused(sys_error("cannot stage " + e.path, errno));
-      }
+      int fd = openat(stagefd.fd, e.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) throw SyncRefused(sys_error("cannot stage " + e.path, errno));
       fchmod(fd, o.mode);
       close(fd);
       o.done = o.staged = true;
-      asked[e.hash] = s.need.size();
-      s.need.push_back(std::move(o));
+      asked.insert(e.hash);
+      empty.push_back(o);
       continue;
     }
-    asked[e.hash] = s.need.size();
+    asked.insert(e.hash);
     hashes.append(reinterpret_cast<const char*>(&e.hash.lo), 8);
     hashes.append(reinterpret_cast<const char*>(&e.hash.hi), 8);
     s.need.push_back(std::move(o));
   }
-  close(stagefd);
   // The reply lists the non-empty objects in order; their position is the index pieces use.
-  std::vector<Session::Object> reordered;
-  for (auto& o : s.need)
-    if (!o.done) reordered.push_back(std::move(o));
-  for (auto& o : s.need)
-    if (o.done) reordered.push_back(std::move(o));
-  s.need = std::move(reordered);
+  s.need.insert(s.need.end(), empty.begin(), empty.end());
   size_t sending = hashes.size() / 16;
   SyncReply r;
   r.need = sending;
@@ -522,24 +570,25 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
     }
   } closer{stagefd};
   for (auto& p : pieces) {
+    check_cancelled();
     size_t idx = static_cast<size_t>(p[0]);
     uint64_t offset = p[1], raw_len = p[2], stored = p[3];
     bool z = p[4] != 0;
     if (idx >= s.need.size() || s.need[idx].done) throw SyncRefused("sync data names an object the host did not ask for");
     auto& o = s.need[idx];
     if (offset != o.written || raw_len > o.size - o.written || at + stored > payload.size() || (!z && stored != raw_len))
-      throw SyncRefused("sync data for " + o.path + " is out of order or malformed");
+      throw SyncRefused("sync data for " + o.path() + " is out of order or malformed");
     const char* bytes = payload.data() + at;
     if (z) {
       raw.resize(raw_len);
       size_t n = ZSTD_decompress(raw.data(), raw.size(), bytes, stored);
-      if (ZSTD_isError(n) || n != raw_len) throw SyncRefused("sync data for " + o.path + " does not decompress");
+      if (ZSTD_isError(n) || n != raw_len) throw SyncRefused("sync data for " + o.path() + " does not decompress");
       bytes = raw.data();
     }
     at += stored;
     if (o.fd < 0) {
       o.fd = openat(stage(), o.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path, errno));
+      if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path(), errno));
       fchmod(o.fd, o.mode);  // the mode of the first path that wants it (not subject to the umask)
       o.state = XXH3_createState();
       XXH3_128bits_reset(o.state);
@@ -547,7 +596,7 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
     for (uint64_t off = 0; off < raw_len;) {
       ssize_t w = write(o.fd, bytes + off, raw_len - off);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
+      if (w < 0) throw SyncRefused(sys_error("cannot write " + o.path() + " on the host", errno));
       off += static_cast<uint64_t>(w);
     }
     XXH3_128bits_update(o.state, bytes, raw_len);
@@ -559,7 +608,7 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
       close(o.fd);
       o.fd = -1;
       if (Hash128{h.low64, h.high64} != o.hash)
-        throw SyncRefused("the content of " + o.path + " does not match its manifest (it changed while being sent); "
+        throw SyncRefused("the content of " + o.path() + " does not match its manifest (it changed while being sent); "
                           "sync again");
       o.done = o.staged = true;
     }
@@ -569,24 +618,14 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
   return {r, {}};
 }
 
-// An open descriptor, closed when it goes.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
-
 // What a commit works with: the session, the diff, the directories it writes in, and what the
 // prepare step left for the switch.
 struct SyncReceiver::Commit {
-  struct Move {
+  struct Move {  // no string per file: a million-file commit holds a million of these
     const Entry* e;
-    std::string staged;
+    uint64_t n;   // staged as "p<n>", or
+    bool object;  // as the received object itself (its hash's name)
+    std::string staged() const { return object ? e->hash.hex() : "p" + std::to_string(n); }
   };
   Session& s;
   const Manifest& host;
@@ -623,7 +662,7 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
   size_t missing = 0;
   for (auto& o : s.need) missing += !o.done;
   if (missing) throw SyncRefused(std::to_string(missing) + " files of this sync did not arrive (first: " +
-                                 std::find_if(s.need.begin(), s.need.end(), [](auto& o) { return !o.done; })->path + ")");
+                                 std::find_if(s.need.begin(), s.need.end(), [](auto& o) { return !o.done; })->path() + ")");
   Commit c(s, root_);
   prepare(c);     // every new or changed file aside; nothing visible changes
   switch_in(c);   // deletions, new directories, every staged file renamed in
@@ -640,31 +679,32 @@ void SyncReceiver::prepare(Commit& c) {
   Session& s = c.s;
   std::unordered_map<Hash128, size_t, Hash128Hasher> object_of;
   for (size_t i = 0; i < s.need.size(); ++i) object_of[s.need[i].hash] = i;
-  std::unordered_map<Hash128, std::string, Hash128Hasher> staged_as;  // hash -> staged name already used
+  std::unordered_map<Hash128, size_t, Hash128Hasher> staged_as;  // hash -> the move staged with it
   std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;  // built when first needed
   size_t n = 0;
   for (const Entry* e : c.touched) {
+    check_cancelled();
     const Entry* old = c.host.find(e->path);
     if (e->type == EntryType::Dir) continue;
     if (e->type == EntryType::File && old && old->type == EntryType::File && old->hash == e->hash && old->size == e->size) {
       c.chmods.push_back(e);
       continue;
     }
-    std::string name = "p" + std::to_string(n++);
+    Commit::Move move{e, n++, false};
     if (e->type == EntryType::Symlink) {
-      if (symlinkat(e->target.c_str(), c.stage.fd, name.c_str()) != 0)
+      if (symlinkat(e->target.c_str(), c.stage.fd, move.staged().c_str()) != 0)
         throw SyncRefused(sys_error("cannot stage " + e->path, errno));
-      c.moves.push_back({e, name});
+      c.moves.push_back(move);
       continue;
     }
     auto obj = object_of.find(e->hash);
     auto used = staged_as.find(e->hash);
     bool ready = false;  // the received object itself, already with this entry's mode
     if (used != staged_as.end()) {
-      copy_file_at(c.stage.fd, used->second, c.stage.fd, name);
+      copy_checked(c.stage.fd, c.moves[used->second].staged(), c.stage.fd, move.staged(), *e);
     } else if (obj != object_of.end() && s.need[obj->second].staged) {
       auto& o = s.need[obj->second];
-      name = o.hash.hex();  // moved into place under the name it arrived with
+      move.object = true;  // moved into place under the name it arrived with
       o.staged = false;
       ready = o.mode == (e->mode & 0777);
     } else {
@@ -673,11 +713,12 @@ void SyncReceiver::prepare(Commit& c) {
           if (h.type == EntryType::File) on_host.emplace(h.hash, &h);
       auto src = on_host.find(e->hash);
       if (src == on_host.end()) throw SyncRefused("the content of " + e->path + " is neither staged nor on the host");
-      copy_file_at(c.dirs->get(parent_of(src->second->path)), base_of(src->second->path), c.stage.fd, name);
+      copy_checked(c.dirs->get(parent_of(src->second->path)), base_of(src->second->path), c.stage.fd, move.staged(),
+                   *e);
     }
-    staged_as[e->hash] = name;
-    if (!(ready && !old)) fix_staged(c, *e, old, name);  // a new path that is ready needs nothing
-    c.moves.push_back({e, name});
+    staged_as[e->hash] = c.moves.size();
+    if (!(ready && !old)) fix_staged(c, *e, old, move.staged());  // a new path that is ready needs nothing
+    c.moves.push_back(move);
   }
 }
 
@@ -732,8 +773,9 @@ void SyncReceiver::switch_in(Commit& c) {
     fchmodat(parent, base_of(e->path).c_str(), e->mode & 0777, 0);
   }
   for (auto& m : c.moves) {
+    check_cancelled();
     int parent = c.dirs->get(parent_of(m.e->path));
-    if (renameat(c.stage.fd, m.staged.c_str(), parent, base_of(m.e->path).c_str()) != 0)
+    if (renameat(c.stage.fd, m.staged().c_str(), parent, base_of(m.e->path).c_str()) != 0)
       throw SyncRefused(sys_error("cannot move " + m.e->path + " into place", errno));
     if (m.e->type == EntryType::File) c.pycache->drop(m.e->path);
   }
@@ -807,11 +849,12 @@ void SyncReceiver::save(Commit& c) {
   saved->scan_ns = wall_ns();
   write_file_replacing(manifest_path(s.dest) + ".manifest", saved->encode_cache());
   write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
-  HostCopy copy{saved, s.incoming_digest};
+  HostCopy copy{nullptr, s.incoming_digest, saved->entries.size()};
   auto known = known_.find(s.dest);
   if (known != known_.end()) {
     known->second.watcher->wait(0, 0);  // the events of this commit (new directories get watched)
-    known->second.copy = copy;
+    known->second.digest = copy.digest;
+    known->second.entries = copy.entries;
   } else {
     remember(s.dest, copy, watch(s.dest));
   }

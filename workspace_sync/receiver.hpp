@@ -23,6 +23,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -60,14 +61,19 @@ class SyncReceiver {
   // its manifests and its unfinished sessions.
   void forget_space(const std::string& space);
   const std::string& root() const { return root_; }
-  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }  // any thread
+  // From any thread: the step under way stops at its next file and fails ("the host agent is
+  // stopping"); a commit cut short leaves each file old or new, which the next sync's check
+  // finds and completes. Later steps fail at once.
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   // The host manifest of dest as it is on disk now (for tests and `status`).
   Manifest verified_manifest(const std::string& dest);
 
-  // A destination's manifest with its digest (hex), shared between the cache and sessions.
+  // A destination's copy: its digest (hex), its entry count and, when read, its manifest.
   struct HostCopy {
-    std::shared_ptr<const Manifest> manifest;
+    std::shared_ptr<const Manifest> manifest;  // null when only the digest was needed
     std::string digest;
+    size_t entries = 0;
   };
 
  private:
@@ -86,17 +92,24 @@ class SyncReceiver {
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;
   HostCopy load_and_verify(const std::string& dest);
+  HostCopy with_manifest(const std::string& dest, HostCopy copy);  // reads the saved manifest
   Manifest check_on_disk(const std::string& dest);
   void check_overlap(const std::string& dest, const std::string& space) const;
 
+  void check_cancelled() const;  // throws SyncRefused once cancel() was called
+
   std::string root_, state_dir_;
   int64_t timeout_ms_;
-  uint64_t bytes_received_ = 0;
+  std::atomic<uint64_t> bytes_received_{0};
+  std::atomic<bool> cancelled_{false};
   std::map<std::string, std::unique_ptr<Session>> sessions_;
-  // Per destination: its manifest as last verified or written, trusted while an inotify watch
-  // set up before that moment reports nothing (a no-op sync then costs this host no stat calls).
+  // Per destination: the digest of its manifest as last verified or written, trusted while an
+  // inotify watch set up before that moment reports nothing (a no-op sync then costs this host
+  // no stat calls). The manifest itself stays on disk (a million entries are ~150 MiB in
+  // memory): a session reads it back, checking it against this digest.
   struct Known {
-    HostCopy copy;
+    std::string digest;
+    size_t entries = 0;
     std::unique_ptr<TreeWatcher> watcher;
   };
   std::map<std::string, Known> known_;

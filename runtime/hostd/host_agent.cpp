@@ -80,7 +80,7 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   // to be killed with its allocation (sweep_leftovers) instead of outliving it.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (opts_.workspace_root.empty()) opts_.workspace_root = layout::workspace_root(opts_.runtime_dir);
-  sync_ = std::make_unique<ws::SyncReceiver>(opts_.workspace_root, opts_.sync_timeout_ms);
+  sync_ = std::make_unique<SyncWorker>(std::make_unique<ws::SyncReceiver>(opts_.workspace_root, opts_.sync_timeout_ms));
   // Spaces an earlier agent left (it was killed): removed once unused for the keep time.
   if (DIR* d = opendir(opts_.workspace_root.c_str())) {
     while (dirent* de = readdir(d))
@@ -124,6 +124,7 @@ HostAgent::~HostAgent() {
         if (s->fd >= 0) close(s->fd);
       if (p->log) fclose(p->log);
     }
+  sync_.reset();  // a step under way stops at its next file; before the node it answers through
   node_->stop();
   if (sigfd_ >= 0) close(sigfd_);
 }
@@ -293,11 +294,10 @@ void HostAgent::read_log(const Message& m) {
 }
 
 // One step of a workspace sync from an authenticated controller (the node dropped anything
-// from a peer that did not pass Hello with this agent's cookie). The sessions of a controller
-// that is gone are dropped with what they staged (check_timers).
-void HostAgent::sync_step(const Message& m) {
-  std::vector<std::string_view> frames;
-  for (auto& f : m.frames) frames.emplace_back(static_cast<const char*>(f.data()), f.size());
+// from a peer that did not pass Hello with this agent's cookie), handed to the syncs' thread
+// after the bookkeeping of this loop (spaces, the controller's sessions). The sessions of a
+// controller that is gone are dropped with what they staged (check_timers).
+void HostAgent::sync_step(Message& m) {
   SyncStepBody step;
   if (!read_request(m, step)) return;
   try {
@@ -308,14 +308,24 @@ void HostAgent::sync_step(const Message& m) {
       spaces_[step.space] = now_ms();
       controllers_[m.sender_addr].syncs.insert(step.sid);
     }
-    auto r = sync_->handle_step(step, frames, now_ms());
     if (step.op == "commit" || step.op == "abort") controllers_[m.sender_addr].syncs.erase(step.sid);
-    std::vector<zmq::message_t> out;
-    for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
-    node_->reply(m, true, std::move(r.body), std::move(out));
   } catch (const std::exception& e) {
-    node_->reply(m, false, error_body(ErrorKind::Sync, e.what()), {});
+    return node_->reply(m, false, error_body(ErrorKind::Sync, e.what()), {});
   }
+  auto msg = std::make_shared<Message>(std::move(m));
+  Node* node = node_.get();
+  sync_->post([node, msg, step = std::move(step)](ws::SyncReceiver& receiver) {
+    std::vector<std::string_view> frames;
+    for (auto& f : msg->frames) frames.emplace_back(static_cast<const char*>(f.data()), f.size());
+    try {
+      auto r = receiver.handle_step(step, frames, now_ms());
+      std::vector<zmq::message_t> out;
+      for (auto& f : r.frames) out.emplace_back(f.data(), f.size());
+      node->reply(*msg, true, std::move(r.body), std::move(out));
+    } catch (const std::exception& e) {
+      node->reply(*msg, false, error_body(ErrorKind::Sync, e.what()), {});
+    }
+  });
 }
 
 std::string HostAgent::space_for(const Message& m, const std::string& alloc_name) {
@@ -344,12 +354,14 @@ void HostAgent::expire_spaces(int64_t now) {
 
 void HostAgent::drop_space(const std::string& space, const std::string& why) {
   spaces_.erase(space);
-  try {
-    sync_->forget_space(space);
-    log_diag("hostd", "removed the synced workspace " + opts_.workspace_root + "/" + space + ": " + why);
-  } catch (const std::exception& e) {
-    log_diag("hostd", "cannot remove the synced workspace " + space + ": " + e.what());
-  }
+  sync_->post([space, why](ws::SyncReceiver& receiver) {  // after any step of it already queued
+    try {
+      receiver.forget_space(space);
+      log_diag("hostd", "removed the synced workspace " + receiver.root() + "/" + space + ": " + why);
+    } catch (const std::exception& e) {
+      log_diag("hostd", "cannot remove the synced workspace " + space + ": " + e.what());
+    }
+  });
 }
 
 HostAgent::Allocation* HostAgent::live_named(const std::string& name) {
@@ -978,7 +990,6 @@ void HostAgent::check_timers() {
     last_socket_sweep_ms_ = now;
     sweep_stale_sockets();
   }
-  sync_->expire_idle(now);
   expire_spaces(now);
   // Partial lines (prompts, progress bars without newline) go out after a short wait.
   for (auto& kv : allocs_)
@@ -1015,7 +1026,8 @@ void HostAgent::check_timers() {
     Controller& c = it->second;
     bool gone = controller_gone(c, now, grace_ms);
     if (gone)
-      for (auto& sid : c.syncs) sync_->abandon(sid);  // what a killed sync staged goes now
+      for (auto& sid : c.syncs)  // what a killed sync staged goes now
+        sync_->post([sid](ws::SyncReceiver& receiver) { receiver.abandon(sid); });
     // A controller of this machine whose process ended (a SIGKILL) needs no connection, even
     // while it owns named allocations: closed once a second of silence says to look.
     const bool ended = !c.link_closed && c.pid > 0 && now - c.last_seen_ms > kEndedLookMs && process_ended(c);

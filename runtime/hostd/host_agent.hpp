@@ -24,6 +24,7 @@
 #include "../tcp_endpoint.hpp"
 #include "fork_server.hpp"
 #include "receiver.hpp"
+#include "sync_worker.hpp"
 
 namespace xmesh {
 
@@ -155,7 +156,7 @@ class HostAgent {
   void report_exits();
   void check_timers();
   void reply_error(const Message& m, const std::string& text);
-  void sync_step(const Message& m);
+  void sync_step(Message& m);
   void read_log(const Message& m);
   // Workspace spaces (layout.hpp): one per allocation owner, removed once nobody used them
   // for workspace_keep_ms, and all at exit.
@@ -175,7 +176,7 @@ class HostAgent {
   ForkServers fork_servers_;  // the worker's procs are forked from a Python that imported xmesh
   std::string fork_server_failed_;  // why the last fork failed (said once per distinct reason)
   TcpEndpoint reach_;
-  std::unique_ptr<ws::SyncReceiver> sync_;
+  std::unique_ptr<SyncWorker> sync_;  // the syncs' own thread (sync_worker.hpp)
   int sigfd_ = -1;
   std::map<std::string, std::unique_ptr<Allocation>> allocs_;
   std::map<std::string, Controller> controllers_;

@@ -136,7 +136,9 @@ def test_a_sync_of_many_files_commits_and_reports_in_bounded_lists(fresh_rundir,
     file in its header (140,000 pieces: over the limit, dropped, the data step timed out). The
     paths now travel as the answer's frames, a data message ends at 4,096 pieces, and the report
     keeps whole counts but lists at most REPORT_PATHS paths of each kind (every .py path: reloads
-    need them), so its memory does not grow with the tree."""
+    need them), so its memory does not grow with the tree. The agent answers while it commits
+    (its syncs run on a thread of their own: the commit held its main loop, so output, spawns
+    and status waited for the whole commit)."""
     from xmesh._workspace import REPORT_PATHS
 
     src = tmp_path / "many"
@@ -149,7 +151,18 @@ def test_a_sync_of_many_files_commits_and_reports_in_bounded_lists(fresh_rundir,
     for i in range(py):
         (src / f"m{i:04d}.py").write_text(f"V = {i}\n")
     host = xmesh.hosts([fresh_rundir])
-    report = host.sync_workspace(str(src))
+    root = workspace_dir(fresh_rundir)
+    first = os.path.join(root, "directory-with-a-longish-name-00", "f00000.txt")
+    last = os.path.join(root, "directory-with-a-longish-name-34", f"f{n // 35 - 1:05d}.txt")
+    done: dict = {}
+    syncing = threading.Thread(target=lambda: done.setdefault("report", host.sync_workspace(str(src))))
+    syncing.start()
+    assert wait_until(lambda: os.path.exists(first) or not syncing.is_alive(), timeout=90, interval=0.005)
+    agent(fresh_rundir).status(timeout=60)  # asked once the first file is in place ...
+    answered_mid_commit = not os.path.exists(last)  # ... and answered before the last one is
+    syncing.join(timeout=100)
+    report = done["report"]
+    assert answered_mid_commit, "the agent answered status only after its commit"
     total = n + py
     assert report.added == total and report.files_sent_count == total, report
     [h] = [h for part in report.parts for h in part["hosts"]]
@@ -162,7 +175,6 @@ def test_a_sync_of_many_files_commits_and_reports_in_bounded_lists(fresh_rundir,
     assert sum(size for _, size in report.dirs_sent) == sum(
         os.path.getsize(os.path.join(p, f)) for p, _, fs in os.walk(src) for f in fs)
     assert f"and {total - 10} more" in repr(report)
-    root = workspace_dir(fresh_rundir)
     assert len(os.listdir(os.path.join(root, "directory-with-a-longish-name-34"))) == n // 35
     assert read(os.path.join(root, "directory-with-a-longish-name-34", "f03999.txt")) == "343999"
 
