@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <system_error>
 #include <vector>
 
@@ -142,25 +143,50 @@ bool read_whole_file(const std::string& path, std::string& out) {
   return n == 0;
 }
 
-void write_file_replacing(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw std::runtime_error(err("cannot write " + tmp));
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t w = write(fd, data.data() + off, data.size() - off);
+ReplacingFile::ReplacingFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd_ < 0) throw std::runtime_error(err("cannot write " + tmp_));
+}
+
+ReplacingFile::~ReplacingFile() {
+  if (fd_ < 0) return;
+  close(fd_);
+  unlink(tmp_.c_str());
+}
+
+void ReplacingFile::write(std::string_view data) {
+  for (size_t off = 0; off < data.size();) {
+    ssize_t w = ::write(fd_, data.data() + off, data.size() - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      errno = e;
-      throw std::runtime_error(err("cannot write " + tmp));
-    }
+    if (w < 0) throw std::runtime_error(err("cannot write " + tmp_));
     off += static_cast<size_t>(w);
   }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(err("cannot replace " + path));
+}
+
+void ReplacingFile::commit() {
+  const int fd = std::exchange(fd_, -1);
+  if (close(fd) != 0) {
+    const std::string why = err("cannot write " + tmp_);
+    unlink(tmp_.c_str());
+    throw std::runtime_error(why);
+  }
+  if (rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = err("cannot replace " + path_);
+    unlink(tmp_.c_str());
+    throw std::runtime_error(why);
+  }
+}
+
+void write_file_replacing(const std::string& path, std::string_view data) {
+  ReplacingFile f(path);
+  f.write(data);
+  f.commit();
+}
+
+void save_manifest_cache(const std::string& path, const Manifest& m) {
+  ReplacingFile f(path);
+  m.encode_cache([&](std::string_view piece) { f.write(piece); });
+  f.commit();
 }
 
 }  // namespace xmesh::ws

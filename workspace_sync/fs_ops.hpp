@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "manifest.hpp"
 
@@ -23,6 +24,23 @@ Hash128 copy_file_at(int srcdir, const std::string& src, int dstdir, const std::
 void remove_tree(const std::string& path);
 void make_dirs_path(const std::string& path);  // mkdir -p, mode 0700 for state directories
 bool read_whole_file(const std::string& path, std::string& out);
-void write_file_replacing(const std::string& path, const std::string& data);  // write aside, then rename
+void write_file_replacing(const std::string& path, std::string_view data);  // write aside, then rename
+// The same for content made in pieces: written aside as it comes, renamed over path by
+// commit(); the aside file goes if commit() is never reached (a throw on the way).
+class ReplacingFile {
+ public:
+  explicit ReplacingFile(std::string path);  // throws std::runtime_error naming the file
+  ~ReplacingFile();
+  ReplacingFile(const ReplacingFile&) = delete;
+  ReplacingFile& operator=(const ReplacingFile&) = delete;
+  void write(std::string_view data);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+// A manifest's cache form saved at path without holding it whole in memory.
+void save_manifest_cache(const std::string& path, const Manifest& m);
 
 }  // namespace xmesh::ws

@@ -194,9 +194,10 @@ Manifest Manifest::decode_wire(std::string_view bytes) {
   return m;
 }
 
-std::string Manifest::encode_cache() const {
+void Manifest::encode_cache(const std::function<void(std::string_view)>& sink) const {
+  constexpr size_t kPiece = 1 << 20;
   std::string out(kCacheMagic, 4);
-  out.reserve(entries.size() * 80);
+  out.reserve(kPiece + 8192);
   put_u64(out, static_cast<uint64_t>(scan_ns));
   put_varint(out, entries.size());
   for (auto& e : entries) {
@@ -204,8 +205,18 @@ std::string Manifest::encode_cache() const {
     put_u64(out, static_cast<uint64_t>(e.mtime_ns));
     put_u64(out, static_cast<uint64_t>(e.ctime_ns));
     put_u64(out, e.ino);
+    if (out.size() >= kPiece) {
+      sink(out);
+      out.clear();
+    }
   }
-  return out;
+  if (!out.empty()) sink(out);
+}
+
+std::string Manifest::encode_cache() const {
+  std::string whole;
+  encode_cache([&](std::string_view piece) { whole.append(piece); });
+  return whole;
 }
 
 bool Manifest::decode_cache(const std::string& bytes, Manifest& out) {

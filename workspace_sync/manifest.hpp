@@ -3,6 +3,7 @@
 // keeps the manifest of what it holds. Comparing them says what must travel.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -58,6 +59,9 @@ struct Manifest {
   static Manifest decode_wire(std::string_view bytes);
   // The local cache form, with stat values and the scan time.
   std::string encode_cache() const;
+  // The same in pieces of about 1 MiB handed to sink in order: a million entries are ~80 MiB,
+  // which need not be one string (save_cache writes them to a file as they come).
+  void encode_cache(const std::function<void(std::string_view)>& sink) const;
   static bool decode_cache(const std::string& bytes, Manifest& out);
 };
 

@@ -157,6 +157,7 @@ struct SyncReceiver::Session {
     XXH3_state_t* state = nullptr;
     bool done = false;
     bool staged = false;  // the staged file still sits under its hash name
+    int64_t move = -1;    // in a commit: the move that took it (later paths of it copy that)
   };
   std::string sid, dest, stage_dir;
   int64_t last_ms = 0;
@@ -373,7 +374,7 @@ Manifest SyncReceiver::check_on_disk(const std::string& dest) {
   }
   if (changed) {
     try {
-      write_file_replacing(manifest_path(dest) + ".manifest", out.encode_cache());
+      save_manifest_cache(manifest_path(dest) + ".manifest", out);
     } catch (const std::exception&) {
     }
   } else {
@@ -677,9 +678,16 @@ SyncReceiver::Reply SyncReceiver::commit(Session& s) {
 //    when it already had it (renamed or copied files).
 void SyncReceiver::prepare(Commit& c) {
   Session& s = c.s;
-  std::unordered_map<Hash128, size_t, Hash128Hasher> object_of;
-  for (size_t i = 0; i < s.need.size(); ++i) object_of[s.need[i].hash] = i;
-  std::unordered_map<Hash128, size_t, Hash128Hasher> staged_as;  // hash -> the move staged with it
+  // The received objects by hash (a sorted index: a million of them cost 24 MiB, not a map's 60).
+  std::vector<std::pair<Hash128, size_t>> objects;
+  objects.reserve(s.need.size());
+  for (size_t i = 0; i < s.need.size(); ++i) objects.emplace_back(s.need[i].hash, i);
+  std::sort(objects.begin(), objects.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  auto object_of = [&](const Hash128& h) -> Session::Object* {
+    auto it = std::lower_bound(objects.begin(), objects.end(), h, [](auto& a, const Hash128& k) { return a.first < k; });
+    return it != objects.end() && it->first == h ? &s.need[it->second] : nullptr;
+  };
+  std::unordered_map<Hash128, size_t, Hash128Hasher> from_host;  // content copied from the host: its move
   std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;  // built when first needed
   size_t n = 0;
   for (const Entry* e : c.touched) {
@@ -697,16 +705,20 @@ void SyncReceiver::prepare(Commit& c) {
       c.moves.push_back(move);
       continue;
     }
-    auto obj = object_of.find(e->hash);
-    auto used = staged_as.find(e->hash);
+    // The content: staged already for an earlier path (copied), the received object itself
+    // (moved into place under the name it arrived with), or the host's own copy (copied).
+    Session::Object* o = object_of(e->hash);
+    auto copied = from_host.find(e->hash);
     bool ready = false;  // the received object itself, already with this entry's mode
-    if (used != staged_as.end()) {
-      copy_checked(c.stage.fd, c.moves[used->second].staged(), c.stage.fd, move.staged(), *e);
-    } else if (obj != object_of.end() && s.need[obj->second].staged) {
-      auto& o = s.need[obj->second];
-      move.object = true;  // moved into place under the name it arrived with
-      o.staged = false;
-      ready = o.mode == (e->mode & 0777);
+    if (o && o->move >= 0) {
+      copy_checked(c.stage.fd, c.moves[static_cast<size_t>(o->move)].staged(), c.stage.fd, move.staged(), *e);
+    } else if (o && o->staged) {
+      move.object = true;
+      o->staged = false;
+      o->move = static_cast<int64_t>(c.moves.size());
+      ready = o->mode == (e->mode & 0777);
+    } else if (copied != from_host.end()) {
+      copy_checked(c.stage.fd, c.moves[copied->second].staged(), c.stage.fd, move.staged(), *e);
     } else {
       if (on_host.empty())
         for (auto& h : c.host.entries)
@@ -715,8 +727,8 @@ void SyncReceiver::prepare(Commit& c) {
       if (src == on_host.end()) throw SyncRefused("the content of " + e->path + " is neither staged nor on the host");
       copy_checked(c.dirs->get(parent_of(src->second->path)), base_of(src->second->path), c.stage.fd, move.staged(),
                    *e);
+      from_host[e->hash] = c.moves.size();
     }
-    staged_as[e->hash] = c.moves.size();
     if (!(ready && !old)) fix_staged(c, *e, old, move.staged());  // a new path that is ready needs nothing
     c.moves.push_back(move);
   }
@@ -847,7 +859,7 @@ void SyncReceiver::save(Commit& c) {
     }
   }
   saved->scan_ns = wall_ns();
-  write_file_replacing(manifest_path(s.dest) + ".manifest", saved->encode_cache());
+  save_manifest_cache(manifest_path(s.dest) + ".manifest", *saved);
   write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
   HostCopy copy{nullptr, s.incoming_digest, saved->entries.size()};
   auto known = known_.find(s.dest);

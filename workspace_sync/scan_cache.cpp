@@ -146,7 +146,7 @@ std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::
   // The file serves the next process; rewrite it only when it would say something new.
   if (changed) {
     try {
-      write_file_replacing(cache_path, current->encode_cache());
+      save_manifest_cache(cache_path, *current);
     } catch (const std::exception&) {
       // Only a cache: the next process re-hashes.
     }

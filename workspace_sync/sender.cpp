@@ -356,6 +356,7 @@ class Push {
       }
       if (!refit.empty()) send_whole(refit);  // appended: this loop waits for it too
     }
+    std::string().swap(wire_);  // every host has its plan: the encoding goes before the data
   }
 
   void send_whole(const std::vector<size_t>& targets) {
@@ -371,7 +372,8 @@ class Push {
   //    batch_bytes (or kMaxPiecesPerBatch pieces) with at most `window` in flight.
   void send_data() {
     for (auto& e : m_.entries)
-      if (e.type == EntryType::File) local_.emplace(e.hash, &e);
+      if (e.type == EntryType::File) local_.emplace_back(e.hash, &e);
+    std::sort(local_.begin(), local_.end(), [](auto& a, auto& b) { return a.first < b.first; });
     for (auto& [need, targets] : groups_) {
       Stream st;
       st.targets = targets;
@@ -382,8 +384,10 @@ class Push {
         Hash128 hsh;
         std::memcpy(&hsh.lo, need.data() + idx * 16, 8);
         std::memcpy(&hsh.hi, need.data() + idx * 16 + 8, 8);
-        auto it = local_.find(hsh);
-        if (it == local_.end()) throw std::runtime_error("a host asked for content this workspace does not have");
+        auto it = std::lower_bound(local_.begin(), local_.end(), hsh,
+                                   [](auto& a, const Hash128& k) { return a.first < k; });
+        if (it == local_.end() || it->first != hsh)
+          throw std::runtime_error("a host asked for content this workspace does not have");
         send_file(st, idx, *it->second);
         check_();
       }
@@ -507,7 +511,7 @@ class Push {
   std::vector<Step> plans_;
   std::string wire_;                                     // the whole manifest, encoded once
   std::map<std::string, std::vector<size_t>> groups_;   // need list -> hosts
-  std::unordered_map<Hash128, const Entry*, Hash128Hasher> local_;
+  std::vector<std::pair<Hash128, const Entry*>> local_;  // by hash (sorted: no map node per file)
   SentFiles sent_;
   Compressor zstd_;
   std::vector<char> buf_, zbuf_;

@@ -194,7 +194,9 @@ int HostAgent::run() {
     usleep(20000);
     reap();
   }
-  // Every proc is gone with this agent: so is the use of every synced workspace.
+  // Every proc is gone with this agent: so is the use of every synced workspace (removed here,
+  // once the syncs' thread has stopped).
+  sync_->stop();
   std::vector<std::string> spaces;
   for (auto& kv : spaces_) spaces.push_back(kv.first);
   for (auto& sp : spaces) drop_space(sp, "the host agent exits");

@@ -17,7 +17,7 @@ SyncWorker::SyncWorker(std::unique_ptr<ws::SyncReceiver> receiver) : receiver_(s
   });
 }
 
-SyncWorker::~SyncWorker() {
+void SyncWorker::stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -25,16 +25,23 @@ SyncWorker::~SyncWorker() {
   }
   receiver_->cancel();
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void SyncWorker::post(Task task) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stop_) return;
-    tasks_.push_back(std::move(task));
+    if (!stop_) {
+      tasks_.push_back(std::move(task));
+      cv_.notify_one();
+      return;
+    }
   }
-  cv_.notify_one();
+  try {
+    task(*receiver_);
+  } catch (const std::exception& e) {
+    log_diag("hostd", std::string("a workspace sync task failed: ") + e.what());
+  }
 }
 
 void SyncWorker::run() {

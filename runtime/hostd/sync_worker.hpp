@@ -22,13 +22,18 @@ class SyncWorker {
  public:
   using Task = std::function<void(ws::SyncReceiver&)>;
   explicit SyncWorker(std::unique_ptr<ws::SyncReceiver> receiver);
-  // Cuts a step under way short (SyncReceiver::cancel: a commit leaves each file old or new, which
-  // the next sync completes), drops what was queued, and joins the thread.
-  ~SyncWorker();
+  ~SyncWorker() { stop(); }
   SyncWorker(const SyncWorker&) = delete;
   SyncWorker& operator=(const SyncWorker&) = delete;
 
+  // post() and stop() are the agent's main loop's (never called concurrently).
+  // Runs task on the thread, after those before it. Once stopped, at once on the caller's thread
+  // (the receiver is no other thread's then): what an exiting agent removes still goes.
   void post(Task task);
+  // Cuts a step under way short (SyncReceiver::cancel: a commit leaves each file old or new, which
+  // the next sync completes), drops the steps queued (their sessions with the receiver), and
+  // joins the thread.
+  void stop();
   uint64_t bytes_received() const { return receiver_->bytes_received(); }
   const std::string& root() const { return receiver_->root(); }
 
@@ -39,7 +44,7 @@ class SyncWorker {
   std::condition_variable cv_;
   std::deque<Task> tasks_;
   bool stop_ = false;
-  std::thread thread_;
+  std::thread thread_;  // joined by stop()
 };
 
 }  // namespace xmesh
