@@ -27,36 +27,46 @@ namespace xmesh::ws {
 
 using json = nlohmann::json;
 
+void RecentManifests::remember(const Hash128& digest, std::shared_ptr<const Manifest> m) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto it = recent_.begin(); it != recent_.end(); ++it)
+    if (it->first == digest) {
+      recent_.erase(it);
+      break;
+    }
+  const size_t budget = std::max(entry_budget_, 2 * m->entries.size());
+  recent_.emplace_front(digest, std::move(m));
+  size_t total = 0;
+  for (auto& kv : recent_) total += kv.second->entries.size();
+  while (recent_.size() > max_count_ || (recent_.size() > 1 && total > budget)) {
+    total -= recent_.back().second->entries.size();
+    recent_.pop_back();
+  }
+}
+
+std::shared_ptr<const Manifest> RecentManifests::find(const Hash128& digest) const {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [d, m] : recent_)
+    if (d == digest) return m;
+  return nullptr;
+}
+
+size_t RecentManifests::size() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return recent_.size();
+}
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Manifests this process scanned lately, newest first: a host whose manifest is one of them
-// (its digest answers `begin`) gets the plan as a delta against it.
-constexpr size_t kRecentManifests = 8;
-std::mutex g_recent_mu;
-std::deque<std::pair<Hash128, std::shared_ptr<const Manifest>>> g_recent;
-
-void remember_scanned(const Hash128& digest, std::shared_ptr<const Manifest> m) {
-  std::lock_guard<std::mutex> g(g_recent_mu);
-  for (auto it = g_recent.begin(); it != g_recent.end(); ++it)
-    if (it->first == digest) {
-      g_recent.erase(it);
-      break;
-    }
-  g_recent.emplace_front(digest, std::move(m));
-  if (g_recent.size() > kRecentManifests) g_recent.pop_back();
-}
+RecentManifests g_recent(8, 500000);  // this process's scans (sender.hpp)
 
 std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
   Hash128 d;
-  if (!Hash128::from_hex(digest_hex, d)) return nullptr;
-  std::lock_guard<std::mutex> g(g_recent_mu);
-  for (auto& [digest, m] : g_recent)
-    if (digest == d) return m;
-  return nullptr;
+  return Hash128::from_hex(digest_hex, d) ? g_recent.find(d) : nullptr;
 }
 
 // A data message's pieces travel in its header (about 30 bytes each): a batch of many small
@@ -562,7 +572,7 @@ json push_workspace(Node& node, const std::string& root, const std::vector<PushH
   std::shared_ptr<const Manifest> scanned = scan_for_push(root, opts, scan);
   double scan_s = seconds_since(t0);
   Push push(node, root, hosts, opts, check_interrupt, *scanned);
-  remember_scanned(push.digest(), scanned);
+  g_recent.remember(push.digest(), scanned);
   push.run();
   return {{"scan", scan_report(*scanned, scan, scan_s)},
           {"digest", push.digest().hex()},

@@ -7,7 +7,10 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <deque>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,24 @@ struct PushOptions {
 
 struct PushHost {
   std::string addr, label;
+};
+
+// Manifests this process scanned lately, newest first: a host whose manifest is one of them
+// (its digest answers `begin`) gets the plan as a delta against it. At most max_count of them,
+// and older ones only while all hold at most max(entry_budget, 2 x the newest's) entries: each
+// version of a million-file tree is ~150 MiB, and a host is rarely more than one version behind.
+// Thread-safe.
+class RecentManifests {
+ public:
+  RecentManifests(size_t max_count, size_t entry_budget) : max_count_(max_count), entry_budget_(entry_budget) {}
+  void remember(const Hash128& digest, std::shared_ptr<const Manifest> m);
+  std::shared_ptr<const Manifest> find(const Hash128& digest) const;
+  size_t size() const;
+
+ private:
+  size_t max_count_, entry_budget_;
+  mutable std::mutex mu_;
+  std::deque<std::pair<Hash128, std::shared_ptr<const Manifest>>> recent_;
 };
 
 // Raised (as std::runtime_error) with a message naming the host and the problem.

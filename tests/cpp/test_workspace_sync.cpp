@@ -16,6 +16,7 @@
 #include "ignore.hpp"
 #include "path_safety.hpp"
 #include "receiver.hpp"
+#include "sender.hpp"
 #include "scan.hpp"
 #include "workspace_helpers.hpp"
 
@@ -410,4 +411,33 @@ TEST_CASE("a link whose target passes through another link is refused and skippe
   CHECK(r.manifest.find("e") == nullptr);
   std::map<std::string, std::string> skipped(r.skipped.begin(), r.skipped.end());
   CHECK_THAT(skipped["e"], Catch::Contains("passes through the symlink 'd1/d2/d3/s'"));
+}
+
+TEST_CASE("the manifests kept for deltas are bounded by entries, not only by count", "[workspace]") {
+  auto manifest_of = [](size_t entries, int version) {
+    auto m = std::make_shared<Manifest>();
+    for (size_t i = 0; i < entries; ++i) m->entries.push_back(file_entry("f" + std::to_string(i), std::to_string(version)));
+    return std::shared_ptr<const Manifest>(m);
+  };
+  RecentManifests small(8, 100);
+  for (int v = 0; v < 10; ++v) small.remember(Hash128{uint64_t(v), 0}, manifest_of(10, v));
+  CHECK(small.size() == 8);  // 80 entries: the count bounds it
+  CHECK(small.find(Hash128{9, 0}));
+  CHECK(small.find(Hash128{2, 0}));
+  CHECK_FALSE(small.find(Hash128{1, 0}));
+  // Large trees: each version costs its entries, so only the newest and one older one stay
+  // (the budget is twice the newest's).
+  RecentManifests large(8, 100);
+  for (int v = 0; v < 5; ++v) large.remember(Hash128{uint64_t(v), 1}, manifest_of(300, v));
+  CHECK(large.size() == 2);
+  CHECK(large.find(Hash128{4, 1}));
+  CHECK(large.find(Hash128{3, 1}));
+  // Remembering a digest again moves it to the front instead of keeping it twice.
+  large.remember(Hash128{3, 1}, manifest_of(300, 3));
+  CHECK(large.size() == 2);
+  CHECK(large.find(Hash128{4, 1}));
+  // One over the budget alone is still kept (the newest always is).
+  RecentManifests tiny(8, 1);
+  tiny.remember(Hash128{7, 7}, manifest_of(50, 0));
+  CHECK(tiny.find(Hash128{7, 7}));
 }
