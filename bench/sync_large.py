@@ -102,6 +102,21 @@ def main() -> None:
     t = time.perf_counter()
     hosts.sync_workspace(src, dest="big")
     noop_s = time.perf_counter() - t
+    # A proc rewrites a file of its copy (same content): the agent's watch saw it, so the next sync
+    # checks the whole copy against its saved manifest (stat, a re-hash of that file): its memory.
+    copy = report.hosts[0]["dirs"][0]
+    touched = os.path.join(copy, "d00000", "f00000.txt")
+    with open(touched, "r+") as f:
+        data = f.read()
+        f.seek(0)
+        f.write(data)  # the same bytes again: seen by the watch, the digest unchanged
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # resets the agent's VmHWM to its RSS now
+    check_before = kib(pid, "VmRSS")
+    t = time.perf_counter()
+    again = hosts.sync_workspace(src, dest="big")
+    check_s, check_peak = time.perf_counter() - t, kib(pid, "VmHWM")
+    assert again.up_to_date, again
     print(f"rsync -a:           {rs_s:7.1f} s, peak RSS of its largest process "
           f"{(rs_kib or 0) / 1024:6.0f} MiB")
     print(f"xmesh initial sync: {xm_s:7.1f} s ({xm_s / rs_s:.2f}x rsync), {report!r}")
@@ -111,6 +126,8 @@ def main() -> None:
           f" ({(ctl_peak - ctl_before) * 1024 / args.files:.0f} B/file at peak)")
     print(f"  agent status answered {probe.asked} times during the sync, slowest {probe.worst_ms:.0f} ms")
     print(f"xmesh no-op sync:   {noop_s:7.2f} s")
+    print(f"xmesh no-op sync after a file of the host copy was rewritten: {check_s:.2f} s, agent RSS "
+          f"{check_before / 1024:.0f} -> peak {check_peak / 1024:.0f} MiB (the copy checked against its manifest)")
     from xmesh._runtime import runtime_if_started
 
     if runtime_if_started() is not None:

@@ -163,6 +163,15 @@ void ReplacingFile::write(std::string_view data) {
   }
 }
 
+void ReplacingFile::write_at(uint64_t offset, std::string_view data) {
+  for (size_t off = 0; off < data.size();) {
+    ssize_t w = pwrite(fd_, data.data() + off, data.size() - off, static_cast<off_t>(offset + off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) throw std::runtime_error(err("cannot write " + tmp_));
+    off += static_cast<size_t>(w);
+  }
+}
+
 void ReplacingFile::commit() {
   const int fd = std::exchange(fd_, -1);
   if (close(fd) != 0) {

@@ -34,6 +34,7 @@ class ReplacingFile {
   ReplacingFile(const ReplacingFile&) = delete;
   ReplacingFile& operator=(const ReplacingFile&) = delete;
   void write(std::string_view data);
+  void write_at(uint64_t offset, std::string_view data);  // over what was written there
   void commit();
 
  private:

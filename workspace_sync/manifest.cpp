@@ -1,6 +1,7 @@
 #include "manifest.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -135,7 +136,8 @@ struct Reader {
 };
 
 constexpr char kWireMagic[] = "XMW1";
-constexpr char kCacheMagic[] = "XMC1";
+constexpr char kCacheMagicV1[] = "XMC1";  // count as a varint: read, never written
+constexpr char kCacheMagic[] = "XMC2";
 constexpr size_t kMaxPath = 4096;
 constexpr uint64_t kMaxEntries = 10000000;
 
@@ -164,7 +166,80 @@ Entry read_wire_entry(Reader& r) {
   return e;
 }
 
+void put_cache_entry(std::string& out, const Entry& e) {
+  put_wire_entry(out, e);
+  put_u64(out, static_cast<uint64_t>(e.mtime_ns));
+  put_u64(out, static_cast<uint64_t>(e.ctime_ns));
+  put_u64(out, e.ino);
+}
+
+Entry read_cache_entry(Reader& r) {
+  Entry e = read_wire_entry(r);
+  e.mtime_ns = static_cast<int64_t>(r.u64());
+  e.ctime_ns = static_cast<int64_t>(r.u64());
+  e.ino = r.u64();
+  return e;
+}
+
+// The entry count; throws std::runtime_error when the header does not read.
+uint64_t read_cache_header(Reader& r, int64_t& scan_ns) {
+  const bool v1 = r.s.compare(0, 4, kCacheMagicV1) == 0;
+  if (!v1 && r.s.compare(0, 4, kCacheMagic) != 0) throw std::runtime_error("not a manifest cache");
+  r.pos = 4;
+  scan_ns = static_cast<int64_t>(r.u64());
+  const uint64_t n = v1 ? r.varint() : r.u64();
+  if (n > kMaxEntries) throw std::runtime_error("manifest claims too many entries");
+  return n;
+}
+
 }  // namespace
+
+std::string cache_header(int64_t scan_ns, uint64_t entries) {
+  std::string out(kCacheMagic, 4);
+  put_u64(out, static_cast<uint64_t>(scan_ns));
+  put_u64(out, entries);
+  return out;
+}
+
+void encode_cache_entry(std::string& out, const Entry& e) { put_cache_entry(out, e); }
+
+bool for_each_cached_entry(const std::string& path, const std::function<void(int64_t)>& scan_ns,
+                           const std::function<void(Entry&&)>& fn) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 20) {
+    close(fd);
+    return false;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return false;
+  madvise(map, size, MADV_SEQUENTIAL);
+  const char* base = static_cast<const char*>(map);
+  bool ok = true;
+  try {
+    Reader r{std::string_view(base, size), 0};
+    int64_t when = 0;
+    const uint64_t n = read_cache_header(r, when);
+    scan_ns(when);
+    constexpr size_t kDropEvery = 16 << 20;  // pages read are given back: the RSS stays small
+    size_t dropped = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      fn(read_cache_entry(r));
+      if (r.pos - dropped >= 2 * kDropEvery) {
+        madvise(const_cast<char*>(base) + dropped, kDropEvery, MADV_DONTNEED);
+        dropped += kDropEvery;
+      }
+    }
+    ok = r.pos == size;
+  } catch (const std::runtime_error&) {
+    ok = false;
+  }
+  munmap(map, size);
+  return ok;
+}
 
 std::string Manifest::encode_wire() const {
   std::string out(kWireMagic, 4);
@@ -174,9 +249,32 @@ std::string Manifest::encode_wire() const {
   return out;
 }
 
+DigestBuilder::DigestBuilder() : state_(XXH3_createState()) {
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), kWireMagic, 4);
+}
+
+DigestBuilder::~DigestBuilder() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void DigestBuilder::add(const Entry& e) {
+  buf_.clear();
+  put_wire_entry(buf_, e);
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), buf_.data(), buf_.size());
+  ++count_;
+}
+
+Hash128 DigestBuilder::finish() {
+  auto* st = static_cast<XXH3_state_t*>(state_);
+  XXH3_128bits_update(st, &count_, sizeof(count_));  // last: the entries are hashed as they come
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  return {h.low64, h.high64};
+}
+
+// What a host reproduces (paths, types, modes, sizes, hashes, targets), entry by entry.
 Hash128 Manifest::digest() const {
-  std::string w = encode_wire();
-  return hash_bytes(w.data(), w.size());
+  DigestBuilder d;
+  for (auto& e : entries) d.add(e);
+  return d.finish();
 }
 
 Manifest Manifest::decode_wire(std::string_view bytes) {
@@ -196,15 +294,10 @@ Manifest Manifest::decode_wire(std::string_view bytes) {
 
 void Manifest::encode_cache(const std::function<void(std::string_view)>& sink) const {
   constexpr size_t kPiece = 1 << 20;
-  std::string out(kCacheMagic, 4);
+  std::string out = cache_header(scan_ns, entries.size());
   out.reserve(kPiece + 8192);
-  put_u64(out, static_cast<uint64_t>(scan_ns));
-  put_varint(out, entries.size());
   for (auto& e : entries) {
-    put_wire_entry(out, e);
-    put_u64(out, static_cast<uint64_t>(e.mtime_ns));
-    put_u64(out, static_cast<uint64_t>(e.ctime_ns));
-    put_u64(out, e.ino);
+    put_cache_entry(out, e);
     if (out.size() >= kPiece) {
       sink(out);
       out.clear();
@@ -221,20 +314,11 @@ std::string Manifest::encode_cache() const {
 
 bool Manifest::decode_cache(const std::string& bytes, Manifest& out) {
   try {
-    if (bytes.compare(0, 4, kCacheMagic) != 0) return false;
-    Reader r{bytes, 4};
+    Reader r{bytes, 0};
     Manifest m;
-    m.scan_ns = static_cast<int64_t>(r.u64());
-    uint64_t n = r.varint();
-    if (n > kMaxEntries) return false;
+    uint64_t n = read_cache_header(r, m.scan_ns);
     m.entries.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) {
-      Entry e = read_wire_entry(r);
-      e.mtime_ns = static_cast<int64_t>(r.u64());
-      e.ctime_ns = static_cast<int64_t>(r.u64());
-      e.ino = r.u64();
-      m.entries.push_back(std::move(e));
-    }
+    for (uint64_t i = 0; i < n; ++i) m.entries.push_back(read_cache_entry(r));
     if (r.pos != bytes.size()) return false;
     out = std::move(m);
     return true;

@@ -57,13 +57,43 @@ struct Manifest {
   // not the paths (see path_safety.hpp); it throws std::runtime_error naming the problem.
   std::string encode_wire() const;
   static Manifest decode_wire(std::string_view bytes);
-  // The local cache form, with stat values and the scan time.
+  // The local cache form, with stat values and the scan time ("XMC2": the entry count a fixed
+  // 8 bytes, so a form written entry by entry can set it at the end; "XMC1" files still read).
   std::string encode_cache() const;
   // The same in pieces of about 1 MiB handed to sink in order: a million entries are ~80 MiB,
   // which need not be one string (save_cache writes them to a file as they come).
   void encode_cache(const std::function<void(std::string_view)>& sink) const;
   static bool decode_cache(const std::string& bytes, Manifest& out);
 };
+
+// A manifest's digest built entry by entry, in path order (Manifest::digest() is this over its
+// entries): no wire form of the whole tree in memory, and the count need not be known first.
+class DigestBuilder {
+ public:
+  DigestBuilder();
+  ~DigestBuilder();
+  DigestBuilder(const DigestBuilder&) = delete;
+  DigestBuilder& operator=(const DigestBuilder&) = delete;
+  void add(const Entry& e);
+  Hash128 finish();  // once
+
+ private:
+  void* state_;  // XXH3_state_t
+  uint64_t count_ = 0;
+  std::string buf_;
+};
+
+// The cache form written piece by piece: its header (the count set at the end where not known
+// first: it is the last 8 bytes of the header) and each entry's bytes.
+std::string cache_header(int64_t scan_ns, uint64_t entries);
+constexpr size_t kCacheCountOffset = 12;  // where cache_header puts the count
+void encode_cache_entry(std::string& out, const Entry& e);
+
+// Reads a cache-form manifest file entry by entry (mapped, pages dropped behind the cursor):
+// fn gets each entry in order, after scan_ns(...) got the header's scan time. False when the file
+// is missing or does not read as a manifest (what fn saw until then is to be thrown away).
+bool for_each_cached_entry(const std::string& path, const std::function<void(int64_t)>& scan_ns,
+                           const std::function<void(Entry&&)>& fn);
 
 Hash128 hash_bytes(const void* data, size_t n);
 // Hashes a file's content; also returns the fstat values of the opened file (so the recorded

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -277,7 +278,11 @@ void SyncReceiver::check_overlap(const std::string& dest, const std::string& spa
 // (or whose mtime is racy) are re-hashed, vanished ones dropped. Saved again when it changed.
 std::unique_ptr<TreeWatcher> SyncReceiver::watch(const std::string& dest) const {
   try {
-    return std::make_unique<TreeWatcher>(dest.empty() ? root_ : root_ + "/" + dest);
+    auto w = std::make_unique<TreeWatcher>(dest.empty() ? root_ : root_ + "/" + dest);
+    // A copy not made yet (its first sync) has nothing to watch; a watch of nothing would vouch
+    // for it forever after: the watch is set up once the commit made the directory.
+    if (w->watched_dirs() == 0) return nullptr;
+    return w;
   } catch (const std::exception&) {
     return nullptr;  // no inotify (or its limit): every sync checks the copy by stat instead
   }
@@ -291,15 +296,14 @@ void SyncReceiver::remember(const std::string& dest, const HostCopy& copy, std::
   known_[dest] = Known{copy.digest, copy.entries, std::move(watcher)};
 }
 
-SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest) {
+SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest, bool want_manifest) {
   auto known = known_.find(dest);
   if (known != known_.end() && !known->second.watcher->wait(0, 0))
     return HostCopy{nullptr, known->second.digest, known->second.entries};
   known_.erase(dest);
   // Watch first, then look: a change made while we look shows up as an event next time.
   auto watcher = watch(dest);
-  auto m = std::make_shared<const Manifest>(check_on_disk(dest));
-  HostCopy copy{m, m->digest().hex(), m->entries.size()};
+  HostCopy copy = check_on_disk(dest, want_manifest);
   remember(dest, copy, std::move(watcher));
   return copy;
 }
@@ -314,73 +318,102 @@ SyncReceiver::HostCopy SyncReceiver::with_manifest(const std::string& dest, Host
     return copy;
   }
   known_.erase(dest);  // the file is not what was remembered: look at the disk itself
-  return load_and_verify(dest);
+  return load_and_verify(dest, true);
 }
 
-Manifest SyncReceiver::check_on_disk(const std::string& dest) {
-  Manifest stored;
-  std::string bytes;
-  if (!read_whole_file(manifest_path(dest) + ".manifest", bytes) || !Manifest::decode_cache(bytes, stored))
-    return Manifest{};
-  std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
-  Fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dirfd.fd < 0) return Manifest{};
-  const int destfd = dirfd.fd;
-  Manifest out;
-  out.scan_ns = wall_ns();
-  bool changed = false;
-  for (auto& e : stored.entries) {
-    check_cancelled();
-    struct stat st;
-    if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      changed = true;
-      continue;
+namespace {
+// One entry of a saved manifest against the disk (relative to destfd): the entry as it is now
+// (re-hashed unless its stat matches outside the racy window of scan_ns), or nothing when it
+// is gone or is something else now. *changed is set when it differs from what was saved.
+std::optional<Entry> check_entry(int destfd, const Entry& e, int64_t scan_ns, bool* changed) {
+  struct stat st;
+  if (fstatat(destfd, e.path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+  Entry v = e;
+  if (e.type == EntryType::Dir) {
+    if (!S_ISDIR(st.st_mode)) return std::nullopt;
+    v.mode = st.st_mode & 07777;
+  } else if (e.type == EntryType::Symlink) {
+    char buf[4097];
+    ssize_t n = S_ISLNK(st.st_mode) ? readlinkat(destfd, e.path.c_str(), buf, sizeof(buf) - 1) : -1;
+    if (n < 0 || std::string(buf, static_cast<size_t>(n)) != e.target) return std::nullopt;
+  } else {
+    if (!S_ISREG(st.st_mode)) return std::nullopt;
+    v.mode = st.st_mode & 07777;
+    int64_t mtime = ns(st.st_mtim);
+    bool fresh = e.size == uint64_t(st.st_size) && e.mtime_ns == mtime && e.ctime_ns == ns(st.st_ctim) &&
+                 e.ino == st.st_ino && mtime < scan_ns - kRacyWindowNs;
+    if (!fresh) {
+      try {
+        v.hash = hash_file(destfd, e.path, e.path, &v.size, &v.mtime_ns, &v.ctime_ns, &v.ino);
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+      *changed = true;
     }
-    Entry v = e;
-    if (e.type == EntryType::Dir) {
-      if (!S_ISDIR(st.st_mode)) {
-        changed = true;
-        continue;
-      }
-      v.mode = st.st_mode & 07777;
-    } else if (e.type == EntryType::Symlink) {
-      char buf[4097];
-      ssize_t n = S_ISLNK(st.st_mode) ? readlinkat(destfd, e.path.c_str(), buf, sizeof(buf) - 1) : -1;
-      if (n < 0 || std::string(buf, static_cast<size_t>(n)) != e.target) {
-        changed = true;
-        continue;
-      }
-    } else {
-      if (!S_ISREG(st.st_mode)) {
-        changed = true;
-        continue;
-      }
-      v.mode = st.st_mode & 07777;
-      int64_t mtime = ns(st.st_mtim);
-      bool fresh = e.size == uint64_t(st.st_size) && e.mtime_ns == mtime && e.ctime_ns == ns(st.st_ctim) &&
-                   e.ino == st.st_ino && mtime < stored.scan_ns - kRacyWindowNs;
-      if (!fresh) {
-        try {
-          v.hash = hash_file(destfd, e.path, e.path, &v.size, &v.mtime_ns, &v.ctime_ns, &v.ino);
-        } catch (const std::exception&) {
-          changed = true;
-          continue;
-        }
-        changed = true;
-      }
-    }
-    if (v.mode != e.mode) changed = true;
-    out.entries.push_back(std::move(v));
   }
-  if (changed) {
+  if (v.mode != e.mode) *changed = true;
+  return v;
+}
+}  // namespace
+
+// The saved manifest of dest checked against the disk, entry by entry as it is read: what is
+// kept of it is written aside as it goes (saved when anything changed) and hashed into the
+// digest, so a million entries are checked in constant memory unless `keep` asks for them.
+SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest, bool keep) {
+  const std::string path = manifest_path(dest) + ".manifest";
+  const std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
+  Fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  auto kept = std::make_shared<Manifest>();
+  kept->scan_ns = wall_ns();
+  DigestBuilder digest;
+  size_t count = 0;
+  bool changed = false;
+  int64_t stored_scan = 0;
+  std::unique_ptr<ReplacingFile> out;  // the checked manifest, written aside; gone unless saved
+  std::string piece;
+  auto write = [&](bool last) {
+    if (!out || (!last && piece.size() < (1u << 20))) return;
     try {
-      save_manifest_cache(manifest_path(dest) + ".manifest", out);
+      out->write(piece);
+    } catch (const std::exception&) {
+      out.reset();  // a full disk: the check goes on, unsaved (the next one repeats it)
+    }
+    piece.clear();
+  };
+  auto check = [&](Entry&& e) {
+    check_cancelled();
+    std::optional<Entry> v = dirfd.fd >= 0 ? check_entry(dirfd.fd, e, stored_scan, &changed) : std::nullopt;
+    if (!v) {
+      changed = true;
+      return;
+    }
+    digest.add(*v);
+    ++count;
+    if (out) {
+      encode_cache_entry(piece, *v);
+      write(false);
+    }
+    if (keep) kept->entries.push_back(std::move(*v));
+  };
+  try {
+    out = std::make_unique<ReplacingFile>(path);
+    piece = cache_header(kept->scan_ns, 0);  // the count is set at the end
+  } catch (const std::exception&) {
+  }
+  if (dirfd.fd < 0 || !for_each_cached_entry(path, [&](int64_t when) { stored_scan = when; }, check)) {
+    HostCopy none{keep ? std::make_shared<const Manifest>() : nullptr, DigestBuilder().finish().hex(), 0};
+    return none;  // nothing known of the copy: a sync sends it whole
+  }
+  if (changed && out) {
+    write(true);
+    try {
+      if (out) out->write_at(kCacheCountOffset, std::string_view(reinterpret_cast<const char*>(&count), 8));
+      if (out) out->commit();
     } catch (const std::exception&) {
     }
-  } else {
-    out.scan_ns = stored.scan_ns;  // nothing re-checked by content: the old racy window still applies
   }
-  return out;
+  if (!changed) kept->scan_ns = stored_scan;  // nothing re-checked by content: the old racy window holds
+  return HostCopy{keep ? std::shared_ptr<const Manifest>(std::move(kept)) : nullptr, digest.finish().hex(), count};
 }
 
 Manifest SyncReceiver::verified_manifest(const std::string& dest) {

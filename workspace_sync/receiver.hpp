@@ -91,9 +91,9 @@ class SyncReceiver {
   void save(Commit& c);
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;
-  HostCopy load_and_verify(const std::string& dest);
+  HostCopy load_and_verify(const std::string& dest, bool want_manifest = false);
   HostCopy with_manifest(const std::string& dest, HostCopy copy);  // reads the saved manifest
-  Manifest check_on_disk(const std::string& dest);
+  HostCopy check_on_disk(const std::string& dest, bool keep);
   void check_overlap(const std::string& dest, const std::string& space) const;
 
   void check_cancelled() const;  // throws SyncRefused once cancel() was called

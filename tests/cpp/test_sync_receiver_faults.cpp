@@ -113,3 +113,17 @@ TEST_CASE("a receiver cancelled mid-sync fails the step at hand and every later 
   CHECK_THROWS_WITH(r.handle({{"op", "begin"}, {"sid", "c2"}, {"dest", ""}, {"digest", "00"}}, {}, 0),
                     Catch::Contains("the host agent is stopping"));
 }
+
+TEST_CASE("a hand edit of the host's copy is found by the next sync of the same tree", "[workspace]") {
+  TempDir src, host;
+  const std::string root = host.path + "/root";
+  write(src.path + "/d1/a.txt", "hi\n");
+  SyncReceiver r(root, 60000);
+  REQUIRE(push_tree(r, src.path, "big", "a1")["added"] == 1);
+  write(root + "/big/d1/a.txt", "hi\nmore\n");  // a proc writes into its copy
+  json again = push_tree(r, src.path, "big", "a2");
+  CHECK_FALSE(again.value("same", false));
+  CHECK(again.value("changed", 0) == 1);
+  CHECK(read(root + "/big/d1/a.txt") == "hi\n");
+  CHECK(push_tree(r, src.path, "big", "a3")["same"] == true);
+}
