@@ -42,6 +42,29 @@ TEST_CASE("manifests round-trip and their digest covers what a host reproduces",
   CHECK(cached.scan_ns == 123);
   CHECK(cached.entries[1].mtime_ns == 5);
   CHECK_FALSE(Manifest::decode_cache("garbage", cached));
+  // The form before XMC2 (the count a varint, at most 127 here: one byte) still reads.
+  std::string v2 = m.encode_cache();
+  REQUIRE(m.entries.size() < 128);
+  std::string v1 = "XMC1" + v2.substr(4, 8) + std::string(1, char(m.entries.size())) + v2.substr(20);
+  Manifest old;
+  REQUIRE(Manifest::decode_cache(v1, old));
+  CHECK(old.digest() == m.digest());
+  CHECK(old.entries[1].mtime_ns == 5);
+  // Read back entry by entry from a file: the same entries, and the scan time first.
+  TempDir dir;
+  write(dir.path + "/m.manifest", v2);
+  Manifest streamed;
+  CHECK(for_each_cached_entry(dir.path + "/m.manifest", [&](int64_t ns) { streamed.scan_ns = ns; },
+                              [&](Entry&& e) { streamed.entries.push_back(std::move(e)); }));
+  CHECK(streamed.scan_ns == 123);
+  CHECK(streamed.digest() == m.digest());
+  write(dir.path + "/cut.manifest", v2.substr(0, v2.size() - 5));
+  CHECK_FALSE(for_each_cached_entry(dir.path + "/cut.manifest", [](int64_t) {}, [](Entry&&) {}));
+  CHECK_FALSE(for_each_cached_entry(dir.path + "/missing.manifest", [](int64_t) {}, [](Entry&&) {}));
+  // The digest built entry by entry is the manifest's.
+  DigestBuilder built;
+  for (auto& e : m.entries) built.add(e);
+  CHECK(built.finish() == m.digest());
 
   Manifest other = m;
   other.entries[2].mode = 0644;  // the executable bit matters
