@@ -217,28 +217,37 @@ bool for_each_cached_entry(const std::string& path, const std::function<void(int
   close(fd);
   if (map == MAP_FAILED) return false;
   madvise(map, size, MADV_SEQUENTIAL);
+  struct Unmap {  // however this ends, fn's exceptions included (they are the caller's)
+    void* at;
+    size_t size;
+    ~Unmap() { munmap(at, size); }
+  } unmap{map, size};
   const char* base = static_cast<const char*>(map);
-  bool ok = true;
+  Reader r{std::string_view(base, size), 0};
+  uint64_t n = 0;
+  int64_t when = 0;
   try {
-    Reader r{std::string_view(base, size), 0};
-    int64_t when = 0;
-    const uint64_t n = read_cache_header(r, when);
-    scan_ns(when);
-    constexpr size_t kDropEvery = 16 << 20;  // pages read are given back: the RSS stays small
-    size_t dropped = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      fn(read_cache_entry(r));
-      if (r.pos - dropped >= 2 * kDropEvery) {
-        madvise(const_cast<char*>(base) + dropped, kDropEvery, MADV_DONTNEED);
-        dropped += kDropEvery;
-      }
-    }
-    ok = r.pos == size;
+    n = read_cache_header(r, when);
   } catch (const std::runtime_error&) {
-    ok = false;
+    return false;
   }
-  munmap(map, size);
-  return ok;
+  scan_ns(when);
+  constexpr size_t kDropEvery = 16 << 20;  // pages read are given back: the RSS stays small
+  size_t dropped = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    Entry e;
+    try {
+      e = read_cache_entry(r);
+    } catch (const std::runtime_error&) {  // only the file's own faults mean "does not read"
+      return false;
+    }
+    fn(std::move(e));
+    if (r.pos - dropped >= 2 * kDropEvery) {
+      madvise(const_cast<char*>(base) + dropped, kDropEvery, MADV_DONTNEED);
+      dropped += kDropEvery;
+    }
+  }
+  return r.pos == size;
 }
 
 std::string Manifest::encode_wire() const {
