@@ -71,28 +71,21 @@ int open_dir_nofollow(int dirfd, const std::string& rel, bool create) {
 }
 
 Hash128 copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst) {
-  struct Fds {  // both closed however this ends
-    int in = -1, out = -1;
-    ~Fds() {
-      if (in >= 0) close(in);
-      if (out >= 0) close(out);
-    }
-  } fds;
-  fds.in = open_regular_at(srcdir, src, src);
-  fds.out = openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fds.out < 0) throw std::runtime_error(err("cannot create " + dst));
+  Fd in(open_regular_at(srcdir, src, src));
+  Fd out(openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (out.fd < 0) throw std::runtime_error(err("cannot create " + dst));
   XXH3_state_t* state = XXH3_createState();
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> owned(state, XXH3_freeState);
   XXH3_128bits_reset(state);
   std::vector<char> buf(1 << 20);
   while (true) {
-    ssize_t n = read(fds.in, buf.data(), buf.size());
+    ssize_t n = read(in.fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw std::runtime_error(err("cannot read " + src));
     if (n == 0) break;
     XXH3_128bits_update(state, buf.data(), static_cast<size_t>(n));
     for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(fds.out, buf.data() + off, static_cast<size_t>(n - off));
+      ssize_t w = write(out.fd, buf.data() + off, static_cast<size_t>(n - off));
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) throw std::runtime_error(err("cannot write " + dst));
       off += w;

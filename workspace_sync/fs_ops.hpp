@@ -1,6 +1,8 @@
 // File-system steps of the receiving side, all relative to directory descriptors and never
 // following a symlink on the way (a link placed on the host cannot redirect a write).
 #pragma once
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -8,6 +10,18 @@
 #include "manifest.hpp"
 
 namespace xmesh::ws {
+
+// An open descriptor, closed when it goes.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 // Opens directory `rel` ("" = dirfd itself, duplicated) under dirfd one component at a time
 // with O_NOFOLLOW; with create, missing components are made (mode 0755 before umask). Throws

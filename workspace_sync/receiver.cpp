@@ -39,18 +39,6 @@ std::string base_of(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-// An open descriptor, closed when it goes.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
-
 // Directory descriptors by relative path, opened without following links, closed at the end.
 class DirCache {
  public:

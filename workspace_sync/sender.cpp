@@ -158,17 +158,6 @@ struct HashState {
   }
 };
 
-// A file opened for reading, closed when it goes.
-struct ReadFd {
-  int fd;
-  explicit ReadFd(const std::string& path) : fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) {}
-  ReadFd(const ReadFd&) = delete;
-  ReadFd& operator=(const ReadFd&) = delete;
-  ~ReadFd() {
-    if (fd >= 0) close(fd);
-  }
-};
-
 // A zstd compression context, freed when it goes.
 struct Compressor {
   ZSTD_CCtx* c = ZSTD_createCCtx();
@@ -437,7 +426,7 @@ class Push {
 
   // One file's content into the stream, checked against its manifest hash as it is read.
   void send_file(Stream& st, size_t idx, const Entry& e) {
-    ReadFd fd(root_ + "/" + e.path);
+    Fd fd(open((root_ + "/" + e.path).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (fd.fd < 0) throw std::runtime_error("cannot read " + e.path + ": " + std::strerror(errno));
     HashState hash;
     if (buf_.empty()) {
