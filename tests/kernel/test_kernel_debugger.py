@@ -335,7 +335,11 @@ def test_after_interrupting_a_hanging_cell_the_magic_attaches_to_a_running_rank(
     prompt, out = conv.expect_prompt()
     assert prompt == "xmesh_dbg> " and "no actors are stopped in pdb; `where` shows every rank" in out, out
     prompt, out = conv.say("where")
-    assert re.search(r"2 ranks \(ranks 0-1\) running", out) and "spin_until" in out, out
+    # Both ranks running in spin_until: one group when their sampled stacks match, else one each
+    # (a rank sampled inside os.path.exists has one frame more).
+    both = re.search(r"2 ranks \(ranks 0-1\) running", out) or (
+        re.search(r"1 rank \(rank 0\) running", out) and re.search(r"1 rank \(rank 1\) running", out))
+    assert both and out.count("in spin_until") in (1, 2), out
     prompt, out = conv.say("attach spinner 1")
     assert prompt == "[spinner 1] (Pdb) " and "attached to spinner rank 1" in out, out
     assert "spin_until()" in out, out
