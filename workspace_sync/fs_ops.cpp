@@ -185,10 +185,28 @@ void write_file_replacing(const std::string& path, std::string_view data) {
   f.commit();
 }
 
+CacheWriter::CacheWriter(const std::string& path, int64_t scan_ns)
+    : file_(path), piece_(cache_header(scan_ns, 0)) {}  // the count is set by commit()
+
+void CacheWriter::add(const Entry& e) {
+  encode_cache_entry(piece_, e);
+  ++count_;
+  if (piece_.size() < (1u << 20)) return;
+  file_.write(piece_);
+  piece_.clear();
+}
+
+void CacheWriter::commit() {
+  file_.write(piece_);
+  piece_.clear();
+  file_.write_at(kCacheCountOffset, std::string_view(reinterpret_cast<const char*>(&count_), sizeof(count_)));
+  file_.commit();
+}
+
 void save_manifest_cache(const std::string& path, const Manifest& m) {
-  ReplacingFile f(path);
-  m.encode_cache([&](std::string_view piece) { f.write(piece); });
-  f.commit();
+  CacheWriter w(path, m.scan_ns);
+  for (auto& e : m.entries) w.add(e);
+  w.commit();
 }
 
 }  // namespace xmesh::ws

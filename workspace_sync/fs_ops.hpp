@@ -55,7 +55,20 @@ class ReplacingFile {
   std::string path_, tmp_;
   int fd_ = -1;
 };
-// A manifest's cache form saved at path without holding it whole in memory.
+// A manifest's cache form written entry by entry in pieces of 1 MiB, aside, and saved over path
+// by commit() with its count set last: a million entries (~80 MiB) are never one string.
+// Nothing replaces path when commit() is not reached. std::runtime_error when a write fails.
+class CacheWriter {
+ public:
+  CacheWriter(const std::string& path, int64_t scan_ns);
+  void add(const Entry& e);
+  void commit();
+
+ private:
+  ReplacingFile file_;
+  std::string piece_;
+  uint64_t count_ = 0;
+};
 void save_manifest_cache(const std::string& path, const Manifest& m);
 
 }  // namespace xmesh::ws

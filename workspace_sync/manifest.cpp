@@ -301,24 +301,10 @@ Manifest Manifest::decode_wire(std::string_view bytes) {
   return m;
 }
 
-void Manifest::encode_cache(const std::function<void(std::string_view)>& sink) const {
-  constexpr size_t kPiece = 1 << 20;
-  std::string out = cache_header(scan_ns, entries.size());
-  out.reserve(kPiece + 8192);
-  for (auto& e : entries) {
-    put_cache_entry(out, e);
-    if (out.size() >= kPiece) {
-      sink(out);
-      out.clear();
-    }
-  }
-  if (!out.empty()) sink(out);
-}
-
 std::string Manifest::encode_cache() const {
-  std::string whole;
-  encode_cache([&](std::string_view piece) { whole.append(piece); });
-  return whole;
+  std::string out = cache_header(scan_ns, entries.size());
+  for (auto& e : entries) put_cache_entry(out, e);
+  return out;
 }
 
 bool Manifest::decode_cache(const std::string& bytes, Manifest& out) {

@@ -59,10 +59,7 @@ struct Manifest {
   static Manifest decode_wire(std::string_view bytes);
   // The local cache form, with stat values and the scan time ("XMC2": the entry count a fixed
   // 8 bytes, so a form written entry by entry can set it at the end; "XMC1" files still read).
-  std::string encode_cache() const;
-  // The same in pieces of about 1 MiB handed to sink in order: a million entries are ~80 MiB,
-  // which need not be one string (save_cache writes them to a file as they come).
-  void encode_cache(const std::function<void(std::string_view)>& sink) const;
+  std::string encode_cache() const;  // whole (files are written entry by entry: CacheWriter)
   static bool decode_cache(const std::string& bytes, Manifest& out);
 };
 

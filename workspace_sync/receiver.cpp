@@ -299,8 +299,9 @@ SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest, bo
 SyncReceiver::HostCopy SyncReceiver::with_manifest(const std::string& dest, HostCopy copy) {
   if (copy.manifest) return copy;
   auto m = std::make_shared<Manifest>();
-  std::string bytes;
-  if (read_whole_file(manifest_path(dest) + ".manifest", bytes) && Manifest::decode_cache(bytes, *m) &&
+  m->entries.reserve(copy.entries);
+  if (for_each_cached_entry(manifest_path(dest) + ".manifest", [&](int64_t when) { m->scan_ns = when; },
+                            [&](Entry&& e) { m->entries.push_back(std::move(e)); }) &&
       m->digest().hex() == copy.digest) {
     copy.manifest = std::move(m);
     return copy;
@@ -350,53 +351,40 @@ std::optional<Entry> check_entry(int destfd, const Entry& e, int64_t scan_ns, bo
 SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest, bool keep) {
   const std::string path = manifest_path(dest) + ".manifest";
   const std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
+  const HostCopy none{keep ? std::make_shared<const Manifest>() : nullptr, DigestBuilder().finish().hex(), 0};
   Fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dirfd.fd < 0) return none;  // no copy: a sync sends it whole
   auto kept = std::make_shared<Manifest>();
   kept->scan_ns = wall_ns();
   DigestBuilder digest;
   size_t count = 0;
   bool changed = false;
   int64_t stored_scan = 0;
-  std::unique_ptr<ReplacingFile> out;  // the checked manifest, written aside; gone unless saved
-  std::string piece;
-  auto write = [&](bool last) {
-    if (!out || (!last && piece.size() < (1u << 20))) return;
-    try {
-      out->write(piece);
-    } catch (const std::exception&) {
-      out.reset();  // a full disk: the check goes on, unsaved (the next one repeats it)
-    }
-    piece.clear();
-  };
+  std::unique_ptr<CacheWriter> out;  // the checked manifest, written aside; saved only if it changed
+  try {
+    out = std::make_unique<CacheWriter>(path, kept->scan_ns);
+  } catch (const std::exception&) {  // a full disk: the check goes on, unsaved (the next repeats it)
+  }
   auto check = [&](Entry&& e) {
     check_cancelled();
-    std::optional<Entry> v = dirfd.fd >= 0 ? check_entry(dirfd.fd, e, stored_scan, &changed) : std::nullopt;
+    std::optional<Entry> v = check_entry(dirfd.fd, e, stored_scan, &changed);
     if (!v) {
       changed = true;
       return;
     }
     digest.add(*v);
     ++count;
-    if (out) {
-      encode_cache_entry(piece, *v);
-      write(false);
+    try {
+      if (out) out->add(*v);
+    } catch (const std::exception&) {
+      out.reset();
     }
     if (keep) kept->entries.push_back(std::move(*v));
   };
-  try {
-    out = std::make_unique<ReplacingFile>(path);
-    piece = cache_header(kept->scan_ns, 0);  // the count is set at the end
-  } catch (const std::exception&) {
-  }
-  if (dirfd.fd < 0 || !for_each_cached_entry(path, [&](int64_t when) { stored_scan = when; }, check)) {
-    HostCopy none{keep ? std::make_shared<const Manifest>() : nullptr, DigestBuilder().finish().hex(), 0};
-    return none;  // nothing known of the copy: a sync sends it whole
-  }
+  if (!for_each_cached_entry(path, [&](int64_t when) { stored_scan = when; }, check)) return none;
   if (changed && out) {
-    write(true);
     try {
-      if (out) out->write_at(kCacheCountOffset, std::string_view(reinterpret_cast<const char*>(&count), 8));
-      if (out) out->commit();
+      out->commit();
     } catch (const std::exception&) {
     }
   }
