@@ -501,12 +501,12 @@ void Node::dispatch(Message m) {
   if (ordered_kind(m.header.kind)) {
     if (m.header.body.is_object() && m.header.body.contains("cast") && !take_cast(m)) {
       if (m.header.oseq)  // its number is passed: what follows it from its sender is not held for it
-        for (auto& next : order_gate_.skip(m.header.sender, {m.header.oseq})) dispatch_now(std::move(next));
+        dispatch_released([&] { return order_gate_.skip(m.header.sender, {m.header.oseq}); });
       return;
     }
     if (m.header.oseq) {
       const std::string origin = m.header.sender;  // not read after m moved into the gate
-      for (auto& next : order_gate_.admit(origin, std::move(m))) dispatch_now(std::move(next));
+      dispatch_released([&] { return order_gate_.admit(origin, std::move(m)); });
       return;
     }
   }
@@ -541,7 +541,7 @@ void Node::on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sende
   }
   // Never dispatched: its order number is passed, so its sender's next messages are not held for it.
   if (ordered_kind(m.header.kind) && m.header.oseq && !m.header.sender.empty())
-    for (auto& next : order_gate_.skip(m.header.sender, {m.header.oseq})) dispatch_now(std::move(next));
+    dispatch_released([&] { return order_gate_.skip(m.header.sender, {m.header.oseq}); });
 }
 
 // Calls to the refusing peer fail with the reason; the user hears of it through the control

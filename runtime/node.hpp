@@ -239,6 +239,16 @@ class Node {
   // gate, then dispatch_now.
   void dispatch(Message m);
   void dispatch_now(Message m);  // its kind's handler, or the control inbox
+  // Runs one step of the order gate (admit, skip, expire) and dispatches what it releases, both
+  // under one lock: the I/O thread and a ring pump (the rings thread, an actor thread) release
+  // from the same origin's stream, and messages released in order by the gate must reach the
+  // actor's queue in that order too (released outside the lock, a later one could be queued
+  // first by the other thread).
+  template <class GateStep>
+  void dispatch_released(GateStep&& step) {
+    std::lock_guard<std::recursive_mutex> g(ordered_dispatch_mu_);  // a handler may release more
+    for (auto& next : step()) dispatch_now(std::move(next));
+  }
   void on_refusal(Message& m, const RefuseBody& refusal);
   void on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sender_limit);
   void on_reply(Message& m);
@@ -312,6 +322,7 @@ class Node {
   std::mutex oseq_mu_;
   std::unordered_map<std::string, uint64_t> oseq_out_;  // the last order number per destination
   OrderGate order_gate_;
+  std::recursive_mutex ordered_dispatch_mu_;  // dispatch_released
   Gathers gathers_;
   DeferredSends deferred_;
   std::mutex relay_start_mu_;

@@ -306,16 +306,14 @@ void Node::flush_gathers() {
 void Node::on_cast_lost(Message& m) {
   CastLostBody lost;
   if (!typed_body(m, lost)) return;
-  for (auto& next : order_gate_.skip(lost.origin_id.value_or(m.header.sender), lost.oseqs, lost.through))
-    dispatch_now(std::move(next));
+  dispatch_released([&] { return order_gate_.skip(lost.origin_id.value_or(m.header.sender), lost.oseqs, lost.through); });
 }
 
 void Node::expire_order_waits() {
   std::vector<std::string> gaps;
-  auto released = order_gate_.expire(now_ms(), &gaps);
+  dispatch_released([&] { return order_gate_.expire(now_ms(), &gaps); });
   for (auto& g : gaps)
     log_diag_limited(order_log_, role(), "stopped waiting for earlier messages (XMESH_ORDER_WAIT_MS) from " + g);
-  for (auto& m : released) dispatch_now(std::move(m));
 }
 
 }  // namespace xmesh

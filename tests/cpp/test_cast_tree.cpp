@@ -384,7 +384,12 @@ TEST_CASE("calls past the fan-out go through relays, answers come back, and each
   }
   uint64_t relayed = 0;
   for (size_t i = 0; i < cl.procs.size(); ++i) {
-    relayed += cl.procs[i]->stats().relayed;
+    auto st = cl.procs[i]->stats();
+    relayed += st.relayed;
+    // On a failure, the gate's counters say how a message got out of order: taken late (its
+    // number was passed before it came) or dropped (said lost, came after all).
+    INFO("rank " << i << ": took " << cl.took[i].size() << ", gate late " << st.order_late << ", dropped "
+                 << st.order_dropped << ", held " << st.order_held);
     for (size_t k = 1; k < cl.took[i].size(); ++k) REQUIRE(std::stoi(cl.took[i][k - 1]) < std::stoi(cl.took[i][k]));
   }
   // 13 targets, 3 messages sent by the origin, 10 by relays: for each tree call and the spawn.
