@@ -120,8 +120,9 @@ def main() -> None:
     print(f"rsync -a:           {rs_s:7.1f} s, peak RSS of its largest process "
           f"{(rs_kib or 0) / 1024:6.0f} MiB")
     print(f"xmesh initial sync: {xm_s:7.1f} s ({xm_s / rs_s:.2f}x rsync), {report!r}")
+    # The agent's peak does not grow with the tree (compare two --files): said in MiB, not per file.
     print(f"  agent RSS {agent_before / 1024:.0f} -> peak {agent_peak / 1024:.0f} -> after {agent_after / 1024:.0f} MiB"
-          f" ({(agent_peak - agent_before) * 1024 / args.files:.0f} B/file at peak)")
+          f" (the largest rsync process: {(rs_kib or 0) / 1024:.0f} MiB)")
     print(f"  controller RSS {ctl_before / 1024:.0f} -> peak {ctl_peak / 1024:.0f} MiB"
           f" ({(ctl_peak - ctl_before) * 1024 / args.files:.0f} B/file at peak)")
     print(f"  agent status answered {probe.asked} times during the sync, slowest {probe.worst_ms:.0f} ms")

@@ -1124,8 +1124,12 @@ struct SyncStepBody {
   std::string for_alloc;  // begin: a named allocation's workspace ("" the sender's own)
   std::string space;      // set by the agent (never taken from the wire): the space begin uses
   std::optional<std::string> base;  // plan: the host manifest the delta is against
-  // data: [object index, offset, raw length, stored length, zstd (1) or raw (0)] per piece,
-  // their bytes back to back in the payload frame.
+  // plan: the manifest comes in parts in path order, numbered from 0, the last one saying so;
+  // data: the plan part whose objects its pieces fill.
+  uint64_t part = 0;
+  bool last = true;
+  // data: [object index within its part's need list, offset, raw length, stored length, zstd (1)
+  // or raw (0)] per piece, their bytes back to back in the payload frame.
   std::vector<std::array<uint64_t, 5>> pieces;
   void check() const;
   template <class F>
@@ -1136,6 +1140,8 @@ struct SyncStepBody {
     f("digest", &SyncStepBody::digest, Need::Optional);
     f("for", &SyncStepBody::for_alloc, Need::Optional);
     f("base", &SyncStepBody::base, Need::Optional);
+    f("part", &SyncStepBody::part, Need::Optional);
+    f("last", &SyncStepBody::last, Need::Optional);
     f("pieces", &SyncStepBody::pieces, Need::Optional);
   }
 };

@@ -37,34 +37,4 @@ ManifestDelta make_delta(const Manifest& base, const Manifest& target) {
   return out;
 }
 
-Manifest apply_delta(const Manifest& base, const ManifestDelta& delta) {
-  Manifest out;
-  out.scan_ns = base.scan_ns;
-  out.entries.reserve(base.entries.size() + delta.upserts.entries.size());
-  const auto& a = base.entries;
-  const auto& up = delta.upserts.entries;
-  const auto& del = delta.deleted.entries;
-  size_t i = 0, j = 0, k = 0;
-  while (i < a.size() || j < up.size()) {
-    // Deleted paths are a subset of base, in order: skip each as the walk reaches it.
-    if (k < del.size() && i < a.size() && del[k].path == a[i].path) {
-      ++i, ++k;
-      continue;
-    }
-    if (k < del.size() && (i == a.size() || del[k].path < a[i].path))
-      throw std::runtime_error("the manifest delta deletes '" + del[k].path + "', which the host does not have");
-    if (j == up.size() || (i < a.size() && a[i].path < up[j].path)) {
-      out.entries.push_back(a[i++]);
-    } else if (i == a.size() || up[j].path < a[i].path) {
-      out.entries.push_back(up[j++]);
-    } else {
-      out.entries.push_back(up[j++]);  // changed: the new entry replaces the old
-      ++i;
-    }
-  }
-  if (k < del.size())
-    throw std::runtime_error("the manifest delta deletes '" + del[k].path + "', which the host does not have");
-  return out;
-}
-
 }  // namespace xmesh::ws

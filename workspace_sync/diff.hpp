@@ -23,8 +23,6 @@ struct ManifestDelta {
   Manifest upserts, deleted;  // deleted: only the paths matter
 };
 ManifestDelta make_delta(const Manifest& base, const Manifest& target);
-// base with the delta applied. Throws std::runtime_error when the delta does not fit base (it
-// deletes a path base lacks); the caller checks the result's digest against the one expected.
-Manifest apply_delta(const Manifest& base, const ManifestDelta& delta);
+// (A host applies a delta part by part as it merges it with its own manifest: receiver.cpp.)
 
 }  // namespace xmesh::ws

@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <optional>
 #include <system_error>
 
 #include "fs_ops.hpp"
+#include "manifest_file.hpp"
 
 namespace xmesh::ws {
 
@@ -203,51 +205,22 @@ std::string cache_header(int64_t scan_ns, uint64_t entries) {
 
 void encode_cache_entry(std::string& out, const Entry& e) { put_cache_entry(out, e); }
 
-bool for_each_cached_entry(const std::string& path, const std::function<void(int64_t)>& scan_ns,
-                           const std::function<void(Entry&&)>& fn) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < 20) {
-    close(fd);
-    return false;
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return false;
-  madvise(map, size, MADV_SEQUENTIAL);
-  struct Unmap {  // however this ends, fn's exceptions included (they are the caller's)
-    void* at;
-    size_t size;
-    ~Unmap() { munmap(at, size); }
-  } unmap{map, size};
-  const char* base = static_cast<const char*>(map);
-  Reader r{std::string_view(base, size), 0};
-  uint64_t n = 0;
-  int64_t when = 0;
+bool parse_cache_header(std::string_view bytes, size_t& pos, int64_t& scan_ns, uint64_t& count) {
+  Reader r{bytes, 0};
   try {
-    n = read_cache_header(r, when);
+    count = read_cache_header(r, scan_ns);
   } catch (const std::runtime_error&) {
     return false;
   }
-  scan_ns(when);
-  constexpr size_t kDropEvery = 16 << 20;  // pages read are given back: the RSS stays small
-  size_t dropped = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    Entry e;
-    try {
-      e = read_cache_entry(r);
-    } catch (const std::runtime_error&) {  // only the file's own faults mean "does not read"
-      return false;
-    }
-    fn(std::move(e));
-    if (r.pos - dropped >= 2 * kDropEvery) {
-      madvise(const_cast<char*>(base) + dropped, kDropEvery, MADV_DONTNEED);
-      dropped += kDropEvery;
-    }
-  }
-  return r.pos == size;
+  pos = r.pos;
+  return true;
+}
+
+Entry parse_cache_entry(std::string_view bytes, size_t& pos) {
+  Reader r{bytes, pos};
+  Entry e = read_cache_entry(r);
+  pos = r.pos;
+  return e;
 }
 
 std::string Manifest::encode_wire() const {
@@ -286,11 +259,16 @@ Hash128 Manifest::digest() const {
   return d.finish();
 }
 
-Manifest Manifest::decode_wire(std::string_view bytes) {
+Manifest Manifest::decode_wire(std::string_view bytes, uint64_t max_entries) {
   if (bytes.compare(0, 4, kWireMagic) != 0) throw std::runtime_error("not an xmesh workspace manifest");
   Reader r{bytes, 4};
   uint64_t n = r.varint();
-  if (n > kMaxEntries) throw std::runtime_error("manifest claims " + std::to_string(n) + " entries");
+  if (n > std::min(max_entries, kMaxEntries))
+    throw std::runtime_error("manifest claims " + std::to_string(n) + " entries (at most " +
+                             std::to_string(std::min(max_entries, kMaxEntries)) + ")");
+  if (n > bytes.size() / 20)  // an entry is at least 20 bytes: no reservation for what is not there
+    throw std::runtime_error("manifest claims " + std::to_string(n) + " entries in " + std::to_string(bytes.size()) +
+                             " bytes");
   Manifest m;
   m.entries.reserve(n);
   for (uint64_t i = 0; i < n; ++i) m.entries.push_back(read_wire_entry(r));
@@ -320,6 +298,29 @@ bool Manifest::decode_cache(const std::string& bytes, Manifest& out) {
   } catch (const std::exception&) {
     return false;  // a damaged cache only costs a re-hash
   }
+}
+
+bool for_each_cached_entry(const std::string& path, const std::function<void(int64_t)>& scan_ns,
+                           const std::function<void(Entry&&)>& fn) {
+  auto m = MappedManifest::open(path);
+  if (!m) return false;
+  scan_ns(m->scan_ns());
+  std::optional<ManifestCursor> at;
+  try {
+    at.emplace(m);
+  } catch (const std::runtime_error&) {  // only the file's own faults mean "does not read"
+    return false;
+  }
+  while (!at->at_end()) {
+    Entry e = at->entry();
+    fn(std::move(e));  // its exceptions are the caller's
+    try {
+      at->next();
+    } catch (const std::runtime_error&) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace xmesh::ws

@@ -56,7 +56,7 @@ struct Manifest {
   // The wire form (what a host receives): no stat values. decode_wire validates the framing,
   // not the paths (see path_safety.hpp); it throws std::runtime_error naming the problem.
   std::string encode_wire() const;
-  static Manifest decode_wire(std::string_view bytes);
+  static Manifest decode_wire(std::string_view bytes, uint64_t max_entries = 10000000);
   // The local cache form, with stat values and the scan time ("XMC2": the entry count a fixed
   // 8 bytes, so a form written entry by entry can set it at the end; "XMC1" files still read).
   std::string encode_cache() const;  // whole (files are written entry by entry: CacheWriter)
@@ -85,6 +85,12 @@ class DigestBuilder {
 std::string cache_header(int64_t scan_ns, uint64_t entries);
 constexpr size_t kCacheCountOffset = 12;  // where cache_header puts the count
 void encode_cache_entry(std::string& out, const Entry& e);
+
+// The cache form's pieces, for readers of a mapped file (manifest_file.hpp): the header (false
+// when it does not read; pos is then where the entries start) and one entry at pos
+// (std::runtime_error when it does not read).
+bool parse_cache_header(std::string_view bytes, size_t& pos, int64_t& scan_ns, uint64_t& count);
+Entry parse_cache_entry(std::string_view bytes, size_t& pos);
 
 // Reads a cache-form manifest file entry by entry (mapped, pages dropped behind the cursor):
 // fn gets each entry in order, after scan_ns(...) got the header's scan time. False when the file

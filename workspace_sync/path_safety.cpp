@@ -108,52 +108,48 @@ std::vector<std::pair<std::string, std::string>> drop_links_through_links(Manife
   return dropped;
 }
 
-namespace {
+void check_manifest(const Manifest& m) {
+  ManifestChecker check;
+  for (auto& e : m.entries) check.add(e);
+  check.finish();
+}
 
-void check_entry(const Manifest& m, const Entry& e) {
+void ManifestChecker::add(const Entry& e) {
   std::string why;
   if (!valid_relative_path(e.path, &why)) throw PathError("refused manifest entry '" + e.path + "': the path " + why);
-  if (e.type == EntryType::Symlink && !symlink_resolves_inside(m, e.path, e.target, &why))
+  if (count_ > 0 && !(last_ < e.path))
+    throw PathError("refused manifest entry '" + e.path + "': the paths are not sorted and unique (it follows '" +
+                    last_ + "')");
+  if (e.type == EntryType::Symlink && !symlink_stays_inside(e.path, e.target, &why))
     throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
-  size_t slash = e.path.rfind('/');
-  if (slash != std::string::npos) {
-    const Entry* parent = m.find(e.path.substr(0, slash));
-    if (!parent || parent->type != EntryType::Dir)
-      throw PathError("refused manifest entry '" + e.path + "': its parent '" + e.path.substr(0, slash) +
-                      (parent ? "' is not a directory" : "' is not in the manifest"));
+  while (!prefixes_.empty() && e.path.compare(0, prefixes_.back().path.size(), prefixes_.back().path) != 0)
+    prefixes_.pop_back();
+  const std::string_view parent = parent_dir(e.path);
+  if (!parent.empty()) {
+    const Open* found = nullptr;
+    for (auto& o : prefixes_)
+      if (o.path == parent) found = &o;
+    if (!found || found->type != EntryType::Dir)
+      throw PathError("refused manifest entry '" + e.path + "': its parent '" + std::string(parent) +
+                      (found ? "' is not a directory" : "' is not in the manifest"));
+  }
+  prefixes_.push_back(Open{e.path, e.type});
+  last_ = e.path;
+  ++count_;
+  if (e.type == EntryType::Symlink) {
+    Entry link;
+    link.path = e.path;
+    link.type = e.type;
+    link.target = e.target;
+    links_.entries.push_back(std::move(link));
   }
 }
 
-// No entry of m lies under path (entries are sorted, so they would follow path + "/").
-void check_nothing_under(const Manifest& m, const std::string& path) {
-  std::string prefix = path + "/";
-  auto it = std::lower_bound(m.entries.begin(), m.entries.end(), prefix,
-                             [](const Entry& e, const std::string& p) { return e.path < p; });
-  if (it != m.entries.end() && it->path.compare(0, prefix.size(), prefix) == 0)
-    throw PathError("refused manifest entry '" + it->path + "': its parent '" + path +
-                    (m.find(path) ? "' is not a directory" : "' is not in the manifest"));
-}
-
-}  // namespace
-
-void check_manifest_change(const Manifest& result, const Manifest& upserts, const Manifest& deleted) {
-  bool new_link = false;
-  for (auto& e : upserts.entries) {
-    check_entry(result, e);
-    if (e.type != EntryType::Dir) check_nothing_under(result, e.path);
-    new_link = new_link || e.type == EntryType::Symlink;
-  }
-  for (auto& e : deleted.entries) check_nothing_under(result, e.path);
-  if (!new_link) return;
-  // A new link may sit on the way of an older one's target: every link is judged again.
+void ManifestChecker::finish() {
   std::string why;
-  for (auto& e : result.entries)
-    if (e.type == EntryType::Symlink && !symlink_resolves_inside(result, e.path, e.target, &why))
+  for (auto& e : links_.entries)
+    if (!symlink_resolves_inside(links_, e.path, e.target, &why))
       throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
-}
-
-void check_manifest(const Manifest& m) {
-  for (auto& e : m.entries) check_entry(m, e);
 }
 
 }  // namespace xmesh::ws

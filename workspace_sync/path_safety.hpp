@@ -39,12 +39,29 @@ bool symlink_resolves_inside(const Manifest& m, const std::string& link_path, co
                              std::string* why);
 // Removes from m (sorted) every symlink that symlink_resolves_inside refuses: (path, why) each.
 std::vector<std::pair<std::string, std::string>> drop_links_through_links(Manifest& m);
-// Every entry of a received manifest: valid paths, targets inside, each parent present as a
-// directory entry (so no path reaches through a symlink or a file). Throws PathError.
+// Every entry of a received manifest: valid paths in order, targets inside, each parent present
+// as a directory entry (so no path reaches through a symlink or a file). Throws PathError.
 void check_manifest(const Manifest& m);
-// The same guarantee for `result`, a manifest that passed check_manifest before with upserts
-// applied and deleted paths removed, at the cost of the change: each upsert is checked as above,
-// and no entry of result may sit under a deleted path or under an upsert that is not a directory.
-void check_manifest_change(const Manifest& result, const Manifest& upserts, const Manifest& deleted);
+// check_manifest for a manifest that comes entry by entry in path order, in memory that grows
+// with its symlinks only: each entry is judged as it comes (a valid path, after the one before,
+// its parent present as a directory: the entries that are string prefixes of the current path
+// are all it keeps, since every path with a given prefix sorts together), and finish() judges
+// every symlink against the symlinks of the whole manifest. Throws PathError.
+class ManifestChecker {
+ public:
+  void add(const Entry& e);
+  void finish();
+  uint64_t count() const { return count_; }
+
+ private:
+  struct Open {
+    std::string path;
+    EntryType type;
+  };
+  std::vector<Open> prefixes_;  // each a prefix of the next
+  std::string last_;
+  uint64_t count_ = 0;
+  Manifest links_;  // the symlinks so far (in path order: find() works)
+};
 
 }  // namespace xmesh::ws

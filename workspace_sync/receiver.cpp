@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "diff.hpp"
 #include "fs_ops.hpp"
+#include "hash_index.hpp"
+#include "manifest_file.hpp"
 #include "path_safety.hpp"
 #include "scan.hpp"
 
@@ -39,9 +42,11 @@ std::string base_of(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-// Directory descriptors by relative path, opened without following links, closed at the end.
+// Directory descriptors by relative path, opened without following links, closed at the end
+// (at most kMaxOpen at a time: a commit in a hundred thousand directories holds no more).
 class DirCache {
  public:
+  static constexpr size_t kMaxOpen = 256;
   explicit DirCache(int base) : base_(base) {}
   ~DirCache() {
     for (auto& kv : fds_) close(kv.second);
@@ -49,6 +54,10 @@ class DirCache {
   int get(const std::string& rel) {
     auto it = fds_.find(rel);
     if (it != fds_.end()) return it->second;
+    if (fds_.size() >= kMaxOpen) {  // walks go in path order: the directories near go on being used
+      for (auto& kv : fds_) close(kv.second);
+      fds_.clear();
+    }
     int fd = open_dir_nofollow(base_, rel, false);
     fds_[rel] = fd;
     return fd;
@@ -95,6 +104,11 @@ class PycacheDropper {
   Cache& cache_of(const std::string& dir) {
     auto it = caches_.find(dir);
     if (it != caches_.end()) return it->second;
+    if (caches_.size() >= DirCache::kMaxOpen) {  // bounded like the directories it reads through
+      for (auto& kv : caches_)
+        if (kv.second.fd >= 0) close(kv.second.fd);
+      caches_.clear();
+    }
     Cache& c = caches_[dir];
     int parent;
     try {
@@ -135,34 +149,59 @@ void copy_checked(int srcdir, const std::string& src, int stagefd, const std::st
 
 }  // namespace
 
-struct SyncReceiver::Session {
+// One plan part's objects (the content its files need), held until all of their data came.
+struct SyncReceiver::Part {
   struct Object {
     Hash128 hash;
     uint64_t size = 0, written = 0;
-    const Entry* entry = nullptr;  // an entry of `incoming` that has it (its path, for messages)
-    const std::string& path() const { return entry->path; }
+    std::string path;  // a path of the incoming manifest that has it (for messages)
     uint32_t mode = 0600;  // that path's permission bits, given to the staged file
     int fd = -1;
     XXH3_state_t* state = nullptr;
     bool done = false;
-    bool staged = false;  // the staged file still sits under its hash name
-    int64_t move = -1;    // in a commit: the move that took it (later paths of it copy that)
   };
-  std::string sid, dest, stage_dir;
-  int64_t last_ms = 0;
-  std::shared_ptr<const Manifest> host;  // what the host holds
-  Manifest incoming;
-  std::string host_digest, incoming_digest;  // hex
-  bool planned = false;
-  std::vector<Object> need;
-  uint64_t bytes = 0;
-
-  ~Session() {
-    for (auto& o : need) {
+  std::vector<Object> objects;
+  size_t left = 0;  // not complete yet
+  Part() = default;
+  Part(const Part&) = delete;
+  Part& operator=(const Part&) = delete;
+  ~Part() {
+    for (auto& o : objects) {
       if (o.fd >= 0) close(o.fd);
       if (o.state) XXH3_freeState(o.state);
     }
   }
+};
+
+// A plan while its parts come: the host manifest merged with them through a cursor, the
+// incoming manifest written aside (its digest and checks made as it goes).
+struct SyncReceiver::Plan {
+  bool delta = false;
+  std::string want_digest;  // a delta's: what the result must be
+  uint64_t next_part = 0;
+  ManifestCursor host;
+  CacheWriter out;
+  DigestBuilder digest;
+  ManifestChecker check;
+  Plan(std::shared_ptr<const MappedManifest> host_m, const std::string& path)
+      : host(std::move(host_m)), out(path, 0) {}
+};
+
+struct SyncReceiver::Session {
+  std::string sid, dest, stage_dir;
+  int64_t last_ms = 0;
+  Fd stage;
+  std::shared_ptr<const MappedManifest> host;  // what the host holds (its saved manifest)
+  std::string host_digest;                     // hex
+  std::unique_ptr<HashIndex> host_index;       // the host's files by content, made when first needed
+  std::unique_ptr<Plan> plan;                  // while the plan's parts come
+  std::shared_ptr<const MappedManifest> incoming;  // the manifest planned, once whole
+  std::string incoming_digest;                     // hex
+  std::map<uint64_t, std::unique_ptr<Part>> open_parts;  // parts whose data has not all come
+  Part* filling = nullptr;                                // the part being planned
+  std::unordered_set<Hash128, Hash128Hasher> asked;       // objects of open parts not complete yet
+  uint64_t bytes = 0;
+  std::string incoming_path() const { return stage_dir + "/incoming"; }
 };
 
 SyncReceiver::SyncReceiver(std::string root, int64_t session_timeout_ms)
@@ -191,8 +230,7 @@ void SyncReceiver::drop(const std::string& sid) {
   std::string dir = it->second->stage_dir;
   sessions_.erase(it);
   remove_tree(dir);
-  // A large sync's session (manifests, plans, diffs of every path) is freed here: hand what the
-  // allocator keeps back to the system, so the agent does not stay at its high-water mark.
+  // Hand what the allocator keeps of a session back to the system.
   malloc_trim(0);
 }
 
@@ -284,32 +322,6 @@ void SyncReceiver::remember(const std::string& dest, const HostCopy& copy, std::
   known_[dest] = Known{copy.digest, copy.entries, std::move(watcher)};
 }
 
-SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest, bool want_manifest) {
-  auto known = known_.find(dest);
-  if (known != known_.end() && !known->second.watcher->wait(0, 0))
-    return HostCopy{nullptr, known->second.digest, known->second.entries};
-  known_.erase(dest);
-  // Watch first, then look: a change made while we look shows up as an event next time.
-  auto watcher = watch(dest);
-  HostCopy copy = check_on_disk(dest, want_manifest);
-  remember(dest, copy, std::move(watcher));
-  return copy;
-}
-
-SyncReceiver::HostCopy SyncReceiver::with_manifest(const std::string& dest, HostCopy copy) {
-  if (copy.manifest) return copy;
-  auto m = std::make_shared<Manifest>();
-  m->entries.reserve(copy.entries);
-  if (for_each_cached_entry(manifest_path(dest) + ".manifest", [&](int64_t when) { m->scan_ns = when; },
-                            [&](Entry&& e) { m->entries.push_back(std::move(e)); }) &&
-      m->digest().hex() == copy.digest) {
-    copy.manifest = std::move(m);
-    return copy;
-  }
-  known_.erase(dest);  // the file is not what was remembered: look at the disk itself
-  return load_and_verify(dest, true);
-}
-
 namespace {
 // One entry of a saved manifest against the disk (relative to destfd): the entry as it is now
 // (re-hashed unless its stat matches outside the racy window of scan_ns), or nothing when it
@@ -345,24 +357,62 @@ std::optional<Entry> check_entry(int destfd, const Entry& e, int64_t scan_ns, bo
 }
 }  // namespace
 
+SyncReceiver::HostCopy SyncReceiver::load_and_verify(const std::string& dest) {
+  auto known = known_.find(dest);
+  if (known != known_.end() && !known->second.watcher->wait(0, 0))
+    return HostCopy{known->second.digest, known->second.entries};
+  known_.erase(dest);
+  // Watch first, then look: a change made while we look shows up as an event next time.
+  auto watcher = watch(dest);
+  HostCopy copy = check_on_disk(dest);
+  remember(dest, copy, std::move(watcher));
+  return copy;
+}
+
+namespace {
+// The digest of a mapped manifest, read through once; nothing when an entry does not read.
+std::optional<std::string> digest_of(const std::shared_ptr<const MappedManifest>& m) {
+  try {
+    DigestBuilder d;
+    for (ManifestCursor at(m); !at.at_end(); at.next()) d.add(at.entry());
+    return d.finish().hex();
+  } catch (const std::runtime_error&) {
+    return std::nullopt;
+  }
+}
+}  // namespace
+
+std::shared_ptr<const MappedManifest> SyncReceiver::saved_manifest(const std::string& dest, HostCopy& copy) {
+  const std::string path = manifest_path(dest) + ".manifest";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto m = MappedManifest::open(path);
+    if (!m && copy.entries == 0) return MappedManifest::empty();
+    if (m && m->count() == copy.entries && digest_of(m) == copy.digest) return m;
+    // The file is not what was remembered: look at the disk itself (which rewrites it).
+    known_.erase(dest);
+    copy = load_and_verify(dest);
+  }
+  throw SyncRefused("the host's manifest of " + (dest.empty() ? std::string("its workspace") : dest) +
+                    " cannot be read back (" + path + "); is its disk full?");
+}
+
 // The saved manifest of dest checked against the disk, entry by entry as it is read: what is
 // kept of it is written aside as it goes (saved when anything changed) and hashed into the
-// digest, so a million entries are checked in constant memory unless `keep` asks for them.
-SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest, bool keep) {
+// digest, so a million entries are checked in constant memory.
+SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest) {
   const std::string path = manifest_path(dest) + ".manifest";
   const std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
-  const HostCopy none{keep ? std::make_shared<const Manifest>() : nullptr, DigestBuilder().finish().hex(), 0};
+  const HostCopy none{DigestBuilder().finish().hex(), 0};
   Fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dirfd.fd < 0) return none;  // no copy: a sync sends it whole
-  auto kept = std::make_shared<Manifest>();
-  kept->scan_ns = wall_ns();
+  const int64_t checked_ns = wall_ns();
   DigestBuilder digest;
   size_t count = 0;
   bool changed = false;
   int64_t stored_scan = 0;
   std::unique_ptr<CacheWriter> out;  // the checked manifest, written aside; saved only if it changed
   try {
-    out = std::make_unique<CacheWriter>(path, kept->scan_ns);
+    out = std::make_unique<CacheWriter>(path, checked_ns);
   } catch (const std::exception&) {  // a full disk: the check goes on, unsaved (the next repeats it)
   }
   auto check = [&](Entry&& e) {
@@ -379,21 +429,25 @@ SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest, bool
     } catch (const std::exception&) {
       out.reset();
     }
-    if (keep) kept->entries.push_back(std::move(*v));
   };
-  if (!for_each_cached_entry(path, [&](int64_t when) { stored_scan = when; }, check)) return none;
+  if (!for_each_cached_entry(path, [&](int64_t when) { stored_scan = when; }, check)) {
+    unlink(path.c_str());  // what does not read is no manifest: the next sync sends the copy whole
+    return none;
+  }
   if (changed && out) {
     try {
       out->commit();
     } catch (const std::exception&) {
     }
   }
-  if (!changed) kept->scan_ns = stored_scan;  // nothing re-checked by content: the old racy window holds
-  return HostCopy{keep ? std::shared_ptr<const Manifest>(std::move(kept)) : nullptr, digest.finish().hex(), count};
+  return HostCopy{digest.finish().hex(), count};
 }
 
 Manifest SyncReceiver::verified_manifest(const std::string& dest) {
-  return *with_manifest(dest, load_and_verify(dest)).manifest;
+  HostCopy copy = load_and_verify(dest);
+  Manifest m;
+  for (ManifestCursor at(saved_manifest(dest, copy)); !at.at_end(); at.next()) m.entries.push_back(at.entry());
+  return m;
 }
 
 SyncReceiver::Reply SyncReceiver::handle(const json& body, const std::vector<std::string_view>& frames, int64_t now_ms) {
@@ -459,146 +513,236 @@ SyncReceiver::Reply SyncReceiver::begin(const SyncStepBody& step, int64_t now_ms
 
   HostCopy host = load_and_verify(dest);
   std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
-  std::string have = host.digest;
-  if (have == digest && access(dir.c_str(), F_OK) == 0)
-  {
+  if (host.digest == digest && access(dir.c_str(), F_OK) == 0) {
     SyncReply r;
     r.same = true;
     r.dir = dir;
     r.entries = host.entries;
     return {r, {}};
   }
-  host = with_manifest(dest, std::move(host));
-  have = host.digest;  // a saved manifest that was not what was remembered was checked again
   auto s = std::make_unique<Session>();
+  s->host = saved_manifest(dest, host);  // a saved manifest that was not what was remembered is checked again
   s->sid = sid;
   s->dest = dest;
   s->last_ms = now_ms;
-  s->host = std::move(host.manifest);
-  s->host_digest = have;
+  s->host_digest = host.digest;
   s->stage_dir = state_dir_ + "/stage/" + sid;
   remove_tree(s->stage_dir);
   if (mkdir(s->stage_dir.c_str(), 0700) != 0) throw SyncRefused(sys_error("cannot create " + s->stage_dir, errno));
+  s->stage.fd = open(s->stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (s->stage.fd < 0) throw SyncRefused(sys_error("cannot open " + s->stage_dir, errno));
   sessions_[sid] = std::move(s);
   // "have" lets the controller send the plan as a delta against a manifest it knows.
   SyncReply r;
   r.same = false;
   r.dir = dir;
-  r.have = have;
+  r.have = host.digest;
   return {r, {}};
+}
+
+// ---- plan ------------------------------------------------------------------------------------
+
+SyncReceiver::Plan& SyncReceiver::plan_for(Session& s, const SyncStepBody& step, size_t frames) {
+  if (s.incoming) throw SyncRefused("sync session '" + s.sid + "' was already planned");
+  if (frames == 0 || (step.base && frames < 2))
+    throw SyncRefused(step.base ? "sync plan delta without its deleted paths" : "sync plan without a manifest");
+  if (!s.plan) {
+    if (step.part != 0) throw SyncRefused("sync plan part " + std::to_string(step.part) + " came before part 0");
+    s.plan = std::make_unique<Plan>(s.host, s.incoming_path());
+    s.plan->delta = step.base.has_value();
+    s.plan->want_digest = step.digest;
+  }
+  Plan& p = *s.plan;
+  if (step.part != p.next_part)
+    throw SyncRefused("sync plan part " + std::to_string(step.part) + " came where part " +
+                      std::to_string(p.next_part) + " was due");
+  if (p.delta != step.base.has_value())
+    throw SyncRefused("sync plan part " + std::to_string(step.part) + " is not of the same kind (delta or whole) as "
+                      "the parts before it");
+  if (s.open_parts.size() >= kMaxOpenParts)
+    throw SyncRefused("sync plan part " + std::to_string(step.part) + " came while " +
+                      std::to_string(s.open_parts.size()) + " parts still wait for their data (at most " +
+                      std::to_string(kMaxOpenParts) + ")");
+  ++p.next_part;
+  return p;
 }
 
 SyncReceiver::Reply SyncReceiver::plan(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames) {
   SyncReply full;  // the answer when the delta does not fit: send the whole manifest
   full.full = true;
-  if (s.planned) throw SyncRefused("sync session '" + s.sid + "' was already planned");
-  if (frames.empty()) throw SyncRefused("sync plan without a manifest");
-  ManifestDelta delta;
-  const std::vector<Entry>* candidates = nullptr;  // the entries that may need content
-  // Objects name an entry of s.incoming (kept until the commit): a delta's upserts go with it.
-  bool in_incoming = false;
-  if (step.base) {
-    // A delta against the manifest the host holds: it must fit, and the result must be the
-    // manifest the controller scanned (its digest), else the controller sends it whole.
-    if (frames.size() < 2) throw SyncRefused("sync plan delta without its deleted paths");
-    if (*step.base != s.host_digest) return {full, {}};
-    delta.upserts = Manifest::decode_wire(frames[0]);
-    delta.deleted = Manifest::decode_wire(frames[1]);
-    try {
-      s.incoming = apply_delta(*s.host, delta);
-    } catch (const std::runtime_error&) {
+  if (step.base && *step.base != s.host_digest && !s.plan) return {full, {}};
+  Plan& p = plan_for(s, step, frames.size());
+  auto decode = [&](std::string_view bytes) { return Manifest::decode_wire(bytes, kMaxPartEntries); };
+  std::string need;  // the hashes asked for, 16 bytes each: their order is the part's object numbers
+  auto& filling = s.open_parts[step.part];
+  filling = std::make_unique<Part>();
+  s.filling = filling.get();
+  if (p.delta) {
+    Manifest upserts = decode(frames[0]), deleted = decode(frames[1]);
+    if (upserts.entries.size() + deleted.entries.size() > kMaxPartEntries)
+      throw SyncRefused("sync plan part " + std::to_string(step.part) + " holds more than " +
+                        std::to_string(kMaxPartEntries) + " entries");
+    if (!merge_delta(s, upserts, deleted, step.last, need)) {
+      reset_plan(s);
       return {full, {}};
     }
-    s.incoming_digest = s.incoming.digest().hex();
-    if (s.incoming_digest != step.digest) return {full, {}};
-    check_manifest_change(s.incoming, delta.upserts, delta.deleted);  // the rest was checked before
-    candidates = &delta.upserts.entries;
   } else {
-    s.incoming = Manifest::decode_wire(frames[0]);
-    check_manifest(s.incoming);
-    s.incoming_digest = s.incoming.digest().hex();
-    candidates = &s.incoming.entries;
-    in_incoming = true;
+    merge_whole(s, decode(frames[0]), step.last, need);
   }
-  s.planned = true;
-  // Content the host has already (unchanged, renamed or copied files) is not asked for.
-  std::unordered_set<Hash128, Hash128Hasher> have;
-  for (auto& e : s.host->entries)
-    if (e.type == EntryType::File) have.insert(e.hash);
-  std::unordered_set<Hash128, Hash128Hasher> asked;
-  std::vector<Session::Object> empty;  // empty files: staged now, nothing to send
-  std::string hashes;
-  Fd stagefd(open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (stagefd.fd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
-  for (auto& e : *candidates) {
-    check_cancelled();
-    if (e.type != EntryType::File || have.count(e.hash) || asked.count(e.hash)) continue;
-    Session::Object o;
-    o.hash = e.hash;
-    o.size = e.size;
-    o.entry = in_incoming ? &e : s.incoming.find(e.path);
-    o.mode = e.mode & 0777;
-    if (e.size == 0) {  // nothing to send: stage the empty file now
-      int fd = openat(stagefd.fd, e.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0) throw SyncRefused(sys_error("cannot stage " + e.path, errno));
-      fchmod(fd, o.mode);
-      close(fd);
-      o.done = o.staged = true;
-      asked.insert(e.hash);
-      empty.push_back(o);
-      continue;
-    }
-    asked.insert(e.hash);
-    hashes.append(reinterpret_cast<const char*>(&e.hash.lo), 8);
-    hashes.append(reinterpret_cast<const char*>(&e.hash.hi), 8);
-    s.need.push_back(std::move(o));
-  }
-  // The reply lists the non-empty objects in order; their position is the index pieces use.
-  s.need.insert(s.need.end(), empty.begin(), empty.end());
-  size_t sending = hashes.size() / 16;
+  s.filling->left = s.filling->objects.size();
+  s.filling = nullptr;
+  if (s.open_parts[step.part]->left == 0) s.open_parts.erase(step.part);
+  if (step.last && !finish_plan(s)) return {full, {}};
   SyncReply r;
-  r.need = sending;
-  return {r, {hashes}};
+  r.need = need.size() / 16;
+  return {r, {need}};
 }
 
+// One entry of the incoming manifest, in path order, with the host's entry at its path.
+void SyncReceiver::take_entry(Session& s, const Entry& e, const Entry* old, bool may_need, std::string& need) {
+  check_cancelled();
+  Plan& p = *s.plan;
+  p.check.add(e);
+  p.digest.add(e);
+  p.out.add(e);
+  if (!may_need || e.type != EntryType::File) return;
+  if (old && old->type == EntryType::File && old->hash == e.hash && old->size == e.size) return;
+  if (content_at_hand(s, e)) return;
+  s.asked.insert(e.hash);  // the next path with this content waits for it too
+  Part::Object o;
+  o.hash = e.hash;
+  o.size = e.size;
+  o.path = e.path;
+  o.mode = e.mode & 0777;
+  s.filling->objects.push_back(std::move(o));
+  need.append(reinterpret_cast<const char*>(&e.hash.lo), 8);
+  need.append(reinterpret_cast<const char*>(&e.hash.hi), 8);
+}
+
+// The content of e is asked for already, staged already (a file of the staging area named by
+// its hash), empty (staged now) or on the host.
+bool SyncReceiver::content_at_hand(Session& s, const Entry& e) {
+  if (s.asked.count(e.hash)) return true;
+  const std::string name = e.hash.hex();
+  if (faccessat(s.stage.fd, name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) return true;
+  if (e.size == 0) {  // nothing to send: staged now
+    int fd = openat(s.stage.fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw SyncRefused(sys_error("cannot stage " + e.path, errno));
+    close(fd);
+    return true;
+  }
+  return s.host->count() > 0 && host_index(s).find(e.hash).has_value();
+}
+
+void SyncReceiver::merge_whole(Session& s, const Manifest& chunk, bool last, std::string& need) {
+  Plan& p = *s.plan;
+  for (auto& e : chunk.entries) {
+    while (!p.host.at_end() && p.host.entry().path < e.path) p.host.next();  // deleted: the commit sees to them
+    const Entry* old = !p.host.at_end() && p.host.entry().path == e.path ? &p.host.entry() : nullptr;
+    take_entry(s, e, old, true, need);
+  }
+  if (last)
+    while (!p.host.at_end()) p.host.next();
+}
+
+// A delta part merged with the host manifest: host entries up to the part's last path are
+// taken over unless deleted or replaced. False when the delta does not fit the host manifest.
+bool SyncReceiver::merge_delta(Session& s, const Manifest& upserts, const Manifest& deleted, bool last,
+                               std::string& need) {
+  Plan& p = *s.plan;
+  auto up = upserts.entries.begin(), del = deleted.entries.begin();
+  auto copy_host_before = [&](const std::string* path) {
+    while (!p.host.at_end() && (!path || p.host.entry().path < *path)) {
+      take_entry(s, p.host.entry(), nullptr, false, need);
+      p.host.next();
+    }
+  };
+  while (up != upserts.entries.end() || del != deleted.entries.end()) {
+    const bool take_up = del == deleted.entries.end() || (up != upserts.entries.end() && up->path < del->path);
+    const std::string& path = take_up ? up->path : del->path;
+    if (!take_up && up != upserts.entries.end() && up->path == del->path) return false;  // both: not a delta
+    copy_host_before(&path);
+    const bool on_host = !p.host.at_end() && p.host.entry().path == path;
+    if (take_up) {
+      take_entry(s, *up, on_host ? &p.host.entry() : nullptr, true, need);
+      ++up;
+    } else {
+      if (!on_host) return false;  // deletes what the host lacks
+      ++del;
+    }
+    if (on_host) p.host.next();
+  }
+  if (last) copy_host_before(nullptr);
+  return true;
+}
+
+// The last part came: the incoming manifest is whole (checked, its digest known) and saved
+// aside in the staging area for the commit.
+bool SyncReceiver::finish_plan(Session& s) {
+  Plan& p = *s.plan;
+  const std::string digest = p.digest.finish().hex();
+  if (p.delta && digest != p.want_digest) {
+    reset_plan(s);
+    return false;
+  }
+  p.check.finish();  // every symlink against the whole manifest's
+  try {
+    p.out.commit();
+  } catch (const std::runtime_error& x) {
+    throw SyncRefused(std::string("cannot stage the manifest: ") + x.what());
+  }
+  s.plan.reset();
+  s.incoming = MappedManifest::open(s.incoming_path());
+  if (!s.incoming) throw SyncRefused("cannot read back the staged manifest " + s.incoming_path());
+  s.incoming_digest = digest;
+  return true;
+}
+
+// A delta that did not fit: the plan starts over (from part 0, the manifest whole). Objects
+// complete already stay staged (named by their hash: the new plan finds them); the others go.
+void SyncReceiver::reset_plan(Session& s) {
+  s.plan.reset();
+  s.filling = nullptr;
+  for (auto& [n, part] : s.open_parts)
+    for (auto& o : part->objects)
+      if (!o.done) unlinkat(s.stage.fd, o.hash.hex().c_str(), 0);
+  s.open_parts.clear();
+  s.asked.clear();
+  unlinkat(s.stage.fd, "incoming", 0);
+}
+
+// ---- data ------------------------------------------------------------------------------------
+
 SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames) {
-  if (!s.planned) throw SyncRefused("sync data before its plan");
-  const auto& pieces = step.pieces;
+  auto part_it = s.open_parts.find(step.part);
   std::string_view payload = frames.empty() ? std::string_view() : frames[0];
   size_t at = 0;
   std::vector<char> raw;
-  int stagefd = -1;
-  auto stage = [&]() {
-    if (stagefd < 0) stagefd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (stagefd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
-    return stagefd;
-  };
-  struct Closer {
-    int& fd;
-    ~Closer() {
-      if (fd >= 0) close(fd);
-    }
-  } closer{stagefd};
-  for (auto& p : pieces) {
+  for (auto& p : step.pieces) {
     check_cancelled();
+    if (part_it == s.open_parts.end())
+      throw SyncRefused("sync data names plan part " + std::to_string(step.part) + ", which asked for nothing more");
+    Part& part = *part_it->second;
     size_t idx = static_cast<size_t>(p[0]);
     uint64_t offset = p[1], raw_len = p[2], stored = p[3];
     bool z = p[4] != 0;
-    if (idx >= s.need.size() || s.need[idx].done) throw SyncRefused("sync data names an object the host did not ask for");
-    auto& o = s.need[idx];
+    if (idx >= part.objects.size() || part.objects[idx].done)
+      throw SyncRefused("sync data names an object the host did not ask for");
+    auto& o = part.objects[idx];
     if (offset != o.written || raw_len > o.size - o.written || at + stored > payload.size() || (!z && stored != raw_len))
-      throw SyncRefused("sync data for " + o.path() + " is out of order or malformed");
+      throw SyncRefused("sync data for " + o.path + " is out of order or malformed");
     const char* bytes = payload.data() + at;
     if (z) {
       raw.resize(raw_len);
       size_t n = ZSTD_decompress(raw.data(), raw.size(), bytes, stored);
-      if (ZSTD_isError(n) || n != raw_len) throw SyncRefused("sync data for " + o.path() + " does not decompress");
+      if (ZSTD_isError(n) || n != raw_len) throw SyncRefused("sync data for " + o.path + " does not decompress");
       bytes = raw.data();
     }
     at += stored;
+    const std::string name = o.hash.hex();
     if (o.fd < 0) {
-      o.fd = openat(stage(), o.hash.hex().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path(), errno));
+      o.fd = openat(s.stage.fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path, errno));
       fchmod(o.fd, o.mode);  // the mode of the first path that wants it (not subject to the umask)
       o.state = XXH3_createState();
       XXH3_128bits_reset(o.state);
@@ -606,21 +750,25 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
     for (uint64_t off = 0; off < raw_len;) {
       ssize_t w = write(o.fd, bytes + off, raw_len - off);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw SyncRefused(sys_error("cannot write " + o.path() + " on the host", errno));
+      if (w < 0) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
       off += static_cast<uint64_t>(w);
     }
     XXH3_128bits_update(o.state, bytes, raw_len);
     o.written += raw_len;
-    if (o.written == o.size) {
-      XXH128_hash_t h = XXH3_128bits_digest(o.state);
-      XXH3_freeState(o.state);
-      o.state = nullptr;
-      close(o.fd);
-      o.fd = -1;
-      if (Hash128{h.low64, h.high64} != o.hash)
-        throw SyncRefused("the content of " + o.path() + " does not match its manifest (it changed while being sent); "
-                          "sync again");
-      o.done = o.staged = true;
+    if (o.written < o.size) continue;
+    XXH128_hash_t h = XXH3_128bits_digest(o.state);
+    XXH3_freeState(o.state);
+    o.state = nullptr;
+    close(o.fd);
+    o.fd = -1;
+    if (Hash128{h.low64, h.high64} != o.hash)
+      throw SyncRefused("the content of " + o.path + " does not match its manifest (it changed while being sent); "
+                        "sync again");
+    o.done = true;
+    s.asked.erase(o.hash);
+    if (--part.left == 0) {  // every object of the part is staged: it is forgotten
+      s.open_parts.erase(part_it);
+      part_it = s.open_parts.end();
     }
   }
   SyncReply r;
@@ -628,38 +776,122 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
   return {r, {}};
 }
 
-// What a commit works with: the session, the diff, the directories it writes in, and what the
-// prepare step left for the switch.
+// ---- commit ----------------------------------------------------------------------------------
+
+namespace {
+// What a commit does at one path, from the entries of the incoming and the host manifest there:
+// nothing, remove the old entry (deleted), make a directory, change a file's mode only, or put a
+// staged file or link in place. prepare and switch_in walk the same merge and agree on it.
+enum class Change { none, deleted, dir, mode, staged };
+
+Change change_at(const Entry* now, const Entry* before) {
+  if (!now) return Change::deleted;
+  if (before && now->same_as(*before)) return Change::none;
+  if (now->type == EntryType::Dir) return Change::dir;
+  if (now->type == EntryType::File && before && before->type == EntryType::File && before->hash == now->hash &&
+      before->size == now->size)
+    return Change::mode;
+  return Change::staged;
+}
+
+// The old entry at a path goes before anything is put in place: when deleted, or when a
+// directory becomes something else or something else a directory (a rename replaces the rest).
+bool removed_first(const Entry* now, const Entry* before) {
+  if (!before) return false;
+  if (!now) return true;
+  return now->type != before->type && (now->type == EntryType::Dir || before->type == EntryType::Dir);
+}
+
+// Calls fn with each NUL-terminated record of fd, the last first, reading 1 MiB at a time.
+void for_each_record_backwards(int fd, const std::function<void(std::string_view)>& fn) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) throw SyncRefused(sys_error("cannot read the commit's list of removals", errno));
+  uint64_t end = static_cast<uint64_t>(st.st_size);
+  std::string carry;  // the tail of a record that starts in the block before
+  std::vector<size_t> starts;
+  while (end > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(1u << 20, end));
+    std::string buf(n, '\0');
+    for (size_t got = 0; got < n;) {
+      ssize_t r = pread(fd, buf.data() + got, n - got, static_cast<off_t>(end - n + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw SyncRefused(sys_error("cannot read the commit's list of removals", errno));
+      got += static_cast<size_t>(r);
+    }
+    end -= n;
+    buf += carry;
+    size_t from = 0;
+    if (end > 0) {  // what precedes the first NUL belongs to a record that starts before
+      const size_t nul = buf.find('\0');
+      if (nul == std::string::npos) {
+        carry = std::move(buf);
+        continue;
+      }
+      from = nul + 1;
+    }
+    carry = buf.substr(0, from);
+    starts.clear();
+    for (size_t at = from; at < buf.size(); at = buf.find('\0', at) + 1) starts.push_back(at);
+    for (size_t i = starts.size(); i-- > 0;) {
+      const size_t stop = buf.find('\0', starts[i]);
+      fn(std::string_view(buf).substr(starts[i], stop - starts[i]));
+    }
+  }
+}
+
+// What the controller hears of a commit: counts of files and links (directories are not
+// counted), the first kReportPaths paths of each kind and every .py path.
+class ChangeReport {
+ public:
+  enum Kind { added, changed, deleted };
+  void count(const Entry* now, const Entry* before) {
+    if (!now) {
+      if (before->type != EntryType::Dir) note(deleted, before->path);
+      return;
+    }
+    if (now->type == EntryType::Dir) return;
+    if (!before)
+      note(added, now->path);
+    else if (!now->same_as(*before))
+      note(changed, now->path);
+    else
+      ++unchanged_;
+  }
+  void reply(SyncReply& r) const {
+    r.added = counts_[added];
+    r.changed = counts_[changed];
+    r.deleted = counts_[deleted];
+    r.unchanged = unchanged_;
+  }
+  // added, changed, deleted (NUL-separated, at most kReportPaths each) and every .py path.
+  std::vector<std::string> frames() const { return {paths_[added], paths_[changed], paths_[deleted], py_}; }
+
+ private:
+  void note(Kind k, const std::string& path) {
+    if (counts_[k]++ < SyncReceiver::kReportPaths) paths_[k].append(path).push_back('\0');
+    if (path.size() > 3 && path.compare(path.size() - 3, 3, ".py") == 0) py_.append(path).push_back('\0');
+  }
+  uint64_t counts_[3] = {0, 0, 0}, unchanged_ = 0;
+  std::string paths_[3], py_;
+};
+}  // namespace
+
+// What a commit works with: the session, the directories it writes in, what it reports.
 struct SyncReceiver::Commit {
-  struct Move {  // no string per file: a million-file commit holds a million of these
-    const Entry* e;
-    uint64_t n;   // staged as "p<n>", or
-    bool object;  // as the received object itself (its hash's name)
-    std::string staged() const { return object ? e->hash.hex() : "p" + std::to_string(n); }
-  };
   Session& s;
-  const Manifest& host;
-  Diff d;
-  Fd root, dest, stage;
+  Fd root, dest;
   std::unique_ptr<DirCache> dirs;
   std::unique_ptr<PycacheDropper> pycache;
-  std::vector<const Entry*> touched;  // added and changed, by path
-  std::vector<Move> moves;            // staged name -> its place
-  std::vector<const Entry*> chmods;   // only the mode changed
-  std::vector<std::string> kept;      // old directories that could not be removed
+  ChangeReport report;
+  std::vector<std::string> kept;  // old directories that could not be removed (the first kReportPaths)
+  uint64_t kept_more = 0;
 
-  Commit(Session& session, const std::string& root_dir)
-      : s(session), host(*session.host), d(diff_manifests(*session.host, session.incoming)) {
+  Commit(Session& session, const std::string& root_dir) : s(session) {
     root.fd = open(root_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (root.fd < 0) throw SyncRefused(sys_error("cannot open " + root_dir, errno));
     dest.fd = open_dir_nofollow(root.fd, s.dest, true);
-    stage.fd = open(s.stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (stage.fd < 0) throw SyncRefused(sys_error("cannot open " + s.stage_dir, errno));
     dirs = std::make_unique<DirCache>(dest.fd);
     pycache = std::make_unique<PycacheDropper>(*dirs);
-    for (auto* list : {&d.added, &d.changed})
-      for (const Entry* e : *list) touched.push_back(e);
-    std::sort(touched.begin(), touched.end(), [](const Entry* a, const Entry* b) { return a->path < b->path; });
   }
   ~Commit() {
     pycache.reset();  // before the directories it reads through
@@ -668,85 +900,87 @@ struct SyncReceiver::Commit {
 };
 
 SyncReceiver::Reply SyncReceiver::commit(Session& s) {
-  if (!s.planned) throw SyncRefused("sync commit before its plan");
-  size_t missing = 0;
-  for (auto& o : s.need) missing += !o.done;
-  if (missing) throw SyncRefused(std::to_string(missing) + " files of this sync did not arrive (first: " +
-                                 std::find_if(s.need.begin(), s.need.end(), [](auto& o) { return !o.done; })->path() + ")");
+  if (!s.incoming) throw SyncRefused(s.plan ? "sync commit before the plan's last part" : "sync commit before its plan");
+  if (!s.open_parts.empty()) {
+    size_t missing = 0;
+    std::string first;
+    for (auto& [n, part] : s.open_parts)
+      for (auto& o : part->objects)
+        if (!o.done && missing++ == 0) first = o.path;
+    throw SyncRefused(std::to_string(missing) + " files of this sync did not arrive (first: " + first + ")");
+  }
   Commit c(s, root_);
   prepare(c);     // every new or changed file aside; nothing visible changes
   switch_in(c);   // deletions, new directories, every staged file renamed in
-  json reply = commit_reply(c);
-  auto paths = commit_paths(c);
   save(c);        // the host manifest, with the stat values of what was written
-  return {reply, std::move(paths)};
+  SyncReply r;
+  r.dir = s.dest.empty() ? root_ : root_ + "/" + s.dest;
+  c.report.reply(r);
+  r.bytes_received = s.bytes;
+  if (c.kept_more) c.kept.push_back("and " + std::to_string(c.kept_more) + " more");
+  r.kept = std::move(c.kept);
+  return {r, c.report.frames()};
 }
 
-// 1. Every new or changed file and symlink staged aside under a name of its own, with its mode
-//    (nothing visible changes yet). Content comes from the received objects, or from the host
-//    when it already had it (renamed or copied files).
-void SyncReceiver::prepare(Commit& c) {
-  Session& s = c.s;
-  // The received objects by hash (a sorted index: a million of them cost 24 MiB, not a map's 60).
-  std::vector<std::pair<Hash128, size_t>> objects;
-  objects.reserve(s.need.size());
-  for (size_t i = 0; i < s.need.size(); ++i) objects.emplace_back(s.need[i].hash, i);
-  std::sort(objects.begin(), objects.end(), [](auto& a, auto& b) { return a.first < b.first; });
-  auto object_of = [&](const Hash128& h) -> Session::Object* {
-    auto it = std::lower_bound(objects.begin(), objects.end(), h, [](auto& a, const Hash128& k) { return a.first < k; });
-    return it != objects.end() && it->first == h ? &s.need[it->second] : nullptr;
-  };
-  std::unordered_map<Hash128, size_t, Hash128Hasher> from_host;  // content copied from the host: its move
-  std::unordered_map<Hash128, const Entry*, Hash128Hasher> on_host;  // built when first needed
-  size_t n = 0;
-  for (const Entry* e : c.touched) {
-    check_cancelled();
-    const Entry* old = c.host.find(e->path);
-    if (e->type == EntryType::Dir) continue;
-    if (e->type == EntryType::File && old && old->type == EntryType::File && old->hash == e->hash && old->size == e->size) {
-      c.chmods.push_back(e);
-      continue;
+const HashIndex& SyncReceiver::host_index(Session& s) {
+  if (!s.host_index) {
+    try {
+      s.host_index = std::make_unique<HashIndex>(s.host, s.stage_dir + "/host-index");
+    } catch (const std::runtime_error& x) {
+      throw SyncRefused(std::string("cannot index the host's copy: ") + x.what());
     }
-    Commit::Move move{e, n++, false};
-    if (e->type == EntryType::Symlink) {
-      if (symlinkat(e->target.c_str(), c.stage.fd, move.staged().c_str()) != 0)
-        throw SyncRefused(sys_error("cannot stage " + e->path, errno));
-      c.moves.push_back(move);
-      continue;
-    }
-    // The content: staged already for an earlier path (copied), the received object itself
-    // (moved into place under the name it arrived with), or the host's own copy (copied).
-    Session::Object* o = object_of(e->hash);
-    auto copied = from_host.find(e->hash);
-    bool ready = false;  // the received object itself, already with this entry's mode
-    if (o && o->move >= 0) {
-      copy_checked(c.stage.fd, c.moves[static_cast<size_t>(o->move)].staged(), c.stage.fd, move.staged(), *e);
-    } else if (o && o->staged) {
-      move.object = true;
-      o->staged = false;
-      o->move = static_cast<int64_t>(c.moves.size());
-      ready = o->mode == (e->mode & 0777);
-    } else if (copied != from_host.end()) {
-      copy_checked(c.stage.fd, c.moves[copied->second].staged(), c.stage.fd, move.staged(), *e);
-    } else {
-      if (on_host.empty())
-        for (auto& h : c.host.entries)
-          if (h.type == EntryType::File) on_host.emplace(h.hash, &h);
-      auto src = on_host.find(e->hash);
-      if (src == on_host.end()) throw SyncRefused("the content of " + e->path + " is neither staged nor on the host");
-      copy_checked(c.dirs->get(parent_of(src->second->path)), base_of(src->second->path), c.stage.fd, move.staged(),
-                   *e);
-      from_host[e->hash] = c.moves.size();
-    }
-    if (!(ready && !old)) fix_staged(c, *e, old, move.staged());  // a new path that is ready needs nothing
-    c.moves.push_back(move);
   }
+  return *s.host_index;
+}
+
+// 1. Every new or changed file and symlink staged aside with its mode (nothing visible changes
+//    yet): the received object itself for the first path that has its content (renamed
+//    "<hash>.f"), else as "p<n>" (the n-th such in path order): a link, a copy of that object,
+//    or a copy of the host's own file with that content (a renamed or copied file).
+void SyncReceiver::prepare(Commit& c) {
+  const int stage = c.s.stage.fd;
+  uint64_t n = 0;
+  for (ManifestMerge m(c.s.incoming, c.s.host); !m.at_end(); m.next()) {
+    check_cancelled();
+    const Entry* e = m.now();
+    if (change_at(e, m.before()) != Change::staged) continue;
+    std::string staged = e->hash.hex() + ".f";
+    if (e->type == EntryType::Symlink) {
+      staged = "p" + std::to_string(n++);
+      if (symlinkat(e->target.c_str(), stage, staged.c_str()) != 0)
+        throw SyncRefused(sys_error("cannot stage " + e->path, errno));
+      continue;
+    }
+    if (renameat(stage, e->hash.hex().c_str(), stage, staged.c_str()) != 0) {
+      const std::string first = staged;
+      staged = "p" + std::to_string(n++);
+      stage_copy(c, *e, first, staged);
+    }
+    if (m.before())
+      fix_staged(c, *e, m.before(), staged);
+    else
+      fchmodat(stage, staged.c_str(), e->mode & 0777, 0);
+  }
+}
+
+// A later path's copy of content staged for an earlier one (`first`), or of the host's own file
+// with that content.
+void SyncReceiver::stage_copy(Commit& c, const Entry& e, const std::string& first, const std::string& staged) {
+  const int stage = c.s.stage.fd;
+  if (faccessat(stage, first.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+    copy_checked(stage, first, stage, staged, e);
+    return;
+  }
+  std::optional<uint64_t> at = c.s.host->count() ? host_index(c.s).find(e.hash) : std::nullopt;
+  if (!at) throw SyncRefused("the content of " + e.path + " is neither staged nor on the host");
+  const Entry src = c.s.host->entry_at(*at);
+  copy_checked(c.dirs->get(parent_of(src.path)), base_of(src.path), stage, staged, e);
 }
 
 // A staged file gets its entry's mode and, replacing an old text, an mtime outside the old
 // text's second: Python trusts a .pyc while the source's size and whole-second mtime match.
 void SyncReceiver::fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name) {
-  Fd fd(openat(c.stage.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  Fd fd(openat(c.s.stage.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.fd < 0) throw SyncRefused(sys_error("cannot open staged " + e.path, errno));
   fchmod(fd.fd, e.mode & 0777);
   struct stat old_st, new_st;
@@ -757,120 +991,131 @@ void SyncReceiver::fix_staged(Commit& c, const Entry& e, const Entry* old, const
   }
 }
 
-// 2. The switch. Deletions deepest first (and old entries whose type changes to or from a
-//    directory), then new directories parents first, then every staged file renamed in.
-void SyncReceiver::switch_in(Commit& c) {
-  std::vector<std::pair<std::string, EntryType>> removals;
-  for (const Entry* e : c.d.deleted) removals.emplace_back(e->path, e->type);
-  for (const Entry* e : c.d.changed) {
-    const Entry* old = c.host.find(e->path);
-    if (old && old->type != e->type && (old->type == EntryType::Dir || e->type == EntryType::Dir))
-      removals.emplace_back(old->path, old->type);
+// 2a. What goes first, deepest first: the paths are listed in a file of the staging area as the
+//     merge finds them and removed in reverse order (children sort after their directory).
+void SyncReceiver::remove_old(Commit& c) {
+  Fd list(openat(c.s.stage.fd, "removals", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (list.fd < 0) throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
+  std::string piece;
+  auto flush = [&] {
+    for (size_t off = 0; off < piece.size();) {
+      ssize_t w = write(list.fd, piece.data() + off, piece.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
+      off += static_cast<size_t>(w);
+    }
+    piece.clear();
+  };
+  for (ManifestMerge m(c.s.incoming, c.s.host); !m.at_end(); m.next()) {
+    if (!removed_first(m.now(), m.before())) continue;
+    // type, whether the new manifest has the path, the path
+    piece.push_back(static_cast<char>(m.before()->type));
+    piece.push_back(m.now() ? '1' : '0');
+    piece.append(m.before()->path).push_back('\0');
+    if (piece.size() >= (1u << 20)) flush();
   }
-  std::sort(removals.begin(), removals.end(), [](auto& a, auto& b) { return a.first > b.first; });
-  for (auto& [path, type] : removals) {
+  flush();
+  for_each_record_backwards(list.fd, [&](std::string_view rec) {
+    check_cancelled();
+    const EntryType type = static_cast<EntryType>(rec[0]);
+    const bool needed = rec[1] == '1';
+    const std::string path(rec.substr(2));
     int parent;
     try {
       parent = c.dirs->get(parent_of(path));
     } catch (const std::exception&) {
-      continue;  // its directory is gone already
+      return;  // its directory is gone already
     }
     if (type == EntryType::Dir) {
       c.dirs->forget(path);
       if (unlinkat(parent, base_of(path).c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
-        if (c.s.incoming.find(path)) throw SyncRefused(sys_error("cannot replace directory " + path + " on the host", errno));
-        c.kept.push_back(path + " (" + std::strerror(errno) + ")");
+        if (needed) throw SyncRefused(sys_error("cannot replace directory " + path + " on the host", errno));
+        if (c.kept.size() < kReportPaths)
+          c.kept.push_back(path + " (" + std::strerror(errno) + ")");
+        else
+          ++c.kept_more;
       }
     } else {
       if (type == EntryType::File) c.pycache->drop(path);
       unlinkat(parent, base_of(path).c_str(), 0);
     }
-  }
-  for (const Entry* e : c.touched) {
-    if (e->type != EntryType::Dir) continue;
-    int parent = c.dirs->get(parent_of(e->path));
-    if (mkdirat(parent, base_of(e->path).c_str(), e->mode & 0777) != 0 && errno != EEXIST)
-      throw SyncRefused(sys_error("cannot create directory " + e->path + " on the host", errno));
-    fchmodat(parent, base_of(e->path).c_str(), e->mode & 0777, 0);
-  }
-  for (auto& m : c.moves) {
+  });
+}
+
+// 2b. The switch: removals, then in path order (a directory before what it holds) new
+//     directories made, staged files and links renamed in, modes changed.
+void SyncReceiver::switch_in(Commit& c) {
+  remove_old(c);
+  uint64_t n = 0;
+  for (ManifestMerge m(c.s.incoming, c.s.host); !m.at_end(); m.next()) {
     check_cancelled();
-    int parent = c.dirs->get(parent_of(m.e->path));
-    if (renameat(c.stage.fd, m.staged().c_str(), parent, base_of(m.e->path).c_str()) != 0)
-      throw SyncRefused(sys_error("cannot move " + m.e->path + " into place", errno));
-    if (m.e->type == EntryType::File) c.pycache->drop(m.e->path);
+    const Entry *e = m.now(), *old = m.before();
+    c.report.count(e, old);
+    switch (change_at(e, old)) {
+      case Change::dir: {
+        int parent = c.dirs->get(parent_of(e->path));
+        if (mkdirat(parent, base_of(e->path).c_str(), e->mode & 0777) != 0 && errno != EEXIST)
+          throw SyncRefused(sys_error("cannot create directory " + e->path + " on the host", errno));
+        fchmodat(parent, base_of(e->path).c_str(), e->mode & 0777, 0);
+        break;
+      }
+      case Change::staged: {  // the object itself where prepare kept it, else the n-th copy or link
+        const int parent = c.dirs->get(parent_of(e->path));
+        const std::string first = e->hash.hex() + ".f";
+        if ((e->type != EntryType::File ||
+             renameat(c.s.stage.fd, first.c_str(), parent, base_of(e->path).c_str()) != 0) &&
+            renameat(c.s.stage.fd, ("p" + std::to_string(n++)).c_str(), parent, base_of(e->path).c_str()) != 0)
+          throw SyncRefused(sys_error("cannot move " + e->path + " into place", errno));
+        if (e->type == EntryType::File) c.pycache->drop(e->path);
+        break;
+      }
+      case Change::mode:
+        fchmodat(c.dirs->get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
+        break;
+      default:
+        break;
+    }
   }
-  for (const Entry* e : c.chmods)
-    fchmodat(c.dirs->get(parent_of(e->path)), base_of(e->path).c_str(), e->mode & 0777, 0);
-}
-
-// What the controller hears: counts (files and symlinks) and the paths of each change.
-SyncReply SyncReceiver::commit_reply(const Commit& c) const {
-  auto count = [](const std::vector<const Entry*>& list) {
-    size_t n = 0;
-    for (const Entry* e : list) n += e->type != EntryType::Dir;
-    return n;
-  };
-  size_t added = count(c.d.added), changed = count(c.d.changed), deleted = count(c.d.deleted);
-  size_t unchanged = 0;
-  for (auto& e : c.s.incoming.entries) unchanged += e.type != EntryType::Dir;
-  unchanged -= added + changed;
-  SyncReply r;
-  r.dir = c.s.dest.empty() ? root_ : root_ + "/" + c.s.dest;
-  r.added = added;
-  r.changed = changed;
-  r.deleted = deleted;
-  r.unchanged = unchanged;
-  r.bytes_received = c.s.bytes;
-  r.kept = c.kept;
-  return r;
-}
-
-// The paths of each change travel as frames (added, changed, deleted; each NUL-separated, a
-// byte no path holds), not in the reply's body: a sync of 100,000 files would make the body
-// larger than any message header may be.
-std::vector<std::string> SyncReceiver::commit_paths(const Commit& c) {
-  auto joined = [](const std::vector<const Entry*>& list) {
-    std::string out;
-    for (const Entry* e : list)
-      if (e->type != EntryType::Dir) out.append(e->path).push_back('\0');
-    return out;
-  };
-  return {joined(c.d.added), joined(c.d.changed), joined(c.d.deleted)};
 }
 
 // 3. The host manifest: the new entries with the stat values of the files as written (entries
-//    this sync did not touch keep theirs), saved and remembered.
+//    this sync did not touch keep theirs), written entry by entry and remembered.
 void SyncReceiver::save(Commit& c) {
   Session& s = c.s;
-  auto saved = std::make_shared<Manifest>(std::move(s.incoming));
-  size_t i = 0;
-  for (auto& e : saved->entries) {  // both sorted by path: one walk
-    if (e.type != EntryType::File) continue;
-    while (i < c.host.entries.size() && c.host.entries[i].path < e.path) ++i;
-    const Entry* before = i < c.host.entries.size() && c.host.entries[i].path == e.path ? &c.host.entries[i] : nullptr;
-    if (before && before->same_as(e)) {
-      e.mtime_ns = before->mtime_ns;
-      e.ctime_ns = before->ctime_ns;
-      e.ino = before->ino;
-      continue;
+  try {
+    CacheWriter out(manifest_path(s.dest) + ".manifest", wall_ns());
+    for (ManifestMerge m(s.incoming, s.host); !m.at_end(); m.next()) {
+      if (!m.now()) continue;
+      Entry e = *m.now();
+      e.mtime_ns = e.ctime_ns = 0;
+      e.ino = 0;
+      const Entry* before = m.before();
+      if (e.type == EntryType::File && before && before->same_as(e)) {
+        e.mtime_ns = before->mtime_ns;
+        e.ctime_ns = before->ctime_ns;
+        e.ino = before->ino;
+      } else if (e.type == EntryType::File) {
+        struct stat st;
+        int parent = -1;
+        try {
+          parent = c.dirs->get(parent_of(e.path));
+        } catch (const std::exception&) {
+        }
+        if (parent >= 0 && fstatat(parent, base_of(e.path).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+          e.mtime_ns = ns(st.st_mtim);
+          e.ctime_ns = ns(st.st_ctim);
+          e.ino = st.st_ino;
+        }
+      }
+      out.add(e);
     }
-    struct stat st;
-    int parent = -1;
-    try {
-      parent = c.dirs->get(parent_of(e.path));
-    } catch (const std::exception&) {
-    }
-    if (parent >= 0 && fstatat(parent, base_of(e.path).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      e.mtime_ns = ns(st.st_mtim);
-      e.ctime_ns = ns(st.st_ctim);
-      e.ino = st.st_ino;
-    }
+    out.commit();
+    write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
+  } catch (const std::runtime_error& x) {
+    throw SyncRefused(std::string("the files are in place but the host's manifest could not be saved (the next "
+                                  "sync checks the copy by content): ") + x.what());
   }
-  saved->scan_ns = wall_ns();
-  save_manifest_cache(manifest_path(s.dest) + ".manifest", *saved);
-  write_file_replacing(manifest_path(s.dest) + ".dest", s.dest);
-  HostCopy copy{nullptr, s.incoming_digest, saved->entries.size()};
+  HostCopy copy{s.incoming_digest, static_cast<size_t>(s.incoming->count())};
   auto known = known_.find(s.dest);
   if (known != known_.end()) {
     known->second.watcher->wait(0, 0);  // the events of this commit (new directories get watched)

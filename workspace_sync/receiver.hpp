@@ -7,16 +7,27 @@
 //                                   digest of the host's manifest}. dest is relative to the
 //                                   space, a top-level directory of the root that the host
 //                                   agent chose (one per allocation owner)
-//   plan   {sid} + manifest      -> the content hashes the host lacks (renamed or copied files
-//                                   are found on the host by hash and do not travel)
-//   plan   {sid, base, digest} + upserts + deleted
+//   plan   {sid, part, last} + a part of the manifest
+//                                -> the content hashes the host lacks among that part's files
+//                                   (renamed or copied files are found on the host by hash and
+//                                   do not travel). Parts come in path order, at most
+//                                   kMaxPartEntries entries each; `last` ends the manifest
+//   plan   {sid, part, last, base, digest} + upserts + deleted (a part of a delta)
 //                                -> the same, from a delta against the host manifest `base`;
-//                                   {full: true} when it does not fit (send the manifest whole)
-//   data   {sid, pieces} + bytes -> staged aside under <root>/.xmesh-sync/stage/<sid>/, each
-//                                   object's XXH3-128 checked when complete
+//                                   {full: true} when it does not fit (the plan starts again
+//                                   from part 0 with the manifest whole)
+//   data   {sid, part, pieces} + bytes
+//                                -> staged aside under <root>/.xmesh-sync/stage/<sid>/, each
+//                                   object's XXH3-128 checked when complete; a part's data
+//                                   comes before the plan is more than kMaxOpenParts ahead
 //   commit {sid}                 -> every staged file renamed into place in one batch, deletions
-//                                   applied, the host manifest saved; counts and paths returned
+//                                   applied, the host manifest saved; counts, the first
+//                                   kReportPaths paths of each change and every .py path
 //   abort  {sid}                 -> staging removed, nothing changed
+// Memory does not grow with the tree: the incoming manifest is written to the staging area as
+// it comes and merged with the saved one through cursors over mapped files (manifest_file.hpp),
+// the host's content is found through a hash index on disk (hash_index.hpp), and only the
+// objects of plan parts whose data has not all come are held.
 // The host manifest is checked against the disk at each begin (stat, with the racy-file rule)
 // unless an inotify watch on the copy has seen nothing since it was last checked or written, so
 // an interrupted commit or a hand edit on the host is seen and repaired by the next sync.
@@ -33,6 +44,8 @@
 
 #include "bodies.hpp"
 #include "manifest.hpp"
+#include "hash_index.hpp"
+#include "manifest_file.hpp"
 #include "watch.hpp"
 
 namespace xmesh::ws {
@@ -43,6 +56,9 @@ struct SyncRefused : std::runtime_error {
 
 class SyncReceiver {
  public:
+  static constexpr uint64_t kMaxPartEntries = 65536;  // entries (upserts and deletions) in one plan part
+  static constexpr size_t kMaxOpenParts = 8;          // plan parts whose data may be outstanding
+  static constexpr size_t kReportPaths = 1000;        // paths of each change named in a commit's answer
   SyncReceiver(std::string root, int64_t session_timeout_ms);
   ~SyncReceiver();
   struct Reply {
@@ -69,31 +85,41 @@ class SyncReceiver {
   // The host manifest of dest as it is on disk now (for tests and `status`).
   Manifest verified_manifest(const std::string& dest);
 
-  // A destination's copy: its digest (hex), its entry count and, when read, its manifest.
+  // A destination's copy: the digest (hex) of its manifest and its entry count.
   struct HostCopy {
-    std::shared_ptr<const Manifest> manifest;  // null when only the digest was needed
     std::string digest;
     size_t entries = 0;
   };
 
  private:
   struct Session;
+  struct Plan;
+  struct Part;
   Reply begin(const SyncStepBody& step, int64_t now_ms);
   Reply plan(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames);
+  Plan& plan_for(Session& s, const SyncStepBody& step, size_t frames);
+  void merge_whole(Session& s, const Manifest& chunk, bool last, std::string& need);
+  bool merge_delta(Session& s, const Manifest& upserts, const Manifest& deleted, bool last, std::string& need);
+  void take_entry(Session& s, const Entry& e, const Entry* old, bool may_need, std::string& need);
+  bool content_at_hand(Session& s, const Entry& e);
+  const HashIndex& host_index(Session& s);  // made when first needed
+  bool finish_plan(Session& s);  // false: a delta that did not fit
+  void reset_plan(Session& s);
   Reply data(Session& s, const SyncStepBody& step, const std::vector<std::string_view>& frames);
-  Reply commit(Session& s);  // prepare, switch_in, commit_reply, save
+  Reply commit(Session& s);  // prepare, switch_in, save
   struct Commit;
   void prepare(Commit& c);
+  void stage_copy(Commit& c, const Entry& e, const std::string& first, const std::string& staged);
   void fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name);
   void switch_in(Commit& c);
-  SyncReply commit_reply(const Commit& c) const;
-  static std::vector<std::string> commit_paths(const Commit& c);  // the changes' paths, as frames
+  void remove_old(Commit& c);
   void save(Commit& c);
   void drop(const std::string& sid);
   std::string manifest_path(const std::string& dest) const;
-  HostCopy load_and_verify(const std::string& dest, bool want_manifest = false);
-  HostCopy with_manifest(const std::string& dest, HostCopy copy);  // reads the saved manifest
-  HostCopy check_on_disk(const std::string& dest, bool keep);
+  HostCopy load_and_verify(const std::string& dest);
+  // The saved manifest of dest, mapped, when its digest is copy's (else checked on disk again).
+  std::shared_ptr<const MappedManifest> saved_manifest(const std::string& dest, HostCopy& copy);
+  HostCopy check_on_disk(const std::string& dest);
   void check_overlap(const std::string& dest, const std::string& space) const;
 
   void check_cancelled() const;  // throws SyncRefused once cancel() was called
@@ -105,8 +131,8 @@ class SyncReceiver {
   std::map<std::string, std::unique_ptr<Session>> sessions_;
   // Per destination: the digest of its manifest as last verified or written, trusted while an
   // inotify watch set up before that moment reports nothing (a no-op sync then costs this host
-  // no stat calls). The manifest itself stays on disk (a million entries are ~150 MiB in
-  // memory): a session reads it back, checking it against this digest.
+  // no stat calls). The manifest itself stays on disk: a session maps it and reads it entry by
+  // entry, checking it against this digest.
   struct Known {
     std::string digest;
     size_t entries = 0;

@@ -20,6 +20,7 @@
 #include "diff.hpp"
 #include "fs_ops.hpp"
 #include "node.hpp"
+#include "receiver.hpp"
 #include "scan_cache.hpp"
 #include "util.hpp"
 
@@ -73,6 +74,10 @@ std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
 // files ends at this many, far below the header limit and a short step for the host.
 constexpr size_t kMaxPiecesPerBatch = 4096;
 constexpr int64_t kStepMsPerEntry = 1;  // a host's time per manifest entry in a plan or commit, at most
+// A plan part: at most this many entries (the host takes up to SyncReceiver::kMaxPartEntries)
+// and about this many bytes of paths.
+constexpr size_t kPartEntries = 16384;
+constexpr size_t kPartBytes = 2u << 20;
 
 struct Step {
   std::shared_ptr<Call> call;
@@ -167,28 +172,23 @@ struct Compressor {
   ~Compressor() { ZSTD_freeCCtx(c); }
 };
 
-// How many paths of each kind a report names: its counts are whole, its lists stop here, so a
-// sync of a million files reports in kilobytes (.py paths are all kept: auto_reload needs each).
-constexpr size_t kReportPaths = 1000;
+// How many paths of each kind a report names: its counts are whole, its lists stop here (the
+// host sends no more), so a sync of a million files reports in kilobytes (.py paths are all
+// kept: auto_reload needs each).
+constexpr size_t kReportPaths = SyncReceiver::kReportPaths;
 
-// The paths a host's commit answered with (one NUL-separated frame, receiver.cpp): the first
-// kReportPaths in its order, how many more, and every .py path into `py`.
-json report_paths(const zmq::message_t& frame, json& py, uint64_t& more) {
-  json shown = json::array();
+// The paths of a NUL-separated frame (a host's commit answer).
+json nul_separated(const zmq::message_t& frame) {
+  json out = json::array();
   const char* p = static_cast<const char*>(frame.data());
   const char* end = p + frame.size();
   while (p < end) {
     const char* nul = static_cast<const char*>(std::memchr(p, '\0', static_cast<size_t>(end - p)));
     if (!nul) nul = end;
-    std::string_view path(p, static_cast<size_t>(nul - p));
-    if (shown.size() < kReportPaths)
-      shown.push_back(std::string(path));
-    else
-      ++more;
-    if (path.size() > 3 && path.substr(path.size() - 3) == ".py") py.push_back(std::string(path));
+    out.push_back(std::string(p, static_cast<size_t>(nul - p)));
     p = nul + 1;
   }
-  return shown;
+  return out;
 }
 
 // What the report says of the content that travelled: how many files, the bytes per top-level
@@ -267,8 +267,7 @@ class Push {
     try {
       begin();
       if (differ_.empty()) return;
-      plan();
-      send_data();
+      plan_and_send();
       commit();
     } catch (...) {
       abort();
@@ -320,88 +319,154 @@ class Push {
     }
   }
 
-  // 2. plan: each host answers with the content it lacks. A host holding a manifest this
-  //    process scanned gets only the entries that differ from it; the others (and a host whose
-  //    copy turns out not to fit the delta) get the whole manifest.
-  void plan() {
+  // 2 and 3. plan and data, part by part: each part of the manifest (or of a delta against what
+  //    a host holds) goes to the hosts planning from it; each answers with the content it lacks
+  //    among the part's files, which goes to it (one stream per group of hosts lacking the same)
+  //    before the next part. Neither side holds more than a part's plan at a time. A host whose
+  //    copy turns out not to fit the delta plans again from the whole manifest.
+  void plan_and_send() {
+    std::vector<std::pair<std::shared_ptr<const Manifest>, std::vector<size_t>>> runs;  // base (null: whole), hosts
     std::vector<size_t> whole;
     for (auto& [have, targets] : by_base_) {
       std::shared_ptr<const Manifest> base = recent_manifest(have);
-      if (!base) {
+      if (base)
+        runs.emplace_back(base, targets);
+      else
         whole.insert(whole.end(), targets.begin(), targets.end());
-        continue;
-      }
-      ManifestDelta delta = make_delta(*base, m_);
-      std::string up = delta.upserts.encode_wire(), del = delta.deleted.encode_wire();
-      count_sent(targets, up.size() + del.size());
-      for (size_t h : targets) report_hosts_[h]["manifest"] = "delta";
-      std::vector<zmq::message_t> f;
-      f.push_back(frame_of(up));
-      f.push_back(frame_of(del));
-      SyncStepBody body = step("plan");
-      body.base = have;
-      body.digest = digest_.hex();
-      plans_.push_back(p_.send(targets, body, std::move(f)));
     }
-    if (!whole.empty()) send_whole(whole);
-    for (size_t i = 0; i < plans_.size(); ++i) {
-      std::vector<size_t> refit;
-      for (auto& [h, r] : p_.wait(plans_[i], "plan", m_.entries.size())) {
+    if (!whole.empty()) runs.emplace_back(nullptr, whole);
+    for (size_t i = 0; i < runs.size(); ++i) {  // a refit run is appended: this loop takes it too
+      std::vector<size_t> refit = plan_run(runs[i].first.get(), runs[i].second);
+      if (!refit.empty()) runs.emplace_back(nullptr, refit);
+    }
+    while (!inflight_.empty()) {
+      p_.wait(inflight_.front(), "data");
+      inflight_.pop_front();
+    }
+  }
+
+  // One part of a plan: what it sends and the files its answers may ask for.
+  struct PlanPart {
+    std::vector<std::string> frames;
+    std::vector<std::pair<Hash128, const Entry*>> files;  // by hash (entries of m_)
+    size_t entries = 0;
+    bool last = false;
+  };
+
+  // The parts of a whole manifest (deleted null) or of a delta, in path order, made one at a
+  // time: never more than one part's encoding in memory.
+  class Parts {
+   public:
+    Parts(const Manifest& m, const std::vector<Entry>& up, const std::vector<Entry>* deleted)
+        : m_(m), up_(up), del_(deleted) {}
+    bool next(PlanPart& part) {
+      static const std::vector<Entry> none;
+      const std::vector<Entry>& del = del_ ? *del_ : none;
+      if (made_ && u_ == up_.size() && d_ == del.size()) return false;
+      Manifest ups, dels;
+      size_t bytes = 0;
+      while ((u_ < up_.size() || d_ < del.size()) && ups.entries.size() + dels.entries.size() < kPartEntries &&
+             bytes < kPartBytes) {
+        const bool take_up = d_ == del.size() || (u_ < up_.size() && up_[u_].path < del[d_].path);
+        const Entry& e = take_up ? up_[u_++] : del[d_++];
+        bytes += e.path.size() + e.target.size() + 32;
+        (take_up ? ups : dels).entries.push_back(e);
+      }
+      part = PlanPart();
+      part.entries = ups.entries.size() + dels.entries.size();
+      for (auto& e : ups.entries)
+        if (e.type == EntryType::File) part.files.emplace_back(e.hash, m_.find(e.path));
+      std::sort(part.files.begin(), part.files.end(), [](auto& a, auto& b) { return a.first < b.first; });
+      part.frames.push_back(ups.encode_wire());
+      if (del_) part.frames.push_back(dels.encode_wire());
+      part.last = u_ == up_.size() && d_ == del.size();
+      made_ = true;
+      return true;
+    }
+
+   private:
+    const Manifest& m_;
+    const std::vector<Entry>& up_;
+    const std::vector<Entry>* del_;
+    size_t u_ = 0, d_ = 0;
+    bool made_ = false;
+  };
+
+  // A plan to `targets`, part by part, with each part's data. Returns the hosts whose copy did
+  // not fit the delta (they plan again from the whole manifest).
+  std::vector<size_t> plan_run(const Manifest* base, std::vector<size_t> targets) {
+    ManifestDelta delta;
+    if (base) delta = make_delta(*base, m_);
+    Parts parts(m_, base ? delta.upserts.entries : m_.entries, base ? &delta.deleted.entries : nullptr);
+    for (size_t h : targets) report_hosts_[h]["manifest"] = base ? "delta" : "whole";
+    std::vector<size_t> refit;
+    PlanPart part;
+    for (size_t k = 0; !targets.empty() && parts.next(part); ++k) {
+      SyncStepBody body = step("plan");
+      body.part = k;
+      body.last = part.last;
+      if (base) {
+        body.base = by_base_digest(targets.front());
+        body.digest = digest_.hex();
+      }
+      std::vector<zmq::message_t> frames;
+      size_t bytes = 0;
+      for (auto& f : part.frames) {
+        frames.push_back(frame_of(f));
+        bytes += f.size();
+      }
+      count_sent(targets, bytes);
+      Step sent = p_.send(targets, body, std::move(frames));
+      std::map<std::string, std::vector<size_t>> groups;  // need list -> hosts
+      std::vector<size_t> going_on;
+      for (auto& [h, r] : p_.wait(sent, "plan", part.entries)) {
         if (read_reply(h, r).full.value_or(false)) {
           refit.push_back(h);
           continue;
         }
-        groups_[r.frames.empty() ? std::string() : r.frames[0].to_string()].push_back(h);
+        going_on.push_back(h);
+        groups[r.frames.empty() ? std::string() : r.frames[0].to_string()].push_back(h);
       }
-      if (!refit.empty()) send_whole(refit);  // appended: this loop waits for it too
+      targets = std::move(going_on);
+      for (auto& [need, hosts] : groups) send_need(part, k, need, hosts);
     }
-    std::string().swap(wire_);  // every host has its plan: the encoding goes before the data
+    return refit;
   }
 
-  void send_whole(const std::vector<size_t>& targets) {
-    if (wire_.empty()) wire_ = m_.encode_wire();
-    count_sent(targets, wire_.size());
-    for (size_t h : targets) report_hosts_[h]["manifest"] = "whole";
-    std::vector<zmq::message_t> f;
-    f.push_back(frame_of(wire_));
-    plans_.push_back(p_.send(targets, step("plan"), std::move(f)));
+  std::string by_base_digest(size_t h) const {
+    for (auto& [have, hosts] : by_base_)
+      if (std::find(hosts.begin(), hosts.end(), h) != hosts.end()) return have;
+    return "";
   }
 
-  // 3. data: one stream per group of hosts lacking the same content, in batches of
-  //    batch_bytes (or kMaxPiecesPerBatch pieces) with at most `window` in flight.
-  void send_data() {
-    for (auto& e : m_.entries)
-      if (e.type == EntryType::File) local_.emplace_back(e.hash, &e);
-    std::sort(local_.begin(), local_.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    for (auto& [need, targets] : groups_) {
-      Stream st;
-      st.targets = targets;
-      st.compress = opts_.compress == "always";
-      if (opts_.compress == "auto")
-        for (size_t h : targets) st.compress = st.compress || hosts_[h].addr.rfind("ipc://", 0) != 0;
-      for (size_t idx = 0; idx * 16 < need.size(); ++idx) {
-        Hash128 hsh;
-        std::memcpy(&hsh.lo, need.data() + idx * 16, 8);
-        std::memcpy(&hsh.hi, need.data() + idx * 16 + 8, 8);
-        auto it = std::lower_bound(local_.begin(), local_.end(), hsh,
-                                   [](auto& a, const Hash128& k) { return a.first < k; });
-        if (it == local_.end() || it->first != hsh)
-          throw std::runtime_error("a host asked for content this workspace does not have");
-        send_file(st, idx, *it->second);
-        check_();
-      }
-      flush(st);
-      while (!st.inflight.empty()) {
-        p_.wait(st.inflight.front(), "data");
-        st.inflight.pop_front();
-      }
+  // The content one group of hosts asked for in plan part k, streamed in batches of batch_bytes
+  // (or kMaxPiecesPerBatch pieces), at most `window` data messages in flight.
+  void send_need(const PlanPart& part, size_t k, const std::string& need, const std::vector<size_t>& hosts) {
+    if (need.empty()) return;
+    Stream st;
+    st.targets = hosts;
+    st.part = k;
+    st.compress = opts_.compress == "always";
+    if (opts_.compress == "auto")
+      for (size_t h : hosts) st.compress = st.compress || hosts_[h].addr.rfind("ipc://", 0) != 0;
+    for (size_t idx = 0; idx * 16 < need.size(); ++idx) {
+      Hash128 hsh;
+      std::memcpy(&hsh.lo, need.data() + idx * 16, 8);
+      std::memcpy(&hsh.hi, need.data() + idx * 16 + 8, 8);
+      auto it = std::lower_bound(part.files.begin(), part.files.end(), hsh,
+                                 [](auto& a, const Hash128& key) { return a.first < key; });
+      if (it == part.files.end() || it->first != hsh || !it->second)
+        throw std::runtime_error("a host asked for content this part of the workspace does not have");
+      send_file(st, idx, *it->second);
+      check_();
     }
+    flush(st);
   }
 
   struct Stream {
     std::vector<size_t> targets;
+    size_t part = 0;
     bool compress = false;
-    std::deque<Step> inflight;
     std::vector<std::array<uint64_t, 5>> pieces;  // SyncStepBody::pieces
     std::string payload;
     size_t raw_in_batch = 0;
@@ -413,14 +478,15 @@ class Push {
     std::vector<zmq::message_t> f;
     f.push_back(frame_of(st.payload));
     SyncStepBody body = step("data");
+    body.part = st.part;
     body.pieces = std::move(st.pieces);
-    st.inflight.push_back(p_.send(st.targets, body, std::move(f)));
+    inflight_.push_back(p_.send(st.targets, body, std::move(f)));
     st.pieces.clear();
     st.payload.clear();
     st.raw_in_batch = 0;
-    while (st.inflight.size() >= static_cast<size_t>(opts_.window)) {
-      p_.wait(st.inflight.front(), "data");
-      st.inflight.pop_front();
+    while (inflight_.size() >= static_cast<size_t>(opts_.window)) {
+      p_.wait(inflight_.front(), "data");
+      inflight_.pop_front();
     }
   }
 
@@ -475,13 +541,13 @@ class Push {
       json counts = read_reply(h, r);  // named: items() must not outlive it
       for (auto& kv : counts.items()) report_hosts_[h][kv.key()] = kv.value();
       const char* kinds[] = {"added", "changed", "deleted"};
-      json py = json::array();
-      for (size_t k = 0; k < 3 && k < r.frames.size(); ++k) {  // NUL-separated paths (receiver.cpp)
-        uint64_t more = 0;
-        report_hosts_[h][std::string(kinds[k]) + "_paths"] = report_paths(r.frames[k], py, more);
-        report_hosts_[h][std::string(kinds[k]) + "_more"] = more;
+      for (size_t k = 0; k < 3; ++k) {  // NUL-separated paths, the first kReportPaths (receiver.cpp)
+        json shown = k < r.frames.size() ? nul_separated(r.frames[k]) : json::array();
+        const uint64_t total = counts.value(kinds[k], uint64_t(0));
+        report_hosts_[h][std::string(kinds[k]) + "_more"] = total > shown.size() ? total - shown.size() : 0;
+        report_hosts_[h][std::string(kinds[k]) + "_paths"] = std::move(shown);
       }
-      report_hosts_[h]["py_paths"] = std::move(py);
+      report_hosts_[h]["py_paths"] = r.frames.size() > 3 ? nul_separated(r.frames[3]) : json::array();
     }
   }
 
@@ -507,10 +573,7 @@ class Push {
   json report_hosts_ = json::array();
   std::vector<size_t> differ_;
   std::map<std::string, std::vector<size_t>> by_base_;  // the host's manifest digest -> hosts
-  std::vector<Step> plans_;
-  std::string wire_;                                     // the whole manifest, encoded once
-  std::map<std::string, std::vector<size_t>> groups_;   // need list -> hosts
-  std::vector<std::pair<Hash128, const Entry*>> local_;  // by hash (sorted: no map node per file)
+  std::deque<Step> inflight_;  // data messages not answered yet
   SentFiles sent_;
   Compressor zstd_;
   std::vector<char> buf_, zbuf_;

@@ -3,6 +3,8 @@
 // against its manifest, refusing deltas that do not fit or that would break path safety.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,6 +156,20 @@ TEST_CASE("only the trees scanned most recently keep their watch", "[workspace]"
   CHECK(scan(0));
 }
 
+namespace {
+// The test's own oracle of what a host's manifest becomes with a delta (the host merges it part
+// by part as it comes: receiver.cpp).
+Manifest applied(const Manifest& base, const ManifestDelta& delta) {
+  std::map<std::string, Entry> by_path;
+  for (auto& e : base.entries) by_path[e.path] = e;
+  for (auto& e : delta.deleted.entries) by_path.erase(e.path);
+  for (auto& e : delta.upserts.entries) by_path[e.path] = e;
+  Manifest out;
+  for (auto& kv : by_path) out.entries.push_back(kv.second);
+  return out;
+}
+}  // namespace
+
 TEST_CASE("a manifest delta applied to its base gives the target", "[workspace]") {
   Manifest base, target;
   base.entries = {dir_entry("a"), file_entry("a/x.py", "1"), file_entry("a/y.py", "2"), dir_entry("b"),
@@ -164,13 +180,9 @@ TEST_CASE("a manifest delta applied to its base gives the target", "[workspace]"
   ManifestDelta d = make_delta(base, target);
   CHECK(paths(d.upserts) == std::vector<std::string>{"a/new.py", "a/x.py", "b", "top"});
   CHECK(paths(d.deleted) == std::vector<std::string>{"a/y.py", "b/z.py"});
-  Manifest got = apply_delta(base, d);
+  Manifest got = applied(base, d);
   CHECK(got.digest() == target.digest());
-  CHECK_NOTHROW(check_manifest_change(got, d.upserts, d.deleted));
-  // A delta made for another base does not fit.
-  ManifestDelta stale;
-  stale.deleted.entries = {file_entry("a/gone.py", "")};
-  CHECK_THROWS_WITH(apply_delta(base, stale), Catch::Contains("a/gone.py"));
+  CHECK_NOTHROW(check_manifest(got));
 }
 
 TEST_CASE("a host takes a plan as a delta, falls back to the whole manifest, refuses unsafe deltas", "[workspace]") {
@@ -226,7 +238,7 @@ TEST_CASE("a host takes a plan as a delta, falls back to the whole manifest, ref
   escape.target = "../../etc";
   escape.size = escape.target.size();
   for (auto& bad : std::vector<ManifestDelta>{{{}, {{dir_entry("pkg")}}}, {{{link}}, {}}, {{{escape}}, {}}}) {
-    Manifest result = apply_delta(next, bad);
+    Manifest result = applied(next, bad);
     r.handle({{"op", "begin"}, {"sid", "d4"}, {"dest", ""}, {"digest", result.digest().hex()}}, {}, 0);
     CHECK_THROWS_AS(r.handle({{"op", "plan"}, {"sid", "d4"}, {"base", next.digest().hex()}, {"digest", result.digest().hex()}},
                              {bad.upserts.encode_wire(), bad.deleted.encode_wire()}, 0),

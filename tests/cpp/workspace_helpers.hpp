@@ -75,10 +75,10 @@ inline Entry dir_entry(const std::string& path) {
   return e;
 }
 
-// Sends the content a plan asked for, as the controller would (in 7-byte pieces, alternately
-// zstd-compressed, to exercise both paths), then commits; returns the commit's reply.
-inline json send_and_commit(SyncReceiver& r, const std::string& src, const Manifest& m, const std::string& sid,
-                     const std::string& need) {
+// Sends the content one plan part asked for (its need frame) as the controller would (in 7-byte
+// pieces, alternately zstd-compressed, to exercise both paths).
+inline void send_need(SyncReceiver& r, const std::string& src, const Manifest& m, const std::string& sid,
+                      const std::string& need, uint64_t part = 0) {
   for (size_t i = 0; i * 16 < need.size(); ++i) {
     Hash128 h;
     std::memcpy(&h.lo, need.data() + i * 16, 8);
@@ -97,10 +97,17 @@ inline json send_and_commit(SyncReceiver& r, const std::string& src, const Manif
         stored.resize(ZSTD_compress(stored.data(), stored.size(), piece.data(), piece.size(), 1));
         z = 1;
       }
-      r.handle({{"op", "data"}, {"sid", sid}, {"pieces", json::array({json::array({i, off, piece.size(), stored.size(), z})})}},
+      r.handle({{"op", "data"}, {"sid", sid}, {"part", part},
+                {"pieces", json::array({json::array({i, off, piece.size(), stored.size(), z})})}},
                {stored}, 0);
     }
   }
+}
+
+// The same for a plan of one part, then the commit; returns the commit's reply.
+inline json send_and_commit(SyncReceiver& r, const std::string& src, const Manifest& m, const std::string& sid,
+                            const std::string& need) {
+  send_need(r, src, m, sid, need);
   return r.handle({{"op", "commit"}, {"sid", sid}}, {}, 0).body;
 }
 
@@ -111,6 +118,14 @@ inline json push_tree(SyncReceiver& r, const std::string& src, const std::string
   if (begin.body.value("same", false)) return begin.body;
   auto plan = r.handle({{"op", "plan"}, {"sid", sid}}, {s.manifest.encode_wire()}, 0);
   return send_and_commit(r, src, s.manifest, sid, plan.frames.at(0));
+}
+
+// Drives a receiver through one sync of a manifest without file content (directories, links).
+inline json push_manifest(SyncReceiver& r, const Manifest& m, const std::string& sid, const std::string& dest = "") {
+  r.handle({{"op", "begin"}, {"sid", sid}, {"dest", dest}, {"digest", m.digest().hex()}}, {}, 0);
+  auto plan = r.handle({{"op", "plan"}, {"sid", sid}}, {m.encode_wire()}, 0);
+  REQUIRE(plan.frames.at(0).empty());
+  return r.handle({{"op", "commit"}, {"sid", sid}}, {}, 0).body;
 }
 
 }  // namespace xmesh::ws::testing
