@@ -175,6 +175,16 @@ def test_a_dead_relay_on_a_namespace_host_fails_exactly_the_ranks_behind_it():
                 # 12 ranks on two hosts, fan-out 3: one message per host, to ranks 0 and 6;
                 # rank 6 relays to its host's ranks 7, 9 and 11, which relay to 8 and 10.
                 os.kill(pids[6], signal.SIGSTOP)   # it stops reading: the next call waits in it
+                # kill() returns before every thread has stopped (on a loaded VM a thread ran on
+                # long enough to take the next call): wait until all of them show 'T'.
+                def stopped(pid):
+                    for t in os.listdir(f"/proc/{{pid}}/task"):
+                        with open(f"/proc/{{pid}}/task/{{t}}/stat") as f:
+                            if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                                return False
+                    return True
+                while not stopped(pids[6]):
+                    time.sleep(0.001)
                 stream = rec.record.stream(2)
                 time.sleep(0.5)
                 os.kill(pids[6], signal.SIGKILL)
@@ -198,7 +208,7 @@ def test_a_dead_relay_on_a_namespace_host_fails_exactly_the_ranks_behind_it():
                 f"\n--- agent {i} ({net.hosts[i].addr}) log:\n" + open(os.path.join(tmp, f"agent-{i}.log")).read()
                 for i in range(2))
             out = json.loads(r.stdout.strip().splitlines()[-1])
-            assert out["ok"] == [0, 1, 2, 3, 4, 5]
+            assert out["ok"] == [0, 1, 2, 3, 4, 5], out
             assert len(out["errors"]) == 6, out["errors"]  # rank 6 itself and the five behind it
             assert sum("relay of its cast tree" in text for text in out["errors"]) == 5, out["errors"]
             assert out["later"] == [37, 38, 39, 40, 41]
