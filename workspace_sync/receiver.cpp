@@ -43,7 +43,8 @@ std::string base_of(const std::string& p) {
 }
 
 // Directory descriptors by relative path, opened without following links, closed at the end
-// (at most kMaxOpen at a time: a commit in a hundred thousand directories holds no more).
+// (at most kMaxOpen at a time: a commit in a hundred thousand directories holds no more). A
+// descriptor from get() is valid until the next get() (which may close every one).
 class DirCache {
  public:
   static constexpr size_t kMaxOpen = 256;
@@ -1036,8 +1037,8 @@ void SyncReceiver::remove_old(Commit& c) {
           ++c.kept_more;
       }
     } else {
-      if (type == EntryType::File) c.pycache->drop(path);
       unlinkat(parent, base_of(path).c_str(), 0);
+      if (type == EntryType::File) c.pycache->drop(path);  // after: it may reopen directories (parent)
     }
   });
 }
