@@ -95,6 +95,16 @@ std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::
   bool scanned = false;
   if (incremental && state->watcher && state->manifest && same_root && state->opts == opts) {
     ChangedDirs changes = state->watcher->take_changes();
+    if (changes.empty()) {  // nothing changed: the manifest is the previous one itself, not a copy
+      ScanResult same;
+      same.skipped = state->notes.skipped;
+      same.too_large = state->notes.too_large;
+      for (auto& e : state->manifest->entries) same.reused += e.type == EntryType::File;
+      same.incremental = true;
+      same.watched_dirs = state->watcher->watched_dirs();
+      figures = std::move(same);
+      return state->manifest;
+    }
     if (changes.everything) {
       state->watcher.reset();  // below: a new watch, then the whole scan
     } else {

@@ -117,6 +117,26 @@ TEST_CASE("a watched rescan finds what a whole scan finds, after every kind of e
   CHECK_FALSE(r3.incremental);
 }
 
+TEST_CASE("a watched rescan that saw no change gives the previous manifest itself, not a copy", "[workspace]") {
+  TempDir tree;
+  std::string root = tree.path + "/ws";
+  for (int i = 0; i < 50; ++i) write(root + "/d" + std::to_string(i % 5) + "/f" + std::to_string(i) + ".py", "x\n");
+  ScanResult zeroth, first, second, third;
+  // (a tree never scanned has one more whole look: its directories are watched after the first)
+  scan_cached(root, tree.path + "/scan.manifest", {}, true, zeroth);
+  auto m1 = scan_cached(root, tree.path + "/scan.manifest", {}, true, first);
+  auto m2 = scan_cached(root, tree.path + "/scan.manifest", {}, true, second);
+  CHECK(m2.get() == m1.get());  // a million-entry tree is neither copied nor walked again
+  CHECK(second.incremental);
+  CHECK(second.reused == 50);
+  CHECK(second.hashed_files == 0);
+  CHECK(second.watched_dirs == first.watched_dirs);
+  write(root + "/d0/new.py", "n\n");
+  auto m3 = scan_cached(root, tree.path + "/scan.manifest", {}, true, third);
+  CHECK(m3.get() != m1.get());
+  CHECK(m3->find("d0/new.py"));
+}
+
 TEST_CASE("the watch covers the directories a scan keeps, not ignored trees", "[workspace]") {
   TempDir tree;
   std::string root = tree.path + "/ws";
