@@ -93,10 +93,14 @@ class Scanner {
     for (auto& t : threads) t.join();
     if (error_) std::rethrow_exception(error_);
     ScanResult out;
+    size_t total = 0;
+    for (auto& p : parts) total += p.manifest.entries.size();
+    out.manifest.entries.reserve(total);  // exact: no slack of a growing vector on a million entries
     for (auto& p : parts) {
       auto& dst = out.manifest.entries;
       dst.insert(dst.end(), std::make_move_iterator(p.manifest.entries.begin()),
                  std::make_move_iterator(p.manifest.entries.end()));
+      std::vector<Entry>().swap(p.manifest.entries);  // each thread's part goes once moved
       out.skipped.insert(out.skipped.end(), p.skipped.begin(), p.skipped.end());
       out.too_large.insert(out.too_large.end(), p.too_large.begin(), p.too_large.end());
       out.hashed_files += p.hashed_files;
