@@ -1158,9 +1158,8 @@ struct SyncReply {
   std::optional<uint64_t> need;      // plan: objects asked for (their hashes: the reply frame)
   std::optional<uint64_t> received;  // data: bytes of this session so far
   std::optional<bool> aborted;
-  // commit: what changed on the host.
+  // commit: what changed on the host (counts of files and links; the paths travel as frames).
   std::optional<uint64_t> added, changed, deleted, unchanged, bytes_received;
-  std::optional<std::vector<std::string>> added_paths, changed_paths, deleted_paths;
   std::optional<std::vector<std::string>> kept;  // old directories that could not be removed
   template <class F>
   static void fields(F&& f) {
@@ -1177,9 +1176,6 @@ struct SyncReply {
     f("deleted", &SyncReply::deleted, Need::Optional);
     f("unchanged", &SyncReply::unchanged, Need::Optional);
     f("bytes_received", &SyncReply::bytes_received, Need::Optional);
-    f("added_paths", &SyncReply::added_paths, Need::Optional);
-    f("changed_paths", &SyncReply::changed_paths, Need::Optional);
-    f("deleted_paths", &SyncReply::deleted_paths, Need::Optional);
     f("kept", &SyncReply::kept, Need::Optional);
   }
 };

@@ -84,15 +84,51 @@ Hash128 copy_file_at(int srcdir, const std::string& src, int dstdir, const std::
     if (n < 0) throw std::runtime_error(err("cannot read " + src));
     if (n == 0) break;
     XXH3_128bits_update(state, buf.data(), static_cast<size_t>(n));
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(out.fd, buf.data() + off, static_cast<size_t>(n - off));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw std::runtime_error(err("cannot write " + dst));
-      off += w;
-    }
+    if (!write_all(out.fd, buf.data(), static_cast<size_t>(n))) throw std::runtime_error(err("cannot write " + dst));
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   return Hash128{h.low64, h.high64};
+}
+
+bool write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool pwrite_all(int fd, const void* data, size_t n, uint64_t at) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+    at += static_cast<uint64_t>(w);
+  }
+  return true;
+}
+
+bool pread_all(int fd, void* data, size_t n, uint64_t at) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = 0;
+      return false;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    at += static_cast<uint64_t>(r);
+  }
+  return true;
 }
 
 void remove_tree(const std::string& path) {
@@ -148,21 +184,11 @@ ReplacingFile::~ReplacingFile() {
 }
 
 void ReplacingFile::write(std::string_view data) {
-  for (size_t off = 0; off < data.size();) {
-    ssize_t w = ::write(fd_, data.data() + off, data.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw std::runtime_error(err("cannot write " + tmp_));
-    off += static_cast<size_t>(w);
-  }
+  if (!write_all(fd_, data.data(), data.size())) throw std::runtime_error(err("cannot write " + tmp_));
 }
 
 void ReplacingFile::write_at(uint64_t offset, std::string_view data) {
-  for (size_t off = 0; off < data.size();) {
-    ssize_t w = pwrite(fd_, data.data() + off, data.size() - off, static_cast<off_t>(offset + off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw std::runtime_error(err("cannot write " + tmp_));
-    off += static_cast<size_t>(w);
-  }
+  if (!pwrite_all(fd_, data.data(), data.size(), offset)) throw std::runtime_error(err("cannot write " + tmp_));
 }
 
 void ReplacingFile::commit() {

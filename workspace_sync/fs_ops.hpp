@@ -23,6 +23,13 @@ struct Fd {
   }
 };
 
+// The whole of n bytes written (at offset `at` for pwrite_all, else at the file's position) or
+// read (at `at`), over short transfers and EINTR. False with errno set when the system refuses
+// (errno 0: a read found the end of the file first); callers say what failed.
+bool write_all(int fd, const void* data, size_t n);
+bool pwrite_all(int fd, const void* data, size_t n, uint64_t at);
+bool pread_all(int fd, void* data, size_t n, uint64_t at);
+
 // Opens directory `rel` ("" = dirfd itself, duplicated) under dirfd one component at a time
 // with O_NOFOLLOW; with create, missing components are made (mode 0755 before umask). Throws
 // std::runtime_error naming the path (a component that is a symlink or a file is refused).

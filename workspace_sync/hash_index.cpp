@@ -17,31 +17,7 @@ constexpr size_t kRegionBuffer = 256;        // records buffered per region befo
 constexpr uint64_t kMaxIndexed = 0xffffffffu;  // bucket starts are 32-bit
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
-}
-
-void pwrite_all(int fd, const void* data, size_t n, uint64_t at, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail("cannot write", path);
-    p += w;
-    n -= static_cast<size_t>(w);
-    at += static_cast<uint64_t>(w);
-  }
-}
-
-void pread_all(int fd, void* data, size_t n, uint64_t at, const std::string& path) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(at));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) fail("cannot read", path);
-    p += r;
-    n -= static_cast<size_t>(r);
-    at += static_cast<uint64_t>(r);
-  }
+  throw std::runtime_error(what + " " + path + ": " + (errno ? std::strerror(errno) : "it is shorter than expected"));
 }
 }  // namespace
 
@@ -65,7 +41,8 @@ void HashIndex::scatter(const std::shared_ptr<const MappedManifest>& m) {
   std::vector<uint64_t> at(kRegions);
   for (size_t r = 0; r < kRegions; ++r) at[r] = start_[r * 256];
   auto flush = [&](size_t r) {
-    pwrite_all(fd_.fd, pending[r].data(), pending[r].size() * sizeof(Record), at[r] * sizeof(Record), path_);
+    if (!pwrite_all(fd_.fd, pending[r].data(), pending[r].size() * sizeof(Record), at[r] * sizeof(Record)))
+      fail("cannot write", path_);
     at[r] += pending[r].size();
     pending[r].clear();
   };
@@ -86,10 +63,11 @@ void HashIndex::sort_regions() {
     const uint64_t lo = start_[r * 256], hi = start_[(r + 1) * 256];
     if (hi - lo < 2) continue;
     region.resize(static_cast<size_t>(hi - lo));
-    pread_all(fd_.fd, region.data(), region.size() * sizeof(Record), lo * sizeof(Record), path_);
+    if (!pread_all(fd_.fd, region.data(), region.size() * sizeof(Record), lo * sizeof(Record))) fail("cannot read", path_);
     std::sort(region.begin(), region.end(),
               [](const Record& a, const Record& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
-    pwrite_all(fd_.fd, region.data(), region.size() * sizeof(Record), lo * sizeof(Record), path_);
+    if (!pwrite_all(fd_.fd, region.data(), region.size() * sizeof(Record), lo * sizeof(Record)))
+      fail("cannot write", path_);
   }
   std::vector<Record>().swap(region);
 }
@@ -99,7 +77,7 @@ std::optional<uint64_t> HashIndex::find(const Hash128& h) const {
   const uint64_t lo = start_[b], hi = start_[b + 1];
   if (lo == hi) return std::nullopt;
   std::vector<Record> records(static_cast<size_t>(hi - lo));
-  pread_all(fd_.fd, records.data(), records.size() * sizeof(Record), lo * sizeof(Record), path_);
+  if (!pread_all(fd_.fd, records.data(), records.size() * sizeof(Record), lo * sizeof(Record))) fail("cannot read", path_);
   for (auto& r : records)
     if (r.hi == h.hi && r.lo == h.lo) return r.offset;
   return std::nullopt;

@@ -126,9 +126,9 @@ void ManifestChecker::add(const Entry& e) {
     prefixes_.pop_back();
   const std::string_view parent = parent_dir(e.path);
   if (!parent.empty()) {
-    const Open* found = nullptr;
-    for (auto& o : prefixes_)
-      if (o.path == parent) found = &o;
+    const Open* found = nullptr;  // the parent, when present, is near the top (usually the top)
+    for (auto o = prefixes_.rbegin(); o != prefixes_.rend() && !found; ++o)
+      if (o->path == parent) found = &*o;
     if (!found || found->type != EntryType::Dir)
       throw PathError("refused manifest entry '" + e.path + "': its parent '" + std::string(parent) +
                       (found ? "' is not a directory" : "' is not in the manifest"));

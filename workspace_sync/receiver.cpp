@@ -748,12 +748,7 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
       o.state = XXH3_createState();
       XXH3_128bits_reset(o.state);
     }
-    for (uint64_t off = 0; off < raw_len;) {
-      ssize_t w = write(o.fd, bytes + off, raw_len - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
-      off += static_cast<uint64_t>(w);
-    }
+    if (!write_all(o.fd, bytes, raw_len)) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
     XXH3_128bits_update(o.state, bytes, raw_len);
     o.written += raw_len;
     if (o.written < o.size) continue;
@@ -813,12 +808,8 @@ void for_each_record_backwards(int fd, const std::function<void(std::string_view
   while (end > 0) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(1u << 20, end));
     std::string buf(n, '\0');
-    for (size_t got = 0; got < n;) {
-      ssize_t r = pread(fd, buf.data() + got, n - got, static_cast<off_t>(end - n + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw SyncRefused(sys_error("cannot read the commit's list of removals", errno));
-      got += static_cast<size_t>(r);
-    }
+    if (!pread_all(fd, buf.data(), n, end - n))
+      throw SyncRefused(sys_error("cannot read the commit's list of removals", errno));
     end -= n;
     buf += carry;
     size_t from = 0;
@@ -999,12 +990,8 @@ void SyncReceiver::remove_old(Commit& c) {
   if (list.fd < 0) throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
   std::string piece;
   auto flush = [&] {
-    for (size_t off = 0; off < piece.size();) {
-      ssize_t w = write(list.fd, piece.data() + off, piece.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
-      off += static_cast<size_t>(w);
-    }
+    if (!write_all(list.fd, piece.data(), piece.size()))
+      throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
     piece.clear();
   };
   for (ManifestMerge m(c.s.incoming, c.s.host); !m.at_end(); m.next()) {

@@ -94,8 +94,8 @@ _SAMPLES = [
     _core.RefuseBody(reason="wrong cookie", addr="ipc://x"),
     _core.ReloadReply(reloaded=["m"], failed=[["n", "SyntaxError"]], classes=2),
     _core.SyncStepBody(op="data", sid="ab12", pieces=[[0, 0, 10, 10, 0], [1, 0, 600, 90, 1]]),
-    _core.SyncStepBody(op="plan", sid="ab12", base="00ff", digest="11ee"),
-    _core.SyncReply(added=1, added_paths=["a.py"], changed=0, deleted=0, unchanged=3, kept=[]),
+    _core.SyncStepBody(op="plan", sid="ab12", base="00ff", digest="11ee", part=2, last=False),
+    _core.SyncReply(added=1, changed=0, deleted=0, unchanged=3, kept=[]),
     _core.AllocationMeta(alloc="1f", name="job", host="h", created=2.5,
                          ranks={"0": _core.RankMeta(pid=10, coords={"gpus": 0})}),
 ]
