@@ -62,8 +62,8 @@ Hash128 hash_file(int dirfd, const std::string& name, const std::string& display
   XXH3_freeState(state);
   close(fd);
   *size = total;
-  *mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  *ctime_ns = int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  *mtime_ns = timespec_ns(st.st_mtim);
+  *ctime_ns = timespec_ns(st.st_ctim);
   *ino = st.st_ino;
   return {h.low64, h.high64};
 }

@@ -3,6 +3,7 @@
 // keeps the manifest of what it holds. Comparing them says what must travel.
 #pragma once
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,11 @@ struct Hash128 {
 struct Hash128Hasher {
   size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ULL)); }
 };
+
+// The racy-file rule (git's): a file's recorded hash is trusted only while its stat matches AND
+// its mtime is more than this much older than the look that recorded it (scan.hpp, receiver.hpp).
+constexpr int64_t kRacyWindowNs = 1000000000;
+inline int64_t timespec_ns(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
 
 enum class EntryType : char { File = 'f', Dir = 'd', Symlink = 'l' };
 

@@ -29,10 +29,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kRacyWindowNs = 1000000000;
-
-int64_t ns(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
-
 std::string sys_error(const std::string& what, int e) { return what + ": " + std::strerror(e); }
 
 std::string parent_of(const std::string& p) { return std::string(parent_dir(p)); }
@@ -341,8 +337,8 @@ std::optional<Entry> check_entry(int destfd, const Entry& e, int64_t scan_ns, bo
   } else {
     if (!S_ISREG(st.st_mode)) return std::nullopt;
     v.mode = st.st_mode & 07777;
-    int64_t mtime = ns(st.st_mtim);
-    bool fresh = e.size == uint64_t(st.st_size) && e.mtime_ns == mtime && e.ctime_ns == ns(st.st_ctim) &&
+    int64_t mtime = timespec_ns(st.st_mtim);
+    bool fresh = e.size == uint64_t(st.st_size) && e.mtime_ns == mtime && e.ctime_ns == timespec_ns(st.st_ctim) &&
                  e.ino == st.st_ino && mtime < scan_ns - kRacyWindowNs;
     if (!fresh) {
       try {
@@ -1090,8 +1086,8 @@ void SyncReceiver::save(Commit& c) {
         } catch (const std::exception&) {
         }
         if (parent >= 0 && fstatat(parent, base_of(e.path).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-          e.mtime_ns = ns(st.st_mtim);
-          e.ctime_ns = ns(st.st_ctim);
+          e.mtime_ns = timespec_ns(st.st_mtim);
+          e.ctime_ns = timespec_ns(st.st_ctim);
           e.ino = st.st_ino;
         }
       }

@@ -35,10 +35,6 @@ int64_t wall_ns() {
 
 namespace {
 
-constexpr int64_t kRacyWindowNs = 1000000000;
-
-int64_t ns(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
-
 bool read_small_file(int dirfd, const char* name, std::string& out) {
   int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
@@ -220,7 +216,7 @@ class Scanner {
     e.mode = st.st_mode & 07777;
     auto it = previous_.find(rel);
     const Entry* old = it == previous_.end() ? nullptr : it->second;
-    int64_t mtime = ns(st.st_mtim), ctime = ns(st.st_ctim);
+    int64_t mtime = timespec_ns(st.st_mtim), ctime = timespec_ns(st.st_ctim);
     if (old && old->type == EntryType::File && old->size == uint64_t(st.st_size) && old->mtime_ns == mtime &&
         old->ctime_ns == ctime && old->ino == st.st_ino && mtime < previous_scan_ns_ - kRacyWindowNs) {
       e.size = old->size;
