@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -172,8 +174,11 @@ bool read_whole_file(const std::string& path, std::string& out) {
   return n == 0;
 }
 
-ReplacingFile::ReplacingFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+ReplacingFile::ReplacingFile(std::string path) : path_(std::move(path)) {
+  // A name of its own: two processes (or threads) replacing one file never write into each other's.
+  static std::atomic<uint64_t> serial{0};
+  tmp_ = path_ + ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++);
+  fd_ = open(tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd_ < 0) throw std::runtime_error(err("cannot write " + tmp_));
 }
 
@@ -222,17 +227,52 @@ void CacheWriter::add(const Entry& e) {
   piece_.clear();
 }
 
-void CacheWriter::commit() {
+void CacheWriter::finish_writing() {
   file_.write(piece_);
   piece_.clear();
   file_.write_at(kCacheCountOffset, std::string_view(reinterpret_cast<const char*>(&count_), sizeof(count_)));
+}
+
+void CacheWriter::commit() {
+  finish_writing();
   file_.commit();
+}
+
+std::shared_ptr<const MappedManifest> CacheWriter::commit_mapped() {
+  finish_writing();
+  auto mapped = MappedManifest::open_fd(file_.fd());
+  if (!mapped) throw std::runtime_error("cannot map the manifest just written");
+  file_.commit();
+  return mapped;
 }
 
 void save_manifest_cache(const std::string& path, const Manifest& m) {
   CacheWriter w(path, m.scan_ns);
   for (auto& e : m.entries) w.add(e);
   w.commit();
+}
+
+std::string make_scratch_file(const std::string& stem) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = std::string(dir && *dir ? dir : "/tmp") + "/" + stem + "-XXXXXX";
+  int fd = mkstemp(path.data());
+  if (fd < 0) throw std::runtime_error(err("cannot create a scratch file " + path));
+  close(fd);
+  return path;
+}
+
+std::shared_ptr<const MappedManifest> mapped_copy(const Manifest& m) {
+  const std::string path = make_scratch_file("xmesh-manifest");
+  try {
+    CacheWriter w(path, m.scan_ns);
+    for (auto& e : m.entries) w.add(e);
+    auto mapped = w.commit_mapped();
+    unlink(path.c_str());
+    return mapped;
+  } catch (...) {
+    unlink(path.c_str());
+    throw;
+  }
 }
 
 }  // namespace xmesh::ws

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "manifest.hpp"
+#include "manifest_file.hpp"
 
 namespace xmesh::ws {
 
@@ -56,6 +57,7 @@ class ReplacingFile {
   ReplacingFile& operator=(const ReplacingFile&) = delete;
   void write(std::string_view data);
   void write_at(uint64_t offset, std::string_view data);  // over what was written there
+  int fd() const { return fd_; }  // the file aside (readable), until commit()
   void commit();
 
  private:
@@ -69,13 +71,23 @@ class CacheWriter {
  public:
   CacheWriter(const std::string& path, int64_t scan_ns);
   void add(const Entry& e);
+  uint64_t count() const { return count_; }
   void commit();
+  // commit(), returning the file written mapped (mapped before its rename: what this writer
+  // wrote, whatever another process renames over path meanwhile).
+  std::shared_ptr<const MappedManifest> commit_mapped();
 
  private:
+  void finish_writing();
   ReplacingFile file_;
   std::string piece_;
   uint64_t count_ = 0;
 };
 void save_manifest_cache(const std::string& path, const Manifest& m);
+// A new empty file of its own in $TMPDIR (else /tmp), named after stem; its path.
+// std::runtime_error naming the directory when none can be made.
+std::string make_scratch_file(const std::string& stem);
+// A manifest held in memory as a mapped file (written to a scratch file, mapped, unlinked).
+std::shared_ptr<const MappedManifest> mapped_copy(const Manifest& m);
 
 }  // namespace xmesh::ws

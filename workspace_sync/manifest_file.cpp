@@ -10,20 +10,22 @@
 namespace xmesh::ws {
 
 namespace {
-constexpr size_t kDropEvery = 4 << 20;  // a cursor gives back the pages it read, 4 MiB at a time
+constexpr size_t kDropEvery = 1 << 20;  // a cursor gives back the pages it read, 1 MiB at a time
 }
 
 std::shared_ptr<const MappedManifest> MappedManifest::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;
+  auto m = open_fd(fd);
+  close(fd);
+  return m;
+}
+
+std::shared_ptr<const MappedManifest> MappedManifest::open_fd(int fd) {
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 20) {
-    close(fd);
-    return nullptr;
-  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 20) return nullptr;
   const size_t size = static_cast<size_t>(st.st_size);
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
   if (map == MAP_FAILED) return nullptr;
   madvise(map, size, MADV_SEQUENTIAL);
   std::shared_ptr<MappedManifest> m(new MappedManifest());
@@ -47,9 +49,26 @@ Entry MappedManifest::entry_at(uint64_t offset) const {
   return parse_cache_entry(std::string_view(base_, size_), pos);
 }
 
+Manifest MappedManifest::load() const {
+  Manifest out;
+  out.scan_ns = scan_ns_;
+  out.entries.reserve(static_cast<size_t>(count_));
+  size_t pos = first_;
+  for (uint64_t i = 0; i < count_; ++i) out.entries.push_back(parse_cache_entry(std::string_view(base_, size_), pos));
+  if (pos != size_) throw std::runtime_error("manifest file has trailing bytes");
+  return out;
+}
+
 ManifestCursor::ManifestCursor(std::shared_ptr<const MappedManifest> m) : m_(std::move(m)) {
   pos_ = m_->first_;
   next();
+}
+
+ManifestCursor::~ManifestCursor() {
+  if (!m_ || !m_->base_ || pos_ <= dropped_) return;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t from = dropped_ / page * page;
+  madvise(const_cast<char*>(m_->base_) + from, pos_ - from, MADV_DONTNEED);
 }
 
 void ManifestCursor::next() {

@@ -15,6 +15,9 @@ namespace xmesh::ws {
 class MappedManifest {
  public:
   static std::shared_ptr<const MappedManifest> open(const std::string& path);
+  // The same from an open descriptor (readable; it stays open): what a writer just wrote, mapped
+  // before the file is renamed into place, so a rename by another process cannot swap it.
+  static std::shared_ptr<const MappedManifest> open_fd(int fd);
   static std::shared_ptr<const MappedManifest> empty();  // no entries (a copy not made yet)
   ~MappedManifest();
   MappedManifest(const MappedManifest&) = delete;
@@ -24,6 +27,9 @@ class MappedManifest {
   uint64_t count() const { return count_; }
   // The entry that starts at offset (an offset a cursor gave), or std::runtime_error.
   Entry entry_at(uint64_t offset) const;
+  // Every entry in memory (tests, small trees, the Python scan API); std::runtime_error when an
+  // entry does not read.
+  Manifest load() const;
 
  private:
   friend class ManifestCursor;
@@ -40,9 +46,13 @@ class MappedManifest {
 class ManifestCursor {
  public:
   explicit ManifestCursor(std::shared_ptr<const MappedManifest> m);
+  ~ManifestCursor();  // the pages it read and kept go back too
+  ManifestCursor(ManifestCursor&&) = default;
+  ManifestCursor& operator=(ManifestCursor&&) = default;
   bool at_end() const { return done_; }
   const Entry& entry() const { return entry_; }
   uint64_t offset() const { return offset_; }
+  uint64_t index() const { return read_ - 1; }  // the current entry's ordinal
   void next();  // throws std::runtime_error when the next entry does not read
 
  private:
@@ -62,6 +72,7 @@ class ManifestMerge {
   const Entry* now() const { return now_here_ ? &now_.entry() : nullptr; }
   const Entry* before() const { return before_here_ ? &before_.entry() : nullptr; }
   uint64_t now_offset() const { return now_.offset(); }
+  uint64_t now_index() const { return now_.index(); }  // the ordinal of now() in the new manifest
   void next();
 
  private:

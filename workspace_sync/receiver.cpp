@@ -16,7 +16,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "diff.hpp"
 #include "fs_ops.hpp"
 #include "hash_index.hpp"
 #include "manifest_file.hpp"

@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <atomic>
 #include <thread>
 #include <set>
 #include <string_view>
@@ -24,6 +25,7 @@
 
 #include "fs_ops.hpp"
 #include "path_safety.hpp"
+#include "scan_internal.hpp"
 
 namespace xmesh::ws {
 
@@ -35,47 +37,34 @@ int64_t wall_ns() {
 
 namespace {
 
-bool read_small_file(int dirfd, const char* name, std::string& out) {
-  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return false;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0 && out.size() < (1 << 20)) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return true;
-}
+using detail::Listing;
 
-// A directory waiting to be listed, with the rule files that apply in it (its ancestors').
+// A rescan looked at more than kRescanEntries entries afresh: it becomes a whole scan.
+struct TooManyChanges {};
+
+// A directory the rescan lists: a start (fd open, rel, the rules above it) or a subdirectory of
+// a listing (opened by the task).
 struct DirTask {
+  std::shared_ptr<Listing> parent;  // set: subdirectory `name` of it
+  std::string name;
   int fd = -1;
   std::string rel;
   std::shared_ptr<const IgnoreRules> rules;
   bool walk = true;  // queue the subdirectories (else only those the previous manifest lacks)
 };
 
-// The walk runs on a few threads (stat calls dominate a no-change scan; hashing a new tree):
-// directories are tasks in a shared queue, each thread collects its own entries.
+// The rescan's fresh look, on a few threads: directories are tasks in a shared queue, each
+// thread collects its own entries, the whole held in memory (bounded: TooManyChanges).
 class Scanner {
  public:
-  Scanner(const ScanOptions& opts, const Manifest* previous) : opts_(opts) {
-    if (previous) {
-      previous_.reserve(previous->entries.size());
-      for (auto& e : previous->entries) previous_.emplace(e.path, &e);
-      previous_scan_ns_ = previous->scan_ns;
-    }
-    for (auto& p : opts.excludes) user_.add_line("", p);
-    if (opts.default_excludes)
-      for (const char* p : kDefaultExcludes) defaults_.add_line("", p);
+  Scanner(const ScanOptions& opts, const Manifest& previous) : opts_(opts), fixed_(opts) {
+    previous_.reserve(previous.entries.size());
+    for (auto& e : previous.entries) previous_.emplace(e.path, &e);
+    previous_scan_ns_ = previous.scan_ns;
   }
 
-  ScanResult run(int rootfd) {
-    std::vector<DirTask> start;
-    start.push_back({rootfd, "", std::make_shared<IgnoreRules>()});
-    return run(std::move(start));
-  }
-
-  // Walks from the given directories (their descriptors are closed, except the root's); a
-  // listing that comes upon one of them leaves it to its own task.
+  // Walks from the given directories; a listing that comes upon one of them leaves it to its
+  // own task.
   ScanResult run(std::vector<DirTask> start) {
     for (auto& t : start) {
       starts_.insert(t.rel);
@@ -89,23 +78,23 @@ class Scanner {
     for (auto& t : threads) t.join();
     if (error_) std::rethrow_exception(error_);
     ScanResult out;
-    size_t total = 0;
-    for (auto& p : parts) total += p.manifest.entries.size();
-    out.manifest.entries.reserve(total);  // exact: no slack of a growing vector on a million entries
     for (auto& p : parts) {
       auto& dst = out.manifest.entries;
       dst.insert(dst.end(), std::make_move_iterator(p.manifest.entries.begin()),
                  std::make_move_iterator(p.manifest.entries.end()));
-      std::vector<Entry>().swap(p.manifest.entries);  // each thread's part goes once moved
       out.skipped.insert(out.skipped.end(), p.skipped.begin(), p.skipped.end());
       out.too_large.insert(out.too_large.end(), p.too_large.begin(), p.too_large.end());
       out.hashed_files += p.hashed_files;
       out.hashed_bytes += p.hashed_bytes;
       out.reused += p.reused;
     }
-    std::sort(out.skipped.begin(), out.skipped.end());
-    std::sort(out.too_large.begin(), out.too_large.end());
+    out.manifest.sort();
     return out;
+  }
+
+  const Entry* was(const std::string& rel) const {
+    auto it = previous_.find(rel);
+    return it == previous_.end() ? nullptr : it->second;
   }
 
  private:
@@ -129,7 +118,6 @@ class Scanner {
         std::lock_guard<std::mutex> g(mu_);
         if (!error_) error_ = std::current_exception();
       }
-      if (!task.rel.empty()) close(task.fd);
       {
         std::lock_guard<std::mutex> g(mu_);
         --busy_;
@@ -139,125 +127,68 @@ class Scanner {
   }
 
   void list(DirTask& task, ScanResult& out) {
-    const std::string& prefix = task.rel;
-    std::shared_ptr<const IgnoreRules> rules = task.rules;
-    if (opts_.use_ignore_files) {
-      std::shared_ptr<IgnoreRules> mine;
-      for (const char* f : {".gitignore", ".xmeshignore"}) {
-        std::string text;
-        if (!read_small_file(task.fd, f, text)) continue;
-        if (!mine) mine = std::make_shared<IgnoreRules>(*rules);
-        mine->add_text(prefix, text);
-      }
-      if (mine) rules = mine;
+    std::shared_ptr<Listing> l;
+    if (task.parent) {
+      l = detail::list_subdirectory(*task.parent, task.name, opts_, fixed_);
+      if (l->opened) add(out, dir_entry(l->rel, *task.parent, task.name));
+    } else {
+      l = detail::list_directory(task.fd, task.rel, opts_, fixed_, task.rules);
     }
-    IgnoreStack ignore{&user_, rules.get(), &defaults_};
-    int fd2 = dup(task.fd);
-    DIR* d = fd2 >= 0 ? fdopendir(fd2) : nullptr;
-    if (!d) {
-      if (fd2 >= 0) close(fd2);
-      out.skipped.emplace_back(prefix.empty() ? "." : prefix, std::string("cannot list: ") + std::strerror(errno));
-      return;
-    }
+    out.skipped.insert(out.skipped.end(), l->skipped.begin(), l->skipped.end());
+    out.too_large.insert(out.too_large.end(), l->too_large.begin(), l->too_large.end());
     std::vector<DirTask> subdirs;
-    while (dirent* de = readdir(d)) {
-      const char* name = de->d_name;
-      if (!std::strcmp(name, ".") || !std::strcmp(name, "..")) continue;
-      if (prefix.empty() && !std::strcmp(name, kStateDirName)) continue;  // a host copy's own state
-      std::string rel = prefix.empty() ? std::string(name) : prefix + "/" + name;
-      struct stat st;
-      if (fstatat(task.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // vanished meanwhile
-      bool is_dir = S_ISDIR(st.st_mode);
-      if (ignore.ignored(rel, is_dir)) continue;
-      if (is_dir) {
-        int sub = openat(task.fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) {
-          out.skipped.emplace_back(rel, std::string("cannot open: ") + std::strerror(errno));
+    for (auto& item : l->items) {
+      if (item.subtree) continue;
+      const std::string rel = detail::join_path(l->rel, item.e.path);
+      if (item.e.type == EntryType::Dir) {
+        const Entry* before = was(rel);
+        if ((task.walk || !(before && before->type == EntryType::Dir)) && !starts_.count(rel)) {
+          subdirs.push_back({l, item.e.path, -1, rel, nullptr, true});  // its entry comes with its listing
           continue;
         }
-        Entry e;
-        e.path = rel;
-        e.type = EntryType::Dir;
-        e.mode = st.st_mode & 07777;
-        out.manifest.entries.push_back(std::move(e));
-        if ((task.walk || !was_dir(rel)) && !starts_.count(rel)) {
-          subdirs.push_back({sub, rel, rules, true});
-        } else {
-          close(sub);  // unchanged below: the caller keeps what the previous scan found there
-        }
-      } else if (S_ISREG(st.st_mode)) {
-        try {
-          add_file(task.fd, name, rel, st, out);
-        } catch (const std::system_error& ex) {
-          if (ex.code().value() != ENOENT) throw;  // deleted while we looked: not part of this state
-        }
-      } else if (S_ISLNK(st.st_mode)) {
-        add_symlink(task.fd, name, rel, st, out);
-      } else {
-        const char* kind = S_ISFIFO(st.st_mode) ? "a named pipe" : S_ISSOCK(st.st_mode) ? "a socket" : "a device file";
-        out.skipped.emplace_back(rel, std::string("is ") + kind);
       }
+      Entry e = item.e;
+      e.path = rel;
+      if (e.type == EntryType::File && !hash_or_reuse(l->dir->fd, item.e.path, e, out)) continue;
+      add(out, std::move(e));
     }
-    closedir(d);
     if (!subdirs.empty()) {
       std::lock_guard<std::mutex> g(mu_);
       for (auto& t : subdirs) queue_.push_back(std::move(t));
     }
   }
 
-  void add_file(int dirfd, const char* name, const std::string& rel, const struct stat& st, ScanResult& out) {
-    if (opts_.max_file_size && uint64_t(st.st_size) > opts_.max_file_size) {
-      out.too_large.emplace_back(rel, uint64_t(st.st_size));
-      return;
-    }
-    Entry e;
+  static Entry dir_entry(const std::string& rel, const Listing& parent, const std::string& name) {
+    auto it = std::lower_bound(parent.items.begin(), parent.items.end(), name,
+                               [](const Listing::Item& a, const std::string& k) { return a.e.path < k; });
+    if (it == parent.items.end() || it->e.path != name) throw std::logic_error("a subdirectory not in its listing");
+    Entry e = it->e;
     e.path = rel;
-    e.type = EntryType::File;
-    e.mode = st.st_mode & 07777;
-    auto it = previous_.find(rel);
-    const Entry* old = it == previous_.end() ? nullptr : it->second;
-    int64_t mtime = timespec_ns(st.st_mtim), ctime = timespec_ns(st.st_ctim);
-    if (old && old->type == EntryType::File && old->size == uint64_t(st.st_size) && old->mtime_ns == mtime &&
-        old->ctime_ns == ctime && old->ino == st.st_ino && mtime < previous_scan_ns_ - kRacyWindowNs) {
-      e.size = old->size;
+    return e;
+  }
+
+  // False when the file went away while we looked (not part of this state).
+  bool hash_or_reuse(int dirfd, const std::string& name, Entry& e, ScanResult& out) {
+    const Entry* old = was(e.path);
+    if (old && detail::hash_still_valid(*old, e, previous_scan_ns_)) {
       e.hash = old->hash;
-      e.mtime_ns = mtime;
-      e.ctime_ns = ctime;
-      e.ino = st.st_ino;
       ++out.reused;
-    } else {
-      e.hash = hash_file(dirfd, name, rel, &e.size, &e.mtime_ns, &e.ctime_ns, &e.ino);
-      ++out.hashed_files;
-      out.hashed_bytes += e.size;
+      return true;
     }
-    out.manifest.entries.push_back(std::move(e));
+    try {
+      e.hash = hash_file(dirfd, name, e.path, &e.size, &e.mtime_ns, &e.ctime_ns, &e.ino);
+    } catch (const std::system_error& ex) {
+      if (ex.code().value() != ENOENT) throw;
+      return false;
+    }
+    ++out.hashed_files;
+    out.hashed_bytes += e.size;
+    return true;
   }
 
-  void add_symlink(int dirfd, const char* name, const std::string& rel, const struct stat& st, ScanResult& out) {
-    std::string target(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
-    ssize_t n = readlinkat(dirfd, name, target.data(), target.size());
-    if (n < 0) {
-      out.skipped.emplace_back(rel, std::string("cannot read the link: ") + std::strerror(errno));
-      return;
-    }
-    target.resize(static_cast<size_t>(n));
-    std::string why;
-    if (!symlink_stays_inside(rel, target, &why)) {
-      out.skipped.emplace_back(rel, "symlink to " + target + " " + why);
-      return;
-    }
-    Entry e;
-    e.path = rel;
-    e.type = EntryType::Symlink;
-    e.mode = 0777;
-    e.size = target.size();
-    e.target = target;
+  void add(ScanResult& out, Entry e) {
+    if (entries_.fetch_add(1) >= kRescanEntries) throw TooManyChanges{};
     out.manifest.entries.push_back(std::move(e));
-  }
-
-  bool was_dir(const std::string& rel) const {
-    auto it = previous_.find(rel);
-    return it != previous_.end() && it->second->type == EntryType::Dir;
   }
 
  public:
@@ -279,14 +210,14 @@ class Scanner {
         if (fd >= 0) {
           for (const char* f : {".gitignore", ".xmeshignore"}) {
             std::string text;
-            if (read_small_file(fd, f, text)) rules->add_text(at, text);
+            if (detail::read_small_file(fd, f, text)) rules->add_text(at, text);
           }
           close(fd);
         }
       }
       size_t slash = rel.find('/', from);
       std::string next = rel.substr(0, slash);
-      IgnoreStack ignore{&user_, rules.get(), &defaults_};
+      IgnoreStack ignore{&fixed_.user, rules.get(), &fixed_.defaults};
       if ((at.empty() && next == kStateDirName) || ignore.ignored(next, true)) {
         *ignored = true;
         return rules;
@@ -299,10 +230,11 @@ class Scanner {
 
  private:
   const ScanOptions& opts_;
+  detail::FixedRules fixed_;
   std::unordered_map<std::string_view, const Entry*> previous_;
   std::set<std::string> starts_;
   int64_t previous_scan_ns_ = 0;
-  IgnoreRules user_, defaults_;
+  std::atomic<size_t> entries_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<DirTask> queue_;
@@ -318,134 +250,178 @@ bool strictly_under(std::string_view path, const std::set<std::string, std::less
   return false;
 }
 
-}  // namespace
+// What a rescan replaces: the entries of listed directories and everything below walked ones
+// (a walked directory's own entry comes from its parent's listing, if that was listed).
+struct Replaced {
+  std::set<std::string, std::less<>> walked, listed;
+  bool operator()(std::string_view path) const {
+    return listed.count(parent_dir(path)) || strictly_under(path, walked);
+  }
+};
 
-namespace {
-// Links whose targets pass through another link leave the manifest, said in skipped: only the
-// whole tree's links tell (path_safety.hpp).
-void skip_links_through_links(ScanResult& r) {
-  auto dropped = drop_links_through_links(r.manifest);
-  if (dropped.empty()) return;
-  for (auto& d : dropped)
-    if (std::find(r.skipped.begin(), r.skipped.end(), d) == r.skipped.end()) r.skipped.push_back(std::move(d));
-  std::sort(r.skipped.begin(), r.skipped.end());
+// The directories that are string prefixes of the path being written (parents come before
+// their children, though not always just before: "a" < "a.txt" < "a/b"): says whether an
+// entry's parent is in the output.
+class ParentStack {
+ public:
+  bool parent_present(const std::string& path) {
+    while (!open_.empty() && path.compare(0, open_.back().size(), open_.back()) != 0) open_.pop_back();
+    const std::string_view parent = parent_dir(path);
+    if (parent.empty()) return true;
+    for (auto o = open_.rbegin(); o != open_.rend(); ++o)
+      if (*o == parent) return true;
+    return false;
+  }
+  void written(const Entry& e) {
+    if (e.type == EntryType::Dir) open_.push_back(e.path);
+  }
+
+ private:
+  std::vector<std::string> open_;
+};
+
+// The previous entries the fresh look replaces or asks about (a listed directory's own entry
+// tells whether it was a directory), in memory; TooManyChanges past kRescanEntries.
+Manifest previous_involved(const MappedManifest& previous, const Replaced& replaced) {
+  Manifest out;
+  out.scan_ns = previous.scan_ns();
+  ManifestCursor c(std::shared_ptr<const MappedManifest>(std::shared_ptr<const MappedManifest>(), &previous));
+  for (; !c.at_end(); c.next()) {
+    const Entry& e = c.entry();
+    if (!replaced(e.path) && !replaced.listed.count(e.path)) continue;
+    if (out.entries.size() >= kRescanEntries) throw TooManyChanges{};
+    out.entries.push_back(e);
+  }
+  return out;
 }
-}  // namespace
 
-ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const Manifest& previous,
-                       const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns) {
-  if (changes.everything || changes.walked.count("")) return scan_tree(root, opts, &previous);
-  Scanner s(opts, &previous);
-  int rootfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (rootfd < 0) throw std::runtime_error("cannot open workspace " + root + ": " + std::strerror(errno));
-  std::set<std::string, std::less<>> walked, listed;  // what this rescan replaces
+// What the changes replace: each walked directory not under another, each listed one not under
+// a walked one (an ignored or vanished one too: its entries just go).
+Replaced replaced_by(const ChangedDirs& changes) {
+  Replaced r;
+  for (auto& w : changes.walked)
+    if (!strictly_under(w, r.walked)) r.walked.insert(w);  // sorted: an outer tree comes first
+  for (auto& l : changes.listed)
+    if (!r.walked.count(l) && !strictly_under(l, r.walked)) r.listed.insert(l);
+  return r;
+}
+
+// The fresh look's starts: a listed directory that was not one before is walked whole (nothing
+// of the previous scan lies below it, so what it replaces is the same).
+std::vector<DirTask> rescan_starts(Scanner& s, int rootfd, const Replaced& replaced) {
   std::vector<DirTask> tasks;
   auto start = [&](const std::string& rel, bool walk) {
     bool ignored = false;
     auto rules = s.rules_above(rootfd, rel, &ignored);
-    (walk ? walked : listed).insert(rel);  // an ignored or vanished directory: its entries go too
     if (ignored) return;
-    int fd = rel.empty() ? rootfd : -1;
-    if (!rel.empty()) {
-      try {
-        fd = open_dir_nofollow(rootfd, rel, false);
-      } catch (const std::exception&) {
-        return;
-      }
+    int fd = -1;
+    try {
+      fd = open_dir_nofollow(rootfd, rel, false);  // "" gives the root, duplicated
+    } catch (const std::exception&) {
+      return;
     }
-    tasks.push_back({fd, rel, rules, walk});
+    tasks.push_back({nullptr, "", fd, rel, rules, walk});
   };
-  for (auto& w : changes.walked)
-    if (!strictly_under(w, walked)) start(w, true);  // sorted: an outer tree comes first
-  for (auto& l : changes.listed) {
-    if (walked.count(l) || strictly_under(l, walked)) continue;
-    const Entry* before = l.empty() ? nullptr : previous.find(l);
+  for (auto& w : replaced.walked) start(w, true);
+  for (auto& l : replaced.listed) {
+    const Entry* before = l.empty() ? nullptr : s.was(l);
     start(l, !l.empty() && !(before && before->type == EntryType::Dir));
   }
+  return tasks;
+}
+
+// The notes (skipped, too_large) of the previous scan that still hold: not replaced, their
+// parent still in the tree (judged by the merge as it passes their path), with the fresh ones.
+template <typename Note>
+class NoteCarrier {
+ public:
+  NoteCarrier(const std::vector<Note>& before, const Replaced& replaced) {
+    for (auto& n : before)
+      if (!replaced(n.first)) pending_.push_back(n);
+    std::sort(pending_.begin(), pending_.end());
+  }
+  // Before `path` is written: the notes that sort before it are judged now.
+  void up_to(const std::string* path, ParentStack& parents, std::vector<Note>& out) {
+    for (; next_ < pending_.size() && (!path || pending_[next_].first < *path); ++next_)
+      if (parents.parent_present(pending_[next_].first)) out.push_back(pending_[next_]);
+  }
+
+ private:
+  std::vector<Note> pending_;
+  size_t next_ = 0;
+};
+
+// The previous manifest less what was replaced, merged with the fresh look, into out.
+void merge_rescan(const MappedManifest& previous, const Replaced& replaced, ScanResult& fresh, const ScanResult& notes,
+                  detail::ScanWriter& out, ScanResult& r) {
+  ParentStack parents;
+  NoteCarrier<std::pair<std::string, std::string>> skipped(notes.skipped, replaced);
+  NoteCarrier<std::pair<std::string, uint64_t>> too_large(notes.too_large, replaced);
+  auto write = [&](const Entry& e, bool kept) {
+    skipped.up_to(&e.path, parents, r.skipped);
+    too_large.up_to(&e.path, parents, r.too_large);
+    if (!parents.parent_present(e.path)) return;  // its directory is gone (removed, or a file now)
+    out.add(e);
+    parents.written(e);
+    if (kept && e.type == EntryType::File) ++r.reused;
+  };
+  ManifestCursor a(std::shared_ptr<const MappedManifest>(std::shared_ptr<const MappedManifest>(), &previous));
+  const auto& b = fresh.manifest.entries;
+  size_t j = 0;
+  while (!a.at_end() || j < b.size()) {
+    if (!a.at_end() && replaced(a.entry().path)) {
+      a.next();
+      continue;
+    }
+    if (j == b.size() || (!a.at_end() && a.entry().path < b[j].path)) {
+      write(a.entry(), true);
+      a.next();
+    } else {
+      if (!a.at_end() && a.entry().path == b[j].path) a.next();  // the fresh look wins
+      write(b[j++], false);
+    }
+  }
+  skipped.up_to(nullptr, parents, r.skipped);
+  too_large.up_to(nullptr, parents, r.too_large);
+}
+
+}  // namespace
+
+ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const MappedManifest& previous,
+                       const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns,
+                       const std::string& out_path) {
+  if (changes.everything || changes.walked.count("")) return scan_tree_to(root, opts, &previous, out_path);
+  int rootfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) throw std::runtime_error("cannot open workspace " + root + ": " + std::strerror(errno));
+  Fd root_fd(rootfd);
+  const Replaced replaced = replaced_by(changes);
   ScanResult fresh;
   try {
-    fresh = s.run(std::move(tasks));
-  } catch (...) {
-    close(rootfd);
-    throw;
+    Manifest involved = previous_involved(previous, replaced);
+    Scanner s(opts, involved);
+    fresh = s.run(rescan_starts(s, rootfd, replaced));
+  } catch (const TooManyChanges&) {
+    return scan_tree_to(root, opts, &previous, out_path);  // a change this large: the whole walk
   }
-  close(rootfd);
-  fresh.manifest.sort();
-
-  // What the fresh look replaces: the entries of listed directories and everything below walked
-  // ones (a walked directory's own entry comes from its parent's listing, if that was listed).
-  auto replaced = [&](std::string_view path) { return listed.count(parent_dir(path)) || strictly_under(path, walked); };
-  ScanResult out;
-  out.hashed_files = fresh.hashed_files;
-  out.hashed_bytes = fresh.hashed_bytes;
-  auto& merged = out.manifest.entries;
-  std::vector<char> kept;  // per merged entry: taken over from previous
-  merged.reserve(previous.entries.size() + fresh.manifest.entries.size());
-  const auto& a = previous.entries;
-  auto& b = fresh.manifest.entries;
-  size_t i = 0, j = 0;
-  while (i < a.size() || j < b.size()) {
-    if (i < a.size() && replaced(a[i].path)) {
-      ++i;
-      continue;
-    }
-    if (j == b.size() || (i < a.size() && a[i].path < b[j].path)) {
-      merged.push_back(a[i++]);
-      kept.push_back(1);
-    } else {
-      if (i < a.size() && a[i].path == b[j].path) ++i;  // the fresh look wins
-      merged.push_back(std::move(b[j++]));
-      kept.push_back(0);
-    }
-  }
-  // Entries whose parent directory is gone (removed, or now a file) go with it. Parents sort
-  // before their children, so one pass sees each parent first.
-  std::unordered_set<std::string_view> dirs;
-  size_t n = 0;
-  out.reused = fresh.reused;
-  for (size_t k = 0; k < merged.size(); ++k) {
-    std::string_view parent = parent_dir(merged[k].path);
-    if (!parent.empty() && !dirs.count(parent)) {
-      continue;
-    }
-    if (n != k) merged[n] = std::move(merged[k]);
-    if (merged[n].type == EntryType::Dir) dirs.insert(merged[n].path);
-    if (kept[k] && merged[n].type == EntryType::File) ++out.reused;
-    ++n;
-  }
-  merged.resize(n);
-  auto carry = [&](const auto& before, const auto& now, auto& into) {
-    for (auto& item : before) {
-      std::string_view parent = parent_dir(item.first);
-      if (!replaced(item.first) && (parent.empty() || dirs.count(parent))) into.push_back(item);
-    }
-    into.insert(into.end(), now.begin(), now.end());
-    std::sort(into.begin(), into.end());
-  };
-  carry(notes.skipped, fresh.skipped, out.skipped);
-  carry(notes.too_large, fresh.too_large, out.too_large);
-  out.incremental = true;
-  out.manifest.scan_ns = started_ns;
-  skip_links_through_links(out);
-  return out;
+  ScanResult r;
+  r.hashed_files = fresh.hashed_files;
+  r.hashed_bytes = fresh.hashed_bytes;
+  r.reused = fresh.reused;
+  r.incremental = true;
+  detail::ScanWriter out(out_path, started_ns);
+  merge_rescan(previous, replaced, fresh, notes, out, r);
+  r.skipped.insert(r.skipped.end(), fresh.skipped.begin(), fresh.skipped.end());
+  r.too_large.insert(r.too_large.end(), fresh.too_large.begin(), fresh.too_large.end());
+  std::sort(r.skipped.begin(), r.skipped.end());
+  std::sort(r.too_large.begin(), r.too_large.end());
+  out.finish(r);
+  return r;
 }
 
 ScanResult scan_tree(const std::string& root, const ScanOptions& opts, const Manifest* previous) {
-  Scanner s(opts, previous);
-  int64_t started = wall_ns();
-  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("cannot open workspace " + root + ": " + std::strerror(errno));
-  ScanResult r;
-  try {
-    r = s.run(fd);
-  } catch (...) {
-    close(fd);
-    throw;
-  }
-  close(fd);
-  r.manifest.scan_ns = started;
-  r.manifest.sort();
-  skip_links_through_links(r);
+  std::shared_ptr<const MappedManifest> before = previous ? mapped_copy(*previous) : nullptr;
+  ScanResult r = scan_tree_to(root, opts, before.get(), "");
+  r.manifest = r.file->load();
   return r;
 }
 

@@ -4,12 +4,14 @@
 // the same timestamp tick as the previous look, keeping the size, is caught by re-hashing).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "ignore.hpp"
 #include "manifest.hpp"
+#include "manifest_file.hpp"
 
 namespace xmesh::ws {
 
@@ -34,7 +36,10 @@ struct ScanOptions {
 };
 
 struct ScanResult {
-  Manifest manifest;
+  Manifest manifest;  // scan_tree only (in memory); a scan to a file leaves it empty
+  std::shared_ptr<const MappedManifest> file;  // scans to a file: the manifest written, mapped
+  Hash128 digest;                              // of the manifest (Manifest::digest())
+  uint64_t entries = 0, files = 0, dirs = 0, symlinks = 0, bytes = 0;
   std::vector<std::pair<std::string, std::string>> skipped;  // path, why (special files, symlinks out)
   std::vector<std::pair<std::string, uint64_t>> too_large;   // path, size
   uint64_t hashed_files = 0, hashed_bytes = 0, reused = 0;
@@ -42,7 +47,17 @@ struct ScanResult {
   uint64_t watched_dirs = 0;  // directories under the controller's watch after the scan
 };
 
-// Throws std::runtime_error naming the root when it is not a readable directory.
+// Scans root into a cache-form manifest file at out_path (replaced when done; "" = a file of
+// its own, unlinked once mapped), entry by entry in path order: the walk goes depth first in the
+// manifest's byte order, a few directories listed ahead and files hashed on a pool of threads,
+// each entry written as soon as those before it are. The hashes of `previous` (may be null) are
+// reused under the racy rule, read in step with the walk. Memory: the listings of the
+// directories ahead (each whole: one directory of a million files is listed in memory) and the
+// hashes in flight, whatever the tree's size. std::runtime_error naming the root when it is not
+// a readable directory, or naming the file when it cannot be written.
+ScanResult scan_tree_to(const std::string& root, const ScanOptions& opts, const MappedManifest* previous,
+                        const std::string& out_path);
+// The same, in memory (tests and small trees): the result's manifest is filled.
 ScanResult scan_tree(const std::string& root, const ScanOptions& opts, const Manifest* previous);
 
 // Where a tree changed since a scan (relative directory paths, "" = the root).
@@ -53,15 +68,18 @@ struct ChangedDirs {
   bool empty() const { return listed.empty() && walked.empty() && !everything; }
 };
 
-// A scan that revisits only what changed: `previous` is the manifest of an earlier scan of
-// root with the same options and `notes` that scan's skipped and too_large lists (its manifest
-// is not read), taken while a watch reported `changes` since; started_ns is the wall clock read
-// before those changes were taken (the racy rule counts from it). The `listed` directories are
-// listed again (their files re-hashed under the usual rule), the `walked` ones and any
-// directory new since `previous` walked whole; all else is taken from previous. Entries left
-// without their parent directory are dropped.
-ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const Manifest& previous,
-                       const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns);
+// A scan that revisits only what changed, to a file as scan_tree_to: `previous` is the manifest
+// of an earlier scan of root with the same options and `notes` that scan's skipped and too_large
+// lists, taken while a watch reported `changes` since; started_ns is the wall clock read before
+// those changes were taken (the racy rule counts from it). The `listed` directories are listed
+// again (their files re-hashed under the usual rule), the `walked` ones and any directory new
+// since `previous` walked whole; all else is copied from previous as it streams by. Entries left
+// without their parent directory are dropped. What is looked at afresh is held in memory: past
+// kRescanEntries entries (a branch switch, a large unpack) this is a whole scan instead.
+constexpr size_t kRescanEntries = 100000;
+ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const MappedManifest& previous,
+                       const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns,
+                       const std::string& out_path);
 
 int64_t wall_ns();
 

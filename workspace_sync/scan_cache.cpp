@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "fs_ops.hpp"
+#include "manifest_file.hpp"
 #include "watch.hpp"
 
 namespace xmesh::ws {
@@ -16,8 +17,7 @@ namespace {
 
 struct TreeState {
   std::mutex mu;  // one scan of a tree at a time
-  std::shared_ptr<const Manifest> manifest;
-  ScanResult notes;  // that scan's skipped and too_large lists
+  ScanResult last;  // the last scan: its manifest file (mapped), lists and counts; no file: none yet
   ScanOptions opts;
   std::string root;
   dev_t dev = 0;
@@ -59,58 +59,83 @@ bool identity(const std::string& root, dev_t* dev, ino_t* ino) {
   return true;
 }
 
-std::vector<std::string> directories(const Manifest& m) {
+// The directories of a manifest (what the watch covers); none when it does not read.
+std::vector<std::string> directories(const std::shared_ptr<const MappedManifest>& m) {
   std::vector<std::string> out;
-  for (auto& e : m.entries)
-    if (e.type == EntryType::Dir) out.push_back(e.path);
+  if (!m) return out;
+  try {
+    for (ManifestCursor c(m); !c.at_end(); c.next())
+      if (c.entry().type == EntryType::Dir) out.push_back(c.entry().path);
+  } catch (const std::runtime_error&) {
+    out.clear();
+  }
   return out;
+}
+
+// The whole scan under a new watch: watch first, then look, so a change made while we look is
+// an event for the next scan. The watch covers the directories the previous scan kept (ignored
+// trees cost no watches); the ones this scan finds beyond them are added after it, to be walked
+// at the next rescan.
+ScanResult scan_whole(TreeState& state, const std::string& root, const std::string& cache_path,
+                      const ScanOptions& opts, bool incremental, const std::shared_ptr<const MappedManifest>& previous) {
+  state.watcher.reset();
+  std::unique_ptr<TreeWatcher> watcher;
+  // The watch ignores __pycache__ (Python's own writes); a scan that includes it cannot use it.
+  if (incremental && opts.default_excludes) {
+    try {
+      watcher = std::make_unique<TreeWatcher>(root, directories(previous));
+    } catch (const std::exception&) {
+      // no inotify or its limit reached: every scan is whole
+    }
+  }
+  ScanResult r = scan_tree_to(root, opts, previous.get(), cache_path);
+  if (watcher) {
+    try {
+      watcher->watch_new(directories(r.file));
+      if (!watcher->local_only()) watcher.reset();
+    } catch (const std::exception&) {
+      watcher.reset();
+    }
+  }
+  state.watcher = std::move(watcher);
+  return r;
 }
 
 }  // namespace
 
-std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::string& cache_path,
-                                            const ScanOptions& opts, bool incremental, ScanResult& figures) {
-  if (cache_path.empty()) {
-    figures = scan_tree(root, opts, nullptr);
-    auto m = std::make_shared<const Manifest>(std::move(figures.manifest));
-    figures.manifest = Manifest{};
-    return m;
-  }
+ScanResult scan_cached(const std::string& root, const std::string& cache_path, const ScanOptions& opts,
+                       bool incremental) {
+  if (cache_path.empty()) return scan_tree_to(root, opts, nullptr, "");
   std::shared_ptr<TreeState> state = state_of(cache_path);
   if (auto evicted = touch(state)) {
     std::lock_guard<std::mutex> g(evicted->mu);
     evicted->watcher.reset();  // its next scan is whole, and sets up a new watch
   }
   std::lock_guard<std::mutex> g(state->mu);
-  std::shared_ptr<const Manifest> previous = state->manifest;
-  if (!previous) {
-    std::string bytes;
-    auto m = std::make_shared<Manifest>();
-    if (read_whole_file(cache_path, bytes) && Manifest::decode_cache(bytes, *m)) previous = m;
-  }
+  std::shared_ptr<const MappedManifest> previous = state->last.file;
+  if (!previous) previous = MappedManifest::open(cache_path);  // another process's scan
   dev_t dev = 0;
   ino_t ino = 0;
   bool same_root = identity(root, &dev, &ino) && dev == state->dev && ino == state->ino && root == state->root;
   int64_t started = wall_ns();  // before the changes are taken: the racy rule counts from here
+  ScanResult r;
   bool scanned = false;
-  if (incremental && state->watcher && state->manifest && same_root && state->opts == opts) {
+  if (incremental && state->watcher && state->last.file && same_root && state->opts == opts) {
     ChangedDirs changes = state->watcher->take_changes();
-    if (changes.empty()) {  // nothing changed: the manifest is the previous one itself, not a copy
-      ScanResult same;
-      same.skipped = state->notes.skipped;
-      same.too_large = state->notes.too_large;
-      for (auto& e : state->manifest->entries) same.reused += e.type == EntryType::File;
+    if (changes.empty()) {  // nothing changed: the manifest is the previous one itself
+      ScanResult same = state->last;
+      same.hashed_files = same.hashed_bytes = 0;
+      same.reused = same.files;
       same.incremental = true;
       same.watched_dirs = state->watcher->watched_dirs();
-      figures = std::move(same);
-      return state->manifest;
+      return same;
     }
     if (changes.everything) {
       state->watcher.reset();  // below: a new watch, then the whole scan
     } else {
       try {
         // (a change of the root's ignore files makes this a whole scan, under the same watch)
-        figures = rescan_tree(root, opts, *state->manifest, state->notes, changes, started);
+        r = rescan_tree(root, opts, *state->last.file, state->last, changes, started, cache_path);
         scanned = true;
       } catch (...) {
         state->watcher.reset();  // the changes taken are lost with this scan: the next is whole
@@ -118,50 +143,14 @@ std::shared_ptr<const Manifest> scan_cached(const std::string& root, const std::
       }
     }
   }
-  if (!scanned) {
-    // Watch first, then look: a change made while we look is an event for the next scan. The
-    // watch covers the directories the previous scan kept (ignored trees cost no watches); the
-    // ones this scan finds beyond them are added after it, to be walked at the next rescan.
-    state->watcher.reset();
-    std::unique_ptr<TreeWatcher> watcher;
-    // The watch ignores __pycache__ (Python's own writes); a scan that includes it cannot use it.
-    if (incremental && opts.default_excludes) {
-      try {
-        watcher = std::make_unique<TreeWatcher>(root, previous ? directories(*previous) : std::vector<std::string>{});
-      } catch (const std::exception&) {
-        // no inotify or its limit reached: every scan is whole
-      }
-    }
-    figures = scan_tree(root, opts, previous.get());
-    if (watcher) {
-      try {
-        watcher->watch_new(directories(figures.manifest));
-        if (!watcher->local_only()) watcher.reset();
-      } catch (const std::exception&) {
-        watcher.reset();
-      }
-    }
-    state->watcher = std::move(watcher);
-  }
-  figures.watched_dirs = state->watcher ? state->watcher->watched_dirs() : 0;
-  auto current = std::make_shared<const Manifest>(std::move(figures.manifest));
-  figures.manifest = Manifest{};
-  bool changed = figures.hashed_files > 0 || !previous || previous->entries.size() != current->entries.size();
-  state->manifest = current;
-  state->notes = figures;
+  if (!scanned) r = scan_whole(*state, root, cache_path, opts, incremental, previous);
+  r.watched_dirs = state->watcher ? state->watcher->watched_dirs() : 0;
+  state->last = r;
   state->opts = opts;
   state->root = root;
   state->dev = dev;
   state->ino = ino;
-  // The file serves the next process; rewrite it only when it would say something new.
-  if (changed) {
-    try {
-      save_manifest_cache(cache_path, *current);
-    } catch (const std::exception&) {
-      // Only a cache: the next process re-hashes.
-    }
-  }
-  return current;
+  return r;
 }
 
 }  // namespace xmesh::ws

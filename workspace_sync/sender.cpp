@@ -12,14 +12,15 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
 
 #include "bodies.hpp"
-#include "diff.hpp"
 #include "fs_ops.hpp"
 #include "node.hpp"
+#include "plan_parts.hpp"
 #include "receiver.hpp"
 #include "scan_cache.hpp"
 #include "util.hpp"
@@ -28,24 +29,24 @@ namespace xmesh::ws {
 
 using json = nlohmann::json;
 
-void RecentManifests::remember(const Hash128& digest, std::shared_ptr<const Manifest> m) {
+void RecentManifests::remember(const Hash128& digest, std::shared_ptr<const MappedManifest> m) {
   std::lock_guard<std::mutex> g(mu_);
   for (auto it = recent_.begin(); it != recent_.end(); ++it)
     if (it->first == digest) {
       recent_.erase(it);
       break;
     }
-  const size_t budget = std::max(entry_budget_, 2 * m->entries.size());
+  const size_t budget = std::max(entry_budget_, 2 * static_cast<size_t>(m->count()));
   recent_.emplace_front(digest, std::move(m));
   size_t total = 0;
-  for (auto& kv : recent_) total += kv.second->entries.size();
+  for (auto& kv : recent_) total += kv.second->count();
   while (recent_.size() > max_count_ || (recent_.size() > 1 && total > budget)) {
-    total -= recent_.back().second->entries.size();
+    total -= recent_.back().second->count();
     recent_.pop_back();
   }
 }
 
-std::shared_ptr<const Manifest> RecentManifests::find(const Hash128& digest) const {
+std::shared_ptr<const MappedManifest> RecentManifests::find(const Hash128& digest) const {
   std::lock_guard<std::mutex> g(mu_);
   for (auto& [d, m] : recent_)
     if (d == digest) return m;
@@ -65,7 +66,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 RecentManifests g_recent(8, 500000);  // this process's scans (sender.hpp)
 
-std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
+std::shared_ptr<const MappedManifest> recent_manifest(const std::string& digest_hex) {
   Hash128 d;
   return Hash128::from_hex(digest_hex, d) ? g_recent.find(d) : nullptr;
 }
@@ -74,11 +75,6 @@ std::shared_ptr<const Manifest> recent_manifest(const std::string& digest_hex) {
 // files ends at this many, far below the header limit and a short step for the host.
 constexpr size_t kMaxPiecesPerBatch = 4096;
 constexpr int64_t kStepMsPerEntry = 1;  // a host's time per manifest entry in a plan or commit, at most
-// A plan part: at most this many entries (the host takes up to SyncReceiver::kMaxPartEntries)
-// and about this many bytes of paths.
-constexpr size_t kPartEntries = 16384;
-constexpr size_t kPartBytes = 2u << 20;
-
 struct Step {
   std::shared_ptr<Call> call;
   std::vector<size_t> hosts;  // index into the host list, per call target
@@ -143,9 +139,7 @@ zmq::message_t frame_of(const std::string& s) { return zmq::message_t(s.data(), 
 }  // namespace
 
 ScanResult scan_with_cache(const std::string& root, const PushOptions& opts) {
-  ScanResult r;
-  r.manifest = *scan_cached(root, opts.cache_path, opts.scan, opts.incremental, r);
-  return r;
+  return scan_cached(root, opts.cache_path, opts.scan, opts.incremental);
 }
 
 namespace {
@@ -193,30 +187,32 @@ json nul_separated(const zmq::message_t& frame) {
 
 // What the report says of the content that travelled: how many files, the bytes per top-level
 // directory, the first kReportPaths files in path order and the kReportPaths largest; bounded
-// whatever the tree. A file sent to two groups of hosts counts once.
+// whatever the tree (a bit per manifest entry, paths only for the rows kept). A file sent to
+// two groups of hosts counts once.
 class SentFiles {
  public:
-  explicit SentFiles(const Manifest& m) : m_(m), seen_(m.entries.size()) {}
+  explicit SentFiles(uint64_t entries) : seen_(static_cast<size_t>(entries)) {}
 
-  void add(const Entry& e, uint64_t stored) {
-    const size_t idx = static_cast<size_t>(&e - m_.entries.data());
-    if (seen_[idx]) return;
-    seen_[idx] = true;
+  // e is the manifest's entry number `ordinal`.
+  void add(const Entry& e, uint64_t ordinal, uint64_t stored) {
+    if (ordinal >= seen_.size() || seen_[ordinal]) return;
+    seen_[ordinal] = true;
     ++files_;
     const size_t slash = e.path.find('/');
     dirs_[slash == std::string::npos ? "./" : e.path.substr(0, slash + 1)] += e.size;
-    keep(first_, {idx, stored}, [](const Row& a, const Row& b) { return a.idx < b.idx; });
-    keep(largest_, {idx, stored}, [this](const Row& a, const Row& b) { return size(a) > size(b); });
+    const Row r{ordinal, e.path, e.size, stored};
+    keep(first_, r, [](const Row& a, const Row& b) { return a.ordinal < b.ordinal; });
+    keep(largest_, r, [](const Row& a, const Row& b) { return a.size > b.size; });
   }
 
   // {files, dirs: [[top, bytes]], first: [[path, size, stored]] in path order, largest: the same
   // largest first}.
   json to_json() {
-    std::sort(first_.begin(), first_.end(), [](const Row& a, const Row& b) { return a.idx < b.idx; });
-    std::sort(largest_.begin(), largest_.end(), [this](const Row& a, const Row& b) { return size(a) > size(b); });
-    auto rows = [this](const std::vector<Row>& v) {
+    std::sort(first_.begin(), first_.end(), [](const Row& a, const Row& b) { return a.ordinal < b.ordinal; });
+    std::sort(largest_.begin(), largest_.end(), [](const Row& a, const Row& b) { return a.size > b.size; });
+    auto rows = [](const std::vector<Row>& v) {
       json out = json::array();
-      for (auto& r : v) out.push_back({m_.entries[r.idx].path, m_.entries[r.idx].size, r.stored});
+      for (auto& r : v) out.push_back({r.path, r.size, r.stored});
       return out;
     };
     json dirs = json::array();
@@ -226,13 +222,13 @@ class SentFiles {
 
  private:
   struct Row {
-    size_t idx;
-    uint64_t stored;
+    uint64_t ordinal;
+    std::string path;
+    uint64_t size, stored;
   };
-  uint64_t size(const Row& r) const { return m_.entries[r.idx].size; }
   // Keeps the kReportPaths rows that come first by `before`: a heap whose top is the last kept.
   template <typename Before>
-  static void keep(std::vector<Row>& heap, Row r, Before before) {
+  static void keep(std::vector<Row>& heap, const Row& r, Before before) {
     if (heap.size() == kReportPaths) {
       if (!before(r, heap.front())) return;
       std::pop_heap(heap.begin(), heap.end(), before);
@@ -243,7 +239,6 @@ class SentFiles {
     std::push_heap(heap.begin(), heap.end(), before);
   }
 
-  const Manifest& m_;
   std::vector<bool> seen_;
   uint64_t files_ = 0;
   std::map<std::string, uint64_t> dirs_;
@@ -257,9 +252,9 @@ class SentFiles {
 class Push {
  public:
   Push(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
-       const std::function<void()>& check_interrupt, const Manifest& m)
+       const std::function<void()>& check_interrupt, const ScanResult& scan)
       : node_(node), root_(root), hosts_(hosts), opts_(opts), check_(check_interrupt), p_(node, hosts, opts, check_),
-        m_(m), digest_(m.digest()), sid_(random_hex(16)), sent_(m) {
+        m_(scan.file), digest_(scan.digest), sid_(random_hex(16)), sent_(scan.file->count()) {
     for (auto& h : hosts) report_hosts_.push_back({{"addr", h.addr}, {"label", h.label}, {"bytes_sent", 0}});
   }
 
@@ -325,10 +320,10 @@ class Push {
   //    before the next part. Neither side holds more than a part's plan at a time. A host whose
   //    copy turns out not to fit the delta plans again from the whole manifest.
   void plan_and_send() {
-    std::vector<std::pair<std::shared_ptr<const Manifest>, std::vector<size_t>>> runs;  // base (null: whole), hosts
+    std::vector<std::pair<std::shared_ptr<const MappedManifest>, std::vector<size_t>>> runs;  // base (null: whole), hosts
     std::vector<size_t> whole;
     for (auto& [have, targets] : by_base_) {
-      std::shared_ptr<const Manifest> base = recent_manifest(have);
+      std::shared_ptr<const MappedManifest> base = recent_manifest(have);
       if (base)
         runs.emplace_back(base, targets);
       else
@@ -336,7 +331,7 @@ class Push {
     }
     if (!whole.empty()) runs.emplace_back(nullptr, whole);
     for (size_t i = 0; i < runs.size(); ++i) {  // a refit run is appended: this loop takes it too
-      std::vector<size_t> refit = plan_run(runs[i].first.get(), runs[i].second);
+      std::vector<size_t> refit = plan_run(runs[i].first, runs[i].second);
       if (!refit.empty()) runs.emplace_back(nullptr, refit);
     }
     while (!inflight_.empty()) {
@@ -345,59 +340,10 @@ class Push {
     }
   }
 
-  // One part of a plan: what it sends and the files its answers may ask for.
-  struct PlanPart {
-    std::vector<std::string> frames;
-    std::vector<std::pair<Hash128, const Entry*>> files;  // by hash (entries of m_)
-    size_t entries = 0;
-    bool last = false;
-  };
-
-  // The parts of a whole manifest (deleted null) or of a delta, in path order, made one at a
-  // time: never more than one part's encoding in memory.
-  class Parts {
-   public:
-    Parts(const Manifest& m, const std::vector<Entry>& up, const std::vector<Entry>* deleted)
-        : m_(m), up_(up), del_(deleted) {}
-    bool next(PlanPart& part) {
-      static const std::vector<Entry> none;
-      const std::vector<Entry>& del = del_ ? *del_ : none;
-      if (made_ && u_ == up_.size() && d_ == del.size()) return false;
-      Manifest ups, dels;
-      size_t bytes = 0;
-      while ((u_ < up_.size() || d_ < del.size()) && ups.entries.size() + dels.entries.size() < kPartEntries &&
-             bytes < kPartBytes) {
-        const bool take_up = d_ == del.size() || (u_ < up_.size() && up_[u_].path < del[d_].path);
-        const Entry& e = take_up ? up_[u_++] : del[d_++];
-        bytes += e.path.size() + e.target.size() + 32;
-        (take_up ? ups : dels).entries.push_back(e);
-      }
-      part = PlanPart();
-      part.entries = ups.entries.size() + dels.entries.size();
-      for (auto& e : ups.entries)
-        if (e.type == EntryType::File) part.files.emplace_back(e.hash, m_.find(e.path));
-      std::sort(part.files.begin(), part.files.end(), [](auto& a, auto& b) { return a.first < b.first; });
-      part.frames.push_back(ups.encode_wire());
-      if (del_) part.frames.push_back(dels.encode_wire());
-      part.last = u_ == up_.size() && d_ == del.size();
-      made_ = true;
-      return true;
-    }
-
-   private:
-    const Manifest& m_;
-    const std::vector<Entry>& up_;
-    const std::vector<Entry>* del_;
-    size_t u_ = 0, d_ = 0;
-    bool made_ = false;
-  };
-
   // A plan to `targets`, part by part, with each part's data. Returns the hosts whose copy did
   // not fit the delta (they plan again from the whole manifest).
-  std::vector<size_t> plan_run(const Manifest* base, std::vector<size_t> targets) {
-    ManifestDelta delta;
-    if (base) delta = make_delta(*base, m_);
-    Parts parts(m_, base ? delta.upserts.entries : m_.entries, base ? &delta.deleted.entries : nullptr);
+  std::vector<size_t> plan_run(const std::shared_ptr<const MappedManifest>& base, std::vector<size_t> targets) {
+    PlanParts parts(m_, base);
     for (size_t h : targets) report_hosts_[h]["manifest"] = base ? "delta" : "whole";
     std::vector<size_t> refit;
     PlanPart part;
@@ -454,10 +400,10 @@ class Push {
       std::memcpy(&hsh.lo, need.data() + idx * 16, 8);
       std::memcpy(&hsh.hi, need.data() + idx * 16 + 8, 8);
       auto it = std::lower_bound(part.files.begin(), part.files.end(), hsh,
-                                 [](auto& a, const Hash128& key) { return a.first < key; });
-      if (it == part.files.end() || it->first != hsh || !it->second)
+                                 [](auto& a, const Hash128& key) { return a.hash < key; });
+      if (it == part.files.end() || it->hash != hsh)
         throw std::runtime_error("a host asked for content this part of the workspace does not have");
-      send_file(st, idx, *it->second);
+      send_file(st, idx, *it);
       check_();
     }
     flush(st);
@@ -491,7 +437,8 @@ class Push {
   }
 
   // One file's content into the stream, checked against its manifest hash as it is read.
-  void send_file(Stream& st, size_t idx, const Entry& e) {
+  void send_file(Stream& st, size_t idx, const PlanPart::File& f) {
+    const Entry& e = f.e;
     Fd fd(open((root_ + "/" + e.path).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (fd.fd < 0) throw std::runtime_error("cannot read " + e.path + ": " + std::strerror(errno));
     HashState hash;
@@ -531,13 +478,13 @@ class Push {
       off += static_cast<uint64_t>(n);
     }
     if (hash.digest() != e.hash) throw std::runtime_error(e.path + " changed while being sent; sync again");
-    sent_.add(e, stored_total);
+    sent_.add(e, f.ordinal, stored_total);
   }
 
   // 4. commit: each host switches its staged files in, in one batch.
   void commit() {
     Step sent = p_.send(differ_, step("commit"), {});
-    for (auto& [h, r] : p_.wait(sent, "commit", m_.entries.size())) {
+    for (auto& [h, r] : p_.wait(sent, "commit", static_cast<size_t>(m_->count()))) {
       json counts = read_reply(h, r);  // named: items() must not outlive it
       for (auto& kv : counts.items()) report_hosts_[h][kv.key()] = kv.value();
       const char* kinds[] = {"added", "changed", "deleted"};
@@ -567,7 +514,7 @@ class Push {
   const PushOptions& opts_;
   const std::function<void()>& check_;
   Pusher p_;
-  const Manifest& m_;
+  std::shared_ptr<const MappedManifest> m_;
   Hash128 digest_;
   std::string sid_;
   json report_hosts_ = json::array();
@@ -580,9 +527,9 @@ class Push {
 };
 
 // The scan, refusing files over the size limit by name before anything is sent.
-std::shared_ptr<const Manifest> scan_for_push(const std::string& root, const PushOptions& opts, ScanResult& scan) {
-  std::shared_ptr<const Manifest> scanned = scan_cached(root, opts.cache_path, opts.scan, opts.incremental, scan);
-  if (scan.too_large.empty()) return scanned;
+ScanResult scan_for_push(const std::string& root, const PushOptions& opts) {
+  ScanResult scan = scan_cached(root, opts.cache_path, opts.scan, opts.incremental);
+  if (scan.too_large.empty()) return scan;
   std::sort(scan.too_large.begin(), scan.too_large.end(), [](auto& a, auto& b) { return a.second > b.second; });
   std::string list;
   for (size_t i = 0; i < scan.too_large.size() && i < 10; ++i)
@@ -594,19 +541,13 @@ std::shared_ptr<const Manifest> scan_for_push(const std::string& root, const Pus
                               "; exclude them (exclude=[...] or .xmeshignore) or raise max_file_size");
 }
 
-json scan_report(const Manifest& m, const ScanResult& scan, double seconds) {
-  size_t files = 0, dirs = 0, links = 0;
-  for (auto& e : m.entries) {
-    files += e.type == EntryType::File;
-    dirs += e.type == EntryType::Dir;
-    links += e.type == EntryType::Symlink;
-  }
+json scan_report(const ScanResult& scan, double seconds) {
   json skipped = json::array();
   for (auto& s : scan.skipped) skipped.push_back({s.first, s.second});
-  return {{"files", files},
-          {"dirs", dirs},
-          {"symlinks", links},
-          {"bytes", m.file_bytes()},
+  return {{"files", scan.files},
+          {"dirs", scan.dirs},
+          {"symlinks", scan.symlinks},
+          {"bytes", scan.bytes},
           {"hashed_files", scan.hashed_files},
           {"hashed_bytes", scan.hashed_bytes},
           {"reused", scan.reused},
@@ -620,14 +561,13 @@ json scan_report(const Manifest& m, const ScanResult& scan, double seconds) {
 json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts, const PushOptions& opts,
                     const std::function<void()>& check_interrupt) {
   auto t0 = std::chrono::steady_clock::now();
-  ScanResult scan;
-  std::shared_ptr<const Manifest> scanned = scan_for_push(root, opts, scan);
+  ScanResult scan = scan_for_push(root, opts);
   double scan_s = seconds_since(t0);
-  Push push(node, root, hosts, opts, check_interrupt, *scanned);
-  g_recent.remember(push.digest(), scanned);
+  Push push(node, root, hosts, opts, check_interrupt, scan);
+  g_recent.remember(scan.digest, scan.file);
   push.run();
-  return {{"scan", scan_report(*scanned, scan, scan_s)},
-          {"digest", push.digest().hex()},
+  return {{"scan", scan_report(scan, scan_s)},
+          {"digest", scan.digest.hex()},
           {"hosts", push.take_hosts()},
           {"sent", push.take_sent()},
           {"seconds", seconds_since(t0)}};

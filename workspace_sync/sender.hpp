@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "manifest_file.hpp"
 #include "scan.hpp"
 
 namespace xmesh {
@@ -41,21 +42,23 @@ struct PushHost {
 };
 
 // Manifests this process scanned lately, newest first: a host whose manifest is one of them
-// (its digest answers `begin`) gets the plan as a delta against it. At most max_count of them,
-// and older ones only while all hold at most max(entry_budget, 2 x the newest's) entries: each
-// version of a million-file tree is ~150 MiB, and a host is rarely more than one version behind.
-// Thread-safe.
+// (its digest answers `begin`) gets the plan as a delta against it. Each is a mapped manifest
+// file (a scan's, kept mapped after the next scan renamed its own over it: the pages are the
+// page cache's, given back as cursors pass, and the disk space goes with the last mapping). At
+// most max_count of them, and older ones only while all hold at most max(entry_budget, 2 x the
+// newest's) entries: each version of a million-file tree is ~80 MiB of disk, and a host is
+// rarely more than one version behind. Thread-safe.
 class RecentManifests {
  public:
   RecentManifests(size_t max_count, size_t entry_budget) : max_count_(max_count), entry_budget_(entry_budget) {}
-  void remember(const Hash128& digest, std::shared_ptr<const Manifest> m);
-  std::shared_ptr<const Manifest> find(const Hash128& digest) const;
+  void remember(const Hash128& digest, std::shared_ptr<const MappedManifest> m);
+  std::shared_ptr<const MappedManifest> find(const Hash128& digest) const;
   size_t size() const;
 
  private:
   size_t max_count_, entry_budget_;
   mutable std::mutex mu_;
-  std::deque<std::pair<Hash128, std::shared_ptr<const Manifest>>> recent_;
+  std::deque<std::pair<Hash128, std::shared_ptr<const MappedManifest>>> recent_;
 };
 
 // Raised (as std::runtime_error) with a message naming the host and the problem.
@@ -64,7 +67,8 @@ class RecentManifests {
 nlohmann::json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts,
                               const PushOptions& opts, const std::function<void()>& check_interrupt);
 
-// The local scan alone (with the manifest cache), for `watch` and tests.
+// The local scan alone (with the manifest cache), for `watch` and tests: its manifest is the
+// result's file.
 ScanResult scan_with_cache(const std::string& root, const PushOptions& opts);
 
 }  // namespace xmesh::ws

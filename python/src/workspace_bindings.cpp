@@ -70,14 +70,14 @@ std::string scan(const std::string& root, const std::string& options) {
     r = ws::scan_with_cache(root, opts);
   }
   json entries = json::array();
-  for (auto& e : r.manifest.entries)
+  for (auto& e : r.file->load().entries)
     entries.push_back({e.path, std::string(1, static_cast<char>(e.type)), e.mode, e.size, e.hash.hex(), e.target});
   json skipped = json::array();
   for (auto& s : r.skipped) skipped.push_back({s.first, s.second});
   json large = json::array();
   for (auto& s : r.too_large) large.push_back({s.first, s.second});
   return json{{"entries", entries},
-              {"digest", r.manifest.digest().hex()},
+              {"digest", r.digest.hex()},
               {"skipped", skipped},
               {"too_large", large},
               {"hashed_files", r.hashed_files},

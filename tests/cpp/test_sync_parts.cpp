@@ -8,7 +8,6 @@
 
 #include <set>
 
-#include "diff.hpp"
 #include "fs_ops.hpp"
 #include "hash_index.hpp"
 #include "manifest_file.hpp"
@@ -151,16 +150,23 @@ TEST_CASE("a delta in parts that does not fit at its end plans again whole, keep
   Manifest base = scan_tree(src.path, {}, nullptr).manifest;
   for (int i = 0; i < 12; i += 3) write(src.path + "/m" + std::to_string(10 + i) + ".py", "v = " + std::to_string(i) + "0\n");
   Manifest now = scan_tree(src.path, {}, nullptr).manifest;
-  ManifestDelta d = make_delta(base, now);
-  REQUIRE(d.upserts.entries.size() == 4);
+  // The controller's delta in parts of two entries: the four changed files, no deletions.
+  PlanParts parts(mapped_copy(now), mapped_copy(base), 2);
+  std::vector<PlanPart> delta(2);
+  REQUIRE(parts.next(delta[0]));
+  REQUIRE(parts.next(delta[1]));
+  PlanPart none;
+  CHECK_FALSE(parts.next(none));
+  CHECK(delta[0].entries == 2);
+  CHECK_FALSE(delta[0].last);
+  CHECK(delta[1].last);
+  CHECK(Manifest::decode_wire(delta[1].frames.at(1)).entries.empty());
   r.handle({{"op", "begin"}, {"sid", "c1"}, {"dest", ""}, {"digest", now.digest().hex()}}, {}, 0);
   // Two delta parts promising a manifest they do not make: the last one's answer is "full".
   auto delta_part = [&](uint64_t k, bool last, const std::string& digest) {
-    Manifest ups;
-    ups.entries.assign(d.upserts.entries.begin() + static_cast<long>(2 * k), d.upserts.entries.begin() + static_cast<long>(2 * k + 2));
     return r.handle({{"op", "plan"}, {"sid", "c1"}, {"part", k}, {"last", last}, {"base", base.digest().hex()},
                      {"digest", digest}},
-                    {ups.encode_wire(), Manifest().encode_wire()}, 0);
+                    {delta[k].frames.at(0), delta[k].frames.at(1)}, 0);
   };
   auto p0 = delta_part(0, false, base.digest().hex());
   CHECK(hashes_in(p0.frames.at(0)) == 2);

@@ -10,7 +10,6 @@
 
 #include <functional>
 
-#include "diff.hpp"
 #include "path_safety.hpp"
 #include "scan_cache.hpp"
 #include "workspace_helpers.hpp"
@@ -84,36 +83,35 @@ TEST_CASE("a watched rescan finds what a whole scan finds, after every kind of e
       {"the root's .xmeshignore hides a tree", [](const std::string& r) { write(r + "/.xmeshignore", "pkg0/\n"); }, true},
       {"a file in the hidden tree", [](const std::string& r) { write(r + "/pkg0/sub/hidden.py", "h\n"); }},
   };
-  ScanResult first;
-  scan_cached(root, cache, opts, true, first);
+  ScanResult first = scan_cached(root, cache, opts, true);
   CHECK_FALSE(first.incremental);
   for (auto& edit : edits) {
     INFO("after: " << edit.what);
     edit.apply(root);
-    ScanResult rescan;
-    auto m = scan_cached(root, cache, opts, true, rescan);
+    ScanResult rescan = scan_cached(root, cache, opts, true);
     ScanResult whole = scan_tree(root, opts, nullptr);
     CHECK(rescan.incremental == !edit.whole);
-    CHECK(listing(*m) == listing(whole.manifest));
-    CHECK(m->digest() == whole.manifest.digest());
+    const Manifest m = rescan.file->load();
+    CHECK(listing(m) == listing(whole.manifest));
+    CHECK(m.digest() == whole.manifest.digest());
+    CHECK(rescan.digest == whole.digest);
+    CHECK(rescan.files == whole.files);
+    CHECK(rescan.bytes == whole.bytes);
     CHECK(rescan.skipped == whole.skipped);
     CHECK(rescan.too_large == whole.too_large);
   }
   // Other options, or the root replaced by another directory: a whole scan again.
   ScanOptions other = opts;
   other.excludes = {"*.bin"};
-  ScanResult r1;
-  scan_cached(root, cache, other, true, r1);
+  ScanResult r1 = scan_cached(root, cache, other, true);
   CHECK_FALSE(r1.incremental);
   rename(root.c_str(), (tree.path + "/old").c_str());
   write(root + "/only.py", "only\n");
-  ScanResult r2;
-  auto m2 = scan_cached(root, cache, other, true, r2);
+  ScanResult r2 = scan_cached(root, cache, other, true);
   CHECK_FALSE(r2.incremental);
-  CHECK(paths(*m2) == std::vector<std::string>{"only.py"});
+  CHECK(paths(r2.file->load()) == std::vector<std::string>{"only.py"});
   // Incremental scans turned off: every scan is whole.
-  ScanResult r3;
-  scan_cached(root, cache, other, false, r3);
+  ScanResult r3 = scan_cached(root, cache, other, false);
   CHECK_FALSE(r3.incremental);
 }
 
@@ -121,20 +119,21 @@ TEST_CASE("a watched rescan that saw no change gives the previous manifest itsel
   TempDir tree;
   std::string root = tree.path + "/ws";
   for (int i = 0; i < 50; ++i) write(root + "/d" + std::to_string(i % 5) + "/f" + std::to_string(i) + ".py", "x\n");
-  ScanResult zeroth, first, second, third;
   // (a tree never scanned has one more whole look: its directories are watched after the first)
-  scan_cached(root, tree.path + "/scan.manifest", {}, true, zeroth);
-  auto m1 = scan_cached(root, tree.path + "/scan.manifest", {}, true, first);
-  auto m2 = scan_cached(root, tree.path + "/scan.manifest", {}, true, second);
-  CHECK(m2.get() == m1.get());  // a million-entry tree is neither copied nor walked again
+  scan_cached(root, tree.path + "/scan.manifest", {}, true);
+  ScanResult first = scan_cached(root, tree.path + "/scan.manifest", {}, true);
+  ScanResult second = scan_cached(root, tree.path + "/scan.manifest", {}, true);
+  CHECK(second.file.get() == first.file.get());  // a million-entry tree is neither written nor walked again
+  CHECK(second.digest == first.digest);
   CHECK(second.incremental);
   CHECK(second.reused == 50);
   CHECK(second.hashed_files == 0);
   CHECK(second.watched_dirs == first.watched_dirs);
   write(root + "/d0/new.py", "n\n");
-  auto m3 = scan_cached(root, tree.path + "/scan.manifest", {}, true, third);
-  CHECK(m3.get() != m1.get());
-  CHECK(m3->find("d0/new.py"));
+  ScanResult third = scan_cached(root, tree.path + "/scan.manifest", {}, true);
+  CHECK(third.file.get() != first.file.get());
+  CHECK(third.file->load().find("d0/new.py"));
+  CHECK(paths(first.file->load()).size() == 55);  // the earlier manifest stays as it was, mapped
 }
 
 TEST_CASE("the watch covers the directories a scan keeps, not ignored trees", "[workspace]") {
@@ -143,19 +142,18 @@ TEST_CASE("the watch covers the directories a scan keeps, not ignored trees", "[
   write(root + "/.gitignore", ".venv/\n");
   write(root + "/src/pkg/m.py", "m\n");
   for (int i = 0; i < 30; ++i) write(root + "/.venv/lib/p" + std::to_string(i) + "/x.py", "x\n");
-  ScanResult first, second, third;
-  scan_cached(root, tree.path + "/scan.manifest", {}, true, first);
+  ScanResult first = scan_cached(root, tree.path + "/scan.manifest", {}, true);
   CHECK(first.watched_dirs == 3);  // the root, src, src/pkg
   write(root + "/.venv/lib/p0/y.py", "y\n");  // unwatched, and ignored anyway
   write(root + "/src/pkg/n.py", "n\n");
-  auto m = scan_cached(root, tree.path + "/scan.manifest", {}, true, second);
+  ScanResult second = scan_cached(root, tree.path + "/scan.manifest", {}, true);
   CHECK(second.incremental);
-  CHECK(paths(*m) == std::vector<std::string>{".gitignore", "src", "src/pkg", "src/pkg/m.py", "src/pkg/n.py"});
+  CHECK(paths(second.file->load()) == std::vector<std::string>{".gitignore", "src", "src/pkg", "src/pkg/m.py", "src/pkg/n.py"});
   make_dirs_path(root + "/src/new");  // a new directory is watched from its creation on
-  auto m3 = scan_cached(root, tree.path + "/scan.manifest", {}, true, third);
+  ScanResult third = scan_cached(root, tree.path + "/scan.manifest", {}, true);
   CHECK(third.incremental);
   CHECK(third.watched_dirs == 4);
-  CHECK(m3->find("src/new"));
+  CHECK(third.file->load().find("src/new"));
 }
 
 TEST_CASE("only the trees scanned most recently keep their watch", "[workspace]") {
@@ -166,9 +164,7 @@ TEST_CASE("only the trees scanned most recently keep their watch", "[workspace]"
     write(roots.back() + "/f.py", "x\n");
   }
   auto scan = [&](int i) {
-    ScanResult r;
-    scan_cached(roots[i], roots[i] + ".manifest", {}, true, r);
-    return r.incremental;
+    return scan_cached(roots[i], roots[i] + ".manifest", {}, true).incremental;
   };
   for (int i = 0; i < 9; ++i) CHECK_FALSE(scan(i));
   CHECK(scan(8));        // still watched
@@ -179,7 +175,7 @@ TEST_CASE("only the trees scanned most recently keep their watch", "[workspace]"
 namespace {
 // The test's own oracle of what a host's manifest becomes with a delta (the host merges it part
 // by part as it comes: receiver.cpp).
-Manifest applied(const Manifest& base, const ManifestDelta& delta) {
+Manifest applied(const Manifest& base, const Delta& delta) {
   std::map<std::string, Entry> by_path;
   for (auto& e : base.entries) by_path[e.path] = e;
   for (auto& e : delta.deleted.entries) by_path.erase(e.path);
@@ -197,7 +193,7 @@ TEST_CASE("a manifest delta applied to its base gives the target", "[workspace]"
   target.entries = {dir_entry("a"), file_entry("a/x.py", "1 changed"), file_entry("a/new.py", "n"),
                     file_entry("b", "b is a file now"), file_entry("top", "t", 0755)};
   target.sort();
-  ManifestDelta d = make_delta(base, target);
+  Delta d = delta_of(base, target);
   CHECK(paths(d.upserts) == std::vector<std::string>{"a/new.py", "a/x.py", "b", "top"});
   CHECK(paths(d.deleted) == std::vector<std::string>{"a/y.py", "b/z.py"});
   Manifest got = applied(base, d);
@@ -218,7 +214,7 @@ TEST_CASE("a host takes a plan as a delta, falls back to the whole manifest, ref
   write(src.path + "/pkg/mod.py", "VALUE = 2\n");
   unlink((src.path + "/run.sh").c_str());
   Manifest now = scan_tree(src.path, {}, nullptr).manifest;
-  ManifestDelta d = make_delta(base, now);
+  Delta d = delta_of(base, now);
   auto begin = r.handle({{"op", "begin"}, {"sid", "d1"}, {"dest", ""}, {"digest", now.digest().hex()}}, {}, 0);
   CHECK(begin.body["have"] == base.digest().hex());
   json delta_plan = {{"op", "plan"}, {"sid", "d1"}, {"base", base.digest().hex()}, {"digest", now.digest().hex()}};
@@ -234,7 +230,7 @@ TEST_CASE("a host takes a plan as a delta, falls back to the whole manifest, ref
   // A delta against another base, or whose result is not the promised manifest: "send it whole".
   write(src.path + "/pkg/util.py", "U = 2\n");
   Manifest next = scan_tree(src.path, {}, nullptr).manifest;
-  ManifestDelta d2 = make_delta(now, next);
+  Delta d2 = delta_of(now, next);
   r.handle({{"op", "begin"}, {"sid", "d3"}, {"dest", ""}, {"digest", next.digest().hex()}}, {}, 0);
   auto wrong_base = r.handle({{"op", "plan"}, {"sid", "d3"}, {"base", base.digest().hex()}, {"digest", next.digest().hex()}},
                              {d2.upserts.encode_wire(), d2.deleted.encode_wire()}, 0);
@@ -257,7 +253,7 @@ TEST_CASE("a host takes a plan as a delta, falls back to the whole manifest, ref
   escape.path = "evil";
   escape.target = "../../etc";
   escape.size = escape.target.size();
-  for (auto& bad : std::vector<ManifestDelta>{{{}, {{dir_entry("pkg")}}}, {{{link}}, {}}, {{{escape}}, {}}}) {
+  for (auto& bad : std::vector<Delta>{{{}, {{dir_entry("pkg")}}}, {{{link}}, {}}, {{{escape}}, {}}}) {
     Manifest result = applied(next, bad);
     r.handle({{"op", "begin"}, {"sid", "d4"}, {"dest", ""}, {"digest", result.digest().hex()}}, {}, 0);
     CHECK_THROWS_AS(r.handle({{"op", "plan"}, {"sid", "d4"}, {"base", next.digest().hex()}, {"digest", result.digest().hex()}},

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "diff.hpp"
 #include "fs_ops.hpp"
 #include "ignore.hpp"
 #include "path_safety.hpp"
@@ -98,22 +97,35 @@ TEST_CASE("malformed manifests are refused with a reason", "[workspace]") {
   }
 }
 
-TEST_CASE("diff sorts entries into added, changed, deleted and unchanged", "[workspace]") {
+TEST_CASE("a delta plan holds the entries added or changed and the paths deleted, in parts", "[workspace]") {
   Manifest a, b;
   a.entries = {file_entry("keep", "1"), file_entry("mode", "2"), file_entry("edit", "3"), file_entry("gone", "4")};
   b.entries = {file_entry("keep", "1"), file_entry("mode", "2", 0755), file_entry("edit", "33"), file_entry("new", "5")};
   a.sort();
   b.sort();
-  Diff d = diff_manifests(a, b);
-  REQUIRE(d.added.size() == 1);
-  CHECK(d.added[0]->path == "new");
-  REQUIRE(d.changed.size() == 2);
-  CHECK(d.changed[0]->path == "edit");
-  CHECK(d.changed[1]->path == "mode");
-  REQUIRE(d.deleted.size() == 1);
-  CHECK(d.deleted[0]->path == "gone");
-  CHECK(d.unchanged == 1);
-  CHECK(diff_manifests(a, a).empty());
+  Delta d = delta_of(a, b);
+  CHECK(paths(d.upserts) == std::vector<std::string>{"edit", "mode", "new"});
+  CHECK(paths(d.deleted) == std::vector<std::string>{"gone"});
+  CHECK(delta_of(a, a).upserts.entries.empty());
+  CHECK(delta_of(a, a).deleted.entries.empty());
+  // In parts of one entry: each part's files are the ones it may be asked for, by hash; the
+  // whole manifest goes in as many parts as it has entries, numbered by their place in it.
+  PlanParts parts(mapped_copy(b), mapped_copy(a), 1);
+  std::vector<std::string> seen;
+  PlanPart p;
+  while (parts.next(p)) {
+    CHECK(p.entries == 1);
+    for (auto& f : p.files) seen.push_back(f.e.path + "#" + std::to_string(f.ordinal));
+  }
+  CHECK(seen == std::vector<std::string>{"edit#0", "mode#2", "new#3"});
+  PlanParts whole(mapped_copy(b), nullptr, 3);
+  REQUIRE(whole.next(p));
+  CHECK(p.frames.size() == 1);
+  CHECK(paths(Manifest::decode_wire(p.frames[0])) == std::vector<std::string>{"edit", "keep", "mode"});
+  CHECK_FALSE(p.last);
+  REQUIRE(whole.next(p));
+  CHECK(p.last);
+  CHECK_FALSE(whole.next(p));
 }
 
 TEST_CASE("glob patterns follow gitignore's rules", "[workspace]") {
@@ -448,9 +460,9 @@ TEST_CASE("a link whose target passes through another link is refused and skippe
 
 TEST_CASE("the manifests kept for deltas are bounded by entries, not only by count", "[workspace]") {
   auto manifest_of = [](size_t entries, int version) {
-    auto m = std::make_shared<Manifest>();
-    for (size_t i = 0; i < entries; ++i) m->entries.push_back(file_entry("f" + std::to_string(i), std::to_string(version)));
-    return std::shared_ptr<const Manifest>(m);
+    Manifest m;
+    for (size_t i = 0; i < entries; ++i) m.entries.push_back(file_entry("f" + std::to_string(i), std::to_string(version)));
+    return mapped_copy(m);
   };
   RecentManifests small(8, 100);
   for (int v = 0; v < 10; ++v) small.remember(Hash128{uint64_t(v), 0}, manifest_of(10, v));

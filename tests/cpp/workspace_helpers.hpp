@@ -17,6 +17,7 @@
 
 #include "fs_ops.hpp"
 #include "manifest.hpp"
+#include "plan_parts.hpp"
 #include "receiver.hpp"
 #include "scan.hpp"
 
@@ -55,6 +56,21 @@ inline std::vector<std::string> paths(const Manifest& m) {
   std::vector<std::string> out;
   for (auto& e : m.entries) out.push_back(e.path);
   return out;
+}
+
+// The delta the controller plans from base to target (PlanParts), its parts put together.
+struct Delta {
+  Manifest upserts, deleted;
+};
+inline Delta delta_of(const Manifest& base, const Manifest& target) {
+  PlanParts parts(mapped_copy(target), mapped_copy(base));
+  Delta d;
+  PlanPart p;
+  while (parts.next(p)) {
+    for (auto& e : Manifest::decode_wire(p.frames.at(0)).entries) d.upserts.entries.push_back(e);
+    for (auto& e : Manifest::decode_wire(p.frames.at(1)).entries) d.deleted.entries.push_back(e);
+  }
+  return d;
 }
 
 inline Entry file_entry(const std::string& path, const std::string& content, uint32_t mode = 0644) {
