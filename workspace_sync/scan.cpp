@@ -39,7 +39,7 @@ namespace {
 
 using detail::Listing;
 
-// A rescan looked at more than kRescanEntries entries afresh: it becomes a whole scan.
+// A rescan looked at more entries afresh than it may hold: it becomes a whole scan.
 struct TooManyChanges {};
 
 // A directory the rescan lists: a start (fd open, rel, the rules above it) or a subdirectory of
@@ -57,7 +57,8 @@ struct DirTask {
 // thread collects its own entries, the whole held in memory (bounded: TooManyChanges).
 class Scanner {
  public:
-  Scanner(const ScanOptions& opts, const Manifest& previous) : opts_(opts), fixed_(opts) {
+  Scanner(const ScanOptions& opts, const Manifest& previous, size_t max_entries)
+      : opts_(opts), fixed_(opts), max_entries_(max_entries) {
     previous_.reserve(previous.entries.size());
     for (auto& e : previous.entries) previous_.emplace(e.path, &e);
     previous_scan_ns_ = previous.scan_ns;
@@ -187,7 +188,7 @@ class Scanner {
   }
 
   void add(ScanResult& out, Entry e) {
-    if (entries_.fetch_add(1) >= kRescanEntries) throw TooManyChanges{};
+    if (entries_.fetch_add(1) >= max_entries_) throw TooManyChanges{};
     out.manifest.entries.push_back(std::move(e));
   }
 
@@ -234,6 +235,7 @@ class Scanner {
   std::unordered_map<std::string_view, const Entry*> previous_;
   std::set<std::string> starts_;
   int64_t previous_scan_ns_ = 0;
+  const size_t max_entries_;
   std::atomic<size_t> entries_{0};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -281,15 +283,15 @@ class ParentStack {
 };
 
 // The previous entries the fresh look replaces or asks about (a listed directory's own entry
-// tells whether it was a directory), in memory; TooManyChanges past kRescanEntries.
-Manifest previous_involved(const MappedManifest& previous, const Replaced& replaced) {
+// tells whether it was a directory), in memory; TooManyChanges past max_entries.
+Manifest previous_involved(const MappedManifest& previous, const Replaced& replaced, size_t max_entries) {
   Manifest out;
   out.scan_ns = previous.scan_ns();
   ManifestCursor c(std::shared_ptr<const MappedManifest>(std::shared_ptr<const MappedManifest>(), &previous));
   for (; !c.at_end(); c.next()) {
     const Entry& e = c.entry();
     if (!replaced(e.path) && !replaced.listed.count(e.path)) continue;
-    if (out.entries.size() >= kRescanEntries) throw TooManyChanges{};
+    if (out.entries.size() >= max_entries) throw TooManyChanges{};
     out.entries.push_back(e);
   }
   return out;
@@ -389,7 +391,7 @@ void merge_rescan(const MappedManifest& previous, const Replaced& replaced, Scan
 
 ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const MappedManifest& previous,
                        const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns,
-                       const std::string& out_path) {
+                       const std::string& out_path, size_t max_fresh) {
   if (changes.everything || changes.walked.count("")) return scan_tree_to(root, opts, &previous, out_path);
   int rootfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0) throw std::runtime_error("cannot open workspace " + root + ": " + std::strerror(errno));
@@ -397,8 +399,8 @@ ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const M
   const Replaced replaced = replaced_by(changes);
   ScanResult fresh;
   try {
-    Manifest involved = previous_involved(previous, replaced);
-    Scanner s(opts, involved);
+    Manifest involved = previous_involved(previous, replaced, max_fresh);
+    Scanner s(opts, involved, max_fresh);
     fresh = s.run(rescan_starts(s, rootfd, replaced));
   } catch (const TooManyChanges&) {
     return scan_tree_to(root, opts, &previous, out_path);  // a change this large: the whole walk

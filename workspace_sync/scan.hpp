@@ -75,11 +75,12 @@ struct ChangedDirs {
 // again (their files re-hashed under the usual rule), the `walked` ones and any directory new
 // since `previous` walked whole; all else is copied from previous as it streams by. Entries left
 // without their parent directory are dropped. What is looked at afresh is held in memory: past
-// kRescanEntries entries (a branch switch, a large unpack) this is a whole scan instead.
+// max_fresh entries (a branch switch, a large unpack) this is a whole scan instead (the result
+// says incremental false).
 constexpr size_t kRescanEntries = 100000;
 ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const MappedManifest& previous,
                        const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns,
-                       const std::string& out_path);
+                       const std::string& out_path, size_t max_fresh = kRescanEntries);
 
 int64_t wall_ns();
 

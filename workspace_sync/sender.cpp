@@ -138,9 +138,6 @@ zmq::message_t frame_of(const std::string& s) { return zmq::message_t(s.data(), 
 
 }  // namespace
 
-ScanResult scan_with_cache(const std::string& root, const PushOptions& opts) {
-  return scan_cached(root, opts.cache_path, opts.scan, opts.incremental);
-}
 
 namespace {
 // An XXH3-128 streaming state, freed when it goes.

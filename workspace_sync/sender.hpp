@@ -67,8 +67,4 @@ class RecentManifests {
 nlohmann::json push_workspace(Node& node, const std::string& root, const std::vector<PushHost>& hosts,
                               const PushOptions& opts, const std::function<void()>& check_interrupt);
 
-// The local scan alone (with the manifest cache), for `watch` and tests: its manifest is the
-// result's file.
-ScanResult scan_with_cache(const std::string& root, const PushOptions& opts);
-
 }  // namespace xmesh::ws

@@ -62,36 +62,11 @@ std::string push(Node& node, const std::string& root, const std::vector<std::pai
   return report.dump();
 }
 
-std::string scan(const std::string& root, const std::string& options) {
-  ws::PushOptions opts = options_from(options);
-  ws::ScanResult r;
-  {
-    py::gil_scoped_release nogil;
-    r = ws::scan_with_cache(root, opts);
-  }
-  json entries = json::array();
-  for (auto& e : r.file->load().entries)
-    entries.push_back({e.path, std::string(1, static_cast<char>(e.type)), e.mode, e.size, e.hash.hex(), e.target});
-  json skipped = json::array();
-  for (auto& s : r.skipped) skipped.push_back({s.first, s.second});
-  json large = json::array();
-  for (auto& s : r.too_large) large.push_back({s.first, s.second});
-  return json{{"entries", entries},
-              {"digest", r.digest.hex()},
-              {"skipped", skipped},
-              {"too_large", large},
-              {"hashed_files", r.hashed_files},
-              {"reused", r.reused}}
-      .dump();
-}
-
 }  // namespace
 
 void bind_workspace(py::module_& m) {
   m.def("workspace_push", &push, py::arg("node"), py::arg("root"), py::arg("hosts"), py::arg("options"),
         "Syncs the local tree `root` to the host agents [(addr, label)]; returns the report as JSON text.");
-  m.def("workspace_scan", &scan, py::arg("root"), py::arg("options"),
-        "The manifest of a local tree (entries: path, type, mode, size, hash, target) as JSON text.");
   py::class_<ws::TreeWatcher>(m, "TreeWatcher")
       .def(py::init<const std::string&>(), py::arg("root"))
       .def(

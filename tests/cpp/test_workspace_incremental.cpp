@@ -115,6 +115,30 @@ TEST_CASE("a watched rescan finds what a whole scan finds, after every kind of e
   CHECK_FALSE(r3.incremental);
 }
 
+TEST_CASE("a rescan that would look at more than it may hold afresh is a whole scan", "[workspace]") {
+  TempDir tree, state;
+  const std::string root = tree.path + "/ws";
+  for (int i = 0; i < 40; ++i) write(root + "/d" + std::to_string(i % 4) + "/f" + std::to_string(i) + ".py", "x\n");
+  usleep(1100 * 1000);  // past the racy window: the next scans may reuse the first one's hashes
+  ScanResult first = scan_tree_to(root, {}, nullptr, state.path + "/1.manifest");
+  for (int i = 0; i < 12; ++i) write(root + "/d1/new" + std::to_string(i) + ".py", "n\n");
+  write(root + "/d2/one.py", "1\n");
+  ChangedDirs changes;
+  changes.listed = {"d1", "d2"};
+  // d1 holds 22 entries now (10 before), d2 11: a fresh look of 33 entries.
+  ScanResult small = rescan_tree(root, {}, *first.file, first, changes, wall_ns(), state.path + "/2.manifest", 20);
+  ScanResult roomy = rescan_tree(root, {}, *first.file, first, changes, wall_ns(), state.path + "/3.manifest", 40);
+  ScanResult whole = scan_tree(root, {}, nullptr);
+  CHECK_FALSE(small.incremental);
+  CHECK(roomy.incremental);
+  CHECK(small.digest == whole.digest);
+  CHECK(roomy.digest == whole.digest);
+  CHECK(listing(small.file->load()) == listing(whole.manifest));
+  CHECK(listing(roomy.file->load()) == listing(whole.manifest));
+  CHECK(roomy.hashed_files == 13);  // the new files; the listed directories' others by the racy rule
+  CHECK(roomy.reused == 40);        // 20 of those, and d0's and d3's copied as they stream by
+}
+
 TEST_CASE("a watched rescan that saw no change gives the previous manifest itself, not a copy", "[workspace]") {
   TempDir tree;
   std::string root = tree.path + "/ws";

@@ -7,7 +7,9 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -197,6 +199,65 @@ TEST_CASE("the scanner applies rule files, skips what cannot travel, and lists l
   CHECK_THAT(skipped["absolute"], Catch::Contains("outside the workspace"));
   CHECK_THAT(skipped["sub/escape"], Catch::Contains("outside the workspace"));
   CHECK_THROWS_WITH(scan_tree(t.path + "/missing", o, nullptr), Catch::Contains("cannot open workspace"));
+}
+
+TEST_CASE("the scan writes its manifest in byte order as it walks, whatever the names", "[workspace]") {
+  TempDir t, out;
+  // Names on both sides of '/' (0x2f) in byte order: a directory's contents come after its
+  // siblings that extend its name with a smaller byte ("a" < "a-b" < "a.txt" < "a/x" < "a0").
+  for (const char* f : {"a-b", "a.txt", "a0", "a b", "A", "a/x", "a/x.y/z", "a/x-y", "a-/q", "a./r", "\xc3\xa9t\xc3\xa9",
+                        "z/\x7f", "a/w/deep/er", "b/a-", "b/a.b/c", "b/a/c"})
+    write(t.path + "/" + f, f);
+  ScanResult r = scan_tree_to(t.path, {}, nullptr, out.path + "/scan.manifest");
+  auto again = MappedManifest::open(out.path + "/scan.manifest");  // the file at out_path is the manifest
+  REQUIRE(again);
+  Manifest m = again->load();
+  CHECK(m.digest() == r.digest);
+  CHECK(r.file->count() == m.entries.size());
+  CHECK(r.entries == m.entries.size());
+  CHECK(r.files == 16);
+  CHECK(r.dirs == m.entries.size() - 16);
+  CHECK(r.hashed_files == 16);
+  std::vector<std::string> got = paths(m), sorted = got;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(got == sorted);
+  CHECK(std::adjacent_find(got.begin(), got.end()) == got.end());
+  CHECK_NOTHROW(check_manifest(m));  // parents before children, each parent a directory
+  CHECK(m.find("a/w/deep/er"));
+  CHECK(m.find("a/x.y/z")->hash == hash_bytes("a/x.y/z", 7));
+  // The same tree from many directories of many files (more than are listed ahead, more
+  // entries than the hashing window): every file once, in order, hashed right.
+  TempDir wide;
+  for (int d = 0; d < 40; ++d)
+    for (int i = 0; i < 150; ++i) write(wide.path + "/d" + std::to_string(d) + "/f" + std::to_string(i), std::to_string(d * 1000 + i));
+  ScanResult w = scan_tree(wide.path, {}, nullptr);
+  CHECK(w.manifest.entries.size() == 40 + 6000);
+  CHECK(std::is_sorted(w.manifest.entries.begin(), w.manifest.entries.end(),
+                       [](const Entry& a, const Entry& b) { return a.path < b.path; }));
+  CHECK(w.manifest.find("d7/f42")->hash == hash_bytes("7042", 4));
+  CHECK(w.digest == w.manifest.digest());
+}
+
+TEST_CASE("a previous manifest that does not read costs hashes, not the truth", "[workspace]") {
+  TempDir t, out;
+  for (int i = 0; i < 300; ++i) write(t.path + "/d" + std::to_string(i % 3) + "/f" + std::to_string(i), std::to_string(i));
+  const std::string cache = out.path + "/scan.manifest";
+  usleep(1100 * 1000);  // past the racy window: the next scans may reuse the first one's hashes
+  ScanResult first = scan_tree_to(t.path, {}, nullptr, cache);
+  ScanResult reused = scan_tree_to(t.path, {}, MappedManifest::open(cache).get(), out.path + "/2.manifest");
+  CHECK(reused.reused == 300);
+  CHECK(reused.digest == first.digest);
+  // Cut the file in the middle of its entries (the header still promises them all).
+  struct stat st;
+  REQUIRE(stat(cache.c_str(), &st) == 0);
+  REQUIRE(truncate(cache.c_str(), st.st_size / 2) == 0);
+  auto damaged = MappedManifest::open(cache);
+  REQUIRE(damaged);
+  ScanResult r = scan_tree_to(t.path, {}, damaged.get(), "");
+  CHECK(r.digest == first.digest);
+  CHECK(r.reused > 0);
+  CHECK(r.reused < 300);
+  CHECK(r.reused + r.hashed_files == 300);
 }
 
 TEST_CASE("the racy-file rule: a stat match within a second of the previous scan is re-hashed", "[workspace]") {
