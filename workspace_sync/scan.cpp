@@ -128,44 +128,28 @@ class Scanner {
   }
 
   void list(DirTask& task, ScanResult& out) {
-    std::shared_ptr<Listing> l;
-    if (task.parent) {
-      l = detail::list_subdirectory(*task.parent, task.name, opts_, fixed_);
-      if (l->opened) add(out, dir_entry(l->rel, *task.parent, task.name));
-    } else {
-      l = detail::list_directory(task.fd, task.rel, opts_, fixed_, task.rules);
-    }
+    std::shared_ptr<Listing> l = task.parent ? detail::list_subdirectory(*task.parent, task.name, opts_, fixed_)
+                                             : detail::list_directory(task.fd, task.rel, opts_, fixed_, task.rules);
     out.skipped.insert(out.skipped.end(), l->skipped.begin(), l->skipped.end());
     out.too_large.insert(out.too_large.end(), l->too_large.begin(), l->too_large.end());
     std::vector<DirTask> subdirs;
-    for (auto& item : l->items) {
-      if (item.subtree) continue;
-      const std::string rel = detail::join_path(l->rel, item.e.path);
-      if (item.e.type == EntryType::Dir) {
-        const Entry* before = was(rel);
-        if ((task.walk || !(before && before->type == EntryType::Dir)) && !starts_.count(rel)) {
-          subdirs.push_back({l, item.e.path, -1, rel, nullptr, true});  // its entry comes with its listing
-          continue;
-        }
+    detail::ListingReader rd(*l);
+    for (; const Listing::Item* item = rd.peek(0); rd.pop()) {
+      if (item->subtree) continue;
+      Entry e = item->e;
+      e.path = detail::join_path(l->rel, item->e.path);
+      if (e.type == EntryType::Dir) {
+        const Entry* before = was(e.path);
+        if ((task.walk || !(before && before->type == EntryType::Dir)) && !starts_.count(e.path))
+          subdirs.push_back({l, item->e.path, -1, e.path, nullptr, true});
       }
-      Entry e = item.e;
-      e.path = rel;
-      if (e.type == EntryType::File && !hash_or_reuse(l->dir->fd, item.e.path, e, out)) continue;
+      if (e.type == EntryType::File && !hash_or_reuse(l->dir->fd, item->e.path, e, out)) continue;
       add(out, std::move(e));
     }
     if (!subdirs.empty()) {
       std::lock_guard<std::mutex> g(mu_);
       for (auto& t : subdirs) queue_.push_back(std::move(t));
     }
-  }
-
-  static Entry dir_entry(const std::string& rel, const Listing& parent, const std::string& name) {
-    auto it = std::lower_bound(parent.items.begin(), parent.items.end(), name,
-                               [](const Listing::Item& a, const std::string& k) { return a.e.path < k; });
-    if (it == parent.items.end() || it->e.path != name) throw std::logic_error("a subdirectory not in its listing");
-    Entry e = it->e;
-    e.path = rel;
-    return e;
   }
 
   // False when the file went away while we looked (not part of this state).

@@ -77,7 +77,7 @@ struct ChangedDirs {
 // without their parent directory are dropped. What is looked at afresh is held in memory: past
 // max_fresh entries (a branch switch, a large unpack) this is a whole scan instead (the result
 // says incremental false).
-constexpr size_t kRescanEntries = 100000;
+constexpr size_t kRescanEntries = 32768;
 ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const MappedManifest& previous,
                        const ScanResult& notes, const ChangedDirs& changes, int64_t started_ns,
                        const std::string& out_path, size_t max_fresh = kRescanEntries);

@@ -2,12 +2,14 @@
 // directory listed and judged against the ignore rules, the racy-file rule, and the writer of
 // a scan's manifest file. Not part of the library's interface.
 #pragma once
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "fs_ops.hpp"
 #include "ignore.hpp"
+#include "manifest_file.hpp"
 #include "scan.hpp"
 
 namespace xmesh::ws::detail {
@@ -20,9 +22,13 @@ struct FixedRules {
 };
 
 // One directory's entries that the scan keeps, sorted bytewise by `path`, which holds the name
-// only. Each kept subdirectory comes twice: its own entry (`name`) and, with subtree set, the
-// place of its contents in the manifest's order (`name/`: "a" < "a.txt" < "a/b"). Files carry
-// their stat values (mtime_ns, ctime_ns, ino, size), not a hash yet; symlinks their target.
+// only. Each kept subdirectory (one that opened when listed) comes twice: its own entry (`name`)
+// and, with subtree set, the place of its contents in the manifest's order (`name/`: "a" <
+// "a.txt" < "a/b"). Files carry their stat values (mtime_ns, ctime_ns, ino, size), not a hash
+// yet; symlinks their target. A directory of more than kListChunk entries is sorted in chunks
+// spilled to scratch files as sorted runs (mapped, their names gone), read back merged by a
+// ListingReader: a directory of a million files never has its listing in memory.
+constexpr size_t kListChunk = 8192;
 struct Listing {
   struct Item {
     Entry e;
@@ -31,10 +37,30 @@ struct Listing {
   std::string rel;  // the directory, relative to the root ("" = the root)
   std::shared_ptr<Fd> dir;  // open while a file or subdirectory of it may still be opened
   std::shared_ptr<const IgnoreRules> rules;  // the rule files of this directory and its ancestors
-  std::vector<Item> items;
+  std::vector<Item> items;  // with runs: the last chunk
+  std::vector<std::shared_ptr<const MappedManifest>> runs;
   std::vector<std::pair<std::string, std::string>> skipped;
   std::vector<std::pair<std::string, uint64_t>> too_large;
   bool opened = true;  // false: the directory could not be opened (said in skipped)
+};
+
+// A listing's items in order, with a look ahead of up to kLook items (peek(k): the k-th after
+// the current one, 0 the current; null past the end or past the look ahead).
+class ListingReader {
+ public:
+  static constexpr size_t kLook = 1024;
+  explicit ListingReader(const Listing& l);
+  const Listing::Item* peek(size_t k);
+  void pop();
+
+ private:
+  bool pull(Listing::Item& out);  // the next item of the merge of the runs and the last chunk
+  const Listing& l_;
+  size_t pos_ = 0;  // without runs: the current item's index
+  std::vector<ManifestCursor> runs_;
+  std::vector<size_t> heap_;  // the runs with entries left, by their current key
+  size_t tail_ = 0;  // the next item of l_.items to merge
+  std::deque<Listing::Item> window_;
 };
 
 // Lists the directory `fd` (taken over) at rel. parent_rules: its ancestors' rule files.

@@ -89,6 +89,13 @@ void add_item(int dirfd, const char* name, const std::string& rel, const IgnoreS
   item.e.path = name;
   item.e.mode = st.st_mode & 07777;
   if (is_dir) {
+    // Kept only when it opens (the walk that lists it later opens it again).
+    int probe = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (probe < 0) {
+      out.skipped.emplace_back(rel, std::string("cannot open: ") + std::strerror(errno));
+      return;
+    }
+    close(probe);
     item.e.type = EntryType::Dir;
     out.items.push_back(item);
     item.subtree = true;
@@ -113,7 +120,78 @@ void add_item(int dirfd, const char* name, const std::string& rel, const IgnoreS
   out.items.push_back(std::move(item));
 }
 
+void sort_items(std::vector<Listing::Item>& items) {
+  std::sort(items.begin(), items.end(), [](const Listing::Item& a, const Listing::Item& b) { return a.e.path < b.e.path; });
+}
+
+// The listing's items so far, sorted, as a run in a scratch file (the cache form: a subtree
+// item's path ends with '/').
+void spill_chunk(Listing& l) {
+  sort_items(l.items);
+  const std::string path = make_scratch_file("xmesh-listing");
+  try {
+    CacheWriter w(path, 0);
+    for (auto& item : l.items) w.add(item.e);
+    l.runs.push_back(w.commit_mapped());
+  } catch (...) {
+    unlink(path.c_str());
+    throw;
+  }
+  unlink(path.c_str());  // mapped: the pages live on, the name goes
+  l.items.clear();
+}
+
 }  // namespace
+
+ListingReader::ListingReader(const Listing& l) : l_(l) {
+  runs_.reserve(l.runs.size());
+  for (auto& r : l.runs) {
+    runs_.emplace_back(r);
+    if (!runs_.back().at_end()) heap_.push_back(runs_.size() - 1);
+  }
+  auto later = [this](size_t a, size_t b) { return runs_[b].entry().path < runs_[a].entry().path; };
+  std::make_heap(heap_.begin(), heap_.end(), later);
+}
+
+bool ListingReader::pull(Listing::Item& out) {
+  // heap_: the runs not at their end, the one with the smallest current key on top.
+  auto later = [this](size_t a, size_t b) { return runs_[b].entry().path < runs_[a].entry().path; };
+  const bool tail_left = tail_ < l_.items.size();
+  if (heap_.empty() && !tail_left) return false;
+  if (tail_left && (heap_.empty() || l_.items[tail_].e.path < runs_[heap_.front()].entry().path)) {
+    out = l_.items[tail_++];
+    return true;
+  }
+  std::pop_heap(heap_.begin(), heap_.end(), later);
+  ManifestCursor& c = runs_[heap_.back()];
+  out.e = c.entry();
+  out.subtree = !out.e.path.empty() && out.e.path.back() == '/';
+  c.next();
+  if (c.at_end()) {
+    heap_.pop_back();
+  } else {
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  return true;
+}
+
+const Listing::Item* ListingReader::peek(size_t k) {
+  if (k >= kLook) return nullptr;
+  if (l_.runs.empty()) return pos_ + k < l_.items.size() ? &l_.items[pos_ + k] : nullptr;
+  while (window_.size() <= k) {
+    Listing::Item item;
+    if (!pull(item)) return nullptr;
+    window_.push_back(std::move(item));
+  }
+  return &window_[k];
+}
+
+void ListingReader::pop() {
+  if (l_.runs.empty())
+    ++pos_;
+  else if (!window_.empty())
+    window_.pop_front();
+}
 
 std::shared_ptr<Listing> list_directory(int fd, const std::string& rel, const ScanOptions& opts,
                                         const FixedRules& fixed, std::shared_ptr<const IgnoreRules> parent_rules) {
@@ -134,10 +212,10 @@ std::shared_ptr<Listing> list_directory(int fd, const std::string& rel, const Sc
     if (!std::strcmp(name, ".") || !std::strcmp(name, "..")) continue;
     if (rel.empty() && !std::strcmp(name, kStateDirName)) continue;  // a host copy's own state
     add_item(fd, name, join_path(rel, name), ignore, opts, *out);
+    if (out->items.size() >= kListChunk) spill_chunk(*out);
   }
   closedir(d);
-  std::sort(out->items.begin(), out->items.end(),
-            [](const Listing::Item& a, const Listing::Item& b) { return a.e.path < b.e.path; });
+  sort_items(out->items);
   return out;
 }
 

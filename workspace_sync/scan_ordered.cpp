@@ -131,51 +131,42 @@ class OrderedWalk {
     std::optional<std::shared_future<Entry>> hashed;  // set: the entry is what the hash gives
   };
 
-  void walk(std::shared_ptr<Listing> dir) {
+  void walk(const std::shared_ptr<Listing>& dir) {
     take_notes(*dir);
-    const auto& items = dir->items;
-    std::vector<std::optional<ListingFuture>> ahead(items.size());
-    size_t next_submit = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      for (; next_submit < items.size() && lists_ahead_ < kListAhead; ++next_submit)
-        if (items[next_submit].subtree) ahead[next_submit] = submit_listing(dir, next_submit);
-      if (next_submit <= i) next_submit = i + 1;
-      const auto& item = items[i];
-      if (item.subtree) {
-        if (!ahead[i]) ahead[i] = submit_listing(dir, i);
-        std::shared_ptr<Listing> sub = ahead[i]->get();
+    detail::ListingReader rd(*dir);
+    std::deque<std::optional<ListingFuture>> ahead;  // ahead[k]: the listing of rd.peek(k), once asked for
+    auto slot = [&ahead](size_t k) -> std::optional<ListingFuture>& {
+      if (ahead.size() <= k) ahead.resize(k + 1);
+      return ahead[k];
+    };
+    size_t next_submit = 0;  // the items before it (from the current one) were looked at to list ahead
+    while (const Listing::Item* cur = rd.peek(0)) {
+      for (const Listing::Item* it; lists_ahead_ < kListAhead && (it = rd.peek(next_submit)) != nullptr; ++next_submit)
+        if (it->subtree) slot(next_submit) = submit_listing(dir, it->e.path);
+      if (cur->subtree) {
+        std::optional<ListingFuture>& mine = slot(0);
+        if (!mine) mine = submit_listing(dir, cur->e.path);
+        std::shared_ptr<Listing> sub = mine->get();
         --lists_ahead_;
-        ahead[i].reset();
-        walk(std::move(sub));
-      } else if (item.e.type == EntryType::Dir) {
-        // Its entry only when it opens (its listing is due soon anyway: "a" < "a.txt" < "a/").
-        const size_t j = subtree_of(items, i);
-        if (!ahead[j]) ahead[j] = submit_listing(dir, j);
-        if (ahead[j]->get()->opened) emit(*dir, item.e);
+        mine.reset();
+        walk(sub);
       } else {
-        emit(*dir, item.e);
+        emit(*dir, cur->e);
       }
+      rd.pop();
+      if (!ahead.empty()) ahead.pop_front();
+      if (next_submit > 0) --next_submit;
     }
   }
 
-  // Where the contents of the directory item i come in the listing ("name/", after i).
-  static size_t subtree_of(const std::vector<Listing::Item>& items, size_t i) {
-    const std::string key = items[i].e.path + "/";
-    auto it = std::lower_bound(items.begin() + static_cast<std::ptrdiff_t>(i), items.end(), key,
-                               [](const Listing::Item& a, const std::string& k) { return a.e.path < k; });
-    if (it == items.end() || !it->subtree || it->e.path != key)
-      throw std::logic_error("a directory's listing lacks its subtree");  // list_directory adds both
-    return static_cast<size_t>(it - items.begin());
-  }
-
-  ListingFuture submit_listing(const std::shared_ptr<Listing>& dir, size_t i) {
-    std::string name = dir->items[i].e.path;
-    name.pop_back();  // "name/"
+  // The listing of subdirectory `key` ("name/") of dir, on the pool.
+  ListingFuture submit_listing(const std::shared_ptr<Listing>& dir, const std::string& key) {
+    std::string name = key.substr(0, key.size() - 1);
     ++lists_ahead_;
     const ScanOptions& opts = opts_;
     const detail::FixedRules& fixed = fixed_;
     return pool_.submit<std::shared_ptr<Listing>>(
-        detail::join_path(dir->rel, name) + "/",
+        detail::join_path(dir->rel, key),
         [dir, name, &opts, &fixed] { return detail::list_subdirectory(*dir, name, opts, fixed); });
   }
 

@@ -137,14 +137,24 @@ class NotebookPage:
             now = self.prompt(i)
             return now == "[*]:" or (re.fullmatch(r"\[\d+\]:", now) is not None and now != before)
 
+        def kernel_busy():
+            return self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count() > 0
+
         for _ in range(5):
             self._choose_xmesh_if_asked()
             self.cell(i).locator(".jp-InputArea-editor").click()
+            idle_before = not kernel_busy()
             self.page.click(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
-            deadline = time.monotonic() + 5
-            while not started() and time.monotonic() < deadline:
+            # Under load the prompt may lag the press by seconds: a kernel that turned busy took it
+            # (pressing again would run the cell twice), and only a press unseen for 15 s is
+            # pressed again.
+            def taken():
+                return started() or (idle_before and kernel_busy())
+
+            deadline = time.monotonic() + 15
+            while not taken() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if started():
+            if taken():
                 break
         else:
             raise TimeoutError(f"cell {i} never started (prompt {before!r})")

@@ -19,6 +19,7 @@
 #include "receiver.hpp"
 #include "sender.hpp"
 #include "scan.hpp"
+#include "scan_internal.hpp"
 #include "workspace_helpers.hpp"
 
 TEST_CASE("manifests round-trip and their digest covers what a host reproduces", "[workspace]") {
@@ -236,6 +237,43 @@ TEST_CASE("the scan writes its manifest in byte order as it walks, whatever the 
                        [](const Entry& a, const Entry& b) { return a.path < b.path; }));
   CHECK(w.manifest.find("d7/f42")->hash == hash_bytes("7042", 4));
   CHECK(w.digest == w.manifest.digest());
+}
+
+TEST_CASE("a directory of more entries than a chunk is listed in sorted runs, read back merged", "[workspace]") {
+  TempDir t;
+  const size_t n = 2 * detail::kListChunk + 100;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string name = "e" + std::to_string(100000 + (i * 7919) % n);  // not in name order
+    if (i % 1000 == 0)
+      write(t.path + "/flat/" + name + "/inside", name);  // a few directories among the files
+    else
+      write(t.path + "/flat/" + name, name);
+  }
+  detail::FixedRules fixed(ScanOptions{});
+  int fd = open((t.path + "/flat").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto l = detail::list_directory(fd, "flat", {}, fixed, std::make_shared<IgnoreRules>());
+  CHECK(l->runs.size() == 2);  // two full chunks spilled; the rest in memory
+  CHECK(l->items.size() < detail::kListChunk);
+  detail::ListingReader rd(*l);
+  std::vector<std::string> keys;
+  size_t subtrees = 0;
+  for (; const detail::Listing::Item* item = rd.peek(0); rd.pop()) {
+    keys.push_back(item->e.path);
+    subtrees += item->subtree;
+    if (item->subtree) CHECK(item->e.type == EntryType::Dir);
+    if (!item->subtree && item->e.type == EntryType::File) CHECK(item->e.size == 7);
+  }
+  CHECK(keys.size() == n + subtrees);
+  CHECK(subtrees == (n + 999) / 1000);
+  CHECK(std::is_sorted(keys.begin(), keys.end()));
+  CHECK(std::adjacent_find(keys.begin(), keys.end()) == keys.end());
+  // The whole scan through those runs: every file once, in order, with its content's hash.
+  ScanResult r = scan_tree(t.path, {}, nullptr);
+  CHECK(r.files == n);
+  CHECK_NOTHROW(check_manifest(r.manifest));
+  CHECK(r.manifest.find("flat/e100001")->hash == hash_bytes("e100001", 7));
+  CHECK(r.manifest.find("flat/e100000/inside")->hash == hash_bytes("e100000", 7));
 }
 
 TEST_CASE("a previous manifest that does not read costs hashes, not the truth", "[workspace]") {
