@@ -310,6 +310,9 @@ class Node {
   void fail_at_relay(const std::string& origin, const std::string& origin_id, uint64_t corr,
                      const std::vector<CastTarget>& targets, const std::string& why);
   void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id);
+  // A message this node relayed to `to` that was lost with the ring it was on: failed as a
+  // forward that could not go (node_ring_breaks.cpp).
+  void relayed_lost(const std::string& to, const Header& h, const std::string& why);
   void on_replies(Message& m);
   void on_cast_lost(Message& m);
   void send_replies(const std::string& to, const std::string& origin, uint64_t corr, std::vector<CallResult> results);

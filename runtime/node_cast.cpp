@@ -253,6 +253,21 @@ void Node::fail_at_relay(const std::string& origin, const std::string& origin_id
   tell_lost(targets, origin_id);
 }
 
+void Node::relayed_lost(const std::string& to, const Header& h, const std::string& why) {
+  auto it = h.body.is_object() ? h.body.find("cast") : h.body.end();
+  if (it == h.body.end()) return;
+  auto cast = read_as<CastBody>(*it, nullptr);
+  if (!cast || !cast->origin || !cast->origin_id) return;  // relayed messages name both (relay_cast)
+  CastTarget hop;
+  hop.addr = to;
+  hop.actor = h.actor;
+  hop.index = h.index;
+  hop.oseq = h.oseq;
+  std::vector<CastTarget> targets{hop};
+  targets.insert(targets.end(), cast->behind.begin(), cast->behind.end());
+  fail_at_relay(*cast->origin, *cast->origin_id, h.corr, targets, why);
+}
+
 // Answers coming up a tree: to a gather here, or (this node's own call) to the Call.
 void Node::on_replies(Message& m) {
   std::string origin, why;

@@ -39,6 +39,9 @@ bool Node::ring_broke(const std::string& peer, uint64_t token, const std::string
     h.body = body;
     send_or_defer(peer, std::move(h), {}, [](const std::string&) {});
   }
+  // What it held of other origins' messages (this node relaying a cast tree): failed as
+  // forwards that could not go, so their targets take the next message at once.
+  for (auto& h : dropped.relayed) relayed_lost(peer, h, link + " broke (" + why + ") with it on the link");
   log_diag_limited(ring_break_log_, role(),
                    link + " broke (" + why + "): the calls in flight between them failed; ZeroMQ carries their "
                    "messages until a new link is up");

@@ -53,6 +53,9 @@ class RingWriter {
   ShmRing::Result write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
                         int timeout_ms, uint32_t wake = Doorbell::kAnyIdle);
   uint64_t token() const { return ring_.token(); }
+  // Bytes written on the ring so far, and the position up to which its reader has taken them.
+  uint64_t written() const { return ring_.written(); }
+  uint64_t taken() const { return ring_.written() - ring_.unread_by_reader(); }
   void close();  // the peer is gone: waits end, the reader reads what came and forgets the ring
   // The ring alone closed, from any thread (a writer waiting in it under its peer's lock ends).
   void close_ring() { ring_.close(); }

@@ -166,6 +166,11 @@ size_t ShmRing::used() const {
   return head < tail ? 0 : static_cast<size_t>(std::min<uint64_t>(head - tail, capacity_));
 }
 
+size_t ShmRing::unread_by_reader() const {
+  const uint64_t tail = h()->tail.load();
+  return tail > head_ ? 0 : static_cast<size_t>(std::min<uint64_t>(head_ - tail, capacity_));
+}
+
 ShmRing::Result ShmRing::corrupted() {
   close();
   return Result::corrupt;

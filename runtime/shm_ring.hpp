@@ -97,6 +97,11 @@ class ShmRing {
   // Bytes written and not read yet (records included), from the shared positions: at most the
   // capacity (a figure, for stats and a writer's look at its room; never a bound for memory).
   size_t used() const;
+  // Writer side: bytes this side wrote (its own position) and, of the last `capacity` of them,
+  // how many the reader has not taken yet by the shared tail (a figure a scribbled tail can
+  // only make wrong within 0..capacity).
+  uint64_t written() const { return head_; }
+  size_t unread_by_reader() const;
 
  private:
   struct Header;

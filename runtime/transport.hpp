@@ -202,9 +202,12 @@ class Transport {
   // Drops the link with `token` to or from peer, whichever way it went (the reader's ring is
   // forgotten unread). writer: it was this node's ring to peer; through_oseq: the highest order
   // number written on it (0: none). Nothing found: the break was handled already.
+  // relayed: the messages this node relayed for another origin (cast trees) that were on the
+  // ring and not taken by its reader: lost with it (the node fails them as a relay, naming why).
   struct RingDropped {
     bool writer = false, reader = false;
     uint64_t through_oseq = 0;
+    std::vector<Header> relayed;
   };
   RingDropped drop_broken_ring(const std::string& peer, uint64_t token);
   // This node's ring to peer was found closed by its reader: dropped, its token and highest order
@@ -265,7 +268,14 @@ class Transport {
     std::shared_ptr<RingWriter> ring_closer;  // the same, read without the lock (atomic access) to close it
     bool ring_tried = false;           // offered once per connection, whatever the answer
     uint64_t ring_oseq = 0;            // the highest order number written on the ring
-    std::deque<std::pair<uint64_t, uint64_t>> rings_set_aside;  // (token, ring_oseq) of rings closed by the reader
+    // Messages relayed for another origin written on the ring, with the ring position their
+    // records end at, until its reader has taken them (pruned as later ones are written).
+    std::deque<std::pair<uint64_t, Header>> ring_relayed;
+    struct RingAside {
+      uint64_t token = 0, ring_oseq = 0;
+      std::vector<Header> relayed;  // not taken when it was closed
+    };
+    std::deque<RingAside> rings_set_aside;  // rings closed by the reader, for its RingBroken
     int ring_breaks = 0;               // links that broke; after kRingBreaksAllowed, ZeroMQ alone
     // A TCP lane to it (tcp_lane.hpp): asked after the first Call or Reply over ZeroMQ; after
     // three breaks, not again (ZeroMQ alone).
@@ -320,7 +330,10 @@ class Transport {
   // After a Call or Reply went over ZeroMQ to a peer of this host: offers it a ring (once).
   void offer_ring_locked(OutPeer& p, Kind sent, bool blocking);
   static void drop_ring_locked(OutPeer& p);
-  uint64_t give_up_ring_locked(OutPeer& p);  // a ring that broke or was closed under a send
+  static void keep_relayed_locked(OutPeer& p, const Header& h);  // a relayed message written on p's ring
+  // A ring that broke or was closed under a send: its highest order number, and into
+  // *relayed the relayed messages on it its reader had not taken.
+  uint64_t give_up_ring_locked(OutPeer& p, std::vector<Header>* relayed);
   // Acknowledgements that came back on p's connection: what they cover is dropped.
   void read_acks_locked(OutPeer& p);
   // Room for `bytes` more unacknowledged: reads acks; a blocking sender waits for them.

@@ -59,6 +59,7 @@ void Transport::offer_ring_locked(OutPeer& p, Kind sent, bool blocking) {
 void Transport::drop_ring_locked(OutPeer& p) {
   std::atomic_store(&p.ring_closer, std::shared_ptr<RingWriter>());
   p.ring.reset();
+  p.ring_relayed.clear();
 }
 
 void Transport::on_ring_offer(const std::string& from, const RingOfferBody& offer) {
@@ -116,8 +117,13 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
       ++counts_.sent;
       ++counts_.ring_sent;
       // This node's own numbers only: a relayed message carries its origin's, which a CastLost
-      // from here would not name (the reader's gate takes them from the origin or its wait).
-      if (h.oseq > p.ring_oseq && !relayed(h)) p.ring_oseq = h.oseq;
+      // for this node's numbers would not name; it is kept until the reader has taken it, so
+      // that a break fails it at this relay (telling its targets and its origin).
+      if (relayed(h)) {
+        keep_relayed_locked(p, h);
+      } else if (h.oseq > p.ring_oseq) {
+        p.ring_oseq = h.oseq;
+      }
       return true;
     case ShmRing::Result::full:
       throw SendError("the link to " + p.addr + " is full (this thread does not wait)", false, true);
@@ -134,9 +140,18 @@ bool Transport::ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message
   }
 }
 
+void Transport::keep_relayed_locked(OutPeer& p, const Header& h) {
+  const uint64_t taken = p.ring->taken();
+  while (!p.ring_relayed.empty() && p.ring_relayed.front().first <= taken) p.ring_relayed.pop_front();
+  p.ring_relayed.emplace_back(p.ring->written(), h);
+}
+
 // p's ring is given up: closed, dropped, and the next Call or Reply over ZeroMQ offers a new
-// link, a few times at most. Its highest order number.
-uint64_t Transport::give_up_ring_locked(OutPeer& p) {
+// link, a few times at most. Its highest order number; the relayed messages not taken.
+uint64_t Transport::give_up_ring_locked(OutPeer& p, std::vector<Header>* relayed_lost) {
+  const uint64_t taken = p.ring->taken();  // before the close: positions as the reader left them
+  for (auto& [end, h] : p.ring_relayed)
+    if (end > taken) relayed_lost->push_back(std::move(h));
   p.ring->close();
   drop_ring_locked(p);
   p.ring_tried = ++p.ring_breaks >= kRingBreaksAllowed;
@@ -149,13 +164,14 @@ Transport::RingDropped Transport::drop_broken_ring(const std::string& peer, uint
     std::lock_guard<std::mutex> g(p->mu);
     if (p->ring && p->ring->token() == token) {
       dropped.writer = true;
-      dropped.through_oseq = give_up_ring_locked(*p);
+      dropped.through_oseq = give_up_ring_locked(*p, &dropped.relayed);
     }
     auto& aside = p->rings_set_aside;
     for (auto it = aside.begin(); it != aside.end(); ++it)
-      if (it->first == token) {
+      if (it->token == token) {
         dropped.writer = true;
-        dropped.through_oseq = it->second;
+        dropped.through_oseq = it->ring_oseq;
+        dropped.relayed = std::move(it->relayed);
         aside.erase(it);
         break;
       }
@@ -169,7 +185,10 @@ void Transport::set_closed_ring_aside(const std::string& peer, uint64_t token) {
   if (!p) return;
   std::lock_guard<std::mutex> g(p->mu);
   if (!p->ring || p->ring->token() != token) return;
-  p->rings_set_aside.emplace_back(token, give_up_ring_locked(*p));
+  OutPeer::RingAside aside;
+  aside.token = token;
+  aside.ring_oseq = give_up_ring_locked(*p, &aside.relayed);
+  p->rings_set_aside.push_back(std::move(aside));
   if (p->rings_set_aside.size() > kRingBreaksAllowed) p->rings_set_aside.pop_front();
 }
 

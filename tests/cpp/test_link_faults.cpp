@@ -69,21 +69,6 @@ struct Answerer {
   }
 };
 
-// Every xmesh ring mapped in this process (both nodes' ends), as a buggy native library of a
-// proc would find them: its writer's position set to 2^62.
-int scribble_on_rings() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  int hit = 0;
-  while (std::getline(maps, line)) {
-    if (line.find("memfd:xmesh-link") == std::string::npos) continue;
-    uintptr_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
-    uint64_t bogus = uint64_t(1) << 62;
-    std::memcpy(reinterpret_cast<char*>(start) + 64, &bogus, 8);  // Header::head
-    ++hit;
-  }
-  return hit;
-}
 }  // namespace
 
 TEST_CASE("a ring scribbled on fails the call in flight, and the pair goes on over ZeroMQ, then a new ring",
