@@ -1,5 +1,6 @@
 """Helpers shared by the pytest suites (tests/python, tests/kernel): paths, running programs as
 a user would, and waiting on processes."""
+import atexit
 import contextlib
 import os
 import shutil
@@ -16,9 +17,11 @@ EXAMPLES = os.path.join(SOURCE_DIR, "examples")
 
 
 def private_tmpdir(prefix):
-    """A 0700 directory with a short path (ipc socket paths must fit in 107 bytes)."""
+    """A 0700 directory with a short path (ipc socket paths must fit in 107 bytes), removed when
+    the test process ends (if its test did not remove it)."""
     d = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     os.chmod(d, 0o700)
+    atexit.register(shutil.rmtree, d, True)
     return d
 
 
