@@ -102,7 +102,7 @@ BufferStreamServer::BufferStreamServer(BufferRegistry& registry, const std::stri
     ::close(listen_fd_);
     throw std::runtime_error(std::string("a pipe for the stream listener: ") + std::strerror(errno));
   }
-  acceptor_ = std::thread([this] {
+  acceptor_ = runtime_thread([this] {
     pthread_setname_np(pthread_self(), "xmesh-streams");
     accept_loop();
   });
@@ -163,7 +163,7 @@ void BufferStreamServer::adopt(int fd, std::string early) {
   // Non-blocking, whatever handed it over made it (the waits below poll).
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   large_socket_buffers(fd);
-  std::thread([this, fd, early = std::move(early)] {
+  runtime_thread([this, fd, early = std::move(early)] {
     pthread_setname_np(pthread_self(), "xmesh-stream");
     serve(fd, early);
     std::lock_guard<std::mutex> g(mu_);

@@ -73,10 +73,10 @@ DataPlane::DataPlane(Node& node, size_t threads)
       max_streams_(static_cast<uint64_t>(std::max<int64_t>(1, env_int("XMESH_DATA_STREAMS", 4)))) {
   if (threads == 0) threads = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_DATA_THREADS", 2)));
   for (size_t i = 0; i < threads; ++i)
-    threads_.emplace_back([this] {
+    threads_.push_back(runtime_thread([this] {
       pthread_setname_np(pthread_self(), "xmesh-data");
       run();
-    });
+    }));
 }
 
 DataPlane::~DataPlane() {

@@ -1,6 +1,7 @@
 #include "handshake.hpp"
 
 #include "tcp_endpoint.hpp"
+#include "util.hpp"
 
 #include <unistd.h>
 
@@ -46,7 +47,7 @@ Gatekeeper::Gatekeeper(zmq::context_t& ctx, std::string role, Accepts accepts, c
   zap_->set(zmq::sockopt::linger, 0);
   zap_->bind(kZapEndpoint);
   // The socket moves to the handler thread (thread creation is the memory barrier it needs).
-  thread_ = std::thread([this] { serve(*zap_); });
+  thread_ = runtime_thread([this] { serve(*zap_); });
 }
 
 Gatekeeper::~Gatekeeper() { join(); }

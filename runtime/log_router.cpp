@@ -44,7 +44,7 @@ void LogRouter::start() {
   std::lock_guard<std::mutex> g(mu_);
   if (started_) return;
   started_ = true;
-  thread_ = std::thread([this] { run(); });
+  thread_ = runtime_thread([this] { run(); });
 }
 
 void LogRouter::stop() {

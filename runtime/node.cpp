@@ -75,13 +75,13 @@ Node::~Node() { stop(); }
 
 void Node::start() {
   if (running_.exchange(true)) return;
-  io_ = std::thread([this] {
+  io_ = runtime_thread([this] {
     pthread_setname_np(pthread_self(), "xmesh-io");  // shows in top -H, perf, gdb
     io_thread_id_ = std::this_thread::get_id();
     io_loop();
   });
   if (transport_.rings_enabled())
-    rings_ = std::thread([this] {
+    rings_ = runtime_thread([this] {
       pthread_setname_np(pthread_self(), "xmesh-rings");
       rings_thread_id_ = std::this_thread::get_id();
       rings_loop();

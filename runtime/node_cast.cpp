@@ -153,7 +153,7 @@ void Node::send_or_defer(const std::string& addr, Header h, const std::vector<zm
       return;
     }
     if (!relay_.joinable())
-      relay_ = std::thread([this] {
+      relay_ = runtime_thread([this] {
         pthread_setname_np(pthread_self(), "xmesh-relay");
         relay_loop();
       });

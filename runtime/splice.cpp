@@ -55,7 +55,7 @@ SpliceLoop::~SpliceLoop() {
     if (fd >= 0) ::close(fd);
 }
 
-void SpliceLoop::start_thread() { thread_ = std::thread([this] { run(); }); }
+void SpliceLoop::start_thread() { thread_ = runtime_thread([this] { run(); }); }
 
 void SpliceLoop::stop() {
   stop_ = true;

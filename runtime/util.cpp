@@ -287,4 +287,13 @@ void spin_for_network() {
   }
 }
 
+SignalsBlocked::SignalsBlocked() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, &old_);
+}
+
+SignalsBlocked::~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
 }  // namespace xmesh

@@ -1,9 +1,13 @@
 // Small helpers shared by every xmesh process: environment knobs, ids, clocks, paths.
 #pragma once
+#include <signal.h>
+
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace xmesh {
 
@@ -15,6 +19,28 @@ std::string env_str(const char* name, const std::string& fallback = "");
 int64_t now_ms();
 // Seconds since the epoch, as a double (for log records and ages).
 double wall_time();
+
+// While it lives, the calling thread blocks the asynchronous signals a program handles itself
+// (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM); its old mask comes back after.
+class SignalsBlocked {
+ public:
+  SignalsBlocked();
+  ~SignalsBlocked();
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// A thread of the runtime: it starts with those signals blocked, so the kernel delivers a
+// process-directed one to a thread that handles it (a Python program's main thread: its
+// input(), the debugger's prompt, is interrupted by SIGINT only when the signal lands there).
+template <class F>
+std::thread runtime_thread(F&& fn) {
+  SignalsBlocked blocked;  // the new thread inherits the mask
+  return std::thread(std::forward<F>(fn));
+}
 
 // Hex string of n random bytes from the kernel's CSPRNG.
 std::string random_hex(size_t nbytes);

@@ -26,6 +26,7 @@
 #include "fs_ops.hpp"
 #include "path_safety.hpp"
 #include "scan_internal.hpp"
+#include "util.hpp"
 
 namespace xmesh::ws {
 
@@ -74,7 +75,7 @@ class Scanner {
     unsigned n = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
     std::vector<ScanResult> parts(n);
     std::vector<std::thread> threads;
-    for (unsigned i = 1; i < n; ++i) threads.emplace_back([this, &parts, i] { work(parts[i]); });
+    for (unsigned i = 1; i < n; ++i) threads.push_back(runtime_thread([this, &parts, i] { work(parts[i]); }));
     work(parts[0]);
     for (auto& t : threads) t.join();
     if (error_) std::rethrow_exception(error_);

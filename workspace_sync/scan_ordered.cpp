@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "scan_internal.hpp"
+#include "util.hpp"
 
 namespace xmesh::ws {
 
@@ -31,7 +32,7 @@ using detail::Listing;
 class KeyedPool {
  public:
   explicit KeyedPool(unsigned threads) {
-    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+    for (unsigned i = 0; i < threads; ++i) threads_.push_back(runtime_thread([this] { work(); }));
   }
   ~KeyedPool() {
     {

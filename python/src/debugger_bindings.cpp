@@ -19,6 +19,7 @@
 #include "node.hpp"
 #include "rank_selector.hpp"
 #include "stack_groups.hpp"
+#include "util.hpp"
 
 namespace py = pybind11;
 using namespace xmesh;
@@ -69,7 +70,7 @@ class GilDumper {
     if (busy_) return std::nullopt;  // still waiting for the GIL since an earlier request
     if (!started_) {
       started_ = true;
-      std::thread([this] { serve(); }).detach();
+      runtime_thread([this] { serve(); }).detach();
     }
     busy_ = true;
     uint64_t ticket = ++wanted_;

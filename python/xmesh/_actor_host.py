@@ -15,6 +15,7 @@ from ._actor import EndpointProperty, endpoint_signatures
 from ._ports import Port
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages, set_actor_host_factory
+from ._threads import start_thread
 
 _HOST = _core.hostname()
 _CALL = Kind.Call
@@ -32,8 +33,7 @@ class _Loop:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                t = threading.Thread(target=self._loop.run_forever, name="xmesh-asyncio", daemon=True)
-                t.start()
+                t = start_thread(threading.Thread(target=self._loop.run_forever, name="xmesh-asyncio", daemon=True))
                 self.ident = t.ident
         return self._loop
 
@@ -416,7 +416,7 @@ class ActorHost:
     def start(self):
         _debug_proc.set_actor_threads(self.threads_of)
         self._serve_control(self.rt.control)
-        threading.Thread(target=self._events, name="xmesh-actor-host", daemon=True).start()
+        start_thread(threading.Thread(target=self._events, name="xmesh-actor-host", daemon=True))
 
     def _serve_control(self, table):
         """The control messages of a process that hosts actors (a proc, or a controller with
@@ -469,7 +469,7 @@ class ActorHost:
             t = ActorThread(self, msg.actor, inbox)
             with self._lock:
                 self.actors[msg.actor] = t
-            t.start()
+            start_thread(t)
 
     def forget_endpoint_cache(self):
         """After a reload updated classes in place: endpoints are looked up again."""

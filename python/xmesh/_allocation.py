@@ -15,6 +15,7 @@ from ._future import WeakValue, death_reported
 from ._pids import unusual_state
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
 from ._wait import add_slow_wait_hook
+from ._threads import start_thread
 
 
 @dataclass
@@ -113,7 +114,7 @@ class Lease:
 def _stop_unreferenced(alloc):
     if not alloc.stopped:
         # Garbage collection can run anywhere: never block it on the host agents' replies.
-        threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True).start()
+        start_thread(threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True))
 
 
 def all_ok_then(value):

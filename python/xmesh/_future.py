@@ -14,6 +14,7 @@ from ._errors import ActorError, SupervisionError, TakenOverError, describe_coor
 from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime
 from ._shape import ranks_text
+from ._threads import start_thread
 
 T = TypeVar("T")
 
@@ -487,7 +488,7 @@ class CoroutineFuture(LocalFuture[T]):
                 failed: list = []
                 helper = threading.Thread(target=self._run_in_helper, args=(timeout, failed), daemon=True,
                                           name="xmesh-future")
-                helper.start()
+                start_thread(helper)
                 helper.join()
                 if failed:
                     raise failed[0]

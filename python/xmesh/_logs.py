@@ -17,6 +17,7 @@ from typing import List, Optional, Protocol, Union
 from . import _core
 from ._env import env_float
 from ._progress import ProgressBoard, StdStreams, write_flushed
+from ._threads import start_thread
 
 
 def barrier_timeout() -> float:
@@ -46,7 +47,7 @@ class LogOutput:
         self._held = False  # the debugger prompt is open: remote output waits in the router,
         self._held_local = []  # the runtime's own lines here
         self.router.start()
-        threading.Thread(target=self._pump, name="xmesh-log-output", daemon=True).start()
+        start_thread(threading.Thread(target=self._pump, name="xmesh-log-output", daemon=True))
 
     def _pump(self):
         while not self._stopped:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _panel
 from ._env import env_float
+from ._threads import start_thread
 
 
 class DebugLinks:
@@ -55,7 +56,7 @@ class DebugLinks:
     def _start_reaper(self) -> None:
         if self._reaper is None:
             self._reaper = threading.Thread(target=self._reap, name="xmesh-panel-debug-links", daemon=True)
-            self._reaper.start()
+            start_thread(self._reaper)
 
     def _reap(self) -> None:
         while True:

@@ -13,6 +13,7 @@ from . import _core
 from ._control import ControlTable
 from ._env import env_float
 from ._errors import MeshFailure
+from ._threads import start_thread
 
 Kind = _core.Kind
 
@@ -59,8 +60,8 @@ class Runtime:
         self.control.on(Kind.Refuse, lambda msg: self.diag(msg.refuse().reason or "a peer refused this controller"))
         for hook in _wiring.controller_start:
             hook(self)
-        threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
-                         daemon=True).start()
+        start_thread(threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
+                                      daemon=True))
 
     def ensure_actor_host(self):
         """Lets this process host actors (procs always; a controller for this_proc())."""

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional
 
 from . import _core
 from ._pids import pid_alive
+from ._threads import start_thread
 
 
 def peer_credentials(conn: socket.socket) -> tuple:
@@ -76,7 +77,7 @@ class OwnerOnlyServer:
             sys.stderr.write(f"[xmesh] {what} cannot reach this program: cannot listen on {self.path}: {e}\n")
             return False
         self._sock = sock
-        threading.Thread(target=self._accept_loop, name=f"{self._name}-server", daemon=True).start()
+        start_thread(threading.Thread(target=self._accept_loop, name=f"{self._name}-server", daemon=True))
         return True
 
     def stop(self) -> None:
@@ -107,5 +108,5 @@ class OwnerOnlyServer:
             if uid != os.getuid():
                 conn.close()  # another user: the directory's mode should have kept them out already
                 continue
-            threading.Thread(target=self._on_client, args=(conn, pid), name=f"{self._name}-client",
-                             daemon=True).start()
+            start_thread(threading.Thread(target=self._on_client, args=(conn, pid), name=f"{self._name}-client",
+                                          daemon=True))

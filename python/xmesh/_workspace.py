@@ -17,6 +17,7 @@ from ._protocol import read_error
 from ._runtime import Kind, get_runtime
 from ._shape import ranks_text
 from ._wait import Request
+from ._threads import start_thread
 
 DEFAULT_MAX_FILE_SIZE = 100 * 2**20
 
@@ -490,7 +491,7 @@ class WorkspaceWatcher:
         self.reports = []
         self.errors = []
         self._thread = threading.Thread(target=self._run, name="xmesh-workspace-watch", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def _run(self):
         while not self._stop.is_set():

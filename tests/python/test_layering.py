@@ -11,7 +11,7 @@ import xmesh
 LAYERS = [
     # 0 base: the C++ core's face and plain values
     ["_core", "_env", "_protocol", "_error_kinds", "_paths", "_shape", "_errors", "_pids", "_pickling",
-     "_display", "_value_mesh", "_context"],
+     "_display", "_value_mesh", "_context", "_threads"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
     ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles", "_unix_server"],
     # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs,
