@@ -290,7 +290,7 @@ void spin_for_network() {
 SignalsBlocked::SignalsBlocked() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&set, sig);
+  sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, &old_);
 }
 

@@ -20,8 +20,7 @@ int64_t now_ms();
 // Seconds since the epoch, as a double (for log records and ages).
 double wall_time();
 
-// While it lives, the calling thread blocks the asynchronous signals a program handles itself
-// (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM); its old mask comes back after.
+// While it lives, the calling thread blocks SIGINT; its old mask comes back after.
 class SignalsBlocked {
  public:
   SignalsBlocked();
@@ -33,9 +32,11 @@ class SignalsBlocked {
   sigset_t old_;
 };
 
-// A thread of the runtime: it starts with those signals blocked, so the kernel delivers a
-// process-directed one to a thread that handles it (a Python program's main thread: its
-// input(), the debugger's prompt, is interrupted by SIGINT only when the signal lands there).
+// A thread of the runtime: it starts with SIGINT blocked, so the kernel delivers a
+// process-directed one to a thread that takes it (a Python program's main thread: its input(),
+// the debugger's prompt, is cut short by Ctrl-C only when the signal lands there). Only SIGINT,
+// and only threads that run no user code: a child process inherits its parent thread's mask
+// (Python's subprocess does not reset it; runtime/process.cpp's spawns do).
 template <class F>
 std::thread runtime_thread(F&& fn) {
   SignalsBlocked blocked;  // the new thread inherits the mask

@@ -15,7 +15,7 @@ from ._actor import EndpointProperty, endpoint_signatures
 from ._ports import Port
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages, set_actor_host_factory
-from ._threads import start_thread
+from ._threads import start_thread, start_user_thread
 
 _HOST = _core.hostname()
 _CALL = Kind.Call
@@ -33,7 +33,8 @@ class _Loop:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                t = start_thread(threading.Thread(target=self._loop.run_forever, name="xmesh-asyncio", daemon=True))
+                t = start_user_thread(threading.Thread(target=self._loop.run_forever, name="xmesh-asyncio",
+                                                       daemon=True))
                 self.ident = t.ident
         return self._loop
 
@@ -469,7 +470,7 @@ class ActorHost:
             t = ActorThread(self, msg.actor, inbox)
             with self._lock:
                 self.actors[msg.actor] = t
-            start_thread(t)
+            start_user_thread(t)
 
     def forget_endpoint_cache(self):
         """After a reload updated classes in place: endpoints are looked up again."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from . import _core
 from ._context import current_cell
 from ._paths import PYTHON
-from ._threads import start_thread
+from ._threads import start_user_thread
 
 if TYPE_CHECKING:
     from ._proc_mesh import HostMesh
@@ -612,7 +612,7 @@ class SlurmJob(_Job):
         # Notices go to the cell that started (or found) the job, as its other output does.
         self._watcher = threading.Thread(target=self._watch_loop, args=(self._record, current_cell()), daemon=True,
                                          name=f"xmesh-job-{self.name}")
-        start_thread(self._watcher)
+        start_user_thread(self._watcher)  # it runs scontrol
 
     def _watch_loop(self, record: JobRecord, cell: str) -> None:
         """Loses the job's hosts at once when it ends (naming why) and says when its time limit nears."""
@@ -689,8 +689,8 @@ class SSHJob(_Job):
         results: dict = {}
         threads = [threading.Thread(target=lambda h=h: results.__setitem__(h, self._start_one(h, tag, key)))
                    for h in self.spec["hosts"]]
-        for t in threads:
-            start_thread(t)
+        for t in threads:  # each starts ssh, whose SIGINT must not be blocked
+            start_user_thread(t)
         for t in threads:
             t.join()
         failed = [f"{h}: {why}" for h, (status, why) in results.items() if status is None]

@@ -1,19 +1,29 @@
-"""Threads of xmesh's own Python side. Each starts with the signals a program handles itself
-blocked (so do the runtime's C++ threads: runtime/util.hpp, runtime_thread), so the kernel
-delivers a process-directed one to the main thread, where Python runs its handlers: a SIGINT
-given to another thread did not cut short a main thread blocked in input() (the debugger's
-prompt missed a Ctrl-C now and then)."""
+"""Threads of xmesh's own Python side that run no user code (the control server, the log pump,
+the debug servers, the workspace watcher...). Each starts with SIGINT blocked (so do the
+runtime's C++ threads: runtime/util.hpp, runtime_thread), so the kernel delivers a
+process-directed SIGINT to the main thread, where Python raises KeyboardInterrupt: one given to
+another thread did not cut short a main thread blocked in input() (the debugger's prompt missed a
+Ctrl-C now and then). Threads that run user code (actors, their asyncio loop) and those that start
+processes keep it: a child inherits its parent thread's mask, and Python's subprocess does not
+reset it."""
 import signal
 import threading
 
-HANDLED_BY_THE_PROGRAM = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                          signal.SIGUSR2, signal.SIGALRM}
-
 
 def start_thread(thread: threading.Thread) -> threading.Thread:
-    """Starts `thread` with those signals blocked in it (it inherits the mask of the thread that
-    starts it, whose own mask is back as it was once it has started); returns it."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_BY_THE_PROGRAM)
+    """Starts `thread` with SIGINT blocked in it (it inherits the mask of the thread that starts
+    it, whose own mask is back as it was once it has started); returns it."""
+    return _start(thread, signal.SIG_BLOCK)
+
+
+def start_user_thread(thread: threading.Thread) -> threading.Thread:
+    """Starts a thread that runs user code with SIGINT not blocked, whichever thread starts it
+    (an actor's thread is started from xmesh's own event thread)."""
+    return _start(thread, signal.SIG_UNBLOCK)
+
+
+def _start(thread: threading.Thread, how: int) -> threading.Thread:
+    old = signal.pthread_sigmask(how, {signal.SIGINT})
     try:
         thread.start()
     finally:
