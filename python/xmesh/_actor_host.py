@@ -15,7 +15,7 @@ from ._actor import EndpointProperty, endpoint_signatures
 from ._ports import Port
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, messages, set_actor_host_factory
-from ._threads import start_thread, start_user_thread
+from ._threads import OWN_ACTOR_PREFIX, start_thread, start_user_thread
 
 _HOST = _core.hostname()
 _CALL = Kind.Call
@@ -470,7 +470,8 @@ class ActorHost:
             t = ActorThread(self, msg.actor, inbox)
             with self._lock:
                 self.actors[msg.actor] = t
-            start_user_thread(t)
+            # xmesh's own actors (the controller's registry) run no user code (_threads.py).
+            (start_thread if msg.actor.startswith(OWN_ACTOR_PREFIX) else start_user_thread)(t)
 
     def forget_endpoint_cache(self):
         """After a reload updated classes in place: endpoints are looked up again."""

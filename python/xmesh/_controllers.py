@@ -12,8 +12,9 @@ from ._context import actor_context, actor_handles
 from ._future import Future
 from ._proc_mesh import set_registry_provider, this_proc
 from ._runtime import get_runtime
+from ._threads import OWN_ACTOR_PREFIX
 
-REGISTRY_NAME = "xmesh-controllers"
+REGISTRY_NAME = OWN_ACTOR_PREFIX + "controllers"  # xmesh's own actor (_threads.py)
 
 
 class ControllerRegistry(Actor):

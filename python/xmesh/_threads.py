@@ -9,6 +9,10 @@ reset it."""
 import signal
 import threading
 
+# Actors named with this prefix are xmesh's own (the controller's registry): their threads run no
+# user code, so they start as xmesh's other threads do.
+OWN_ACTOR_PREFIX = "xmesh-"
+
 
 def start_thread(thread: threading.Thread) -> threading.Thread:
     """Starts `thread` with SIGINT blocked in it (it inherits the mask of the thread that starts

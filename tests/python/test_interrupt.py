@@ -51,6 +51,9 @@ pm = this_host().spawn_procs({{"gpus": 2}})
 c = pm.spawn("c", Counter)
 c.get.call().get(timeout=30)
 c.get.broadcast()  # a broadcast, so the relay thread (if any) is up too
+from xmesh import this_proc
+mine = this_proc().spawn("mine", Counter)  # an actor of the user's in this process: user code
+mine.get.call().get(timeout=30)
 def sigint_blocked(tid):
     with open(f"/proc/self/task/{{tid}}/status") as f:
         mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
@@ -79,9 +82,12 @@ def test_the_runtimes_threads_leave_sigint_to_the_main_thread(tmp_path):
     assert r.returncode == 0, r.stderr
     seen = dict(line.split() for line in r.stdout.splitlines() if line.strip())
     assert seen.pop("main") == "open", r.stdout
-    user_code = {name: state for name, state in seen.items()  # actors' threads (the OS name, the Python one)
-                 if name == "xmesh-actor" or (name.startswith("py:xmesh-actor-") and name != "py:xmesh-actor-host")}
+    # The user's actor's thread (its Python name; every actor thread's OS name is "xmesh-actor",
+    # the controller's own registry actor's included, which blocks it).
+    user_code = {name: state for name, state in seen.items() if name.startswith("py:xmesh-actor-mine")}
     assert user_code and all(state == "open" for state in user_code.values()), r.stdout
+    seen = {name: state for name, state in seen.items() if name != "xmesh-actor"}
     own = {name: state for name, state in seen.items() if name not in user_code}
-    assert {"xmesh-io", "xmesh-rings", "py:xmesh-control", "py:xmesh-log-output", "py:xmesh-actor-host"} <= set(own), r.stdout
+    assert {"xmesh-io", "xmesh-rings", "py:xmesh-control", "py:xmesh-log-output", "py:xmesh-actor-host",
+            "py:xmesh-actor-xmesh-controllers"} <= {name.split(".")[0] for name in own}, r.stdout
     assert all(state == "blocked" for state in own.values()), r.stdout
