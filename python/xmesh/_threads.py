@@ -2,8 +2,7 @@
 the debug servers, the workspace watcher...). Each starts with SIGINT blocked (so do the
 runtime's C++ threads: runtime/util.hpp, runtime_thread), so the kernel delivers a
 process-directed SIGINT to the main thread, where Python raises KeyboardInterrupt: one given to
-another thread did not cut short a main thread blocked in input() (the debugger's prompt missed a
-Ctrl-C now and then). Threads that run user code (actors, their asyncio loop) and those that start
+another thread does not cut short a main thread blocked in input() (the debugger's prompt). Threads that run user code (actors, their asyncio loop) and those that start
 processes keep it: a child inherits its parent thread's mask, and Python's subprocess does not
 reset it."""
 import signal

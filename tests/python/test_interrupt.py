@@ -71,11 +71,11 @@ for t in threading.enumerate():  # xmesh's Python threads, by their Python names
 
 
 def test_the_runtimes_threads_leave_sigint_to_the_main_thread(tmp_path):
-    """A SIGINT the kernel gave one of the runtime's threads was lost to a Python program blocked
-    in input() (its select() is only cut short by a signal delivered to the main thread): the
-    debugger's prompt missed a Ctrl-C about once in 130 runs under load. Every thread of xmesh's
-    own that runs no user code blocks SIGINT; the main thread and the threads that run user code
-    (an actor's: a process it starts inherits its mask) keep it."""
+    """A SIGINT the kernel gives one of the runtime's threads is lost to a Python program blocked
+    in input() (its select() is only cut short by a signal delivered to the main thread, as the
+    debugger's prompt is). Every thread of xmesh's own that runs no user code blocks SIGINT; the
+    main thread and the threads that run user code (an actor's: a process it starts inherits its
+    mask) keep it."""
     script = tmp_path / "masks.py"
     script.write_text(THREAD_MASKS.format(testdir=os.path.dirname(os.path.abspath(__file__))))
     r = subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=100)
