@@ -279,27 +279,6 @@ Manifest Manifest::decode_wire(std::string_view bytes, uint64_t max_entries) {
   return m;
 }
 
-std::string Manifest::encode_cache() const {
-  std::string out = cache_header(scan_ns, entries.size());
-  for (auto& e : entries) put_cache_entry(out, e);
-  return out;
-}
-
-bool Manifest::decode_cache(const std::string& bytes, Manifest& out) {
-  try {
-    Reader r{bytes, 0};
-    Manifest m;
-    uint64_t n = read_cache_header(r, m.scan_ns);
-    m.entries.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) m.entries.push_back(read_cache_entry(r));
-    if (r.pos != bytes.size()) return false;
-    out = std::move(m);
-    return true;
-  } catch (const std::exception&) {
-    return false;  // a damaged cache only costs a re-hash
-  }
-}
-
 bool for_each_cached_entry(const std::string& path, const std::function<void(int64_t)>& scan_ns,
                            const std::function<void(Entry&&)>& fn) {
   auto m = MappedManifest::open(path);

@@ -64,9 +64,8 @@ struct Manifest {
   std::string encode_wire() const;
   static Manifest decode_wire(std::string_view bytes, uint64_t max_entries = 10000000);
   // The local cache form, with stat values and the scan time ("XMC2": the entry count a fixed
-  // 8 bytes, so a form written entry by entry can set it at the end; "XMC1" files still read).
-  std::string encode_cache() const;  // whole (files are written entry by entry: CacheWriter)
-  static bool decode_cache(const std::string& bytes, Manifest& out);
+  // 8 bytes, so a form written entry by entry can set it at the end; "XMC1" files still read),
+  // is written by CacheWriter (fs_ops.hpp) and read by MappedManifest (manifest_file.hpp).
 };
 
 // A manifest's digest built entry by entry, in path order (Manifest::digest() is this over its

@@ -1,8 +1,6 @@
 #include "scan.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,7 +19,6 @@
 #include <set>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "fs_ops.hpp"
 #include "path_safety.hpp"

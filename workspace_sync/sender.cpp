@@ -12,7 +12,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
@@ -137,7 +136,6 @@ class Pusher {
 zmq::message_t frame_of(const std::string& s) { return zmq::message_t(s.data(), s.size()); }
 
 }  // namespace
-
 
 namespace {
 // An XXH3-128 streaming state, freed when it goes.

@@ -39,22 +39,27 @@ TEST_CASE("manifests round-trip and their digest covers what a host reproduces",
 
   m.scan_ns = 123;
   m.entries[1].mtime_ns = 5;
-  Manifest cached;
-  REQUIRE(Manifest::decode_cache(m.encode_cache(), cached));
+  TempDir dir;
+  save_manifest_cache(dir.path + "/m.manifest", m);  // the cache form (CacheWriter)
+  auto mapped = MappedManifest::open(dir.path + "/m.manifest");
+  REQUIRE(mapped);
+  Manifest cached = mapped->load();
   CHECK(cached.scan_ns == 123);
   CHECK(cached.entries[1].mtime_ns == 5);
-  CHECK_FALSE(Manifest::decode_cache("garbage", cached));
+  write(dir.path + "/garbage", "garbage, not a manifest");
+  CHECK_FALSE(MappedManifest::open(dir.path + "/garbage"));
   // The form before XMC2 (the count a varint, at most 127 here: one byte) still reads.
-  std::string v2 = m.encode_cache();
+  std::string v2;
+  REQUIRE(read_whole_file(dir.path + "/m.manifest", v2));
   REQUIRE(m.entries.size() < 128);
   std::string v1 = "XMC1" + v2.substr(4, 8) + std::string(1, char(m.entries.size())) + v2.substr(20);
-  Manifest old;
-  REQUIRE(Manifest::decode_cache(v1, old));
+  write(dir.path + "/v1.manifest", v1);
+  auto mapped_v1 = MappedManifest::open(dir.path + "/v1.manifest");
+  REQUIRE(mapped_v1);
+  Manifest old = mapped_v1->load();
   CHECK(old.digest() == m.digest());
   CHECK(old.entries[1].mtime_ns == 5);
   // Read back entry by entry from a file: the same entries, and the scan time first.
-  TempDir dir;
-  write(dir.path + "/m.manifest", v2);
   Manifest streamed;
   CHECK(for_each_cached_entry(dir.path + "/m.manifest", [&](int64_t ns) { streamed.scan_ns = ns; },
                               [&](Entry&& e) { streamed.entries.push_back(std::move(e)); }));
