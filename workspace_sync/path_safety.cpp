@@ -86,26 +86,13 @@ bool symlink_resolves_inside(const Manifest& m, const std::string& link_path, co
   return true;
 }
 
-std::vector<std::pair<std::string, std::string>> drop_links_through_links(Manifest& m) {
-  std::vector<std::pair<std::string, std::string>> dropped;
-  std::vector<bool> refused(m.entries.size(), false);
+std::vector<std::pair<std::string, std::string>> links_through_links(const Manifest& links) {
+  std::vector<std::pair<std::string, std::string>> refused;
   std::string why;
-  for (size_t i = 0; i < m.entries.size(); ++i) {  // judged on the whole manifest, then removed
-    const Entry& e = m.entries[i];
-    if (e.type == EntryType::Symlink && !symlink_resolves_inside(m, e.path, e.target, &why)) {
-      refused[i] = true;
-      dropped.emplace_back(e.path, "symlink to " + e.target + " " + why);
-    }
-  }
-  if (dropped.empty()) return dropped;
-  size_t n = 0;
-  for (size_t i = 0; i < m.entries.size(); ++i) {
-    if (refused[i]) continue;
-    if (n != i) m.entries[n] = std::move(m.entries[i]);  // never onto itself: that empties it
-    ++n;
-  }
-  m.entries.resize(n);
-  return dropped;
+  for (auto& e : links.entries)
+    if (e.type == EntryType::Symlink && !symlink_resolves_inside(links, e.path, e.target, &why))
+      refused.emplace_back(e.path, "symlink to " + e.target + " " + why);
+  return refused;
 }
 
 void check_manifest(const Manifest& m) {
@@ -146,10 +133,8 @@ void ManifestChecker::add(const Entry& e) {
 }
 
 void ManifestChecker::finish() {
-  std::string why;
-  for (auto& e : links_.entries)
-    if (!symlink_resolves_inside(links_, e.path, e.target, &why))
-      throw PathError("refused manifest entry '" + e.path + "': symlink to '" + e.target + "' " + why);
+  auto refused = links_through_links(links_);
+  if (!refused.empty()) throw PathError("refused manifest entry '" + refused[0].first + "': " + refused[0].second);
 }
 
 }  // namespace xmesh::ws

@@ -37,8 +37,9 @@ bool symlink_stays_inside(const std::string& link_path, const std::string& targe
 // although the lexical walk stays in. m is sorted (Manifest::find).
 bool symlink_resolves_inside(const Manifest& m, const std::string& link_path, const std::string& target,
                              std::string* why);
-// Removes from m (sorted) every symlink that symlink_resolves_inside refuses: (path, why) each.
-std::vector<std::pair<std::string, std::string>> drop_links_through_links(Manifest& m);
+// The symlinks of `links` (a tree's symlinks only, sorted) that symlink_resolves_inside refuses:
+// (path, "symlink to <target> <why>") each, in path order. What the scan drops and a host refuses.
+std::vector<std::pair<std::string, std::string>> links_through_links(const Manifest& links);
 // Every entry of a received manifest: valid paths in order, targets inside, each parent present
 // as a directory entry (so no path reaches through a symlink or a file). Throws PathError.
 void check_manifest(const Manifest& m);

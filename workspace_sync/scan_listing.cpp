@@ -270,16 +270,11 @@ void ScanWriter::add(const Entry& e) {
 }
 
 void ScanWriter::finish(ScanResult& r) {
-  std::vector<std::pair<std::string, std::string>> dropped;
-  std::string why;
-  for (auto& e : links_.entries)  // judged against the tree's links only (path_safety.hpp)
-    if (!symlink_resolves_inside(links_, e.path, e.target, &why))
-      dropped.emplace_back(e.path, "symlink to " + e.target + " " + why);
+  auto dropped = links_through_links(links_);  // judged against the tree's links only
   std::shared_ptr<const MappedManifest> file = writer_->commit_mapped();
   writer_.reset();
   Hash128 digest = digest_.finish();
-  if (!dropped.empty()) {  // rare: the file again, without them
-    std::sort(dropped.begin(), dropped.end());
+  if (!dropped.empty()) {  // rare: the file again, without them (dropped is in path order)
     CacheWriter again(out_path_, scan_ns_);
     DigestBuilder d2;
     counts_ = Counts();
