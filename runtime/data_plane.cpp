@@ -11,6 +11,7 @@
 
 #include "bodies.hpp"
 #include "buffer_stream.hpp"
+#include "data_node.hpp"
 #include "node.hpp"
 #include "process_memory.hpp"
 #include "util.hpp"
@@ -67,6 +68,7 @@ struct DataPlane::Batch {
 
 DataPlane::DataPlane(Node& node, size_t threads)
     : node_(node),
+      data_(DataNode::of(node)),
       step_pause_ms_(static_cast<int>(env_int("XMESH_DATA_STEP_PAUSE_MS", 0))),
       force_stream_(env_str("XMESH_DATA_TRANSPORT") == "stream"),
       force_remote_(env_str("XMESH_DATA_TRANSPORT") == "remote"),
@@ -489,7 +491,7 @@ std::shared_ptr<RdmaNic::Link> DataPlane::link_to(const std::string& owner) {
   std::lock_guard<std::mutex> g(links_mu_);
   if (!nic_asked_) {
     nic_asked_ = true;
-    nic_ = node_.rdma_nic();
+    nic_ = data_.rdma_nic();
   }
   if (!nic_ || no_rdma_.count(owner)) return nullptr;
   auto& link = links_[owner];

@@ -31,6 +31,7 @@
 namespace xmesh {
 
 class Node;
+class DataNode;
 struct BufferLeaseReply;
 
 struct DataOp {
@@ -46,7 +47,8 @@ struct DataOp {
 
 class DataPlane {
  public:
-  // node: sends the leases (and owns nothing of this). threads: copies that may run at once
+  // node: sends the leases (and owns nothing of this); its DataNode (attached: else
+  // std::logic_error) gives the RDMA NIC. threads: copies that may run at once
   // (XMESH_DATA_THREADS, default 2).
   explicit DataPlane(Node& node, size_t threads = 0);
   ~DataPlane();  // stops the threads; batches not done fail
@@ -147,6 +149,7 @@ class DataPlane {
   };
   void release_late_leases();
   Node& node_;
+  DataNode& data_;
   // XMESH_DATA_STEP_PAUSE_MS: a pause between copy steps, so that tests can act while a
   // transfer is under way (kill its owner); 0 outside tests.
   const int step_pause_ms_;

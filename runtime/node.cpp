@@ -4,11 +4,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "bodies.hpp"
-#include "record_cipher.hpp"
-#include "tcp_endpoint.hpp"
-#include "tcp_lane.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -314,11 +312,7 @@ void Node::mark_dead(const std::string& addr, const json& error) {
     oseq_out_.erase(addr);
   }
   fail_calls_to(addr, error);  // first: a send that the disconnect ends fails with this error, not its own
-  buffers_.release_holder(addr);  // a reader that died mid-copy: its leases end (a dropped buffer may go)
-  {
-    std::lock_guard<std::mutex> g(rdma_mu_);
-    rdma_links_.erase(addr);
-  }
+  for (auto& p : parts_) p->peer_dead(addr);
   transport_.disconnect(addr);
 }
 
@@ -482,9 +476,6 @@ void Node::register_builtin_handlers() {
     LaneOfferBody offer;
     if (typed_body(m, offer)) transport_.on_lane_offer(m.sender_addr, offer);
   };
-  handlers_[static_cast<int>(Kind::BufferLease)] = [this](Message& m) { on_buffer_lease(m); };
-  handlers_[static_cast<int>(Kind::BufferDrop)] = [this](Message& m) { on_buffer_drop(m); };
-  handlers_[static_cast<int>(Kind::BufferRelease)] = [this](Message& m) { on_buffer_release(m); };
   handlers_[static_cast<int>(Kind::LaneSwitch)] = [this](Message& m) {
     transport_.on_lane_switch(m.sender_addr, m.peer_identity);
   };
@@ -587,21 +578,9 @@ void Node::on_spawn_actor(Message& m) {
   actor_events_.push(std::move(notice));
 }
 
-template <class Body>
-bool Node::typed_body(const Message& m, Body& out, std::string* why_out) {
-  std::string why;
-  auto read = read_as<Body>(m.header.body, &why);
-  if (!read) {
-    transport_.count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + why);
-    if (why_out) *why_out = why;
-    return false;
-  }
-  out = std::move(*read);
-  return true;
+void Node::count_malformed(const Message& m, const std::string& why) {
+  transport_.count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + why);
 }
-// The notices read in node_cast.cpp and node_ring_breaks.cpp.
-template bool Node::typed_body<CastLostBody>(const Message&, CastLostBody&, std::string*);
-template bool Node::typed_body<RingBrokenBody>(const Message&, RingBrokenBody&, std::string*);
 
 void Node::on_proc_exited(Message& m) {
   ProcExitedBody exited;
@@ -631,228 +610,13 @@ void Node::on_peer_dead(Message& m) {
 }
 
 // A request whose body does not read is answered saying so (its sender waits for an answer).
-template <class Body>
-bool Node::request_body(const Message& m, Body& out, ErrorKind kind) {
-  std::string why;
-  if (typed_body(m, out, &why)) return true;
+void Node::refuse_malformed(const Message& m, ErrorKind kind, const std::string& why) {
   reply(m, false, error_body(kind, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why), {});
-  return false;
 }
 
-void Node::on_buffer_lease(Message& m) {
-  BufferLeaseBody b;
-  if (!request_body(m, b, ErrorKind::Buffer)) return;
-  std::string why;
-  // A reader elsewhere (or one that may not read this process's memory) gets the bytes streamed.
-  const bool stream = b.stream || (!b.host.empty() && b.host != host_key());
-  std::string listener;
-  if (stream && (listener = buffer_streams(&why)).empty()) {
-    reply(m, false, error_body(ErrorKind::Buffer, "the owner cannot stream its buffers: " + why), {});
-    return;
-  }
-  // Small and from elsewhere: the bytes in the messages (the control link seals them), no stream.
-  const bool in_messages = b.inline_ && stream && b.size <= kInlineBytes;
-  if (in_messages && b.write && (m.frames.size() != 1 || m.frames[0].size() != b.size)) {
-    reply(m, false, error_body(ErrorKind::Buffer, "malformed BufferLease request: a write of " +
-                                   std::to_string(b.size) + " bytes in the messages must carry them in one frame"), {});
-    return;
-  }
-  // RDMA for a reader elsewhere that offered its address: the link to it and the buffer's
-  // registration, made before the lease: a device buffer the NIC reaches itself (dma-buf) is
-  // then leased direct, neither staged nor granted to streams.
-  RdmaOffer offer;
-  if (stream && !in_messages && !b.rdma.empty()) offer = prepare_rdma(m.sender_addr, b);
-  const bool direct = offer.link && buffers_.on_device(b.buffer);
-  auto lease = buffers_.lease(b.buffer, b.offset, b.size, b.write, m.sender_addr, &why, stream && !in_messages && !direct,
-                              direct);
-  if (!lease.id) {
-    reply(m, false, error_body(ErrorKind::Buffer, why), {});
-    return;
-  }
-  if (in_messages) {
-    answer_in_messages(m, b, lease);
-    return;
-  }
-  BufferLeaseReply r;
-  r.pid = static_cast<int64_t>(getpid());
-  r.addr = reinterpret_cast<uint64_t>(lease.addr);
-  r.lease = lease.number;
-  r.host = host_key();
-  r.device = lease.staged;
-  r.direct = direct;
-  if (stream && !direct) {
-    r.stream = listener;
-    r.token = to_hex(lease.token);
-    r.key = to_hex(lease.key);
-    r.cipher = record_cipher_name(preferred_record_cipher());
-  }
-  if (offer.link) {
-    r.rdma = offer.link->address().to_string();
-    r.rkey = offer.region->rkey;
-  } else {
-    r.rdma_why = offer.why;
-  }
-  if (m.header.corr) {
-    reply(m, true, r, {});
-  } else {
-    buffers_.release(b.buffer, lease.number, m.sender_addr);  // nobody to tell where: no lease
-  }
-}
-
-void Node::set_rdma_nic_source(RdmaNicSource source) {
-  std::lock_guard<std::mutex> g(rdma_mu_);
-  rdma_source_ = std::move(source);
-  rdma_made_ = false;
-  rdma_nic_.reset();
-  rdma_links_.clear();
-}
-
-std::shared_ptr<RdmaNic> Node::rdma_nic(std::string* why) {
-  std::lock_guard<std::mutex> g(rdma_mu_);
-  if (!rdma_made_) {
-    rdma_made_ = true;
-    if (rdma_source_) rdma_nic_ = rdma_source_(&rdma_why_);
-    if (!rdma_nic_ && rdma_why_.empty()) rdma_why_ = "no RDMA NIC was given to this process";
-  }
-  if (!rdma_nic_ && why) *why = rdma_why_;
-  return rdma_nic_;
-}
-
-size_t Node::rdma_links() const {
-  std::lock_guard<std::mutex> g(rdma_mu_);
-  return rdma_links_.size();
-}
-
-Node::RdmaOffer Node::prepare_rdma(const std::string& holder, const BufferLeaseBody& b) {
-  RdmaOffer offer;
-  std::string why;
-  RdmaAddress peer;
-  auto nic = rdma_nic(&why);
-  if (!nic) return offer.why = "the owner has no working RDMA device: " + why, offer;
-  if (!RdmaAddress::parse(b.rdma, &peer, &why)) return offer.why = why, offer;
-  auto region = buffers_.registration(b.buffer, [&](char* addr, size_t size, bool writable, DeviceMemory* device,
-                                                   std::string* failed) -> RdmaNic::RegionPtr {
-    if (!device) return nic->register_memory(addr, size, true, writable, failed);
-    uint64_t offset = 0;  // device memory: registered through a dma-buf of it, or staged
-    const int fd = device->dmabuf(addr, size, &offset, failed);
-    if (fd < 0) return nullptr;
-    auto direct = nic->register_dmabuf(fd, offset, size, reinterpret_cast<uint64_t>(addr), true, writable, failed);
-    close(fd);
-    return direct;
-  }, &why);
-  if (!region) return offer.why = "the owner could not register the buffer's memory for RDMA: " + why, offer;
-  auto link = rdma_link_for(holder, peer, &why);
-  if (!link) return offer.why = "the owner could not connect to the reader: " + why, offer;
-  offer.link = link;
-  offer.region = region;
-  return offer;
-}
-
-std::shared_ptr<RdmaNic::Link> Node::rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why) {
-  std::lock_guard<std::mutex> g(rdma_mu_);
-  auto& link = rdma_links_[holder];
-  if (link && link->peer_qpn() == peer.qpn) return link;
-  std::shared_ptr<RdmaNic::Link> fresh = rdma_nic_->open_link(why);
-  if (fresh) {
-    if (std::string bad = fresh->connect(peer); !bad.empty()) {
-      *why = bad;
-      fresh.reset();
-    }
-  }
-  if (fresh)
-    link = fresh;
-  else
-    rdma_links_.erase(holder);
-  return fresh;
-}
-
-void Node::answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease) {
-  std::vector<zmq::message_t> frames;
-  std::string failed;
-  if (b.write) {
-    std::memcpy(lease.addr, m.frames[0].data(), lease.size);
-    failed = buffers_.land(lease.id, lease.number, m.sender_addr);  // a device buffer's: copied in
-  } else {
-    frames.emplace_back(lease.addr, lease.size);  // a copy, made before the lease ends
-  }
-  buffers_.release(lease.id, lease.number, m.sender_addr);
-  if (!failed.empty()) {
-    reply(m, false, error_body(ErrorKind::Buffer, failed), {});
-    return;
-  }
-  BufferLeaseReply r;
-  r.pid = static_cast<int64_t>(getpid());
-  r.host = host_key();
-  r.inline_ = true;
-  try {
-    reply(m, true, r, std::move(frames));
-  } catch (const SendError& e) {  // this thread does not wait for room: say so, small
-    reply(m, false, error_body(ErrorKind::Send, std::string("the owner could not send the bytes: ") + e.what()), {});
-  }
-}
-
-std::string Node::buffer_streams(std::string* why) {
-  std::lock_guard<std::mutex> g(streams_mu_);
-  // Where the node has a lane listener, streams come to it (no port of their own: a proc behind
-  // its agent's one port is reached through the agent like its lanes) and are handed over here.
-  if (const std::string lanes = transport_.lane_endpoint(); !lanes.empty()) {
-    if (!adopting_) {
-      adopting_ = std::make_unique<BufferStreamServer>(buffers_);
-      // Called by the I/O thread under the transport's lane lock: it takes no lock of the
-      // node's. The server outlives the transport (declared before it, so destroyed after).
-      BufferStreamServer* server = adopting_.get();
-      transport_.set_stream_adopter([server](int fd, std::string early) { server->adopt(fd, std::move(early)); });
-    }
-    return lanes;
-  }
-  const std::string bound = transport_.tcp_bound_addr(), reached = tcp_addr();
-  if (streams_ && streams_bound_ == bound) return streams_->address();
-  // Beside the node's TCP address (bound there, reached as peers reach the node); a node with
-  // none is reached by nobody off this host: loopback (the same-host fallback). One placed
-  // before the node listened on TCP stays for the streams it serves; a new one goes beside it.
-  if (streams_) old_streams_.push_back(std::move(streams_));
-  std::string bind_host = "127.0.0.1", reach_host = bind_host;
-  try {
-    if (!bound.empty()) {
-      const auto b = TcpEndpoint::parse(bound), r = TcpEndpoint::parse(reached.empty() ? bound : reached);
-      bind_host = b.wildcard() ? (b.host.find(':') != std::string::npos ? "::" : "0.0.0.0") : b.host;
-      reach_host = r.wildcard() ? numeric_host(hostname()) : r.host;
-      // A proc behind its agent's one port listens on loopback, reached through the agent: its
-      // streams listen on the host's address the agent is reached at (a port of their own).
-      if (r.behind) bind_host = r.host;
-    }
-    streams_ = std::make_unique<BufferStreamServer>(buffers_, bind_host, reach_host);
-    streams_bound_ = bound;
-  } catch (const std::exception& e) {
-    *why = e.what();
-    return "";
-  }
-  return streams_->address();
-}
-
-void Node::on_buffer_release(Message& m) {
-  BufferReleaseBody b;
-  if (!typed_body(m, b)) return;
-  // A complete write into a device buffer: its staged bytes go to the device before the lease
-  // ends, and the writer (waiting for this answer) learns whether they did.
-  const std::string failed = b.complete ? buffers_.land(b.buffer, b.lease, m.sender_addr) : "";
-  buffers_.release(b.buffer, b.lease, m.sender_addr);
-  if (!m.header.corr) return;
-  if (failed.empty())
-    reply(m, true, json(), {});
-  else
-    reply(m, false, error_body(ErrorKind::Buffer, failed), {});
-}
-
-void Node::on_buffer_drop(Message& m) {
-  BufferReleaseBody b;
-  if (!request_body(m, b, ErrorKind::Buffer)) return;
-  const int left = buffers_.drop(b.buffer);
-  if (left < 0) {
-    reply(m, false, error_body(ErrorKind::Buffer, "the buffer was dropped (or never lent by this process)"), {});
-    return;
-  }
-  reply(m, true, json{{"leases", left}}, {});
+void Node::add_part(std::unique_ptr<NodePart> part) {
+  if (running_) throw std::logic_error("Node::add_part: add parts before start()");
+  parts_.push_back(std::move(part));
 }
 
 void Node::on_dump_stacks(Message& m) {

@@ -22,8 +22,7 @@
 #include <vector>
 
 #include "actor_directory.hpp"
-#include "buffer_registry.hpp"
-#include "buffer_stream.hpp"
+#include "bodies.hpp"
 #include "call.hpp"
 #include "cast_tree.hpp"
 #include "call_table.hpp"
@@ -39,8 +38,15 @@ struct Target {
   std::string actor;  // actor name on that proc
 };
 
-struct BufferLeaseBody;
-struct BufferLeaseReply;
+// A subsystem's part of a node (the data plane's owner side, data_node.hpp): made by its
+// subsystem, which registers its handlers with Node::on() before start() and adds it here; the
+// node owns it from then on and tells it what the node learns that it may care about.
+class NodePart {
+ public:
+  virtual ~NodePart() = default;
+  // addr's process is gone (Node::mark_dead), after the calls to it failed. Any thread.
+  virtual void peer_dead(const std::string& addr) { (void)addr; }
+};
 
 class Node {
  public:
@@ -162,17 +168,17 @@ class Node {
   void forget_peer(const std::string& addr);
   NodeStats stats() const;
   std::string link_report(const std::string& addr) const { return transport_.link_report(addr); }
-  // The memory this process lends as RDMA buffers (the data plane): BufferLease, BufferRelease
-  // and BufferDrop from peers are answered from it on the reading thread, never an actor's.
-  BufferRegistry& buffers() { return buffers_; }
-  // The RDMA NIC through which peers on other hosts reach this process's buffers and its data
-  // plane reaches theirs (rdma_nic.hpp), made by the injected source at first need (the Python
-  // module gives the ibverbs one; tests a simulated one). No source, or the source's nullptr:
-  // none (*why says why), and the data plane streams.
-  using RdmaNicSource = std::function<std::shared_ptr<RdmaNic>(std::string* why)>;
-  void set_rdma_nic_source(RdmaNicSource source);
-  std::shared_ptr<RdmaNic> rdma_nic(std::string* why = nullptr);
-  size_t rdma_links() const;  // the links peers' readers have to this process's buffers
+  // The parts subsystems added (before start()); the one of type P, or nullptr.
+  void add_part(std::unique_ptr<NodePart> part);
+  template <class P>
+  P* part() const {
+    for (auto& p : parts_)
+      if (auto* mine = dynamic_cast<P*>(p.get())) return mine;
+    return nullptr;
+  }
+  // The transport under this node, for the parts that place listeners beside it (the data
+  // plane's streams: lane_endpoint, set_stream_adopter, tcp_bound_addr).
+  Transport& transport() { return transport_; }
   // Calls to more targets on other hosts than this go through a cast tree (cast_tree.hpp); 0 or
   // 1: never. XMESH_CAST_FANOUT at start (16), XMESH_CAST_TREE=off for 0.
   size_t cast_fanout() const { return cast_fanout_.load(); }
@@ -189,7 +195,31 @@ class Node {
   void set_stack_dumper(StackDumper dumper);
   size_t max_message_bytes() const { return transport_.max_message_bytes(); }
 
+  // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false (*why_out
+  // says why). request_body also answers such a request with a `kind` error naming why.
+  template <class Body>
+  bool typed_body(const Message& m, Body& out, std::string* why_out = nullptr) {
+    std::string why;
+    auto read = read_as<Body>(m.header.body, &why);
+    if (!read) {
+      count_malformed(m, why);
+      if (why_out) *why_out = why;
+      return false;
+    }
+    out = std::move(*read);
+    return true;
+  }
+  template <class Body>
+  bool request_body(const Message& m, Body& out, ErrorKind kind) {
+    std::string why;
+    if (typed_body(m, out, &why)) return true;
+    refuse_malformed(m, kind, why);
+    return false;
+  }
+
  private:
+  void count_malformed(const Message& m, const std::string& why);
+  void refuse_malformed(const Message& m, ErrorKind kind, const std::string& why);
   void io_loop();
   // The `xmesh-rings` thread: reads the node's shared-memory links and dispatches what comes
   // whenever no idle actor thread does (RingFeed).
@@ -198,37 +228,6 @@ class Node {
   // how many messages; *held: one waits for its actor's room.
   size_t pump_rings(bool* held);
   class RingFeed;
-  BufferRegistry buffers_;
-  // The stream listener of the buffers' bytes for readers on other hosts, started at the first
-  // lease that needs it (buffer_stream.hpp); why it could not start, once it failed.
-  std::mutex streams_mu_;
-  std::unique_ptr<BufferStreamServer> streams_;
-  std::string streams_bound_;  // the TCP address the listener was placed beside ("": none)
-  std::vector<std::unique_ptr<BufferStreamServer>> old_streams_;  // placed before the node listened on TCP
-  std::unique_ptr<BufferStreamServer> adopting_;  // the streams that come to the lane listener
-  // Where the stream listener is reached ("" and *why when it cannot start).
-  std::string buffer_streams(std::string* why);
-  // The RDMA NIC (made once) and, per reader that offered its RDMA address, this process's link
-  // to it (replaced when the reader offers a new one; gone with the reader).
-  mutable std::mutex rdma_mu_;
-  RdmaNicSource rdma_source_;
-  bool rdma_made_ = false;
-  std::shared_ptr<RdmaNic> rdma_nic_;
-  std::string rdma_why_;
-  std::unordered_map<std::string, std::shared_ptr<RdmaNic::Link>> rdma_links_;
-  // For a reader elsewhere that offered its RDMA address: the owner's link to it and the
-  // buffer's registration (its rkey), or why not (the reader streams).
-  struct RdmaOffer {
-    std::shared_ptr<RdmaNic::Link> link;
-    RdmaNic::RegionPtr region;
-    std::string why;
-  };
-  RdmaOffer prepare_rdma(const std::string& holder, const BufferLeaseBody& b);
-  // The link to `holder`, connected to its address (a new one when the holder's changed).
-  std::shared_ptr<RdmaNic::Link> rdma_link_for(const std::string& holder, const RdmaAddress& peer, std::string* why);
-  void on_buffer_release(Message& m);
-  // A small lease from another host answered with its bytes (a read) or done in place (a write).
-  void answer_in_messages(Message& m, const BufferLeaseBody& b, const BufferRegistry::Lease& lease);
   std::shared_ptr<RingFeed> ring_feed_;  // what actor inboxes and calls are fed by (rings enabled)
   // Whether m's actor can take it now: a message from a shared-memory link waits in its ring
   // while the actor's inbox holds XMESH_INBOX_LIMIT messages (the sender is held back).
@@ -257,14 +256,6 @@ class Node {
   void on_proc_exited(Message& m);    // supervision: mark dead, relay PeerDead, then control
   void on_peer_dead(Message& m);
   void on_dump_stacks(Message& m);
-  void on_buffer_lease(Message& m);
-  void on_buffer_drop(Message& m);
-  // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false (*why_out
-  // says why). request_body also answers such a request with a `kind` error naming why.
-  template <class Body>
-  bool typed_body(const Message& m, Body& out, std::string* why_out = nullptr);
-  template <class Body>
-  bool request_body(const Message& m, Body& out, ErrorKind kind);
   void answer_no_actor(const Message& m, const std::string& why);
   void tick_heartbeats();
   void expire_waiting_for_actor();
@@ -333,6 +324,9 @@ class Node {
   std::atomic<uint64_t> relayed_{0};
   LogBudget order_log_{5, 60000};
 
+  // Declared before the transport: destroyed after it (a part's callbacks run on the node's
+  // threads, which stop() joins, but the transport may still hold one until it is gone).
+  std::vector<std::unique_ptr<NodePart>> parts_;
   Transport transport_;
   Supervision supervision_;
   ActorDirectory actors_;

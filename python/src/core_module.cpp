@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "call.hpp"
+#include "data_node.hpp"
 #include "data_plane.hpp"
 #include "device_memory.hpp"
 #include "ibverbs_probe.hpp"
@@ -522,8 +523,9 @@ void bind_node(py::module_& m) {
   py::class_<Node, std::shared_ptr<Node>>(m, "Node")
       .def(py::init([](std::string role, std::string bind, std::string cookie, std::string key_file, std::string adv) {
              auto node = std::make_shared<Node>(role, bind, cookie, key_file, adv);
-             // The data plane's RDMA NIC: the device the ibverbs probe finds working, if any.
-             node->set_rdma_nic_source(&open_ibverbs_nic);
+             // The data plane's owner side, and its RDMA NIC: the device the ibverbs probe finds
+             // working, if any.
+             DataNode::attach(*node).set_rdma_nic_source(&open_ibverbs_nic);
              return node;
            }),
            py::arg("role"), py::arg("bind_addr"), py::arg("accept_cookie"), py::arg("key_file") = "",
@@ -617,12 +619,12 @@ void bind_node(py::module_& m) {
       .def("lose_host", &Node::lose_host)
       .def("stats", &Node::stats)
       .def("lend_buffer", [](Node& n, uintptr_t addr, uint64_t size, bool writable, bool device) {
-        return n.buffers().lend(reinterpret_cast<void*>(addr), size, writable, device ? cuda_or_throw() : nullptr);
+        return DataNode::of(n).buffers().lend(reinterpret_cast<void*>(addr), size, writable, device ? cuda_or_throw() : nullptr);
       }, py::arg("addr"), py::arg("size"), py::arg("writable"), py::arg("device") = false,
          "Lends memory as an RDMA buffer (device: the CUDA driver's memory, staged per lease): its id.")
-      .def("drop_buffer", [](Node& n, uint64_t id) { return n.buffers().drop(id); },
+      .def("drop_buffer", [](Node& n, uint64_t id) { return DataNode::of(n).buffers().drop(id); },
            "Lends it no more: the leases still holding it (-1: not lent).")
-      .def("buffer_held", [](Node& n, uint64_t id) { return n.buffers().holds(id); },
+      .def("buffer_held", [](Node& n, uint64_t id) { return DataNode::of(n).buffers().holds(id); },
            "Whether a buffer is lent, or dropped with a lease still holding it.")
       .def("link_report", &Node::link_report, py::arg("addr"),
            "What became of this node's link to addr, in words (for a peer that does not answer).");

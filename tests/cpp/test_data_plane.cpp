@@ -18,6 +18,7 @@
 #include "bodies.hpp"
 #include "buffer_registry.hpp"
 #include "buffer_stream.hpp"
+#include "data_node.hpp"
 #include "data_plane.hpp"
 #include "device_memory.hpp"
 #include "ibverbs_probe.hpp"
@@ -175,10 +176,11 @@ TEST_CASE("a node answers leases on the buffers its process lends, and refuses t
   Node reader("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-buf-r", "k");
   for (Node* n : {&owner, &reader}) {
     n->set_default_cookie("k");
+    DataNode::attach(*n);
     n->start();
   }
   std::vector<char> mem = patterned(1 << 20, 3);
-  const uint64_t id = owner.buffers().lend(mem.data(), mem.size(), false);
+  const uint64_t id = DataNode::of(owner).buffers().lend(mem.data(), mem.size(), false);
   auto leased = ask(reader, owner.addr(), Kind::BufferLease, BufferLeaseBody{id, 4096, 65536, false});
   REQUIRE(leased.ok);
   auto where = read_as<BufferLeaseReply>(leased.body, nullptr);
@@ -205,13 +207,13 @@ TEST_CASE("a node answers leases on the buffers its process lends, and refuses t
   REQUIRE(dropped.ok);
   CHECK(dropped.body.value("leases", -1) == 1);
   CHECK_THAT(refused(BufferLeaseBody{id, 0, 16, false}), Catch::Contains("dropped"));
-  CHECK(owner.buffers().holds(id));
+  CHECK(DataNode::of(owner).buffers().holds(id));
   Header release;
   release.kind = Kind::BufferRelease;
   release.body = BufferReleaseBody{id, where->lease};
   reader.call({Target{owner.addr(), ""}}, release, {}, false);
-  for (int i = 0; i < 500 && owner.buffers().holds(id); ++i) usleep(10000);
-  CHECK_FALSE(owner.buffers().holds(id));
+  for (int i = 0; i < 500 && DataNode::of(owner).buffers().holds(id); ++i) usleep(10000);
+  CHECK_FALSE(DataNode::of(owner).buffers().holds(id));
   CHECK_THAT(refused(BufferReleaseBody{id, 0}, Kind::BufferDrop), Catch::Contains("dropped"));
   reader.stop();
   owner.stop();
@@ -232,6 +234,7 @@ struct TwoNodes {
   TwoNodes() {
     for (Node* n : {&owner, &reader}) {
       n->set_default_cookie("k");
+      DataNode::attach(*n);
       n->start();
     }
   }
@@ -249,8 +252,8 @@ TEST_CASE("the data plane runs batches of transfers and answers each batch once"
   TwoNodes n;
   std::vector<char> mem = patterned(3 << 20, 4);
   std::vector<char> ro(100);
-  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
-  const uint64_t ro_id = n.owner.buffers().lend(ro.data(), ro.size(), false);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), true);
+  const uint64_t ro_id = DataNode::of(n.owner).buffers().lend(ro.data(), ro.size(), false);
   DataPlane plane(n.reader, 2);
   std::vector<char> a(1 << 20), b(2 << 20), src(4096, 'w');
   std::atomic<int> finished{0};
@@ -280,15 +283,15 @@ TEST_CASE("the data plane runs batches of transfers and answers each batch once"
   CHECK_THROWS_AS(plane.submit({{n.owner.addr(), id, 0, 0, a.data(), false}}, 100, nullptr), std::invalid_argument);
   // Every lease ends (releases are one-way messages: they arrive shortly): the dropped buffer
   // goes.
-  CHECK(n.owner.buffers().drop(id) >= 0);
-  for (int i = 0; i < 500 && n.owner.buffers().holds(id); ++i) usleep(1000);
-  CHECK_FALSE(n.owner.buffers().holds(id));
+  CHECK(DataNode::of(n.owner).buffers().drop(id) >= 0);
+  for (int i = 0; i < 500 && DataNode::of(n.owner).buffers().holds(id); ++i) usleep(1000);
+  CHECK_FALSE(DataNode::of(n.owner).buffers().holds(id));
 }
 
 TEST_CASE("a batch queued behind a long copy times out without waiting for it", "[data_plane]") {
   TwoNodes n;
   std::vector<char> mem(size_t(256) << 20, 1), dst(mem.size()), small(10);
-  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), false);
   setenv("XMESH_DATA_STEP_PAUSE_MS", "200", 1);  // 4 steps of 64 MiB: >= 600 ms
   DataPlane plane(n.reader, 1);
   unsetenv("XMESH_DATA_STEP_PAUSE_MS");
@@ -306,12 +309,12 @@ TEST_CASE("a batch queued behind a long copy times out without waiting for it", 
 TEST_CASE("the leases of a reader that died end with it", "[data_plane][node]") {
   TwoNodes n;
   std::vector<char> mem(4096);
-  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), true);
   auto leased = ask(n.reader, n.owner.addr(), Kind::BufferLease, BufferLeaseBody{id, 0, 4096, true});
   REQUIRE(leased.ok);
-  CHECK(n.owner.buffers().drop(id) == 1);  // the reader's copy holds the memory...
+  CHECK(DataNode::of(n.owner).buffers().drop(id) == 1);  // the reader's copy holds the memory...
   n.owner.mark_dead(n.reader.addr(), error_body(ErrorKind::Supervision, "killed"));
-  CHECK_FALSE(n.owner.buffers().holds(id));  // ...until its death is known
+  CHECK_FALSE(DataNode::of(n.owner).buffers().holds(id));  // ...until its death is known
 }
 
 TEST_CASE("records open only whole, under their key, as the record they were sealed as", "[data_plane][crypto]") {
@@ -493,7 +496,7 @@ TEST_CASE("a dropped buffer stays while a stream still copies it", "[data_plane]
 TEST_CASE("small transfers go in the lease's messages, large ones stream", "[data_plane][stream]") {
   TwoNodes n;
   std::vector<char> mem = patterned(2 << 20, 8);
-  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), true);
   setenv("XMESH_DATA_TRANSPORT", "stream", 1);
   DataPlane plane(n.reader, 2);
   unsetenv("XMESH_DATA_TRANSPORT");
@@ -621,8 +624,8 @@ struct RdmaPair : TwoNodes {
   std::shared_ptr<SimulatedNic> owner_nic = std::make_shared<SimulatedNic>(fabric, 1);
   std::shared_ptr<SimulatedNic> reader_nic = std::make_shared<SimulatedNic>(fabric, 2);
   explicit RdmaPair(bool owner_has_nic = true) {
-    if (owner_has_nic) owner.set_rdma_nic_source([nic = owner_nic](std::string*) { return nic; });
-    reader.set_rdma_nic_source([nic = reader_nic](std::string*) { return nic; });
+    if (owner_has_nic) DataNode::of(owner).set_rdma_nic_source([nic = owner_nic](std::string*) { return nic; });
+    DataNode::of(reader).set_rdma_nic_source([nic = reader_nic](std::string*) { return nic; });
   }
   std::unique_ptr<DataPlane> plane(size_t threads = 2) {
     setenv("XMESH_DATA_TRANSPORT", "remote", 1);
@@ -640,8 +643,8 @@ TEST_CASE("between processes with NICs, transfers go by RDMA over one link per p
   RdmaPair n;
   std::vector<char> mem = patterned(3 << 20, 5);
   std::vector<char> ro(100);
-  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), true);
-  const uint64_t ro_id = n.owner.buffers().lend(ro.data(), ro.size(), false);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), true);
+  const uint64_t ro_id = DataNode::of(n.owner).buffers().lend(ro.data(), ro.size(), false);
   auto plane = n.plane();
   std::vector<char> a((2 << 20) - 7), src(1 << 20, 'r'), small(1000);  // a: up to the write (in parallel)
   auto call = plane->submit({{n.owner.addr(), id, 7, a.size(), a.data(), false},
@@ -657,7 +660,7 @@ TEST_CASE("between processes with NICs, transfers go by RDMA over one link per p
   CHECK(plane->stats().in_messages == 1);
   CHECK(plane->stats().streamed == 0);
   CHECK(n.fabric->transfers == 2);
-  CHECK(n.owner.rdma_links() == 1);
+  CHECK(DataNode::of(n.owner).rdma_links() == 1);
 
   std::vector<char> again(kInlineBytes + 1);  // past what goes in the messages
   auto second = plane->submit({{n.owner.addr(), id, 100, again.size(), again.data(), false}}, 10000, nullptr);
@@ -665,7 +668,7 @@ TEST_CASE("between processes with NICs, transfers go by RDMA over one link per p
   CHECK(outcome(*second).empty());
   CHECK(std::memcmp(again.data(), mem.data() + 100, again.size()) == 0);
   CHECK(plane->stats().rdma == 3);
-  CHECK(n.owner.rdma_links() == 1);  // the same link
+  CHECK(DataNode::of(n.owner).rdma_links() == 1);  // the same link
   {
     std::lock_guard<std::mutex> g(n.fabric->mu);
     CHECK(n.fabric->links.size() == 2);  // one each side
@@ -676,8 +679,8 @@ TEST_CASE("between processes with NICs, transfers go by RDMA over one link per p
   CHECK_THAT(outcome(*refused), Catch::StartsWith("buffer: ") && Catch::Contains("read-only"));
   // Dropped and released: the registration goes with the buffer (the reader's went after each
   // transfer); the read-only one was never registered.
-  CHECK(n.owner.buffers().drop(id) >= 0);
-  for (int i = 0; i < 500 && (n.owner.buffers().holds(id) || n.fabric->registered() > 0); ++i) usleep(1000);
+  CHECK(DataNode::of(n.owner).buffers().drop(id) >= 0);
+  for (int i = 0; i < 500 && (DataNode::of(n.owner).buffers().holds(id) || n.fabric->registered() > 0); ++i) usleep(1000);
   CHECK(n.fabric->registered() == 0);
 }
 
@@ -689,7 +692,7 @@ TEST_CASE("a pair without working RDMA streams instead", "[data_plane][rdma][str
   std::vector<char> dst(mem.size());
   SECTION("the owner has no NIC") {
     RdmaPair n(false);
-    const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
+    const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), false);
     auto plane = n.plane();
     auto call = plane->submit({{n.owner.addr(), id, 0, dst.size(), dst.data(), false}}, 10000, nullptr);
     REQUIRE(call->wait_done(10000));
@@ -702,7 +705,7 @@ TEST_CASE("a pair without working RDMA streams instead", "[data_plane][rdma][str
   SECTION("the fabric cannot route between them") {
     RdmaPair n;
     n.fabric->unreachable = true;
-    const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
+    const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), false);
     auto plane = n.plane();
     for (int round = 0; round < 2; ++round) {
       std::fill(dst.begin(), dst.end(), 0);
@@ -718,14 +721,14 @@ TEST_CASE("a pair without working RDMA streams instead", "[data_plane][rdma][str
   SECTION("the owner's NIC will not register the buffer") {
     RdmaPair n;
     n.owner_nic->refuse_registration = true;
-    const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
+    const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), false);
     auto plane = n.plane();
     auto call = plane->submit({{n.owner.addr(), id, 0, dst.size(), dst.data(), false}}, 10000, nullptr);
     REQUIRE(call->wait_done(10000));
     CHECK(outcome(*call).empty());
     CHECK(dst == mem);
     CHECK(plane->stats().streamed == 1);
-    CHECK(n.owner.rdma_links() == 0);
+    CHECK(DataNode::of(n.owner).rdma_links() == 0);
   }
 }
 
@@ -735,7 +738,7 @@ TEST_CASE("a pair without working RDMA streams instead", "[data_plane][rdma][str
 TEST_CASE("an RDMA transfer stops at its timeout or its owner's death, and the next gets a new link", "[data_plane][rdma]") {
   RdmaPair n;
   std::vector<char> mem(size_t(32) << 20, 3), dst(mem.size());
-  const uint64_t id = n.owner.buffers().lend(mem.data(), mem.size(), false);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(mem.data(), mem.size(), false);
   auto plane = n.plane();
   n.fabric->step_pause_ms = 20;  // 32 steps of 1 MiB: >= 640 ms
   std::atomic<int> finished{0};
@@ -753,7 +756,7 @@ TEST_CASE("an RDMA transfer stops at its timeout or its owner's death, and the n
   CHECK(outcome(*after).empty());
   CHECK(std::all_of(next.begin(), next.end(), [](char c) { return c == 3; }));
   CHECK(plane->stats().rdma == 1);  // over a new link, which the owner took in place of the old
-  CHECK(n.owner.rdma_links() == 1);
+  CHECK(DataNode::of(n.owner).rdma_links() == 1);
 
   n.fabric->step_pause_ms = 20;
   auto dying = plane->submit({{n.owner.addr(), id, 0, dst.size(), dst.data(), false}}, 10000, nullptr);
@@ -764,7 +767,7 @@ TEST_CASE("an RDMA transfer stops at its timeout or its owner's death, and the n
   CHECK(n.fabric->aborted == 2);
 
   n.owner.mark_dead(n.reader.addr(), error_body(ErrorKind::Supervision, "the reader was killed"));
-  CHECK(n.owner.rdma_links() == 0);
+  CHECK(DataNode::of(n.owner).rdma_links() == 0);
 }
 
 // ---- device memory, through the CUDA driver's stand-in (tests/fake_cuda: no GPU here) ----
@@ -821,7 +824,7 @@ TEST_CASE("device memory is staged through host memory on both sides, on every p
   const size_t size = (2 << 20) + 3;
   const auto initial = patterned(size, 11);
   char* dev = cuda.device(initial);
-  const uint64_t id = n.owner.buffers().lend(dev, size, true, cuda.driver);
+  const uint64_t id = DataNode::of(n.owner).buffers().lend(dev, size, true, cuda.driver);
   for (const char* transport : {"", "stream"}) {
     DYNAMIC_SECTION("transport '" << transport << "'") {
       setenv("XMESH_DATA_TRANSPORT", transport, 1);
@@ -877,7 +880,7 @@ TEST_CASE("device memory goes by RDMA through its dma-buf where the driver allow
     cuda.allow_dmabuf(1);
     RdmaPair n;
     char* dev = cuda.device(initial);
-    const uint64_t id = n.owner.buffers().lend(dev, size, true, cuda.driver);
+    const uint64_t id = DataNode::of(n.owner).buffers().lend(dev, size, true, cuda.driver);
     auto plane = n.plane();
     std::vector<char> got(size);
     auto read = plane->submit({{n.owner.addr(), id, 0, size, got.data(), false}}, 10000, nullptr);
@@ -904,7 +907,7 @@ TEST_CASE("device memory goes by RDMA through its dma-buf where the driver allow
     RdmaPair n;
     auto plane = n.plane();
     std::vector<char> host_mem = initial;
-    const uint64_t host_id = n.owner.buffers().lend(host_mem.data(), size, false);
+    const uint64_t host_id = DataNode::of(n.owner).buffers().lend(host_mem.data(), size, false);
     char* mine = cuda.device(std::vector<char>(size, 0));
     auto into = plane->submit({{n.owner.addr(), host_id, 0, size, mine, false, cuda.driver}}, 10000, nullptr);
     REQUIRE(into->wait_done(10000));
@@ -912,7 +915,7 @@ TEST_CASE("device memory goes by RDMA through its dma-buf where the driver allow
     CHECK(cuda.contents(mine, size) == initial);
     CHECK(plane->stats().rdma == 1);  // RDMA into the reader's staging
     char* dev = cuda.device(initial);
-    const uint64_t id = n.owner.buffers().lend(dev, size, false, cuda.driver);
+    const uint64_t id = DataNode::of(n.owner).buffers().lend(dev, size, false, cuda.driver);
     std::vector<char> got(size);
     auto read = plane->submit({{n.owner.addr(), id, 0, size, got.data(), false}}, 10000, nullptr);
     REQUIRE(read->wait_done(10000));
@@ -926,7 +929,7 @@ TEST_CASE("device memory goes by RDMA through its dma-buf where the driver allow
     RdmaPair n;
     n.fabric->unreachable = true;
     char* dev = cuda.device(initial);
-    const uint64_t id = n.owner.buffers().lend(dev, size, false, cuda.driver);
+    const uint64_t id = DataNode::of(n.owner).buffers().lend(dev, size, false, cuda.driver);
     auto plane = n.plane();
     std::vector<char> got(size);
     auto read = plane->submit({{n.owner.addr(), id, 0, size, got.data(), false}}, 10000, nullptr);
