@@ -1,4 +1,4 @@
-// Round trip of a small message over TCP lanes (runtime/tcp_lane.hpp: encrypted records on plain
+// Round trip of a small message over TCP lanes (runtime/transport/tcp_lane.hpp: encrypted records on plain
 // TCP) between two processes on loopback, beside ZeroMQ REQ/REP over TCP (plaintext, its I/O
 // thread on each side) in the same run: the design check of "TCP lanes" in docs/ARCHITECTURE.md.
 // Each side listens for one lane and writes the other's. `direct`: the thread that waits reads

@@ -1,5 +1,5 @@
 // The same-host floor of issue 23's call path: two processes bouncing a small message over two
-// ShmRings (runtime/shm_ring.hpp), one per direction, made by the parent and inherited by the
+// ShmRings (runtime/transport/shm_ring.hpp), one per direction, made by the parent and inherited by the
 // child through fork (the runtime hands memfds over with SCM_RIGHTS instead).
 //   ring_pingpong N [SIZE]     prints N round-trip times in microseconds, one per line
 #include <sys/wait.h>

@@ -65,7 +65,7 @@ class SyncReceiver {
     nlohmann::json body;
     std::vector<std::string> frames;
   };
-  // One step (its typed body: runtime/bodies.hpp; step.space set by the agent). Throws
+  // One step (its typed body: runtime/protocol/bodies.hpp; step.space set by the agent). Throws
   // SyncRefused (or std::runtime_error) with a message for the controller.
   Reply handle_step(const SyncStepBody& step, const std::vector<std::string_view>& frames, int64_t now_ms);
   // The same from the body as it came off the wire (a malformed one is refused, naming the field).

@@ -37,7 +37,7 @@ using namespace xmesh;
 
 namespace {
 
-// The CUDA driver for device memory (runtime/device_memory.hpp), or a RuntimeError saying why
+// The CUDA driver for device memory (runtime/data/device_memory.hpp), or a RuntimeError saying why
 // there is none.
 std::shared_ptr<DeviceMemory> cuda_or_throw() {
   std::string why;
@@ -263,7 +263,7 @@ void bind_process(py::module_& m) {
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());  // Linux keeps 15 bytes
   }, "Names the calling thread for top -H, perf and gdb (Python 3.11 does not).");
   m.def("random_hex", &random_hex);
-  // Key files for hosts over TCP (runtime/keys.hpp); a bad file raises KeyFileError naming why.
+  // Key files for hosts over TCP (runtime/transport/keys.hpp); a bad file raises KeyFileError naming why.
   m.def("curve_available", &curve_available);
   m.def("write_new_key_file", [](const std::string& path, bool overwrite) {
     auto keys = generate_curve_keys();
@@ -288,9 +288,9 @@ void bind_process(py::module_& m) {
   m.def("format_bytes", &format_bytes, py::arg("n"), "'1.5 MiB': the one way sizes are written.");
 }
 
-// The protocol's enums, generated from runtime/kinds.def and errors.def.
+// The protocol's enums, generated from runtime/protocol/kinds.def and errors.def.
 void bind_protocol(py::module_& m) {
-  py::enum_<Kind> kinds(m, "Kind", py::arithmetic());  // from runtime/kinds.def, the one list
+  py::enum_<Kind> kinds(m, "Kind", py::arithmetic());  // from runtime/protocol/kinds.def, the one list
 #define XMESH_KIND(name, number, wire_name) kinds.value(#name, Kind::name);
 #include "kinds.def"
 #undef XMESH_KIND
@@ -300,7 +300,7 @@ void bind_protocol(py::module_& m) {
 #include "errors.def"
 #undef XMESH_ERROR
     return out;
-  }, "The error kinds of runtime/errors.def as (name, wire name): xmesh._protocol.ErrorKind.");
+  }, "The error kinds of runtime/protocol/errors.def as (name, wire name): xmesh._protocol.ErrorKind.");
 }
 
 // Received messages: payload frames (buffer protocol, no copy), Message, Inbox.
@@ -309,7 +309,7 @@ T parse_body(PyMessage& p) {
   return body_py::from_json_checked<T>(p.m.header.body);
 }
 
-// The typed message bodies (runtime/bodies.hpp), each a class made from its own field list
+// The typed message bodies (runtime/protocol/bodies.hpp), each a class made from its own field list
 // (body_bindings.hpp); a received message reads its body with `msg.cancel()` and the like.
 void bind_bodies(py::module_& m) {
   bind_body<ErrorBody>(m, "ErrorBody", "A failed reply's body, a supervision error, a Fault.");
@@ -380,7 +380,7 @@ void bind_messages(py::module_& m) {
         if (!p.frames_cache) p.frames_cache = frames_to_py(p.m.frames);
         return p.frames_cache;
       })
-      // The typed bodies (runtime/bodies.hpp); ValueError naming a bad field.
+      // The typed bodies (runtime/protocol/bodies.hpp); ValueError naming a bad field.
       .def("proc_exited", &parse_body<ProcExitedBody>)
       .def("cancel", &parse_body<CancelBody>)
       .def("configure", &parse_body<ConfigureBody>)
@@ -416,7 +416,7 @@ void bind_messages(py::module_& m) {
       .value("Timeout", WaitOutcome::Timeout);
 }
 
-// The runtime directory's layout (runtime/layout.hpp), defined once in C++.
+// The runtime directory's layout (runtime/base/layout.hpp), defined once in C++.
 void bind_layout(py::module_& m) {
   m.def("layout_workspace_root", &layout::workspace_root, py::arg("runtime_dir"));
   m.def("layout_named_space", &layout::named_space, py::arg("name"));
@@ -434,7 +434,7 @@ void bind_layout(py::module_& m) {
   m.def("layout_procs_meta_file", &layout::procs_meta_file, py::arg("log_dir"));
   m.def("layout_rank_log_of", &layout::rank_log_of, py::arg("filename"),
         "(rank, rotation) of a rank's log file name (rotation 0: the live file), or None.");
-  // The log record format (runtime/log_record.hpp): (time, stream, partial, actor, text), or None.
+  // The log record format (runtime/output/log_record.hpp): (time, stream, partial, actor, text), or None.
   m.def("parse_log_record", [](py::bytes line) -> py::object {
     std::string_view v = line;
     auto r = parse_record(v);
@@ -446,7 +446,7 @@ void bind_layout(py::module_& m) {
   }, py::arg("line"));
 }
 
-// Calls and the one wait (runtime/call.hpp, waker.hpp).
+// Calls and the one wait (runtime/node/call.hpp, waker.hpp).
 void bind_calls(py::module_& m) {
   m.def("wake_main", []() { main_waker().notify(); },
         "Wakes the main thread's wait (output to show, a debugger stop); kept if nobody waits.");
@@ -478,7 +478,7 @@ void bind_calls(py::module_& m) {
         }, opt_timeout(timeout));
         return ended ? out : WaitOutcome::Timeout;
       }, py::arg("timeout"), py::arg("any") = false, py::arg("wakeable") = false,
-         "The one wait (see runtime/call.hpp wait_for): Ready, Woken or Timeout.")
+         "The one wait (see runtime/node/call.hpp wait_for): Ready, Woken or Timeout.")
       .def("take", [](Call& c) {
         py::list out;
         for (auto& r : c.take())
@@ -490,7 +490,7 @@ void bind_calls(py::module_& m) {
       .def("fileno", &Call::fd);
 }
 
-// The process's node (runtime/node.hpp).
+// The process's node (runtime/node/node.hpp).
 void bind_node(py::module_& m) {
   py::class_<NodeStats>(m, "NodeStats")
       .def_readonly("sent", &NodeStats::sent)
@@ -630,7 +630,7 @@ void bind_node(py::module_& m) {
            "What became of this node's link to addr, in words (for a peer that does not answer).");
 }
 
-// The data plane (runtime/data_plane.hpp, buffer_registry.hpp): the memory a process lends, and
+// The data plane (runtime/data/data_plane.hpp, buffer_registry.hpp): the memory a process lends, and
 // the transfers it makes.
 void bind_data_plane(py::module_& m) {
   m.def("buffer_info", [](const py::object& o, bool writable) {
@@ -656,7 +656,7 @@ void bind_data_plane(py::module_& m) {
     d["listed"] = p.listed;
     d["why"] = p.why;
     return d;
-  }, "Whether RDMA through libibverbs carries a loopback transfer here (runtime/ibverbs_probe.hpp).");
+  }, "Whether RDMA through libibverbs carries a loopback transfer here (runtime/data/ibverbs_probe.hpp).");
   m.def("host_key", &host_key, "Which machine and process namespace this is (same key: copies by pid).");
 
   py::class_<DataPlane::Stats>(m, "DataPlaneStats")
@@ -674,7 +674,7 @@ void bind_data_plane(py::module_& m) {
       throw py::value_error("it is not " + std::to_string(size) + " bytes of device memory known to " + driver->name());
   }, py::arg("addr"), py::arg("size"),
      "Raises (RuntimeError: no CUDA driver, saying why; ValueError: not its memory) unless [addr, addr + size) is "
-     "device memory of the CUDA driver (runtime/device_memory.hpp).");
+     "device memory of the CUDA driver (runtime/data/device_memory.hpp).");
   using Op = std::tuple<std::string, uint64_t, uint64_t, uint64_t, uintptr_t, bool, bool>;
   py::class_<DataPlane, std::shared_ptr<DataPlane>>(m, "DataPlane")
       .def(py::init([](const std::shared_ptr<Node>& node, size_t threads) {
@@ -708,7 +708,7 @@ void bind_data_plane(py::module_& m) {
       .def("stats", &DataPlane::stats);
 }
 
-// Shapes and slices (runtime/shape.hpp).
+// Shapes and slices (runtime/base/shape.hpp).
 void bind_shape(py::module_& m) {
   py::class_<Shape>(m, "Shape")
       .def(py::init([](std::vector<std::string> labels, int64_t offset, std::vector<int64_t> sizes,
@@ -751,7 +751,7 @@ void bind_shape(py::module_& m) {
 
 // Output attribution and routing: the proc's tracker, main-thread calls, the LogRouter.
 void bind_output(py::module_& m) {
-  // The proc's output tracker (runtime/output_marker.hpp), see _proc_output.py.
+  // The proc's output tracker (runtime/output/output_marker.hpp), see _proc_output.py.
   m.def("output_tracking_enable", []() { output_tracker().enable(); });
   m.def("output_begin", [](const std::string& cell, const std::string& actor) {
     return output_tracker().begin({cell, actor});
@@ -797,7 +797,7 @@ void bind_output(py::module_& m) {
         return wait_sliced([&](int ms) { return r.wait_output(ms); }, timeout);
       })
       // (cell, stream, text, None) for text; (cell, stream, "", (board id, label, [(rank, text,
-      // done)])) for a board of progress bars (runtime/progress_boards.hpp).
+      // done)])) for a board of progress bars (runtime/output/progress_boards.hpp).
       .def("take_output", [](LogRouter& r) {
         std::vector<LogChunk> chunks;
         {

@@ -219,7 +219,7 @@ class HostAgent:
             raise HostdError(read_error(reply).text or "the host agent refused the request", reply)
         return reply
 
-    # The agent's requests, each with its typed body and reply (runtime/bodies.hpp).
+    # The agent's requests, each with its typed body and reply (runtime/protocol/bodies.hpp).
     def status(self, timeout: float = 15.0) -> "_core.StatusReply":
         return _core.StatusReply.from_dict(self.request(Kind.Status, {}, timeout=timeout))
 

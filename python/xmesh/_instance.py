@@ -138,7 +138,7 @@ class MessageSender:
 
 
 def _sender_of(msg: Any) -> MessageSender:
-    # A node id reads "<role>-<host>-<pid>-<incarnation>" (runtime/transport.cpp); hosts may hold '-'.
+    # A node id reads "<role>-<host>-<pid>-<incarnation>" (runtime/transport/transport.cpp); hosts may hold '-'.
     role, _, rest = msg.sender.partition("-")
     host, _, tail = rest.rpartition("-")
     host, _, pid = host.rpartition("-")

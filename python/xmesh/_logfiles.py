@@ -2,8 +2,8 @@
 `mesh.logs()` and `xmesh logs` show, for live and finished allocations alike.
 
 The directory layout (a log directory per allocation with procs.json and rank<r>.log, rotated
-by size into rank<r>.log.1 (newest) ... rank<r>.log.N) is runtime/layout.hpp's and the record
-format runtime/log_record.hpp's; this module asks xmesh._core for both."""
+by size into rank<r>.log.1 (newest) ... rank<r>.log.N) is runtime/base/layout.hpp's and the record
+format runtime/output/log_record.hpp's; this module asks xmesh._core for both."""
 import collections
 import datetime
 import json

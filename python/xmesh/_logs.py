@@ -1,4 +1,4 @@
-"""The controller's remote output: the C++ LogRouter (runtime/log_router.hpp) turns the host
+"""The controller's remote output: the C++ LogRouter (runtime/output/log_router.hpp) turns the host
 agents' Log messages into display chunks tagged with their cell; this module delivers them.
 
 A script prints them on its stdout/stderr from a thread of its own; in the kernel the sink is a

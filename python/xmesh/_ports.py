@@ -1,6 +1,6 @@
 """Ports and channels (Monarch's Channel, Port, PortReceiver and send()): a port is an address
 anyone holding it can send values to, in order, and a receiver reads them where the channel was
-opened. Underneath, a receiver is an open-ended Call of its process's node (runtime/call.hpp,
+opened. Underneath, a receiver is an open-ended Call of its process's node (runtime/node/call.hpp,
 Node::open_port) and a send is a Reply message carrying the port's id: the same path, wait and
 error handling as a call's answers. A Port pickles, so it can go to actors in arguments; the
 actor host also makes one for each message of an endpoint declared with

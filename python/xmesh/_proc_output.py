@@ -1,5 +1,5 @@
 """A proc's side of output attribution (DESIGN §6; the logic is OutputTracker in
-runtime/output_marker.hpp).
+runtime/output/output_marker.hpp).
 
 The host agent reads the proc's fds 1 and 2. So that it knows which call (notebook cell) and
 actor the bytes belong to, the proc writes an in-band marker whenever that changes, and at the

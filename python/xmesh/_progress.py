@@ -1,4 +1,4 @@
-"""Progress bars of remote ranks (runtime/progress_boards.hpp makes them): a line a rank redraws
+"""Progress bars of remote ranks (runtime/output/progress_boards.hpp makes them): a line a rank redraws
 with '\\r' is a row of a board, the k-th bar of every rank of an allocation in one cell sharing
 board k. This module renders a board as text (one row per rank, or a summary when there are
 many) and is the script's sink for remote output (StdStreams): text goes to stdout/stderr,

@@ -1,6 +1,6 @@
 """The protocol's enums for Python, from the same lists as the C++ side's: `Kind` (message
-kinds, runtime/kinds.def, bound by pybind11) and `ErrorKind` (the "kind" of an error body,
-runtime/errors.def, generated into _error_kinds.py at build time). An ErrorKind compares equal
+kinds, runtime/protocol/kinds.def, bound by pybind11) and `ErrorKind` (the "kind" of an error body,
+runtime/protocol/errors.def, generated into _error_kinds.py at build time). An ErrorKind compares equal
 to its wire string, so `ErrorKind.Supervision == body.get("kind")` reads a body from either
 side."""
 from typing import Any, Optional
@@ -14,7 +14,7 @@ __all__ = ["ErrorKind", "Kind", "error", "error_kind", "read_error"]
 
 
 def error(kind: ErrorKind, text: str, **fields: Any) -> dict:
-    """An error body (ErrorBody, runtime/bodies.hpp) as it goes on the wire, as the C++ side's
+    """An error body (ErrorBody, runtime/protocol/bodies.hpp) as it goes on the wire, as the C++ side's
     error_body() makes it; fields: those ErrorBody lists (TypeError for another)."""
     return _core.ErrorBody(kind=str(kind), text=text, **fields).to_dict()
 

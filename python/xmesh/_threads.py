@@ -1,6 +1,6 @@
 """Threads of xmesh's own Python side that run no user code (the control server, the log pump,
 the debug servers, the workspace watcher...). Each starts with SIGINT blocked (so do the
-runtime's C++ threads: runtime/util.hpp, runtime_thread), so the kernel delivers a
+runtime's C++ threads: runtime/base/util.hpp, runtime_thread), so the kernel delivers a
 process-directed SIGINT to the main thread, where Python raises KeyboardInterrupt: one given to
 another thread does not cut short a main thread blocked in input() (the debugger's prompt). Threads that run user code (actors, their asyncio loop) and those that start
 processes keep it: a child inherits its parent thread's mask, and Python's subprocess does not

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../process.hpp"
+#include "process.hpp"
 
 namespace xmesh {
 

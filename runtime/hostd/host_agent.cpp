@@ -18,12 +18,12 @@
 #include <cstring>
 #include <set>
 
-#include "../bodies.hpp"
-#include "../layout.hpp"
-#include "../log_record.hpp"
-#include "../util.hpp"
-#include "../process.hpp"
-#include "../tcp_endpoint.hpp"
+#include "bodies.hpp"
+#include "layout.hpp"
+#include "log_record.hpp"
+#include "util.hpp"
+#include "process.hpp"
+#include "tcp_endpoint.hpp"
 
 namespace xmesh {
 

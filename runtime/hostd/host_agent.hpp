@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "../bodies.hpp"
-#include "../line_splitter.hpp"
-#include "../node.hpp"
-#include "../output_marker.hpp"
-#include "../port_mux.hpp"
-#include "../tcp_endpoint.hpp"
+#include "bodies.hpp"
+#include "line_splitter.hpp"
+#include "node.hpp"
+#include "output_marker.hpp"
+#include "port_mux.hpp"
+#include "tcp_endpoint.hpp"
 #include "fork_server.hpp"
 #include "receiver.hpp"
 #include "sync_worker.hpp"

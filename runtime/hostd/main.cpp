@@ -15,10 +15,10 @@
 #include <iostream>
 #include <string>
 
-#include "../keys.hpp"
-#include "../layout.hpp"
-#include "../util.hpp"
-#include "../wire.hpp"
+#include "keys.hpp"
+#include "layout.hpp"
+#include "util.hpp"
+#include "wire.hpp"
 #include "host_agent.hpp"
 
 namespace {

@@ -2,7 +2,7 @@
 
 #include <pthread.h>
 
-#include "../util.hpp"
+#include "util.hpp"
 
 namespace xmesh {
 

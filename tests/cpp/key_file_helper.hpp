@@ -1,4 +1,4 @@
-// A cluster key file (runtime/keys.hpp) in a temporary directory of its own, removed at the end:
+// A cluster key file (runtime/transport/keys.hpp) in a temporary directory of its own, removed at the end:
 // for the tests of TCP links that authenticate and encrypt with CURVE.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Cast trees (runtime/cast_tree.hpp): the slicing, the order gate, the gathers, and nodes
+// Cast trees (runtime/node/cast_tree.hpp): the slicing, the order gate, the gathers, and nodes
 // relaying calls to each other (in-process nodes on unix sockets and rings).
 #include <unistd.h>
 

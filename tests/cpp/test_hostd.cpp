@@ -75,7 +75,7 @@ TEST_CASE("hostd answers status and reports proc output and exit codes", "[hostd
   CHECK(st["pid"] == agent.pid);
   CHECK(st["protocol"] == protocol_version());
 
-  // An output marker (runtime/output_marker.hpp) in the middle of stdout: stripped, the
+  // An output marker (runtime/output/output_marker.hpp) in the middle of stdout: stripped, the
   // partial line before it released, the context after it attributed, its seq passed on.
   auto sp = request(ctl, agent.addr(), Kind::SpawnProcs,
                     spawn_body(agent, "a1",
@@ -168,7 +168,7 @@ TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") 
   ctl.start();
   auto bad = request(ctl, agent.addr(), Kind::SpawnProcs, {{"alloc", "NOT HEX"}, {"argv", 3}});
   CHECK(bad["__ok"] == false);
-  // The typed body (runtime/bodies.hpp) names what is wrong.
+  // The typed body (runtime/protocol/bodies.hpp) names what is wrong.
   CHECK(bad["text"] == "malformed spawn-procs request: SpawnProcs body: 'argv' has the wrong type");
   CHECK(bad["request"] == "spawn-procs");
   auto hex = request(ctl, agent.addr(), Kind::SpawnProcs,

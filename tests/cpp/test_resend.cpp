@@ -314,7 +314,7 @@ TEST_CASE("a node that takes over a freed address is answered, not refused with 
   CHECK(round_trip(second, "three") == "re: three");
 }
 
-// TCP lanes (runtime/tcp_lane.hpp, transport_lanes.cpp): after its first Call the sender asks
+// TCP lanes (runtime/transport/tcp_lane.hpp, transport_lanes.cpp): after its first Call the sender asks
 // for a lane and switches to it; messages keep their numbers there, so a lane that breaks
 // midway (its reader closes it) loses and repeats nothing: they go again over ZeroMQ.
 TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane breaks midway", "[node][tcp][lanes]") {

@@ -1,4 +1,4 @@
-// Ring links (runtime/ring_links.hpp) and the Doorbell: an offer taken through /proc/<pid>/fd,
+// Ring links (runtime/transport/ring_links.hpp) and the Doorbell: an offer taken through /proc/<pid>/fd,
 // answered, switched; messages of every size (several records each past the ring's largest)
 // decoded whole and in order; a declined delivery held and offered again first; a wrong token
 // and garbage records refused; and two real Nodes switching from ZeroMQ to a link mid-stream

@@ -1,4 +1,4 @@
-// ShmRing (runtime/shm_ring.hpp): messages of every size in order across the buffer's end, a
+// ShmRing (runtime/transport/shm_ring.hpp): messages of every size in order across the buffer's end, a
 // slow reader holding its writer back without loss or reordering (memory bounded by the
 // capacity), two processes sharing one through its memfd, closing ending the peer's waits,
 // timeouts, and fds that are not rings refused.

@@ -1,4 +1,4 @@
-// TCP lanes (runtime/tcp_lane.hpp): records that seal and open whatever the cuts of the stream,
+// TCP lanes (runtime/transport/tcp_lane.hpp): records that seal and open whatever the cuts of the stream,
 // what a changed, foreign or hostile byte does, messages over the limit, and the sockets: a
 // listener taking only the tokens it gave, a writer held back by a reader that does not read.
 #include <netdb.h>

@@ -483,7 +483,7 @@ TEST_CASE("the receiver checks every piece and refuses content that does not mat
                              {std::string("HELLO WORLD")}, 0),
                     Catch::Contains("does not match its manifest"));
   CHECK_FALSE(exists(host.path + "/w/a.txt"));
-  // A step whose body does not read (runtime/bodies.hpp, SyncStepBody) is refused, naming why.
+  // A step whose body does not read (runtime/protocol/bodies.hpp, SyncStepBody) is refused, naming why.
   CHECK_THROWS_WITH(r.handle({{"op", "data"}, {"sid", "cc"}, {"pieces", json::array({json::array({0, 1})})}}, {}, 0),
                     Catch::Contains("malformed sync request: Sync body: 'pieces' has the wrong type"));
   CHECK_THROWS_WITH(r.handle({{"op", "rewind"}, {"sid", "cc"}}, {}, 0), Catch::Contains("unknown step 'rewind'"));

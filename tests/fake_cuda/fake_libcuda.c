@@ -1,5 +1,5 @@
 /* A stand-in for the CUDA driver library (libcuda.so.1) for the data plane's tests on machines
- * without a GPU (see runtime/device_memory.hpp): xmesh loads it through XMESH_CUDA_DRIVER exactly
+ * without a GPU (see runtime/data/device_memory.hpp): xmesh loads it through XMESH_CUDA_DRIVER exactly
  * as it loads the real driver. Its "device memory" is host memory mapped PROT_NONE, opened only
  * inside this library's own copy functions: so any code that touches device memory directly
  * (a memcpy, a cross-memory attach by another process, a socket send) faults or fails, as it

@@ -1,4 +1,4 @@
-// libFuzzer target: what a node does with the records of a TCP lane (runtime/tcp_lane.hpp) from
+// libFuzzer target: what a node does with the records of a TCP lane (runtime/transport/tcp_lane.hpp) from
 // a writer holding the lane's key, whose plaintexts are anything. The input is a sequence of
 // records, each a 2-byte length and its plaintext, sealed as the writer would and fed to a
 // LaneOpener in cuts the input also decides; a length's top bit changes one byte of that sealed

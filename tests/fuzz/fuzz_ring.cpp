@@ -1,5 +1,5 @@
 // libFuzzer target: what a node does with what a hostile same-host peer leaves in a ring it reads
-// (runtime/ring_links.hpp, shm_ring.hpp). The input is a sequence of steps: a record (a 2-byte
+// (runtime/transport/ring_links.hpp, shm_ring.hpp). The input is a sequence of steps: a record (a 2-byte
 // length below 0xF000 and its bytes) written into a 4 KiB ring read by a RingReaders, or a poke
 // (a byte from 0xF0, a byte, 8 bytes of value) of the ring's shared header (capacity, positions,
 // futex words, closed flag) or its record area, as the peer's own code could scribble on the

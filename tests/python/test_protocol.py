@@ -1,4 +1,4 @@
-"""The protocol's one lists (runtime/kinds.def, runtime/errors.def) reach Python whole: the
+"""The protocol's one lists (runtime/protocol/kinds.def, runtime/protocol/errors.def) reach Python whole: the
 message kinds through pybind11, the error kinds through the build's generated class; bodies
 made on one side read on the other."""
 import pytest

@@ -168,7 +168,7 @@ def test_a_slow_actor_behind_a_small_ring_loses_and_reorders_nothing_and_stays_b
 
 
 # Where the shared header keeps what: the capacity at byte 8, the writer's position at 64, the
-# reader's at 128 (runtime/shm_ring.cpp).
+# reader's at 128 (runtime/transport/shm_ring.cpp).
 @pytest.mark.parametrize("field,offset,value", [("writer position", 64, 1 << 62), ("reader position", 128, 1 << 40)])
 def test_a_ring_scribbled_on_fails_the_call_in_flight_and_calls_go_on(field, offset, value):
     pm = xmesh.this_host().spawn_procs({"gpus": 1})

@@ -74,7 +74,7 @@ struct NodeStats {
 class Transport {
  public:
   // bind_addr: "ipc://path" or "tcp://host:port"; accept_cookie: what peers must present.
-  // key_file (runtime/keys.hpp; "" for none): TCP links, listening and dialling, authenticate and
+  // key_file (runtime/transport/keys.hpp; "" for none): TCP links, listening and dialling, authenticate and
   // encrypt with its CURVE pair, the cookie then checked at Hello. Without one, only a loopback
   // TCP address may be listened on.
   // advertise: the address peers reach this one at, when it is not the bound one (NAT, port

@@ -36,7 +36,7 @@ class SignalsBlocked {
 // process-directed one to a thread that takes it (a Python program's main thread: its input(),
 // the debugger's prompt, is cut short by Ctrl-C only when the signal lands there). Only SIGINT,
 // and only threads that run no user code: a child process inherits its parent thread's mask
-// (Python's subprocess does not reset it; runtime/process.cpp's spawns do).
+// (Python's subprocess does not reset it; runtime/base/process.cpp's spawns do).
 template <class F>
 std::thread runtime_thread(F&& fn) {
   SignalsBlocked blocked;  // the new thread inherits the mask

@@ -356,7 +356,7 @@ struct PeerDeadBody {
 XMESH_BODY_JSON(PeerDeadBody)
 
 // RingOffer (a node -> a node of its host): a shared-memory ring for the sender's messages to
-// the receiver (runtime/ring_links.hpp), to be opened at /proc/<pid>/fd/<fd> and recognised by
+// the receiver (runtime/transport/ring_links.hpp), to be opened at /proc/<pid>/fd/<fd> and recognised by
 // its token.
 struct RingOfferBody {
   static constexpr const char* what = "RingOffer";
@@ -486,7 +486,7 @@ XMESH_BODY_JSON(RingAcceptBody)
 
 // LaneOffer (the receiver of a LaneAsk -> the asker): connect to host:port (via: through the host
 // agent listening there, a SOCKS5 CONNECT to that loopback port of the receiver's), present the
-// token and seal with the key (runtime/tcp_lane.hpp; both hex, sent over the CURVE-encrypted
+// token and seal with the key (runtime/transport/tcp_lane.hpp; both hex, sent over the CURVE-encrypted
 // link); or, ok false, why there is no lane (the link stays on ZeroMQ).
 struct LaneOfferBody {
   static constexpr const char* what = "LaneOffer";
@@ -508,7 +508,7 @@ struct LaneOfferBody {
 };
 XMESH_BODY_JSON(LaneOfferBody)
 
-// Cast trees (runtime/cast_tree.hpp). One target behind a relay, as its message lists it.
+// Cast trees (runtime/node/cast_tree.hpp). One target behind a relay, as its message lists it.
 struct CastTarget {
   static constexpr const char* what = "CastTarget";
   std::string addr;    // its proc's node address
@@ -639,7 +639,7 @@ struct SpawnRank {
   static constexpr const char* what = "SpawnProcs rank";
   int64_t rank = 0;
   nlohmann::json coords = nlohmann::json::object();
-  std::string addr;  // its node address; empty: the agent's default (runtime/layout.hpp)
+  std::string addr;  // its node address; empty: the agent's default (runtime/base/layout.hpp)
   StringMap env;     // added to the allocation's environment for this rank
   template <class F>
   static void fields(F&& f) {
@@ -659,7 +659,7 @@ struct SpawnProcsBody {
   StringMap env;                     // the environment of every proc
   std::string cwd;
   std::vector<SpawnRank> ranks;      // at least one
-  nlohmann::json shape = nlohmann::json::object();  // the whole mesh's (runtime/shape.hpp JSON)
+  nlohmann::json shape = nlohmann::json::object();  // the whole mesh's (runtime/base/shape.hpp JSON)
   int64_t controller_pid = 0;
   void check() const;
   template <class F>
@@ -872,7 +872,7 @@ struct SpawnActorBody {
   static constexpr const char* what = "SpawnActor";
   std::string name;                // the actor mesh's name
   std::string class_name;          // the class's qualified name (for messages)
-  std::string shape;               // the actor mesh's shape (runtime/shape.hpp JSON text)
+  std::string shape;               // the actor mesh's shape (runtime/base/shape.hpp JSON text)
   std::vector<int64_t> proc_ranks;  // the procs it spans, by rank in their allocation
   template <class F>
   static void fields(F&& f) {

@@ -52,7 +52,7 @@ class Node {
  public:
   // role: "controller", "proc", "hostd" (diagnostics and ids). bind_addr: "ipc://path" or
   // "tcp://host:port". accept_cookie: the credential peers must present in Hello.
-  // key_file: the cluster's key (runtime/keys.hpp) for TCP links; "" for none.
+  // key_file: the cluster's key (runtime/transport/keys.hpp) for TCP links; "" for none.
   // advertise: the address peers reach this node at when it is not the bound one (NAT).
   Node(std::string role, std::string bind_addr, std::string accept_cookie, std::string key_file = "",
        std::string advertise = "");
