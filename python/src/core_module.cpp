@@ -457,7 +457,6 @@ void bind_calls(py::module_& m) {
       .def("__len__", &Call::size)
       .def_property_readonly("done", &Call::done)
       .def_property_readonly("received", &Call::received)
-      .def("pending", &Call::pending, "indexes of the targets that have not answered")
       .def_property_readonly("fatal", &Call::fatal)
       .def_property_readonly("is_port", &Call::is_port)
       .def("target_addr", &Call::target_addr)
@@ -485,7 +484,7 @@ void bind_calls(py::module_& m) {
           out.append(py::make_tuple(r.index, r.ok, to_py(r.body.is_null() ? json::object() : r.body), frames_to_py(r.frames)));
         return out;
       })
-      .def("missing", &Call::missing)
+      .def("missing", &Call::missing, "indexes of the targets that have not answered")
       .def("fail_all", [](Call& c, const py::object& err) { return c.fail_all(from_py(err)); })
       .def("fileno", &Call::fd);
 }

@@ -13,7 +13,7 @@ from ._display import html_table
 from ._env import env_float
 from ._errors import ActorError, SupervisionError
 from ._protocol import ErrorKind, error_kind, read_error
-from ._future import CallTarget, CoroutineFuture, Done, Future, LocalFuture, check_timeout, show_output_of
+from ._future import CallTarget, CoroutineFuture, Done, Future, LocalFuture, Readiness, check_timeout, show_output_of
 from ._runtime import Kind, get_runtime, note_call
 from ._shape import MeshTrait, Point
 from ._value_mesh import ValueMesh
@@ -157,7 +157,7 @@ class ActorMeshRef:
         self.signatures = signatures or {}  # endpoint -> (signature, summary), when the class is not here
 
 
-class ActorMesh(MeshTrait):
+class ActorMesh(Readiness, MeshTrait):
     """A mesh of actors, one per proc of the ProcMesh it was spawned on. Endpoints are
     attributes: `mesh.method.call(...)`. Awaiting the mesh waits until every __init__ ran."""
 
@@ -165,28 +165,13 @@ class ActorMesh(MeshTrait):
                  proc_mesh: Any = None, cls: Optional[type] = None) -> None:
         self._ref = ref
         self._shape = shape
-        self._initialized = initialized
+        self._ready = initialized
         self._proc_mesh = proc_mesh
         self._cls = cls
         self._choose_counter = itertools.count(random.randrange(1 << 16))
 
     def _new_with_shape(self, shape):
-        return ActorMesh(self._ref, shape, self._initialized, self._proc_mesh, self._cls)
-
-    def set_initialized(self, initialized: Future) -> None:
-        """The Future that resolves once every __init__ ran (set once the mesh exists, since its
-        result names the mesh)."""
-        self._initialized = initialized
-
-    @property
-    def initialized(self) -> Optional[Future]:
-        """A Future that resolves once every actor's __init__ ran (raises if one failed)."""
-        return self._initialized
-
-    def __await__(self):
-        if self._initialized is not None:
-            yield from self._initialized.__await__()
-        return self
+        return ActorMesh(self._ref, shape, self._ready, self._proc_mesh, self._cls)
 
     def __dir__(self):
         """Endpoints complete like methods (`actors.<Tab>`), also without the class."""
@@ -308,11 +293,11 @@ class ActorMesh(MeshTrait):
         if pm is not None and pm.allocation is not None:
             proc_states = {g: (host, pid, state) for g, _, host, pid, state in pm.rank_states(whole=True)}
         init_state = "ready"
-        if self._initialized is not None:
+        if self._ready is not None:
             # Shown right after spawn (a cell's last line), the mesh is shown once its actors are
             # up (or after display_wait_s()): a saved notebook keeps the state it showed.
             try:
-                self._initialized.get(timeout=display_wait_s())
+                self._ready.get(timeout=display_wait_s())
             except TimeoutError:
                 init_state = f"starting (shown after {display_wait_s():g} s; display it again to refresh)"
             except Exception:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from . import _core, _logfiles
 from ._errors import MeshFailure
-from ._future import WeakValue, death_reported
+from ._future import death_reported
 from ._pids import unusual_state
 from ._runtime import DEFAULT_PROC_LOG_LEVEL, get_runtime
 from ._wait import add_slow_wait_hook
@@ -24,7 +24,7 @@ class ProcRecord:
     addr: str                   # its node's address
     pid: Optional[int] = None   # None until its agent reported it started
     host: str = ""              # the hostname of its agent
-    agent: Any = None           # its HostAgent (None in a mesh rebuilt from a pickle)
+    agent: Any = None           # its AgentClient (None in a mesh rebuilt from a pickle)
 
 
 class Allocation:
@@ -35,7 +35,7 @@ class Allocation:
         self.created = time.time()         # when this controller made (or attached) it
         self.name = name
         self.shape = shape                 # dense shape over global ranks
-        self.agents = agents               # host index -> HostAgent
+        self.agents = agents               # host index -> AgentClient
         self.procs = {}                    # global rank -> ProcRecord
         self.exited = {}                   # global rank -> _core.ProcExitedBody
         self.stopped = False
@@ -115,26 +115,6 @@ def _stop_unreferenced(alloc):
     if not alloc.stopped:
         # Garbage collection can run anywhere: never block it on the host agents' replies.
         start_thread(threading.Thread(target=alloc.request_stop, name="xmesh-stop-unreferenced", daemon=True))
-
-
-def all_ok_then(value):
-    """A Future converter: raise the first failed target's error, else resolve to value."""
-
-    def convert(results, fut):
-        for index in sorted(results):
-            ok, body, frames = results[index]
-            if not ok:
-                raise fut.error_for(index, body, frames)
-        return value
-
-    return convert
-
-
-def live_or_rebuilt(mesh, rebuild):
-    """A readiness Future's value: the mesh itself while it lives, else an equal handle from
-    rebuild() (which must not reference the mesh or the Future: see WeakValue)."""
-    ref = weakref.ref(mesh)
-    return WeakValue(lambda: ref() or rebuild())
 
 
 def addrs_list(addrs):

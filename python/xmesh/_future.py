@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 from . import _context, _core, _pickling, _wait
@@ -71,6 +72,26 @@ class WeakValue:
 
     def __init__(self, make):
         self.make = make
+
+
+def all_ok_then(value):
+    """A Future converter: raise the first failed target's error, else resolve to value."""
+
+    def convert(results, fut):
+        for index in sorted(results):
+            ok, body, frames = results[index]
+            if not ok:
+                raise fut.error_for(index, body, frames)
+        return value
+
+    return convert
+
+
+def live_or_rebuilt(mesh, rebuild):
+    """A readiness Future's value: the mesh itself while it lives, else an equal handle from
+    rebuild() (which must not reference the mesh or the Future: see WeakValue)."""
+    ref = weakref.ref(mesh)
+    return WeakValue(lambda: ref() or rebuild())
 
 
 def show_output_of(rt, call, replies):
@@ -557,3 +578,28 @@ def returns_future(fn: Callable[..., Any]) -> Callable[..., "CoroutineFuture"]:
         return CoroutineFuture(lambda: fn(*args, **kwargs), f"{getattr(fn, '__qualname__', 'coroutine')}()")
 
     return wrapper
+
+
+class Readiness:
+    """What a mesh that becomes usable later shares (ProcMesh: its procs run; ActorMesh: every
+    __init__ ran): `.initialized` is the Future that says so and awaiting the mesh waits for it.
+    The Future resolves to the mesh itself (or, once the handle is gone, an equal one rebuilt),
+    so it is set after the mesh exists."""
+
+    _ready: "Optional[Future]" = None
+
+    def ready_when(self, call: Any, rebuild: Callable[[], Any], described: list, what: str) -> "Future":
+        """Readiness is `call` answered ok by every target (`described`); `rebuild` makes an
+        equal handle without referencing this one (see WeakValue)."""
+        self._ready = Future(call, all_ok_then(live_or_rebuilt(self, rebuild)), described, what)
+        return self._ready
+
+    @property
+    def initialized(self) -> "Optional[Future]":
+        """A Future that resolves once the mesh is usable (raises if a target failed)."""
+        return self._ready
+
+    def __await__(self):
+        if self._ready is not None:
+            yield from self._ready.__await__()
+        return self

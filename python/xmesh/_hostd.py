@@ -14,7 +14,7 @@ from ._protocol import ErrorKind, error, error_kind, read_error
 from ._runtime import Kind, get_runtime, on_controller_exit
 from ._wait import Request, request
 
-_agents: dict[str, "HostAgent"] = {}
+_agents: dict[str, "AgentClient"] = {}
 _agents_lock = threading.Lock()
 
 
@@ -86,10 +86,11 @@ class HostdError(RuntimeError):
         self.body = body
 
 
-class HostAgent:
-    """A controller's handle on one xmesh-hostd, identified by its runtime directory."""
+class AgentClient:
+    """A controller's handle on one xmesh-hostd, identified by its runtime directory (the agent
+    itself is the C++ HostAgent, runtime/hostd/host_agent.hpp)."""
 
-    over_tcp = False  # an agent elsewhere (TcpHostAgent): it chooses its procs' addresses
+    over_tcp = False  # an agent elsewhere (TcpAgentClient): it chooses its procs' addresses
 
     def __init__(self, runtime_dir):
         self.runtime_dir = runtime_dir
@@ -263,7 +264,7 @@ class HostAgent:
         rt.node.unwatch_host(self.addr)
 
 
-class TcpHostAgent(HostAgent):
+class TcpAgentClient(AgentClient):
     """A host agent on another machine, `xmesh-hostd --listen tcp://ADDR:PORT --key-file F`
     there, reached over TCP with the cluster's key (CURVE). Its locator, "tcp://host:port", stands
     where a local agent's runtime directory does (`runtime_dir`). Connecting starts when it is
@@ -320,13 +321,13 @@ class TcpHostAgent(HostAgent):
         pending, self._pending = self._pending, None
         return pending
 
-    def connect(self, timeout: float = 15.0) -> "TcpHostAgent":
+    def connect(self, timeout: float = 15.0) -> "TcpAgentClient":
         pending = self._pending_status()
         if pending is not None:
             self._connected_by(pending.answers(timeout, f"connecting to the host agent at {self.addr}"), timeout)
         return self
 
-    async def connect_async(self, timeout: float = 15.0) -> "TcpHostAgent":
+    async def connect_async(self, timeout: float = 15.0) -> "TcpAgentClient":
         pending = self._pending_status()
         if pending is not None:
             self._connected_by(await pending.answers_async(timeout, f"connecting to the host agent at {self.addr}"),
@@ -400,7 +401,7 @@ def use_cluster_key(key_file: str, first_host: str) -> None:
     _cluster_key = (key_file, public)
 
 
-def agent_at(locator: str, key_file: Optional[str] = None) -> HostAgent:
+def agent_at(locator: str, key_file: Optional[str] = None) -> AgentClient:
     """The controller's handle on the agent at locator (a runtime directory or tcp://host:port),
     not yet connected; a TCP agent starts connecting now."""
     if not locator.startswith("tcp://"):
@@ -412,16 +413,16 @@ def agent_at(locator: str, key_file: Optional[str] = None) -> HostAgent:
                 if not key_file:
                     raise ValueError(f"the host agent at {locator} is reached over TCP: give the cluster's key file "
                                      "(hosts([...], key_file=...) or XMESH_KEY_FILE)")
-                a = TcpHostAgent(locator, key_file)
+                a = TcpAgentClient(locator, key_file)
             else:
-                a = HostAgent(locator)
+                a = AgentClient(locator)
             _agents[locator] = a
             rt = get_runtime()
             rt.host_in_use(locator)  # a released address used again: its loss is news again
             # An agent let go (release_agent) left its address marked dead here; whatever serves
             # it now is another process, reached over a new connection.
             rt.node.revive(locator)
-    if isinstance(a, TcpHostAgent):
+    if isinstance(a, TcpAgentClient):
         a.begin_connect()
     return a
 

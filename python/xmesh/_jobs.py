@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from . import _core
 from ._context import current_cell
+from ._env import env_float
 from ._paths import PYTHON
 from ._threads import start_user_thread
 
@@ -618,8 +619,9 @@ class SlurmJob(_Job):
         """Loses the job's hosts at once when it ends (naming why) and says when its time limit nears."""
         from ._runtime import get_runtime
 
-        every = float(os.environ.get("XMESH_JOB_POLL_S", "10"))
-        warn_s = float(os.environ.get("XMESH_JOB_NOTICE_S", "600"))
+        # A malformed knob falls back to its default (_env), never ending the watch; no busy loop.
+        every = max(0.1, env_float("XMESH_JOB_POLL_S", 10))
+        warn_s = env_float("XMESH_JOB_NOTICE_S", 600)
         warned = False
         while self._record is record:
             try:

@@ -8,8 +8,8 @@ from typing import Optional
 
 from . import _core
 from ._actor import ActorMesh, ActorMeshRef
-from ._allocation import Allocation, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
-from ._future import CallTarget, Future
+from ._allocation import Allocation, ProcRecord, addrs_list
+from ._future import CallTarget
 from ._hostd import HostdError, agent
 from ._protocol import ErrorKind, error, error_kind
 from ._runtime import Kind, get_runtime
@@ -87,8 +87,7 @@ def attach_named(host_mesh, name, make_mesh, expected_shape=None):
     described = [CallTarget(r, {}, "proc") for r in live]
     mesh = make_mesh(alloc, shape)  # no lease: a named allocation outlives its handles
     rebuild = lambda: make_mesh(alloc, shape)  # noqa: E731
-    ready: Future = Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, f"attach to {name!r}")
-    mesh.set_ready(ready)
+    ready = mesh.ready_when(call, rebuild, described, f"attach to {name!r}")
     # The runtime's own wait: ranks stopped in pdb that the procs announce now are the user's
     # to look at (xmesh.debug()), not a prompt inside attach().
     if not wait_call(call, 30, f"attach to {name!r}", debugger=False):

@@ -11,7 +11,7 @@ snapshot lists the allocations the controller owns, each rank's state:
 - `idle`.
 
 Calls are tracked by an observer of every call the controller sends (`_runtime.observe_calls`):
-only the unanswered targets of each (`Call.pending()`) count, and finished calls are dropped as
+only the unanswered targets of each (`Call.missing()`) count, and finished calls are dropped as
 snapshots and new calls come. `snapshots(rundir)` is the reading side, for every live
 controller of a runtime directory.
 """
@@ -67,7 +67,7 @@ class CallTracker:
             calls = list(self._calls)
         busy: Dict[str, list] = {}
         for call, what, since in calls:
-            for i in call.pending():
+            for i in call.missing():
                 busy.setdefault(call.target_addr(i), []).append((what, since))
         return busy
 
@@ -119,11 +119,11 @@ class RemoteAgents:
         self._lock = threading.Lock()
 
     def entries(self, owned: set) -> List[dict]:
-        from ._hostd import TcpHostAgent, connected_agents
+        from ._hostd import TcpAgentClient, connected_agents
 
         out = []
         for a in connected_agents():
-            if isinstance(a, TcpHostAgent):
+            if isinstance(a, TcpAgentClient):
                 out.append(self._entry(a, owned))
         return out
 

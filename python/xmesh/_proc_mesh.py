@@ -9,11 +9,11 @@ from typing import Any, Callable, Optional, Union
 
 from . import _core, _logfiles, _pickling
 from ._actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
-from ._allocation import Allocation, Lease, ProcRecord, addrs_list, all_ok_then, live_or_rebuilt
+from ._allocation import Allocation, Lease, ProcRecord, addrs_list
 from ._context import creator_record, current_cell
 from ._display import html_table
-from ._future import CallTarget, CoroutineFuture, Done, Future
-from ._hostd import HostAgent, HostdError, TcpHostAgent, agent, agent_at, tcp_locator
+from ._future import CallTarget, CoroutineFuture, Done, Future, Readiness
+from ._hostd import AgentClient, HostdError, TcpAgentClient, agent, agent_at, tcp_locator
 from ._named import actors_of, allocations, attach_named
 from ._paths import PYTHON
 from ._pids import running_agent_pid
@@ -47,8 +47,9 @@ def set_registry_provider(provider: Callable[[], Any]) -> None:
     _registry_provider = provider
 
 
-class ProcMesh(MeshTrait):
-    """A mesh of procs (worker processes). Spawn actors on it with `spawn`."""
+class ProcMesh(Readiness, MeshTrait):
+    """A mesh of procs (worker processes). Spawn actors on it with `spawn`. Awaiting it (or its
+    .initialized) waits until every proc runs."""
 
     def __init__(self, alloc: Optional[Allocation], shape: Any, ready: Optional[Future] = None,
                  local_addr: Optional[str] = None, lease: Optional[Lease] = None) -> None:
@@ -71,21 +72,6 @@ class ProcMesh(MeshTrait):
     def lease(self) -> Optional[Lease]:
         """What keeps an unnamed allocation alive while handles or calls use it (None: named)."""
         return self._lease
-
-    def set_ready(self, ready: Future) -> None:
-        """The Future that resolves once every proc runs (set once the mesh exists, since its
-        result names the mesh)."""
-        self._ready = ready
-
-    # -- readiness -------------------------------------------------------------------------
-    @property
-    def initialized(self) -> Optional[Future]:
-        return self._ready
-
-    def __await__(self):
-        if self._ready is not None:
-            yield from self._ready.__await__()
-        return self
 
     def proc_addrs(self) -> dict:
         """{rank: node address} of every proc of the allocation."""
@@ -135,8 +121,7 @@ class ProcMesh(MeshTrait):
 
         # Rebuilt only after a successful initialization, so it needs no initialized Future.
         rebuild = lambda: ActorMesh(ref, actor_shape, None, self, actor_class)  # noqa: E731
-        mesh.set_initialized(Future(call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described,
-                                   f"spawn of {name!r}"))
+        mesh.ready_when(call, rebuild, described, f"spawn of {name!r}")
         return mesh
 
     def actors(self, name: Optional[str] = None) -> Union[ActorMesh, dict[str, ActorMesh]]:
@@ -397,7 +382,7 @@ class HostMesh(MeshTrait):
     def initialized(self) -> Future[bool]:
         """Done (True) once every host agent of this mesh is connected; raises what stopped one
         (not reachable, a wrong key, refused). Local agents connect (or start) when first used."""
-        tcp = [a for a in (agent_at(self._dirs[h]) for h in self._shape.ranks()) if isinstance(a, TcpHostAgent)]
+        tcp = [a for a in (agent_at(self._dirs[h]) for h in self._shape.ranks()) if isinstance(a, TcpAgentClient)]
 
         async def connect_all() -> bool:
             for a in tcp:
@@ -485,7 +470,7 @@ class HostMesh(MeshTrait):
         lease = None if name else Lease(alloc)
         mesh = ProcMesh(alloc, shape, lease=lease)
         rebuild = lambda: ProcMesh(alloc, shape, lease=lease)  # noqa: E731
-        mesh.set_ready(Future(ready_call, all_ok_then(live_or_rebuilt(mesh, rebuild)), described, "proc startup"))
+        mesh.ready_when(ready_call, rebuild, described, "proc startup")
         return mesh
 
     def sync_workspace(self, workspace: Union[str, os.PathLike, Workspace] = ".", *, dest: Optional[str] = None,
@@ -536,7 +521,7 @@ def this_host() -> HostMesh:
     return HostMesh([_core.runtime_dir()], _core.Shape([], 0, [], []))
 
 
-def _started(rt: Any, alloc: Allocation, agent: HostAgent, proc: Any, ready_call: Any) -> None:
+def _started(rt: Any, alloc: Allocation, agent: AgentClient, proc: Any, ready_call: Any) -> None:
     """A proc its agent reported started: its pid, and its address where the agent chose it
     (supervision, the output barrier and the readiness call find it by that address)."""
     record = alloc.procs[proc.rank]

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
+from ._env import env_float
 
 WakeHook = Callable[[str], None]
 InterruptHook = Callable[[Any], None]
@@ -35,8 +36,9 @@ SlowWaitHook = Callable[[Call, str], None]
 _slow_wait_hooks: List[SlowWaitHook] = []
 # After this long, and as often after, a wait asks why its call is not done (stopped procs).
 def slow_wait_s() -> float:
-    """XMESH_WAIT_NOTICE_S, read when used (a forked proc's environment is set after imports)."""
-    return float(os.environ.get("XMESH_WAIT_NOTICE_S", "2"))
+    """XMESH_WAIT_NOTICE_S, read when used (a forked proc's environment is set after imports); a
+    malformed value is the default (_env), never an exception in every wait."""
+    return env_float("XMESH_WAIT_NOTICE_S", 2)
 Ready, Woken = _core.WaitOutcome.Ready, _core.WaitOutcome.Woken
 
 

@@ -200,18 +200,22 @@ DataPlane::Copy DataPlane::through_host(Batch& b, const DataOp& op, const std::f
 }
 
 bool DataPlane::await_owner(Batch& b, Call& c) {
-  while (!c.wait_done(b.ms_left() < 0 ? 100 : std::min(100, b.ms_left()))) {
-    if (stopping()) {
-      b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
-      return false;
-    }
-    if (b.expired()) {
-      b.time_out();
-      return false;
-    }
-    if (b.answered) return false;  // another op of the batch failed, or it timed out
-  }
+  while (!c.wait_done(b.ms_left() < 0 ? 100 : std::min(100, b.ms_left())))
+    if (batch_ended(b)) return false;
   return true;
+}
+
+bool DataPlane::batch_ended(Batch& b) {
+  if (b.answered) return true;  // another op of the batch failed, or it timed out
+  if (b.expired()) {
+    b.time_out();
+    return true;
+  }
+  if (stopping()) {
+    b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
+    return true;
+  }
+  return false;
 }
 
 bool DataPlane::land_device_write(Batch& b, const DataOp& op, uint64_t lease) {
@@ -368,15 +372,7 @@ DataPlane::Copy DataPlane::copy_streamed(Batch& b, const DataOp& op, const Buffe
     return !b.answered && !b.expired() && !stopping();
   }, step_pause_ms_);
   if (outcome) return Copy::streamed;
-  if (b.answered) return Copy::failed;  // stopped by another op's failure
-  if (b.expired()) {
-    b.time_out();
-    return Copy::failed;
-  }
-  if (stopping()) {
-    b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
-    return Copy::failed;
-  }
+  if (batch_ended(b)) return Copy::failed;
   // A broken stream: the owner died (its death is known here within moments), or the network.
   // A refusal is the owner's word (its lease ended under the stream): said as it is.
   if (outcome.status == StreamOutcome::Status::broken && owner_died(b, op)) return Copy::failed;
@@ -462,15 +458,7 @@ DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLea
 DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaResult& r,
                                         const std::shared_ptr<RdmaNic::Link>& link) {
   forget_link(op.owner, link);  // it is broken: the next transfer to this owner opens another
-  if (b.answered) return Copy::failed;
-  if (b.expired()) {
-    b.time_out();
-    return Copy::failed;
-  }
-  if (stopping()) {
-    b.fail(ErrorKind::Cancelled, "the data plane stopped (the process is shutting down)");
-    return Copy::failed;
-  }
+  if (batch_ended(b)) return Copy::failed;
   if (owner_died(b, op)) return Copy::failed;
   // The NIC failed while the owner lives (unreachable over the fabric, a remote access error):
   // this pair streams from now on.
@@ -572,11 +560,7 @@ DataPlane::Copy DataPlane::copy_same_host(Batch& b, const DataOp& op, const Buff
 DataPlane::Copy DataPlane::in_steps(Batch& b, const DataOp& op, Copy done,
                                     const std::function<Copy(uint64_t at, size_t n)>& step) {
   for (uint64_t at = 0; at < op.size; at += kCopyStep) {
-    if (b.answered) return Copy::failed;  // another op of the batch failed, or it timed out
-    if (b.expired()) {
-      b.time_out();
-      return Copy::failed;
-    }
+    if (batch_ended(b)) return Copy::failed;
     fail_expired_batches();
     if (step_pause_ms_ > 0 && at > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_pause_ms_));
     const Copy how = step(at, static_cast<size_t>(std::min<uint64_t>(kCopyStep, op.size - at)));

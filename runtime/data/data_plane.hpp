@@ -85,6 +85,10 @@ class DataPlane {
   // timeout): false when the batch was answered meanwhile (failed, timed out, or stopping,
   // answered so here).
   bool await_owner(Batch& b, Call& c);
+  // Whether the batch is over for a reason that is not an op's transport: answered already
+  // (another op failed), past its deadline (answered now: timeout), the plane stopping
+  // (answered now: cancelled). The one place a stopped copy is classified so.
+  bool batch_ended(Batch& b);
   // A write into a device buffer's staged range ends with a release that says it is complete,
   // waited for: the owner copies the bytes to its device first. false: the batch is answered.
   bool land_device_write(Batch& b, const DataOp& op, uint64_t lease);

@@ -142,7 +142,7 @@ int HostAgent::run() {
     std::vector<pollfd> fds;
     fds.push_back({node_->control().fd(), POLLIN, 0});
     fds.push_back({sigfd_, POLLIN, 0});
-    std::vector<std::tuple<Allocation*, Proc*, Stream*>> streams;
+    std::vector<std::tuple<LocalAllocation*, Proc*, Stream*>> streams;
     for (auto& kv : allocs_)
       for (auto& p : kv.second->procs)
         for (Stream* s : {&p->out, &p->err})
@@ -366,14 +366,14 @@ void HostAgent::drop_space(const std::string& space, const std::string& why) {
   });
 }
 
-HostAgent::Allocation* HostAgent::live_named(const std::string& name) {
+HostAgent::LocalAllocation* HostAgent::live_named(const std::string& name) {
   if (name.empty()) return nullptr;
   for (auto& kv : allocs_)
     if (kv.second->name == name && !kv.second->stopping) return kv.second.get();
   return nullptr;
 }
 
-bool HostAgent::controller_attached(const Allocation& a, int64_t now) const {
+bool HostAgent::controller_attached(const LocalAllocation& a, int64_t now) const {
   auto c = controllers_.find(a.controller_addr);
   return c != controllers_.end() && !c->second.said_goodbye && !c->second.link_closed &&
          now - c->second.last_seen_ms < opts_.controller_timeout_ms && !process_ended(c->second);
@@ -396,7 +396,7 @@ bool HostAgent::read_request(const Message& m, Body& out) {
 void HostAgent::attach(const Message& m) {
   AttachBody req;
   if (!read_request(m, req)) return;
-  Allocation* a = live_named(req.name);
+  LocalAllocation* a = live_named(req.name);
   if (!a)
     return node_->reply(m, false,
                         error_body(ErrorKind::NoAllocation, "no live allocation named '" + req.name + "' on " + hostname()),
@@ -423,7 +423,7 @@ void HostAgent::attach(const Message& m) {
 void HostAgent::stop_procs(const Message& m) {
   StopProcsBody req;
   if (!read_request(m, req)) return;
-  Allocation* a = nullptr;
+  LocalAllocation* a = nullptr;
   if (!req.alloc.empty()) {
     auto it = allocs_.find(req.alloc);
     if (it == allocs_.end())
@@ -441,14 +441,14 @@ void HostAgent::spawn_procs(const Message& m) {
   SpawnProcsBody req;
   if (!read_request(m, req)) return;
   if (allocs_.count(req.alloc)) return reply_error(m, "allocation '" + req.alloc + "' already exists on this host");
-  if (Allocation* other = live_named(req.name)) {
+  if (LocalAllocation* other = live_named(req.name)) {
     ErrorBody err;
     err.kind = error_kind_name(ErrorKind::NameTaken);
     err.text = "a live allocation named '" + req.name + "' already exists on " + hostname();
     err.shape = other->shape;  // the caller checks it against the shape it asked for
     return node_->reply(m, false, err, {});
   }
-  auto a = std::make_unique<Allocation>();
+  auto a = std::make_unique<LocalAllocation>();
   a->id = req.alloc;
   a->name = req.name;
   a->controller_addr = m.sender_addr;
@@ -499,7 +499,7 @@ void HostAgent::spawn_procs(const Message& m) {
 // One proc of a SpawnProcs request: its address checked, its environment made, started with its
 // pipes and its log file open.
 std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req, const SpawnRank& r,
-                                                       const Allocation& a, const std::string& logdir,
+                                                       const LocalAllocation& a, const std::string& logdir,
                                                        std::set<int>& ports_taken) {
   auto p = std::make_unique<Proc>();
   p->rank = r.rank;
@@ -632,7 +632,7 @@ int HostAgent::tcp_lane_port(std::set<int>& taken, std::map<std::string, std::st
 }
 
 // What `xmesh logs` and mesh.logs() need to describe the records, also after the procs ended.
-void HostAgent::write_procs_meta(const Allocation& a, const std::string& logdir) {
+void HostAgent::write_procs_meta(const LocalAllocation& a, const std::string& logdir) {
   AllocationMeta meta;
   meta.alloc = a.id;
   meta.name = a.name;
@@ -647,7 +647,7 @@ void HostAgent::write_procs_meta(const Allocation& a, const std::string& logdir)
   }
 }
 
-void HostAgent::stop_allocation(Allocation& a, bool immediately) {
+void HostAgent::stop_allocation(LocalAllocation& a, bool immediately) {
   a.stopping = true;
   int64_t now = now_ms();
   for (auto& p : a.procs) {
@@ -708,7 +708,7 @@ void HostAgent::rotate_log(Proc& p) {
 // Sends text (whole lines, or a partial one) to the owning controller with the stream's
 // current context, and the last marker passed (carries_news: send even without text, so the
 // controller learns the new mark or the end of the stream).
-void HostAgent::forward(Allocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news) {
+void HostAgent::forward(LocalAllocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news) {
   if (text.empty() && !carries_news) return;
   const bool first_loss = p.log_lost_bytes == 0;
   if (!write_log(p, s, text) && first_loss) {
@@ -758,7 +758,7 @@ void HostAgent::forward(Allocation& a, Proc& p, Stream& s, const std::string& te
 // Bytes read from a pipe: markers switch the context (and are passed on as the stream's mark
 // after the text written before them); a partial line is released at a marker, so that what
 // a call printed without a newline still arrives before its reply's barrier.
-void HostAgent::consume(Allocation& a, Proc& p, Stream& s, const char* data, size_t n) {
+void HostAgent::consume(LocalAllocation& a, Proc& p, Stream& s, const char* data, size_t n) {
   std::vector<MarkerScanner::Piece> pieces;
   if (data) {
     s.scanner.feed(data, n, pieces);
@@ -788,14 +788,14 @@ void HostAgent::consume(Allocation& a, Proc& p, Stream& s, const char* data, siz
 }
 
 // End of a stream: the rest (a held-back marker prefix, a partial line) goes out, flagged eof.
-void HostAgent::end_stream(Allocation& a, Proc& p, Stream& s) {
+void HostAgent::end_stream(LocalAllocation& a, Proc& p, Stream& s) {
   consume(a, p, s, nullptr, 0);
   if (s.fd >= 0) close(s.fd);
   s.fd = -1;
   forward(a, p, s, s.lines.flush_partial(now_ms(), -1), true);
 }
 
-void HostAgent::pump(Proc& p, Stream& s, Allocation& a) {
+void HostAgent::pump(Proc& p, Stream& s, LocalAllocation& a) {
   char buf[65536];
   for (int i = 0; i < 16; ++i) {
     ssize_t n = read(s.fd, buf, sizeof(buf));
@@ -913,7 +913,7 @@ void HostAgent::reap() {
 void HostAgent::report_exits() {
   int64_t now = now_ms();
   for (auto it = allocs_.begin(); it != allocs_.end();) {
-    Allocation& a = *it->second;
+    LocalAllocation& a = *it->second;
     for (auto& p : a.procs) {
       if (!p->exited || p->reported) continue;
       // Wait for both pipes to reach end of file (a grandchild may hold them: not forever).
@@ -1008,7 +1008,7 @@ void HostAgent::check_timers() {
   // Orphans: unnamed allocations whose controller is gone.
   int64_t grace_ms = static_cast<int64_t>(opts_.orphan_grace_s * 1000);
   for (auto& kv : allocs_) {
-    Allocation& a = *kv.second;
+    LocalAllocation& a = *kv.second;
     if (a.stopping || !a.name.empty()) continue;
     auto c = controllers_.find(a.controller_addr);
     if (c != controllers_.end() && !controller_gone(c->second, now, grace_ms)) continue;
@@ -1064,7 +1064,7 @@ StatusReply HostAgent::status() const {
   }
   int64_t now = now_ms();
   for (auto& kv : allocs_) {
-    const Allocation& a = *kv.second;
+    const LocalAllocation& a = *kv.second;
     AllocationStatus st{a.id, a.name, a.controller_id, a.controller_pid, controller_attached(a, now),
                         a.shape, a.created, a.stopping, {}};
     for (auto& p : a.procs) {

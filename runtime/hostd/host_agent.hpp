@@ -1,10 +1,19 @@
 // HostAgent: the body of xmesh-hostd. One per host and user (per runtime directory). It owns
-// the procs of every allocation made through it: spawns them, reads their stdout/stderr pipes
-// into per-rank log files and forwards the lines to the owning controller, reaps them and
-// reports each exit (after its pipes are drained, so no line is lost), stops them on request,
-// on the controller's goodbye, or when the controller's heartbeats stop for the orphan grace.
-// Named allocations outlive their controller; another controller attaches to one by name and
-// becomes its owner (logs and exits go to it from then on).
+// the procs of every allocation made through it: spawns them (forked by its fork servers,
+// fork_server.hpp), reads their stdout/stderr pipes into per-rank log files and forwards the
+// lines to the owning controller, reaps them and reports each exit (after its pipes are drained,
+// so no line is lost), stops them on request, on the controller's goodbye, or when the
+// controller's heartbeats stop for the orphan grace; as a child subreaper it also kills what a
+// proc left behind once its allocation ended. Named allocations outlive their controller;
+// another controller attaches to one by name and becomes its owner (logs and exits go to it from
+// then on).
+//
+// Over TCP (--listen) the agent's one port is a PortMux (port_mux.hpp): ZMTP to the agent,
+// SOCKS5 CONNECTs to its live procs' ports (chosen from --ports) and their lanes. It keeps the
+// synced workspaces, one space per allocation owner (`c-<controller>`, `n-<name>`), through its
+// `xmesh-sync` thread (sync_worker.hpp), removing a space XMESH_WORKSPACE_KEEP after its last
+// use; it sweeps the sockets of dead controllers (XMESH_SOCKET_SWEEP_MS) and forgets their
+// connections and unfinished syncs.
 #pragma once
 #include <sys/types.h>
 
@@ -93,7 +102,9 @@ class HostAgent {
     int64_t term_sent_ms = 0;
     bool kill_sent = false;
   };
-  struct Allocation {
+  // This host's share of an allocation: its procs here (the controller's Python `Allocation`,
+  // _allocation.py, spans every host).
+  struct LocalAllocation {
     std::string id, name, controller_addr, controller_id;
     int64_t controller_pid = 0;
     std::string job_cookie;  // what its procs accept (named allocations: handed to attaching controllers)
@@ -127,9 +138,9 @@ class HostAgent {
   // shared_env: the spawn request's environment (a fork server's); env: this proc's own.
   SpawnedProc start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& shared_env,
                             const std::map<std::string, std::string>& env, const std::string& cwd);
-  std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const Allocation& a,
+  std::unique_ptr<Proc> start_proc(const SpawnProcsBody& req, const SpawnRank& r, const LocalAllocation& a,
                                    const std::string& logdir, std::set<int>& ports_taken);
-  void write_procs_meta(const Allocation& a, const std::string& logdir);
+  void write_procs_meta(const LocalAllocation& a, const std::string& logdir);
   // Where a proc of a controller over TCP listens and is reached: by default a free loopback port
   // reached through this agent's one port ("tcp://host:port/N", relayed by mux_); with --ports, a
   // port of that range on this agent's TCP host, reached directly. Not one in `taken` (then added
@@ -142,14 +153,14 @@ class HostAgent {
   void stop_procs(const Message& m);
   template <class Body>
   bool read_request(const Message& m, Body& out);  // false: answered with the error
-  Allocation* live_named(const std::string& name);
-  bool controller_attached(const Allocation& a, int64_t now) const;
-  void stop_allocation(Allocation& a, bool immediately);
+  LocalAllocation* live_named(const std::string& name);
+  bool controller_attached(const LocalAllocation& a, int64_t now) const;
+  void stop_allocation(LocalAllocation& a, bool immediately);
   void reap();
-  void pump(Proc& p, Stream& s, Allocation& a);
-  void consume(Allocation& a, Proc& p, Stream& s, const char* data, size_t n);
-  void end_stream(Allocation& a, Proc& p, Stream& s);
-  void forward(Allocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news);
+  void pump(Proc& p, Stream& s, LocalAllocation& a);
+  void consume(LocalAllocation& a, Proc& p, Stream& s, const char* data, size_t n);
+  void end_stream(LocalAllocation& a, Proc& p, Stream& s);
+  void forward(LocalAllocation& a, Proc& p, Stream& s, const std::string& text, bool carries_news);
   // Writes text's records; false when some could not be written (counted in p.log_lost_bytes).
   bool write_log(Proc& p, const Stream& s, const std::string& text);
   void rotate_log(Proc& p);
@@ -178,7 +189,7 @@ class HostAgent {
   TcpEndpoint reach_;
   std::unique_ptr<SyncWorker> sync_;  // the syncs' own thread (sync_worker.hpp)
   int sigfd_ = -1;
-  std::map<std::string, std::unique_ptr<Allocation>> allocs_;
+  std::map<std::string, std::unique_ptr<LocalAllocation>> allocs_;
   std::map<std::string, Controller> controllers_;
   std::map<std::string, int64_t> spaces_;  // space -> last use (ms)
   int64_t idle_since_ms_ = 0;

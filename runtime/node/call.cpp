@@ -112,14 +112,6 @@ size_t Call::received() const {
   return received_;
 }
 
-std::vector<int64_t> Call::pending() const {
-  std::lock_guard<std::mutex> g(mu_);
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < have_.size(); ++i)
-    if (!have_[i]) out.push_back(static_cast<int64_t>(i));
-  return out;
-}
-
 bool Call::fatal() const {
   std::lock_guard<std::mutex> g(mu_);
   return fatal_;

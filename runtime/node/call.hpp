@@ -56,8 +56,6 @@ class Call {
 
   bool done() const;
   size_t received() const;
-  // The targets that have not answered yet, by index (what the panel shows as "in a call").
-  std::vector<int64_t> pending() const;
   // True once a target failed through supervision (its proc died): waiting for the other
   // targets would only delay the error, so waits end early.
   bool fatal() const;
@@ -73,6 +71,7 @@ class Call {
   void fed_by(std::shared_ptr<WaitFeed> feed) { feed_ = std::move(feed); }
   // Moves out the results that arrived since the last take, in arrival order.
   std::vector<CallResult> take();
+  // The targets that have not answered yet, by index (what the panel shows as "in a call").
   std::vector<int64_t> missing() const;
   // eventfd that becomes readable with each arrival (for asyncio's add_reader).
   int fd();

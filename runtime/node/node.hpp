@@ -159,12 +159,11 @@ class Node {
   // The address of the node whose identity sent a message (learned from its Hello).
   std::string peer_addr(const std::string& identity) const;
   int64_t peer_pid(const std::string& identity) const { return transport_.peer_pid(identity); }
-  // The peer at addr is gone for good (its process ended, it said goodbye): forget what its
-  // inbound connections authenticated, so that memory stays bounded by the live peers. Only
-  // gone peers are forgotten: a peer says Hello once per connection, so a live one that was
-  // forgotten would be muted. A ProcExited or PeerDead notice forgets that address too.
-  // The peer at addr is gone for good: its inbound connections are forgotten and the outbound
-  // one closed (a host agent outlives thousands of short-lived controllers).
+  // The peer at addr is gone for good (its process ended, it said goodbye): its inbound
+  // connections are forgotten and the outbound one closed, so that memory stays bounded by the
+  // live peers (a host agent outlives thousands of short-lived controllers). Only gone peers are
+  // forgotten: a peer says Hello once per connection, so a live one that was forgotten would be
+  // muted. A ProcExited or PeerDead notice forgets that address too.
   void forget_peer(const std::string& addr);
   NodeStats stats() const;
   std::string link_report(const std::string& addr) const { return transport_.link_report(addr); }

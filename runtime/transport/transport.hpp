@@ -6,7 +6,16 @@
 // frame in. Then every connection starts with Hello (protocol version, build, the sender's
 // address and the cookie to present when connecting back); nothing from an identity that has
 // not passed Hello goes further. Sequence numbers per connection count gaps and drop
-// duplicates. Its own lock guards the peer tables.
+// duplicates.
+//
+// Locks: each OutPeer's `mu` (its socket, ring and lane writers, unacknowledged messages);
+// `lanes_mu_` (the lane listener and the lanes being read: the I/O thread's, and stats and
+// disconnect); `mu_` (the peer tables, cookies, aliases, inbound peers); `dialer_mu_` (the relay
+// dialer, made once). `mu_` is innermost: it may be taken while a peer's `mu` or `lanes_mu_` is
+// held (a Hello reads the tables; a lane's message looks up its inbound peer), never the other
+// way round. A peer's `mu` and `lanes_mu_` are never held together, nor two peers' at once;
+// `dialer_mu_` is held only to make or read the dialer. The I/O thread never waits for a
+// peer's `mu` (try_lock: a peer busy in a send is left to its sender).
 //
 // A TCP link can lose its connection (a cut link, a reset, ZMTP heartbeats timing out) and
 // ZeroMQ drops what was in flight on it. So over TCP the sender keeps every message until the
@@ -415,7 +424,7 @@ class Transport {
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> connections_{0};
 
-  mutable std::mutex mu_;  // guards the tables below (taken after a peer's mutex, never before)
+  mutable std::mutex mu_;  // guards the tables below (innermost: see the lock rules above)
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
   std::vector<std::weak_ptr<OutPeer>> handshaking_;  // out peers whose first handshake is pending
   std::vector<std::weak_ptr<OutPeer>> reconnecting_;  // TCP out peers watched for new connections
