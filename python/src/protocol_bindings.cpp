@@ -1,0 +1,140 @@
+// xmesh._core: the protocol's face (runtime/protocol): kinds, error kinds, the typed bodies,
+// received messages and their frames, inboxes.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.hpp"
+#include "bodies.hpp"
+#include "body_bindings.hpp"
+#include "inbox.hpp"
+#include "json_py.hpp"
+#include "py_common.hpp"
+#include "wire.hpp"
+
+// The protocol's enums, generated from runtime/protocol/kinds.def and errors.def.
+void bind_protocol(py::module_& m) {
+  py::enum_<Kind> kinds(m, "Kind", py::arithmetic());  // from runtime/protocol/kinds.def, the one list
+#define XMESH_KIND(name, number, wire_name) kinds.value(#name, Kind::name);
+#include "kinds.def"
+#undef XMESH_KIND
+  m.def("error_kinds", []() {
+    std::vector<std::pair<std::string, std::string>> out;  // (Name, wire name), from errors.def
+#define XMESH_ERROR(name, wire_name) out.emplace_back(#name, wire_name);
+#include "errors.def"
+#undef XMESH_ERROR
+    return out;
+  }, "The error kinds of runtime/protocol/errors.def as (name, wire name): xmesh._protocol.ErrorKind.");
+}
+
+// Received messages: payload frames (buffer protocol, no copy), Message, Inbox.
+template <class T>
+T parse_body(PyMessage& p) {
+  return body_py::from_json_checked<T>(p.m.header.body);
+}
+
+// The typed message bodies (runtime/protocol/bodies.hpp), each a class made from its own field list
+// (body_bindings.hpp); a received message reads its body with `msg.cancel()` and the like.
+void bind_bodies(py::module_& m) {
+  bind_body<ErrorBody>(m, "ErrorBody", "A failed reply's body, a supervision error, a Fault.");
+  bind_body<ProcExitedBody>(m, "ProcExitedBody", "ProcExited: a proc ended.");
+  bind_body<LogBody>(m, "LogBody", "Log: complete lines of one proc stream.");
+  bind_body<PeerDeadBody>(m, "PeerDeadBody", "PeerDead: a peer address died.");
+  bind_body<ReloadBody>(m, "ReloadBody", "Reload: reload the modules of these synced files.");
+  bind_body<CancelBody>(m, "CancelBody", "Cancel: cancel one target of a call.");
+  bind_body<ConfigureBody>(m, "ConfigureBody", "Configure: settings for procs; only those given change.");
+  bind_body<AdoptBody>(m, "AdoptBody", "Adopt: a controller adopts a proc.");
+  bind_body<SpawnRank>(m, "SpawnRank", "One rank of a SpawnProcs request.");
+  bind_body<SpawnProcsBody>(m, "SpawnProcsBody", "SpawnProcs: start an allocation's procs on a host.");
+  bind_body<ProcEntry>(m, "ProcEntry", "A proc an agent started or runs.");
+  bind_body<SpawnProcsReply>(m, "SpawnProcsReply", "What an agent started.");
+  bind_body<StopProcsBody>(m, "StopProcsBody", "StopProcs: stop an allocation, by id or name.");
+  bind_body<StopProcsReply>(m, "StopProcsReply", "Which allocation an agent stops.");
+  bind_body<AttachBody>(m, "AttachBody", "Attach: take over (or observe) a live named allocation.");
+  bind_body<PreviousOwner>(m, "PreviousOwner", "The controller that owned an allocation before.");
+  bind_body<AttachReply>(m, "AttachReply", "What a controller needs to reach an attached allocation.");
+  bind_body<AllocationStatus>(m, "AllocationStatus", "One allocation of an agent's Status.");
+  bind_body<BufferLeaseBody>(m, "BufferLeaseBody", "BufferLease: a lease on a range of an RDMA buffer, for reading or writing.");
+  bind_body<BufferLeaseReply>(m, "BufferLeaseReply", "Where a leased range is: the owner's pid, the address there, the lease.");
+  bind_body<BufferReleaseBody>(m, "BufferReleaseBody", "BufferRelease / BufferDrop: a lease ended, or a buffer lent no more.");
+  bind_body<PortCounts>(m, "PortCounts", "What an agent's one TCP port did: connections relayed, lanes handed over, refused.");
+  bind_body<StatusReply>(m, "StatusReply", "What an agent runs.");
+  bind_body<CallBody>(m, "CallBody", "Call: the message's point when not the actor's own, and a port for the reply.");
+  bind_body<SpawnActorBody>(m, "SpawnActorBody", "SpawnActor: create one actor of a mesh on a proc.");
+  bind_body<ActorRecord>(m, "ActorRecord", "A live actor as its proc describes it.");
+  bind_body<RefuseBody>(m, "RefuseBody", "Refuse: why a connection is refused.");
+  bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
+  bind_body<ReadLogBody>(m, "ReadLogBody", "ReadLog: list a log directory of a host agent, or read part of a file.");
+  bind_body<LogFileEntry>(m, "LogFileEntry", "One file of a log directory: name and size.");
+  bind_body<ReadLogReply>(m, "ReadLogReply", "ReadLog's answer: the files, or the size of the file read (bytes: payload).");
+  bind_body<ProcInfoBody>(m, "ProcInfoBody", "ProcInfo: ask a proc its pid and actors.");
+  bind_body<ProcInfoReply>(m, "ProcInfoReply", "A proc's pid and actors.");
+  bind_body<DumpStacksReply>(m, "DumpStacksReply", "Every thread's stack of a proc, answered by its I/O thread.");
+  bind_body<FlushOutputReply>(m, "FlushOutputReply", "The output marker a FlushOutput wrote.");
+  bind_body<DebugEventBody>(m, "DebugEventBody", "DebugEvent: a pdb session stopped, runs, ended or asks for sources.");
+  bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");
+  bind_body<SyncStepBody>(m, "SyncStepBody", "Sync: one step of a workspace sync.");
+  bind_body<SyncReply>(m, "SyncReply", "A host's answer to a Sync step.");
+  bind_body<RankMeta>(m, "RankMeta", "One rank in procs.json.");
+  bind_body<AllocationMeta>(m, "AllocationMeta", "procs.json: an allocation's log directory described.");
+}
+
+void bind_messages(py::module_& m) {
+  py::class_<Frame>(m, "Frame", py::buffer_protocol())
+      .def_buffer([](Frame& f) {
+        return py::buffer_info(f.msg.data(), 1, py::format_descriptor<uint8_t>::format(), 1, {f.msg.size()}, {1},
+                               /*readonly=*/false);
+      })
+      .def("__len__", [](Frame& f) { return f.msg.size(); })
+      .def("bytes", [](Frame& f) { return py::bytes(static_cast<const char*>(f.msg.data()), f.msg.size()); });
+
+  py::class_<PyMessage>(m, "Message")
+      .def_property_readonly("kind", [](PyMessage& p) { return p.m.header.kind; })
+      .def_property_readonly("sender", [](PyMessage& p) { return p.m.header.sender; })
+      .def_property_readonly("sender_addr", [](PyMessage& p) { return p.m.sender_addr; })
+      .def_property_readonly("gathered", [](PyMessage& p) { return p.m.gathered; },
+                             "It came through a cast tree: its answer goes up the tree (node.reply).")
+      .def_property_readonly("corr", [](PyMessage& p) { return p.m.header.corr; })
+      .def_property_readonly("index", [](PyMessage& p) { return p.m.header.index; })
+      .def_property_readonly("actor", [](PyMessage& p) { return p.m.header.actor; })
+      .def_property_readonly("method", [](PyMessage& p) { return p.m.header.method; })
+      .def_property_readonly("body", [](PyMessage& p) { return to_py(p.m.header.body.is_null() ? json::object() : p.m.header.body); })
+      .def_property_readonly("ctx", [](PyMessage& p) { return to_py(p.m.header.ctx); })
+      .def_property_readonly("frames", [](PyMessage& p) {
+        if (!p.frames_cache) p.frames_cache = frames_to_py(p.m.frames);
+        return p.frames_cache;
+      })
+      // The typed bodies (runtime/protocol/bodies.hpp); ValueError naming a bad field.
+      .def("proc_exited", &parse_body<ProcExitedBody>)
+      .def("cancel", &parse_body<CancelBody>)
+      .def("configure", &parse_body<ConfigureBody>)
+      .def("adopt", &parse_body<AdoptBody>)
+      .def("peer_dead", &parse_body<PeerDeadBody>)
+      .def("reload", &parse_body<ReloadBody>)
+      .def("fault", &parse_body<ErrorBody>)
+      .def("proc_info", &parse_body<ProcInfoBody>)
+      .def("spawn_actor", &parse_body<SpawnActorBody>)
+      .def("call_body", &parse_body<CallBody>)
+      .def_property_readonly("has_body", [](PyMessage& p) {
+        return p.m.header.body.is_object() && !p.m.header.body.empty();
+      })
+      .def("refuse", &parse_body<RefuseBody>)
+      .def("debug_event", &parse_body<DebugEventBody>)
+      .def("debug_command", &parse_body<DebugCommandBody>)
+      .def("__repr__", [](PyMessage& p) {
+        return std::string("<xmesh message ") + kind_name(p.m.header.kind) + " from " + p.m.header.sender + ">";
+      });
+
+
+  py::class_<Inbox, std::shared_ptr<Inbox>>(m, "Inbox")
+      .def("pop", &pop_inbox, py::arg("timeout") = py::none(),
+           "Waits for the next message (None on timeout or when closed and empty).")
+      .def("fileno", &Inbox::fd)
+      .def("close", &Inbox::close)
+      .def_property_readonly("closed", &Inbox::closed)
+      .def("__len__", &Inbox::size);
+
+  py::enum_<WaitOutcome>(m, "WaitOutcome")
+      .value("Ready", WaitOutcome::Ready)
+      .value("Woken", WaitOutcome::Woken)
+      .value("Timeout", WaitOutcome::Timeout);
+}

@@ -1,0 +1,79 @@
+// What the binding files of xmesh._core share: payload frames to and from Python without
+// copies (large buffers lent to ZeroMQ, released on the next call that holds the GIL), received
+// messages, the one sliced wait that releases the GIL and checks signals, headers made from
+// Python's arguments.
+#pragma once
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inbox.hpp"
+#include "wire.hpp"
+
+namespace py = pybind11;
+using namespace xmesh;
+
+constexpr size_t kZeroCopyMin = 64 * 1024;  // smaller frames are copied (cheaper than lending)
+
+// Python frames (bytes-like objects) to payload frames: large ones lent, not copied.
+std::vector<zmq::message_t> to_frames(const py::handle& frames);
+// Lets go, with the GIL, of what ZeroMQ and the data threads are done with.
+void drain_releases();
+// A reference a thread without the GIL is done with: dropped by the next drain_releases().
+void release_later(PyObject* object);
+
+// A received payload frame, exposed to Python through the buffer protocol (writable, so
+// numpy arrays rebuilt on top of it without a copy are ordinary writable arrays).
+struct Frame {
+  zmq::message_t msg;
+};
+
+py::list frames_to_py(std::vector<zmq::message_t>& frames);
+
+// A message handed to Python; payload frames move out on first access.
+struct PyMessage {
+  Message m;
+  py::object frames_cache;
+};
+
+// Waits in slices, releasing the GIL, checking signals between slices.
+template <class F>
+bool wait_sliced(F ready_within_ms, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
+                                     timeout_s < 0 ? 0.0 : timeout_s));
+  while (true) {
+    int slice = 100;
+    if (timeout_s >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+      slice = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(100, left)));
+    }
+    // Not py::gil_scoped_release: its destructor is noexcept, and a daemon thread that takes the
+    // GIL back while the interpreter finalizes is ended with a forced unwind (std::terminate
+    // through a noexcept frame). Such a thread parks instead; the process is exiting.
+    PyThreadState* ts = PyEval_SaveThread();
+    bool ok = ready_within_ms(slice);
+    if (_Py_IsFinalizing())
+      for (;;) pause();
+    PyEval_RestoreThread(ts);
+    if (ok) return true;
+    drain_releases();
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (timeout_s >= 0 && clock::now() >= deadline) return false;
+  }
+}
+
+inline double opt_timeout(const py::object& t) { return t.is_none() ? -1.0 : t.cast<double>(); }
+
+// The next message of an inbox (None: timed out, or closed), waiting as wait_sliced does.
+py::object pop_inbox(Inbox& box, const py::object& timeout);
+Header make_header(int kind, const py::object& body, const std::string& actor, const std::string& method,
+                   uint64_t corr, int64_t index, const py::object& ctx);
+// UTF-8 text to str, bad bytes replaced (never an exception for a proc's odd output).
+py::object decode_text(const std::string& s);
