@@ -5,6 +5,7 @@
 
 #include "bindings.hpp"
 #include "call.hpp"
+#include "cast_trees.hpp"
 #include "data_node.hpp"
 #include "inbox.hpp"
 #include "json_py.hpp"
@@ -95,6 +96,7 @@ void bind_node_core(py::module_& m) {
              // The data plane's owner side, and its RDMA NIC: the device the ibverbs probe finds
              // working, if any.
              DataNode::attach(*node).set_rdma_nic_source(&open_ibverbs_nic);
+             CastTrees::attach(*node);  // calls past the fan-out go through trees; relays forward
              return node;
            }),
            py::arg("role"), py::arg("bind_addr"), py::arg("accept_cookie"), py::arg("key_file") = "",
@@ -151,10 +153,12 @@ void bind_node_messages(py::module_& m) {
         py::gil_scoped_release release;
         n.reply(msg.m, ok, std::move(b), std::move(fr));
       }, py::arg("msg"), py::arg("ok"), py::arg("body") = py::none(), py::arg("frames") = py::none())
-      .def_property("cast_fanout", &Node::cast_fanout, &Node::set_cast_fanout,
+      .def_property("cast_fanout", [](Node& n) { return CastTrees::of(n).fanout(); },
+                    [](Node& n, size_t v) { CastTrees::of(n).set_fanout(v); },
                     "Calls to more targets on other hosts than this go through a cast tree (0 or 1: never); "
                     "XMESH_CAST_FANOUT at start.")
-      .def_property("cast_local", &Node::cast_local, &Node::set_cast_local,
+      .def_property("cast_local", [](Node& n) { return CastTrees::of(n).local(); },
+                    [](Node& n, bool on) { CastTrees::of(n).set_local(on); },
                     "Whether this host's procs go through cast trees too (XMESH_CAST_TREE=all at start).")
       .def("expect", &Node::expect, py::call_guard<py::gil_scoped_release>())
       .def("open_port", &Node::open_port, py::arg("once") = false)

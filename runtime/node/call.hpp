@@ -44,7 +44,7 @@ class Call {
 
   // Returns false if that target had already answered (late duplicates are dropped).
   bool deliver(CallResult r);
-  // The call went through a cast tree (cast_tree.hpp): each target's parent (its relay, an index
+  // The call went through a cast tree (runtime/cast/): each target's parent (its relay, an index
   // of this call; -1: sent by the origin itself) and order number. Before the call is shared.
   void set_tree(std::vector<int32_t> parents, std::vector<uint64_t> oseqs);
   // Fails every target at this address that has not answered, and those behind it in a cast

@@ -55,12 +55,6 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
   // Controllers and procs talk to each other over shared memory on one host (ring_links.hpp);
   // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
-  cast_fanout_ = static_cast<size_t>(std::max<int64_t>(0, env_int("XMESH_CAST_FANOUT", 16)));
-  const std::string tree_mode = env_str("XMESH_CAST_TREE", "hosts");
-  if (tree_mode != "hosts" && tree_mode != "all" && tree_mode != "off")
-    log_diag(transport_.role(), "XMESH_CAST_TREE=" + tree_mode + " is not one of hosts, all, off: hosts is used");
-  if (tree_mode == "off") cast_fanout_ = 0;
-  cast_local_ = tree_mode == "all";
   const std::string& r = transport_.role();
   if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
     transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
@@ -117,7 +111,7 @@ void Node::forget_peer(const std::string& addr) {
 }
 NodeStats Node::stats() const {
   NodeStats s = transport_.stats();
-  s.relayed = relayed_.load();
+  if (router_) router_->add_stats(s);
   s.order_held = order_gate_.held();
   s.order_late = order_gate_.late();
   s.order_dropped = order_gate_.dropped();
@@ -142,7 +136,7 @@ void Node::send(const std::string& to, Header h, std::vector<zmq::message_t> fra
 }
 
 namespace {
-// Actor messages: numbered per destination and taken in that order there (cast_tree.hpp).
+// Actor messages: numbered per destination and taken in that order there (order.hpp).
 bool ordered_kind(Kind k) { return k == Kind::Call || k == Kind::StopActor || k == Kind::SpawnActor; }
 }  // namespace
 
@@ -158,15 +152,17 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
   std::vector<bool> dead(targets.size(), false);
   auto dead_now = supervision_.dead_among(addrs);
   for (auto& [i, error] : dead_now) dead[i] = true;
-  std::vector<CastTarget> direct, tree;
-  split_cast(targets, addrs, dead, ordered_kind(tmpl.kind), direct, tree);
-  const size_t fanout = cast_fanout_.load();
+  const bool ordered = ordered_kind(tmpl.kind);
+  std::vector<CastTarget> direct = number_targets(targets, addrs, dead, ordered);
+  CallRouter::Route route;
+  if (router_ && ordered) route = router_->plan(direct);
+  const auto& tree = route.targets;
   if (!tree.empty() && expect_reply) {  // supervision fails what is behind a relay that dies
     std::vector<int32_t> parents(targets.size(), -1);
     std::vector<uint64_t> oseqs(targets.size(), 0);
-    auto by_position = cast_parents(tree, fanout);
     for (size_t p = 0; p < tree.size(); ++p) {
-      parents[tree[p].index] = by_position[p] < 0 ? -1 : static_cast<int32_t>(tree[by_position[p]].index);
+      const int32_t relay = route.relay_of[p];
+      parents[tree[p].index] = relay < 0 ? -1 : static_cast<int32_t>(tree[static_cast<size_t>(relay)].index);
       oseqs[tree[p].index] = tree[p].oseq;
     }
     c->set_tree(std::move(parents), std::move(oseqs));
@@ -184,7 +180,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     // them itself (it is about to wait for them) rather than have them wake another.
     AwakeOnFeed awake(expect_reply ? ring_feed_.get() : nullptr);
     for (auto& t : direct) send_direct(*c, t, tmpl, frames);
-    if (!tree.empty()) send_tree(c, tree, tmpl, frames, fanout);
+    if (!tree.empty()) router_->send(c, route, tmpl, frames);
   }
   if (expect_reply && c->done()) forget_call(c->id());
   return c;
@@ -223,7 +219,7 @@ std::shared_ptr<Call> Node::open_port(bool once) {
 
 void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::message_t> frames) {
   if (call_msg.sender_addr.empty() || call_msg.header.corr == 0) return;  // nobody waits
-  if (call_msg.gathered) {  // it came through a cast tree: the answer goes up the tree
+  if (call_msg.gathered && router_) {  // it came through the router (a cast tree): its way back
     CallResult r;
     r.index = call_msg.header.index;
     r.ok = ok;
@@ -236,11 +232,8 @@ void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::m
       r.body = error_body(ErrorKind::Send, std::string("result could not be sent: ") + e.what());
       r.frames.clear();
     }
-    if (gathers_.add(call_msg.sender_addr, call_msg.header.corr, r)) {
-      flush_gathers();
-      return;
-    }
-    frames = std::move(r.frames);  // its gather is gone: straight to the origin
+    if (router_->carry_reply(call_msg, r)) return;
+    frames = std::move(r.frames);  // its way is gone: straight to the origin
   }
   Header h;
   h.kind = Kind::Reply;
@@ -298,7 +291,7 @@ void Node::fail_calls_to(const std::string& addr, const json& error, uint64_t sp
     c->fail_addr(addr, error, &behind);
     if (c->done()) forget_call(c->id());
   }
-  gathers_.reroute(addr);  // answers that were to go up through addr go to their origins
+  if (router_) router_->peer_failed(addr);  // answers that were to go up through addr go around it
   if (behind.empty()) return;
   std::vector<CastTarget> lost;
   for (auto& [a, oseq] : behind) lost.push_back(CastTarget{a, "", 0, oseq, ""});
@@ -373,7 +366,7 @@ void Node::io_loop() {
         else
           dispatch(std::move(r->msg));
       }
-      if (gathers_.dirty() && !transport_.input_pending()) flush_gathers();  // what came together goes up together
+      if (router_ && router_->holding() && !transport_.input_pending()) router_->flush();  // what came together goes together
       for (auto& addr : transport_.take_successors()) supervision_.revive(addr);  // a new process there
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) return;
@@ -393,7 +386,7 @@ void Node::io_loop() {
       tick_heartbeats();
       expire_waiting_for_actor();
       expire_order_waits();
-      flush_gathers();
+      if (router_) router_->flush();
     }
   }
 }
@@ -415,7 +408,7 @@ size_t Node::pump_rings(bool* held) {
   pumping_ = true;  // handlers run here never wait in a send (as on the I/O thread)
   auto delivered = transport_.ring_readers().poll(deliver, report);
   pumping_ = was_pumping;
-  if (delivered) flush_gathers();
+  if (delivered && router_) router_->flush();
   for (auto& b : report.broken) {
     transport_.count_malformed("the ring from " + b.addr + " was closed: " + b.why);
     ring_broke(b.addr, b.token, b.why, BreakFound::by_reader);
@@ -459,7 +452,6 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::ProcExited)] = [this](Message& m) { on_proc_exited(m); };
   handlers_[static_cast<int>(Kind::PeerDead)] = [this](Message& m) { on_peer_dead(m); };
   handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
-  handlers_[static_cast<int>(Kind::Replies)] = [this](Message& m) { on_replies(m); };
   handlers_[static_cast<int>(Kind::CastLost)] = [this](Message& m) { on_cast_lost(m); };
   handlers_[static_cast<int>(Kind::RingBroken)] = [this](Message& m) { on_ring_broken(m); };
   handlers_[static_cast<int>(Kind::RingOffer)] = [this](Message& m) {
@@ -490,7 +482,7 @@ void Node::register_builtin_handlers() {
 // is only read once the I/O thread runs, so it needs no lock.
 void Node::dispatch(Message m) {
   if (ordered_kind(m.header.kind)) {
-    if (m.header.body.is_object() && m.header.body.contains("cast") && !take_cast(m)) {
+    if (m.header.body.is_object() && m.header.body.contains("cast") && !(router_ ? router_->take(m) : refuse_relay(m))) {
       if (m.header.oseq)  // its number is passed: what follows it from its sender is not held for it
         dispatch_released([&] { return order_gate_.skip(m.header.sender, {m.header.oseq}); });
       return;
@@ -612,6 +604,37 @@ void Node::on_peer_dead(Message& m) {
 // A request whose body does not read is answered saying so (its sender waits for an answer).
 void Node::refuse_malformed(const Message& m, ErrorKind kind, const std::string& why) {
   reply(m, false, error_body(kind, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why), {});
+}
+
+void Node::set_router(CallRouter& router) {
+  if (running_) throw std::logic_error("Node::set_router: set the router before start()");
+  router_ = &router;
+}
+
+void Node::deliver(uint64_t corr, std::vector<CallResult> results) {
+  auto c = calls_.find(corr);
+  if (!c) return;  // a forgotten call
+  for (auto& r : results) c->deliver(std::move(r));
+  if (c->done()) forget_call(c->id());
+}
+
+bool Node::refuse_relay(Message& m) {
+  auto cast = read_as<CastBody>(m.header.body["cast"], nullptr);
+  m.header.body.erase("cast");
+  count_malformed("dropped a cast-tree message from " + m.sender_addr + ": this " + role() + " relays none");
+  const std::string text = "not delivered: the " + role() + " at " + addr() + " relays no cast trees";
+  reply(m, false, error_body(ErrorKind::Send, text), {});
+  if (!cast) return false;
+  // The targets behind this node get nothing: their answers say why, their numbers are passed.
+  for (auto& t : cast->behind) {
+    Message one;
+    one.sender_addr = m.sender_addr;
+    one.header.corr = m.header.corr;
+    one.header.index = t.index;
+    reply(one, false, error_body(ErrorKind::Send, text), {});
+  }
+  tell_lost(cast->behind, m.header.sender);
+  return false;
 }
 
 void Node::add_part(std::unique_ptr<NodePart> part) {

@@ -24,9 +24,10 @@
 #include "actor_directory.hpp"
 #include "bodies.hpp"
 #include "call.hpp"
-#include "cast_tree.hpp"
+#include "call_router.hpp"
 #include "call_table.hpp"
 #include "inbox.hpp"
+#include "order.hpp"
 #include "supervision.hpp"
 #include "transport.hpp"
 #include "wire.hpp"
@@ -99,9 +100,9 @@ class Node {
   // message now (a TCP link down, its queue full) gets SendError at once, so that a dead link
   // never stalls receiving.
   void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
-  // Sends a call to every target: one message each, or, past XMESH_CAST_FANOUT targets, through
-  // a cast tree (cast_tree.hpp: at most that many messages leave here, relays forward them and
-  // gather the answers). Actor messages carry per-destination order numbers either way. With
+  // Sends a call to every target: one message each, or those the router takes (set_router: cast
+  // trees past XMESH_CAST_FANOUT targets, runtime/cast/) its way. Actor messages carry
+  // per-destination order numbers either way. With
   // expect_reply, registers and returns the Call that replies are filed into; targets already
   // dead fail at once.
   std::shared_ptr<Call> call(const std::vector<Target>& targets, Header tmpl, std::vector<zmq::message_t> frames,
@@ -178,14 +179,24 @@ class Node {
   // The transport under this node, for the parts that place listeners beside it (the data
   // plane's streams: lane_endpoint, set_stream_adopter, tcp_bound_addr).
   Transport& transport() { return transport_; }
-  // Calls to more targets on other hosts than this go through a cast tree (cast_tree.hpp); 0 or
-  // 1: never. XMESH_CAST_FANOUT at start (16), XMESH_CAST_TREE=off for 0.
-  size_t cast_fanout() const { return cast_fanout_.load(); }
-  void set_cast_fanout(size_t n) { cast_fanout_.store(n); }
-  // Whether this host's procs (unix-socket addresses) go through trees too (XMESH_CAST_TREE=all);
-  // else they get one message each from here. Benchmarks and tests switch it.
-  bool cast_local() const { return cast_local_.load(); }
-  void set_cast_local(bool on) { cast_local_.store(on); }
+  // The way calls reach many targets and relayed messages go on (a part added before start(),
+  // which keeps owning it): cast trees, runtime/cast/cast_trees.hpp. Without one, every target
+  // gets its own message and a message to relay is refused.
+  void set_router(CallRouter& router);
+
+  // ---- for the router: order numbers, sends that may wait, answers, counters ----
+  // The order numbers of `targets` that will not come (their message was lost or never sent):
+  // their destinations hear it (CastLost; origin_id: whose numbers they are).
+  void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id);
+  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread
+  // (always through it when !try_now); `failed` answers for a message that could not go.
+  void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
+                     std::function<void(const std::string&)> failed, bool try_now = true);
+  // Answers for this node's own call `corr` (Replies through a tree): filed into the call.
+  void deliver(uint64_t corr, std::vector<CallResult> results);
+  // One of this node's own addresses (unix socket or TCP).
+  bool mine(const std::string& addr) const;
+  void count_malformed(const std::string& what) { transport_.count_malformed(what); }
 
   // Answers DumpStacks from the I/O thread itself, without waiting for anything the rest of
   // the process holds (a proc's GIL): the debugger's `where` must see a rank stuck in a C call
@@ -218,6 +229,8 @@ class Node {
 
  private:
   void count_malformed(const Message& m, const std::string& why);
+  // A message to relay on a node without a router: answered (not delivered) and its number passed.
+  bool refuse_relay(Message& m);
   void refuse_malformed(const Message& m, ErrorKind kind, const std::string& why);
   void io_loop();
   // The `xmesh-rings` thread: reads the node's shared-memory links and dispatches what comes
@@ -277,50 +290,24 @@ class Node {
   LogBudget ring_break_log_{3, 60000};
   void fail_host(const std::string& hostd_addr, const std::set<std::string>& dependents, const std::string& text);
 
-  // ---- cast trees and order (node_cast.cpp) ----
+  // ---- order and deferred sends (node_order.cpp) ----
   uint64_t next_oseq(const std::string& addr);
   void unsent_oseqs(const std::vector<CastTarget>& targets);
-  void split_cast(const std::vector<Target>& targets, const std::vector<std::string>& addrs,
-                  const std::vector<bool>& dead, bool ordered, std::vector<CastTarget>& direct,
-                  std::vector<CastTarget>& tree);
+  // The live targets with their order numbers (actor messages: `ordered`).
+  std::vector<CastTarget> number_targets(const std::vector<Target>& targets, const std::vector<std::string>& addrs,
+                                         const std::vector<bool>& dead, bool ordered);
   void send_direct(Call& c, const CastTarget& t, const Header& tmpl, const std::vector<zmq::message_t>& frames);
-  void send_tree(const std::shared_ptr<Call>& c, const std::vector<CastTarget>& live, const Header& base,
-                 const std::vector<zmq::message_t>& frames, size_t fanout);
-  // One message of a tree to `to`, carrying `cast` (the targets behind it); when it cannot be
-  // sent, `failed` answers for everyone it was for.
-  void send_hop(const Header& base, const std::vector<zmq::message_t>& frames, const CastTarget& to, CastBody cast,
-                std::function<void(const std::string&)> failed);
-  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread
-  // (always through it when !try_now).
-  void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
-                     std::function<void(const std::string&)> failed, bool try_now = true);
-  std::string hop_addr(const CastTarget& t) const;
-  bool take_cast(Message& m);  // a tree message: relayed, then m is its own target's (false: malformed)
-  void relay_cast(const Message& m, const CastBody& cast, const std::string& origin, const std::string& origin_id);
-  void fail_at_relay(const std::string& origin, const std::string& origin_id, uint64_t corr,
-                     const std::vector<CastTarget>& targets, const std::string& why);
-  void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id);
-  // A message this node relayed to `to` that was lost with the ring it was on: failed as a
-  // forward that could not go (node_ring_breaks.cpp).
-  void relayed_lost(const std::string& to, const Header& h, const std::string& why);
-  void on_replies(Message& m);
   void on_cast_lost(Message& m);
-  void send_replies(const std::string& to, const std::string& origin, uint64_t corr, std::vector<CallResult> results);
-  void flush_gathers();  // the answers gathered here go up their trees
   void expire_order_waits();
   void relay_loop();     // the xmesh-relay thread: deferred sends, which may wait
-  bool mine(const std::string& addr) const;  // one of this node's own addresses
-  std::atomic<size_t> cast_fanout_{16};  // XMESH_CAST_FANOUT: more targets than this go through a tree (0: never)
-  std::atomic<bool> cast_local_{false};  // XMESH_CAST_TREE=all: this host's procs through trees too
+  CallRouter* router_ = nullptr;
   std::mutex oseq_mu_;
   std::unordered_map<std::string, uint64_t> oseq_out_;  // the last order number per destination
   OrderGate order_gate_;
   std::recursive_mutex ordered_dispatch_mu_;  // dispatch_released
-  Gathers gathers_;
   DeferredSends deferred_;
   std::mutex relay_start_mu_;
   std::thread relay_;  // xmesh-relay, started by the first deferred send
-  std::atomic<uint64_t> relayed_{0};
   LogBudget order_log_{5, 60000};
 
   // Declared before the transport: destroyed after it (a part's callbacks run on the node's

@@ -41,7 +41,8 @@ bool Node::ring_broke(const std::string& peer, uint64_t token, const std::string
   }
   // What it held of other origins' messages (this node relaying a cast tree): failed as
   // forwards that could not go, so their targets take the next message at once.
-  for (auto& h : dropped.relayed) relayed_lost(peer, h, link + " broke (" + why + ") with it on the link");
+  if (router_)
+    for (auto& h : dropped.relayed) router_->relayed_lost(peer, h, link + " broke (" + why + ") with it on the link");
   log_diag_limited(ring_break_log_, role(),
                    link + " broke (" + why + "): the calls in flight between them failed; ZeroMQ carries their "
                    "messages until a new link is up");

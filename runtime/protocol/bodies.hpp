@@ -508,7 +508,7 @@ struct LaneOfferBody {
 };
 XMESH_BODY_JSON(LaneOfferBody)
 
-// Cast trees (runtime/node/cast_tree.hpp). One target behind a relay, as its message lists it.
+// Cast trees (runtime/cast/cast_tree.hpp). One target behind a relay, as its message lists it.
 struct CastTarget {
   static constexpr const char* what = "CastTarget";
   std::string addr;    // its proc's node address

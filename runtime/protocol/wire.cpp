@@ -413,4 +413,10 @@ size_t Message::payload_bytes() const {
   return n;
 }
 
+std::vector<zmq::message_t> copy_frames(const std::vector<zmq::message_t>& frames) {
+  std::vector<zmq::message_t> copy(frames.size());
+  for (size_t f = 0; f < frames.size(); ++f) copy[f].copy(const_cast<zmq::message_t&>(frames[f]));  // shares large buffers
+  return copy;
+}
+
 }  // namespace xmesh

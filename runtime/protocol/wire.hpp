@@ -46,7 +46,7 @@ struct Header {
   uint64_t seq = 0;          // per (sender, receiver) sequence, assigned before fan-out
   // Actor messages (Call, StopActor, SpawnActor): per (origin, destination) order, assigned by
   // the node that made the message, whichever way it travels (directly or through a cast tree's
-  // relays); the destination takes them in this order (cast_tree.hpp). 0: unordered.
+  // relays); the destination takes them in this order (runtime/node/order.hpp). 0: unordered.
   uint64_t oseq = 0;
   uint64_t corr = 0;         // correlation id tying replies to calls
   int64_t index = -1;        // which target of a call this message is for / answers
@@ -85,10 +85,14 @@ struct Message {
   std::vector<zmq::message_t> frames;  // payload frames, untouched
   std::string peer_identity;           // ZeroMQ routing id of the connection it came on
   std::string sender_addr;             // the sender's node address (from its Hello)
-  // It came through a cast tree (cast_tree.hpp): sender_addr and header.sender name its origin,
+  // It came through a cast tree (runtime/cast/): sender_addr and header.sender name its origin,
   // and its answer joins those gathered at this node, going up the tree (Node::reply).
   bool gathered = false;
   size_t payload_bytes() const;
 };
+
+// Payload frames for a second send: small ones copied, large ones sharing their buffer
+// (ZeroMQ's reference count), so a message can go to many destinations without copies.
+std::vector<zmq::message_t> copy_frames(const std::vector<zmq::message_t>& frames);
 
 }  // namespace xmesh

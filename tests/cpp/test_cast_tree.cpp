@@ -1,4 +1,4 @@
-// Cast trees (runtime/node/cast_tree.hpp): the slicing, the order gate, the gathers, and nodes
+// Cast trees (runtime/cast/cast_tree.hpp): the slicing, the order gate, the gathers, and nodes
 // relaying calls to each other (in-process nodes on unix sockets and rings).
 #include <unistd.h>
 
@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "cast_tree.hpp"
+#include "cast_trees.hpp"
+#include "order.hpp"
 #include "env_helper.hpp"
 #include "node.hpp"
 #include "node_test_helpers.hpp"
@@ -57,11 +59,13 @@ struct Cluster {
     std::string base = "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-" + tag;
     ctl = std::make_unique<Node>("controller", base + "-c", "k");
     ctl->set_default_cookie("k");
+    CastTrees::attach(*ctl);
     ctl->start();
     std::vector<Target> all;
     for (size_t i = 0; i < n; ++i) {
       procs.push_back(std::make_unique<Node>("proc", base + "-p" + std::to_string(i), "k"));
       procs.back()->set_default_cookie("k");
+      CastTrees::attach(*procs.back());
       procs.back()->start();
       all.push_back(Target{procs.back()->addr(), "a"});
     }
@@ -586,4 +590,38 @@ TEST_CASE("a relay whose neighbour cannot keep up holds its forwards back in ord
     REQUIRE(cl.took[i].size() == static_cast<size_t>(n + 2));
     for (size_t k = 0; k < cl.took[i].size(); ++k) REQUIRE(cl.took[i][k] == std::to_string(k));
   }
+}
+
+// Invariant: a call never waits for a tree that cannot be relayed. A node without cast trees
+// (no CallRouter) that gets a tree's message answers for itself and for every target behind it,
+// saying why, and tells those targets the message's number will not come.
+TEST_CASE("a node without cast trees refuses to relay, answering for every target behind it", "[cast_tree][node]") {
+  Env fanout("XMESH_CAST_FANOUT", "3");
+  Env local("XMESH_CAST_TREE", "all");
+  const std::string base = "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-norelay";
+  Node ctl("controller", base + "-c", "k");
+  ctl.set_default_cookie("k");
+  CastTrees::attach(ctl);
+  ctl.start();
+  std::vector<std::unique_ptr<Node>> procs;
+  std::vector<Target> all;
+  for (int i = 0; i < 6; ++i) {  // three hops of two: every hop's receiver would relay
+    procs.push_back(std::make_unique<Node>("proc", base + "-p" + std::to_string(i), "k"));
+    procs.back()->set_default_cookie("k");
+    procs.back()->start();
+    all.push_back(Target{procs.back()->addr(), "a"});
+  }
+  Header h;
+  h.kind = Kind::Call;
+  h.method = "m";
+  auto c = ctl.call(all, h, {}, true);
+  REQUIRE(c->wait_done(10000));
+  auto got = c->take();
+  REQUIRE(got.size() == 6);
+  for (auto& r : got) {
+    CHECK_FALSE(r.ok);
+    CHECK_THAT(r.body.value("text", ""), Catch::Contains("relays no cast trees"));
+  }
+  for (auto& p : procs) p->stop();
+  ctl.stop();
 }

@@ -20,6 +20,7 @@ EXPECTED = {
     "protocol": {"base"},
     "transport": {"protocol", "base"},
     "node": {"transport", "protocol", "base"},
+    "cast": {"node", "transport", "protocol", "base"},
     "output": {"node", "transport", "protocol", "base"},
     "data": {"node", "transport", "protocol", "base"},
 }

@@ -3,16 +3,11 @@
 // the relay's node forwards the message to the rest of its slice the same way, in C++ before its
 // own actor sees it, and the answers come back up the same tree, batched at each relay (Replies).
 // Ranks are host-major, so slices are mostly host-local: one message per host crosses the
-// network, and the relays' sends to their neighbours go over shared memory.
+// network, and the relays' sends to their neighbours go over shared memory. Order across a tree
+// and direct sends is the destination's OrderGate's (runtime/node/order.hpp).
 //
-// Order: every actor message carries a per-(origin, destination) order number (Header::oseq)
-// assigned at the origin, and the destination's OrderGate takes messages from one origin in that
-// order, whichever way each came (directly, or through a relay): a message overtaken by a later
-// one waits for it. A number that will never come (its relay died) is given up on when the
-// origin says so (CastLost), or after XMESH_ORDER_WAIT_MS.
-//
-// The parts here are plain data structures, each with its own lock; the node (node.cpp) wires
-// them to the transport and to supervision.
+// The parts here are plain data structures (Gathers with its own lock); CastTrees
+// (cast_trees.hpp) wires them into the node's call path.
 #pragma once
 #include <cstdint>
 #include <atomic>
@@ -33,6 +28,7 @@
 #include "wire.hpp"
 
 namespace xmesh {
+
 
 // [lo, hi) slices of n targets, at most `fanout` of them, in order, sizes differing by at most one.
 std::vector<std::pair<size_t, size_t>> cast_slices(size_t n, size_t fanout);
@@ -56,45 +52,6 @@ std::vector<CastHop> cast_hops(const std::vector<CastTarget>& targets, size_t fa
 // The parent of each target (by position) in the tree cast_hops makes: the position of its relay,
 // or -1 where the origin sends to it.
 std::vector<int32_t> cast_parents(const std::vector<CastTarget>& targets, size_t fanout);
-
-// Per origin, the order numbers taken so far: one stream per (origin incarnation) that a
-// destination reads in order. Thread-safe.
-class OrderGate {
- public:
-  explicit OrderGate(int64_t wait_ms) : wait_ms_(wait_ms) {}
-  // m (its header.oseq set) came from origin: the messages to dispatch now, in order (m and the
-  // ones it released); none when m came early (held) or was given up on before it came.
-  // origin: the node id of the message's maker (unique per process incarnation).
-  std::vector<Message> admit(const std::string& origin, Message m);
-  // The origin says these numbers will not come, nor any up to `through` that has not come yet
-  // (0: none; a link that broke with messages on it): what waited behind them, in order.
-  std::vector<Message> skip(const std::string& origin, const std::vector<uint64_t>& oseqs, uint64_t through = 0);
-  // Messages held longer than the wait: their gaps are given up on (*gaps says which, for the
-  // log); what they release, in order.
-  std::vector<Message> expire(int64_t now_ms, std::vector<std::string>* gaps);
-  void forget(const std::string& origin);
-  size_t held() const;
-  uint64_t dropped() const { return dropped_.load(); }  // messages that came after they were given up on
-  uint64_t late() const { return late_.load(); }  // messages that came after a wait for them expired (taken anyway)
-
- private:
-  struct Stream {
-    uint64_t next = 1;
-    std::map<uint64_t, Message> early;
-    std::set<uint64_t> lost;          // said lost (CastLost), not yet passed
-    std::deque<uint64_t> given_up;    // passed without coming (bounded): dropped if they come
-    int64_t waiting_since = 0;        // last progress while messages were held
-  };
-  Stream& stream(const std::string& origin);
-  void release(Stream& s, std::vector<Message>& out, int64_t now);
-  static constexpr uint64_t kWindow = 65536;      // lost numbers kept ahead of the next
-  static constexpr size_t kMaxStreams = 4096;     // origins remembered before idle ones are forgotten
-  void give_up(Stream& s, uint64_t oseq);
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Stream> streams_;
-  int64_t wait_ms_;
-  std::atomic<uint64_t> dropped_{0}, late_{0};
-};
 
 // At a relay: the answers of relayed calls, coming back through this node to go up the tree.
 // A gather is keyed by (origin, corr); answers pile up until the node flushes them (after each
@@ -135,39 +92,6 @@ class Gathers {
                            // answered through a port) is dropped past `limit_`
   std::atomic<bool> dirty_{false};
   size_t limit_;
-};
-
-// Sends that could not go at once (a link full, on a thread that must not wait: a relay's I/O
-// or rings thread) wait here in order per destination, for a thread that may wait in a send (the
-// node's xmesh-relay thread); later sends to that destination queue behind them. Thread-safe.
-class DeferredSends {
- public:
-  struct Send {
-    std::string addr;
-    Header header;
-    std::vector<zmq::message_t> frames;
-    std::function<void(const std::string& why)> failed;  // it could not be sent at all
-  };
-  // Whether sends to addr wait here (or one is being sent): a new one must queue behind them.
-  bool busy(const std::string& addr) const;
-  void push(Send s);
-  // The next send (its destination marked in flight until done()), or nullopt after the
-  // timeout or stop().
-  std::optional<Send> pop(int timeout_ms);
-  void done(const std::string& addr);
-  void stop();
-  // Read on every actor message a ring brings (Node::has_room): without the lock.
-  size_t size() const { return size_.load(); }
-  uint64_t pushed() const { return pushed_.load(); }  // sends that ever waited here
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::atomic<uint64_t> pushed_{0};
-  std::map<std::string, std::deque<Send>> queues_;
-  std::set<std::string> in_flight_;
-  std::atomic<size_t> size_{0};
-  bool stopped_ = false;
 };
 
 // Answers cut into batches of at most `cap` payload bytes each (an answer larger than that alone
