@@ -25,68 +25,53 @@ std::string err(const std::string& what) { return what + ": " + std::strerror(er
 
 int open_regular_at(int dirfd, const std::string& name, const std::string& display_path) {
   // O_NONBLOCK: a FIFO put where a file was must not hold the reader until someone writes.
-  int fd = openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot read " + display_path);
+  unique_fd fd(openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) throw std::system_error(errno, std::generic_category(), "cannot read " + display_path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int e = errno;
-    close(fd);
-    throw std::system_error(e, std::generic_category(), "cannot stat " + display_path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    throw std::runtime_error("cannot read " + display_path + ": it is not a regular file");
-  }
-  return fd;
+  if (fstat(fd.get(), &st) != 0) throw std::system_error(errno, std::generic_category(), "cannot stat " + display_path);
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error("cannot read " + display_path + ": it is not a regular file");
+  return fd.release();
 }
 
 int open_dir_nofollow(int dirfd, const std::string& rel, bool create) {
-  int cur = dup(dirfd);
-  if (cur < 0) throw std::runtime_error(err("dup"));
+  unique_fd cur(dup(dirfd));
+  if (!cur) throw std::runtime_error(err("dup"));
   size_t pos = 0;
   while (pos < rel.size()) {
     size_t slash = rel.find('/', pos);
     std::string part = rel.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
     pos = slash == std::string::npos ? rel.size() : slash + 1;
-    int next = openat(cur, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int next = openat(cur.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0 && errno == ENOENT && create) {
-      if (mkdirat(cur, part.c_str(), 0755) != 0 && errno != EEXIST) {
-        int e = errno;
-        close(cur);
-        errno = e;
+      if (mkdirat(cur.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
         throw std::runtime_error(err("cannot create directory " + rel.substr(0, pos)));
-      }
-      next = openat(cur, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      next = openat(cur.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
     if (next < 0) {
-      int e = errno;
-      close(cur);
-      if (e == ELOOP || e == ENOTDIR)
+      if (errno == ELOOP || errno == ENOTDIR)
         throw std::runtime_error("refused: " + rel.substr(0, pos) + " on the host is a symlink or a file, not a directory");
-      errno = e;
       throw std::runtime_error(err("cannot open directory " + rel.substr(0, pos)));
     }
-    close(cur);
-    cur = next;
+    cur.reset(next);
   }
-  return cur;
+  return cur.release();
 }
 
 Hash128 copy_file_at(int srcdir, const std::string& src, int dstdir, const std::string& dst) {
-  Fd in(open_regular_at(srcdir, src, src));
-  Fd out(openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (out.fd < 0) throw std::runtime_error(err("cannot create " + dst));
+  unique_fd in(open_regular_at(srcdir, src, src));
+  unique_fd out(openat(dstdir, dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (out.get() < 0) throw std::runtime_error(err("cannot create " + dst));
   XXH3_state_t* state = XXH3_createState();
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> owned(state, XXH3_freeState);
   XXH3_128bits_reset(state);
   std::vector<char> buf(1 << 20);
   while (true) {
-    ssize_t n = read(in.fd, buf.data(), buf.size());
+    ssize_t n = read(in.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw std::runtime_error(err("cannot read " + src));
     if (n == 0) break;
     XXH3_128bits_update(state, buf.data(), static_cast<size_t>(n));
-    if (!write_all(out.fd, buf.data(), static_cast<size_t>(n))) throw std::runtime_error(err("cannot write " + dst));
+    if (!write_all(out.get(), buf.data(), static_cast<size_t>(n))) throw std::runtime_error(err("cannot write " + dst));
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   return Hash128{h.low64, h.high64};
@@ -164,13 +149,12 @@ void make_dirs_path(const std::string& path) {
 }
 
 bool read_whole_file(const std::string& path, std::string& out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  unique_fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
   out.clear();
   char buf[1 << 16];
   ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
+  while ((n = read(fd.get(), buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
   return n == 0;
 }
 
@@ -255,9 +239,8 @@ void save_manifest_cache(const std::string& path, const Manifest& m) {
 std::string make_scratch_file(const std::string& stem) {
   const char* dir = std::getenv("TMPDIR");
   std::string path = std::string(dir && *dir ? dir : "/tmp") + "/" + stem + "-XXXXXX";
-  int fd = mkstemp(path.data());
-  if (fd < 0) throw std::runtime_error(err("cannot create a scratch file " + path));
-  close(fd);
+  unique_fd fd(mkstemp(path.data()));
+  if (!fd) throw std::runtime_error(err("cannot create a scratch file " + path));
   return path;
 }
 

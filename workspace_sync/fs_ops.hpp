@@ -9,20 +9,9 @@
 
 #include "manifest.hpp"
 #include "manifest_file.hpp"
+#include "unique_fd.hpp"
 
 namespace xmesh::ws {
-
-// An open descriptor, closed when it goes.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // The whole of n bytes written (at offset `at` for pwrite_all, else at the file's position) or
 // read (at `at`), over short transfers and EINTR. False with errno set when the system refuses

@@ -23,8 +23,8 @@ constexpr uint64_t kMaxIndexed = 0xffffffffu;  // bucket starts are 32-bit
 
 HashIndex::HashIndex(const std::shared_ptr<const MappedManifest>& m, const std::string& path)
     : path_(path), start_(kBuckets + 1, 0) {
-  fd_.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd_.fd < 0) fail("cannot create", path);
+  fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (fd_.get() < 0) fail("cannot create", path);
   std::vector<uint64_t> counts(kBuckets, 0);
   for (ManifestCursor at(m); !at.at_end(); at.next())
     if (at.entry().type == EntryType::File) ++counts[bucket(at.entry().hash)];
@@ -41,7 +41,7 @@ void HashIndex::scatter(const std::shared_ptr<const MappedManifest>& m) {
   std::vector<uint64_t> at(kRegions);
   for (size_t r = 0; r < kRegions; ++r) at[r] = start_[r * 256];
   auto flush = [&](size_t r) {
-    if (!pwrite_all(fd_.fd, pending[r].data(), pending[r].size() * sizeof(Record), at[r] * sizeof(Record)))
+    if (!pwrite_all(fd_.get(), pending[r].data(), pending[r].size() * sizeof(Record), at[r] * sizeof(Record)))
       fail("cannot write", path_);
     at[r] += pending[r].size();
     pending[r].clear();
@@ -63,10 +63,10 @@ void HashIndex::sort_regions() {
     const uint64_t lo = start_[r * 256], hi = start_[(r + 1) * 256];
     if (hi - lo < 2) continue;
     region.resize(static_cast<size_t>(hi - lo));
-    if (!pread_all(fd_.fd, region.data(), region.size() * sizeof(Record), lo * sizeof(Record))) fail("cannot read", path_);
+    if (!pread_all(fd_.get(), region.data(), region.size() * sizeof(Record), lo * sizeof(Record))) fail("cannot read", path_);
     std::sort(region.begin(), region.end(),
               [](const Record& a, const Record& b) { return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo; });
-    if (!pwrite_all(fd_.fd, region.data(), region.size() * sizeof(Record), lo * sizeof(Record)))
+    if (!pwrite_all(fd_.get(), region.data(), region.size() * sizeof(Record), lo * sizeof(Record)))
       fail("cannot write", path_);
   }
   std::vector<Record>().swap(region);
@@ -77,7 +77,7 @@ std::optional<uint64_t> HashIndex::find(const Hash128& h) const {
   const uint64_t lo = start_[b], hi = start_[b + 1];
   if (lo == hi) return std::nullopt;
   std::vector<Record> records(static_cast<size_t>(hi - lo));
-  if (!pread_all(fd_.fd, records.data(), records.size() * sizeof(Record), lo * sizeof(Record))) fail("cannot read", path_);
+  if (!pread_all(fd_.get(), records.data(), records.size() * sizeof(Record), lo * sizeof(Record))) fail("cannot read", path_);
   for (auto& r : records)
     if (r.hi == h.hi && r.lo == h.lo) return r.offset;
   return std::nullopt;

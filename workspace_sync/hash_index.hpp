@@ -30,7 +30,7 @@ class HashIndex {
   static size_t bucket(const Hash128& h) { return static_cast<size_t>(h.hi >> 48); }
   void scatter(const std::shared_ptr<const MappedManifest>& m);
   void sort_regions();
-  Fd fd_;
+  unique_fd fd_;
   std::string path_;
   std::vector<uint32_t> start_;  // 65,537: where each bucket's records start
   uint64_t total_ = 0;

@@ -38,19 +38,18 @@ Hash128 hash_bytes(const void* data, size_t n) {
 
 Hash128 hash_file(int dirfd, const std::string& name, const std::string& display_path, uint64_t* size,
                   int64_t* mtime_ns, int64_t* ctime_ns, uint64_t* ino) {
-  int fd = open_regular_at(dirfd, name, display_path);
+  unique_fd fd(open_regular_at(dirfd, name, display_path));
   struct stat st;
-  fstat(fd, &st);  // it succeeded in open_regular_at
+  fstat(fd.get(), &st);  // it succeeded in open_regular_at
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
   static thread_local std::vector<char> buf(1 << 20);
   uint64_t total = 0;
   while (true) {
-    ssize_t n = read(fd, buf.data(), buf.size());
+    ssize_t n = read(fd.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int e = errno;
-      close(fd);
       XXH3_freeState(state);
       throw std::system_error(e, std::generic_category(), "cannot read " + display_path);
     }
@@ -60,7 +59,6 @@ Hash128 hash_file(int dirfd, const std::string& name, const std::string& display
   }
   XXH128_hash_t h = XXH3_128bits_digest(state);
   XXH3_freeState(state);
-  close(fd);
   *size = total;
   *mtime_ns = timespec_ns(st.st_mtim);
   *ctime_ns = timespec_ns(st.st_ctim);

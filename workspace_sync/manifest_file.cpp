@@ -1,4 +1,5 @@
 #include "manifest_file.hpp"
+#include "unique_fd.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -14,11 +15,9 @@ constexpr size_t kDropEvery = 1 << 20;  // a cursor gives back the pages it read
 }
 
 std::shared_ptr<const MappedManifest> MappedManifest::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  auto m = open_fd(fd);
-  close(fd);
-  return m;
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return nullptr;
+  return open_fd(fd.get());
 }
 
 std::shared_ptr<const MappedManifest> MappedManifest::open_fd(int fd) {

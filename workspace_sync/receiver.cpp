@@ -44,34 +44,28 @@ class DirCache {
  public:
   static constexpr size_t kMaxOpen = 256;
   explicit DirCache(int base) : base_(base) {}
-  ~DirCache() {
-    for (auto& kv : fds_) close(kv.second);
-  }
   int get(const std::string& rel) {
     auto it = fds_.find(rel);
-    if (it != fds_.end()) return it->second;
-    if (fds_.size() >= kMaxOpen) {  // walks go in path order: the directories near go on being used
-      for (auto& kv : fds_) close(kv.second);
-      fds_.clear();
-    }
-    int fd = open_dir_nofollow(base_, rel, false);
-    fds_[rel] = fd;
-    return fd;
+    if (it != fds_.end()) return it->second.get();
+    // Walks go in path order: the directories near go on being used.
+    if (fds_.size() >= kMaxOpen) fds_.clear();
+    unique_fd fd(open_dir_nofollow(base_, rel, false));
+    const int raw = fd.get();
+    fds_[rel] = std::move(fd);
+    return raw;
   }
   void forget(const std::string& rel) {  // a directory that was removed
     for (auto it = fds_.begin(); it != fds_.end();) {
-      if (it->first == rel || it->first.compare(0, rel.size() + 1, rel + "/") == 0) {
-        close(it->second);
+      if (it->first == rel || it->first.compare(0, rel.size() + 1, rel + "/") == 0)
         it = fds_.erase(it);
-      } else {
+      else
         ++it;
-      }
     }
   }
 
  private:
   int base_;
-  std::unordered_map<std::string, int> fds_;
+  std::unordered_map<std::string, unique_fd> fds_;
 };
 
 // Removes the compiled caches of Python sources, so a proc never runs bytecode of an old text.
@@ -79,32 +73,25 @@ class DirCache {
 class PycacheDropper {
  public:
   explicit PycacheDropper(DirCache& dirs) : dirs_(dirs) {}
-  ~PycacheDropper() {
-    for (auto& kv : caches_)
-      if (kv.second.fd >= 0) close(kv.second.fd);
-  }
+
   void drop(const std::string& path) {
     if (path.size() < 4 || path.compare(path.size() - 3, 3, ".py") != 0) return;
     Cache& c = cache_of(parent_of(path));
-    if (c.fd < 0) return;
+    if (!c.fd) return;
     std::string stem = base_of(path).substr(0, base_of(path).size() - 3) + ".";
     for (auto& name : c.names)
-      if (name.compare(0, stem.size(), stem) == 0) unlinkat(c.fd, name.c_str(), 0);
+      if (name.compare(0, stem.size(), stem) == 0) unlinkat(c.fd.get(), name.c_str(), 0);
   }
 
  private:
   struct Cache {
-    int fd = -1;
+    unique_fd fd;
     std::vector<std::string> names;
   };
   Cache& cache_of(const std::string& dir) {
     auto it = caches_.find(dir);
     if (it != caches_.end()) return it->second;
-    if (caches_.size() >= DirCache::kMaxOpen) {  // bounded like the directories it reads through
-      for (auto& kv : caches_)
-        if (kv.second.fd >= 0) close(kv.second.fd);
-      caches_.clear();
-    }
+    if (caches_.size() >= DirCache::kMaxOpen) caches_.clear();  // bounded like the directories it reads through
     Cache& c = caches_[dir];
     int parent;
     try {
@@ -112,9 +99,9 @@ class PycacheDropper {
     } catch (const std::exception&) {
       return c;
     }
-    c.fd = openat(parent, "__pycache__", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (c.fd < 0) return c;
-    int fd2 = dup(c.fd);
+    c.fd.reset(openat(parent, "__pycache__", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!c.fd) return c;
+    int fd2 = dup(c.fd.get());
     DIR* d = fd2 >= 0 ? fdopendir(fd2) : nullptr;
     if (!d) {
       if (fd2 >= 0) close(fd2);
@@ -152,7 +139,7 @@ struct SyncReceiver::Part {
     uint64_t size = 0, written = 0;
     std::string path;  // a path of the incoming manifest that has it (for messages)
     uint32_t mode = 0600;  // that path's permission bits, given to the staged file
-    int fd = -1;
+    unique_fd fd;
     XXH3_state_t* state = nullptr;
     bool done = false;
   };
@@ -162,10 +149,8 @@ struct SyncReceiver::Part {
   Part(const Part&) = delete;
   Part& operator=(const Part&) = delete;
   ~Part() {
-    for (auto& o : objects) {
-      if (o.fd >= 0) close(o.fd);
+    for (auto& o : objects)
       if (o.state) XXH3_freeState(o.state);
-    }
   }
 };
 
@@ -186,7 +171,7 @@ struct SyncReceiver::Plan {
 struct SyncReceiver::Session {
   std::string sid, dest, stage_dir;
   int64_t last_ms = 0;
-  Fd stage;
+  unique_fd stage;
   std::shared_ptr<const MappedManifest> host;  // what the host holds (its saved manifest)
   std::string host_digest;                     // hex
   std::unique_ptr<HashIndex> host_index;       // the host's files by content, made when first needed
@@ -399,8 +384,8 @@ SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest) {
   const std::string path = manifest_path(dest) + ".manifest";
   const std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
   const HostCopy none{DigestBuilder().finish().hex(), 0};
-  Fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dirfd.fd < 0) return none;  // no copy: a sync sends it whole
+  unique_fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dirfd.get() < 0) return none;  // no copy: a sync sends it whole
   const int64_t checked_ns = wall_ns();
   DigestBuilder digest;
   size_t count = 0;
@@ -413,7 +398,7 @@ SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest) {
   }
   auto check = [&](Entry&& e) {
     check_cancelled();
-    std::optional<Entry> v = check_entry(dirfd.fd, e, stored_scan, &changed);
+    std::optional<Entry> v = check_entry(dirfd.get(), e, stored_scan, &changed);
     if (!v) {
       changed = true;
       return;
@@ -525,8 +510,8 @@ SyncReceiver::Reply SyncReceiver::begin(const SyncStepBody& step, int64_t now_ms
   s->stage_dir = state_dir_ + "/stage/" + sid;
   remove_tree(s->stage_dir);
   if (mkdir(s->stage_dir.c_str(), 0700) != 0) throw SyncRefused(sys_error("cannot create " + s->stage_dir, errno));
-  s->stage.fd = open(s->stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (s->stage.fd < 0) throw SyncRefused(sys_error("cannot open " + s->stage_dir, errno));
+  s->stage.reset(open(s->stage_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (s->stage.get() < 0) throw SyncRefused(sys_error("cannot open " + s->stage_dir, errno));
   sessions_[sid] = std::move(s);
   // "have" lets the controller send the plan as a delta against a manifest it knows.
   SyncReply r;
@@ -620,11 +605,10 @@ void SyncReceiver::take_entry(Session& s, const Entry& e, const Entry* old, bool
 bool SyncReceiver::content_at_hand(Session& s, const Entry& e) {
   if (s.asked.count(e.hash)) return true;
   const std::string name = e.hash.hex();
-  if (faccessat(s.stage.fd, name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) return true;
+  if (faccessat(s.stage.get(), name.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) return true;
   if (e.size == 0) {  // nothing to send: staged now
-    int fd = openat(s.stage.fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) throw SyncRefused(sys_error("cannot stage " + e.path, errno));
-    close(fd);
+    unique_fd fd(openat(s.stage.get(), name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) throw SyncRefused(sys_error("cannot stage " + e.path, errno));
     return true;
   }
   return s.host->count() > 0 && host_index(s).find(e.hash).has_value();
@@ -701,10 +685,10 @@ void SyncReceiver::reset_plan(Session& s) {
   s.filling = nullptr;
   for (auto& [n, part] : s.open_parts)
     for (auto& o : part->objects)
-      if (!o.done) unlinkat(s.stage.fd, o.hash.hex().c_str(), 0);
+      if (!o.done) unlinkat(s.stage.get(), o.hash.hex().c_str(), 0);
   s.open_parts.clear();
   s.asked.clear();
-  unlinkat(s.stage.fd, "incoming", 0);
+  unlinkat(s.stage.get(), "incoming", 0);
 }
 
 // ---- data ------------------------------------------------------------------------------------
@@ -736,22 +720,21 @@ SyncReceiver::Reply SyncReceiver::data(Session& s, const SyncStepBody& step, con
     }
     at += stored;
     const std::string name = o.hash.hex();
-    if (o.fd < 0) {
-      o.fd = openat(s.stage.fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-      if (o.fd < 0) throw SyncRefused(sys_error("cannot stage " + o.path, errno));
-      fchmod(o.fd, o.mode);  // the mode of the first path that wants it (not subject to the umask)
+    if (!o.fd) {
+      o.fd.reset(openat(s.stage.get(), name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (!o.fd) throw SyncRefused(sys_error("cannot stage " + o.path, errno));
+      fchmod(o.fd.get(), o.mode);  // the mode of the first path that wants it (not subject to the umask)
       o.state = XXH3_createState();
       XXH3_128bits_reset(o.state);
     }
-    if (!write_all(o.fd, bytes, raw_len)) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
+    if (!write_all(o.fd.get(), bytes, raw_len)) throw SyncRefused(sys_error("cannot write " + o.path + " on the host", errno));
     XXH3_128bits_update(o.state, bytes, raw_len);
     o.written += raw_len;
     if (o.written < o.size) continue;
     XXH128_hash_t h = XXH3_128bits_digest(o.state);
     XXH3_freeState(o.state);
     o.state = nullptr;
-    close(o.fd);
-    o.fd = -1;
+    o.fd.reset();
     if (Hash128{h.low64, h.high64} != o.hash)
       throw SyncRefused("the content of " + o.path + " does not match its manifest (it changed while being sent); "
                         "sync again");
@@ -866,7 +849,7 @@ class ChangeReport {
 // What a commit works with: the session, the directories it writes in, what it reports.
 struct SyncReceiver::Commit {
   Session& s;
-  Fd root, dest;
+  unique_fd root, dest;
   std::unique_ptr<DirCache> dirs;
   std::unique_ptr<PycacheDropper> pycache;
   ChangeReport report;
@@ -874,10 +857,10 @@ struct SyncReceiver::Commit {
   uint64_t kept_more = 0;
 
   Commit(Session& session, const std::string& root_dir) : s(session) {
-    root.fd = open(root_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (root.fd < 0) throw SyncRefused(sys_error("cannot open " + root_dir, errno));
-    dest.fd = open_dir_nofollow(root.fd, s.dest, true);
-    dirs = std::make_unique<DirCache>(dest.fd);
+    root.reset(open(root_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (root.get() < 0) throw SyncRefused(sys_error("cannot open " + root_dir, errno));
+    dest.reset(open_dir_nofollow(root.get(), s.dest, true));
+    dirs = std::make_unique<DirCache>(dest.get());
     pycache = std::make_unique<PycacheDropper>(*dirs);
   }
   ~Commit() {
@@ -925,7 +908,7 @@ const HashIndex& SyncReceiver::host_index(Session& s) {
 //    "<hash>.f"), else as "p<n>" (the n-th such in path order): a link, a copy of that object,
 //    or a copy of the host's own file with that content (a renamed or copied file).
 void SyncReceiver::prepare(Commit& c) {
-  const int stage = c.s.stage.fd;
+  const int stage = c.s.stage.get();
   uint64_t n = 0;
   for (ManifestMerge m(c.s.incoming, c.s.host); !m.at_end(); m.next()) {
     check_cancelled();
@@ -953,7 +936,7 @@ void SyncReceiver::prepare(Commit& c) {
 // A later path's copy of content staged for an earlier one (`first`), or of the host's own file
 // with that content.
 void SyncReceiver::stage_copy(Commit& c, const Entry& e, const std::string& first, const std::string& staged) {
-  const int stage = c.s.stage.fd;
+  const int stage = c.s.stage.get();
   if (faccessat(stage, first.c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
     copy_checked(stage, first, stage, staged, e);
     return;
@@ -967,25 +950,25 @@ void SyncReceiver::stage_copy(Commit& c, const Entry& e, const std::string& firs
 // A staged file gets its entry's mode and, replacing an old text, an mtime outside the old
 // text's second: Python trusts a .pyc while the source's size and whole-second mtime match.
 void SyncReceiver::fix_staged(Commit& c, const Entry& e, const Entry* old, const std::string& name) {
-  Fd fd(openat(c.s.stage.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (fd.fd < 0) throw SyncRefused(sys_error("cannot open staged " + e.path, errno));
-  fchmod(fd.fd, e.mode & 0777);
+  unique_fd fd(openat(c.s.stage.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) throw SyncRefused(sys_error("cannot open staged " + e.path, errno));
+  fchmod(fd.get(), e.mode & 0777);
   struct stat old_st, new_st;
   if (old && fstatat(c.dirs->get(parent_of(e.path)), base_of(e.path).c_str(), &old_st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      fstat(fd.fd, &new_st) == 0 && old_st.st_mtim.tv_sec == new_st.st_mtim.tv_sec) {
+      fstat(fd.get(), &new_st) == 0 && old_st.st_mtim.tv_sec == new_st.st_mtim.tv_sec) {
     timespec t[2] = {{0, UTIME_OMIT}, {old_st.st_mtim.tv_sec + 1, 0}};
-    futimens(fd.fd, t);
+    futimens(fd.get(), t);
   }
 }
 
 // 2a. What goes first, deepest first: the paths are listed in a file of the staging area as the
 //     merge finds them and removed in reverse order (children sort after their directory).
 void SyncReceiver::remove_old(Commit& c) {
-  Fd list(openat(c.s.stage.fd, "removals", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (list.fd < 0) throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
+  unique_fd list(openat(c.s.stage.get(), "removals", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (list.get() < 0) throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
   std::string piece;
   auto flush = [&] {
-    if (!write_all(list.fd, piece.data(), piece.size()))
+    if (!write_all(list.get(), piece.data(), piece.size()))
       throw SyncRefused(sys_error("cannot stage the commit's removals", errno));
     piece.clear();
   };
@@ -998,7 +981,7 @@ void SyncReceiver::remove_old(Commit& c) {
     if (piece.size() >= (1u << 20)) flush();
   }
   flush();
-  for_each_record_backwards(list.fd, [&](std::string_view rec) {
+  for_each_record_backwards(list.get(), [&](std::string_view rec) {
     check_cancelled();
     const EntryType type = static_cast<EntryType>(rec[0]);
     const bool needed = rec[1] == '1';
@@ -1046,8 +1029,8 @@ void SyncReceiver::switch_in(Commit& c) {
         const int parent = c.dirs->get(parent_of(e->path));
         const std::string first = e->hash.hex() + ".f";
         if ((e->type != EntryType::File ||
-             renameat(c.s.stage.fd, first.c_str(), parent, base_of(e->path).c_str()) != 0) &&
-            renameat(c.s.stage.fd, ("p" + std::to_string(n++)).c_str(), parent, base_of(e->path).c_str()) != 0)
+             renameat(c.s.stage.get(), first.c_str(), parent, base_of(e->path).c_str()) != 0) &&
+            renameat(c.s.stage.get(), ("p" + std::to_string(n++)).c_str(), parent, base_of(e->path).c_str()) != 0)
           throw SyncRefused(sys_error("cannot move " + e->path + " into place", errno));
         if (e->type == EntryType::File) c.pycache->drop(e->path);
         break;

@@ -141,7 +141,7 @@ class Scanner {
         if ((task.walk || !(before && before->type == EntryType::Dir)) && !starts_.count(e.path))
           subdirs.push_back({l, item->e.path, -1, e.path, nullptr, true});
       }
-      if (e.type == EntryType::File && !hash_or_reuse(l->dir->fd, item->e.path, e, out)) continue;
+      if (e.type == EntryType::File && !hash_or_reuse(l->dir->get(), item->e.path, e, out)) continue;
       add(out, std::move(e));
     }
     if (!subdirs.empty()) {
@@ -377,7 +377,7 @@ ScanResult rescan_tree(const std::string& root, const ScanOptions& opts, const M
   if (changes.everything || changes.walked.count("")) return scan_tree_to(root, opts, &previous, out_path);
   int rootfd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0) throw std::runtime_error("cannot open workspace " + root + ": " + std::strerror(errno));
-  Fd root_fd(rootfd);
+  unique_fd root_fd(rootfd);
   const Replaced replaced = replaced_by(changes);
   ScanResult fresh;
   try {

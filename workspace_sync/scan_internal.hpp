@@ -35,7 +35,7 @@ struct Listing {
     bool subtree = false;
   };
   std::string rel;  // the directory, relative to the root ("" = the root)
-  std::shared_ptr<Fd> dir;  // open while a file or subdirectory of it may still be opened
+  std::shared_ptr<unique_fd> dir;  // open while a file or subdirectory of it may still be opened
   std::shared_ptr<const IgnoreRules> rules;  // the rule files of this directory and its ancestors
   std::vector<Item> items;  // with runs: the last chunk
   std::vector<std::shared_ptr<const MappedManifest>> runs;

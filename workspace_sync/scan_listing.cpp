@@ -20,12 +20,11 @@ FixedRules::FixedRules(const ScanOptions& opts) {
 }
 
 bool read_small_file(int dirfd, const char* name, std::string& out) {
-  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return false;
+  unique_fd fd(openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return false;
   char buf[65536];
   ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0 && out.size() < (1 << 20)) out.append(buf, static_cast<size_t>(n));
-  close(fd);
+  while ((n = read(fd.get(), buf, sizeof(buf))) > 0 && out.size() < (1 << 20)) out.append(buf, static_cast<size_t>(n));
   return true;
 }
 
@@ -88,12 +87,10 @@ void add_item(int dirfd, const char* name, const std::string& rel, const IgnoreS
   item.e.mode = st.st_mode & 07777;
   if (is_dir) {
     // Kept only when it opens (the walk that lists it later opens it again).
-    int probe = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (probe < 0) {
+    if (!unique_fd(openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))) {
       out.skipped.emplace_back(rel, std::string("cannot open: ") + std::strerror(errno));
       return;
     }
-    close(probe);
     item.e.type = EntryType::Dir;
     out.items.push_back(item);
     item.subtree = true;
@@ -195,7 +192,7 @@ std::shared_ptr<Listing> list_directory(int fd, const std::string& rel, const Sc
                                         const FixedRules& fixed, std::shared_ptr<const IgnoreRules> parent_rules) {
   auto out = std::make_shared<Listing>();
   out->rel = rel;
-  out->dir = std::make_shared<Fd>(fd);
+  out->dir = std::make_shared<unique_fd>(fd);
   out->rules = rules_inside(fd, rel, opts, std::move(parent_rules));
   IgnoreStack ignore{&fixed.user, out->rules.get(), &fixed.defaults};
   int fd2 = dup(fd);
@@ -220,7 +217,7 @@ std::shared_ptr<Listing> list_directory(int fd, const std::string& rel, const Sc
 std::shared_ptr<Listing> list_subdirectory(const Listing& parent, const std::string& name, const ScanOptions& opts,
                                            const FixedRules& fixed) {
   const std::string rel = join_path(parent.rel, name);
-  int fd = openat(parent.dir->fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = openat(parent.dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     auto out = std::make_shared<Listing>();
     out->rel = rel;

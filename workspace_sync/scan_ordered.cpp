@@ -197,10 +197,10 @@ class OrderedWalk {
   }
 
   std::shared_future<Entry> submit_hash(const Listing& dir, const std::string& name, const Entry& e) {
-    std::shared_ptr<Fd> dirfd = dir.dir;  // open until the hash is taken
+    std::shared_ptr<unique_fd> dirfd = dir.dir;  // open until the hash is taken
     return pool_.submit<Entry>(e.path, [dirfd, name, e] {
       Entry out = e;
-      out.hash = hash_file(dirfd->fd, name, out.path, &out.size, &out.mtime_ns, &out.ctime_ns, &out.ino);
+      out.hash = hash_file(dirfd->get(), name, out.path, &out.size, &out.mtime_ns, &out.ctime_ns, &out.ino);
       return out;
     });
   }

@@ -434,8 +434,8 @@ class Push {
   // One file's content into the stream, checked against its manifest hash as it is read.
   void send_file(Stream& st, size_t idx, const PlanPart::File& f) {
     const Entry& e = f.e;
-    Fd fd(open((root_ + "/" + e.path).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd.fd < 0) throw std::runtime_error("cannot read " + e.path + ": " + std::strerror(errno));
+    unique_fd fd(open((root_ + "/" + e.path).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) throw std::runtime_error("cannot read " + e.path + ": " + std::strerror(errno));
     HashState hash;
     if (buf_.empty()) {
       buf_.resize(opts_.batch_bytes);
@@ -449,7 +449,7 @@ class Push {
         room = opts_.batch_bytes;
       }
       size_t want = static_cast<size_t>(std::min<uint64_t>(room, e.size - off));
-      ssize_t n = read(fd.fd, buf_.data(), want);
+      ssize_t n = read(fd.get(), buf_.data(), want);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) throw std::runtime_error(e.path + " changed while being sent (it is shorter now); sync again");
       hash.update(buf_.data(), static_cast<size_t>(n));

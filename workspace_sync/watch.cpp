@@ -49,35 +49,33 @@ bool local_file_system(const std::string& path) {
 }
 
 TreeWatcher::TreeWatcher(const std::string& root) : root_(root) {
-  fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd_ < 0) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
+  fd_.reset(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!fd_) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
   try {
     add_tree(root);
   } catch (...) {
-    close(fd_);
+    fd_.reset();
     throw;
   }
 }
 
-TreeWatcher::~TreeWatcher() {
-  if (fd_ >= 0) close(fd_);
-}
+TreeWatcher::~TreeWatcher() = default;
 
 TreeWatcher::TreeWatcher(const std::string& root, const std::vector<std::string>& dirs) : root_(root) {
-  fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd_ < 0) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
+  fd_.reset(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!fd_) throw std::runtime_error(std::string("cannot watch the workspace: inotify: ") + std::strerror(errno));
   try {
     add_dir(root);
     for (auto& d : dirs) add_dir(root + "/" + d);
   } catch (...) {
-    close(fd_);
+    fd_.reset();
     throw;
   }
 }
 
 int TreeWatcher::add_dir(const std::string& path) {
   // Below the root, a directory replaced by a symlink is not followed out of the tree.
-  int wd = inotify_add_watch(fd_, path.c_str(), path == root_ ? kMask : kMask | IN_DONT_FOLLOW);
+  int wd = inotify_add_watch(fd_.get(), path.c_str(), path == root_ ? kMask : kMask | IN_DONT_FOLLOW);
   if (wd < 0) {
     if (errno == ENOSPC)
       throw std::runtime_error("cannot watch " + path + ": the inotify watch limit is reached (raise "
@@ -125,12 +123,12 @@ std::string TreeWatcher::relative(const std::string& path) const {
 // Reads what is queued (waiting up to timeout_ms for the first event), noting the directories
 // it concerns in pending_. True if any arrived.
 bool TreeWatcher::drain(int timeout_ms) {
-  pollfd p{fd_, POLLIN, 0};
+  pollfd p{fd_.get(), POLLIN, 0};
   if (poll(&p, 1, timeout_ms) <= 0) return false;
   alignas(inotify_event) char buf[16384];
   bool any = false;
   while (true) {
-    ssize_t n = read(fd_, buf, sizeof(buf));
+    ssize_t n = read(fd_.get(), buf, sizeof(buf));
     if (n <= 0) break;
     for (char* at = buf; at < buf + n;) {
       auto* ev = reinterpret_cast<inotify_event*>(at);

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "unique_fd.hpp"
 #include "scan.hpp"
 
 namespace xmesh::ws {
@@ -43,7 +44,7 @@ class TreeWatcher {
   int add_dir(const std::string& path);  // the watch descriptor, or -1 when the directory is gone
   bool drain(int timeout_ms);
   std::string relative(const std::string& path) const;
-  int fd_ = -1;
+  unique_fd fd_;
   std::string root_;
   std::unordered_map<int, std::string> dirs_;  // watch descriptor -> directory
   ChangedDirs pending_;
