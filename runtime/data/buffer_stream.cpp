@@ -142,20 +142,20 @@ void BufferStreamServer::accept_loop() {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
     if (p[1].revents) return;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) adopt(fd, "");
+    unique_fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (fd) adopt(std::move(fd), "");
   }
 }
 
-void BufferStreamServer::adopt(int fd, std::string early) {
+void BufferStreamServer::adopt(unique_fd conn, std::string early) {
+  const int fd = conn.get();
   {
     std::lock_guard<std::mutex> g(mu_);
     // A thread per stream, so a bound: a flood of connections (each may wait 10 s for its hello)
     // is refused beyond it rather than taking every thread the process may have.
     if (stopping_ || open_.size() >= kMaxStreams) {
       if (!stopping_) ++stats_.refused;
-      ::close(fd);
-      return;
+      return;  // closed with conn
     }
     open_.insert(fd);
     ++stats_.connections;
@@ -163,12 +163,12 @@ void BufferStreamServer::adopt(int fd, std::string early) {
   // Non-blocking, whatever handed it over made it (the waits below poll).
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   large_socket_buffers(fd);
-  runtime_thread([this, fd, early = std::move(early)] {
+  runtime_thread([this, conn = std::move(conn), early = std::move(early)]() mutable {
     pthread_setname_np(pthread_self(), "xmesh-stream");
-    serve(fd, early);
+    serve(conn.get(), early);
     std::lock_guard<std::mutex> g(mu_);
-    open_.erase(fd);
-    ::close(fd);
+    open_.erase(conn.get());
+    conn.reset();
     cv_.notify_all();
   }).detach();
 }

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "buffer_registry.hpp"
+#include "unique_fd.hpp"
 #include "record_cipher.hpp"
 
 namespace xmesh {
@@ -46,7 +47,7 @@ class BufferStreamServer {
   // passes on the connections that open as streams, tcp_lane.hpp kStreamMagic).
   explicit BufferStreamServer(BufferRegistry& registry);
   // Serves the stream on fd (its own now), `early` the bytes already read from it.
-  void adopt(int fd, std::string early);
+  void adopt(unique_fd fd, std::string early);
   ~BufferStreamServer();  // stops listening, ends the streams under way, waits for them
   BufferStreamServer(const BufferStreamServer&) = delete;
   BufferStreamServer& operator=(const BufferStreamServer&) = delete;

@@ -198,7 +198,9 @@ std::string DataNode::buffer_streams(std::string* why) {
       // Called by the I/O thread under the transport's lane lock: it takes no lock of the
       // node's. The server outlives the transport (a Node declares its parts before it).
       BufferStreamServer* server = adopting_.get();
-      node_.transport().set_stream_adopter([server](int fd, std::string early) { server->adopt(fd, std::move(early)); });
+      node_.transport().set_stream_adopter([server](unique_fd fd, std::string early) {
+        server->adopt(std::move(fd), std::move(early));
+      });
     }
     return lanes;
   }

@@ -55,8 +55,7 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
   // Controllers and procs talk to each other over shared memory on one host (ring_links.hpp);
   // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
-  const std::string& r = transport_.role();
-  if ((r == "controller" || r == "proc") && env_int("XMESH_RINGS", 1) != 0) {
+  if (takes_fast_links(transport_.role_kind()) && env_int("XMESH_RINGS", 1) != 0) {
     transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
     ring_feed_ = std::make_shared<RingFeed>(*this);
     actors_.feed_inboxes_from(ring_feed_);

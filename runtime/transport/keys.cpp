@@ -12,6 +12,8 @@
 
 #include <zmq.h>
 
+#include "unique_fd.hpp"
+
 namespace xmesh {
 namespace {
 
@@ -61,40 +63,34 @@ CurveKeys generate_curve_keys() {
 
 void write_key_file(const std::string& path, const CurveKeys& keys, bool overwrite) {
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (overwrite ? O_TRUNC : O_EXCL);
-  int fd = ::open(path.c_str(), flags, 0600);
-  if (fd < 0) {
+  unique_fd fd(::open(path.c_str(), flags, 0600));
+  if (!fd) {
     if (errno == EEXIST) throw KeyFileError("key file " + path + " exists already (--force replaces it)");
     throw KeyFileError("key file " + path + ": " + std::strerror(errno));
   }
-  if (fchmod(fd, 0600) != 0) {  // an existing file kept its mode through O_TRUNC
-    ::close(fd);
+  if (fchmod(fd.get(), 0600) != 0)  // an existing file kept its mode through O_TRUNC
     throw KeyFileError("key file " + path + ": chmod: " + std::strerror(errno));
-  }
   std::string text =
       "# xmesh key file: whoever holds it can run code on every host that accepts it. Keep it 0600.\n"
       "public = " + keys.public_z85 + "\nsecret = " + keys.secret_z85 + "\n";
-  ssize_t n = ::write(fd, text.data(), text.size());
+  ssize_t n = ::write(fd.get(), text.data(), text.size());
   int err = errno;
-  ::close(fd);
+  fd.reset();
   if (n != static_cast<ssize_t>(text.size()))
     throw KeyFileError("key file " + path + ": write: " + std::strerror(n < 0 ? err : EIO));
 }
 
 CurveKeys read_key_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw KeyFileError("key file " + path + ": " + std::strerror(errno));
   std::string text;
-  try {
-    check_file(path, fd);
+  {
+    unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw KeyFileError("key file " + path + ": " + std::strerror(errno));
+    check_file(path, fd.get());
     char buf[kMaxKeyFileBytes + 1];
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0) throw KeyFileError("key file " + path + ": " + std::strerror(errno));
     text.assign(buf, static_cast<size_t>(n));
-  } catch (...) {
-    ::close(fd);
-    throw;
   }
-  ::close(fd);
   CurveKeys keys;
   std::istringstream lines(text);
   std::string line;

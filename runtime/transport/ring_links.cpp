@@ -1,6 +1,7 @@
 #include "ring_links.hpp"
 
 #include "message_layout.hpp"
+#include "unique_fd.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -42,15 +43,15 @@ void RingWriter::answered(const RingAcceptBody& answer, std::string* why) {
     *why = "declined: " + answer.reason;
     return;
   }
-  int fd = open_peer_fd(answer.pid, answer.bell_fd);
-  if (fd < 0) {
+  unique_fd fd(open_peer_fd(answer.pid, answer.bell_fd));
+  if (!fd) {
     *why = "its doorbell (/proc/" + std::to_string(answer.pid) + "/fd/" + std::to_string(answer.bell_fd) +
            ") cannot be opened: " + std::strerror(errno);
     return;
   }
   try {
-    Doorbell bell = Doorbell::attach(fd);
-    ::close(fd);
+    Doorbell bell = Doorbell::attach(fd.get());
+    fd.reset();
     if (bell.token() != answer.bell_token) {
       *why = "the doorbell opened is not the one it named";
       return;
@@ -58,7 +59,6 @@ void RingWriter::answered(const RingAcceptBody& answer, std::string* why) {
     bell.drop_fd();
     bell_ = std::move(bell);
   } catch (const std::exception& e) {
-    ::close(fd);
     *why = e.what();
     return;
   }
@@ -136,16 +136,16 @@ RingAcceptBody RingReaders::take_offer(const std::string& addr, const RingOfferB
     answer.reason = "this node takes no rings";
     return answer;
   }
-  int fd = open_peer_fd(offer.pid, offer.fd);
-  if (fd < 0) {
+  unique_fd fd(open_peer_fd(offer.pid, offer.fd));
+  if (!fd) {
     answer.reason = "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd) +
                     " cannot be opened: " + std::strerror(errno);
     return answer;
   }
   std::shared_ptr<In> in;
   try {
-    ShmRing ring = ShmRing::attach(fd);
-    ::close(fd);
+    ShmRing ring = ShmRing::attach(fd.get());
+    fd.reset();
     if (ring.token() != offer.token) {
       answer.reason = "the ring at /proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd) +
                       " is not the one offered";
@@ -157,7 +157,6 @@ RingAcceptBody RingReaders::take_offer(const std::string& addr, const RingOfferB
     in->ring = std::move(ring);
     in->sender_limit = offer.max_message_bytes;
   } catch (const std::exception& e) {
-    ::close(fd);
     answer.reason = e.what();
     return answer;
   }

@@ -247,14 +247,14 @@ LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secr
     : peer_(host + ":" + std::to_string(port) + (via ? "/" + std::to_string(via) : "")), sealer_(secret.key), via_(via) {
   if (secret.token.size() != kLaneTokenBytes) throw std::invalid_argument("a lane token is 16 bytes");
   addrinfo* res = resolve(host, port, false);
-  fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) {
+  fd_.reset(socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd_) {
     int e = errno;
     freeaddrinfo(res);
     throw std::runtime_error("no socket for a lane to " + peer_ + ": " + errno_text(e));
   }
-  set_nodelay(fd_);
-  int rc = ::connect(fd_, res->ai_addr, res->ai_addrlen);
+  set_nodelay(fd_.get());
+  int rc = ::connect(fd_.get(), res->ai_addr, res->ai_addrlen);
   int e = errno;
   freeaddrinfo(res);
   if (rc != 0 && e != EINPROGRESS) fail("connecting to " + peer_ + ": " + errno_text(e));
@@ -265,8 +265,7 @@ LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secr
 LaneWriter::~LaneWriter() { close(); }
 
 void LaneWriter::close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  fd_.reset();
   if (state_ != State::broken) {
     state_ = State::broken;
     if (error_.empty()) error_ = "the lane was closed";
@@ -281,11 +280,11 @@ void LaneWriter::fail(const std::string& why) {
 LaneWriter::State LaneWriter::state() {
   if (state_ == State::socks) read_socks_reply();
   if (state_ != State::connecting) return state_;
-  pollfd p{fd_, POLLOUT, 0};
+  pollfd p{fd_.get(), POLLOUT, 0};
   if (::poll(&p, 1, 0) <= 0) return state_;
   int err = 0;
   socklen_t len = sizeof err;
-  getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+  getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) {
     fail("connecting: " + errno_text(err));
     return state_;
@@ -300,7 +299,7 @@ void LaneWriter::read_socks_reply() {
   if (!send_some()) return;
   char buf[16];
   while (socks_reply_.size() < kSocks5ReplyBytes) {
-    ssize_t n = ::recv(fd_, buf, kSocks5ReplyBytes - socks_reply_.size(), MSG_DONTWAIT);
+    ssize_t n = ::recv(fd_.get(), buf, kSocks5ReplyBytes - socks_reply_.size(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) return fail("the host agent closed the connection (is the proc's lane port allowed?)");
@@ -313,7 +312,7 @@ void LaneWriter::read_socks_reply() {
 
 bool LaneWriter::send_some() {
   while (out_at_ < out_.size()) {
-    ssize_t n = ::send(fd_, out_.data() + out_at_, out_.size() - out_at_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::send(fd_.get(), out_.data() + out_at_, out_.size() - out_at_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       out_at_ += static_cast<size_t>(n);
       continue;
@@ -335,7 +334,7 @@ LaneWriter::Result LaneWriter::wait_out(int timeout_ms) {
     if (!pending()) break;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (timeout_ms >= 0 && left <= 0) return Result::timed_out;
-    pollfd p{fd_, POLLOUT, 0};
+    pollfd p{fd_.get(), POLLOUT, 0};
     int rc = ::poll(&p, 1, timeout_ms < 0 ? 1000 : static_cast<int>(std::min<int64_t>(left, 1000)));
     if (rc < 0 && errno != EINTR) {
       fail(errno_text(errno));
@@ -367,41 +366,30 @@ LaneWriter::Result LaneWriter::flush(int timeout_ms) {
 // ---- the listener ---------------------------------------------------------------------------
 LaneListener::LaneListener(const std::string& host, int port, const std::string& handover) {
   addrinfo* res = resolve(host, port, true);
-  fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  fd_.reset(socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   int e = errno;
-  if (fd_ >= 0) {
+  if (fd_) {
     int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd_, res->ai_addr, res->ai_addrlen) != 0 || listen(fd_, 64) != 0) {
+    setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd_.get(), res->ai_addr, res->ai_addrlen) != 0 || listen(fd_.get(), 64) != 0) {
       e = errno;
-      ::close(fd_);
-      fd_ = -1;
+      fd_.reset();
     }
   }
   freeaddrinfo(res);
-  if (fd_ < 0) throw std::runtime_error("cannot listen for lanes on " + host + ":" + std::to_string(port) + ": " + errno_text(e));
+  if (!fd_) throw std::runtime_error("cannot listen for lanes on " + host + ":" + std::to_string(port) + ": " + errno_text(e));
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                          : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   if (handover.empty()) return;
-  try {
-    handover_fd_ = bind_unix_datagram(handover);
-  } catch (...) {
-    ::close(fd_);
-    throw;
-  }
+  handover_fd_.reset(bind_unix_datagram(handover));  // throws naming why (fd_ closes with it)
   handover_path_ = handover;
 }
 
 LaneListener::~LaneListener() {
-  for (auto& c : presenting_) ::close(c.fd);
-  if (fd_ >= 0) ::close(fd_);
-  if (handover_fd_ >= 0) {
-    ::close(handover_fd_);
-    ::unlink(handover_path_.c_str());
-  }
+  if (handover_fd_) ::unlink(handover_path_.c_str());
 }
 
 void LaneListener::expect(const LaneSecret& secret, const std::string& writer_addr, int64_t now_ms, int64_t ttl_ms) {
@@ -414,10 +402,10 @@ void LaneListener::expect(const LaneSecret& secret, const std::string& writer_ad
 
 void LaneListener::accept_all(int64_t now_ms) {
   while (true) {
-    int c = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (c < 0) return;  // EAGAIN, or a connection that went before it was taken
-    set_nodelay(c);
-    add_presenting(c, "", now_ms);
+    unique_fd c(accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!c) return;  // EAGAIN, or a connection that went before it was taken
+    set_nodelay(c.get());
+    add_presenting(std::move(c), "", now_ms);
   }
 }
 
@@ -426,29 +414,26 @@ void LaneListener::accept_all(int64_t now_ms) {
 // the agent's and this process's only (the runtime directory is theirs), but a proc takes no
 // file on trust.
 void LaneListener::take_handed_over(int64_t now_ms) {
-  if (handover_fd_ < 0) return;
+  if (!handover_fd_) return;
   char head[kHandoverMaxBytes];
-  int fd = -1;
   for (int i = 0; i < 64; ++i) {  // bounded: the rest at the next poll
-    ssize_t n = recv_with_fd(handover_fd_, head, sizeof head, &fd, MSG_DONTWAIT);
+    int received = -1;
+    ssize_t n = recv_with_fd(handover_fd_.get(), head, sizeof head, &received, MSG_DONTWAIT);
     if (n < 0) return;
-    if (fd < 0) continue;
+    unique_fd conn(received);
+    if (!conn) continue;
+    const int fd = conn.get();
     int type = 0;
     socklen_t len = sizeof type;
     sockaddr_storage ss{};
     socklen_t ss_len = sizeof ss;
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM ||
         getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &ss_len) != 0 ||
-        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
-      ::close(fd);
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
       continue;
-    }
-    if (n < 1 || head[0] != kHandoverTag) {
-      ::close(fd);
-      continue;
-    }
+    if (n < 1 || head[0] != kHandoverTag) continue;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    add_presenting(fd, std::string(head + 1, static_cast<size_t>(n - 1)), now_ms);
+    add_presenting(std::move(conn), std::string(head + 1, static_cast<size_t>(n - 1)), now_ms);
   }
 }
 
@@ -461,29 +446,24 @@ bool hand_over_lane(int via_sock, int conn_fd, const std::string& read_so_far, c
   return send_with_fds(via_sock, datagram, {conn_fd}, handover_path, MSG_DONTWAIT) == static_cast<ssize_t>(datagram.size());
 }
 
-void LaneListener::add_presenting(int fd, std::string got, int64_t now_ms) {
-  if (presenting_.size() >= kMaxPresenting) {  // bounded against a flood: the oldest goes
-    ::close(presenting_.front().fd);
-    presenting_.erase(presenting_.begin());
-  }
-  presenting_.push_back(Presenting{fd, std::move(got), peer_name(fd), now_ms + ttl_ms_});
+void LaneListener::add_presenting(unique_fd fd, std::string got, int64_t now_ms) {
+  if (presenting_.size() >= kMaxPresenting) presenting_.erase(presenting_.begin());  // a flood: the oldest goes
+  std::string peer = peer_name(fd.get());
+  presenting_.push_back(Presenting{std::move(fd), std::move(got), std::move(peer), now_ms + ttl_ms_});
 }
 
 // Reads what c sent so far; true when c is done with (accepted, refused or gone).
 bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::vector<std::string>* refused) {
   char buf[4096];
   if (c.got.size() < kLaneTokenBytes) {  // a handed-over connection may bring its token along
-    ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+    ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-    if (n <= 0) {
-      ::close(c.fd);
-      return true;
-    }
+    if (n <= 0) return true;  // gone: closed with its entry
     c.got.append(buf, static_cast<size_t>(n));
   }
   if (stream_adopter_ && c.got.size() >= sizeof kStreamMagic &&
       c.got.compare(0, sizeof kStreamMagic, kStreamMagic, sizeof kStreamMagic) == 0) {
-    stream_adopter_(c.fd, std::move(c.got));  // a data-plane stream: its server owns it now
+    stream_adopter_(std::move(c.fd), std::move(c.got));  // a data-plane stream: its server owns it now
     return true;
   }
   if (c.got.size() < kLaneTokenBytes) return false;
@@ -492,10 +472,9 @@ bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::ve
   });
   if (it == expected_.end()) {
     if (refused) refused->push_back("a lane connection from " + c.peer + " presented a token this node did not give");
-    ::close(c.fd);
     return true;
   }
-  out.push_back(Accepted{c.fd, it->second.writer_addr, it->second.key, c.got.substr(kLaneTokenBytes)});
+  out.push_back(Accepted{std::move(c.fd), it->second.writer_addr, it->second.key, c.got.substr(kLaneTokenBytes)});
   expected_.erase(it);  // each token opens one lane
   return true;
 }
@@ -509,7 +488,6 @@ std::vector<LaneListener::Accepted> LaneListener::poll(int64_t now_ms, std::vect
     bool done = read_token(c, out, refused);
     if (!done && c.deadline <= now_ms) {
       if (refused) refused->push_back("a lane connection from " + c.peer + " did not present a token in time");
-      ::close(c.fd);
       done = true;
     }
     if (done)
@@ -523,20 +501,18 @@ std::vector<LaneListener::Accepted> LaneListener::poll(int64_t now_ms, std::vect
 }
 
 void LaneListener::fds(std::vector<int>& out) const {
-  out.push_back(fd_);
-  if (handover_fd_ >= 0) out.push_back(handover_fd_);
-  for (auto& c : presenting_) out.push_back(c.fd);
+  out.push_back(fd_.get());
+  if (handover_fd_) out.push_back(handover_fd_.get());
+  for (auto& c : presenting_) out.push_back(c.fd.get());
 }
 
 // ---- a lane being read ----------------------------------------------------------------------
 LaneIn::LaneIn(LaneListener::Accepted accepted, size_t max_message_bytes)
-    : fd_(accepted.fd), writer_addr_(std::move(accepted.writer_addr)), opener_(std::move(accepted.key), max_message_bytes) {
+    : fd_(std::move(accepted.fd)), writer_addr_(std::move(accepted.writer_addr)), opener_(std::move(accepted.key), max_message_bytes) {
   if (!accepted.early.empty()) opener_.feed(accepted.early.data(), accepted.early.size());
 }
 
-LaneIn::~LaneIn() {
-  if (fd_ >= 0) ::close(fd_);
-}
+LaneIn::~LaneIn() = default;
 
 LaneIn::Status LaneIn::drain(std::vector<Message>& out, std::vector<TooLarge>& too_large, std::string* error) {
   while (true) {
@@ -565,7 +541,7 @@ LaneIn::Status LaneIn::read(std::vector<Message>& out, std::vector<TooLarge>& to
   if (s != Status::open) return s;
   char buf[64 << 10];
   for (size_t got = 0; got < budget;) {
-    ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::open;
     if (n <= 0) {

@@ -27,6 +27,7 @@
 
 #include <zmq.hpp>
 
+#include "unique_fd.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
@@ -130,7 +131,7 @@ class LaneWriter {
                int timeout_ms);
   Result flush(int timeout_ms);  // pending bytes out; 0: what the socket takes now
   bool pending() const { return out_at_ < out_.size(); }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   const std::string& error() const { return error_; }  // why broken
   void close();
 
@@ -140,7 +141,7 @@ class LaneWriter {
   Result wait_out(int timeout_ms);
   void fail(const std::string& why);
 
-  int fd_ = -1;
+  unique_fd fd_;
   std::string peer_;
   LaneSealer sealer_;
   std::string out_;
@@ -176,17 +177,17 @@ class LaneListener {
   LaneListener(const LaneListener&) = delete;
   LaneListener& operator=(const LaneListener&) = delete;
   int port() const { return port_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   const std::string& handover_path() const { return handover_path_; }
 
   // A lane to accept: the connection presenting secret.token is writer_addr's, until ttl_ms.
   void expect(const LaneSecret& secret, const std::string& writer_addr, int64_t now_ms, int64_t ttl_ms);
   // Who takes data-plane streams that arrive here (the connection and what was read of it);
   // none: they are refused like unknown tokens.
-  using StreamAdopter = std::function<void(int fd, std::string early)>;
+  using StreamAdopter = std::function<void(unique_fd fd, std::string early)>;
   void set_stream_adopter(StreamAdopter adopter) { stream_adopter_ = std::move(adopter); }
   struct Accepted {
-    int fd = -1;  // owned by the caller now
+    unique_fd fd;
     std::string writer_addr;
     std::string key;
     std::string early;  // bytes that came after the token (records already)
@@ -205,18 +206,18 @@ class LaneListener {
     int64_t deadline;
   };
   struct Presenting {
-    int fd;
+    unique_fd fd;
     std::string got, peer;
     int64_t deadline;
   };
   void accept_all(int64_t now_ms);
   void take_handed_over(int64_t now_ms);
-  void add_presenting(int fd, std::string got, int64_t now_ms);
+  void add_presenting(unique_fd fd, std::string got, int64_t now_ms);
   bool read_token(Presenting& c, std::vector<Accepted>& out, std::vector<std::string>* refused);
 
-  int fd_ = -1;
+  unique_fd fd_;
   int port_ = 0;
-  int handover_fd_ = -1;
+  unique_fd handover_fd_;
   std::string handover_path_;
   int64_t ttl_ms_ = 10000;
   StreamAdopter stream_adopter_;
@@ -231,7 +232,7 @@ class LaneIn {
   ~LaneIn();
   LaneIn(const LaneIn&) = delete;
   LaneIn& operator=(const LaneIn&) = delete;
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   const std::string& writer_addr() const { return writer_addr_; }
 
   struct TooLarge {
@@ -248,7 +249,7 @@ class LaneIn {
 
  private:
   Status drain(std::vector<Message>& out, std::vector<TooLarge>& too_large, std::string* error);
-  int fd_;
+  unique_fd fd_;
   std::string writer_addr_;
   LaneOpener opener_;
 };

@@ -56,7 +56,7 @@ bool is_relayed(const std::string& addr) { return relayed_port(addr) != 0; }
 
 Transport::Transport(std::string role, const std::string& bind_addr, const std::string& accept_cookie,
                      const std::string& key_file, const std::string& advertise)
-    : role_(std::move(role)), ctx_(1), rings_(static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30))) {
+    : role_(std::move(role)), role_kind_(parse_role(role_)), ctx_(1), rings_(static_cast<size_t>(env_int("XMESH_MAX_MESSAGE_BYTES", int64_t(1) << 30))) {
   std::string inc_hex = random_hex(8);
   incarnation_ = std::stoull(inc_hex, nullptr, 16);
   if (incarnation_ == 0) incarnation_ = 1;

@@ -40,6 +40,7 @@
 #include "handshake.hpp"
 #include "keys.hpp"
 #include "relay_dialer.hpp"
+#include "role.hpp"
 #include "ring_links.hpp"
 #include "seq.hpp"
 #include "tcp_lane.hpp"
@@ -108,6 +109,7 @@ class Transport {
   std::string tcp_addr() const;  // "" until listen_tcp (or the node's own address when it is TCP)
   std::string tcp_bound_addr() const;  // where listen_tcp bound (the address before any advertising)
   const std::string& role() const { return role_; }
+  Role role_kind() const { return role_kind_; }
   uint64_t incarnation() const { return incarnation_; }
   zmq::context_t& context() { return ctx_; }
   size_t max_message_bytes() const { return max_message_bytes_; }
@@ -398,6 +400,7 @@ class Transport {
   void forget_gone_peers();                       // under mu_
 
   std::string role_, addr_, id_;
+  Role role_kind_;
   // A node known by a TCP address that also listens on a unix socket (a proc of a TCP host: its
   // host's procs reach it there, and over shared memory): that socket's address; else "".
   std::string unix_addr_;

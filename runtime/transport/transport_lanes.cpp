@@ -71,9 +71,9 @@ void Transport::set_stream_adopter(LaneListener::StreamAdopter adopter) {
 }
 
 void Transport::listen_for_lanes(const std::string& bound, const std::string& advertised) {
-  if (!lanes_write_ || (role_ != "controller" && role_ != "proc")) return;
+  if (!lanes_write_ || !takes_fast_links(role_kind_)) return;
   // A proc's agent names the address (a port of its --ports range), or "off" when it has none.
-  const std::string given = role_ == "proc" ? env_str("XMESH_LANE_LISTEN", "") : "";
+  const std::string given = role_kind_ == Role::proc ? env_str("XMESH_LANE_LISTEN", "") : "";
   if (given == "off") return;
   try {
     TcpEndpoint reach = TcpEndpoint::parse(advertised);
@@ -94,7 +94,7 @@ void Transport::listen_for_lanes(const std::string& bound, const std::string& ad
 void Transport::ask_lane_locked(OutPeer& p, Kind sent, bool blocking) {
   if (!lanes_write_ || p.lane_state != OutPeer::Lane::none || !p.resends) return;
   if (sent != Kind::Call && sent != Kind::Reply && sent != Kind::Replies) return;
-  if (role_ != "controller" && role_ != "proc") return;
+  if (!takes_fast_links(role_kind_)) return;
   if (!lane_worth_asking(p.addr)) {
     p.lane_state = OutPeer::Lane::declined;
     return;

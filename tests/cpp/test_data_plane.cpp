@@ -542,7 +542,7 @@ TEST_CASE("streams that come to a lane listener are handed to the stream server"
   BufferStreamServer adopting(reg);
   CHECK(adopting.address().empty());
   LaneListener lanes("127.0.0.1", 0);
-  lanes.set_stream_adopter([&](int fd, std::string early) { adopting.adopt(fd, std::move(early)); });
+  lanes.set_stream_adopter([&](unique_fd fd, std::string early) { adopting.adopt(std::move(fd), std::move(early)); });
   std::atomic<bool> done{false};
   std::thread poller([&] {
     std::vector<std::string> refused;

@@ -318,7 +318,7 @@ TEST_CASE("a lane's connection is handed over to the proc behind the agent's por
       }
       REQUIRE(got.size() == 1);
       CHECK(got[0].writer_addr == "tcp://writer:" + std::to_string(split));
-      ::close(got[0].fd);
+      got[0].fd.reset();
     }
     CHECK(mux.stats().lanes_handed_over == 3);
   }

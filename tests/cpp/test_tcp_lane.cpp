@@ -303,7 +303,7 @@ TEST_CASE("a lane listener takes only the tokens it gave, once, and drops the si
     wait_up(first);
     auto a = accept_one(listener, nullptr);
     REQUIRE(a);
-    ::close(a->fd);
+    a->fd.reset();
     LaneWriter again("127.0.0.1", listener.port(), given);  // the same token a second time
     wait_up(again);
     std::vector<std::string> refused;
@@ -337,7 +337,7 @@ TEST_CASE("a lane writer whose reader does not read is held back, loses nothing 
   auto& accepted = lane.accepted;
   int small = 64 << 10;  // fixed buffers: the kernel does not grow them while the test fills them
   setsockopt(writer.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
-  setsockopt(accepted->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  setsockopt(accepted->fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
   LaneIn in(std::move(*accepted), 64 << 20);
   std::vector<Sample> sent;
   // Non-blocking writes until the socket's buffers are full: the last one taken stays pending,
@@ -366,7 +366,7 @@ TEST_CASE("a lane writer whose reader does not read is held back, loses nothing 
 TEST_CASE("a lane writer learns its reader is gone", "[tcp_lane]") {
   ConnectedLane lane;
   LaneWriter& writer = *lane.writer;
-  ::close(lane.accepted->fd);
+  lane.accepted->fd.reset();
   Header h;
   h.sender = "w";
   std::vector<uint8_t> header = encode_header(h);

@@ -3,6 +3,8 @@
 #include <random>
 
 #include "bodies.hpp"
+#include "node.hpp"
+#include "role.hpp"
 #include "wire.hpp"
 
 using namespace xmesh;
@@ -245,4 +247,12 @@ TEST_CASE("a Call body names its extent and reply port consistently, or is refus
   CHECK_FALSE(read_as<CallBody>({{"reply_addr", "ipc:///x"}}, &why));
   CHECK(why == "Call body: reply_addr and reply_corr come together");
   CHECK_FALSE(read_as<CallBody>({{"rank", -2}}, &why));
+}
+
+TEST_CASE("a node's role is one of three, named as node ids name it; another is refused naming them", "[wire]") {
+  for (Role r : {Role::controller, Role::proc, Role::hostd}) CHECK(parse_role(role_name(r)) == r);
+  CHECK(takes_fast_links(Role::proc));
+  CHECK_FALSE(takes_fast_links(Role::hostd));
+  CHECK_THROWS_WITH(parse_role("relay"), Catch::Contains("a controller, a proc or a hostd"));
+  CHECK_THROWS_WITH(Node("worker", "ipc:///tmp/xmesh-test-role", "k"), Catch::Contains("unknown node role 'worker'"));
 }
