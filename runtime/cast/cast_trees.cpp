@@ -14,10 +14,7 @@ CastTrees& CastTrees::attach(Node& node) {
   return trees;
 }
 
-CastTrees& CastTrees::of(Node& node) {
-  if (CastTrees* mine = node.part<CastTrees>()) return *mine;
-  throw std::logic_error("this " + node.role() + " node has no cast trees (CastTrees::attach it before start())");
-}
+CastTrees& CastTrees::of(Node& node) { return node.required_part<CastTrees>("cast trees", "CastTrees::attach it"); }
 
 CastTrees::CastTrees(Node& node) : node_(node) {
   fanout_ = static_cast<size_t>(std::max<int64_t>(0, env_int("XMESH_CAST_FANOUT", 16)));

@@ -315,6 +315,47 @@ KeptConnections& kept_connections() {
   return *kept;
 }
 
+// The owner's words after a refusal ('N', a length, the text), or "refused".
+std::string refusal(int fd, char answer, const std::function<bool()>& go) {
+  char len[2] = {0, 0};
+  std::string text = "refused";
+  if (answer == 'N' && recv_all(fd, len, 2, go, 1000).empty()) {
+    text.assign(static_cast<unsigned char>(len[0]) | (static_cast<unsigned char>(len[1]) << 8), '\0');
+    if (!recv_all(fd, text.data(), text.size(), go, 1000).empty()) text = "refused";
+  }
+  return text;
+}
+
+// The stream's records, sealed, from (write) or into `at`, then a write's acknowledgement:
+// "" when every byte moved, else why not.
+std::string move_records(int fd, const StreamGrant& grant, uint32_t stream, char* at, uint64_t length, bool write,
+                         const std::function<bool()>& go, int pause_ms, int stall) {
+  RecordCipher cipher(grant.cipher, grant.key);
+  std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
+  const size_t n = records_in(length);
+  constexpr size_t kRecordsPerPause = (size_t(16) << 20) / kStreamRecord;
+  std::string why;
+  for (size_t i = 0; i < n && why.empty(); ++i) {
+    if (pause_ms > 0 && i > 0 && i % kRecordsPerPause == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    char* record = at + i * kStreamRecord;
+    const size_t len = std::min<uint64_t>(kStreamRecord, length - i * kStreamRecord);
+    if (write) {
+      cipher.seal(stream, i, record, len, sealed.data());
+      why = send_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
+    } else {
+      why = recv_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
+      if (why.empty() && !cipher.open(stream, i, sealed.data(), len, record))
+        why = "a record did not open (changed on the way)";
+    }
+  }
+  if (why.empty() && write) {  // the owner's acknowledgement: the bytes are in place
+    why = recv_all(fd, sealed.data(), kRecordTagBytes, go, stall);
+    if (why.empty() && !cipher.open(stream, n, sealed.data(), 0, sealed.data())) why = "the acknowledgement did not open";
+  }
+  return why;
+}
+
 // One stream: bytes [offset, offset + length) of the lease to or from local + offset, over a
 // kept connection to the owner if there is one (fresh: a new one), kept after if it succeeded.
 StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32_t stream, char* local,
@@ -374,40 +415,9 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
   if (!why.empty() && kept && why != "stopped")
     return run_stream(grant, to, stream, local, offset, length, write, go, pause_ms, true);
   if (!why.empty()) return failed(why);
-  if (answer != 'Y') {
-    char len[2] = {0, 0};
-    std::string text = "refused";
-    if (answer == 'N' && recv_all(fd, len, 2, go, 1000).empty()) {
-      text.assign(static_cast<unsigned char>(len[0]) | (static_cast<unsigned char>(len[1]) << 8), '\0');
-      if (!recv_all(fd, text.data(), text.size(), go, 1000).empty()) text = "refused";
-    }
-    return outcome(StreamOutcome::Status::refused, "the owner refused " + where + ": " + text);
-  }
-  RecordCipher cipher(grant.cipher, grant.key);
-  std::vector<char> sealed(kStreamRecord + kRecordTagBytes);
-  const size_t n = records_in(length);
-  constexpr size_t kRecordsPerPause = (size_t(16) << 20) / kStreamRecord;
-  for (size_t i = 0; i < n; ++i) {
-    if (pause_ms > 0 && i > 0 && i % kRecordsPerPause == 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-    char* at = local + offset + i * kStreamRecord;
-    const size_t len = std::min<uint64_t>(kStreamRecord, length - i * kStreamRecord);
-    if (write) {
-      cipher.seal(stream, i, at, len, sealed.data());
-      why = send_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
-    } else {
-      why = recv_all(fd, sealed.data(), len + kRecordTagBytes, go, stall);
-      if (why.empty() && !cipher.open(stream, i, sealed.data(), len, at))
-        why = "a record did not open (changed on the way)";
-    }
-    if (!why.empty()) return failed(why);
-  }
-  if (write) {  // the owner's acknowledgement: the bytes are in place
-    why = recv_all(fd, sealed.data(), kRecordTagBytes, go, stall);
-    if (why.empty() && !cipher.open(stream, n, sealed.data(), 0, sealed.data()))
-      why = "the acknowledgement did not open";
-    if (!why.empty()) return failed(why);
-  }
+  if (answer != 'Y') return outcome(StreamOutcome::Status::refused, "the owner refused " + where + ": " + refusal(fd, answer, go));
+  why = move_records(fd, grant, stream, local + offset, length, write, go, pause_ms, stall);
+  if (!why.empty()) return failed(why);
   closer.keep = true;
   return {};
 }

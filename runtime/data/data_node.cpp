@@ -23,10 +23,7 @@ DataNode& DataNode::attach(Node& node) {
   return data;
 }
 
-DataNode& DataNode::of(Node& node) {
-  if (DataNode* mine = node.part<DataNode>()) return *mine;
-  throw std::logic_error("this " + node.role() + " node has no data plane (DataNode::attach it before start())");
-}
+DataNode& DataNode::of(Node& node) { return node.required_part<DataNode>("data plane", "DataNode::attach it"); }
 
 DataNode::DataNode(Node& node) : node_(node) {}
 

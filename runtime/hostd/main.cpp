@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "keys.hpp"
@@ -104,18 +105,15 @@ void daemonize(const std::string& logfile) {
   if (log > 2) close(log);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool daemon = false;
-  std::string dir;
-  xmesh::HostAgentOptions o;
+// The command line into o (and *daemon, *dir): an exit code when the program ends here
+// (--version, a bad argument), else nullopt.
+std::optional<int> parse_args(int argc, char** argv, xmesh::HostAgentOptions& o, bool* daemon, std::string* dir) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--daemon") {
-      daemon = true;
+      *daemon = true;
     } else if (a == "--runtime-dir" && i + 1 < argc) {
-      dir = argv[++i];
+      *dir = argv[++i];
     } else if (a == "--listen" && i + 1 < argc) {
       o.listen = argv[++i];
       if (o.listen.rfind("tcp://", 0) != 0) o.listen = "tcp://" + o.listen;
@@ -142,6 +140,32 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  return std::nullopt;
+}
+
+// The agent's knobs from the environment (relative paths against cwd).
+void options_from_env(xmesh::HostAgentOptions& o, const std::string& dir, const std::string& cwd) {
+  o.runtime_dir = dir;
+  o.idle_timeout_s = env_seconds("XMESH_HOSTD_IDLE", 300);
+  o.orphan_grace_s = env_seconds("XMESH_ORPHAN_GRACE", 60);
+  o.stop_grace_ms = xmesh::env_int("XMESH_STOP_GRACE_MS", 3000);
+  o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 64 << 20);
+  o.log_keep = static_cast<int>(xmesh::env_int("XMESH_LOG_KEEP", 3));
+  o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 4000);
+  if (const char* w = std::getenv("XMESH_WORKSPACE_ROOT")) o.workspace_root = w;
+  if (!o.workspace_root.empty() && o.workspace_root[0] != '/') o.workspace_root = cwd + "/" + o.workspace_root;
+  o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);
+  o.socket_sweep_ms = xmesh::env_int("XMESH_SOCKET_SWEEP_MS", 30000);
+  o.workspace_keep_ms = xmesh::env_int("XMESH_WORKSPACE_KEEP", 600) * 1000;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool daemon = false;
+  std::string dir;
+  xmesh::HostAgentOptions o;
+  if (auto done = parse_args(argc, argv, o, &daemon, &dir)) return *done;
   try {
     xmesh::check_tcp_options(o);
     if (!o.key_file.empty()) {
@@ -172,18 +196,7 @@ int main(int argc, char** argv) {
   std::string pidline = std::to_string(getpid()) + "\n";
   xmesh::write_file_atomic(xmesh::layout::hostd_pid_file(dir), pidline, 0600);
   try {
-    o.runtime_dir = dir;
-    o.idle_timeout_s = env_seconds("XMESH_HOSTD_IDLE", 300);
-    o.orphan_grace_s = env_seconds("XMESH_ORPHAN_GRACE", 60);
-    o.stop_grace_ms = xmesh::env_int("XMESH_STOP_GRACE_MS", 3000);
-    o.log_max_bytes = xmesh::env_int("XMESH_LOG_MAX_BYTES", 64 << 20);
-    o.log_keep = static_cast<int>(xmesh::env_int("XMESH_LOG_KEEP", 3));
-    o.controller_timeout_ms = xmesh::env_int("XMESH_HOSTD_TIMEOUT_MS", 4000);
-    if (const char* w = std::getenv("XMESH_WORKSPACE_ROOT")) o.workspace_root = w;
-    if (!o.workspace_root.empty() && o.workspace_root[0] != '/') o.workspace_root = cwd + "/" + o.workspace_root;
-    o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);
-    o.socket_sweep_ms = xmesh::env_int("XMESH_SOCKET_SWEEP_MS", 30000);
-    o.workspace_keep_ms = xmesh::env_int("XMESH_WORKSPACE_KEEP", 600) * 1000;
+    options_from_env(o, dir, cwd);
     xmesh::HostAgent agent(o);
     xmesh::log_diag("hostd", "pid " + std::to_string(getpid()) + " serving " + agent.addr() +
                                  (o.listen.empty() ? "" : " and " + agent.tcp_addr()));

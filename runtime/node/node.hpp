@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -175,6 +176,13 @@ class Node {
     for (auto& p : parts_)
       if (auto* mine = dynamic_cast<P*>(p.get())) return mine;
     return nullptr;
+  }
+  // The part of type P, which must have been added: std::logic_error naming `what` (the
+  // subsystem) and how to add it otherwise.
+  template <class P>
+  P& required_part(const std::string& what, const std::string& how) const {
+    if (P* mine = part<P>()) return *mine;
+    throw std::logic_error("this " + role() + " node has no " + what + " (" + how + " before start())");
   }
   // The transport under this node, for the parts that place listeners beside it (the data
   // plane's streams: lane_endpoint, set_stream_adopter, tcp_bound_addr).
