@@ -1,5 +1,6 @@
 #include "cast_trees.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace xmesh {
@@ -40,9 +41,14 @@ CallRouter::Route CastTrees::plan(std::vector<CastTarget>& targets) {
   const size_t fanout = fanout_.load();
   if (fanout < 2 || targets.size() <= fanout) return route;
   const bool local_too = local_.load();
+  auto treeable = [&](const CastTarget& t) { return local_too || !cast_host(t.addr).empty(); };
+  const size_t n = static_cast<size_t>(std::count_if(targets.begin(), targets.end(), treeable));
+  if (n <= fanout) return route;  // few enough: one message each
+  // Moved, not copied: a call to thousands of actors does not copy their addresses again.
   std::vector<CastTarget> direct;
-  for (auto& t : targets) ((local_too || !cast_host(t.addr).empty()) ? route.targets : direct).push_back(t);
-  if (route.targets.size() <= fanout) return Route{};  // few enough: one message each
+  direct.reserve(targets.size() - n);
+  route.targets.reserve(n);
+  for (auto& t : targets) (treeable(t) ? route.targets : direct).push_back(std::move(t));
   targets = std::move(direct);
   route.relay_of = cast_parents(route.targets, fanout);
   route.fanout = fanout;
