@@ -228,7 +228,9 @@ bool cbor_within_bounds(const uint8_t* p, const uint8_t* end, std::string& error
 }
 }  // namespace
 
-std::optional<Header> decode_header_general(const void* data, size_t size, std::string& error) {
+namespace {
+// The frame as a CBOR map, checked before the recursive decoder sees it (nullopt, error).
+std::optional<json> cbor_map(const void* data, size_t size, std::string& error) {
   if (size == 0) {
     error = "empty header frame";
     return std::nullopt;
@@ -255,32 +257,39 @@ std::optional<Header> decode_header_general(const void* data, size_t size, std::
     error = "header is not a map";
     return std::nullopt;
   }
-  Header h;
+  return j;
+}
+
+// Who sent it and where it stands in the sender's streams: kind, sender, incarnation, seq,
+// order number, correlation id.
+bool read_routing_fields(const json& j, Header& h, std::string& error) {
   auto k = j.find("k");
   if (k == j.end() || !k->is_number_integer()) {
     error = "header has no message kind";
-    return std::nullopt;
+    return false;
   }
   int64_t kind = k->get<int64_t>();
   if (kind < 0 || kind > 1000 || !kind_known(static_cast<int>(kind))) {
     error = "unknown message kind " + std::to_string(kind);
-    return std::nullopt;
+    return false;
   }
   h.kind = static_cast<Kind>(kind);
-  if (!get_string(j, "s", h.sender, error)) return std::nullopt;
+  if (!get_string(j, "s", h.sender, error)) return false;
   if (h.sender.empty()) {
     error = "header has no sender";
-    return std::nullopt;
+    return false;
   }
-  if (!get_uint(j, "i", h.incarnation, error)) return std::nullopt;
-  if (!get_uint(j, "q", h.seq, error)) return std::nullopt;
-  if (!get_uint(j, "u", h.oseq, error)) return std::nullopt;
-  if (!get_uint(j, "c", h.corr, error)) return std::nullopt;
+  return get_uint(j, "i", h.incarnation, error) && get_uint(j, "q", h.seq, error) &&
+         get_uint(j, "u", h.oseq, error) && get_uint(j, "c", h.corr, error);
+}
+
+// What it says: target index, ok, actor, method, causal context, body, frame pieces.
+bool read_content_fields(const json& j, Header& h, std::string& error) {
   auto r = j.find("r");
   if (r != j.end()) {
     if (!r->is_number_integer() || r->get<int64_t>() < 0) {
       error = "header field 'r' is not a non-negative integer";
-      return std::nullopt;
+      return false;
     }
     h.index = r->get<int64_t>();
   }
@@ -288,36 +297,43 @@ std::optional<Header> decode_header_general(const void* data, size_t size, std::
   if (o != j.end()) {
     if (!o->is_boolean()) {
       error = "header field 'o' is not a boolean";
-      return std::nullopt;
+      return false;
     }
     h.ok = o->get<bool>();
   }
-  if (!get_string(j, "a", h.actor, error)) return std::nullopt;
-  if (!get_string(j, "m", h.method, error)) return std::nullopt;
+  if (!get_string(j, "a", h.actor, error) || !get_string(j, "m", h.method, error)) return false;
   auto x = j.find("x");
   if (x != j.end()) h.ctx = *x;
   auto b = j.find("b");
   if (b != j.end()) {
     if (!b->is_object()) {
       error = "header field 'b' is not a map";
-      return std::nullopt;
+      return false;
     }
     h.body = *b;
   }
   auto z = j.find("z");
-  if (z != j.end()) {
-    if (!z->is_array() || z->empty()) {
-      error = "header field 'z' is not a list of piece counts";
-      return std::nullopt;
-    }
-    for (auto& n : *z) {
-      if (!n.is_number_unsigned() || n.get<uint64_t>() == 0) {
-        error = "header field 'z' holds a piece count that is not a positive integer";
-        return std::nullopt;
-      }
-      h.pieces.push_back(n.get<uint64_t>());
-    }
+  if (z == j.end()) return true;
+  if (!z->is_array() || z->empty()) {
+    error = "header field 'z' is not a list of piece counts";
+    return false;
   }
+  for (auto& n : *z) {
+    if (!n.is_number_unsigned() || n.get<uint64_t>() == 0) {
+      error = "header field 'z' holds a piece count that is not a positive integer";
+      return false;
+    }
+    h.pieces.push_back(n.get<uint64_t>());
+  }
+  return true;
+}
+}  // namespace
+
+std::optional<Header> decode_header_general(const void* data, size_t size, std::string& error) {
+  auto j = cbor_map(data, size, error);
+  if (!j) return std::nullopt;
+  Header h;
+  if (!read_routing_fields(*j, h, error) || !read_content_fields(*j, h, error)) return std::nullopt;
   return h;
 }
 
