@@ -385,7 +385,7 @@ SyncReceiver::HostCopy SyncReceiver::check_on_disk(const std::string& dest) {
   const std::string dir = dest.empty() ? root_ : root_ + "/" + dest;
   const HostCopy none{DigestBuilder().finish().hex(), 0};
   unique_fd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dirfd.get() < 0) return none;  // no copy: a sync sends it whole
+  if (!dirfd) return none;  // no copy: a sync sends it whole
   const int64_t checked_ns = wall_ns();
   DigestBuilder digest;
   size_t count = 0;

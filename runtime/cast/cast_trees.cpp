@@ -6,13 +6,10 @@
 namespace xmesh {
 
 CastTrees& CastTrees::attach(Node& node) {
-  if (CastTrees* mine = node.part<CastTrees>()) return *mine;
-  auto part = std::make_unique<CastTrees>(node);
-  CastTrees& trees = *part;
-  node.on(Kind::Replies, [&trees](Message& m) { trees.on_replies(m); });
-  node.set_router(trees);
-  node.add_part(std::move(part));
-  return trees;
+  return node.attach_part<CastTrees>([&node](CastTrees& trees) {
+    node.on(Kind::Replies, [&trees](Message& m) { trees.on_replies(m); });
+    node.set_router(trees);
+  });
 }
 
 CastTrees& CastTrees::of(Node& node) { return node.required_part<CastTrees>("cast trees", "CastTrees::attach it"); }

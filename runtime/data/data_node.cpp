@@ -13,14 +13,11 @@
 namespace xmesh {
 
 DataNode& DataNode::attach(Node& node) {
-  if (DataNode* mine = node.part<DataNode>()) return *mine;
-  auto part = std::make_unique<DataNode>(node);
-  DataNode& data = *part;
-  node.on(Kind::BufferLease, [&data](Message& m) { data.on_buffer_lease(m); });
-  node.on(Kind::BufferDrop, [&data](Message& m) { data.on_buffer_drop(m); });
-  node.on(Kind::BufferRelease, [&data](Message& m) { data.on_buffer_release(m); });
-  node.add_part(std::move(part));
-  return data;
+  return node.attach_part<DataNode>([&node](DataNode& data) {
+    node.on(Kind::BufferLease, [&data](Message& m) { data.on_buffer_lease(m); });
+    node.on(Kind::BufferDrop, [&data](Message& m) { data.on_buffer_drop(m); });
+    node.on(Kind::BufferRelease, [&data](Message& m) { data.on_buffer_release(m); });
+  });
 }
 
 DataNode& DataNode::of(Node& node) { return node.required_part<DataNode>("data plane", "DataNode::attach it"); }

@@ -98,6 +98,8 @@ void Node::stop() {
   transport_.close();
 }
 
+bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
+
 void Node::set_peer_cookie(const std::string& addr, const std::string& cookie) {
   transport_.set_peer_cookie(addr, cookie);
 }
@@ -569,7 +571,7 @@ void Node::on_spawn_actor(Message& m) {
   actor_events_.push(std::move(notice));
 }
 
-void Node::count_malformed(const Message& m, const std::string& why) {
+void Node::note_malformed_body(const Message& m, const std::string& why) {
   transport_.count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + why);
 }
 

@@ -177,6 +177,17 @@ class Node {
       if (auto* mine = dynamic_cast<P*>(p.get())) return mine;
     return nullptr;
   }
+  // Adds a part of type P made from this node, once (a second call returns the first), after
+  // wire(part) registered its handlers; before start().
+  template <class P, class Wire>
+  P& attach_part(Wire&& wire) {
+    if (P* mine = part<P>()) return *mine;
+    auto made = std::make_unique<P>(*this);
+    P& added = *made;
+    wire(added);
+    add_part(std::move(made));
+    return added;
+  }
   // The part of type P, which must have been added: std::logic_error naming `what` (the
   // subsystem) and how to add it otherwise.
   template <class P>
@@ -220,7 +231,7 @@ class Node {
     std::string why;
     auto read = read_as<Body>(m.header.body, &why);
     if (!read) {
-      count_malformed(m, why);
+      note_malformed_body(m, why);
       if (why_out) *why_out = why;
       return false;
     }
@@ -236,7 +247,7 @@ class Node {
   }
 
  private:
-  void count_malformed(const Message& m, const std::string& why);
+  void note_malformed_body(const Message& m, const std::string& why);
   // A message to relay on a node without a router: answered (not delivered) and its number passed.
   bool refuse_relay(Message& m);
   void refuse_malformed(const Message& m, ErrorKind kind, const std::string& why);

@@ -33,8 +33,6 @@ void Node::unsent_oseqs(const std::vector<CastTarget>& targets) {
   if (!lost.empty()) tell_lost(lost, id());
 }
 
-bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
-
 std::vector<CastTarget> Node::number_targets(const std::vector<Target>& targets, const std::vector<std::string>& addrs,
                                              const std::vector<bool>& dead, bool ordered) {
   std::vector<CastTarget> live;
