@@ -45,18 +45,15 @@ Node::Node(std::string role, std::string bind_addr, std::string accept_cookie, s
       supervision_(env_int("XMESH_HEARTBEAT_MS", 1000), env_int("XMESH_HOSTD_TIMEOUT_MS", 4000)),
       actors_(env_int("XMESH_ACTOR_WAIT_MS", 10000)) {
   register_builtin_handlers();
-  transport_.set_ring_break_handler([this](const Transport::RingBreak& b, const Header& sending) {
+  transport_.set_link_break_handler([this](const Transport::LinkBreak& b, const Header& sending) {
     if (!b.closed) return ring_broke(b.peer, b.token, b.why, BreakFound::by_sender, &sending);
     // Its reader closed it: stopping (supervision speaks), or it found garbage and its
     // RingBroken, naming this ring, follows. The message goes over ZeroMQ meanwhile.
     transport_.set_closed_ring_aside(b.peer, b.token);
     return !supervision_.is_dead(b.peer);
   });
-  // Controllers and procs talk to each other over shared memory on one host (ring_links.hpp);
-  // host agents keep ZeroMQ alone. XMESH_RINGS=0 turns the rings off.
   inbox_limit_ = static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_INBOX_LIMIT", 10000)));
-  if (takes_fast_links(transport_.role_kind()) && env_int("XMESH_RINGS", 1) != 0) {
-    transport_.enable_rings(static_cast<size_t>(env_int("XMESH_RING_BYTES", 256 << 10)));
+  if (transport_.ring_readers().enabled()) {  // a controller or a proc (Transport: XMESH_RINGS)
     ring_feed_ = std::make_shared<RingFeed>(*this);
     actors_.feed_inboxes_from(ring_feed_);
   }
@@ -71,7 +68,7 @@ void Node::start() {
     io_thread_id_ = std::this_thread::get_id();
     io_loop();
   });
-  if (transport_.rings_enabled())
+  if (transport_.ring_readers().enabled())
     rings_ = runtime_thread([this] {
       pthread_setname_np(pthread_self(), "xmesh-rings");
       rings_thread_id_ = std::this_thread::get_id();
@@ -101,11 +98,11 @@ void Node::stop() {
 bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
 
 void Node::set_peer_cookie(const std::string& addr, const std::string& cookie) {
-  transport_.set_peer_cookie(addr, cookie);
+  transport_.cookies().present(addr, cookie);
 }
-void Node::set_default_cookie(const std::string& cookie) { transport_.set_default_cookie(cookie); }
-void Node::add_accepted_cookie(const std::string& cookie) { transport_.add_accepted_cookie(cookie); }
-std::string Node::peer_addr(const std::string& identity) const { return transport_.peer_addr(identity); }
+void Node::set_default_cookie(const std::string& cookie) { transport_.cookies().present_by_default(cookie); }
+void Node::add_accepted_cookie(const std::string& cookie) { transport_.cookies().accept(cookie); }
+std::string Node::peer_addr(const std::string& identity) const { return transport_.peer(identity).addr; }
 void Node::forget_peer(const std::string& addr) {
   transport_.forget_peer(addr);
   transport_.disconnect(addr);
@@ -356,10 +353,9 @@ void Node::io_loop() {
   int64_t poll_ms = std::max<int64_t>(10, std::min<int64_t>(100, supervision_.heartbeat_ms() / 2));
   int64_t next_tick = 0;
   // A blocking receive with a timeout costs fewer system calls than zmq_poll per message.
-  transport_.set_receive_timeout(static_cast<int>(poll_ms));
   while (!stopping_) {
     try {
-      if (auto r = transport_.receive()) {
+      if (auto r = transport_.receive(static_cast<int>(poll_ms))) {
         if (r->refusal)
           on_refusal(r->msg, *r->refusal);
         else if (r->too_large)
@@ -455,23 +451,9 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::DumpStacks)] = [this](Message& m) { on_dump_stacks(m); };
   handlers_[static_cast<int>(Kind::CastLost)] = [this](Message& m) { on_cast_lost(m); };
   handlers_[static_cast<int>(Kind::RingBroken)] = [this](Message& m) { on_ring_broken(m); };
-  handlers_[static_cast<int>(Kind::RingOffer)] = [this](Message& m) {
-    RingOfferBody offer;
-    if (typed_body(m, offer)) transport_.on_ring_offer(m.sender_addr, offer);
-  };
-  handlers_[static_cast<int>(Kind::RingAccept)] = [this](Message& m) {
-    RingAcceptBody answer;
-    if (typed_body(m, answer)) transport_.on_ring_accept(m.sender_addr, answer);
-  };
-  handlers_[static_cast<int>(Kind::RingSwitch)] = [this](Message& m) { transport_.on_ring_switch(m.sender_addr); };
-  handlers_[static_cast<int>(Kind::LaneAsk)] = [this](Message& m) { transport_.on_lane_ask(m.sender_addr); };
-  handlers_[static_cast<int>(Kind::LaneOffer)] = [this](Message& m) {
-    LaneOfferBody offer;
-    if (typed_body(m, offer)) transport_.on_lane_offer(m.sender_addr, offer);
-  };
-  handlers_[static_cast<int>(Kind::LaneSwitch)] = [this](Message& m) {
-    transport_.on_lane_switch(m.sender_addr, m.peer_identity);
-  };
+  // The link upgrades' own messages (rings, lanes): the transport's, dispatched here in order.
+  for (Kind k : Transport::link_message_kinds())
+    handlers_[static_cast<int>(k)] = [this](Message& m) { transport_.on_link_message(m); };
   handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
     if (!supervision_.heartbeat_acked(m.sender_addr, m.header.incarnation))
       lose_host(m.sender_addr, "the host agent at " + m.sender_addr +
@@ -516,7 +498,7 @@ void Node::on_too_large(const Message& m, uint64_t payload_bytes, uint64_t sende
   std::string text = "a " + std::string(kind_name(m.header.kind)) + " message of " + std::to_string(payload_bytes) +
                      " bytes from " + (m.sender_addr.empty() ? std::string("a peer") : m.sender_addr) +
                      " exceeds the maximum message size of the " + role() + " at " + addr() + ": " +
-                     std::to_string(transport_.max_message_bytes()) + " bytes (its XMESH_MAX_MESSAGE_BYTES" +
+                     std::to_string(transport_.self().max_message_bytes) + " bytes (its XMESH_MAX_MESSAGE_BYTES" +
                      (sender_limit ? "; the sender's is " + std::to_string(sender_limit) + " bytes)" : ")");
   if (m.header.corr) {  // someone waits for an answer
     reply(m, false, error_body(ErrorKind::Send, text), {});

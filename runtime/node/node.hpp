@@ -62,8 +62,8 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  const std::string& id() const { return transport_.id(); }
-  const std::string& addr() const { return transport_.addr(); }
+  const std::string& id() const { return transport_.self().id; }
+  const std::string& addr() const { return transport_.self().addr; }
   // A second address on TCP for a node listening on a unix socket (Transport::listen_tcp).
   std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "") {
     return transport_.listen_tcp(bind_addr, key_file, advertise);
@@ -73,8 +73,8 @@ class Node {
   std::string tcp_bound_addr() const { return transport_.tcp_bound_addr(); }
   // The cookie of the cluster whose key this node uses (keys.hpp); "" without a key.
   std::string cluster_cookie() const { return transport_.cluster_cookie(); }
-  const std::string& role() const { return transport_.role(); }
-  uint64_t incarnation() const { return transport_.incarnation(); }
+  const std::string& role() const { return transport_.self().role; }
+  uint64_t incarnation() const { return transport_.self().incarnation; }
   zmq::context_t& context() { return transport_.context(); }
 
   // A handler for one kind of message, run on the I/O thread (it must not block). The node
@@ -160,7 +160,7 @@ class Node {
 
   // The address of the node whose identity sent a message (learned from its Hello).
   std::string peer_addr(const std::string& identity) const;
-  int64_t peer_pid(const std::string& identity) const { return transport_.peer_pid(identity); }
+  int64_t peer_pid(const std::string& identity) const { return transport_.peer(identity).pid; }
   // The peer at addr is gone for good (its process ended, it said goodbye): its inbound
   // connections are forgotten and the outbound one closed, so that memory stays bounded by the
   // live peers (a host agent outlives thousands of short-lived controllers). Only gone peers are
@@ -222,7 +222,7 @@ class Node {
   // or a deadlock. The Python module installs a dumper that reads every thread's frames.
   using StackDumper = std::function<json()>;  // the reply body
   void set_stack_dumper(StackDumper dumper);
-  size_t max_message_bytes() const { return transport_.max_message_bytes(); }
+  size_t max_message_bytes() const { return transport_.self().max_message_bytes; }
 
   // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false (*why_out
   // says why). request_body also answers such a request with a `kind` error naming why.

@@ -8,12 +8,12 @@
 // not passed Hello goes further. Sequence numbers per connection count gaps and drop
 // duplicates.
 //
-// Locks: each OutPeer's `mu` (its socket, ring and lane writers, unacknowledged messages);
-// `lanes_mu_` (the lane listener and the lanes being read: the I/O thread's, and stats and
-// disconnect); `mu_` (the peer tables, cookies, aliases, inbound peers); `dialer_mu_` (the relay
-// dialer, made once). `mu_` is innermost: it may be taken while a peer's `mu` or `lanes_mu_` is
-// held (a Hello reads the tables; a lane's message looks up its inbound peer), never the other
-// way round. A peer's `mu` and `lanes_mu_` are never held together, nor two peers' at once;
+// Locks: each OutPeer's `mu` (its socket, its link upgrades and their writers, unacknowledged
+// messages); `lanes_mu_` (the lane listener and the lanes being read: the I/O thread's, and
+// stats and disconnect); `mu_` (the peer tables, aliases, inbound peers); `dialer_mu_` (the relay
+// dialer, made once); the Cookies' own lock (cookies.hpp), innermost of all, nothing taken under
+// it. `mu_` may be taken while a peer's `mu` or `lanes_mu_` is held (a Hello reads the tables; a
+// lane's message looks up its inbound peer), never the other way round. A peer's `mu` and `lanes_mu_` are never held together, nor two peers' at once;
 // `dialer_mu_` is held only to make or read the dialer. The I/O thread never waits for a
 // peer's `mu` (try_lock: a peer busy in a send is left to its sender).
 //
@@ -24,6 +24,7 @@
 // Hello and sends again, in order, whatever is unacknowledged; the receiver takes messages in
 // order only and drops what it already has: nothing lost, nothing twice, as Monarch's channels.
 #pragma once
+#include <array>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -38,7 +39,9 @@
 
 #include "bodies.hpp"
 #include "handshake.hpp"
+#include "cookies.hpp"
 #include "keys.hpp"
+#include "link.hpp"
 #include "relay_dialer.hpp"
 #include "role.hpp"
 #include "ring_links.hpp"
@@ -81,6 +84,19 @@ struct NodeStats {
   uint64_t lane_sent = 0, lane_received = 0, lanes_out = 0, lanes_in = 0, lane_breaks = 0;
 };
 
+// Who a node is on its links, fixed when its transport is made.
+struct NodeIdentity {
+  std::string id;    // "<role>-<host>-<pid>-<incarnation>": unique per process start
+  std::string addr;  // where peers reach it (the advertised address when there is one)
+  // A node known by a TCP address that also listens on a unix socket (a proc of a TCP host: its
+  // host's procs reach it there, and over shared memory): that socket's address; else "".
+  std::string unix_addr;
+  std::string role;
+  Role kind = Role::controller;
+  uint64_t incarnation = 0;      // random per process start, never 0
+  size_t max_message_bytes = 0;  // XMESH_MAX_MESSAGE_BYTES: the largest message it takes
+};
+
 class Transport {
  public:
   // bind_addr: "ipc://path" or "tcp://host:port"; accept_cookie: what peers must present.
@@ -95,9 +111,8 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  const std::string& id() const { return id_; }
-  const std::string& addr() const { return addr_; }
-  const std::string& unix_addr() const { return unix_addr_; }
+  const NodeIdentity& self() const { return self_; }
+  Cookies& cookies() { return cookies_; }
   // A second listening address on TCP (CURVE, with the cluster's key file) for a node whose
   // address is a unix socket: a controller that starts using hosts over TCP, a host agent
   // serving remote controllers. Peers dialled over TCP learn this address in Hello, so their
@@ -108,15 +123,8 @@ class Transport {
   std::string cluster_cookie() const;  // of the key in use (keys.hpp); "" without one
   std::string tcp_addr() const;  // "" until listen_tcp (or the node's own address when it is TCP)
   std::string tcp_bound_addr() const;  // where listen_tcp bound (the address before any advertising)
-  const std::string& role() const { return role_; }
-  Role role_kind() const { return role_kind_; }
-  uint64_t incarnation() const { return incarnation_; }
   zmq::context_t& context() { return ctx_; }
-  size_t max_message_bytes() const { return max_message_bytes_; }
 
-  void set_peer_cookie(const std::string& addr, const std::string& cookie);
-  void set_default_cookie(const std::string& cookie);
-  void add_accepted_cookie(const std::string& cookie);
   // The node at addr should listen already (a host agent): connecting to it failing again and
   // again before its first handshake is a refusal naming that (HandshakeWatch). Before the
   // first send to it.
@@ -129,9 +137,6 @@ class Transport {
   // peer, a blocking send waits (up to the send timeout) for acknowledgements.
   void send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking = true);
   void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
-  // The header as it goes on any link; SendError (too_large) past kMaxHeaderBytes, which the
-  // receiver would drop as malformed, leaving its caller to time out.
-  static std::vector<uint8_t> header_for_wire(const Header& h);
   // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
   void disconnect(const std::string& addr);
 
@@ -148,8 +153,7 @@ class Transport {
     bool too_large = false;
     uint64_t payload_bytes = 0, sender_limit = 0;
   };
-  std::optional<Received> receive();
-  void set_receive_timeout(int ms);
+  std::optional<Received> receive(int timeout_ms);
   // I/O thread: another message waits to be received now (what came is handled as a batch).
   bool input_pending();
 
@@ -160,8 +164,12 @@ class Transport {
   // The unix-socket address a peer at this TCP address named beside it in its Hello ("" if
   // none): where a node of its host reaches it over shared memory (a cast tree's relay).
   std::string unix_alias(const std::string& tcp_addr) const;
-  std::string peer_addr(const std::string& identity) const;
-  int64_t peer_pid(const std::string& identity) const;  // from its Hello; 0 when unknown
+  // The peer behind an inbound connection, from its Hello ({} when unknown).
+  struct PeerInfo {
+    std::string addr;
+    int64_t pid = 0;
+  };
+  PeerInfo peer(const std::string& identity) const;
   // The peer at addr is gone for good: what its inbound connections authenticated is forgotten
   // (applied by the I/O thread). Only gone peers: a peer says Hello once per connection.
   void forget_peer(const std::string& addr);
@@ -185,31 +193,32 @@ class Transport {
   // Closes every socket (bounded linger) and removes an ipc socket file.
   void close();
 
-  // Shared-memory rings to nodes of this host (ring_links.hpp): this node takes offers and makes
-  // them, on its first Call or Reply to a peer at a unix-socket address; ring_bytes per link.
-  void enable_rings(size_t ring_bytes);
-  bool rings_enabled() const { return rings_.enabled(); }
+  // Shared-memory rings to nodes of this host (ring_links.hpp): controllers and procs take
+  // offers and make them, on their first Call or Reply to a peer at a unix-socket address
+  // (XMESH_RING_BYTES per link; XMESH_RINGS=0: none); enabled() says whether this node does.
   RingReaders& ring_readers() { return rings_; }
-  // The handlers of the ring protocol (whichever thread dispatches): an offer is answered, an
-  // answer arms the link (its next message switches), a switch starts reading its ring.
-  void on_ring_offer(const std::string& from, const RingOfferBody& offer);
-  void on_ring_accept(const std::string& from, const RingAcceptBody& answer);
-  void on_ring_switch(const std::string& from) { rings_.start_reading(from); }
-  // A shared-memory link with a peer that broke: this node found it closed while writing (its
-  // reader gave it up) or its positions not adding up; whatever it held unread is lost.
-  struct RingBreak {
+  // The link protocol's messages (link.hpp: a proposal, its answer, the switch; for rings and
+  // lanes), which the node dispatches here in order (whichever thread dispatches): a proposal is
+  // answered, an answer arms the link (its next message switches), a switch starts reading it.
+  // False for a message of another kind.
+  bool on_link_message(const Message& m);
+  static const std::vector<Kind>& link_message_kinds();
+  // A link that does not number its messages (a shared-memory ring) broke under a send: this
+  // node found it closed while writing (its reader gave it up) or its positions not adding up;
+  // whatever it held unread is lost.
+  struct LinkBreak {
     std::string peer;
-    uint64_t token = 0;  // the ring's
+    uint64_t token = 0;  // the link's (a ring's random token)
     std::string why;
     // Closed by its reader (it may be stopping, or found garbage and says so in RingBroken):
     // not a break this side can judge; else its shared positions do not add up.
     bool closed = false;
   };
   // Who handles a break found while sending (the node, injected before start): called without
-  // any lock held, with the message being sent (not yet on the broken ring, so it is not lost).
+  // any lock held, with the message being sent (not yet on the broken link, so it is not lost).
   // True when the link is dropped and the message may go over ZeroMQ; false: the send fails.
-  using RingBreakHandler = std::function<bool(const RingBreak&, const Header& sending)>;
-  void set_ring_break_handler(RingBreakHandler handler) { ring_break_handler_ = std::move(handler); }
+  using LinkBreakHandler = std::function<bool(const LinkBreak&, const Header& sending)>;
+  void set_link_break_handler(LinkBreakHandler handler) { link_break_handler_ = std::move(handler); }
   // Drops the link with `token` to or from peer, whichever way it went (the reader's ring is
   // forgotten unread). writer: it was this node's ring to peer; through_oseq: the highest order
   // number written on it (0: none). Nothing found: the break was handled already.
@@ -225,40 +234,27 @@ class Transport {
   // number kept a while, for a RingBroken from the reader naming it (drop_broken_ring finds it).
   void set_closed_ring_aside(const std::string& peer, uint64_t token);
 
-  // TCP lanes to this node (tcp_lane.hpp; docs/ARCHITECTURE.md "TCP lanes"): a listener on
-  // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
-  // Without one this node still writes lanes to nodes that listen.
-  // agent_port (not 0): this node is a proc behind its host agent's one port; askers connect to
-  // the agent there and ask its PortMux for the listener's (loopback) port; handover (not
-  // empty): the unix socket where the PortMux hands this node those connections.
-  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host, int agent_port = 0,
-                    const std::string& handover = "");
-  bool lanes_enabled() const { return lanes_on_.load(); }
   // Where peers reach the lane listener ("tcp://host:port", "tcp://agent:port/N" through the
   // agent's PortMux; "" when there is none): data-plane streams come there too.
   std::string lane_endpoint() const;
   // Who takes the data-plane streams that arrive at the lane listener (tcp_lane.hpp).
   void set_stream_adopter(LaneListener::StreamAdopter adopter);
-  // At a TCP address (bound, and as peers reach it): a lane listener beside it where lanes are
-  // due (controllers and procs reached at their own port; XMESH_LANES=0 turns lanes off); what
-  // fails is logged and ZeroMQ goes on alone.
-  void listen_for_lanes(const std::string& bound, const std::string& advertised);
-  // The handlers of the lane protocol (the I/O thread): an ask is answered with a secret (or why
-  // not), an offer starts connecting, a switch starts reading the lane (after what came before it).
-  void on_lane_ask(const std::string& from);
-  void on_lane_offer(const std::string& from, const LaneOfferBody& offer);
-  void on_lane_switch(const std::string& from, const std::string& identity);
   // Closes every lane this node reads (their writers go back to ZeroMQ and send again what was
   // not acknowledged; they may ask for new lanes): for a fault injected on purpose (the tests).
   void close_lanes();
 
  private:
+  // The header as it goes on any link; SendError (too_large) past kMaxHeaderBytes, which the
+  // receiver would drop as malformed, leaving its caller to time out.
+  static std::vector<uint8_t> header_for_wire(const Header& h);
+  // The link kinds, in the order a message tries them (link.hpp): a ring (kRing), a lane (kLane).
+  static constexpr size_t kRing = 0, kLane = 1, kLinkKinds = 2;
   // A message kept until its receiver acknowledges it (TCP links).
   struct Unacked {
-    uint64_t seq;
+    uint64_t seq = 0;
     std::vector<uint8_t> header;  // encoded
     std::vector<zmq::message_t> frames;  // copies sharing the sent frames' memory
-    size_t bytes;
+    size_t bytes = 0;
   };
   struct OutPeer {
     std::mutex mu;
@@ -275,26 +271,15 @@ class Transport {
     size_t unacked_bytes = 0;
     uint64_t peer_incarnation = 0;  // the receiver's, from its acknowledgements
     std::string routing_id;         // this connection's, which a refusal of it names
-    std::shared_ptr<RingWriter> ring;  // a shared-memory link to it (ring_links.hpp), once offered
-    std::shared_ptr<RingWriter> ring_closer;  // the same, read without the lock (atomic access) to close it
-    bool ring_tried = false;           // offered once per connection, whatever the answer
-    uint64_t ring_oseq = 0;            // the highest order number written on the ring
-    // Messages relayed for another origin written on the ring, with the ring position their
-    // records end at, until its reader has taken them (pruned as later ones are written).
-    std::deque<std::pair<uint64_t, Header>> ring_relayed;
+    // Its upgrades to faster links (link.hpp), one per kind in kinds_' order: a ring, a lane.
+    std::array<LinkUpgrade, kLinkKinds> links;
+    explicit OutPeer(const std::array<std::unique_ptr<LinkKind>, kLinkKinds>& kinds)
+        : links{LinkUpgrade(kinds[0]->spec()), LinkUpgrade(kinds[1]->spec())} {}
     struct RingAside {
       uint64_t token = 0, ring_oseq = 0;
       std::vector<Header> relayed;  // not taken when it was closed
     };
     std::deque<RingAside> rings_set_aside;  // rings closed by the reader, for its RingBroken
-    int ring_breaks = 0;               // links that broke; after kRingBreaksAllowed, ZeroMQ alone
-    // A TCP lane to it (tcp_lane.hpp): asked after the first Call or Reply over ZeroMQ; after
-    // three breaks, not again (ZeroMQ alone).
-    enum class Lane { none, asked, connecting, active, declined };
-    Lane lane_state = Lane::none;
-    std::unique_ptr<LaneWriter> lane;
-    int lane_breaks = 0;
-    std::atomic<bool> lane_up{false};  // lane_state == active, for stats() without the mutex
   };
   struct InPeer {
     bool authed = false;
@@ -309,6 +294,7 @@ class Transport {
     uint64_t acked = 0;               // the last number acknowledged
   };
 
+  void use_receive_timeout(int ms);
   // A ROUTER listening at bind_addr (CURVE on TCP with a key, else PLAIN); *endpoint: where.
   std::unique_ptr<zmq::socket_t> make_router(const std::string& bind_addr, std::string* endpoint);
   void use_key_file(const std::string& key_file);
@@ -327,24 +313,47 @@ class Transport {
                           zmq::send_flags flags, bool blocking);
   // One message over p's ZeroMQ connection (numbered; kept until acknowledged on TCP).
   void send_zmq_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
-  // A link's own message over ZeroMQ (a ring's or lane's offer, ask or switch): kind and body
+  // A link's own message over ZeroMQ (a proposal, an answer to one, a switch): kind and body
   // only, from this node. Throws SendError as send_zmq_locked.
   void send_link_message_locked(OutPeer& p, Kind kind, json body, bool blocking);
   // The out peer at addr if there is one (a handler answering what this node sent it), or null.
   std::shared_ptr<OutPeer> existing_out_peer(const std::string& addr) const;
-  // One message over p's ring when its link is up (true), after RingSwitch if that is due. A
-  // ring found broken (closed by its reader, positions that do not add up) is described in
-  // *broke, nothing of the message written (false).
-  bool ring_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking, RingBreak* broke);
   void send_once(const std::shared_ptr<OutPeer>& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
-                 RingBreak* broke);
-  // After a Call or Reply went over ZeroMQ to a peer of this host: offers it a ring (once).
-  void offer_ring_locked(OutPeer& p, Kind sent, bool blocking);
-  static void drop_ring_locked(OutPeer& p);
-  static void keep_relayed_locked(OutPeer& p, const Header& h);  // a relayed message written on p's ring
-  // A ring that broke or was closed under a send: its highest order number, and into
-  // *relayed the relayed messages on it its reader had not taken.
+                 LinkBreak* broke);
+  // The link upgrades (transport_links.cpp, link.hpp). One message over the first of p's links
+  // that is up (true), after its switch if that is due; a link that does not number its
+  // messages found broken under it is described in *broke, nothing of the message written.
+  bool links_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking, LinkBreak* broke);
+  bool link_send_locked(OutPeer& p, size_t kind, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
+                        LinkBreak* broke);
+  // Armed: the switch goes when the link is ready (true once it went).
+  bool switch_when_ready_locked(OutPeer& p, size_t kind, bool blocking);
+  bool numbered_link_send_locked(OutPeer& p, size_t kind, Header& h, std::vector<zmq::message_t>& frames,
+                                 bool blocking);
+  bool plain_link_send_locked(OutPeer& p, size_t kind, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
+                              LinkBreak* broke);
+  // After a message of kind `sent` went over ZeroMQ: each link due proposed to p.
+  void propose_links_locked(OutPeer& p, Kind sent, bool blocking);
+  void answer_proposal(size_t kind, const Message& m);
+  void take_answer(size_t kind, const Message& m);
+  // A link that broke or was closed, given up: a numbered one's messages go again over ZeroMQ
+  // (Hello due); said in the log unless quiet.
+  void link_gone_locked(OutPeer& p, size_t kind, const std::string& why, bool quiet = false);
+  void tend_links_locked(OutPeer& p);  // the I/O thread's tick: pending bytes out, breaks noticed
+  // A message to keep until its receiver acknowledges it: made before it is sent (a send
+  // consumes the frames; the copy shares their memory), kept once it went.
+  static Unacked copy_for_resend(uint64_t seq, const std::vector<uint8_t>& header,
+                                 std::vector<zmq::message_t>& frames);
+  static void keep_unacked_locked(OutPeer& p, Unacked kept);
+  static size_t payload_bytes(const std::vector<zmq::message_t>& frames);
+  // The ring kind's own bookkeeping (transport_rings.cpp). A ring that broke or was closed
+  // under a send, given up: its highest order number, and into *relayed the relayed messages
+  // on it its reader had not taken.
   uint64_t give_up_ring_locked(OutPeer& p, std::vector<Header>* relayed);
+  class RingKind;
+  class LaneKind;
+  std::unique_ptr<LinkKind> make_ring_kind();
+  std::unique_ptr<LinkKind> make_lane_kind();
   // Acknowledgements that came back on p's connection: what they cover is dropped.
   void read_acks_locked(OutPeer& p);
   // Room for `bytes` more unacknowledged: reads acks; a blocking sender waits for them.
@@ -362,13 +371,21 @@ class Transport {
   // it has not acknowledged.
   void tend_tcp_links();
   static void close_peer_locked(OutPeer& p);
-  // Lanes (transport_lanes.cpp). A lane message is numbered in its link's sequence and kept until
-  // acknowledged like one over ZeroMQ, so a lane that breaks costs nothing: the link goes back
-  // to ZeroMQ and sends again what is unacknowledged (the receiver drops what it has).
-  bool lane_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
-  void ask_lane_locked(OutPeer& p, Kind sent, bool blocking);
-  void lane_gone_locked(OutPeer& p, std::string why, bool quiet = false);
-  void tend_lane_locked(OutPeer& p);  // the I/O thread's tick: pending bytes out, a lane that broke noticed
+  // TCP lanes to this node (transport_lanes.cpp) (tcp_lane.hpp; docs/ARCHITECTURE.md "TCP lanes"): a listener on
+  // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
+  // Without one this node still writes lanes to nodes that listen.
+  // agent_port (not 0): this node is a proc behind its host agent's one port; askers connect to
+  // the agent there and ask its PortMux for the listener's (loopback) port; handover (not
+  // empty): the unix socket where the PortMux hands this node those connections.
+  void enable_lanes(const std::string& listen_host, int port, const std::string& advertise_host, int agent_port = 0,
+                    const std::string& handover = "");
+  // At a TCP address (bound, and as peers reach it): a lane listener beside it where lanes are
+  // due (controllers and procs reached at their own port; XMESH_LANES=0 turns lanes off); what
+  // fails is logged and ZeroMQ goes on alone.
+  void listen_for_lanes(const std::string& bound, const std::string& advertised);
+  // The reading side of lanes: answering an ask, taking a switch.
+  LaneOfferBody lane_answer(const std::string& from);
+  void lane_switched(const std::string& from, const std::string& identity);
   // The I/O thread's receive when lanes are on: polls the routers, the lane listener and the lanes
   // being read; what the lanes held goes to lane_ready_. The router with a message, or nullptr.
   zmq::socket_t* receive_parts_with_lanes(std::vector<zmq::message_t>& parts);
@@ -399,13 +416,7 @@ class Transport {
   InPeer& in_peer(const std::string& identity);  // I/O thread only
   void forget_gone_peers();                       // under mu_
 
-  std::string role_, addr_, id_;
-  Role role_kind_;
-  // A node known by a TCP address that also listens on a unix socket (a proc of a TCP host: its
-  // host's procs reach it there, and over shared memory): that socket's address; else "".
-  std::string unix_addr_;
-  uint64_t incarnation_;
-  size_t max_message_bytes_;
+  NodeIdentity self_;
 
   int64_t send_timeout_ms_;
   size_t resend_buffer_bytes_;  // XMESH_RESEND_BUFFER_BYTES: unacknowledged bytes kept per TCP peer
@@ -422,7 +433,7 @@ class Transport {
   std::unique_ptr<zmq::socket_t> tcp_router_;
   std::atomic<zmq::socket_t*> tcp_ready_{nullptr};
   std::string tcp_addr_, tcp_bound_;  // under mu_
-  int receive_timeout_ms_ = 100;
+  int receive_timeout_ms_ = -1;  // as ZeroMQ's default: until a message comes
   bool poll_tcp_first_ = false;  // alternates which router is read first (fairness)
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> connections_{0};
@@ -438,9 +449,6 @@ class Transport {
   size_t pending_peers_ = 0, max_pending_peers_ = 0;
   std::vector<std::string> ack_due_;  // identities owed an acknowledgement (I/O thread only)
   std::vector<std::string> gone_addrs_;
-  std::set<std::string> accepted_cookies_;
-  std::map<std::string, std::string> peer_cookies_;
-  std::set<std::string> learned_cookies_;           // peer_cookies_ entries a Hello gave (not set_peer_cookie)
   std::map<std::string, std::string> addr_owners_;  // address -> the node id that said Hello from it
   std::vector<std::string> successors_;             // see take_successors()
   std::atomic<bool> has_successors_{false};
@@ -448,12 +456,13 @@ class Transport {
   std::map<std::string, std::string> aliases_;  // a peer's unix-socket address -> its TCP one
   std::unordered_map<std::string, std::string> unix_of_;  // and back
   std::atomic<bool> has_aliases_{false};
-  std::string default_cookie_;
+  Cookies cookies_;
   LogBudget refusal_log_{3, 60000};
-  LogBudget ring_log_{3, 60000};
+  LogBudget link_log_{3, 60000};
   RingReaders rings_;
   size_t ring_bytes_ = 0;
-  RingBreakHandler ring_break_handler_;
+  LinkBreakHandler link_break_handler_;
+  std::array<std::unique_ptr<LinkKind>, kLinkKinds> kinds_;
   // Lanes being read, by their writer's address: accepted (in) and/or switched to (the writer's
   // LaneSwitch dispatched: read from then on, its messages admitted as from `identity`).
   struct LaneRead {
@@ -473,11 +482,11 @@ class Transport {
   std::vector<zmq::pollitem_t> poll_items_;  // receive_parts_with_lanes' (I/O thread)
   std::vector<std::string> poll_readers_;
   std::vector<int> poll_fds_;
-  LogBudget lane_log_{3, 60000};
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
     std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},
-        too_large{0}, resent{0}, reconnects{0}, ring_sent{0}, lane_sent{0}, lane_received{0}, lane_breaks{0};
+        too_large{0}, resent{0}, reconnects{0}, lane_received{0};
+    std::array<std::atomic<uint64_t>, kLinkKinds> link_sent{}, link_breaks{};
   } counts_;
 };
 

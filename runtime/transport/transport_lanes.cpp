@@ -1,12 +1,12 @@
-// The transport's TCP lanes (tcp_lane.hpp; docs/ARCHITECTURE.md, "TCP lanes"): when a node asks
-// for one and how it answers, how a message goes over a lane once it is up, how a lane that
-// breaks gives its messages back to ZeroMQ, and how the I/O thread reads lanes beside its routers.
+// The TCP lane as a link kind (link.hpp, tcp_lane.hpp; docs/ARCHITECTURE.md, "TCP lanes"): the
+// writer's end over a LaneWriter, what the transport asks and answers for it, and the reading
+// side: the listener and the lanes the I/O thread reads beside its routers.
 //
-// The protocol, as for rings: after its first Call or Reply over a ZeroMQ TCP link, the writer
+// The upgrade is link.hpp's: after its first Call or Reply over a ZeroMQ TCP link, the writer
 // sends LaneAsk; the receiver answers LaneOffer with its listener's host and port and a fresh
 // secret (over the CURVE link), or why not; the writer connects (without waiting) and, once the
-// connection is up, sends LaneSwitch as its last message over ZeroMQ; the receiver reads the lane
-// only once it dispatched LaneSwitch, so per-sender order holds across the switch.
+// connection is up, sends LaneSwitch as its last message over ZeroMQ. A lane's messages are
+// numbered and kept until acknowledged like the ZeroMQ ones: a lane that breaks costs nothing.
 #include <poll.h>
 
 #include <zmq_addon.hpp>
@@ -71,9 +71,9 @@ void Transport::set_stream_adopter(LaneListener::StreamAdopter adopter) {
 }
 
 void Transport::listen_for_lanes(const std::string& bound, const std::string& advertised) {
-  if (!lanes_write_ || !takes_fast_links(role_kind_)) return;
+  if (!lanes_write_ || !takes_fast_links(self_.kind)) return;
   // A proc's agent names the address (a port of its --ports range), or "off" when it has none.
-  const std::string given = role_kind_ == Role::proc ? env_str("XMESH_LANE_LISTEN", "") : "";
+  const std::string given = self_.kind == Role::proc ? env_str("XMESH_LANE_LISTEN", "") : "";
   if (given == "off") return;
   try {
     TcpEndpoint reach = TcpEndpoint::parse(advertised);
@@ -86,160 +86,117 @@ void Transport::listen_for_lanes(const std::string& bound, const std::string& ad
     TcpEndpoint at = TcpEndpoint::parse(given.empty() ? bound : given);
     enable_lanes(at.host, given.empty() ? 0 : at.port, reach.host);
   } catch (const std::exception& e) {
-    log_diag(role_, std::string("no TCP lanes to this node (its peers use ZeroMQ): ") + e.what());
+    log_diag(self_.role, std::string("no TCP lanes to this node (its peers use ZeroMQ): ") + e.what());
   }
 }
 
 // ---- the writer's side ------------------------------------------------------------------------
-void Transport::ask_lane_locked(OutPeer& p, Kind sent, bool blocking) {
-  if (!lanes_write_ || p.lane_state != OutPeer::Lane::none || !p.resends) return;
-  if (sent != Kind::Call && sent != Kind::Reply && sent != Kind::Replies) return;
-  if (!takes_fast_links(role_kind_)) return;
-  if (!lane_worth_asking(p.addr)) {
-    p.lane_state = OutPeer::Lane::declined;
-    return;
-  }
-  try {
-    send_link_message_locked(p, Kind::LaneAsk, nullptr, blocking);
-    p.lane_state = OutPeer::Lane::asked;
-  } catch (const SendError&) {  // the message itself went: the lane is only not asked for now
-  }
-}
+namespace {
+constexpr LinkSpec kLaneSpec{"TCP lane", Kind::LaneAsk, Kind::LaneOffer, Kind::LaneSwitch,
+                             /*breaks_allowed=*/kLaneBreaksAllowed, /*numbered=*/true};
 
-void Transport::on_lane_offer(const std::string& from, const LaneOfferBody& offer) {
-  auto p = existing_out_peer(from);
-  if (!p) return;
-  std::lock_guard<std::mutex> g(p->mu);
-  if (p->lane_state != OutPeer::Lane::asked) return;
-  std::string why = offer.ok ? "" : offer.reason.empty() ? "the peer takes no lanes" : offer.reason;
-  LaneSecret secret{unhex(offer.key, kLaneKeyBytes), unhex(offer.token, kLaneTokenBytes)};
-  if (why.empty() && (secret.key.empty() || secret.token.empty() || offer.port <= 0 || offer.port > 65535 ||
-                      offer.via < 0 || offer.via > 65535))
-    why = "its offer does not read (key, token or port)";
-  if (why.empty()) {
-    try {
-      p->lane = std::make_unique<LaneWriter>(offer.host, static_cast<int>(offer.port), secret, static_cast<int>(offer.via));
-      p->lane_state = OutPeer::Lane::connecting;
-      return;
-    } catch (const std::exception& e) {
-      why = e.what();
+// The writer's end of one lane.
+class LaneLink final : public LinkWriter {
+ public:
+  LaneLink(const std::string& host, int port, const LaneSecret& secret, int via) : lane_(host, port, secret, via) {}
+  bool ready(std::string* failed) override {
+    auto state = lane_.state();
+    if (state == LaneWriter::State::broken) *failed = lane_.error();
+    return state == LaneWriter::State::up;
+  }
+  void switched() override { spin_for_network(); }
+  LinkWrite write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
+                  int timeout_ms, uint32_t) override {
+    switch (lane_.write(header, frames, blocking, timeout_ms)) {
+      case LaneWriter::Result::ok: return LinkWrite::ok;
+      case LaneWriter::Result::would_block: return LinkWrite::would_block;
+      case LaneWriter::Result::timed_out: return LinkWrite::timed_out;
+      case LaneWriter::Result::broken: return LinkWrite::broken;
     }
+    return LinkWrite::broken;
   }
-  p->lane_state = OutPeer::Lane::declined;
-  log_diag_limited(lane_log_, role_, "no TCP lane to " + from + " (ZeroMQ goes on): " + why);
-}
-
-bool Transport::lane_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
-  if (!p.lane) return false;
-  if (p.hello_due) {  // the ZeroMQ link was made again: what is unacknowledged goes there first
-    lane_gone_locked(p, "its ZeroMQ link was made again");
+  bool tend(std::string* why, bool* by_reader) override {
+    // A writer's lane never carries anything back: readable means its reader closed it.
+    pollfd pf{lane_.fd(), POLLIN, 0};
+    *by_reader = ::poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR));
+    if (!*by_reader && lane_.flush(0) != LaneWriter::Result::broken) return true;
+    *why = *by_reader ? "its reader closed it" : lane_.error();
     return false;
   }
-  if (p.lane_state == OutPeer::Lane::connecting) {
-    auto state = p.lane->state();
-    if (state == LaneWriter::State::broken) {
-      lane_gone_locked(p, p.lane->error());
-      return false;
-    }
-    if (state != LaneWriter::State::up) return false;
-    // The last message over ZeroMQ: the receiver reads the lane once it dispatched this.
-    send_link_message_locked(p, Kind::LaneSwitch, nullptr, blocking);  // SendError: the switch is still due
-    p.lane_state = OutPeer::Lane::active;
-    p.lane_up.store(true);
-    spin_for_network();
+  std::string error() const override { return lane_.error(); }
+  void close() override { lane_.close(); }
+  // interrupt(): none. Its fd may be closed under the peer's lock at any moment, so no other
+  // thread touches it; a blocked write waits at most the send timeout.
+
+ private:
+  LaneWriter lane_;
+};
+}  // namespace
+
+class Transport::LaneKind final : public LinkKind {
+ public:
+  explicit LaneKind(Transport& t) : t_(t) {}
+  const LinkSpec& spec() const override { return kLaneSpec; }
+  bool reaches(const std::string& addr, bool resends) const override {
+    return t_.lanes_write_ && resends && takes_fast_links(t_.self_.kind) && lane_worth_asking(addr);
   }
-  if (p.lane_state != OutPeer::Lane::active) return false;
-  Unacked kept{};
-  for (auto& f : frames) kept.bytes += f.size();
-  make_room_locked(p, kept.bytes, blocking);
-  h.seq = p.seq + 1;
-  h.pieces.clear();  // a lane carries frames whole
-  auto header = header_for_wire(h);
-  kept.seq = h.seq;
-  kept.header = header;
-  kept.bytes += header.size();
-  kept.frames.resize(frames.size());
-  for (size_t i = 0; i < frames.size(); ++i) kept.frames[i].copy(frames[i]);  // shares their memory
-  auto result = p.lane->write(header, frames, blocking, static_cast<int>(send_timeout_ms_));
-  if (result == LaneWriter::Result::would_block)  // nothing of it was written
-    throw SendError("the lane to " + p.addr + " is full (this thread does not wait)", false, true);
-  // Written, in part or whole, or waiting to leave: it is the link's now, kept until acknowledged.
-  ++p.seq;
-  p.unacked_bytes += kept.bytes;
-  p.unacked.push_back(std::move(kept));
-  p.unacked_count.store(p.unacked.size(), std::memory_order_relaxed);
-  ++counts_.sent;
-  ++counts_.lane_sent;
-  if (result == LaneWriter::Result::broken) {  // it and everything unacknowledged go over ZeroMQ
-    lane_gone_locked(p, p.lane->error());
+  std::shared_ptr<LinkWriter> propose(json* body) override {
+    *body = nullptr;  // the ask says nothing: the answer names the listener
+    return nullptr;
+  }
+  std::shared_ptr<LinkWriter> answered(const std::shared_ptr<LinkWriter>&, const json& answer,
+                                       std::string* why) override {
+    auto offer = read_as<LaneOfferBody>(answer, why);
+    if (!offer) {
+      *why = "its offer does not read: " + *why;
+      return nullptr;
+    }
+    *why = offer->ok ? "" : offer->reason.empty() ? "the peer takes no lanes" : offer->reason;
+    LaneSecret secret{unhex(offer->key, kLaneKeyBytes), unhex(offer->token, kLaneTokenBytes)};
+    if (why->empty() && (secret.key.empty() || secret.token.empty() || offer->port <= 0 || offer->port > 65535 ||
+                         offer->via < 0 || offer->via > 65535))
+      *why = "its offer does not read (key, token or port)";
+    if (!why->empty()) return nullptr;
     try {
-      resume_locked(p, blocking ? zmq::send_flags::none : zmq::send_flags::dontwait);
-    } catch (const SendError&) {  // hello_due stays set: the next send or tick sends them
+      return std::make_shared<LaneLink>(offer->host, static_cast<int>(offer->port), secret,
+                                        static_cast<int>(offer->via));
+    } catch (const std::exception& e) {
+      *why = e.what();
+      return nullptr;
     }
   }
-  return true;
-}
+  json answer(const std::string& from, const json&) override { return t_.lane_answer(from); }
+  void take(const std::string& from, const std::string& identity) override { t_.lane_switched(from, identity); }
 
-void Transport::lane_gone_locked(OutPeer& p, std::string why, bool quiet) {  // why: a copy (the lane's error goes with it)
-  const bool was_active = p.lane_state == OutPeer::Lane::active;
-  if (p.lane) p.lane->close();
-  p.lane.reset();
-  p.lane_up.store(false);
-  p.lane_state = ++p.lane_breaks >= kLaneBreaksAllowed ? OutPeer::Lane::declined : OutPeer::Lane::none;
-  ++counts_.lane_breaks;
-  if (was_active) p.hello_due = true;  // Hello, then again whatever the lane took unacknowledged
-  if (quiet) return;
-  log_diag_limited(lane_log_, role_,
-                   "the TCP lane to " + p.addr + " is given up (" + why + "): ZeroMQ carries its messages" +
-                       (p.lane_state == OutPeer::Lane::declined ? " from now on" : " until a new lane is up"));
-}
+ private:
+  Transport& t_;
+};
 
-void Transport::tend_lane_locked(OutPeer& p) {
-  if (!p.lane || p.lane_state != OutPeer::Lane::active) return;
-  // A writer's lane never carries anything back: readable means its reader closed it.
-  pollfd pf{p.lane->fd(), POLLIN, 0};
-  bool closed = ::poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR));
-  if (!closed && p.lane->flush(0) != LaneWriter::Result::broken) return;
-  // Closed by its reader: that node closed it or ended (a proc that stopped): said by
-  // supervision if it matters; what it did not acknowledge goes again over ZeroMQ, quietly.
-  lane_gone_locked(p, closed ? "its reader closed it" : p.lane->error(), closed);
-  try {
-    resume_locked(p, zmq::send_flags::dontwait);
-  } catch (const SendError&) {
-  }
-}
+std::unique_ptr<LinkKind> Transport::make_lane_kind() { return std::make_unique<LaneKind>(*this); }
 
 // ---- the reader's side ------------------------------------------------------------------------
-void Transport::on_lane_ask(const std::string& from) {
+// An ask from `from`: a fresh secret for the listener (or why not). Not sent: its secret expires unused.
+LaneOfferBody Transport::lane_answer(const std::string& from) {
   LaneOfferBody answer;
-  {
-    std::lock_guard<std::mutex> g(lanes_mu_);
-    if (!lane_listener_) {
-      answer.reason = "this node listens for no lanes";
-    } else if (!is_tcp_addr(from)) {
-      answer.reason = "a lane is for a node on another host (" + from + " is not a TCP address)";
-    } else {
-      LaneSecret secret = make_lane_secret();
-      lane_listener_->expect(secret, from, now_ms(), kLaneOfferTtlMs);
-      answer.ok = true;
-      answer.host = lane_host_;
-      answer.port = lane_agent_port_ ? lane_agent_port_ : lane_listener_->port();
-      answer.via = lane_agent_port_ ? lane_listener_->port() : 0;
-      answer.key = to_hex(secret.key);
-      answer.token = to_hex(secret.token);
-    }
+  std::lock_guard<std::mutex> g(lanes_mu_);
+  if (!lane_listener_) {
+    answer.reason = "this node listens for no lanes";
+  } else if (!is_tcp_addr(from)) {
+    answer.reason = "a lane is for a node on another host (" + from + " is not a TCP address)";
+  } else {
+    LaneSecret secret = make_lane_secret();
+    lane_listener_->expect(secret, from, now_ms(), kLaneOfferTtlMs);
+    answer.ok = true;
+    answer.host = lane_host_;
+    answer.port = lane_agent_port_ ? lane_agent_port_ : lane_listener_->port();
+    answer.via = lane_agent_port_ ? lane_listener_->port() : 0;
+    answer.key = to_hex(secret.key);
+    answer.token = to_hex(secret.token);
   }
-  Header h;
-  h.kind = Kind::LaneOffer;
-  h.body = answer;
-  std::vector<zmq::message_t> none;
-  try {
-    send(from, h, none, /*blocking=*/false);
-  } catch (const SendError&) {  // the asker never hears: its secret expires unused
-  }
+  return answer;
 }
 
-void Transport::on_lane_switch(const std::string& from, const std::string& identity) {
+void Transport::lane_switched(const std::string& from, const std::string& identity) {
   std::lock_guard<std::mutex> g(lanes_mu_);
   LaneRead& lane = lanes_in_[from];
   lane.switched = true;
@@ -263,12 +220,12 @@ void Transport::accept_lanes() {
   for (auto& a : lane_listener_->poll(now_ms(), &refused)) {
     std::string writer = a.writer_addr;
     LaneRead& lane = lanes_in_[writer];
-    lane.in = std::make_unique<LaneIn>(std::move(a), max_message_bytes_);
+    lane.in = std::make_unique<LaneIn>(std::move(a), self_.max_message_bytes);
     lane.switched = false;  // a lane made again: read once its own LaneSwitch came
   }
   for (auto& r : refused) {
     ++counts_.rejected;
-    log_diag_limited(refusal_log_, role_, r);
+    log_diag_limited(refusal_log_, self_.role, r);
   }
 }
 

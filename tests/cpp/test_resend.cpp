@@ -375,3 +375,35 @@ TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane
   REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
   CHECK(numbers_taken(*box, static_cast<size_t>(next - 3100), 10000) == range(3100, next));
 }
+
+// The link upgrade's limit (link.hpp) on a real lane: a lane to one peer that broke three times
+// is not asked for again; ZeroMQ alone carries that peer's messages, all of them, in order.
+TEST_CASE("after three lanes to a peer broke, ZeroMQ alone carries its messages", "[node][tcp][lanes]") {
+  TcpPair pair;
+  Node& a = pair.a;
+  Node& b = pair.b;
+  Inbox* box = &b.control();
+  Header call;
+  call.kind = Kind::Call;
+  call.actor = "nobody";
+  int next = 0;
+  for (uint64_t round = 1; round <= 3; ++round) {
+    a.send(b.addr(), call, {});  // asks for a lane (again)
+    REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
+    REQUIRE(eventually([&] { return b.stats().lanes_in == 1; }, 10000));  // the reader reads it: closing it breaks it
+    b.close_lanes();
+    REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lane_breaks >= round; }, 10000));
+    INFO("round " << round << " breaks " << a.stats().lane_breaks);
+    CHECK(a.stats().lane_breaks == round);
+  }
+  const uint64_t lane_sent = a.stats().lane_sent;
+  a.send(b.addr(), call, {});  // would ask again, were a lane still allowed
+  for (int i = 0; i < 50; ++i) {  // as long as a lane took to come up above, several times over
+    send_numbered(a, b.addr(), next, next + 1), ++next;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(a.stats().lanes_out == 0);
+  CHECK(a.stats().lane_sent == lane_sent);
+  CHECK(b.stats().lanes_in == 0);
+  CHECK(numbers_taken(*box, static_cast<size_t>(next), 10000) == range(0, next));
+}

@@ -1,0 +1,266 @@
+// The transport's link upgrades (link.hpp): one state machine for every link kind. What a ring
+// or a lane does at each step is its LinkKind's (transport_rings.cpp, transport_lanes.cpp); the
+// proposal, the answer, the switch, the writes and the breaks are driven here, once.
+#include <utility>
+
+#include "transport.hpp"
+#include "util.hpp"
+#include "wait_feed.hpp"
+
+namespace xmesh {
+
+namespace {
+// Which of the reader's sleepers a message is for: answers for a thread waiting on its call,
+// calls for an idle actor thread (never a caller), the rest for whoever sleeps.
+uint32_t wake_bits_for(Kind kind) {
+  switch (kind) {
+    case Kind::Reply:
+    case Kind::Replies:
+      return WaitFeed::kCallerBit;
+    case Kind::Call:
+      return Doorbell::kAnyIdle & ~WaitFeed::kCallerBit;
+    default:
+      return Doorbell::kAnyIdle;
+  }
+}
+}  // namespace
+
+const std::vector<Kind>& Transport::link_message_kinds() {
+  static const std::vector<Kind> kinds{Kind::RingOffer, Kind::RingAccept, Kind::RingSwitch,
+                                       Kind::LaneAsk,   Kind::LaneOffer,  Kind::LaneSwitch};
+  return kinds;
+}
+
+bool Transport::on_link_message(const Message& m) {
+  for (size_t i = 0; i < kLinkKinds; ++i) {
+    const LinkSpec& spec = kinds_[i]->spec();
+    if (m.header.kind == spec.propose) {
+      answer_proposal(i, m);
+    } else if (m.header.kind == spec.answer) {
+      take_answer(i, m);
+    } else if (m.header.kind == spec.take) {
+      kinds_[i]->take(m.sender_addr, m.peer_identity);
+    } else {
+      continue;
+    }
+    return true;
+  }
+  return false;
+}
+
+// ---- the writer's side ------------------------------------------------------------------------
+void Transport::propose_links_locked(OutPeer& p, Kind sent, bool blocking) {
+  for (size_t i = 0; i < kLinkKinds; ++i) {
+    LinkUpgrade& up = p.links[i];
+    if (!up.due(sent)) continue;
+    LinkKind& kind = *kinds_[i];
+    if (!kind.reaches(p.addr, p.resends)) {
+      up.declined();
+      continue;
+    }
+    json body;
+    try {
+      up.proposed(kind.propose(&body));
+    } catch (const std::exception& e) {
+      up.declined();
+      log_diag_limited(link_log_, self_.role, std::string("no ") + kind.spec().name + " to " + p.addr +
+                                             " (ZeroMQ goes on): " + e.what());
+      continue;
+    }
+    try {
+      send_link_message_locked(p, kind.spec().propose, std::move(body), blocking);
+    } catch (const SendError&) {  // the message itself went: the link is only not proposed now
+      up.give_up(/*count_break=*/false);
+    }
+  }
+}
+
+void Transport::take_answer(size_t i, const Message& m) {
+  auto p = existing_out_peer(m.sender_addr);
+  if (!p) return;
+  std::lock_guard<std::mutex> g(p->mu);
+  LinkUpgrade& up = p->links[i];
+  if (up.state() != LinkUpgrade::State::proposed) return;
+  std::string why;
+  auto writer = kinds_[i]->answered(up.writer_for_interrupt(), m.header.body, &why);
+  if (writer) {
+    up.armed(std::move(writer));
+  } else if (!why.empty()) {
+    up.declined();
+    log_diag_limited(link_log_, self_.role, std::string("no ") + kinds_[i]->spec().name + " to " + m.sender_addr +
+                                           " (ZeroMQ goes on): " + why);
+  }
+}
+
+bool Transport::links_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
+                                  LinkBreak* broke) {
+  for (size_t i = 0; i < kLinkKinds; ++i) {
+    if (link_send_locked(p, i, h, frames, blocking, broke)) return true;
+    if (broke->token) return false;
+  }
+  return false;
+}
+
+bool Transport::link_send_locked(OutPeer& p, size_t i, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
+                                 LinkBreak* broke) {
+  LinkUpgrade& up = p.links[i];
+  if (!up.writer()) return false;
+  if (up.spec().numbered && p.hello_due) {  // the ZeroMQ link was made again: what is unacknowledged goes there first
+    link_gone_locked(p, i, "its ZeroMQ link was made again");
+    return false;
+  }
+  if (up.state() == LinkUpgrade::State::armed && !switch_when_ready_locked(p, i, blocking)) return false;
+  if (up.state() != LinkUpgrade::State::active) return false;
+  return up.spec().numbered ? numbered_link_send_locked(p, i, h, frames, blocking)
+                            : plain_link_send_locked(p, i, h, frames, blocking, broke);
+}
+
+bool Transport::switch_when_ready_locked(OutPeer& p, size_t i, bool blocking) {
+  LinkUpgrade& up = p.links[i];
+  std::string failed;
+  if (!up.writer()->ready(&failed)) {
+    if (!failed.empty()) link_gone_locked(p, i, failed);
+    return false;
+  }
+  // The last message over ZeroMQ: the reader reads the link once it dispatched this.
+  send_link_message_locked(p, up.spec().take, nullptr, blocking);  // SendError: the switch is still due
+  up.switched();
+  return true;
+}
+
+// A link that loses and repeats nothing while it is up (a ring): unnumbered, not kept.
+bool Transport::plain_link_send_locked(OutPeer& p, size_t i, Header& h, std::vector<zmq::message_t>& frames,
+                                       bool blocking, LinkBreak* broke) {
+  LinkWriter& link = *p.links[i].writer();
+  h.seq = 0;  // no numbers to check
+  h.pieces.clear();
+  auto header = header_for_wire(h);
+  switch (link.write(header, frames, blocking, static_cast<int>(send_timeout_ms_), wake_bits_for(h.kind))) {
+    case LinkWrite::ok:
+      ++counts_.sent;
+      ++counts_.link_sent[i];
+      link.wrote(h);
+      return true;
+    case LinkWrite::would_block:
+      throw SendError("the link to " + p.addr + " is full (this thread does not wait)", false, true);
+    case LinkWrite::timed_out:
+      throw SendError("sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
+                      " ms (XMESH_SEND_TIMEOUT_MS): its " + p.links[i].spec().name +
+                      " stayed full, so its actor's queue is full (XMESH_INBOX_LIMIT) or it reads nothing");
+    case LinkWrite::closed:  // nothing of this message is on it
+      *broke = LinkBreak{p.addr, link.token(), "its reader closed it", true};
+      return false;
+    case LinkWrite::broken:
+      *broke = LinkBreak{p.addr, link.token(), link.error(), false};
+      return false;
+  }
+  return false;
+}
+
+// A link whose messages are numbered in the ZeroMQ stream (a lane): kept until acknowledged, so
+// a lane that breaks costs nothing: the link goes back to ZeroMQ and sends again what is
+// unacknowledged (the receiver drops what it has).
+bool Transport::numbered_link_send_locked(OutPeer& p, size_t i, Header& h, std::vector<zmq::message_t>& frames,
+                                          bool blocking) {
+  LinkWriter& link = *p.links[i].writer();
+  make_room_locked(p, payload_bytes(frames), blocking);
+  h.seq = p.seq + 1;
+  h.pieces.clear();  // a lane carries frames whole
+  auto header = header_for_wire(h);
+  Unacked kept = copy_for_resend(h.seq, header, frames);
+  auto result = link.write(header, frames, blocking, static_cast<int>(send_timeout_ms_), 0);
+  if (result == LinkWrite::would_block)  // nothing of it was written
+    throw SendError("the " + std::string(p.links[i].spec().name) + " to " + p.addr +
+                        " is full (this thread does not wait)",
+                    false, true);
+  // Written, in part or whole, or waiting to leave: it is the link's now, kept until acknowledged.
+  ++p.seq;
+  keep_unacked_locked(p, std::move(kept));
+  ++counts_.sent;
+  ++counts_.link_sent[i];
+  if (result == LinkWrite::broken || result == LinkWrite::closed) {  // it and everything unacknowledged go over ZeroMQ
+    link_gone_locked(p, i, link.error());
+    try {
+      resume_locked(p, blocking ? zmq::send_flags::none : zmq::send_flags::dontwait);
+    } catch (const SendError&) {  // hello_due stays set: the next send or tick sends them
+    }
+  }
+  return true;
+}
+
+void Transport::link_gone_locked(OutPeer& p, size_t i, const std::string& why_given, bool quiet) {
+  LinkUpgrade& up = p.links[i];
+  const std::string why = why_given;  // may be the writer's own error text: copied before it goes
+  const bool was_active = up.state() == LinkUpgrade::State::active;
+  up.give_up(/*count_break=*/true);
+  ++counts_.link_breaks[i];
+  if (up.spec().numbered && was_active) p.hello_due = true;  // Hello, then again whatever it took unacknowledged
+  if (quiet) return;
+  const std::string name = up.spec().name;
+  log_diag_limited(link_log_, self_.role,
+                   "the " + name + " to " + p.addr + " is given up (" + why + "): ZeroMQ carries its messages" +
+                       (up.state() == LinkUpgrade::State::declined ? " from now on" : " until a new " + name + " is up"));
+}
+
+void Transport::tend_links_locked(OutPeer& p) {
+  for (size_t i = 0; i < kLinkKinds; ++i) {
+    LinkUpgrade& up = p.links[i];
+    if (up.state() != LinkUpgrade::State::active) continue;
+    std::string why;
+    bool by_reader = false;
+    if (up.writer()->tend(&why, &by_reader)) continue;
+    // Closed by its reader: that node closed it or ended (a proc that stopped): said by
+    // supervision if it matters; what it did not acknowledge goes again over ZeroMQ, quietly.
+    link_gone_locked(p, i, why, by_reader);
+    if (!up.spec().numbered) continue;
+    try {
+      resume_locked(p, zmq::send_flags::dontwait);
+    } catch (const SendError&) {
+    }
+  }
+}
+
+// ---- the reader's side ------------------------------------------------------------------------
+void Transport::answer_proposal(size_t i, const Message& m) {
+  LinkKind& kind = *kinds_[i];
+  Header h;
+  h.kind = kind.spec().answer;
+  try {
+    h.body = kind.answer(m.sender_addr, m.header.body);
+  } catch (const std::invalid_argument& e) {
+    count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + e.what());
+    return;
+  }
+  std::vector<zmq::message_t> none;
+  try {
+    send(m.sender_addr, h, none, /*blocking=*/false);
+  } catch (const SendError&) {  // the proposer never hears
+    kind.answer_lost(m.sender_addr, h.body);
+  }
+}
+
+// ---- kept until acknowledged ------------------------------------------------------------------
+size_t Transport::payload_bytes(const std::vector<zmq::message_t>& frames) {
+  size_t n = 0;
+  for (auto& f : frames) n += f.size();
+  return n;
+}
+
+Transport::Unacked Transport::copy_for_resend(uint64_t seq, const std::vector<uint8_t>& header,
+                                              std::vector<zmq::message_t>& frames) {
+  Unacked kept{};
+  kept.seq = seq;
+  kept.header = header;
+  kept.bytes = payload_bytes(frames) + header.size();
+  kept.frames.resize(frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) kept.frames[i].copy(frames[i]);  // shares their memory
+  return kept;
+}
+
+void Transport::keep_unacked_locked(OutPeer& p, Unacked kept) {
+  p.unacked_bytes += kept.bytes;
+  p.unacked.push_back(std::move(kept));
+  p.unacked_count.store(p.unacked.size(), std::memory_order_relaxed);
+}
+
+}  // namespace xmesh
