@@ -24,13 +24,13 @@ namespace {
 // A proc: answers every call to actor "a" until StopActor. Its address goes to `report` (a pipe).
 [[noreturn]] void serve(const std::string& addr, const std::string& key_file, int report) {
   Node proc("proc", addr, "k", key_file);
-  proc.set_default_cookie("k");
+  proc.transport().cookies().present_by_default("k");
   proc.start();
   std::string bound = proc.addr() + "\n";
   if (write(report, bound.data(), bound.size()) != static_cast<ssize_t>(bound.size())) _exit(1);
   close(report);
   std::shared_ptr<Inbox> inbox;
-  while (!(inbox = proc.actor_inbox("a"))) usleep(1000);
+  while (!(inbox = proc.actors().inbox("a"))) usleep(1000);
   while (auto m = inbox->pop(10000)) {
     if (m->header.kind == Kind::StopActor) break;
     if (m->header.kind == Kind::Call) proc.reply(*m, true, nullptr, {});
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     targets.push_back(Target{std::string(buf, static_cast<size_t>(got) - 1), "a"});
   }
   Node ctl("controller", tcp ? "tcp://127.0.0.1:*" : base + "-c", "k", key_file);
-  ctl.set_default_cookie("k");
+  ctl.transport().cookies().present_by_default("k");
   ctl.start();
   Header spawn;
   spawn.kind = Kind::SpawnActor;

@@ -21,6 +21,7 @@
 #include "manifest_file.hpp"
 #include "path_safety.hpp"
 #include "scan.hpp"
+#include "sync_bodies.hpp"
 
 namespace xmesh::ws {
 

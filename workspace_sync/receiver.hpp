@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "bodies.hpp"
+#include "sync_bodies.hpp"
 #include "manifest.hpp"
 #include "hash_index.hpp"
 #include "manifest_file.hpp"

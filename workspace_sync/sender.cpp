@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "bodies.hpp"
+#include "sync_bodies.hpp"
 #include "fs_ops.hpp"
 #include "node.hpp"
 #include "plan_parts.hpp"

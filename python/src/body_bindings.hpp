@@ -1,4 +1,4 @@
-// One Python class per typed message body (runtime/protocol/bodies.hpp), made from the body's own field
+// One Python class per typed message body (runtime/protocol/bodies.hpp and the subsystems' *_bodies.hpp), made from the body's own field
 // list: `_core.StopProcsBody(alloc="1f", immediately=True)` (keywords only; an unknown one is a
 // TypeError, a bad value a ValueError naming the field), its fields as read-only attributes
 // (nested bodies as their own classes, JSON values as dicts and lists), `to_dict()` for the

@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "data_bodies.hpp"
+#include "body_bindings.hpp"
 #include "bindings.hpp"
 #include "data_node.hpp"
 #include "data_plane.hpp"
@@ -113,6 +115,10 @@ void bind_transfers(py::module_& m) {
 // The data plane (runtime/data/data_plane.hpp, buffer_registry.hpp): the memory a process lends, and
 // the transfers it makes.
 void bind_data_plane(py::module_& m) {
+  // The data plane's message bodies.
+  bind_body<BufferLeaseBody>(m, "BufferLeaseBody", "BufferLease: a lease on a range of an RDMA buffer, for reading or writing.");
+  bind_body<BufferLeaseReply>(m, "BufferLeaseReply", "Where a leased range is: the owner's pid, the address there, the lease.");
+  bind_body<BufferReleaseBody>(m, "BufferReleaseBody", "BufferRelease / BufferDrop: a lease ended, or a buffer lent no more.");
   bind_buffers(m);
   bind_transfers(m);
 }

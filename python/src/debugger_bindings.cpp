@@ -14,7 +14,10 @@
 #include <thread>
 #include <unistd.h>
 
+#include "debug_bodies.hpp"
+#include "body_bindings.hpp"
 #include "bodies.hpp"
+#include "node_bodies.hpp"
 #include "log_aggregator.hpp"
 #include "node.hpp"
 #include "rank_selector.hpp"
@@ -165,6 +168,9 @@ PyThreadState* thread_state_of(unsigned long ident) {
 }  // namespace
 
 void bind_debugger(py::module_& m) {
+  // The debugger's message bodies.
+  bind_body<DebugEventBody>(m, "DebugEventBody", "DebugEvent: a pdb session stopped, runs, ended or asks for sources.");
+  bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");
   m.def("trace_thread", [](unsigned long ident, const py::object& callback) {
     PyThreadState* t = thread_state_of(ident);
     if (t == nullptr) return false;

@@ -101,24 +101,33 @@ void bind_node_core(py::module_& m) {
            }),
            py::arg("role"), py::arg("bind_addr"), py::arg("accept_cookie"), py::arg("key_file") = "",
            py::arg("advertise") = "")
-      .def("listen_tcp", &Node::listen_tcp, py::arg("bind_addr"), py::arg("key_file"), py::arg("advertise") = "",
+      .def("listen_tcp",
+           [](Node& n, const std::string& bind, const std::string& key_file, const std::string& advertise) {
+             return n.transport().listen_tcp(bind, key_file, advertise);
+           },
+           py::arg("bind_addr"), py::arg("key_file"), py::arg("advertise") = "",
            "A second address on TCP (CURVE with the key file); returns it.")
-      .def_property_readonly("tcp_addr", &Node::tcp_addr)
+      .def_property_readonly("tcp_addr", [](const Node& n) { return n.transport().tcp_addr(); })
       .def("retarget", &Node::retarget, py::arg("call"), py::arg("index"), py::arg("addr"))
       .def("start", &Node::start)
       .def("stop", &Node::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("id", &Node::id)
       .def_property_readonly("addr", &Node::addr)
-      .def_property_readonly("incarnation", &Node::incarnation)
+      .def_property_readonly("incarnation", [](const Node& n) { return n.transport().self().incarnation; })
       .def_property_readonly("running", &Node::running)
-      .def_property_readonly("max_message_bytes", &Node::max_message_bytes)
-      .def("set_peer_cookie", &Node::set_peer_cookie)
-      .def("set_default_cookie", &Node::set_default_cookie)
-      .def("add_accepted_cookie", &Node::add_accepted_cookie)
-      .def("expect_listening", &Node::expect_listening, py::arg("addr"),
+      .def_property_readonly("max_message_bytes", [](const Node& n) { return n.transport().self().max_message_bytes; })
+      .def("set_peer_cookie", [](Node& n, const std::string& addr, const std::string& cookie) {
+        n.transport().cookies().present(addr, cookie);
+      }, "The cookie to present when connecting to addr.")
+      .def("set_default_cookie", [](Node& n, const std::string& cookie) {
+        n.transport().cookies().present_by_default(cookie);
+      }, "The cookie to present to a node no cookie was set for.")
+      .def("add_accepted_cookie", [](Node& n, const std::string& cookie) { n.transport().cookies().accept(cookie); })
+      .def("expect_listening", [](Node& n, const std::string& addr) { n.transport().expect_listening(addr); },
+           py::arg("addr"),
            "The node at addr listens already (a host agent): failing to connect to it is a refusal at once.")
       .def("refuse_calls_from",
-           [](Node& n, const std::string& addr, const py::object& err) { n.refuse_calls_from(addr, from_py(err)); });
+           [](Node& n, const std::string& addr, const py::object& err) { n.actors().refuse_from(addr, from_py(err)); });
 }
 
 // Messages: sends, calls, replies, ports, inboxes.
@@ -167,7 +176,7 @@ void bind_node_messages(py::module_& m) {
       .def_property_readonly("logs", [](Node& n) { return &n.logs(); }, py::return_value_policy::reference_internal)
       .def_property_readonly("actor_events", [](Node& n) { return &n.actor_events(); },
                              py::return_value_policy::reference_internal)
-      .def("actor_inbox", &Node::actor_inbox)
+      .def("actor_inbox", [](Node& n, const std::string& name) { return n.actors().inbox(name); })
       .def("remove_actor", &Node::remove_actor);
 }
 
@@ -177,17 +186,23 @@ void bind_node_supervision(py::module_& m) {
       .def("mark_dead", [](Node& n, const std::string& addr, const py::object& err) { n.mark_dead(addr, from_py(err)); })
       .def("dead_reason", [](Node& n, const std::string& addr) -> py::object {
         json e;
-        if (!n.is_dead(addr, &e)) return py::none();
+        if (!n.supervision().is_dead(addr, &e)) return py::none();
         return to_py(e);
       })
-      .def("revive", &Node::revive)
-      .def("add_supervision_subscriber", &Node::add_supervision_subscriber)
-      .def("remove_supervision_subscriber", &Node::remove_supervision_subscriber)
-      .def("watch_host", &Node::watch_host, py::arg("hostd_addr"), py::arg("pid") = 0, py::arg("host") = "")
+      .def("revive", [](Node& n, const std::string& addr) { n.supervision().revive(addr); },
+           "A new process now listens at addr (a host agent restarted): talk to it again.")
+      .def("add_supervision_subscriber", [](Node& n, const std::string& addr) { n.supervision().subscribe(addr); })
+      .def("remove_supervision_subscriber",
+           [](Node& n, const std::string& addr) { n.supervision().unsubscribe(addr); })
+      .def("watch_host",
+           [](Node& n, const std::string& addr, int64_t pid, const std::string& host) {
+             n.supervision().watch_host(addr, pid, host);
+           },
+           py::arg("hostd_addr"), py::arg("pid") = 0, py::arg("host") = "")
       .def(
           "host_state",
           [](const Node& n, const std::string& addr) -> py::object {
-            auto st = n.host_state(addr);
+            auto st = n.supervision().host_state(addr);
             if (!st) return py::none();
             py::dict d;
             d["alive"] = st->alive;
@@ -197,11 +212,14 @@ void bind_node_supervision(py::module_& m) {
             return d;
           },
           py::arg("hostd_addr"))
-      .def("unwatch_host", &Node::unwatch_host)
-      .def("add_dependent", &Node::add_dependent)
+      .def("unwatch_host", [](Node& n, const std::string& addr) { n.supervision().unwatch_host(addr); })
+      .def("add_dependent", [](Node& n, const std::string& host, const std::string& proc) {
+        n.supervision().add_dependent(host, proc);
+      })
       .def("lose_host", &Node::lose_host)
       .def("stats", &Node::stats)
-      .def("link_report", &Node::link_report, py::arg("addr"),
+      .def("link_report", [](const Node& n, const std::string& addr) { return n.transport().link_report(addr); },
+           py::arg("addr"),
            "What became of this node's link to addr, in words (for a peer that does not answer).");
 }
 }  // namespace

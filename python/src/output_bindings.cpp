@@ -5,6 +5,8 @@
 
 #include <mutex>
 
+#include "output_bodies.hpp"
+#include "body_bindings.hpp"
 #include "bindings.hpp"
 #include "json_py.hpp"
 #include "log_record.hpp"
@@ -131,6 +133,9 @@ void bind_log_router(py::module_& m) {
 
 // Output attribution and routing: the proc's tracker, main-thread calls, the LogRouter.
 void bind_output(py::module_& m) {
+  // Output's message bodies.
+  bind_body<LogBody>(m, "LogBody", "Log: complete lines of one proc stream.");
+  bind_body<FlushOutputReply>(m, "FlushOutputReply", "The output marker a FlushOutput wrote.");
   bind_output_tracker(m);
   bind_log_router(m);
 }

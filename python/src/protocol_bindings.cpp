@@ -4,7 +4,12 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "agent_bodies.hpp"
 #include "bodies.hpp"
+#include "debug_bodies.hpp"
+#include "link_bodies.hpp"
+#include "node_bodies.hpp"
+#include "sync_bodies.hpp"
 #include "body_bindings.hpp"
 #include "inbox.hpp"
 #include "json_py.hpp"
@@ -37,9 +42,7 @@ T parse_body(PyMessage& p) {
 void bind_bodies(py::module_& m) {
   bind_body<ErrorBody>(m, "ErrorBody", "A failed reply's body, a supervision error, a Fault.");
   bind_body<ProcExitedBody>(m, "ProcExitedBody", "ProcExited: a proc ended.");
-  bind_body<LogBody>(m, "LogBody", "Log: complete lines of one proc stream.");
   bind_body<PeerDeadBody>(m, "PeerDeadBody", "PeerDead: a peer address died.");
-  bind_body<ReloadBody>(m, "ReloadBody", "Reload: reload the modules of these synced files.");
   bind_body<CancelBody>(m, "CancelBody", "Cancel: cancel one target of a call.");
   bind_body<ConfigureBody>(m, "ConfigureBody", "Configure: settings for procs; only those given change.");
   bind_body<AdoptBody>(m, "AdoptBody", "Adopt: a controller adopts a proc.");
@@ -53,27 +56,18 @@ void bind_bodies(py::module_& m) {
   bind_body<PreviousOwner>(m, "PreviousOwner", "The controller that owned an allocation before.");
   bind_body<AttachReply>(m, "AttachReply", "What a controller needs to reach an attached allocation.");
   bind_body<AllocationStatus>(m, "AllocationStatus", "One allocation of an agent's Status.");
-  bind_body<BufferLeaseBody>(m, "BufferLeaseBody", "BufferLease: a lease on a range of an RDMA buffer, for reading or writing.");
-  bind_body<BufferLeaseReply>(m, "BufferLeaseReply", "Where a leased range is: the owner's pid, the address there, the lease.");
-  bind_body<BufferReleaseBody>(m, "BufferReleaseBody", "BufferRelease / BufferDrop: a lease ended, or a buffer lent no more.");
   bind_body<PortCounts>(m, "PortCounts", "What an agent's one TCP port did: connections relayed, lanes handed over, refused.");
   bind_body<StatusReply>(m, "StatusReply", "What an agent runs.");
   bind_body<CallBody>(m, "CallBody", "Call: the message's point when not the actor's own, and a port for the reply.");
   bind_body<SpawnActorBody>(m, "SpawnActorBody", "SpawnActor: create one actor of a mesh on a proc.");
   bind_body<ActorRecord>(m, "ActorRecord", "A live actor as its proc describes it.");
   bind_body<RefuseBody>(m, "RefuseBody", "Refuse: why a connection is refused.");
-  bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
   bind_body<ReadLogBody>(m, "ReadLogBody", "ReadLog: list a log directory of a host agent, or read part of a file.");
   bind_body<LogFileEntry>(m, "LogFileEntry", "One file of a log directory: name and size.");
   bind_body<ReadLogReply>(m, "ReadLogReply", "ReadLog's answer: the files, or the size of the file read (bytes: payload).");
   bind_body<ProcInfoBody>(m, "ProcInfoBody", "ProcInfo: ask a proc its pid and actors.");
   bind_body<ProcInfoReply>(m, "ProcInfoReply", "A proc's pid and actors.");
   bind_body<DumpStacksReply>(m, "DumpStacksReply", "Every thread's stack of a proc, answered by its I/O thread.");
-  bind_body<FlushOutputReply>(m, "FlushOutputReply", "The output marker a FlushOutput wrote.");
-  bind_body<DebugEventBody>(m, "DebugEventBody", "DebugEvent: a pdb session stopped, runs, ended or asks for sources.");
-  bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");
-  bind_body<SyncStepBody>(m, "SyncStepBody", "Sync: one step of a workspace sync.");
-  bind_body<SyncReply>(m, "SyncReply", "A host's answer to a Sync step.");
   bind_body<RankMeta>(m, "RankMeta", "One rank in procs.json.");
   bind_body<AllocationMeta>(m, "AllocationMeta", "procs.json: an allocation's log directory described.");
 }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sync_bodies.hpp"
+#include "body_bindings.hpp"
 #include "node.hpp"
 #include "sender.hpp"
 #include "watch.hpp"
@@ -65,6 +67,11 @@ std::string push(Node& node, const std::string& root, const std::vector<std::pai
 }  // namespace
 
 void bind_workspace(py::module_& m) {
+  // A sync's and a reload's message bodies.
+  bind_body<ReloadBody>(m, "ReloadBody", "Reload: reload the modules of these synced files.");
+  bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
+  bind_body<SyncStepBody>(m, "SyncStepBody", "Sync: one step of a workspace sync.");
+  bind_body<SyncReply>(m, "SyncReply", "A host's answer to a Sync step.");
   m.def("workspace_push", &push, py::arg("node"), py::arg("root"), py::arg("hosts"), py::arg("options"),
         "Syncs the local tree `root` to the host agents [(addr, label)]; returns the report as JSON text.");
   py::class_<ws::TreeWatcher>(m, "TreeWatcher")

@@ -1,6 +1,8 @@
 #include "cast_tree.hpp"
 
 #include "util.hpp"
+#include "cast_bodies.hpp"
+#include "node_bodies.hpp"
 
 namespace xmesh {
 

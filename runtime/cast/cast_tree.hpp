@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bodies.hpp"
+#include "node_bodies.hpp"
 #include "call.hpp"
 #include "wire.hpp"
 

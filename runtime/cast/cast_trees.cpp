@@ -1,4 +1,5 @@
 #include "cast_trees.hpp"
+#include "node_bodies.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -8,7 +9,7 @@ namespace xmesh {
 CastTrees& CastTrees::attach(Node& node) {
   return node.attach_part<CastTrees>([&node](CastTrees& trees) {
     node.on(Kind::Replies, [&trees](Message& m) { trees.on_replies(m); });
-    node.set_router(trees);
+    trees.host_ = &node.set_router(trees);
   });
 }
 
@@ -69,7 +70,7 @@ void CastTrees::send(const std::shared_ptr<Call>& c, const Route& route, const H
         r.body = error_body(ErrorKind::Send, "not sent: " + why);
         c->deliver(std::move(r));
       }
-      node_.tell_lost(all, node_.id());
+      host_->tell_lost(all, node_.id());
       if (c->done()) node_.forget_call(c->id());
     });
   }
@@ -85,7 +86,7 @@ void CastTrees::send_hop(const Header& base, const std::vector<zmq::message_t>& 
     if (!h.body.is_object()) h.body = json::object();
     h.body["cast"] = cast;
   }
-  node_.send_or_defer(hop_addr(to), std::move(h), frames, std::move(failed));
+  host_->send_or_defer(hop_addr(to), std::move(h), frames, std::move(failed));
 }
 
 // ---- a relay ---------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ bool CastTrees::take(Message& m) {
   m.header.body.erase(it);
   if (m.header.body.empty()) m.header.body = json();
   if (!cast) {  // answered where it came from, so that a caller there does not wait for it
-    node_.count_malformed("dropped a malformed cast-tree message from " + m.sender_addr + ": " + why);
+    node_.transport().count_malformed("dropped a malformed cast-tree message from " + m.sender_addr + ": " + why);
     node_.reply(m, false, error_body(ErrorKind::Send, "not delivered: its cast-tree part does not read: " + why), {});
     return false;
   }
@@ -146,7 +147,7 @@ void CastTrees::fail_at_relay(const std::string& origin, const std::string& orig
     }
     flush();
   }
-  node_.tell_lost(targets, origin_id);
+  host_->tell_lost(targets, origin_id);
 }
 
 void CastTrees::relayed_lost(const std::string& to, const Header& h, const std::string& why) {
@@ -168,12 +169,12 @@ void CastTrees::on_replies(Message& m) {
   std::string origin, why;
   auto results = read_replies(m, &origin, &why);
   if (!results) {
-    node_.count_malformed("dropped a malformed 'replies' message from " + m.sender_addr + ": " + why);
+    node_.transport().count_malformed("dropped a malformed 'replies' message from " + m.sender_addr + ": " + why);
     return;
   }
   const uint64_t corr = m.header.corr;
-  if (node_.mine(origin)) {
-    node_.deliver(corr, std::move(*results));
+  if (host_->mine(origin)) {
+    host_->deliver(corr, std::move(*results));
     return;
   }
   std::vector<CallResult> stray;  // for a gather no longer here: to the origin itself
@@ -190,21 +191,21 @@ void CastTrees::send_replies(const std::string& to, const std::string& origin, u
     log_diag_limited(log_, node_.role(), "answers for a call of " + origin + " were lost: " + why);
   };
   if (to == origin) {
-    node_.send_or_defer(to, std::move(h), frames, lost);
+    host_->send_or_defer(to, std::move(h), frames, lost);
     return;
   }
   // Up the tree; around a relay that died, to the origin itself.
   auto kept = std::make_shared<std::vector<zmq::message_t>>(copy_frames(frames));
   Header again = h;
-  node_.send_or_defer(to, std::move(h), frames, [this, origin, kept, again, lost](const std::string&) {
-    node_.send_or_defer(origin, again, *kept, lost);
+  host_->send_or_defer(to, std::move(h), frames, [this, origin, kept, again, lost](const std::string&) {
+    host_->send_or_defer(origin, again, *kept, lost);
   });
 }
 
 void CastTrees::flush() {
   if (!gathers_.dirty()) return;
   // Batches within a wire frame and the message limit: answers that each fit never add up past it.
-  const size_t cap = std::min(kWireFrameBytes, node_.max_message_bytes());
+  const size_t cap = std::min(kWireFrameBytes, node_.transport().self().max_message_bytes);
   for (auto& b : gathers_.take())
     for (auto& batch : split_batches(std::move(b.results), cap)) send_replies(b.to, b.origin, b.corr, std::move(batch));
 }

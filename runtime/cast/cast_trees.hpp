@@ -17,6 +17,7 @@
 #include "cast_tree.hpp"
 #include "node.hpp"
 #include "util.hpp"
+#include "node_bodies.hpp"
 
 namespace xmesh {
 
@@ -64,6 +65,7 @@ class CastTrees : public NodePart, public CallRouter {
   void send_replies(const std::string& to, const std::string& origin, uint64_t corr, std::vector<CallResult> results);
 
   Node& node_;
+  RouterHost* host_ = nullptr;  // what the node offers its router (set by attach)
   std::atomic<size_t> fanout_{16};
   std::atomic<bool> local_{false};
   Gathers gathers_;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "bodies.hpp"
+#include "data_bodies.hpp"
 #include "record_cipher.hpp"
 #include "tcp_endpoint.hpp"
 #include "util.hpp"
@@ -198,7 +199,7 @@ std::string DataNode::buffer_streams(std::string* why) {
     }
     return lanes;
   }
-  const std::string bound = node_.transport().tcp_bound_addr(), reached = node_.tcp_addr();
+  const std::string bound = node_.transport().tcp_bound_addr(), reached = node_.transport().tcp_addr();
   if (streams_ && streams_bound_ == bound) return streams_->address();
   // Beside the node's TCP address (bound there, reached as peers reach the node); a node with
   // none is reached by nobody off this host: loopback (the same-host fallback). One placed

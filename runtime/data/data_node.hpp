@@ -17,6 +17,7 @@
 #include "buffer_stream.hpp"
 #include "node.hpp"
 #include "rdma_nic.hpp"
+#include "data_bodies.hpp"
 
 namespace xmesh {
 

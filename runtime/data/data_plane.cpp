@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "bodies.hpp"
+#include "data_bodies.hpp"
 #include "buffer_stream.hpp"
 #include "data_node.hpp"
 #include "node.hpp"
@@ -383,7 +384,7 @@ DataPlane::Copy DataPlane::copy_streamed(Batch& b, const DataOp& op, const Buffe
 bool DataPlane::owner_died(Batch& b, const DataOp& op) {
   json dead;
   for (int i = 0; i < 20; ++i) {
-    if (node_.is_dead(op.owner, &dead)) {
+    if (node_.supervision().is_dead(op.owner, &dead)) {
       b.fail(ErrorKind::Supervision, describe_owner(op) + " died during the transfer: " + dead.value("text", std::string()));
       return true;
     }
@@ -450,7 +451,7 @@ DataPlane::Copy DataPlane::copy_rdma(Batch& b, const DataOp& op, const BufferLea
   }
   return in_steps(b, op, Copy::rdma, [&](uint64_t at, size_t n) {
     auto r = link->transfer(op.write, op.local + at, *region, lease.addr + at, static_cast<uint32_t>(lease.rkey), n,
-                            [&] { return !b.answered && !b.expired() && !stopping() && !node_.is_dead(op.owner); });
+                            [&] { return !b.answered && !b.expired() && !stopping() && !node_.supervision().is_dead(op.owner); });
     return r ? Copy::rdma : rdma_stopped(b, op, r, link);
   });
 }

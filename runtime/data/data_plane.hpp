@@ -27,6 +27,7 @@
 #include "call.hpp"
 #include "device_memory.hpp"
 #include "rdma_nic.hpp"
+#include "data_bodies.hpp"
 
 namespace xmesh {
 

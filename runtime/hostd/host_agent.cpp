@@ -18,7 +18,11 @@
 #include <cstring>
 #include <set>
 
+#include "agent_bodies.hpp"
 #include "bodies.hpp"
+#include "node_bodies.hpp"
+#include "output_bodies.hpp"
+#include "sync_bodies.hpp"
 #include "layout.hpp"
 #include "log_record.hpp"
 #include "util.hpp"
@@ -95,9 +99,9 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
     mux_ = std::make_unique<PortMux>(opts_.listen);
     reach_ = TcpEndpoint::parse(opts_.advertise.empty() ? opts_.listen : opts_.advertise);
     if (opts_.advertise.empty()) reach_.port = mux_->port();
-    node_->listen_tcp("tcp://127.0.0.1:*", opts_.key_file, reach_.str());
-    if (!opts_.key_file.empty()) node_->add_accepted_cookie(node_->cluster_cookie());
-    mux_->start(TcpEndpoint::parse(node_->tcp_bound_addr()).port);
+    node_->transport().listen_tcp("tcp://127.0.0.1:*", opts_.key_file, reach_.str());
+    if (!opts_.key_file.empty()) node_->transport().cookies().accept(node_->transport().cluster_cookie());
+    mux_->start(TcpEndpoint::parse(node_->transport().tcp_bound_addr()).port);
   }
   // Heartbeats are acknowledged on the node's I/O thread: the main loop may be busy for long in
   // one request (a sync committing a million files takes it a minute), and a controller over
@@ -216,7 +220,7 @@ void HostAgent::handle(Message m) {
   c.last_seen_ms = now_ms();
   if (c.id != m.header.sender) {  // a controller seen for the first time: its process, if local
     c.id = m.header.sender;
-    c.pid = m.sender_addr.rfind("ipc://", 0) == 0 ? node_->peer_pid(m.peer_identity) : 0;
+    c.pid = m.sender_addr.rfind("ipc://", 0) == 0 ? node_->transport().peer(m.peer_identity).pid : 0;
     auto st = c.pid > 0 ? process_status(static_cast<pid_t>(c.pid)) : std::nullopt;
     c.start_ticks = st ? st->start_ticks : 0;
     if (!st) c.pid = 0;
@@ -563,7 +567,7 @@ SpawnedProc HostAgent::start_process(const std::vector<std::string>& argv,
 }
 
 std::set<int> HostAgent::tcp_ports_in_use() const {
-  std::set<int> taken{mux_ ? mux_->port() : 0, TcpEndpoint::parse(node_->tcp_bound_addr()).port};
+  std::set<int> taken{mux_ ? mux_->port() : 0, TcpEndpoint::parse(node_->transport().tcp_bound_addr()).port};
   for (auto& kv : allocs_)
     for (auto& q : kv.second->procs)
       if (!q->exited && q->addr.rfind("tcp://", 0) == 0) {
@@ -733,8 +737,6 @@ void HostAgent::forward(LocalAllocation& a, Proc& p, Stream& s, const std::strin
     } catch (const SendError&) {
     }
   }
-  Header h;
-  h.kind = Kind::Log;
   LogBody body;
   body.alloc = a.id;
   body.rank = p.rank;
@@ -745,11 +747,10 @@ void HostAgent::forward(LocalAllocation& a, Proc& p, Stream& s, const std::strin
   body.actor = s.ctx.actor;
   body.mark = s.mark;
   body.eof = s.fd < 0;
-  h.body = body;
   std::vector<zmq::message_t> frames;
   frames.emplace_back(text.data(), text.size());
   try {
-    node_->send(a.controller_addr, std::move(h), std::move(frames));
+    node_->send(a.controller_addr, body, std::move(frames));
   } catch (const SendError&) {
     // The controller is gone; the log file keeps the lines.
   }
@@ -947,11 +948,8 @@ void HostAgent::report_exits() {
                   ") " + why;
       if (WIFSIGNALED(p->status)) body.signal = signal_name(WTERMSIG(p->status));
       if (WIFEXITED(p->status)) body.exit_code = WEXITSTATUS(p->status);
-      Header h;
-      h.kind = Kind::ProcExited;
-      h.body = body;
       try {
-        node_->send(a.controller_addr, std::move(h), {});
+        node_->send(a.controller_addr, body);
       } catch (const SendError&) {
       }
     }

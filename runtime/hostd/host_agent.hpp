@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "agent_bodies.hpp"
 #include "bodies.hpp"
 #include "line_splitter.hpp"
 #include "node.hpp"
@@ -68,7 +69,7 @@ class HostAgent {
   // Runs until idle, Shutdown, or SIGTERM/SIGINT/SIGHUP. Returns the exit code.
   int run();
   const std::string& addr() const { return node_->addr(); }
-  std::string tcp_addr() const { return node_->tcp_addr(); }
+  std::string tcp_addr() const { return node_->transport().tcp_addr(); }
 
  private:
   // One of a proc's output pipes: markers are stripped (scanner), bytes cut into lines, and

@@ -8,16 +8,38 @@
 // those back its own way, and hears which peers failed and which relayed messages were lost.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bodies.hpp"
+#include "node_bodies.hpp"
 #include "call.hpp"
 #include "transport.hpp"
 #include "wire.hpp"
 
 namespace xmesh {
+
+// What a node offers its router, and only it (Node::set_router hands it over): order numbers
+// that will not come, sends that may wait, answers for the node's own calls, its addresses.
+class RouterHost {
+ public:
+  // The order numbers of `targets` that will not come (their message was lost or never sent):
+  // their destinations hear it (CastLost; origin_id: whose numbers they are).
+  virtual void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id) = 0;
+  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread
+  // (always through it when !try_now); `failed` answers for a message that could not go.
+  virtual void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
+                             std::function<void(const std::string&)> failed, bool try_now = true) = 0;
+  // Answers for the node's own call `corr` (Replies through a tree): filed into the call.
+  virtual void deliver(uint64_t corr, std::vector<CallResult> results) = 0;
+  // One of the node's own addresses (unix socket or TCP).
+  virtual bool mine(const std::string& addr) const = 0;
+
+ protected:
+  ~RouterHost() = default;
+};
 
 class CallRouter {
  public:

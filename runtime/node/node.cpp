@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "bodies.hpp"
+#include "link_bodies.hpp"
+#include "node_bodies.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -97,12 +99,6 @@ void Node::stop() {
 
 bool Node::mine(const std::string& a) const { return a == addr() || (!a.empty() && a == transport_.tcp_addr()); }
 
-void Node::set_peer_cookie(const std::string& addr, const std::string& cookie) {
-  transport_.cookies().present(addr, cookie);
-}
-void Node::set_default_cookie(const std::string& cookie) { transport_.cookies().present_by_default(cookie); }
-void Node::add_accepted_cookie(const std::string& cookie) { transport_.cookies().accept(cookie); }
-std::string Node::peer_addr(const std::string& identity) const { return transport_.peer(identity).addr; }
 void Node::forget_peer(const std::string& addr) {
   transport_.forget_peer(addr);
   transport_.disconnect(addr);
@@ -260,16 +256,12 @@ void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::m
 void Node::forget_call(uint64_t id) { calls_.forget(id); }
 
 // ---- the actor directory ---------------------------------------------------------------------
-std::shared_ptr<Inbox> Node::actor_inbox(const std::string& name) { return actors_.inbox(name); }
-
 void Node::remove_actor(const std::string& name) {
   auto box = actors_.remove(name);
   if (!box) return;
   // Calls queued behind the stop get an answer instead of waiting forever.
   while (auto m = box->pop(0)) answer_no_actor(*m, "it was stopped");
 }
-
-void Node::refuse_calls_from(const std::string& addr, const json& error) { actors_.refuse_from(addr, error); }
 
 void Node::answer_no_actor(const Message& m, const std::string& why) {
   if (m.header.kind == Kind::Call && m.header.corr)
@@ -307,17 +299,6 @@ void Node::mark_dead(const std::string& addr, const json& error) {
   transport_.disconnect(addr);
 }
 
-bool Node::is_dead(const std::string& addr, json* error) const { return supervision_.is_dead(addr, error); }
-void Node::revive(const std::string& addr) { supervision_.revive(addr); }
-void Node::add_supervision_subscriber(const std::string& addr) { supervision_.subscribe(addr); }
-void Node::remove_supervision_subscriber(const std::string& addr) { supervision_.unsubscribe(addr); }
-void Node::watch_host(const std::string& hostd_addr, int64_t pid, const std::string& host) {
-  supervision_.watch_host(hostd_addr, pid, host);
-}
-void Node::unwatch_host(const std::string& hostd_addr) { supervision_.unwatch_host(hostd_addr); }
-void Node::add_dependent(const std::string& hostd_addr, const std::string& proc_addr) {
-  supervision_.add_dependent(hostd_addr, proc_addr);
-}
 
 void Node::tick_heartbeats() {
   auto tick = supervision_.tick(now_ms());
@@ -565,11 +546,8 @@ void Node::on_proc_exited(Message& m) {
   mark_dead(exited.addr, err);
   forget_peer(exited.addr);  // the process ended: its connections will say nothing more
   for (auto& s : supervision_.subscribers()) {
-    Header h;
-    h.kind = Kind::PeerDead;
-    h.body = PeerDeadBody{exited.addr, err, false};
     try {
-      send(s, std::move(h), {});
+      send(s, PeerDeadBody{exited.addr, err, false});
     } catch (const SendError&) {
     }
   }
@@ -589,9 +567,10 @@ void Node::refuse_malformed(const Message& m, ErrorKind kind, const std::string&
   reply(m, false, error_body(kind, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why), {});
 }
 
-void Node::set_router(CallRouter& router) {
+RouterHost& Node::set_router(CallRouter& router) {
   if (running_) throw std::logic_error("Node::set_router: set the router before start()");
   router_ = &router;
+  return *this;
 }
 
 void Node::deliver(uint64_t corr, std::vector<CallResult> results) {
@@ -604,7 +583,7 @@ void Node::deliver(uint64_t corr, std::vector<CallResult> results) {
 bool Node::refuse_relay(Message& m) {
   auto cast = read_as<CastBody>(m.header.body["cast"], nullptr);
   m.header.body.erase("cast");
-  count_malformed("dropped a cast-tree message from " + m.sender_addr + ": this " + role() + " relays none");
+  transport_.count_malformed("dropped a cast-tree message from " + m.sender_addr + ": this " + role() + " relays none");
   const std::string text = "not delivered: the " + role() + " at " + addr() + " relays no cast trees";
   reply(m, false, error_body(ErrorKind::Send, text), {});
   if (!cast) return false;

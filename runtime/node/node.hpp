@@ -24,6 +24,8 @@
 
 #include "actor_directory.hpp"
 #include "bodies.hpp"
+#include "link_bodies.hpp"
+#include "node_bodies.hpp"
 #include "call.hpp"
 #include "call_router.hpp"
 #include "call_table.hpp"
@@ -50,7 +52,7 @@ class NodePart {
   virtual void peer_dead(const std::string& addr) { (void)addr; }
 };
 
-class Node {
+class Node : private RouterHost {
  public:
   // role: "controller", "proc", "hostd" (diagnostics and ids). bind_addr: "ipc://path" or
   // "tcp://host:port". accept_cookie: the credential peers must present in Hello.
@@ -64,18 +66,16 @@ class Node {
 
   const std::string& id() const { return transport_.self().id; }
   const std::string& addr() const { return transport_.self().addr; }
-  // A second address on TCP for a node listening on a unix socket (Transport::listen_tcp).
-  std::string listen_tcp(const std::string& bind_addr, const std::string& key_file, const std::string& advertise = "") {
-    return transport_.listen_tcp(bind_addr, key_file, advertise);
-  }
-  void close_lanes() { transport_.close_lanes(); }  // Transport::close_lanes (a fault on purpose)
-  std::string tcp_addr() const { return transport_.tcp_addr(); }
-  std::string tcp_bound_addr() const { return transport_.tcp_bound_addr(); }
-  // The cookie of the cluster whose key this node uses (keys.hpp); "" without a key.
-  std::string cluster_cookie() const { return transport_.cluster_cookie(); }
   const std::string& role() const { return transport_.self().role; }
-  uint64_t incarnation() const { return transport_.self().incarnation; }
-  zmq::context_t& context() { return transport_.context(); }
+  // Its parts, for what the node only passes through: the links and their credentials (a second
+  // address on TCP, cookies, counters: Transport), who is dead and which host agents are
+  // watched (Supervision; marking a death, which fails calls and closes links, is the node's
+  // own mark_dead / lose_host), the actors' inboxes (ActorDirectory).
+  Transport& transport() { return transport_; }
+  const Transport& transport() const { return transport_; }
+  Supervision& supervision() { return supervision_; }
+  const Supervision& supervision() const { return supervision_; }
+  ActorDirectory& actors() { return actors_; }
 
   // A handler for one kind of message, run on the I/O thread (it must not block). The node
   // registers its own (replies, actor messages, supervision, DumpStacks, heartbeats); a kind
@@ -88,19 +88,20 @@ class Node {
   void stop();
   bool running() const { return running_; }
 
-  // The cookie to present when connecting to addr (default: the one given to set_default_cookie).
-  void set_peer_cookie(const std::string& addr, const std::string& cookie);
-  void set_default_cookie(const std::string& cookie);
-  void add_accepted_cookie(const std::string& cookie);
-  // The node at addr listens already (a host agent): failing to connect is said at once.
-  void expect_listening(const std::string& addr) { transport_.expect_listening(addr); }
-
   // Sends one message to the node at addr. Fills sender, incarnation and seq. Throws SendError
   // when the message exceeds the maximum size or the peer is known dead.
   // On the I/O thread (its handlers, heartbeats) a send never waits: a peer that cannot take the
   // message now (a TCP link down, its queue full) gets SendError at once, so that a dead link
   // never stalls receiving.
   void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
+  // A typed body as a message of its kind (each body knows it: bodies.hpp).
+  template <class Body, class = std::enable_if_t<!std::is_same_v<Body, Header>, decltype(Body::kind)>>
+  void send(const std::string& addr, const Body& body, std::vector<zmq::message_t> frames = {}) {
+    Header h;
+    h.kind = Body::kind;
+    h.body = body;
+    send(addr, std::move(h), std::move(frames));
+  }
   // Sends a call to every target: one message each, or those the router takes (set_router: cast
   // trees past XMESH_CAST_FANOUT targets, runtime/cast/) its way. Actor messages carry
   // per-destination order numbers either way. With
@@ -129,46 +130,24 @@ class Node {
   Inbox& control() { return control_; }
   Inbox& logs() { return logs_; }
   Inbox& actor_events() { return actor_events_; }
-  std::shared_ptr<Inbox> actor_inbox(const std::string& name);
+  // The actor is gone: its inbox leaves the directory, and calls queued behind its stop are
+  // answered ("it was stopped").
   void remove_actor(const std::string& name);
 
-  // Calls (and spawns) arriving from addr are answered with this error instead of being run:
-  // a proc of a named allocation that another controller took over refuses its old owner.
-  void refuse_calls_from(const std::string& addr, const json& error);
-
-  // Supervision: fail every pending and later call to addr with this error.
+  // Supervision: fail every pending and later call to addr with this error, tell the parts,
+  // close the link.
   void mark_dead(const std::string& addr, const json& error);
-  bool is_dead(const std::string& addr, json* error = nullptr) const;
-  // A new process now listens at addr (a host agent restarted): talk to it again.
-  void revive(const std::string& addr);
-  // Procs whose death must be relayed (PeerDead) to every listed address.
-  void add_supervision_subscriber(const std::string& addr);
-  void remove_supervision_subscriber(const std::string& addr);
-  // Liveness of a host agent: heartbeats every XMESH_HEARTBEAT_MS; when acks stop for
-  // XMESH_HOSTD_TIMEOUT_MS the host and every dependent proc address are marked dead.
-  // pid: the agent's process when it runs on this machine (its end is noticed at once, and
-  // silence alone never loses it); 0 for an agent elsewhere (lost after the heartbeat timeout).
-  void watch_host(const std::string& hostd_addr, int64_t pid = 0, const std::string& host = "");
-  std::optional<Supervision::HostState> host_state(const std::string& hostd_addr) const {
-    return supervision_.host_state(hostd_addr);
-  }
-  void unwatch_host(const std::string& hostd_addr);
-  void add_dependent(const std::string& hostd_addr, const std::string& proc_addr);
   // The host agent is known gone (its pid ended) before its heartbeats time out: fail it and
   // its dependent procs now, as the heartbeat timeout would (once; text names the cause).
   void lose_host(const std::string& hostd_addr, const std::string& text);
 
-  // The address of the node whose identity sent a message (learned from its Hello).
-  std::string peer_addr(const std::string& identity) const;
-  int64_t peer_pid(const std::string& identity) const { return transport_.peer(identity).pid; }
   // The peer at addr is gone for good (its process ended, it said goodbye): its inbound
   // connections are forgotten and the outbound one closed, so that memory stays bounded by the
   // live peers (a host agent outlives thousands of short-lived controllers). Only gone peers are
   // forgotten: a peer says Hello once per connection, so a live one that was forgotten would be
   // muted. A ProcExited or PeerDead notice forgets that address too.
   void forget_peer(const std::string& addr);
-  NodeStats stats() const;
-  std::string link_report(const std::string& addr) const { return transport_.link_report(addr); }
+  NodeStats stats() const;  // the transport's counters and the node's own (order, deferred, router)
   // The parts subsystems added (before start()); the one of type P, or nullptr.
   void add_part(std::unique_ptr<NodePart> part);
   template <class P>
@@ -195,34 +174,17 @@ class Node {
     if (P* mine = part<P>()) return *mine;
     throw std::logic_error("this " + role() + " node has no " + what + " (" + how + " before start())");
   }
-  // The transport under this node, for the parts that place listeners beside it (the data
-  // plane's streams: lane_endpoint, set_stream_adopter, tcp_bound_addr).
-  Transport& transport() { return transport_; }
   // The way calls reach many targets and relayed messages go on (a part added before start(),
   // which keeps owning it): cast trees, runtime/cast/cast_trees.hpp. Without one, every target
-  // gets its own message and a message to relay is refused.
-  void set_router(CallRouter& router);
-
-  // ---- for the router: order numbers, sends that may wait, answers, counters ----
-  // The order numbers of `targets` that will not come (their message was lost or never sent):
-  // their destinations hear it (CastLost; origin_id: whose numbers they are).
-  void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id);
-  // Sends now or, on a thread that must not wait and a full link, through the xmesh-relay thread
-  // (always through it when !try_now); `failed` answers for a message that could not go.
-  void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
-                     std::function<void(const std::string&)> failed, bool try_now = true);
-  // Answers for this node's own call `corr` (Replies through a tree): filed into the call.
-  void deliver(uint64_t corr, std::vector<CallResult> results);
-  // One of this node's own addresses (unix socket or TCP).
-  bool mine(const std::string& addr) const;
-  void count_malformed(const std::string& what) { transport_.count_malformed(what); }
+  // gets its own message and a message to relay is refused. Returns what the node offers the
+  // router (call_router.hpp), which only it uses.
+  RouterHost& set_router(CallRouter& router);
 
   // Answers DumpStacks from the I/O thread itself, without waiting for anything the rest of
   // the process holds (a proc's GIL): the debugger's `where` must see a rank stuck in a C call
   // or a deadlock. The Python module installs a dumper that reads every thread's frames.
   using StackDumper = std::function<json()>;  // the reply body
   void set_stack_dumper(StackDumper dumper);
-  size_t max_message_bytes() const { return transport_.self().max_message_bytes; }
 
   // Reads m's typed body (bodies.hpp); a malformed one is counted, logged and false (*why_out
   // says why). request_body also answers such a request with a `kind` error naming why.
@@ -247,6 +209,12 @@ class Node {
   }
 
  private:
+  // What the router uses (RouterHost, call_router.hpp).
+  void tell_lost(const std::vector<CastTarget>& targets, const std::string& origin_id) override;
+  void send_or_defer(const std::string& addr, Header h, const std::vector<zmq::message_t>& frames,
+                     std::function<void(const std::string&)> failed, bool try_now = true) override;
+  void deliver(uint64_t corr, std::vector<CallResult> results) override;
+  bool mine(const std::string& addr) const override;
   void note_malformed_body(const Message& m, const std::string& why);
   // A message to relay on a node without a router: answered (not delivered) and its number passed.
   bool refuse_relay(Message& m);

@@ -5,6 +5,7 @@
 // order.
 #include "node.hpp"
 #include "util.hpp"
+#include "node_bodies.hpp"
 
 namespace xmesh {
 

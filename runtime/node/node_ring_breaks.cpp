@@ -5,6 +5,7 @@
 // forget the link, and messages go on over ZeroMQ until a new link is up.
 #include "node.hpp"
 #include "util.hpp"
+#include "node_bodies.hpp"
 
 namespace xmesh {
 

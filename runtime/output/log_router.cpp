@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "bodies.hpp"
+#include "output_bodies.hpp"
 #include "util.hpp"
 
 namespace xmesh {

@@ -2,6 +2,7 @@
 
 #include "message_layout.hpp"
 #include "unique_fd.hpp"
+#include "link_bodies.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

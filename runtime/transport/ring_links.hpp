@@ -27,6 +27,7 @@
 #include <zmq.hpp>
 
 #include "bodies.hpp"
+#include "link_bodies.hpp"
 #include "shm_ring.hpp"
 #include "spin.hpp"
 #include "wire.hpp"

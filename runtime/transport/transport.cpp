@@ -13,6 +13,7 @@
 #include <zmq_addon.hpp>
 
 #include "bodies.hpp"
+#include "link_bodies.hpp"
 #include "relay_dialer.hpp"
 #include "tcp_endpoint.hpp"
 #include "transport_sockets.hpp"

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "bodies.hpp"
+#include "link_bodies.hpp"
 #include "handshake.hpp"
 #include "cookies.hpp"
 #include "keys.hpp"

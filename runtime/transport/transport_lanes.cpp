@@ -15,6 +15,7 @@
 #include "tcp_endpoint.hpp"
 #include "transport.hpp"
 #include "util.hpp"
+#include "link_bodies.hpp"
 
 namespace xmesh {
 

@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include "bodies.hpp"
+#include "link_bodies.hpp"
 #include "transport.hpp"
 #include "transport_sockets.hpp"
 #include "util.hpp"

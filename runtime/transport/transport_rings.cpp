@@ -7,6 +7,7 @@
 #include "transport.hpp"
 #include "util.hpp"
 #include "wait_feed.hpp"
+#include "link_bodies.hpp"
 
 namespace xmesh {
 

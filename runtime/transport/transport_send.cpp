@@ -9,6 +9,7 @@
 #include <zmq_addon.hpp>
 
 #include "bodies.hpp"
+#include "link_bodies.hpp"
 #include "relay_dialer.hpp"
 #include "transport.hpp"
 #include "transport_sockets.hpp"

@@ -17,6 +17,7 @@
 #include "node.hpp"
 #include "node_test_helpers.hpp"
 #include "util.hpp"
+#include "node_bodies.hpp"
 
 using namespace xmesh;
 
@@ -58,13 +59,13 @@ struct Cluster {
     for (size_t i = 0; i < n; ++i) paused[i] = false;
     std::string base = "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-" + tag;
     ctl = std::make_unique<Node>("controller", base + "-c", "k");
-    ctl->set_default_cookie("k");
+    ctl->transport().cookies().present_by_default("k");
     CastTrees::attach(*ctl);
     ctl->start();
     std::vector<Target> all;
     for (size_t i = 0; i < n; ++i) {
       procs.push_back(std::make_unique<Node>("proc", base + "-p" + std::to_string(i), "k"));
-      procs.back()->set_default_cookie("k");
+      procs.back()->transport().cookies().present_by_default("k");
       CastTrees::attach(*procs.back());
       procs.back()->start();
       all.push_back(Target{procs.back()->addr(), "a"});
@@ -74,7 +75,7 @@ struct Cluster {
     ctl->call(all, spawn, {}, false);  // through the tree as well
     for (size_t i = 0; i < n; ++i) {
       std::shared_ptr<Inbox> inbox;
-      for (int k = 0; k < 500 && !inbox; ++k, usleep(10000)) inbox = procs[i]->actor_inbox("a");
+      for (int k = 0; k < 500 && !inbox; ++k, usleep(10000)) inbox = procs[i]->actors().inbox("a");
       REQUIRE(inbox);
       inboxes.push_back(inbox);
       actors.emplace_back([this, i, inbox] {
@@ -600,14 +601,14 @@ TEST_CASE("a node without cast trees refuses to relay, answering for every targe
   Env local("XMESH_CAST_TREE", "all");
   const std::string base = "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-norelay";
   Node ctl("controller", base + "-c", "k");
-  ctl.set_default_cookie("k");
+  ctl.transport().cookies().present_by_default("k");
   CastTrees::attach(ctl);
   ctl.start();
   std::vector<std::unique_ptr<Node>> procs;
   std::vector<Target> all;
   for (int i = 0; i < 6; ++i) {  // three hops of two: every hop's receiver would relay
     procs.push_back(std::make_unique<Node>("proc", base + "-p" + std::to_string(i), "k"));
-    procs.back()->set_default_cookie("k");
+    procs.back()->transport().cookies().present_by_default("k");
     procs.back()->start();
     all.push_back(Target{procs.back()->addr(), "a"});
   }

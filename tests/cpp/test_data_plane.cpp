@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "bodies.hpp"
+#include "data_bodies.hpp"
 #include "buffer_registry.hpp"
 #include "buffer_stream.hpp"
 #include "data_node.hpp"
@@ -175,7 +176,7 @@ TEST_CASE("a node answers leases on the buffers its process lends, and refuses t
   Node owner("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-buf-o", "k");
   Node reader("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-buf-r", "k");
   for (Node* n : {&owner, &reader}) {
-    n->set_default_cookie("k");
+    n->transport().cookies().present_by_default("k");
     DataNode::attach(*n);
     n->start();
   }
@@ -233,7 +234,7 @@ struct TwoNodes {
   Node reader{"controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-dp-r", "k"};
   TwoNodes() {
     for (Node* n : {&owner, &reader}) {
-      n->set_default_cookie("k");
+      n->transport().cookies().present_by_default("k");
       DataNode::attach(*n);
       n->start();
     }

@@ -68,7 +68,7 @@ json spawn_body(const Agent& a, const std::string& alloc, const std::string& scr
 TEST_CASE("hostd answers status and reports proc output and exit codes", "[hostd]") {
   Agent agent;
   Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
-  ctl.set_peer_cookie(agent.addr(), agent.cookie);
+  ctl.transport().cookies().present(agent.addr(), agent.cookie);
   ctl.start();
   auto st = request(ctl, agent.addr(), Kind::Status, json::object());
   CHECK(st["__ok"] == true);
@@ -143,7 +143,7 @@ TEST_CASE("hostd answers status and reports proc output and exit codes", "[hostd
 TEST_CASE("a killed proc is reported with its signal, and its address marked dead", "[hostd]") {
   Agent agent;
   Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
-  ctl.set_peer_cookie(agent.addr(), agent.cookie);
+  ctl.transport().cookies().present(agent.addr(), agent.cookie);
   ctl.start();
   auto sp = request(ctl, agent.addr(), Kind::SpawnProcs, spawn_body(agent, "b2", "exec sleep 30", 1));
   REQUIRE(sp["__ok"] == true);
@@ -164,7 +164,7 @@ TEST_CASE("a killed proc is reported with its signal, and its address marked dea
 TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") {
   Agent agent;
   Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
-  ctl.set_peer_cookie(agent.addr(), agent.cookie);
+  ctl.transport().cookies().present(agent.addr(), agent.cookie);
   ctl.start();
   auto bad = request(ctl, agent.addr(), Kind::SpawnProcs, {{"alloc", "NOT HEX"}, {"argv", 3}});
   CHECK(bad["__ok"] == false);

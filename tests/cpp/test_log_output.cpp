@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "bodies.hpp"
+#include "output_bodies.hpp"
 #include "layout.hpp"
 #include "log_record.hpp"
 #include "log_aggregator.hpp"

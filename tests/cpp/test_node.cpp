@@ -11,6 +11,9 @@
 #include <zmq_addon.hpp>
 
 #include "bodies.hpp"
+#include "data_bodies.hpp"
+#include "link_bodies.hpp"
+#include "node_bodies.hpp"
 #include "handshake.hpp"
 #include "keys.hpp"
 #include "node.hpp"
@@ -29,8 +32,8 @@ struct NodePair {
   Node a, b;
   explicit NodePair(const std::string& tag)
       : a("controller", tmp_addr("a" + tag), "k"), b("proc", tmp_addr("b" + tag), "k") {
-    a.set_default_cookie("k");
-    b.set_default_cookie("k");
+    a.transport().cookies().present_by_default("k");
+    b.transport().cookies().present_by_default("k");
     a.start();
     b.start();
   }
@@ -112,7 +115,7 @@ TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]")
   auto notice = b.actor_events().pop(2000);
   REQUIRE(notice);
   CHECK(notice->header.actor == "act");
-  auto box = b.actor_inbox("act");
+  auto box = b.actors().inbox("act");
   REQUIRE(box);
   auto sm = box->pop(1000);
   REQUIRE(sm);
@@ -153,6 +156,25 @@ TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]")
   CHECK(b.stats().gaps == 0);
 }
 
+// A body knows its kind (runtime/protocol/bodies.hpp): Node::send(addr, body) sends a message of
+// that kind, whose body its receiver reads back as the same body.
+TEST_CASE("a typed body goes as a message of its own kind", "[node]") {
+  NodePair n("kind");
+  ConfigureBody sent;
+  sent.log_level = 10;
+  sent.post_mortem = true;
+  n.a.send(n.b.addr(), sent);
+  auto m = n.b.control().pop(5000);  // a bare node handles no Configure: its control inbox has it
+  REQUIRE(m);
+  CHECK(m->header.kind == Kind::Configure);
+  auto back = read_as<ConfigureBody>(m->header.body);
+  REQUIRE(back);
+  CHECK(back->log_level == 10);
+  CHECK(back->post_mortem == true);
+  static_assert(ProcExitedBody::kind == Kind::ProcExited && LaneOfferBody::kind == Kind::LaneOffer &&
+                BufferLeaseBody::kind == Kind::BufferLease);
+}
+
 TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
   setenv("XMESH_ACTOR_WAIT_MS", "200", 1);
   NodePair n("2");
@@ -171,7 +193,7 @@ TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
 
 TEST_CASE("a refused caller's calls are answered with the refusal and never reach the actor", "[node]") {
   NodePair n("r");
-  n.b.refuse_calls_from(n.a.addr(), {{"kind", "taken_over"}, {"text", "taken over by another controller"}});
+  n.b.actors().refuse_from(n.a.addr(), {{"kind", "taken_over"}, {"text", "taken over by another controller"}});
   Header h;
   h.kind = Kind::Call;
   h.actor = "model";
@@ -188,7 +210,7 @@ TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
   Node other("proc", tmp_addr("o6"), "k");
   Node b("proc", tmp_addr("b6"), "k");
   for (Node* n : {&ctl, &other, &b}) {
-    n->set_default_cookie("k");
+    n->transport().cookies().present_by_default("k");
     n->start();
   }
   Header h;
@@ -201,7 +223,7 @@ TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
   ctl.call({{b.addr(), "late"}}, spawn, {}, false);
   auto box_notice = b.actor_events().pop(2000);
   REQUIRE(box_notice);
-  auto box = b.actor_inbox("late");
+  auto box = b.actors().inbox("late");
   REQUIRE(box);
   auto first = box->pop(1000);
   REQUIRE(first);
@@ -261,7 +283,7 @@ TEST_CASE("a frame larger than the wire frame limit travels in pieces and arrive
   h.kind = Kind::SpawnActor;
   n.a.call({{n.b.addr(), "big"}}, h, std::move(frames), false);
   REQUIRE(n.b.actor_events().pop(20000));
-  auto box = n.b.actor_inbox("big");
+  auto box = n.b.actors().inbox("big");
   REQUIRE(box);
   auto m = box->pop(5000);
   REQUIRE(m);
@@ -278,7 +300,7 @@ TEST_CASE("a header over the header limit fails at the sender, never as a silent
   // the receiver, and the sync waited out its step timeout.
   Node a("controller", tmp_addr("a-hdr"), "k"), b("proc", tmp_addr("b-hdr"), "k");
   for (Node* x : {&a, &b}) {
-    x->set_default_cookie("k");
+    x->transport().cookies().present_by_default("k");
     x->start();
   }
   Header h;
@@ -305,7 +327,7 @@ TEST_CASE("a message over the receiver's smaller limit is answered with an error
   Node b("proc", tmp_addr("b-lim"), "k");
   unsetenv("XMESH_MAX_MESSAGE_BYTES");
   for (Node* x : {&a, &b}) {
-    x->set_default_cookie("k");
+    x->transport().cookies().present_by_default("k");
     x->start();
   }
   Header h;
@@ -320,7 +342,7 @@ TEST_CASE("a message over the receiver's smaller limit is answered with an error
   std::string text = r.body["text"];
   CHECK(text.find("5000 bytes") != std::string::npos);
   CHECK(text.find("1000 bytes") != std::string::npos);
-  CHECK(text.find(std::to_string(a.max_message_bytes())) != std::string::npos);
+  CHECK(text.find(std::to_string(a.transport().self().max_message_bytes)) != std::string::npos);
   Header notice;
   notice.kind = Kind::Configure;
   a.send(b.addr(), notice, frames_of(std::string(5000, 'p')));
@@ -397,7 +419,7 @@ TEST_CASE("a process without the cookie that takes a departed controller's routi
   std::string departed;
   {
     Node ctl("controller", tmp_addr("c-id"), "k");
-    ctl.set_default_cookie("k");
+    ctl.transport().cookies().present_by_default("k");
     ctl.start();
     departed = ctl.id();
     require_heard(ctl, b);
@@ -421,14 +443,14 @@ TEST_CASE("a Refuse from a process without the cookie changes nothing", "[node][
                    {"b", {{"reason", "text the liar chose"}, {"addr", n.b.addr()}}}});
   for (int i = 0; i < 300 && n.a.stats().rejected == 0; ++i) usleep(10000);
   CHECK(n.a.stats().rejected >= 1);
-  CHECK_FALSE(n.a.is_dead(n.b.addr()));
+  CHECK_FALSE(n.a.supervision().is_dead(n.b.addr()));
   require_heard(n.a, n.b);
 }
 
 TEST_CASE("a peer that refuses this node's credentials fails its calls at once, saying why", "[node][security]") {
   Node a("controller", tmp_addr("a-cred"), "k");
   Node b("proc", tmp_addr("b-cred"), "other");
-  a.set_default_cookie("k");
+  a.transport().cookies().present_by_default("k");
   a.start();
   b.start();
   Header h;
@@ -443,7 +465,7 @@ TEST_CASE("a peer that refuses this node's credentials fails its calls at once, 
   auto notice = a.control().pop(1000);
   REQUIRE(notice);
   CHECK(notice->header.kind == Kind::Refuse);
-  CHECK(a.is_dead(b.addr()));
+  CHECK(a.supervision().is_dead(b.addr()));
 }
 
 TEST_CASE("a stranger cannot make a node buffer an endless message", "[node][security]") {
@@ -477,7 +499,7 @@ TEST_CASE("a stranger cannot make a node buffer an endless message", "[node][sec
   CHECK_FALSE(open);  // cut off at the greeting (it offered no credentials)
   CHECK(written < (size_t(16) << 20));
   Node a("controller", tmp_addr("a-buf"), "k");
-  a.set_default_cookie("k");
+  a.transport().cookies().present_by_default("k");
   a.start();
   require_heard(a, b);  // and the node hears its peers as before
 }
@@ -515,7 +537,7 @@ TEST_CASE("a declared frame cannot make a node reserve more than the wire frame 
   CHECK(vm_size_kib() - before < 256 * 1024);
   for (int fd : fds) ::close(fd);
   Node a("controller", tmp_addr("a-decl"), "k");
-  a.set_default_cookie("k");
+  a.transport().cookies().present_by_default("k");
   a.start();
   require_heard(a, b);
 }
@@ -529,19 +551,19 @@ TEST_CASE("a new connection from a known peer starts its numbers anew", "[node]"
   for (int i = 0; i < 5; ++i) n.a.send(n.b.addr(), h, {});
   for (int i = 0; i < 5; ++i) REQUIRE(n.b.control().pop(5000));
   n.a.mark_dead(n.b.addr(), error_body(ErrorKind::Supervision, "lost for a while"));  // drops the connection
-  n.a.revive(n.b.addr());
+  n.a.supervision().revive(n.b.addr());
   require_heard(n.a, n.b);
   CHECK(n.b.stats().duplicates == 0);
 }
 
 TEST_CASE("a host known gone fails with its dependent procs at once, once", "[node]") {
   Node a("controller", tmp_addr("lh"), "k");
-  a.set_default_cookie("k");
+  a.transport().cookies().present_by_default("k");
   a.start();
   const std::string host = "ipc:///tmp/xmesh-nobody-host-" + std::to_string(getpid());
   const std::string proc = "ipc:///tmp/xmesh-nobody-proc-" + std::to_string(getpid());
-  a.watch_host(host);
-  a.add_dependent(host, proc);
+  a.supervision().watch_host(host);
+  a.supervision().add_dependent(host, proc);
   Header h;
   h.kind = Kind::Call;
   auto pending = a.call({{proc, "x"}}, h, {}, true);
@@ -556,7 +578,7 @@ TEST_CASE("a host known gone fails with its dependent procs at once, once", "[no
   a.lose_host(host, "again");  // already failed: no second notice
   CHECK_FALSE(a.control().pop(100));
   json err;
-  REQUIRE(a.is_dead(proc, &err));
+  REQUIRE(a.supervision().is_dead(proc, &err));
   CHECK(err["text"] == "host agent 42 is gone");
 }
 
@@ -617,7 +639,7 @@ TEST_CASE("a header nested 40000 levels deep leaves the node running", "[node][s
 TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "[node]") {
   Node c("controller", tmp_addr("gone-c"), "k"), p1("proc", tmp_addr("gone-1"), "k"), p2("proc", tmp_addr("gone-2"), "k");
   for (Node* x : {&c, &p1, &p2}) {
-    x->set_default_cookie("k");
+    x->transport().cookies().present_by_default("k");
     x->start();
   }
   Header h;
@@ -643,7 +665,7 @@ TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "
   REQUIRE(notice);
   auto back = notice->header.body.get<ProcExitedBody>();  // the typed body, as it was written
   CHECK((back.addr == p1.addr() && back.rank == 0 && back.exit_code == 0 && !back.signal));
-  CHECK(c.is_dead(p1.addr()));
+  CHECK(c.supervision().is_dead(p1.addr()));
   for (int i = 0; i < 100 && c.stats().peers != 1; ++i) usleep(10000);
   CHECK(c.stats().peers == 1);
   p2.send(c.addr(), h, {});
@@ -656,7 +678,7 @@ TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "
   p2.send(c.addr(), bad, {});
   for (int i = 0; i < 100 && c.stats().malformed == malformed; ++i) usleep(10000);
   CHECK(c.stats().malformed == malformed + 1);
-  CHECK(!c.is_dead(p2.addr()));
+  CHECK(!c.supervision().is_dead(p2.addr()));
 }
 
 // ---- TCP links: CURVE with the cluster's key file (issue 20) ---------------------------------
@@ -688,8 +710,8 @@ TEST_CASE("nodes holding the cluster's key and cookie talk over TCP", "[node][se
   auto k = keys.make("cluster.key");
   Node a("controller", "tcp://127.0.0.1:*", "k", k), b("proc", "tcp://127.0.0.1:*", "k", k);
   CHECK(b.addr().rfind("tcp://127.0.0.1:", 0) == 0);
-  a.set_default_cookie("k");
-  b.set_default_cookie("k");
+  a.transport().cookies().present_by_default("k");
+  b.transport().cookies().present_by_default("k");
   a.start();
   b.start();
   require_heard(a, b);
@@ -704,13 +726,13 @@ TEST_CASE("a TCP peer with another key, no key, or the key and a wrong cookie is
   b.start();
   SECTION("another cluster's key") {
     Node c("controller", "tcp://127.0.0.1:*", "k", other);
-    c.set_default_cookie("k");
+    c.transport().cookies().present_by_default("k");
     c.start();
     CHECK_THAT(refused_text(c, b), Catch::Contains("the same key file") || Catch::Contains("not this cluster's key"));
   }
   SECTION("no key file") {
     Node d("controller", "tcp://127.0.0.1:*", "k");
-    d.set_default_cookie("k");
+    d.transport().cookies().present_by_default("k");
     d.start();
     // Which of the two the client sees first varies: a mechanism mismatch, or the server closing.
     CHECK_THAT(refused_text(d, b), Catch::Contains("one side has a key file and the other not") ||
@@ -718,7 +740,7 @@ TEST_CASE("a TCP peer with another key, no key, or the key and a wrong cookie is
   }
   SECTION("the key, but another job's cookie") {
     Node e("controller", "tcp://127.0.0.1:*", "wrong", k);
-    e.set_default_cookie("wrong");
+    e.transport().cookies().present_by_default("wrong");
     e.start();
     CHECK_THAT(refused_text(e, b), Catch::Contains("presented a wrong or missing cookie"));
   }

@@ -151,8 +151,8 @@ TEST_CASE("the agent and a proc behind it are reached through the one port, CURV
   PortMux mux("tcp://127.0.0.1:0");
   Node agent("hostd", "ipc:///tmp/xmesh-mux-agent-" + std::to_string(getpid()), "k");
   const std::string agent_addr = "tcp://127.0.0.1:" + std::to_string(mux.port());
-  agent.listen_tcp("tcp://127.0.0.1:*", key.path, agent_addr);
-  mux.start(port_of(agent.tcp_bound_addr()));
+  agent.transport().listen_tcp("tcp://127.0.0.1:*", key.path, agent_addr);
+  mux.start(port_of(agent.transport().tcp_bound_addr()));
   // A proc listening on loopback, reached as tcp://127.0.0.1:MUX/PORT.
   const int proc_port = *free_tcp_port("127.0.0.1", 0, 0, {});
   TcpEndpoint behind = TcpEndpoint::parse(agent_addr);
@@ -160,7 +160,7 @@ TEST_CASE("the agent and a proc behind it are reached through the one port, CURV
   Node proc("proc", "tcp://127.0.0.1:" + std::to_string(proc_port), "k", key.path, behind.str());
   Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
   for (Node* n : {&agent, &proc, &controller}) {
-    n->set_default_cookie("k");
+    n->transport().cookies().present_by_default("k");
     n->start();
   }
   CHECK(proc.addr() == behind.str());
@@ -234,7 +234,7 @@ TEST_CASE("a proc that listens only later is reached once it does, never refused
   mux.allow(proc_port);
   TcpEndpoint behind{"127.0.0.1", mux.port(), proc_port};
   Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
-  controller.set_default_cookie("k");
+  controller.transport().cookies().present_by_default("k");
   controller.start();
   Header h;
   h.kind = Kind::Configure;
@@ -245,7 +245,7 @@ TEST_CASE("a proc that listens only later is reached once it does, never refused
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   CHECK_FALSE(pending->wait_done(0));  // not failed as refused
   Node proc("proc", "tcp://127.0.0.1:" + std::to_string(proc_port), "k", key.path, behind.str());
-  proc.set_default_cookie("k");
+  proc.transport().cookies().present_by_default("k");
   proc.start();
   auto got = proc.control().pop(10000);
   REQUIRE(got);
@@ -372,10 +372,10 @@ TEST_CASE("a flood of half-open connections cannot keep a legitimate controller 
   unsetenv("XMESH_PORT_PREAMBLES");
   unsetenv("XMESH_PORT_HANDSHAKES");
   const std::string agent_addr = "tcp://127.0.0.1:" + std::to_string(mux.port());
-  agent.listen_tcp("tcp://127.0.0.1:*", key.path, agent_addr);
+  agent.transport().listen_tcp("tcp://127.0.0.1:*", key.path, agent_addr);
   unsetenv("XMESH_HANDSHAKE_MS");
-  mux.start(port_of(agent.tcp_bound_addr()));
-  agent.set_default_cookie("k");
+  mux.start(port_of(agent.transport().tcp_bound_addr()));
+  agent.transport().cookies().present_by_default("k");
   agent.start();
 
   std::vector<std::unique_ptr<RawClient>> flood;
@@ -405,7 +405,7 @@ TEST_CASE("a flood of half-open connections cannot keep a legitimate controller 
   CHECK(open <= 16 + 8);
 
   Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
-  controller.set_default_cookie("k");
+  controller.transport().cookies().present_by_default("k");
   controller.start();
   Header h;
   h.kind = Kind::Configure;

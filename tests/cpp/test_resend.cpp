@@ -159,7 +159,7 @@ struct TcpPair {
   Node a{"controller", "tcp://127.0.0.1:*", "k"};
   TcpPair() {
     for (Node* n : {&a, &b}) {
-      n->set_default_cookie("k");
+      n->transport().cookies().present_by_default("k");
       n->start();
     }
   }
@@ -250,8 +250,8 @@ TEST_CASE("a receiver restarted at the address skips what was meant for its pred
   auto b = std::make_unique<Node>("proc", "tcp://127.0.0.1:*", "k");
   const int port = port_of(b->addr());
   Node a("controller", "tcp://127.0.0.1:*", "k");
-  a.set_default_cookie("k");
-  b->set_default_cookie("k");
+  a.transport().cookies().present_by_default("k");
+  b->transport().cookies().present_by_default("k");
   a.start();
   b->start();
   Relay relay(port);
@@ -266,7 +266,7 @@ TEST_CASE("a receiver restarted at the address skips what was meant for its pred
   b->stop();
   b.reset();
   Node again("proc", "tcp://127.0.0.1:" + std::to_string(port), "k");
-  again.set_default_cookie("k");
+  again.transport().cookies().present_by_default("k");
   again.start();
   Inbox* box = &again.control();
   relay.reset_all();
@@ -301,14 +301,14 @@ TEST_CASE("a node that takes over a freed address is answered, not refused with 
     return answer ? answer->header.method : std::string("(no answer)");
   };
   auto first = std::make_unique<Node>("controller", "tcp://127.0.0.1:*", "first-cookie", key.path);
-  first->set_peer_cookie(agent.addr(), "agent-cookie");
+  first->transport().cookies().present(agent.addr(), "agent-cookie");
   first->start();
   const std::string addr = first->addr();
   CHECK(round_trip(*first, "one") == "re: one");
   first->stop();
   first.reset();
   Node second("controller", addr, "second-cookie", key.path);
-  second.set_peer_cookie(agent.addr(), "agent-cookie");
+  second.transport().cookies().present(agent.addr(), "agent-cookie");
   second.start();
   CHECK(round_trip(second, "two") == "re: two");
   CHECK(round_trip(second, "three") == "re: three");
@@ -356,7 +356,7 @@ TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane
 
   std::thread breaker([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    b.close_lanes();
+    b.transport().close_lanes();
   });
   for (int i = 300; i < 3000; i += 100) {
     send_numbered(a, b.addr(), i, i + 100);
@@ -391,7 +391,7 @@ TEST_CASE("after three lanes to a peer broke, ZeroMQ alone carries its messages"
     a.send(b.addr(), call, {});  // asks for a lane (again)
     REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
     REQUIRE(eventually([&] { return b.stats().lanes_in == 1; }, 10000));  // the reader reads it: closing it breaks it
-    b.close_lanes();
+    b.transport().close_lanes();
     REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lane_breaks >= round; }, 10000));
     INFO("round " << round << " breaks " << a.stats().lane_breaks);
     CHECK(a.stats().lane_breaks == round);

@@ -3,6 +3,8 @@
 #include <random>
 
 #include "bodies.hpp"
+#include "node_bodies.hpp"
+#include "sync_bodies.hpp"
 #include "node.hpp"
 #include "role.hpp"
 #include "wire.hpp"

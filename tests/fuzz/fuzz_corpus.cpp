@@ -12,7 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "agent_bodies.hpp"
 #include "bodies.hpp"
+#include "cast_bodies.hpp"
+#include "link_bodies.hpp"
+#include "node_bodies.hpp"
 #include "message_layout.hpp"
 #include "ring_links.hpp"
 #include "scan.hpp"

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "ring_links.hpp"
+#include "link_bodies.hpp"
 
 using namespace xmesh;
 

@@ -14,6 +14,7 @@
 
 #include "receiver.hpp"
 #include "wire.hpp"
+#include "sync_bodies.hpp"
 
 namespace fs = std::filesystem;
 

@@ -4,7 +4,15 @@
 #include <cstdint>
 #include <string>
 
+#include "agent_bodies.hpp"
 #include "bodies.hpp"
+#include "cast_bodies.hpp"
+#include "data_bodies.hpp"
+#include "debug_bodies.hpp"
+#include "link_bodies.hpp"
+#include "node_bodies.hpp"
+#include "output_bodies.hpp"
+#include "sync_bodies.hpp"
 #include "cast_tree.hpp"
 #include "wire.hpp"
 
