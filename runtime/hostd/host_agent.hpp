@@ -205,4 +205,18 @@ class HostAgent {
   std::string ending_;  // why the agent is stopping on a signal (XMESH_JOB_DESCRIPTION names its job)
 };
 
+// Reads a request's body; a malformed one is answered with the error naming why.
+template <class Body>
+inline bool HostAgent::read_request(const Message& m, Body& out) {
+  std::string why;
+  auto read = read_as<Body>(m.header.body, &why);
+  if (!read) {
+    reply_error(m, std::string("malformed ") + kind_name(m.header.kind) + " request: " + why);
+    return false;
+  }
+  out = std::move(*read);
+  return true;
+}
+
+
 }  // namespace xmesh
