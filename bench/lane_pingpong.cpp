@@ -1,6 +1,6 @@
 // Round trip of a small message over TCP lanes (runtime/transport/tcp_lane.hpp: encrypted records on plain
 // TCP) between two processes on loopback, beside ZeroMQ REQ/REP over TCP (plaintext, its I/O
-// thread on each side) in the same run: the design check of "TCP lanes" in docs/ARCHITECTURE.md.
+// thread on each side) in the same run: the design check of "TCP lanes between hosts" in docs/architecture/03-transport-and-links.md.
 // Each side listens for one lane and writes the other's. `direct`: the thread that waits reads
 // its lane itself; `hop` (as a node does): a reading thread takes each message and hands it to
 // the waiting thread (a condition variable), which writes the answer.

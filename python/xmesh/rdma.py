@@ -3,8 +3,8 @@
 An `RDMABuffer` lends a range of its process's memory (a contiguous torch CPU tensor, numpy
 array, bytearray or memoryview) and pickles into a small handle; whoever holds the handle reads
 the bytes into its own memory (`read_into`) or writes its memory into them (`write_from`)
-itself, on its process's data threads, without the owner's actor thread (docs/ARCHITECTURE.md
-"The data plane"). Procs of one host copy by cross-memory attach, one copy; procs of two hosts
+itself, on its process's data threads, without the owner's actor thread (docs/architecture/
+06-data-plane.md). Procs of one host copy by cross-memory attach, one copy; procs of two hosts
 move them by RDMA (libibverbs) where both have a working device, else stream them over TCP,
 sealed under a key made for each transfer.
 

@@ -1,4 +1,4 @@
-// The data plane's owner side (issue 24; docs/ARCHITECTURE.md "The data plane"): the memory a
+// The data plane's owner side (issue 24; docs/architecture/06-data-plane.md): the memory a
 // process lends as RDMA buffers, by id. A buffer is a range of this process's memory that peers
 // read from or write into directly; the registry says which ranges are lent, hands out leases
 // for one transfer each (a range checked against the buffer, the memory pinned until the lease

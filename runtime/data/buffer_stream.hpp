@@ -1,4 +1,4 @@
-// The data plane between hosts (issue 24; docs/ARCHITECTURE.md "The data plane"): a lease's
+// The data plane between hosts (issue 24; docs/architecture/06-data-plane.md): a lease's
 // bytes over TCP streams, sealed in records (record_cipher.hpp) under the key its grant carries.
 //
 // The owner's process runs one BufferStreamServer (started by its node at the first lease a

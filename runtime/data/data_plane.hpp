@@ -1,4 +1,4 @@
-// The data plane's moving side (issue 24; docs/ARCHITECTURE.md "The data plane"): the process
+// The data plane's moving side (issue 24; docs/architecture/06-data-plane.md): the process
 // that reads a peer's RDMA buffer into its own memory, or writes its memory into one, moves the
 // bytes itself on its data threads, never on a caller's or an actor's thread. One submission (a
 // read_into, a write_from, an RDMAAction) is a batch of operations; each takes a lease from the

@@ -1,4 +1,4 @@
-// Accelerator memory in the data plane (issue 24; docs/ARCHITECTURE.md "The data plane"): an
+// Accelerator memory in the data plane (issue 24; docs/architecture/06-data-plane.md): an
 // RDMA buffer or a transfer's local memory may be a GPU's, which no other process can attach to
 // and no socket can send from. Such memory is staged through pinned host memory: the owner of a
 // device buffer copies a leased range to host memory for a read and copies a write's bytes in

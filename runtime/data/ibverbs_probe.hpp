@@ -1,5 +1,4 @@
-// Whether RDMA through libibverbs really works here (issue 24; docs/ARCHITECTURE.md "The data
-// plane"): not whether a device is listed (listed-but-broken devices exist: a port down, no
+// Whether RDMA through libibverbs really works here (issue 24; docs/architecture/06-data-plane.md): not whether a device is listed (listed-but-broken devices exist: a port down, no
 // memory registration allowed, a provider without its kernel driver), but whether one carries a
 // transfer. The probe opens each listed device, registers memory, brings up a reliable-connected
 // queue pair connected to itself (loopback), RDMA-writes 4 KiB from one registered buffer into

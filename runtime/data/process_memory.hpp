@@ -1,6 +1,6 @@
 // Copies between this process's memory and another process's on the same host, in one copy:
 // Linux's cross-memory attach (process_vm_readv / process_vm_writev). The data plane's same-host
-// transfers use it (docs/ARCHITECTURE.md "The data plane"): a reader copies from its peer's
+// transfers use it (docs/architecture/06-data-plane.md): a reader copies from its peer's
 // leased buffer straight into its own destination, no staging, no socket.
 //
 // The kernel allows it where this process may ptrace the other (the same user, and under Yama's

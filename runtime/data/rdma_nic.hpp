@@ -1,4 +1,4 @@
-// The RDMA seam of the data plane (issue 24; docs/ARCHITECTURE.md "The data plane"): what the
+// The RDMA seam of the data plane (issue 24; docs/architecture/06-data-plane.md): what the
 // data plane needs of an RDMA NIC, as an interface, so that the logic above it (memory
 // registered per buffer, one connection per pair of processes set up through the lease
 // messages, transfers under deadlines, aborts, fallbacks) runs the same over libibverbs on a

@@ -1,4 +1,4 @@
-// The data plane's encryption between hosts (docs/ARCHITECTURE.md "The data plane"): records of
+// The data plane's encryption between hosts (docs/architecture/06-data-plane.md): records of
 // bulk bytes sealed with an AEAD under a key made for one lease. AES-256-GCM where the CPU has
 // AES instructions (OpenSSL's, several GB/s a core), ChaCha20-Poly1305 otherwise; the owner
 // names the cipher in its grant. A record's nonce is (stream number, record number): a record

@@ -1,5 +1,4 @@
-// The node's side of a shared-memory link that breaks (docs/ARCHITECTURE.md, "Same-host calls
-// through rings"): a ring whose records or positions do not read, or that its reader closed
+// The node's side of a shared-memory link that breaks (docs/architecture/03-transport-and-links.md, "Links: rings on one host"): a ring whose records or positions do not read, or that its reader closed
 // while its writer lives, lost what it held. Nothing waits for that forever: the calls in flight
 // between the pair fail naming why, order numbers that will not come are said so, both ends
 // forget the link, and messages go on over ZeroMQ until a new link is up.

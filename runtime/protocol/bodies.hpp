@@ -14,7 +14,7 @@
 // validates: a missing required field, a field of the wrong type or a value a body's check()
 // refuses throws std::invalid_argument naming the body and the field. Unknown fields are
 // ignored on the wire (a newer peer may add some), refused when Python builds a body.
-// docs/ARCHITECTURE.md has the table of kinds and their bodies.
+// docs/architecture/02-protocol.md has the table of kinds and their bodies.
 #pragma once
 #include <array>
 #include <cstdint>

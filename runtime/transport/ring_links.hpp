@@ -1,5 +1,5 @@
 // Ring links: a node's shared-memory paths to nodes of its own host (issue 23; the design in
-// docs/ARCHITECTURE.md, "Same-host calls through rings"). The transport (transport.hpp) owns
+// docs/architecture/03-transport-and-links.md, "Links: rings on one host"). The transport (transport.hpp) owns
 // them: a RingWriter per destination in its OutPeer, one RingReaders for what comes in.
 //
 // A link carries one direction. Its writer makes a ring (ShmRing, a sealed memfd) and offers

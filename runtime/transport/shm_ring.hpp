@@ -1,5 +1,5 @@
 // ShmRing: a single-producer single-consumer ring of messages in shared memory (issue 23's
-// same-host call path; its design in docs/ARCHITECTURE.md, "Same-host calls through rings").
+// same-host call path; its design in docs/architecture/03-transport-and-links.md, "Links: rings on one host").
 //
 // One ring carries one direction between two processes (a caller and a proc): it lives in a
 // memfd, made by one side and handed to the other once (SCM_RIGHTS), so a message costs two

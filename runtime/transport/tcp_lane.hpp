@@ -1,5 +1,5 @@
 // TCP lanes: a direct, encrypted stream of messages from one node to a node on another host
-// (issue 23's cross-host path; the design in docs/ARCHITECTURE.md, "TCP lanes").
+// (issue 23's cross-host path; the design in docs/architecture/03-transport-and-links.md, "TCP lanes between hosts").
 //
 // Why: a message over a ZeroMQ TCP link passes through four threads that are not the sender or
 // the receiver (ZeroMQ's I/O thread and the node's `xmesh-io` on each side); on two cores each

@@ -372,7 +372,7 @@ class Transport {
   // it has not acknowledged.
   void tend_tcp_links();
   static void close_peer_locked(OutPeer& p);
-  // TCP lanes to this node (transport_lanes.cpp) (tcp_lane.hpp; docs/ARCHITECTURE.md "TCP lanes"): a listener on
+  // TCP lanes to this node (transport_lanes.cpp) (tcp_lane.hpp; docs/architecture/03-transport-and-links.md, "TCP lanes between hosts"): a listener on
   // listen_host:port (0: any), named to askers as advertise_host and its port. Throws naming why.
   // Without one this node still writes lanes to nodes that listen.
   // agent_port (not 0): this node is a proc behind its host agent's one port; askers connect to

@@ -1,4 +1,4 @@
-// The TCP lane as a link kind (link.hpp, tcp_lane.hpp; docs/ARCHITECTURE.md, "TCP lanes"): the
+// The TCP lane as a link kind (link.hpp, tcp_lane.hpp; docs/architecture/03-transport-and-links.md, "TCP lanes between hosts"): the
 // writer's end over a LaneWriter, what the transport asks and answers for it, and the reading
 // side: the listener and the lanes the I/O thread reads beside its routers.
 //

@@ -1,5 +1,5 @@
 // A simulated RDMA fabric for the data plane's tests (this machine has no RDMA device; see
-// docs/ARCHITECTURE.md "The data plane"): NICs in one process that keep the verbs rules the
+// docs/architecture/06-data-plane.md): NICs in one process that keep the verbs rules the
 // data plane depends on. Memory is reached only through a registration (lkey for its own NIC,
 // rkey for peers, remote write only where registered writable, ranges inside it); a link moves
 // bytes only once connected to a peer link that is connected back to it; a link whose transfer

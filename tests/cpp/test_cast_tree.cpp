@@ -362,7 +362,7 @@ TEST_CASE("replies round-trip with their frames, and a body that miscounts them 
 }
 
 TEST_CASE("calls past the fan-out go through relays, answers come back, and each actor keeps its sender's order",
-          "[cast_tree][node]") {
+          "[cast_tree][node][inv:call.1]") {
   Env fanout("XMESH_CAST_FANOUT", "3");
   Env local("XMESH_CAST_TREE", "all");  // these procs share the controller's host
   Cluster cl("tree", 13);

@@ -161,7 +161,7 @@ TEST_CASE("a killed proc is reported with its signal, and its address marked dea
   CHECK(r.body["text"].get<std::string>().find("was killed by SIGKILL") != std::string::npos);
 }
 
-TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security]") {
+TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security][inv:protocol.2]") {
   Agent agent;
   Node ctl("controller", "ipc://" + agent.dir + "/ctl", "job");
   ctl.transport().cookies().present(agent.addr(), agent.cookie);

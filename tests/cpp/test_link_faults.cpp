@@ -72,7 +72,7 @@ struct Answerer {
 }  // namespace
 
 TEST_CASE("a ring scribbled on fails the call in flight, and the pair goes on over ZeroMQ, then a new ring",
-          "[link_faults][node]") {
+          "[link_faults][node][inv:transport.3]") {
   Node proc("proc", addr_for("lf-p"), "k");
   Node ctl("controller", addr_for("lf-c"), "k");
   Answerer actor(proc, spawned(ctl, proc));

@@ -33,7 +33,7 @@ struct RecordingWriter : LinkWriter {
 };
 }  // namespace
 
-TEST_CASE("a link is proposed only after a call or its answer, and only when idle", "[link_upgrade]") {
+TEST_CASE("a link is proposed only after a call or its answer, and only when idle", "[link_upgrade][inv:transport.2]") {
   LinkUpgrade up(kSpec);
   CHECK(up.state() == LinkUpgrade::State::idle);
   CHECK(up.due(Kind::Call));
@@ -46,7 +46,7 @@ TEST_CASE("a link is proposed only after a call or its answer, and only when idl
   CHECK_FALSE(up.due(Kind::Call));  // one proposal at a time
 }
 
-TEST_CASE("an upgrade goes proposed, armed, active, and its writer hears the switch", "[link_upgrade]") {
+TEST_CASE("an upgrade goes proposed, armed, active, and its writer hears the switch", "[link_upgrade][inv:transport.2]") {
   LinkUpgrade up(kSpec);
   auto made = std::make_shared<RecordingWriter>();
   up.proposed(made);  // a ring: made with the proposal
@@ -61,7 +61,7 @@ TEST_CASE("an upgrade goes proposed, armed, active, and its writer hears the swi
   CHECK(up.writer_for_interrupt() == made);
 }
 
-TEST_CASE("a link that breaks is proposed again, until breaks_allowed broke: then ZeroMQ alone", "[link_upgrade]") {
+TEST_CASE("a link that breaks is proposed again, until breaks_allowed broke: then ZeroMQ alone", "[link_upgrade][inv:transport.3]") {
   LinkUpgrade up(kSpec);
   for (int round = 1; round <= kSpec.breaks_allowed; ++round) {
     auto w = std::make_shared<RecordingWriter>();

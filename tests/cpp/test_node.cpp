@@ -105,7 +105,7 @@ struct RawPeer {
 };
 }  // namespace
 
-TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node]") {
+TEST_CASE("a call reaches the actor inbox and the reply completes it", "[node][inv:call.1]") {
   NodePair n("1");
   auto& a = n.a;
   auto& b = n.b;
@@ -205,7 +205,7 @@ TEST_CASE("a refused caller's calls are answered with the refusal and never reac
   CHECK(taken.at(0).body["kind"] == "taken_over");
 }
 
-TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
+TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node][inv:call.2]") {
   Node ctl("controller", tmp_addr("a6"), "k");
   Node other("proc", tmp_addr("o6"), "k");
   Node b("proc", tmp_addr("b6"), "k");
@@ -235,7 +235,7 @@ TEST_CASE("a call that overtakes the actor's spawn waits for it", "[node]") {
   CHECK(c->wait_done(2000));
 }
 
-TEST_CASE("supervision fails pending and later calls at once", "[node]") {
+TEST_CASE("supervision fails pending and later calls at once", "[node][inv:call.3]") {
   NodePair n("3");
   auto& a = n.a;
   auto& b = n.b;
@@ -270,7 +270,7 @@ TEST_CASE("oversized messages fail at the sender naming both sizes", "[node]") {
   }
 }
 
-TEST_CASE("a frame larger than the wire frame limit travels in pieces and arrives whole", "[node]") {
+TEST_CASE("a frame larger than the wire frame limit travels in pieces and arrives whole", "[node][inv:protocol.3]") {
   NodePair n("pieces");
   std::string big(kWireFrameBytes * 2 + 12345, '\0');
   for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i / 4096 % 251);
@@ -320,7 +320,7 @@ TEST_CASE("a header over the header limit fails at the sender, never as a silent
   CHECK(got->header.body["pad"].get<std::string>().size() == 1000);
 }
 
-TEST_CASE("a message over the receiver's smaller limit is answered with an error naming both limits", "[node]") {
+TEST_CASE("a message over the receiver's smaller limit is answered with an error naming both limits", "[node][inv:protocol.3]") {
   // Issue 16, defect 8: such a message vanished (libzmq dropped it) and the call hung.
   Node a("controller", tmp_addr("a-lim"), "k");
   setenv("XMESH_MAX_MESSAGE_BYTES", "1000", 1);
@@ -351,7 +351,7 @@ TEST_CASE("a message over the receiver's smaller limit is answered with an error
   CHECK_FALSE(b.control().pop(100));  // never dispatched
 }
 
-TEST_CASE("strangers are refused and never dispatched", "[node][security]") {
+TEST_CASE("strangers are refused and never dispatched", "[node][security][inv:transport.1]") {
   Node b("proc", tmp_addr("b5"), "right-cookie");
   b.start();
 
@@ -411,7 +411,7 @@ TEST_CASE("strangers are refused and never dispatched", "[node][security]") {
 }
 
 TEST_CASE("a process without the cookie that takes a departed controller's routing id is not heard",
-          "[node][security]") {
+          "[node][security][inv:transport.1]") {
   // Issue 16, defect 2: authentication was bound to the routing id, which a peer chooses and
   // `xmesh status --json` shows; such a process could spawn actors (unpickling) on a proc.
   Node b("proc", tmp_addr("b-id"), "k");
@@ -433,7 +433,7 @@ TEST_CASE("a process without the cookie that takes a departed controller's routi
   }
 }
 
-TEST_CASE("a Refuse from a process without the cookie changes nothing", "[node][security]") {
+TEST_CASE("a Refuse from a process without the cookie changes nothing", "[node][security][inv:transport.1]") {
   // Issue 16, defect 3: a stranger's Refuse naming a healthy proc made the caller mark it dead.
   NodePair n("refuse");
   require_heard(n.a, n.b);
@@ -447,7 +447,7 @@ TEST_CASE("a Refuse from a process without the cookie changes nothing", "[node][
   require_heard(n.a, n.b);
 }
 
-TEST_CASE("a peer that refuses this node's credentials fails its calls at once, saying why", "[node][security]") {
+TEST_CASE("a peer that refuses this node's credentials fails its calls at once, saying why", "[node][security][inv:transport.1]") {
   Node a("controller", tmp_addr("a-cred"), "k");
   Node b("proc", tmp_addr("b-cred"), "other");
   a.transport().cookies().present_by_default("k");
@@ -468,7 +468,7 @@ TEST_CASE("a peer that refuses this node's credentials fails its calls at once, 
   CHECK(a.supervision().is_dead(b.addr()));
 }
 
-TEST_CASE("a stranger cannot make a node buffer an endless message", "[node][security]") {
+TEST_CASE("a stranger cannot make a node buffer an endless message", "[node][security][inv:transport.1]") {
   // Issue 16, defect 4: frames of one never-ending multipart message, written by hand in
   // ZMTP, were buffered by libzmq before any check: 2 GiB for one unauthenticated peer.
   Node b("proc", tmp_addr("b-buf"), "k");
@@ -512,7 +512,7 @@ int64_t vm_size_kib() {
 }
 }  // namespace
 
-TEST_CASE("a declared frame cannot make a node reserve more than the wire frame limit", "[node][security]") {
+TEST_CASE("a declared frame cannot make a node reserve more than the wire frame limit", "[node][security][inv:protocol.3]") {
   // Issue 16, defect 4: a 1 GiB size declared in the handshake, before any credential, had
   // libzmq reserve 1 GiB per connection (5 connections: +5 GiB of address space).
   Node b("proc", tmp_addr("b-decl"), "k");
@@ -542,7 +542,7 @@ TEST_CASE("a declared frame cannot make a node reserve more than the wire frame 
   require_heard(a, b);
 }
 
-TEST_CASE("a new connection from a known peer starts its numbers anew", "[node]") {
+TEST_CASE("a new connection from a known peer starts its numbers anew", "[node][inv:call.3]") {
   // Issue 16, defect 6: a peer that reconnected (after this node stalled past its timeout) said
   // Hello again from 1, and every message after was dropped as a duplicate.
   NodePair n("reconnect");
@@ -556,7 +556,7 @@ TEST_CASE("a new connection from a known peer starts its numbers anew", "[node]"
   CHECK(n.b.stats().duplicates == 0);
 }
 
-TEST_CASE("a host known gone fails with its dependent procs at once, once", "[node]") {
+TEST_CASE("a host known gone fails with its dependent procs at once, once", "[node][inv:call.3]") {
   Node a("controller", tmp_addr("lh"), "k");
   a.transport().cookies().present_by_default("k");
   a.start();
@@ -582,7 +582,7 @@ TEST_CASE("a host known gone fails with its dependent procs at once, once", "[no
   CHECK(err["text"] == "host agent 42 is gone");
 }
 
-TEST_CASE("an identity flood never mutes a peer that authenticated", "[node]") {
+TEST_CASE("an identity flood never mutes a peer that authenticated", "[node][inv:transport.1]") {
   // Defect: the node forgot every authenticated peer once 100,000 identities had come; a peer
   // says Hello once per connection, so live peers were muted for good.
   setenv("XMESH_MAX_PENDING_PEERS", "20", 1);
@@ -613,7 +613,7 @@ TEST_CASE("an identity flood never mutes a peer that authenticated", "[node]") {
   require_heard(n.a, n.b);  // the peer that authenticated before the flood is still heard
 }
 
-TEST_CASE("a header nested 40000 levels deep leaves the node running", "[node][security]") {
+TEST_CASE("a header nested 40000 levels deep leaves the node running", "[node][security][inv:protocol.1]") {
   // Issue 16, defect 1: one such message, before any Hello, killed any node with SIGSEGV.
   // Strangers no longer get a frame in; a peer holding the cookie must not crash it either.
   NodePair n("deep");
@@ -636,7 +636,7 @@ TEST_CASE("a header nested 40000 levels deep leaves the node running", "[node][s
   require_heard(n.a, n.b);  // still running, still hearing its peers
 }
 
-TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "[node]") {
+TEST_CASE("a peer whose process ended is forgotten and the others stay heard", "[node][inv:protocol.2][inv:transport.1]") {
   Node c("controller", tmp_addr("gone-c"), "k"), p1("proc", tmp_addr("gone-1"), "k"), p2("proc", tmp_addr("gone-2"), "k");
   for (Node* x : {&c, &p1, &p2}) {
     x->transport().cookies().present_by_default("k");

@@ -317,7 +317,7 @@ TEST_CASE("a node that takes over a freed address is answered, not refused with 
 // TCP lanes (runtime/transport/tcp_lane.hpp, transport_lanes.cpp): after its first Call the sender asks
 // for a lane and switches to it; messages keep their numbers there, so a lane that breaks
 // midway (its reader closes it) loses and repeats nothing: they go again over ZeroMQ.
-TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane breaks midway", "[node][tcp][lanes]") {
+TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane breaks midway", "[node][tcp][lanes][inv:transport.3]") {
   TcpPair pair;
   Node& a = pair.a;
   Node& b = pair.b;
@@ -378,7 +378,7 @@ TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane
 
 // The link upgrade's limit (link.hpp) on a real lane: a lane to one peer that broke three times
 // is not asked for again; ZeroMQ alone carries that peer's messages, all of them, in order.
-TEST_CASE("after three lanes to a peer broke, ZeroMQ alone carries its messages", "[node][tcp][lanes]") {
+TEST_CASE("after three lanes to a peer broke, ZeroMQ alone carries its messages", "[node][tcp][lanes][inv:transport.3]") {
   TcpPair pair;
   Node& a = pair.a;
   Node& b = pair.b;

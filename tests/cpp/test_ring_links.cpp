@@ -279,7 +279,7 @@ TEST_CASE("a ring message claiming a huge header is refused before anything is s
   REQUIRE(ring.closed());
 }
 
-TEST_CASE("two nodes switch from ZeroMQ to a ring mid-stream without losing or reordering", "[ring_links][node]") {
+TEST_CASE("two nodes switch from ZeroMQ to a ring mid-stream without losing or reordering", "[ring_links][node][inv:transport.2]") {
   Node proc("proc", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-ring-p", "k");
   Node ctl("controller", "ipc:///tmp/xmesh-test-" + std::to_string(getpid()) + "-ring-c", "k");
   auto inbox = started_with_actor(ctl, proc);

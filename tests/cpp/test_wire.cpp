@@ -77,7 +77,7 @@ TEST_CASE("decoder rejects malformed headers with a reason", "[wire]") {
   CHECK_FALSE(decode_header(neg_index.data(), neg_index.size(), err));
 }
 
-TEST_CASE("decoder survives 20000 random and truncated frames", "[wire][fuzz]") {
+TEST_CASE("decoder survives 20000 random and truncated frames", "[wire][fuzz][inv:protocol.1]") {
   std::mt19937_64 rng(12345);
   Header h;
   h.kind = Kind::Reply;
@@ -190,7 +190,7 @@ static std::string nested_header(size_t depth) {
   return out;
 }
 
-TEST_CASE("a header nested too deep is refused before it is decoded", "[wire][security]") {
+TEST_CASE("a header nested too deep is refused before it is decoded", "[wire][security][inv:protocol.1]") {
   // Issue 16, defect 1: a header nested 40,000 levels deep (40 KB) overflowed the stack of the
   // node that decoded it (any node, before any Hello).
   std::string err;
@@ -213,7 +213,7 @@ TEST_CASE("a header nested too deep is refused before it is decoded", "[wire][se
   CHECK_FALSE(decode_header(ok.data(), ok.size(), err));
 }
 
-TEST_CASE("numbers that do not fit a body's integer fields are refused, naming the field", "[wire][security]") {
+TEST_CASE("numbers that do not fit a body's integer fields are refused, naming the field", "[wire][security][inv:protocol.2]") {
   // Found by fuzz_wire: a NaN (or 1e30, or -1 into an unsigned) for an integer field was converted
   // with undefined behaviour.
   const double nan = std::numeric_limits<double>::quiet_NaN();

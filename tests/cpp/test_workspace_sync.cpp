@@ -461,7 +461,7 @@ TEST_CASE("the receiver applies a tree, then only changes, and refuses malicious
   CHECK_FALSE(exists(host.path + "/moved.txt"));
 }
 
-TEST_CASE("the receiver checks every piece and refuses content that does not match", "[workspace]") {
+TEST_CASE("the receiver checks every piece and refuses content that does not match", "[workspace][inv:protocol.2]") {
   TempDir src, host;
   write(src.path + "/a.txt", "hello world");
   SyncReceiver r(host.path, 60000);

@@ -78,7 +78,10 @@ def test_breakpoints_on_several_ranks_make_the_cell_the_debugger(kernel):
 
 @pytest.mark.parametrize("loop", ["f.get() for f", "v async for v"])
 def test_a_cell_iterating_a_stream_becomes_the_debugger_too(kernel, loop):
-    """Defect: only get() and await ran the debugger; a stream over stopped ranks hung."""
+    """Defect: only get() and await ran the debugger; a stream over stopped ranks hung.
+
+    Invariant call.5 (docs/architecture/05-call-path.md).
+    """
     kernel.ok(TRAINER)
     code = (f"r = [{loop} in trainer.step.stream(10)]\nprint('RESULT', sorted(r))")
     conv = kernel.converse(code)

@@ -68,6 +68,7 @@ def test_late_output_lands_in_the_cell_that_made_the_call(kernel):
 
 
 def test_the_flush_barrier_shows_every_line_before_the_cell_ends(kernel):
+    """Invariant output.1 (docs/architecture/07-output.md)."""
     kernel.ok(SPAWN)
     out = kernel.ok("logger.burst.call(1000).get()").stdout
     for i in (0, 1, 500, 999):

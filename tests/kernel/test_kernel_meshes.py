@@ -48,6 +48,7 @@ def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(ker
 
 
 def test_remote_output_reaches_the_waiting_cell(kernel):
+    """Invariant output.2 (docs/architecture/07-output.md)."""
     kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)')
     r = kernel.ok("counters.say.call('hello from').get()\nimport time; time.sleep(0.5)")
     assert "[ranks 0-1] hello from {0:0,1:1}" in r.stdout  # aggregated (the kernel's default window)

@@ -31,7 +31,10 @@ def test_this_proc_in_the_controller():
 def test_a_controller_hosting_actors_answers_the_output_barrier():
     """Defect: the end-of-cell flush barrier to the controller's own node (this_proc() actors)
     went unanswered, so every such notebook cell waited out the barrier's 2 s at its end. A
-    controller hosting actors answers every control message a proc answers."""
+    controller hosting actors answers every control message a proc answers.
+
+    Invariant call.4 (docs/architecture/05-call-path.md).
+    """
     from xmesh._runtime import Kind, get_runtime
 
     local = this_proc().spawn("barrier_local", Counter, 1)
@@ -50,6 +53,7 @@ def test_a_controller_hosting_actors_answers_the_output_barrier():
 
 
 def test_a_control_message_nobody_handles_is_answered_with_an_error():
+    """Invariant call.4 (docs/architecture/05-call-path.md)."""
     from xmesh._runtime import Kind, get_runtime
 
     pm = this_host().spawn_procs({"gpus": 1})

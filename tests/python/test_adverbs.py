@@ -23,6 +23,7 @@ def counters(procs):
 
 
 def test_spawn_then_await_initialized(procs):
+    """Invariant call.2 (docs/architecture/05-call-path.md)."""
     mesh = procs.spawn("c2", Counter)
     assert mesh.initialized.get(timeout=30) is mesh
     assert asyncio.run(_await(mesh)) is mesh
@@ -111,6 +112,7 @@ def test_async_endpoints_and_await(counters):
 
 
 def test_broadcast_does_not_wait_and_keeps_order(counters):
+    """Invariant call.1 (docs/architecture/05-call-path.md)."""
     counters.incr.broadcast(1)
     counters.incr.broadcast(1)
     # Messages from one sender arrive in order: the get sees both increments.
@@ -220,7 +222,10 @@ finally:
 
 
 def test_a_broadcast_that_cannot_be_sent_raises_instead_of_vanishing():
-    """Issue 16, defect 8: past the send high-water mark broadcasts were dropped silently."""
+    """Issue 16, defect 8: past the send high-water mark broadcasts were dropped silently.
+
+    Invariant protocol.3 (docs/architecture/02-protocol.md).
+    """
     from xmesh_testing import run_program
 
     here = os.path.dirname(os.path.abspath(__file__))

@@ -42,6 +42,7 @@ class RecordingSink:
 
 
 def test_the_executing_cells_output_is_written_by_the_main_thread():
+    """Invariant output.2 (docs/architecture/07-output.md)."""
     sink = RecordingSink()
     out = CellOutput(sink)
     out.begin_cell("k.1")
@@ -57,6 +58,7 @@ def test_the_executing_cells_output_is_written_by_the_main_thread():
 
 
 def test_output_with_no_cell_waits_for_the_next_one():
+    """Invariant output.2 (docs/architecture/07-output.md)."""
     sink = RecordingSink()
     out = CellOutput(sink)
     out.route([("old.3", 1, "late line\n")])
@@ -66,6 +68,7 @@ def test_output_with_no_cell_waits_for_the_next_one():
 
 
 def test_a_finished_cell_gets_its_lines_in_its_slot():
+    """Invariant output.2 (docs/architecture/07-output.md)."""
     sink = RecordingSink()
     out = CellOutput(sink)
     out.begin_cell("k.1")

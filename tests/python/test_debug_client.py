@@ -187,7 +187,10 @@ def _peak_rss_kib(pid):
 
 def test_a_client_that_floods_or_stops_reading_never_holds_the_debugger():
     """Issue 16: a 512 MiB line grew the controller by 1.3 GB, and a client that never read
-    blocked every later `xmesh debug`. Lines are bounded, a silent reader is dropped."""
+    blocked every later `xmesh debug`. Lines are bounded, a silent reader is dropped.
+
+    Invariant protocol.3 (docs/architecture/02-protocol.md).
+    """
     import socket
 
     with terminal_program('print("RESULT", sorted(fut.get().values()))') as child:

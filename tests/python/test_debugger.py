@@ -176,7 +176,10 @@ def test_a_run_without_input_shows_the_stops_and_continues():
 
 def test_streams_honour_the_debugger_like_get():
     """Defect: stream() and `async for` waited forever on ranks stopped in breakpoint(): only
-    get() and await ran the debugger. Every wait goes through the one wait now."""
+    get() and await ran the debugger. Every wait goes through the one wait now.
+
+    Invariant call.5 (docs/architecture/05-call-path.md).
+    """
     r = run_program(program('''
         print("STREAM", sorted(f.get() for f in s.step.stream(10, stop_ranks=(0, 2, 3), sleep=0.5)))
         import asyncio

@@ -60,6 +60,7 @@ def _replace_cookie_file(rundir):
 
 
 def test_an_idle_agent_that_refuses_this_controller_is_replaced(fresh_rundir):
+    """Invariant transport.1 (docs/architecture/03-transport-and-links.md)."""
     _start_agent_elsewhere(fresh_rundir)
     old = running_agent_pid(fresh_rundir)
     _replace_cookie_file(fresh_rundir)

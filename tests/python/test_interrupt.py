@@ -28,6 +28,7 @@ print("still usable:", list(c.get.call().get(timeout=30).values()), flush=True)
 
 
 def test_ctrl_c_interrupts_get_and_names_ranks(tmp_path):
+    """Invariant call.5 (docs/architecture/05-call-path.md)."""
     prog = tmp_path / "p.py"
     prog.write_text(PROGRAM.format(testdir=os.path.dirname(os.path.abspath(__file__))))
     p = subprocess.Popen([PYTHON, str(prog)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

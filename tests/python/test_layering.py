@@ -3,7 +3,7 @@ module level or inside a function alike, `from` and plain imports alike; the pro
 are the named exceptions, COMPOSITION_ROOTS), and the imports form no cycle. Upper layers reach
 lower ones only through what the lower ones let them register (hooks, handlers, factories:
 `_runtime.on_controller_start`, `_wait.add_wake_hook`, `_debug_io.set_frontend`...), never the
-other way round. python/README.md and docs/ARCHITECTURE.md describe the layers."""
+other way round. python/README.md and docs/architecture/README.md describe the layers."""
 import ast
 import os
 

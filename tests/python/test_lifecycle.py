@@ -241,7 +241,10 @@ def test_an_agent_that_cannot_start_fails_the_spawn_at_once(fresh_rundir, tmp_pa
 
 def test_a_call_in_flight_keeps_its_unnamed_allocation_alive():
     """Defect: written as one expression, the allocation's handles were temporaries gone before
-    the reply, so the procs stopped under the call (SupervisionError ... SIGTERM)."""
+    the reply, so the procs stopped under the call (SupervisionError ... SIGTERM).
+
+    Invariant call.6 (docs/architecture/05-call-path.md).
+    """
     from actors_for_tests import Counter, Stopper
 
     import xmesh
@@ -262,7 +265,10 @@ def _open_fds(pid):
 
 def test_the_agent_keeps_nothing_of_controllers_that_left(fresh_rundir):
     """Issue 16, defect 7: the agent kept a connection (an fd) per controller that ever talked to
-    it (each script, kernel, `xmesh status`); at the fd limit it died with its named allocations."""
+    it (each script, kernel, `xmesh status`); at the fd limit it died with its named allocations.
+
+    Invariant processes.1 (docs/architecture/01-processes-and-threads.md).
+    """
     env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
     status = [PYTHON, "-m", "xmesh.cli", "status", "--runtime-dir", fresh_rundir]
     assert subprocess.run(status, env=env, capture_output=True, timeout=60).returncode == 0
@@ -281,7 +287,10 @@ def test_the_agent_keeps_nothing_of_controllers_that_left(fresh_rundir):
 
 def test_a_paused_controller_keeps_its_procs(tmp_path):
     """A controller stopped (SIGSTOP, a debugger) longer than the orphan grace is not vanished:
-    its procs are still there when it resumes."""
+    its procs are still there when it resumes.
+
+    Invariant call.3 (docs/architecture/05-call-path.md).
+    """
     prog = tmp_path / "spawner.py"
     prog.write_text(SPAWNER)
     p = subprocess.Popen([PYTHON, str(prog), "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -300,7 +309,10 @@ def test_a_paused_controller_keeps_its_procs(tmp_path):
 
 def test_held_connections_that_never_authenticate_are_dropped(fresh_rundir, monkeypatch):
     """Issue 16, defect 7: connections that never finish their handshake were held for good, one
-    fd each, until the agent died at its fd limit. They are closed after XMESH_HANDSHAKE_MS."""
+    fd each, until the agent died at its fd limit. They are closed after XMESH_HANDSHAKE_MS.
+
+    Invariant protocol.3 (docs/architecture/02-protocol.md).
+    """
     import socket
 
     import xmesh
@@ -343,7 +355,10 @@ print("SMALL OK", flush=True)
 def test_an_agent_at_its_fd_limit_refuses_a_spawn_and_lives_on(fresh_rundir):
     """Issue 16, defect 7: at the fd limit the agent died (and its named allocations with it).
     Under `ulimit -n 128` (inherited by the agent), 60 procs need more: the spawn fails saying why,
-    and the agent serves the next one."""
+    and the agent serves the next one.
+
+    Invariant protocol.3 (docs/architecture/02-protocol.md).
+    """
     import resource
 
     def low_limit():
@@ -360,7 +375,10 @@ def test_an_agent_at_its_fd_limit_refuses_a_spawn_and_lives_on(fresh_rundir):
 def test_a_connection_flood_at_the_fd_limit_does_not_kill_the_agent(fresh_rundir):
     """Issue 16, defect 7: ~20,000 held connections made libzmq abort the agent ("Too many open
     files"). Under `ulimit -n 256` a flood takes every fd the agent has; it must live through it,
-    with its procs, and answer once the connections that never authenticated are dropped."""
+    with its procs, and answer once the connections that never authenticated are dropped.
+
+    Invariant protocol.3 (docs/architecture/02-protocol.md).
+    """
     import resource
     import socket
 

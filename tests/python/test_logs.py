@@ -15,6 +15,7 @@ PRELUDE = f"import sys\nsys.path.insert(0, {HERE!r})\nfrom xmesh import this_hos
 
 
 def test_every_way_of_writing_is_shown_before_the_result(fresh_rundir):
+    """Invariant output.1 (docs/architecture/07-output.md)."""
     r = run_program(PRELUDE + "procs = this_host().spawn_procs({'gpus': 2})\n"
                     "p = procs.spawn('p', Printer)\n"
                     "print('before', flush=True)\n"
@@ -193,7 +194,10 @@ print("KEPT", len(kept), "WARNED", [str(w.message) for w in said], flush=True)
 
 def test_a_full_disk_is_said_once_and_what_the_files_lack_is_counted(tmp_path):
     """Issue 16, defect 8: a full disk truncated the per-rank log files silently and `xmesh logs`
-    returned stale tails."""
+    returned stale tails.
+
+    Invariant protocol.3 (docs/architecture/02-protocol.md).
+    """
     from xmesh_testing import PYTHON, run_program
 
     small = tmp_path / "small"

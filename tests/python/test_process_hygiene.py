@@ -49,6 +49,7 @@ def test_host_agent_links_no_libpython():
 
 
 def test_garbage_to_a_proc_socket_is_harmless():
+    """Invariant protocol.1 (docs/architecture/02-protocol.md)."""
     pm = this_host().spawn_procs({"gpus": 1})
     c = pm.spawn("g", Counter)
     addr = c.process_facts.call_one().get(timeout=30)["addr"]
@@ -87,7 +88,10 @@ def test_context_manager_stops_the_mesh():
 
 def test_children_that_left_the_procs_group_end_with_the_allocation(fresh_rundir):
     """Issue 16, defect 10: a child a proc started in a session of its own survived the proc,
-    procs.stop() and `xmesh shutdown`."""
+    procs.stop() and `xmesh shutdown`.
+
+    Invariant processes.1 (docs/architecture/01-processes-and-threads.md).
+    """
     import xmesh
     from actors_for_tests import Escaper
     from xmesh_testing import PYTHON, pid_alive, wait_until
@@ -106,7 +110,10 @@ def test_children_that_left_the_procs_group_end_with_the_allocation(fresh_rundir
 
 
 def test_socket_files_of_killed_processes_are_removed(fresh_rundir):
-    """Issue 16, defect 10: SIGKILLed procs and controllers left their socket files for good."""
+    """Issue 16, defect 10: SIGKILLed procs and controllers left their socket files for good.
+
+    Invariant processes.1 (docs/architecture/01-processes-and-threads.md).
+    """
     import xmesh
     from actors_for_tests import Counter
     from xmesh_testing import PYTHON, wait_until

@@ -108,6 +108,7 @@ def test_every_body_reads_back_what_was_written(body):
 
 
 def test_bodies_name_what_is_wrong():
+    """Invariant protocol.2 (docs/architecture/02-protocol.md)."""
     with pytest.raises(TypeError, match=r"StopProcsBody\(\) has no field 'nmae'"):
         _core.StopProcsBody(nmae="job")
     with pytest.raises(ValueError, match="StopProcs body: names neither 'alloc' nor 'name'"):

@@ -11,6 +11,7 @@ from xmesh import ActorError, SupervisionError, this_host
 
 
 def test_kill_9_mid_call_fails_that_rank_promptly():
+    """Invariant call.3 (docs/architecture/05-call-path.md)."""
     pm = this_host().spawn_procs({"gpus": 3})
     c = pm.spawn("victims", Counter)
     pids = [v["pid"] for v in c.whoami.call().get(timeout=30).values()]
@@ -72,6 +73,7 @@ def test_proc_startup_failure_is_reported(tmp_path):
 
 
 def test_host_agent_killed_fails_calls_and_its_procs_die(fresh_rundir):
+    """Invariant call.3 (docs/architecture/05-call-path.md)."""
     import xmesh
     from xmesh_testing import pid_alive, wait_until
 
@@ -92,7 +94,10 @@ def test_host_agent_killed_fails_calls_and_its_procs_die(fresh_rundir):
 
 def test_a_stopped_agent_comes_back_with_its_procs(fresh_rundir):
     """Issue 16, defect 6: an agent stopped longer than the heartbeat timeout (or busy that long)
-    was lost for good: meshes failed, and its procs were stopped as orphans once it resumed."""
+    was lost for good: meshes failed, and its procs were stopped as orphans once it resumed.
+
+    Invariant call.3 (docs/architecture/05-call-path.md).
+    """
     import xmesh
 
     pm = xmesh.hosts([fresh_rundir]).spawn_procs({"gpus": 2})

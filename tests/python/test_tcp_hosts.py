@@ -820,7 +820,7 @@ def test_an_agent_let_go_and_started_again_at_its_address_is_used_anew(cluster):
 
 def test_calls_to_procs_on_their_own_ports_go_over_tcp_lanes_both_ways(cluster):
     """Procs listening on ports of --ports take a second one there for their TCP lanes
-    (docs/ARCHITECTURE.md "TCP lanes"): calls go to them over lanes and their answers come back
+    (docs/architecture/03-transport-and-links.md, "TCP lanes between hosts"): calls go to them over lanes and their answers come back
     over the controller's; the range keeps a port for each proc's own address first."""
     from xmesh._runtime import get_runtime
 

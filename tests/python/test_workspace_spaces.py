@@ -42,7 +42,10 @@ def other_program(rundir, src, named="", module="wsmine"):
 def test_programs_syncing_to_one_host_each_get_a_workspace_of_their_own(fresh_rundir, tmp_path):
     """Defect: after any program synced to a host's workspace root, another program's
     Workspace(dirs=[...]) sync failed ("overlaps the workspace root"), and two programs syncing
-    "." to one host overwrote each other's files under live actors."""
+    "." to one host overwrote each other's files under live actors.
+
+    Invariant sync.3 (docs/architecture/09-sync.md).
+    """
     mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
     write(f"{mine}/wsmine.py", "def value():\n    return 'mine'\n")
     write(f"{theirs}/wsmine.py", "def value():\n    return 'theirs'\n")
@@ -67,6 +70,7 @@ def test_programs_syncing_to_one_host_each_get_a_workspace_of_their_own(fresh_ru
 
 
 def test_a_named_allocation_keeps_its_workspace_across_controllers(fresh_rundir, tmp_path):
+    """Invariant sync.3 (docs/architecture/09-sync.md)."""
     src = str(tmp_path / "src")
     write(f"{src}/wsmine.py", "def value():\n    return 'v1'\n")
     # The first controller spawns the named allocation and syncs through the host mesh.
@@ -95,6 +99,7 @@ def test_a_named_allocation_keeps_its_workspace_across_controllers(fresh_rundir,
 
 
 def test_a_named_allocation_spawned_after_a_sync_starts_with_the_synced_files(fresh_rundir, tmp_path):
+    """Invariant sync.3 (docs/architecture/09-sync.md)."""
     src = str(tmp_path / "src")
     write(f"{src}/wsmine.py", "def value():\n    return 'seeded'\n")
     host = xmesh.hosts([fresh_rundir])
@@ -109,6 +114,7 @@ def test_a_named_allocation_spawned_after_a_sync_starts_with_the_synced_files(fr
 
 
 def test_agents_drop_the_workspaces_of_ended_allocations(tmp_path, monkeypatch):
+    """Invariant sync.3 (docs/architecture/09-sync.md)."""
     monkeypatch.setenv("XMESH_WORKSPACE_KEEP", "1")  # the agent started below reads it
     src = str(tmp_path / "src")
     write(f"{src}/wsmine.py", "x = 1\n")

@@ -278,6 +278,7 @@ def staging_has_data(stage):
 
 
 def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
+    """Invariant sync.1 (docs/architecture/09-sync.md)."""
     host, src, root, stage = synced_then_grown(fresh_rundir, tmp_path, space_for="wskill")
     script = tmp_path / "sync.py"
     script.write_text(INTERRUPTED)
@@ -300,6 +301,7 @@ def test_a_killed_sender_leaves_the_old_tree_and_the_next_sync_completes(fresh_r
 
 
 def test_a_host_agent_killed_mid_sync_leaves_the_old_tree_and_the_next_sync_completes(fresh_rundir, tmp_path):
+    """Invariant sync.1 (docs/architecture/09-sync.md)."""
     host, src, root, stage = synced_then_grown(fresh_rundir, tmp_path)
     outcome = {}
 
@@ -336,6 +338,7 @@ os.execv({hostd!r}, [{hostd!r}] + sys.argv[1:])
 
 
 def test_a_write_failure_on_the_host_aborts_the_sync_and_leaves_the_old_tree(tmp_path, monkeypatch):
+    """Invariant sync.1 (docs/architecture/09-sync.md)."""
     from xmesh._hostd import hostd_executable
 
     wrapper = tmp_path / "hostd-limited"
@@ -411,7 +414,10 @@ def test_auto_reload_runs_new_code_in_live_actors(fresh_rundir, tmp_path):
 
 
 def test_every_reload_reaches_live_actors_and_instances(fresh_rundir, tmp_path):
-    """Defect: from the second reload on, live instances kept the first-reloaded code."""
+    """Defect: from the second reload on, live instances kept the first-reloaded code.
+
+    Invariant sync.2 (docs/architecture/09-sync.md).
+    """
     src = str(tmp_path / "src")
     main = ("class Base:\n    def tag(self):\n        return 'base'\n\n\n"
             "class Thing(Base):\n    def describe(self):\n        return super().tag() + ' thing v1'\n\n\n"
