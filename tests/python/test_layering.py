@@ -1,6 +1,7 @@
 """The xmesh package's layers: a module imports only modules of its own layer or below (at
 module level or inside a function alike, `from` and plain imports alike; the proc's entry points
-are the named exceptions, COMPOSITION_ROOTS), and the imports form no cycle. Upper layers reach
+are the named exceptions, COMPOSITION_ROOTS), within a layer only from a later group of modules
+to an earlier one (SUBLAYERS), and the imports form no cycle. Upper layers reach
 lower ones only through what the lower ones let them register (hooks, handlers, factories:
 `_runtime.on_controller_start`, `_wait.add_wake_hook`, `_debug_io.set_frontend`...), never the
 other way round. python/README.md and docs/architecture/README.md describe the layers."""
@@ -56,6 +57,39 @@ def imports_of(module):
 # fork server run `import xmesh` (the top layer) once at start, so that every proc has the whole
 # package and its upper layers' hooks registered before user code runs; nothing else may.
 COMPOSITION_ROOTS = {("_worker", "__init__"), ("_forkserver", "__init__")}
+
+
+# Within a layer, modules are ordered too: a lateral import goes from a later group to an earlier
+# one, never back (the future does not know actors; the debugger's I/O does not know its prompt).
+# One list of groups per layer, earliest first.
+SUBLAYERS = [
+    [["_core", "_env", "_error_kinds", "_paths", "_pids", "_threads", "_display", "_shape", "_pickling"],
+     ["_protocol"], ["_errors", "_context", "_value_mesh"]],
+    [["_wait", "_control", "_progress", "_unix_server", "_logfiles"], ["_logs"], ["_runtime"], ["_hostd"]],
+    [["_future"], ["_actor", "_ports", "rdma", "_allocation", "_workspace"], ["_named"], ["_proc_mesh"],
+     ["_controllers", "_instance", "_jobs"]],
+    [["_proc_output", "_reload", "_forkserver", "_job_agent"], ["_debug_proc"], ["_actor_host"], ["_worker"]],
+    [["_debug_io", "_debug_find", "_run_notebook"], ["_debug_prompt"], ["_debug"], ["_panel"], ["_kernel"],
+     ["_debug_remote"], ["_panel_sidecar", "__init__"], ["cli"]],
+]
+SUBLAYER_OF = {m: j for groups in SUBLAYERS for j, group in enumerate(groups) for m in group}
+
+
+def lateral_against_order(imports: dict) -> list:
+    """(module, imported) pairs of one layer where the imported module's group is not earlier."""
+    return sorted((m, t) for m, targets in imports.items() for t in targets - {m}
+                  if LAYER_OF[t] == LAYER_OF[m] and SUBLAYER_OF[t] >= SUBLAYER_OF[m]
+                  and (m, t) not in COMPOSITION_ROOTS)
+
+
+def test_the_sublayers_are_the_layers():
+    assert [sorted(m for g in groups for m in g) for groups in SUBLAYERS] == [sorted(layer) for layer in LAYERS]
+
+
+def test_no_lateral_import_goes_against_the_order_within_a_layer():
+    assert lateral_against_order({m: imports_of(m) for m in package_modules()}) == []
+    # The check can fail: the future importing actors would be caught.
+    assert lateral_against_order({"_future": {"_actor"}}) == [("_future", "_actor")]
 
 
 def test_every_module_has_a_layer():
