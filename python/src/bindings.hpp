@@ -14,6 +14,11 @@ void bind_layout(py::module_& m);     // base_bindings.cpp: the runtime director
 void bind_shape(py::module_& m);      // base_bindings.cpp: shapes and slices
 void bind_protocol(py::module_& m);   // protocol_bindings.cpp: Kind, error kinds
 void bind_bodies(py::module_& m);     // protocol_bindings.cpp: the typed bodies
+// Each subsystem's typed bodies, in its own binding file, before the messages that return them.
+void bind_data_bodies(py::module_& m);    // data_bindings.cpp
+void bind_output_bodies(py::module_& m);  // output_bindings.cpp
+void bind_debug_bodies(py::module_& m);   // debugger_bindings.cpp
+void bind_sync_bodies(py::module_& m);    // workspace_bindings.cpp
 void bind_messages(py::module_& m);   // protocol_bindings.cpp: Message, Frame, Inbox
 void bind_calls(py::module_& m);      // node_bindings.cpp: Call, the one wait, the waker
 void bind_node(py::module_& m);       // node_bindings.cpp: Node

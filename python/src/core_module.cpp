@@ -40,6 +40,10 @@ PYBIND11_MODULE(_core, m) {
   bind_process(m);
   bind_protocol(m);
   bind_bodies(m);
+  bind_data_bodies(m);
+  bind_output_bodies(m);
+  bind_debug_bodies(m);
+  bind_sync_bodies(m);
   bind_messages(m);
   bind_layout(m);
   bind_calls(m);

@@ -114,11 +114,14 @@ void bind_transfers(py::module_& m) {
 
 // The data plane (runtime/data/data_plane.hpp, buffer_registry.hpp): the memory a process lends, and
 // the transfers it makes.
-void bind_data_plane(py::module_& m) {
-  // The data plane's message bodies.
+// The data plane's message bodies, bound before the messages that return them (bindings.hpp).
+void bind_data_bodies(py::module_& m) {
   bind_body<BufferLeaseBody>(m, "BufferLeaseBody", "BufferLease: a lease on a range of an RDMA buffer, for reading or writing.");
   bind_body<BufferLeaseReply>(m, "BufferLeaseReply", "Where a leased range is: the owner's pid, the address there, the lease.");
   bind_body<BufferReleaseBody>(m, "BufferReleaseBody", "BufferRelease / BufferDrop: a lease ended, or a buffer lent no more.");
+}
+
+void bind_data_plane(py::module_& m) {
   bind_buffers(m);
   bind_transfers(m);
 }

@@ -167,10 +167,13 @@ PyThreadState* thread_state_of(unsigned long ident) {
 
 }  // namespace
 
-void bind_debugger(py::module_& m) {
-  // The debugger's message bodies.
+// The debugger's message bodies, bound before the messages that return them (bindings.hpp).
+void bind_debug_bodies(py::module_& m) {
   bind_body<DebugEventBody>(m, "DebugEventBody", "DebugEvent: a pdb session stopped, runs, ended or asks for sources.");
   bind_body<DebugCommandBody>(m, "DebugCommandBody", "DebugCommand: a pdb command for one session.");
+}
+
+void bind_debugger(py::module_& m) {
   m.def("trace_thread", [](unsigned long ident, const py::object& callback) {
     PyThreadState* t = thread_state_of(ident);
     if (t == nullptr) return false;

@@ -132,10 +132,13 @@ void bind_log_router(py::module_& m) {
 }  // namespace
 
 // Output attribution and routing: the proc's tracker, main-thread calls, the LogRouter.
-void bind_output(py::module_& m) {
-  // Output's message bodies.
+// Output's message bodies, bound before the messages that return them (bindings.hpp).
+void bind_output_bodies(py::module_& m) {
   bind_body<LogBody>(m, "LogBody", "Log: complete lines of one proc stream.");
   bind_body<FlushOutputReply>(m, "FlushOutputReply", "The output marker a FlushOutput wrote.");
+}
+
+void bind_output(py::module_& m) {
   bind_output_tracker(m);
   bind_log_router(m);
 }

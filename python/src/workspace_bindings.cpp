@@ -66,12 +66,15 @@ std::string push(Node& node, const std::string& root, const std::vector<std::pai
 
 }  // namespace
 
-void bind_workspace(py::module_& m) {
-  // A sync's and a reload's message bodies.
+// A sync's and a reload's message bodies, bound before the messages that return them (bindings.hpp).
+void bind_sync_bodies(py::module_& m) {
   bind_body<ReloadBody>(m, "ReloadBody", "Reload: reload the modules of these synced files.");
   bind_body<ReloadReply>(m, "ReloadReply", "What a Reload did in one process.");
   bind_body<SyncStepBody>(m, "SyncStepBody", "Sync: one step of a workspace sync.");
   bind_body<SyncReply>(m, "SyncReply", "A host's answer to a Sync step.");
+}
+
+void bind_workspace(py::module_& m) {
   m.def("workspace_push", &push, py::arg("node"), py::arg("root"), py::arg("hosts"), py::arg("options"),
         "Syncs the local tree `root` to the host agents [(addr, label)]; returns the report as JSON text.");
   py::class_<ws::TreeWatcher>(m, "TreeWatcher")
