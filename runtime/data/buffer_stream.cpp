@@ -94,14 +94,15 @@ BufferStreamServer::BufferStreamServer(BufferRegistry& registry, const std::stri
   TcpEndpoint at;
   at.host = bind_host;
   int port = 0;
-  listen_fd_ = listening_socket(at, &port);
+  listen_fd_.reset(listening_socket(at, &port));
   at.host = reach_host;
   at.port = port;
   address_ = at.str();
-  if (::pipe2(wake_, O_CLOEXEC) != 0) {
-    ::close(listen_fd_);
+  int wake[2];
+  if (::pipe2(wake, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("a pipe for the stream listener: ") + std::strerror(errno));
-  }
+  wake_read_.reset(wake[0]);
+  wake_write_.reset(wake[1]);
   acceptor_ = runtime_thread([this] {
     pthread_setname_np(pthread_self(), "xmesh-streams");
     accept_loop();
@@ -118,13 +119,11 @@ BufferStreamServer::~BufferStreamServer() {
   }
   if (acceptor_.joinable()) {
     char c = 'x';
-    (void)!::write(wake_[1], &c, 1);
+    (void)!::write(wake_write_.get(), &c, 1);
     acceptor_.join();
   }
   std::unique_lock<std::mutex> g(mu_);
   cv_.wait(g, [&] { return open_.empty(); });
-  for (int fd : {listen_fd_, wake_[0], wake_[1]})
-    if (fd >= 0) ::close(fd);
 }
 
 bool BufferStreamServer::stopping() const {
@@ -139,10 +138,10 @@ BufferStreamServer::Stats BufferStreamServer::stats() const {
 
 void BufferStreamServer::accept_loop() {
   while (true) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    pollfd p[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
     if (p[1].revents) return;
-    unique_fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    unique_fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (fd) adopt(std::move(fd), "");
   }
 }

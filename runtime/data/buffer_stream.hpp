@@ -69,8 +69,8 @@ class BufferStreamServer {
   bool send_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);
   bool receive_records(int fd, const BufferRegistry::Pin& pin, uint32_t stream, std::string* why);
   BufferRegistry& registry_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};  // a pipe: the destructor wakes the accept loop
+  unique_fd listen_fd_;
+  unique_fd wake_read_, wake_write_;  // a pipe: the destructor wakes the accept loop
   std::string address_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

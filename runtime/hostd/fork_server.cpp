@@ -69,23 +69,16 @@ ForkServer::ForkServer(const std::string& python, const std::map<std::string, st
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
-  try {
-    pid_ = spawn_with_channel({python, "-m", "xmesh._worker", "--fork-server"}, import_env(env), cwd, sv[1]);
-  } catch (...) {
-    close(sv[0]);
-    close(sv[1]);
-    throw;
-  }
-  close(sv[1]);
-  sock_ = sv[0];
+  unique_fd mine(sv[0]), theirs(sv[1]);  // theirs: the server's fd 3, closed here once it has it
+  pid_ = spawn_with_channel({python, "-m", "xmesh._worker", "--fork-server"}, import_env(env), cwd, theirs.get());
+  sock_ = std::move(mine);
   timeval tv{kAnswerTimeoutS, 0};
-  setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(sock_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(sock_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(sock_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
-ForkServer::~ForkServer() {
-  if (sock_ >= 0) close(sock_);  // it reads the end of its input and exits (the agent reaps it)
-}
+// Its socket closes with it: the server reads the end of its input and exits (the agent reaps it).
+ForkServer::~ForkServer() = default;
 
 // Until the server's answer starts, looking at the server every 100 ms: one that ended or is
 // stopped (a SIGSTOP) is said so at once, not after the whole timeout; one that is slow is
@@ -93,7 +86,7 @@ ForkServer::~ForkServer() {
 void ForkServer::await_answer() {
   const std::string who = "the fork server (pid " + std::to_string(pid_) + ")";
   for (int waited_ms = 0;; waited_ms += 100) {
-    pollfd pf{sock_, POLLIN, 0};
+    pollfd pf{sock_.get(), POLLIN, 0};
     if (::poll(&pf, 1, 100) > 0) return;  // something to read (or its end: read_all says which)
     auto st = process_status(pid_);
     if (!st) throw std::runtime_error(who + " ended before it answered");
@@ -105,25 +98,24 @@ void ForkServer::await_answer() {
 }
 
 void ForkServer::fail() {
-  if (sock_ >= 0) close(sock_);
-  sock_ = -1;
+  sock_.reset();
   if (pid_ > 0) kill(pid_, SIGKILL);
 }
 
 SpawnedProc ForkServer::spawn(const std::map<std::string, std::string>& env, const std::string& cwd) {
-  if (sock_ < 0) throw std::runtime_error("the fork server is gone");
+  if (!sock_) throw std::runtime_error("the fork server is gone");
   ProcPipes pipes;
   std::string body = nlohmann::json{{"env", env}, {"cwd", cwd}}.dump();
   nlohmann::json answer;
   try {
-    send_header(sock_, static_cast<uint32_t>(body.size()), pipes.out[1], pipes.err[1]);
-    write_all(sock_, body.data(), body.size());
+    send_header(sock_.get(), static_cast<uint32_t>(body.size()), pipes.out[1], pipes.err[1]);
+    write_all(sock_.get(), body.data(), body.size());
     await_answer();
     uint32_t be = 0;
-    read_all(sock_, reinterpret_cast<char*>(&be), sizeof be);
+    read_all(sock_.get(), reinterpret_cast<char*>(&be), sizeof be);
     std::string reply(ntohl(be), '\0');
     if (reply.size() > (1u << 20)) throw std::runtime_error("the fork server sent an answer of " + std::to_string(reply.size()) + " bytes");
-    read_all(sock_, reply.data(), reply.size());
+    read_all(sock_.get(), reply.data(), reply.size());
     answer = nlohmann::json::parse(reply);
   } catch (const std::exception& e) {
     fail();  // out of step or gone: never used again

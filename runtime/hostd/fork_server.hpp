@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "unique_fd.hpp"
 #include "process.hpp"
 
 namespace xmesh {
@@ -30,14 +31,14 @@ class ForkServer {
   // A proc forked with this environment and directory; throws std::runtime_error naming why
   // it could not (the server is broken then: `usable()` turns false).
   SpawnedProc spawn(const std::map<std::string, std::string>& env, const std::string& cwd);
-  bool usable() const { return sock_ >= 0; }
+  bool usable() const { return bool(sock_); }
   pid_t pid() const { return pid_; }
 
  private:
   void fail();
   void await_answer();  // throws naming why the server cannot answer
   pid_t pid_ = -1;
-  int sock_ = -1;  // the agent's end of the socket pair; the server has the other as fd 3
+  unique_fd sock_;  // the agent's end of the socket pair; the server has the other as fd 3
 };
 
 class ForkServers {

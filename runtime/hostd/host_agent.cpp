@@ -74,7 +74,7 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
   for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  sigfd_.reset(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
   // What procs leave behind (a child in a session of its own, a daemon) is reparented here,
   // to be killed with its allocation (sweep_leftovers) instead of outliving it.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -125,7 +125,6 @@ HostAgent::~HostAgent() {
     }
   sync_.reset();  // a step under way stops at its next file; before the node it answers through
   node_->stop();
-  if (sigfd_ >= 0) close(sigfd_);
 }
 
 int HostAgent::live_procs() const {
@@ -140,7 +139,7 @@ int HostAgent::run() {
   while (!quit_) {
     std::vector<pollfd> fds;
     fds.push_back({node_->control().fd(), POLLIN, 0});
-    fds.push_back({sigfd_, POLLIN, 0});
+    fds.push_back({sigfd_.get(), POLLIN, 0});
     std::vector<std::tuple<LocalAllocation*, Proc*, Stream*>> streams;
     for (auto& kv : allocs_)
       for (auto& p : kv.second->procs)
@@ -156,7 +155,7 @@ int HostAgent::run() {
     }
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo si;
-      while (read(sigfd_, &si, sizeof(si)) == sizeof(si)) {
+      while (read(sigfd_.get(), &si, sizeof(si)) == sizeof(si)) {
         if (si.ssi_signo == SIGCHLD) continue;
         quit_ = true;
         // Procs that end from now on are said to end with the agent, and why (a job ending).

@@ -189,7 +189,7 @@ class HostAgent {
   std::string fork_server_failed_;  // why the last fork failed (said once per distinct reason)
   TcpEndpoint reach_;
   std::unique_ptr<SyncWorker> sync_;  // the syncs' own thread (sync_worker.hpp)
-  int sigfd_ = -1;
+  unique_fd sigfd_;
   std::map<std::string, std::unique_ptr<LocalAllocation>> allocs_;
   std::map<std::string, Controller> controllers_;
   std::map<std::string, int64_t> spaces_;  // space -> last use (ms)

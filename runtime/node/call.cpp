@@ -19,9 +19,7 @@ Call::Call(uint64_t id, PortTag, bool once) : id_(id), port_(true), once_(once) 
 
 bool Call::complete() const { return port_ ? once_ && received_ > 0 : received_ == have_.size(); }
 
-Call::~Call() {
-  if (efd_ >= 0) ::close(efd_);
-}
+Call::~Call() = default;
 
 bool Call::deliver(CallResult r) {
   bool wake, fed;
@@ -36,11 +34,7 @@ bool Call::deliver(CallResult r) {
     ++received_;
     if (!r.ok && error_kind_of(r.body) == ErrorKind::Supervision) fatal_ = true;
     untaken_.push_back(std::move(r));
-    if (efd_ >= 0) {
-      uint64_t one = 1;
-      ssize_t n = ::write(efd_, &one, sizeof(one));
-      (void)n;
-    }
+    efd_.signal();
     // A fan-out to N targets must not wake a waiter for the whole call N times.
     wake = any_waiters_ > 0 || complete() || fatal_;
     if (wake) ++changes_;
@@ -243,11 +237,7 @@ std::vector<CallResult> Call::take() {
     out.push_back(std::move(untaken_.front()));
     untaken_.pop_front();
   }
-  if (efd_ >= 0) {
-    uint64_t v;
-    ssize_t n = ::read(efd_, &v, sizeof(v));
-    (void)n;
-  }
+  efd_.clear();
   return out;
 }
 
@@ -261,15 +251,7 @@ std::vector<int64_t> Call::missing() const {
 
 int Call::fd() {
   std::lock_guard<std::mutex> g(mu_);
-  if (efd_ < 0) {
-    efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!untaken_.empty() || complete()) {
-      uint64_t one = 1;
-      ssize_t n = ::write(efd_, &one, sizeof(one));
-      (void)n;
-    }
-  }
-  return efd_;
+  return efd_.fd(!untaken_.empty() || complete());
 }
 
 }  // namespace xmesh

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "event_fd.hpp"
 #include "spin.hpp"
 #include "wait_feed.hpp"
 #include "wire.hpp"
@@ -100,7 +101,7 @@ class Call {
   std::shared_ptr<WaitFeed> feed_;
   int feed_sleepers_ = 0;  // under mu_: waiters asleep on the feed  // threads in wait_for(any): only they need a wake-up per arrival
   std::deque<CallResult> untaken_;
-  int efd_ = -1;
+  EventFd efd_{/*drained_outside=*/true};  // readable when results came, made on first use (under mu_)
   bool port_ = false;
   bool once_ = false;
 };

@@ -11,32 +11,10 @@ Inbox::Inbox(bool spin) : spin_(spin) {}
 
 int Inbox::fd() {
   std::lock_guard<std::mutex> g(mu_);
-  if (efd_ < 0) {
-    efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!q_.empty() || closed_) signal_fd_locked();
-  }
-  return efd_;
+  return efd_.fd(!q_.empty() || closed_);
 }
 
-Inbox::~Inbox() {
-  if (efd_ >= 0) ::close(efd_);
-}
-
-void Inbox::signal_fd_locked() {
-  if (efd_ < 0 || signalled_) return;
-  uint64_t one = 1;
-  ssize_t n = ::write(efd_, &one, sizeof(one));
-  (void)n;
-  signalled_ = true;
-}
-
-void Inbox::clear_fd_locked() {
-  if (efd_ < 0 || !signalled_) return;
-  uint64_t v;
-  ssize_t n = ::read(efd_, &v, sizeof(v));
-  (void)n;
-  signalled_ = false;
-}
+Inbox::~Inbox() = default;
 
 void Inbox::feed_from(std::shared_ptr<WaitFeed> feed, uint32_t bit) {
   std::lock_guard<std::mutex> g(mu_);
@@ -63,7 +41,7 @@ bool Inbox::push(Message&& m) {
     if (closed_) return false;
     q_.push_back(std::move(m));
     ++pending_;
-    signal_fd_locked();
+    efd_.signal();
   }
   wake_consumer(false);
   return true;
@@ -74,7 +52,7 @@ std::optional<Message> Inbox::take_locked() {
   Message m = std::move(q_.front());
   q_.pop_front();
   --pending_;
-  if (q_.empty() && !closed_) clear_fd_locked();
+  if (q_.empty() && !closed_) efd_.clear();
   return m;
 }
 
@@ -141,7 +119,7 @@ void Inbox::close() {
     std::lock_guard<std::mutex> g(mu_);
     if (!closed_) ++pending_;
     closed_ = true;
-    signal_fd_locked();
+    efd_.signal();
   }
   wake_consumer(true);
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 
+#include "event_fd.hpp"
 #include "spin.hpp"
 #include "wait_feed.hpp"
 #include "wire.hpp"
@@ -40,8 +41,6 @@ class Inbox {
   int fd();
 
  private:
-  void clear_fd_locked();
-  void signal_fd_locked();
   std::optional<Message> take_locked();
   std::optional<Message> pop_fed(int timeout_ms);  // pop() with a feed
   // Whoever makes the queue non-empty or closes it wakes the consumer, wherever it sleeps.
@@ -51,13 +50,12 @@ class Inbox {
   std::deque<Message> q_;
   std::atomic<size_t> pending_{0};  // q_'s size, plus one once closed: looked at without the lock while spinning
   bool closed_ = false;
-  bool signalled_ = false;
   const bool spin_;
   SpinGauge gauge_;
   std::shared_ptr<WaitFeed> feed_ = nullptr;
   uint32_t feed_bit_ = 0;
   bool feed_sleeping_ = false;  // under mu_: the consumer sleeps on the feed
-  int efd_ = -1;
+  EventFd efd_;  // for poll/asyncio consumers, made on first use (under mu_)
 };
 
 }  // namespace xmesh

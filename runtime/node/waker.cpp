@@ -5,19 +5,13 @@
 
 namespace xmesh {
 
-Waker::~Waker() {
-  if (efd_ >= 0) ::close(efd_);
-}
+Waker::~Waker() = default;
 
 void Waker::notify() {
   std::shared_ptr<Call> call;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (!pending_ && efd_ >= 0) {
-      uint64_t one = 1;
-      ssize_t n = ::write(efd_, &one, sizeof(one));
-      (void)n;
-    }
+    efd_.signal();
     pending_ = true;
     call = waiting_.lock();
   }
@@ -28,11 +22,7 @@ bool Waker::take() {
   std::lock_guard<std::mutex> g(mu_);
   bool was = pending_;
   pending_ = false;
-  if (was && efd_ >= 0) {
-    uint64_t v;
-    ssize_t n = ::read(efd_, &v, sizeof(v));
-    (void)n;
-  }
+  efd_.clear();
   return was;
 }
 
@@ -53,15 +43,7 @@ void Waker::leave() {
 
 int Waker::fd() {
   std::lock_guard<std::mutex> g(mu_);
-  if (efd_ < 0) {
-    efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (pending_) {
-      uint64_t one = 1;
-      ssize_t n = ::write(efd_, &one, sizeof(one));
-      (void)n;
-    }
-  }
-  return efd_;
+  return efd_.fd(pending_);
 }
 
 Waker& main_waker() {

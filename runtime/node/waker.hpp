@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "event_fd.hpp"
 #include "call.hpp"
 
 namespace xmesh {
@@ -31,7 +32,7 @@ class Waker {
   std::mutex mu_;
   bool pending_ = false;
   std::weak_ptr<Call> waiting_;
-  int efd_ = -1;
+  EventFd efd_;  // readable while a notify() is pending, made on first use (under mu_)
 };
 
 Waker& main_waker();

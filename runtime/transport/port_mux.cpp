@@ -36,16 +36,12 @@ PortMux::PortMux(const std::string& listen)
     : preamble_ms_(env_int("XMESH_HANDSHAKE_MS", 5000)),
       max_preambles_(static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_PORT_PREAMBLES", 128)))),
       max_handshakes_(static_cast<size_t>(std::max<int64_t>(1, env_int("XMESH_PORT_HANDSHAKES", 64)))) {
-  listen_fd_ = listening_socket(TcpEndpoint::parse(listen), &port_);
-  add_listener(listen_fd_, 0);
-  handover_sock_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);  // -1: splice only
+  listen_fd_.reset(listening_socket(TcpEndpoint::parse(listen), &port_));
+  add_listener(listen_fd_.get(), 0);
+  handover_sock_.reset(socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));  // none: splice only
 }
 
-PortMux::~PortMux() {
-  stop();
-  ::close(listen_fd_);
-  if (handover_sock_ >= 0) ::close(handover_sock_);
-}
+PortMux::~PortMux() { stop(); }  // its sockets close after (unique_fd)
 
 void PortMux::start(int agent_port) {
   agent_port_ = agent_port;
@@ -84,11 +80,11 @@ void PortMux::count(uint64_t Stats::*counter) {
 
 void PortMux::on_listener(uint64_t) {
   for (;;) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // Out of files: stop accepting for a moment rather than spin on a listener always ready.
-        remove_listener(listen_fd_);
+        remove_listener(listen_fd_.get());
         accepting_ = false;
         accept_again_ms_ = now_ms() + 100;
       }
@@ -134,7 +130,7 @@ void PortMux::on_tick(int64_t now) {
     if (!c->spliced && now > c->deadline) late.push_back(id);
   for (uint64_t id : late) close_conn(id);
   if (!accepting_ && now >= accept_again_ms_) {
-    add_listener(listen_fd_, 0);
+    add_listener(listen_fd_.get(), 0);
     accepting_ = true;
   }
 }
@@ -213,7 +209,7 @@ bool PortMux::socks_request(Conn& c) {
 // The connection goes to the proc with what it sent after its request; the proc has it before
 // the writer hears yes, so nothing the writer sends next is read here.
 bool PortMux::hand_over(Conn& c, const std::string& handover) {
-  if (handover_sock_ < 0 || !hand_over_lane(handover_sock_, c.fd[kClient], c.head, handover)) return false;
+  if (!handover_sock_ || !hand_over_lane(handover_sock_.get(), c.fd[kClient], c.head, handover)) return false;
   std::string yes = socks_reply(kSocksOk, c.target_port);
   write_some(c.fd[kClient], yes);  // 10 bytes into an empty socket buffer: taken whole
   count(&Stats::lanes_handed_over);

@@ -28,6 +28,7 @@
 #include <map>
 #include <string>
 
+#include "unique_fd.hpp"
 #include "splice.hpp"
 #include "tcp_endpoint.hpp"
 
@@ -75,8 +76,8 @@ class PortMux : private SpliceLoop {
   // closed while more than the bound are.
   void bound_handshakes(uint64_t id);
 
-  int listen_fd_ = -1;
-  int handover_sock_ = -1;  // an unbound unix datagram socket: hand-overs leave through it
+  unique_fd listen_fd_;
+  unique_fd handover_sock_;  // an unbound unix datagram socket: hand-overs leave through it
   int port_ = 0, agent_port_ = 0;
   int64_t preamble_ms_;
   bool accepting_ = true;  // false for a while when out of files

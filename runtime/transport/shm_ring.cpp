@@ -67,12 +67,12 @@ long futex_wake_bits(std::atomic<uint32_t>& word, int count, uint32_t bits) {
 
 SharedMemory SharedMemory::create(const std::string& name, size_t size) {
   SharedMemory m;
-  m.fd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (m.fd_ < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
-  if (ftruncate(m.fd_, static_cast<off_t>(size)) != 0 ||
-      fcntl(m.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+  m.fd_.reset(memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!m.fd_) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  if (ftruncate(m.fd_.get(), static_cast<off_t>(size)) != 0 ||
+      fcntl(m.fd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     throw std::runtime_error(std::string("sizing shared memory: ") + std::strerror(errno));
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_, 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_.get(), 0);
   if (p == MAP_FAILED) throw std::runtime_error(std::string("mapping shared memory: ") + std::strerror(errno));
   m.addr_ = p;
   m.size_ = size;
@@ -89,9 +89,9 @@ SharedMemory SharedMemory::attach(int fd, size_t min, size_t max, const char* wh
   if (size < min || size > max)
     throw std::runtime_error(std::string("the fd is not an ") + what + " (" + std::to_string(size) + " bytes)");
   SharedMemory m;
-  m.fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (m.fd_ < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_, 0);
+  m.fd_.reset(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!m.fd_) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_.get(), 0);
   if (p == MAP_FAILED) throw std::runtime_error(std::string("mapping an ") + what + ": " + std::strerror(errno));
   m.addr_ = p;
   m.size_ = size;
@@ -101,7 +101,7 @@ SharedMemory SharedMemory::attach(int fd, size_t min, size_t max, const char* wh
 SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
   if (this != &o) {
     this->~SharedMemory();
-    fd_ = std::exchange(o.fd_, -1);
+    fd_ = std::move(o.fd_);
     addr_ = std::exchange(o.addr_, nullptr);
     size_ = std::exchange(o.size_, 0);
   }
@@ -114,10 +114,7 @@ SharedMemory::~SharedMemory() {
   addr_ = nullptr;
 }
 
-void SharedMemory::drop_fd() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+void SharedMemory::drop_fd() { fd_.reset(); }
 
 struct ShmRing::Header {
   uint64_t magic;

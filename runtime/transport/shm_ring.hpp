@@ -26,6 +26,8 @@
 #include <string>
 #include <string_view>
 
+#include "unique_fd.hpp"
+
 namespace xmesh {
 
 // SharedMemory: one sealed memfd mapped shared (a ring, a doorbell): owns the fd and the
@@ -45,14 +47,14 @@ class SharedMemory {
   SharedMemory& operator=(const SharedMemory&) = delete;
   ~SharedMemory();
 
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   // Closes the fd, keeping the mapping (once the other side has its own: no fd per link).
   void drop_fd();
   void* addr() const { return addr_; }
   size_t size() const { return size_; }
 
  private:
-  int fd_ = -1;
+  unique_fd fd_;
   void* addr_ = nullptr;
   size_t size_ = 0;
 };
