@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "spin.hpp"
+#include "unique_fd.hpp"
 #include <stdexcept>
 
 namespace xmesh {
@@ -181,20 +182,19 @@ bool read_file(const std::string& path, std::string& out) {
 
 void write_file_atomic(const std::string& path, const std::string& data, unsigned mode) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+  unique_fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+  if (!fd) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
   size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    ssize_t n = write(fd.get(), data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      close(fd);
       throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
     }
     off += static_cast<size_t>(n);
   }
-  fchmod(fd, mode);
-  close(fd);
+  fchmod(fd.get(), mode);
+  fd.reset();
   if (rename(tmp.c_str(), path.c_str()) != 0)
     throw std::runtime_error("cannot rename " + tmp + ": " + std::strerror(errno));
 }

@@ -1,5 +1,7 @@
 #include "tcp_endpoint.hpp"
 
+#include "unique_fd.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -106,15 +108,14 @@ std::optional<int> try_bind(const std::string& host, int port) {
   sockaddr_storage ss;
   socklen_t len = 0;
   if (!socket_address(host, port, ss, len)) return std::nullopt;  // a name: the caller listens on an address
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
+  unique_fd fd(socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return std::nullopt;
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  std::optional<int> got;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-    got = port_of(ss);
-  close(fd);
-  return got;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) == 0 &&
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+    return port_of(ss);
+  return std::nullopt;
 }
 }  // namespace
 
@@ -123,18 +124,15 @@ int listening_socket(const TcpEndpoint& at, int* bound_port) {
   socklen_t len = 0;
   if (!socket_address(at.host, at.port, ss, len))
     throw std::runtime_error("cannot listen on " + at.str() + ": not an IP address");
-  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("cannot listen on " + at.str() + ": " + std::strerror(errno));
+  unique_fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) throw std::runtime_error("cannot listen on " + at.str() + ": " + std::strerror(errno));
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, 512) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
-    std::string why = std::strerror(errno);
-    ::close(fd);
-    throw std::runtime_error("cannot listen on " + at.str() + ": " + why);
-  }
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd.get(), 512) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    throw std::runtime_error("cannot listen on " + at.str() + ": " + std::strerror(errno));
   if (bound_port) *bound_port = port_of(ss);
-  return fd;
+  return fd.release();
 }
 
 int connecting_socket(const TcpEndpoint& to) {
@@ -142,14 +140,11 @@ int connecting_socket(const TcpEndpoint& to) {
   socklen_t len = 0;
   if (!socket_address(to.host, to.port, ss, len))
     throw std::runtime_error("cannot connect to " + to.str() + ": not an IP address");
-  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("cannot connect to " + to.str() + ": " + std::strerror(errno));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
-    std::string why = std::strerror(errno);
-    ::close(fd);
-    throw std::runtime_error("cannot connect to " + to.str() + ": " + why);
-  }
-  return fd;
+  unique_fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) throw std::runtime_error("cannot connect to " + to.str() + ": " + std::strerror(errno));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS)
+    throw std::runtime_error("cannot connect to " + to.str() + ": " + std::strerror(errno));
+  return fd.release();
 }
 
 std::optional<int> free_tcp_port(const std::string& host, int first, int last, const std::set<int>& taken) {
