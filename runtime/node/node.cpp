@@ -433,7 +433,7 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::CastLost)] = [this](Message& m) { on_cast_lost(m); };
   handlers_[static_cast<int>(Kind::RingBroken)] = [this](Message& m) { on_ring_broken(m); };
   // The link upgrades' own messages (rings, lanes): the transport's, dispatched here in order.
-  for (Kind k : Transport::link_message_kinds())
+  for (Kind k : transport_.link_message_kinds())
     handlers_[static_cast<int>(k)] = [this](Message& m) { transport_.on_link_message(m); };
   handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
     if (!supervision_.heartbeat_acked(m.sender_addr, m.header.incarnation))

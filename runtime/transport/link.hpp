@@ -112,6 +112,7 @@ class LinkUpgrade {
   void close();  // the peer's connection closes: the writer too
 
   LinkWriter* writer() const { return writer_.get(); }
+  const std::shared_ptr<LinkWriter>& made() const { return writer_; }  // to hand to its kind's answered()
   int breaks() const { return breaks_; }
   bool up() const { return up_.load(std::memory_order_relaxed); }  // active: any thread (stats)
   // The writer, from any thread (a dead peer's sender waiting in it is interrupted).

@@ -203,7 +203,7 @@ class Transport {
   // answered, an answer arms the link (its next message switches), a switch starts reading it.
   // False for a message of another kind.
   bool on_link_message(const Message& m);
-  static const std::vector<Kind>& link_message_kinds();
+  std::vector<Kind> link_message_kinds() const;  // the link kinds' own, from their specs
   // A link that does not number its messages (a shared-memory ring) broke under a send: this
   // node found it closed while writing (its reader gave it up) or its positions not adding up;
   // whatever it held unread is lost.

@@ -25,9 +25,9 @@ uint32_t wake_bits_for(Kind kind) {
 }
 }  // namespace
 
-const std::vector<Kind>& Transport::link_message_kinds() {
-  static const std::vector<Kind> kinds{Kind::RingOffer, Kind::RingAccept, Kind::RingSwitch,
-                                       Kind::LaneAsk,   Kind::LaneOffer,  Kind::LaneSwitch};
+std::vector<Kind> Transport::link_message_kinds() const {
+  std::vector<Kind> kinds;
+  for (auto& kind : kinds_) kinds.insert(kinds.end(), {kind->spec().propose, kind->spec().answer, kind->spec().take});
   return kinds;
 }
 
@@ -82,7 +82,7 @@ void Transport::take_answer(size_t i, const Message& m) {
   LinkUpgrade& up = p->links[i];
   if (up.state() != LinkUpgrade::State::proposed) return;
   std::string why;
-  auto writer = kinds_[i]->answered(up.writer_for_interrupt(), m.header.body, &why);
+  auto writer = kinds_[i]->answered(up.made(), m.header.body, &why);
   if (writer) {
     up.armed(std::move(writer));
   } else if (!why.empty()) {

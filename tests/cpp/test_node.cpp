@@ -175,6 +175,26 @@ TEST_CASE("a typed body goes as a message of its own kind", "[node]") {
                 BufferLeaseBody::kind == Kind::BufferLease);
 }
 
+// A link upgrade's message whose body does not read (a peer's garbage) is dropped and counted;
+// the pair goes on over ZeroMQ.
+TEST_CASE("a malformed link proposal is counted and dropped, and the node goes on", "[node]") {
+  NodePair n("badlink");
+  const uint64_t before = n.b.stats().malformed;
+  Header offer;
+  offer.kind = Kind::RingOffer;
+  offer.body = {{"pid", "not a pid"}};
+  n.a.send(n.b.addr(), offer, {});
+  Header ask;
+  ask.kind = Kind::LaneOffer;  // an answer to a proposal never made: ignored
+  ask.body = {{"ok", 7}};
+  n.a.send(n.b.addr(), ask, {});
+  Header h;
+  h.kind = Kind::Configure;
+  n.a.send(n.b.addr(), h, {});
+  REQUIRE(n.b.control().pop(5000));  // what came after is dispatched
+  CHECK(n.b.stats().malformed == before + 1);
+}
+
 TEST_CASE("a call to an unknown actor fails with a clear error", "[node]") {
   setenv("XMESH_ACTOR_WAIT_MS", "200", 1);
   NodePair n("2");
