@@ -211,10 +211,10 @@ class AgentClient:
         """Sends one request (body: a typed body of xmesh._core, or {}) and returns the reply
         body; raises HostdError (carrying the error body) or RuntimeError naming the problem."""
         answers = request(get_runtime().node, [self.addr], kind, body, timeout=timeout,
-                          description=f"{Kind(kind).name} request to the host agent")
+                          description=f"{kind.name} request to the host agent")
         if not answers:
             raise RuntimeError(f"the host agent at {self.addr} did not answer a "
-                               f"{Kind(kind).name} request within {timeout:.0f} s")
+                               f"{kind.name} request within {timeout:.0f} s")
         ok, reply, _ = answers[0]
         if not ok:
             raise HostdError(read_error(reply).text or "the host agent refused the request", reply)

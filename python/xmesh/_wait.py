@@ -26,6 +26,8 @@ WakeHook = Callable[[str], None]
 InterruptHook = Callable[[Any], None]
 Call = Any   # xmesh._core.Call (the pybind11 module has no stubs)
 Node = Any   # xmesh._core.Node
+# A request's body: a dict of its fields, or a bound body of its kind (xmesh._core.*Body).
+RequestBody = Any
 Answers = Dict[int, Tuple[bool, dict, list]]
 
 _output_hooks: List[Callable[[], None]] = []
@@ -239,7 +241,7 @@ class Request:
     for them through the one wait (without the debugger's prompt). Several Requests sent
     before their answers are awaited run concurrently."""
 
-    def __init__(self, node: Node, addrs: Sequence[str], kind: int, body: Optional[dict] = None, actor: str = ""):
+    def __init__(self, node: Node, addrs: Sequence[str], kind: _core.Kind, body: RequestBody = None, actor: str = ""):
         self._node = node
         self._call = node.call([(a, actor) for a in addrs], int(kind), "", body or {}, None, True)
 
@@ -266,7 +268,7 @@ class Request:
         return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
 
 
-def request(node: Node, addrs: Sequence[str], kind: int, body: Optional[dict] = None, *, timeout: Optional[float],
+def request(node: Node, addrs: Sequence[str], kind: _core.Kind, body: RequestBody = None, *, timeout: Optional[float],
             description: str, actor: str = "") -> Answers:
     """Request(...).answers(...): the answers by target index; those not in time are absent."""
     return Request(node, addrs, kind, body, actor).answers(timeout, description)
