@@ -229,7 +229,7 @@ std::vector<RefuseBody> Transport::tidy() {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!gone_addrs_.empty()) forget_gone_peers();
-    verdicts_due = !handshaking_.empty();
+    verdicts_due = !handshaking_.empty() || !refusals_.empty();
   }
   auto refused = verdicts_due ? handshake_verdicts() : std::vector<RefuseBody>{};
   send_due_acks();

@@ -307,6 +307,14 @@ class Transport {
   zmq::socket_t* receive_parts(std::vector<zmq::message_t>& parts);
   std::shared_ptr<OutPeer> out_peer(const std::string& addr);
   void send_hello_locked(OutPeer& p, zmq::send_flags flags);
+  // Sends a message's first frame. A blocking send to a peer whose first handshake has not
+  // ended waits in short slices and polls the handshake's watch between them: a refused
+  // DEALER has no pipe, so a plain blocking send would wait out the send timeout holding the
+  // peer's lock, and the refusal would be said as a timeout. Throws SendError naming a refusal.
+  bool send_first_frame_locked(OutPeer& p, zmq::message_t& m, zmq::send_flags flags);
+  // Throws SendError naming why if p's watch says the peer refused this node (then p is closed
+  // and the refusal queued for the node, as the I/O thread's handshake_verdicts would have).
+  void throw_if_refused_locked(OutPeer& p);
   // Hello, then (TCP) every unacknowledged message again, in order. Throws SendError when the
   // peer cannot take them now (hello_due stays set: the next send or tick tries again).
   void resume_locked(OutPeer& p, zmq::send_flags flags);
@@ -442,6 +450,7 @@ class Transport {
   mutable std::mutex mu_;  // guards the tables below (innermost: see the lock rules above)
   std::unordered_map<std::string, std::shared_ptr<OutPeer>> out_;
   std::vector<std::weak_ptr<OutPeer>> handshaking_;  // out peers whose first handshake is pending
+  std::vector<RefuseBody> refusals_;  // refusals a sender found (throw_if_refused_locked), for tidy()
   std::vector<std::weak_ptr<OutPeer>> reconnecting_;  // TCP out peers watched for new connections
   // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
   // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated

@@ -136,7 +136,34 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   h.body = hello;
   auto bytes = encode_header(h);
   zmq::message_t m(bytes.data(), bytes.size());
-  if (!p.sock->send(m, flags)) throw SendError("sending to " + p.addr + " would block or timed out (hello)");
+  if (!send_first_frame_locked(p, m, flags))
+    throw SendError("sending to " + p.addr + " would block or timed out (hello)");
+}
+
+bool Transport::send_first_frame_locked(OutPeer& p, zmq::message_t& m, zmq::send_flags flags) {
+  const bool waits = (flags & zmq::send_flags::dontwait) == zmq::send_flags::none;
+  if (!waits || !p.watch || p.handshaken) return p.sock->send(m, flags).has_value();
+  const int64_t deadline = now_ms() + send_timeout_ms_;
+  for (;;) {
+    if (p.sock->send(m, flags | zmq::send_flags::dontwait)) return true;
+    throw_if_refused_locked(p);
+    const int64_t left = deadline - now_ms();
+    if (left <= 0) return false;
+    zmq::pollitem_t item{p.sock->handle(), 0, ZMQ_POLLOUT, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(std::min<int64_t>(left, 20)));
+  }
+}
+
+void Transport::throw_if_refused_locked(OutPeer& p) {
+  std::string why;
+  if (!p.watch || p.watch->poll(&why) != HandshakeWatch::State::Refused) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    refusals_.push_back(RefuseBody{why, p.addr, ""});
+  }
+  p.sock->set(zmq::sockopt::linger, 0);
+  close_peer_locked(p);
+  throw SendError(why);
 }
 
 void Transport::resume_locked(OutPeer& p, zmq::send_flags flags) {
@@ -156,7 +183,7 @@ void Transport::send_frames_locked(OutPeer& p, const std::vector<uint8_t>& heade
                                    zmq::send_flags flags, bool blocking) {
   try {
     zmq::message_t hm(header.data(), header.size());
-    if (!p.sock->send(hm, frames.empty() ? flags : zmq::send_flags::sndmore | flags))
+    if (!send_first_frame_locked(p, hm, frames.empty() ? flags : zmq::send_flags::sndmore | flags))
       throw SendError(blocking ? "sending to " + p.addr + " timed out after " + std::to_string(send_timeout_ms_) +
                                      " ms (peer not reading)"
                                : "sending to " + p.addr + " would block (the link is down or the peer not reading)",
@@ -393,19 +420,26 @@ void Transport::tend_tcp_links() {
 }
 
 // Polls the watches of out peers whose first handshake has not ended (a peer's mutex is never
-// taken under mu_); a refusal also closes that connection, so libzmq stops retrying it.
+// taken under mu_); a refusal also closes that connection, so libzmq stops retrying it. A peer
+// busy in a send is left to its sender, which polls the watch while its send waits; the
+// refusals senders found come with the I/O thread's own.
 std::vector<RefuseBody> Transport::handshake_verdicts() {
   std::vector<std::weak_ptr<OutPeer>> watching;
+  std::vector<RefuseBody> refused;
   {
     std::lock_guard<std::mutex> g(mu_);
     watching.swap(handshaking_);
+    refused.swap(refusals_);
   }
-  std::vector<RefuseBody> refused;
   std::vector<std::weak_ptr<OutPeer>> pending, reconnects;
   for (auto& w : watching) {
     auto p = w.lock();
     if (!p) continue;
-    std::lock_guard<std::mutex> g(p->mu);
+    std::unique_lock<std::mutex> g(p->mu, std::try_to_lock);  // the I/O thread never waits for a sender
+    if (!g.owns_lock()) {
+      pending.push_back(w);
+      continue;
+    }
     if (!p->watch) continue;
     std::string why;
     auto state = p->watch->poll(&why);

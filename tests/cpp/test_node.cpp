@@ -768,6 +768,47 @@ TEST_CASE("a TCP peer with another key, no key, or the key and a wrong cookie is
   CHECK_FALSE(nothing);  // nothing of theirs was dispatched
 }
 
+// A refused DEALER has no pipe: a send that waits would wait out the send timeout (holding the
+// peer's lock, so the I/O thread could not read the verdict either). No I/O thread runs here:
+// what the sender finds itself is all there is until tidy().
+TEST_CASE("a send that waits on a peer that refused this node fails at once with the refusal, not a timeout",
+          "[node][security][tcp]") {
+  KeyDir keys;
+  Node b("proc", "tcp://127.0.0.1:*", "k", keys.make("cluster.key"));
+  b.start();
+  Transport t("controller", "tcp://127.0.0.1:*", "k");  // no key file
+  t.cookies().present_by_default("k");
+  auto send = [&] {
+    Header h;
+    h.kind = Kind::Configure;
+    std::vector<zmq::message_t> none;
+    t.send(b.addr(), h, none, /*blocking=*/true);
+  };
+  send();  // a new connection's pipe takes it before the handshake fails
+  std::string said;
+  // The failed handshake ends the connection (a mechanism mismatch) or is retried (the server
+  // closed first): sends go on until one meets a closed pipe, or a few seconds passed.
+  for (int i = 0; i < 40 && said.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      send();
+    } catch (const SendError& e) {
+      said = e.what();
+    }
+  }
+  auto verdicts = t.tidy();
+  if (!said.empty()) {
+    CHECK_THAT(said, Catch::Contains("one side has a key file and the other not") ||
+                         Catch::Contains("(or one holds none)"));
+    REQUIRE(verdicts.size() == 1);  // the sender found the refusal: the node hears it too
+    CHECK(verdicts[0].addr == b.addr());
+    CHECK(verdicts[0].reason == said);
+  } else {
+    REQUIRE(verdicts.size() == 1);  // never closed under a send: the watch holds the verdict
+    CHECK(verdicts[0].addr == b.addr());
+  }
+}
+
 TEST_CASE("a node listens on a non-loopback TCP address only with a key file", "[node][security][tcp]") {
   CHECK_THROWS_WITH(Node("hostd", "tcp://0.0.0.0:*", "k"), Catch::Contains("without a key file"));
   KeyDir keys;
