@@ -82,7 +82,7 @@ def table(title, sizes, results):
 
 def this_host(sizes, rounds, reps):
     import xmesh
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     t0 = time.perf_counter()
     pm = xmesh.this_host().spawn_procs({"gpus": max(sizes)})
@@ -101,7 +101,7 @@ def namespace_hosts(sizes, rounds, reps):
     from netns_hosts import NetnsHosts, unavailable
     from tcp_hosts import start_agents
     from xmesh import _core
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     why = unavailable()
     if why:

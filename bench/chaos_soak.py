@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 import xmesh  # noqa: E402
 from xmesh import _core  # noqa: E402
-from xmesh._pids import running_agent_pid  # noqa: E402
+from xmesh._base.pids import running_agent_pid  # noqa: E402
 from netns_hosts import NetnsHosts, unavailable  # noqa: E402
 
 ROUND_LIMIT_S = 60.0  # a call not answered by then is hung (chaos pauses last 4 s at most)
@@ -91,7 +91,7 @@ def workers_left() -> list:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if "xmesh._worker" in cmd and "--fork-server" not in cmd and state != "Z":
+        if "xmesh._proc.worker" in cmd and "--fork-server" not in cmd and state != "Z":
             out.append(int(p))
     return out
 

@@ -33,7 +33,9 @@ import pexpect  # noqa: E402
 import bench_actors  # noqa: E402
 from actor_rtt import timed_us  # noqa: E402
 from bench_stats import samples_row  # noqa: E402
-from xmesh import _debug, _debug_io, this_host, this_proc  # noqa: E402
+from xmesh import this_host, this_proc
+from xmesh._debug import controller as _debug
+from xmesh._debug import io as _debug_io  # noqa: E402
 
 RANKS = 16
 PYTHON = "/usr/bin/python3"

@@ -143,7 +143,7 @@ def xmesh_mesh():
 
 
 def xmesh_flood(mesh, n, mode):
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     logs = get_runtime().logs
     before = logs.router.stats()["lines"]
@@ -159,7 +159,7 @@ def xmesh_flood(mesh, n, mode):
 
 
 def xmesh_latency(mesh, k, gap):
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     with CapturedDisplay(get_runtime().logs) as shown:
         mesh.stamped.call(k, gap).get()

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 import xmesh
-from xmesh._hostd import agent
+from xmesh._runtime.agents import agent
 
 
 def make_tree(root, small, big):
@@ -145,7 +145,7 @@ def main():
     for label, content, per_host, rep in received[-2:] + received[:1]:
         print(f"    {label}: content {content} B; received {per_host}")
     # This controller goes first (so it does not report the agents going quiet), then the agents.
-    from xmesh._runtime import runtime_if_started
+    from xmesh._runtime.process import runtime_if_started
 
     if runtime_if_started() is not None:
         runtime_if_started().shutdown()

@@ -16,7 +16,7 @@ import threading
 import time
 
 import xmesh
-from xmesh._hostd import agent
+from xmesh._runtime.agents import agent
 
 
 def make_tree(root: str, files: int, per_dir: int) -> None:
@@ -129,7 +129,7 @@ def main() -> None:
     print(f"xmesh no-op sync:   {noop_s:7.2f} s")
     print(f"xmesh no-op sync after a file of the host copy was rewritten: {check_s:.2f} s, agent RSS "
           f"{check_before / 1024:.0f} -> peak {check_peak / 1024:.0f} MiB (the copy checked against its manifest)")
-    from xmesh._runtime import runtime_if_started
+    from xmesh._runtime.process import runtime_if_started
 
     if runtime_if_started() is not None:
         runtime_if_started().shutdown()

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from xmesh import _core
-from xmesh._runtime import Kind
+from xmesh._runtime.process import Kind
 
 
 def pair(kind: str, rundir: str, key_file: str):

@@ -34,7 +34,7 @@ class XmeshDebugger : public xeus::xdebugger {
       std::vector<int> lines;
       for (const auto& b : args.value("breakpoints", nl::json::array())) lines.push_back(b.value("line", 0));
       py::gil_scoped_acquire gil;
-      py::module_::import("xmesh._kernel").attr("note_breakpoints")(path, lines);
+      py::module_::import("xmesh._kernel.interpreter").attr("note_breakpoints")(path, lines);
     } catch (const std::exception&) {
       // a malformed request is the debugger's to answer; telling the user is best effort
     }

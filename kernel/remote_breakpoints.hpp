@@ -1,7 +1,7 @@
 // JupyterLab's visual debugger drives debugpy inside the kernel, but an endpoint runs on the
 // procs: a gutter breakpoint inside an endpoint would be accepted and never fire. This wraps
 // xeus-python's debugger (a decorator of xeus::xdebugger): every request goes to it unchanged,
-// and the breakpoints a front end sets are passed on to xmesh (python/xmesh/_kernel.py
+// and the breakpoints a front end sets are passed on to xmesh (python/xmesh/_kernel/interpreter.py
 // note_breakpoints), which tells the user, once, when one lies in an endpoint.
 #pragma once
 #include <memory>

@@ -1,4 +1,4 @@
-// Input through the Jupyter stdin channel for the debugger prompt (python/xmesh/_debug.py),
+// Input through the Jupyter stdin channel for the debugger prompt (python/xmesh/_debug/controller.py),
 // as the embedded module `xmesh_kernel_stdin`. Unlike xeus-python's input(), it waits without
 // the GIL (the runtime's Python threads go on: supervision, debug events), and an interrupt
 // while it waits becomes KeyboardInterrupt (xeus 2.4's blocking recv surfaces SIGINT as a

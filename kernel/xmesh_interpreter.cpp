@@ -17,7 +17,7 @@ XmeshInterpreter::~XmeshInterpreter() {
 void XmeshInterpreter::configure_impl() {
   xpyt::interpreter::configure_impl();
   py::gil_scoped_acquire acquire;
-  hooks_ = py::module::import("xmesh._kernel");
+  hooks_ = py::module::import("xmesh._kernel.interpreter");
   hooks_.attr("setup")(m_ipython_shell);
   set_idle_interrupt_handler([this] {
     py::gil_scoped_acquire gil;

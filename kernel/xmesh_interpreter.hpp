@@ -1,5 +1,5 @@
 // The xmesh kernel's interpreter: xeus-python's IPython-based interpreter with the xmesh
-// runtime wired in (python/xmesh/_kernel.py does the Python side).
+// runtime wired in (python/xmesh/_kernel/interpreter.py does the Python side).
 #pragma once
 #include "history_manager.hpp"
 #include "xeus-python/xinterpreter.hpp"
@@ -20,11 +20,11 @@ class XmeshInterpreter : public xpyt::interpreter {
 
  private:
   void record_history_output(int execution_count);
-  void call_hook(const char* name, const std::string& arg);  // a function of xmesh._kernel
+  void call_hook(const char* name, const std::string& arg);  // a function of xmesh._kernel.interpreter
   void begin_cell(bool allow_stdin);
 
   HistoryManager& history_;
-  py::object hooks_;  // the xmesh._kernel module
+  py::object hooks_;  // the xmesh._kernel.interpreter module
 };
 
 }  // namespace xmesh::kernel

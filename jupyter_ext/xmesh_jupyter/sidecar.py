@@ -1,4 +1,4 @@
-"""The process that reads xmesh for the server: `python -m xmesh._panel_sidecar` under the
+"""The process that reads xmesh for the server: `python -m xmesh._panel.sidecar` under the
 Python that has xmesh (XMESH_PANEL_PYTHON, default Debian's /usr/bin/python3), speaking JSON
 lines on its standard input and output. One request at a time; one that takes longer than
 REQUEST_TIMEOUT_S ends the sidecar (the next request starts a new one), so a stuck agent never
@@ -22,7 +22,7 @@ class Sidecar:
     async def _started(self) -> asyncio.subprocess.Process:
         if self._proc is None or self._proc.returncode is not None:
             self._proc = await asyncio.create_subprocess_exec(
-                self.python, "-m", "xmesh._panel_sidecar", stdin=asyncio.subprocess.PIPE,
+                self.python, "-m", "xmesh._panel.sidecar", stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=None, limit=MAX_ANSWER_BYTES)
         return self._proc
 
@@ -32,7 +32,7 @@ class Sidecar:
             try:
                 proc = await self._started()
             except OSError as e:
-                return {"error": f"the xmesh sidecar cannot start ({self.python} -m xmesh._panel_sidecar): {e}"}
+                return {"error": f"the xmesh sidecar cannot start ({self.python} -m xmesh._panel.sidecar): {e}"}
             assert proc.stdin is not None and proc.stdout is not None
             try:
                 proc.stdin.write((json.dumps(msg) + "\n").encode())

@@ -32,8 +32,8 @@ from xmesh import (  # noqa: F401
     this_host,
     this_proc,
 )
-from xmesh._errors import MeshFailure, SupervisionError  # noqa: F401
-from xmesh._runtime import report_fault, set_unhandled_fault_hook
+from xmesh._base.errors import MeshFailure, SupervisionError  # noqa: F401
+from xmesh._runtime.process import report_fault, set_unhandled_fault_hook
 
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",

@@ -47,7 +47,7 @@ void bind_output_tracker(py::module_& m) {
     return py::make_tuple(r->time, r->stream, r->partial, decode_text(r->actor), decode_text(r->text));
   }, py::arg("line"));
 
-  // The proc's output tracker (runtime/output/output_marker.hpp), see _proc_output.py.
+  // The proc's output tracker (runtime/output/output_marker.hpp), see _output/capture.py.
   m.def("output_tracking_enable", []() { output_tracker().enable(); });
   m.def("output_begin", [](const std::string& cell, const std::string& actor) {
     return output_tracker().begin({cell, actor});
@@ -74,7 +74,7 @@ void bind_output_tracker(py::module_& m) {
 
 }
 
-// The controller's router of Log messages (runtime/output/log_router.hpp), see _logs.py.
+// The controller's router of Log messages (runtime/output/log_router.hpp), see _output/logs.py.
 void bind_log_router(py::module_& m) {
   py::class_<LogRouter, std::shared_ptr<LogRouter>>(m, "LogRouter")
       .def(py::init([](Node& node) { return std::make_shared<LogRouter>(node.logs()); }), py::keep_alive<1, 2>())

@@ -28,7 +28,7 @@ void bind_protocol(py::module_& m) {
 #include "errors.def"
 #undef XMESH_ERROR
     return out;
-  }, "The error kinds of runtime/protocol/errors.def as (name, wire name): xmesh._protocol.ErrorKind.");
+  }, "The error kinds of runtime/protocol/errors.def as (name, wire name): xmesh._base.protocol.ErrorKind.");
 }
 
 // Received messages: payload frames (buffer protocol, no copy), Message, Inbox.

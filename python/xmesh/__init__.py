@@ -6,21 +6,23 @@
 """
 from . import _core
 # The composition root: these register themselves with the runtime (python/README.md, layers).
-from . import _actor_host, _debug_remote, _panel  # noqa: F401
-from ._controllers import get_or_spawn_controller
-from ._actor import Accumulator, Actor, ActorMesh, Endpoint, as_endpoint, concurrent_endpoint, endpoint, send
-from ._context import current_rank, current_size
-from ._debug import debug
-from ._errors import ActorError, SupervisionError, TakenOverError
-from ._future import Future, returns_future
-from ._instance import Context, Instance, context, current_actor_name
-from ._jobs import JobError, SlurmJob, SSHJob
-from ._named import allocations
-from ._ports import Channel, Port, PortReceiver, RankedPortReceiver
-from ._proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, shutdown_context, this_host, this_proc
-from ._shape import Extent, Point
-from ._value_mesh import ValueMesh
-from ._workspace import SyncReport, Workspace
+from ._proc import actor_host  # noqa: F401
+from ._debug import remote  # noqa: F401
+from ._panel import view  # noqa: F401
+from ._api.controllers import get_or_spawn_controller
+from ._api.actor import Accumulator, Actor, ActorMesh, Endpoint, as_endpoint, concurrent_endpoint, endpoint, send
+from ._base.context import current_rank, current_size
+from ._debug.controller import debug
+from ._base.errors import ActorError, SupervisionError, TakenOverError
+from ._api.future import Future, returns_future
+from ._api.instance import Context, Instance, context, current_actor_name
+from ._jobs.job import JobError, SlurmJob, SSHJob
+from ._api.named import allocations
+from ._api.ports import Channel, Port, PortReceiver, RankedPortReceiver
+from ._api.proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, shutdown_context, this_host, this_proc
+from ._base.shape import Extent, Point
+from ._base.value_mesh import ValueMesh
+from ._workspace.sync import SyncReport, Workspace
 
 __version__ = _core.version()
 

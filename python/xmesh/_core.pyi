@@ -2239,7 +2239,7 @@ def ensure_private_dir(arg0: str) -> None:
     """
 def error_kinds() -> list[tuple[str, str]]:
     """
-    The error kinds of runtime/protocol/errors.def as (name, wire name): xmesh._protocol.ErrorKind.
+    The error kinds of runtime/protocol/errors.def as (name, wire name): xmesh._base.protocol.ErrorKind.
     """
 def format_bytes(n: int) -> str:
     """

@@ -6,13 +6,13 @@ import signal
 import sys
 import time
 
-from ._shape import format_coords
+from ._base.shape import format_coords
 
 
 def _tcp_agents(args) -> list:
     """The locators (tcp://host:port) of the agents over TCP a command names with --host,
     connected with the cluster's key (--key-file, default $XMESH_KEY_FILE)."""
-    from ._proc_mesh import hosts
+    from ._api.proc_mesh import hosts
 
     if not args.host:
         return []
@@ -31,7 +31,7 @@ def _local_dirs(args) -> list:
 
 
 def _status(args):
-    from ._hostd import agent
+    from ._runtime.agents import agent
 
     targets = _tcp_agents(args) + ([args.runtime_dir] if args.runtime_dir or not args.host else [])
     for i, target in enumerate(targets):
@@ -68,7 +68,7 @@ def _print_status(st, as_json: bool) -> None:
 
 def _shutdown(args):
     from . import _core
-    from ._pids import pid_alive, running_agent_pid
+    from ._base.pids import pid_alive, running_agent_pid
 
     rundir = os.path.abspath(args.runtime_dir or _core.runtime_dir())
     pid = running_agent_pid(rundir)
@@ -91,7 +91,7 @@ def _shutdown(args):
 
 def _agent_running(runtime_dir):
     from . import _core
-    from ._pids import running_agent_pid
+    from ._base.pids import running_agent_pid
 
     return running_agent_pid(os.path.abspath(runtime_dir or _core.runtime_dir())) is not None
 
@@ -105,8 +105,8 @@ def _format_age(seconds):
 
 
 def _ls(args):
-    from ._jobs import job_rows
-    from ._named import allocations
+    from ._jobs.job import job_rows
+    from ._api.named import allocations
 
     targets = _tcp_agents(args) + _local_dirs(args)
     rows = allocations(targets) if targets else []
@@ -146,8 +146,8 @@ def _print_jobs(jobs: list) -> None:
 
 
 def _stop(args):
-    from ._jobs import JobError, stop_job
-    from ._named import stop_named
+    from ._jobs.job import JobError, stop_job
+    from ._api.named import stop_named
 
     try:
         released = stop_job(args.name, args.state_dir)
@@ -172,8 +172,8 @@ def _attach(args):
 
     import xmesh
 
-    from ._jobs import job_rows, saved_job
-    from ._named import allocations
+    from ._jobs.job import job_rows, saved_job
+    from ._api.named import allocations
 
     job = saved_job(args.name, args.state_dir).attach()
     hosts = job.host_mesh
@@ -218,8 +218,9 @@ def _log_losses(agent_of, logdir) -> list:
 def _log_sources(args) -> list:
     """(the newest log directory of args.name, its agent getter) on each host asked: runtime
     directories here, and hosts over TCP (--host, read through their agents)."""
-    from . import _core, _logfiles
-    from ._hostd import agent
+    from . import _core
+    from ._output import logfiles as _logfiles
+    from ._runtime.agents import agent
 
     found = []
     for loc in _tcp_agents(args):
@@ -236,7 +237,7 @@ def _log_sources(args) -> list:
 
 
 def _logs(args):
-    from . import _logfiles
+    from ._output import logfiles as _logfiles
 
     found = _log_sources(args)
     if not found:
@@ -272,7 +273,8 @@ def _logs(args):
 
 
 def _debug(args):
-    from . import _core, _debug_remote
+    from . import _core
+    from ._debug import remote as _debug_remote
 
     rundir = _own_runtime_dir(args.runtime_dir or _core.runtime_dir())
     live = _debug_remote.live_controllers(rundir)
@@ -281,7 +283,7 @@ def _debug(args):
         if pid not in live:
             raise RuntimeError(f"pid {pid} is no xmesh program or kernel with a debugger under {rundir}")
     elif args.name:
-        from ._named import allocations
+        from ._api.named import allocations
 
         # Its agents may be elsewhere (--host); its controller, whose debugger this reaches, runs here.
         targets = _tcp_agents(args) + ([rundir] if _agent_running(rundir) else [])
@@ -306,10 +308,10 @@ def _debug(args):
 
 
 def _sync(args):
-    from . import _workspace
-    from ._hostd import agent
-    from ._named import allocations
-    from ._runtime import get_runtime
+    from ._workspace import sync as _workspace
+    from ._runtime.agents import agent
+    from ._api.named import allocations
+    from ._runtime.process import get_runtime
 
     targets = _tcp_agents(args) + _local_dirs(args)
     named = {a["name"]: a for a in allocations(targets)} if targets else {}
@@ -355,7 +357,7 @@ def _sync(args):
 
 
 def _run(args):
-    from ._run_notebook import run_notebook
+    from ._kernel.run_notebook import run_notebook
 
     code, _ = run_notebook(args.notebook, args.output, timeout=args.timeout, kernel_name=args.kernel,
                            quiet=args.quiet)
@@ -377,7 +379,7 @@ def _host_arguments(p) -> None:
 
 
 def _workspace_default_limit():
-    from ._workspace import DEFAULT_MAX_FILE_SIZE
+    from ._workspace.sync import DEFAULT_MAX_FILE_SIZE
 
     return DEFAULT_MAX_FILE_SIZE
 

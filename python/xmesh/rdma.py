@@ -21,10 +21,10 @@ import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
-from ._errors import SupervisionError
-from ._future import Done, Future
-from ._protocol import ErrorKind, error_kind, read_error
-from ._runtime import Kind, get_runtime
+from ._base.errors import SupervisionError
+from ._api.future import Done, Future
+from ._base.protocol import ErrorKind, error_kind, read_error
+from ._runtime.process import Kind, get_runtime
 
 __all__ = [
     "RDMAAction", "RDMABuffer", "RDMAError", "RDMAReadTransferWarning", "RDMATcpFallbackWarning",

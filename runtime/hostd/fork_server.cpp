@@ -70,7 +70,7 @@ ForkServer::ForkServer(const std::string& python, const std::map<std::string, st
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
   unique_fd mine(sv[0]), theirs(sv[1]);  // theirs: the server's fd 3, closed here once it has it
-  pid_ = spawn_with_channel({python, "-m", "xmesh._worker", "--fork-server"}, import_env(env), cwd, theirs.get());
+  pid_ = spawn_with_channel({python, "-m", "xmesh._proc.worker", "--fork-server"}, import_env(env), cwd, theirs.get());
   sock_ = std::move(mine);
   timeval tv{kAnswerTimeoutS, 0};
   setsockopt(sock_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -129,7 +129,7 @@ SpawnedProc ForkServer::spawn(const std::map<std::string, std::string>& env, con
 bool ForkServers::serves(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   auto off = env.find("XMESH_FORK_SERVER");
   if (off != env.end() && off->second == "0") return false;
-  return argv.size() == 3 && argv[1] == "-m" && argv[2] == "xmesh._worker";
+  return argv.size() == 3 && argv[1] == "-m" && argv[2] == "xmesh._proc.worker";
 }
 
 SpawnedProc ForkServers::spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& shared_env,

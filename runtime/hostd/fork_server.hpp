@@ -1,6 +1,6 @@
 // The host agent's fork servers (issue 23): a proc whose command line is the worker's
-// (`PYTHON -m xmesh._worker`) is forked from a Python that imported xmesh once
-// (python/xmesh/_forkserver.py) instead of started from nothing, which saves Python's start-up
+// (`PYTHON -m xmesh._proc.worker`) is forked from a Python that imported xmesh once
+// (python/xmesh/_proc/forkserver.py) instead of started from nothing, which saves Python's start-up
 // and xmesh's imports, most of a proc's start. One fork server per distinct (command, working
 // directory, environment outside XMESH_* of the spawn request): what an import could depend on;
 // XMESH_* and each rank's own variables are set in the proc after the fork (no module of xmesh
@@ -21,7 +21,7 @@ namespace xmesh {
 
 class ForkServer {
  public:
-  // Starts `python -m xmesh._worker --fork-server` (python/xmesh/_forkserver.py) with the part of
+  // Starts `python -m xmesh._proc.worker --fork-server` (python/xmesh/_proc/forkserver.py) with the part of
   // the environment that imports can read.
   ForkServer(const std::string& python, const std::map<std::string, std::string>& env, const std::string& cwd);
   ~ForkServer();  // closing its socket ends it

@@ -104,7 +104,7 @@ class HostAgent {
     bool kill_sent = false;
   };
   // This host's share of an allocation: its procs here (the controller's Python `Allocation`,
-  // _allocation.py, spans every host).
+  // _api/allocation.py, spans every host).
   struct LocalAllocation {
     std::string id, name, controller_addr, controller_id;
     int64_t controller_pid = 0;

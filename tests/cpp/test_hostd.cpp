@@ -191,7 +191,7 @@ TEST_CASE("hostd survives malformed requests and garbage", "[hostd][security][in
   // The worker's command line goes to the fork server first: a directory that is not there is
   // still refused naming it (the server declines, the agent's own start says why).
   auto nodir = request(ctl, agent.addr(), Kind::SpawnProcs,
-                       {{"alloc", "c4"}, {"argv", {"/usr/bin/python3", "-m", "xmesh._worker"}},
+                       {{"alloc", "c4"}, {"argv", {"/usr/bin/python3", "-m", "xmesh._proc.worker"}},
                         {"env", {{"PATH", "/usr/bin:/bin"}}}, {"cwd", "/nonexistent/dir"}, {"ranks", {{{"rank", 0}}}}});
   CHECK(nodir["__ok"] == false);
   CHECK(nodir["text"].get<std::string>().find("in /nonexistent/dir") != std::string::npos);

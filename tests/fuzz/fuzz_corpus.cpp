@@ -72,7 +72,7 @@ void wire_corpus(const std::string& dir) {
   put_header(dir, Kind::ProcExited, exited);
   SpawnProcsBody spawn;
   spawn.alloc = "2a";
-  spawn.argv = {"/usr/bin/python3", "-m", "xmesh._worker"};
+  spawn.argv = {"/usr/bin/python3", "-m", "xmesh._proc.worker"};
   spawn.env = {{"XMESH_JOB_COOKIE", "c0ffee"}};
   SpawnRank r;
   r.rank = 0;

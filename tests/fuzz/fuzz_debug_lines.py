@@ -11,8 +11,8 @@ import threading
 
 import atheris
 
-with atheris.instrument_imports(include=["xmesh._debug_remote"]):
-    from xmesh import _debug_remote
+with atheris.instrument_imports(include=["xmesh._debug.remote"]):
+    from xmesh._debug import remote as _debug_remote
 
 SEEDS = {
     "line": b'{"line": "attach stopper 2"}\n{"line": "continue"}\n',

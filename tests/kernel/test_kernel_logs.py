@@ -10,7 +10,7 @@ from cells import LOGGER
 from kernel_session import KernelSession
 from nbclient import NotebookClient
 
-import xmesh._logfiles as logfiles
+import xmesh._output.logfiles as logfiles
 
 SPAWN = LOGGER + 'procs = this_host().spawn_procs({"gpus": 2})\nlogger = procs.spawn("log", Logger)\n' \
                  'logger.initialized.get()\n'

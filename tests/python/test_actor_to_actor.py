@@ -35,7 +35,7 @@ def test_a_controller_hosting_actors_answers_the_output_barrier():
 
     Invariant call.4 (docs/architecture/05-call-path.md).
     """
-    from xmesh._runtime import Kind, get_runtime
+    from xmesh._runtime.process import Kind, get_runtime
 
     local = this_proc().spawn("barrier_local", Counter, 1)
     assert local.incr.call_one(1).get(timeout=30) == 2
@@ -54,7 +54,7 @@ def test_a_controller_hosting_actors_answers_the_output_barrier():
 
 def test_a_control_message_nobody_handles_is_answered_with_an_error():
     """Invariant call.4 (docs/architecture/05-call-path.md)."""
-    from xmesh._runtime import Kind, get_runtime
+    from xmesh._runtime.process import Kind, get_runtime
 
     pm = this_host().spawn_procs({"gpus": 1})
     pm.initialized.get(timeout=30)

@@ -161,7 +161,7 @@ def test_a_cancelled_async_endpoint_answers_cancelled(counters):
     fut.cancel() does): an async endpoint cancelled in flight answers 'cancelled', not an
     endpoint error carrying concurrent.futures' CancelledError."""
     from xmesh import _core
-    from xmesh._runtime import Kind, get_runtime
+    from xmesh._runtime.process import Kind, get_runtime
 
     fut = counters.slice(gpus=2).asleep.call_one(30)
     time.sleep(0.2)

@@ -15,7 +15,7 @@ from xmesh_testing import private_tmpdir, run_program, wait_until
 
 import xmesh
 from xmesh import _core
-from xmesh._runtime import get_runtime
+from xmesh._runtime.process import get_runtime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,7 +131,7 @@ def test_cast_tree_off_relays_nothing():
                "import xmesh\nfrom test_cast_trees import Recorder\n"
                "pm = xmesh.this_host().spawn_procs({'gpus': 6})\nrec = pm.spawn('off', Recorder)\n"
                "assert sorted(rec.record.call(1).get(timeout=60).values()) == list(range(10, 16))\n"
-               "from xmesh._runtime import get_runtime\nprint(get_runtime().node.cast_fanout, "
+               "from xmesh._runtime.process import get_runtime\nprint(get_runtime().node.cast_fanout, "
                "sum(rec.relayed.call().get(timeout=60).values()))\npm.stop()\n")
     r = run_program(program, env={"XMESH_CAST_FANOUT": "2", "XMESH_CAST_TREE": "off"}, timeout=100)
     assert r.returncode == 0, r.stderr

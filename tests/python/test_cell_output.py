@@ -1,11 +1,11 @@
-"""CellOutput (_logs.py): one queue per destination of remote output in a notebook. The kernel's
+"""CellOutput (_output/logs.py): one queue per destination of remote output in a notebook. The kernel's
 tests (tests/kernel) check the whole path through Jupyter messages; these pin the routing rules
 with a recording sink in place of the kernel's publisher."""
 import threading
 import time
 
-from xmesh._logs import CellOutput
-from xmesh._progress import BarRow, ProgressBoard, StdStreams
+from xmesh._output.logs import CellOutput
+from xmesh._output.progress import BarRow, ProgressBoard, StdStreams
 
 
 class RecordingSink:

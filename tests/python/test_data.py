@@ -7,7 +7,7 @@ import pytest
 from actors_for_tests import Counter
 
 from xmesh import this_host
-from xmesh import _pickling
+from xmesh._base import pickling as _pickling
 
 MiB = 1 << 20
 

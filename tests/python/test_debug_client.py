@@ -152,7 +152,7 @@ def test_the_channel_is_private_and_bad_targets_are_named(tmp_path):
 
         # a second program: without a name or pid the choice is the user's, listed
         other = subprocess.Popen([PYTHON, "-c", "import xmesh, time; xmesh.this_host(); "
-                                  "from xmesh._runtime import get_runtime; get_runtime(); print('UP', flush=True); "
+                                  "from xmesh._runtime.process import get_runtime; get_runtime(); print('UP', flush=True); "
                                   "time.sleep(60)"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         try:
             assert other.stdout.readline().strip() == "UP"
@@ -242,7 +242,8 @@ def test_a_client_attaches_to_a_rank_running_while_a_scripts_get_waits(tmp_path)
     program cannot pause them (it names the owner), `xmesh debug` can: attach stops the rank where
     it runs, pdb answers there, detach lets it run on and the script's call completes."""
     from test_debugger import ScriptedIO
-    from xmesh import _debug, this_host
+    from xmesh import this_host
+    from xmesh._debug import controller as _debug
 
     go = str(tmp_path / "go")
     path = tmp_path / "prog.py"

@@ -14,7 +14,7 @@ import pytest
 
 from actors_for_tests import Stopper
 from xmesh import ActorError, SupervisionError, this_host
-from xmesh import _debug
+from xmesh._debug import controller as _debug
 from xmesh_testing import PYTHON, run_program, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -204,7 +204,8 @@ def test_a_controller_that_attaches_later_finds_the_ranks_stopped_in_pdb():
         import sys, time
         sys.path.insert(0, {HERE!r})
         from actors_for_tests import Stopper
-        from xmesh import this_host, _debug
+        from xmesh import this_host
+        from xmesh._debug import controller as _debug
 
         procs = this_host().spawn_procs({{"gpus": 2}}, name="dbg-survivor")
         s = procs.spawn("stopper", Stopper)
@@ -219,7 +220,7 @@ def test_a_controller_that_attaches_later_finds_the_ranks_stopped_in_pdb():
     second = textwrap.dedent('''
         import time
         import xmesh
-        from xmesh import _debug
+        from xmesh._debug import controller as _debug
 
         procs = xmesh.attach("dbg-survivor")
         deadline = time.monotonic() + 20
@@ -262,7 +263,7 @@ class ScriptedIO:
         self.shown.append(text)
 
     def show_table(self, sessions):
-        from xmesh._debug_io import format_table
+        from xmesh._debug.io import format_table
 
         self.write(format_table(sessions))
 

@@ -1,10 +1,8 @@
-"""Environment knobs (XMESH_*) read one way (python/xmesh/_env.py): a malformed value is the
+"""Environment knobs (XMESH_*) read one way (python/xmesh/_base/env.py): a malformed value is the
 knob's default, never an exception where the knob is used (a wait, a job's watch)."""
 import ast
-import os
 
-import xmesh
-from xmesh_testing import run_program
+from xmesh_testing import package_modules, run_program
 
 SLOW_CALL = """
 import time
@@ -25,7 +23,7 @@ pm.stop()
 
 
 def test_a_malformed_wait_notice_is_the_default(monkeypatch):
-    from xmesh import _wait
+    from xmesh._runtime import wait as _wait
 
     monkeypatch.setenv("XMESH_WAIT_NOTICE_S", "two seconds")
     assert _wait.slow_wait_s() == 2.0
@@ -47,12 +45,11 @@ SET_BY_THE_RUNTIME = {"XMESH_RANK", "XMESH_HOSTD_PID", "XMESH_READY_CORR"}
 def test_numeric_knobs_are_read_through_env():
     """No module converts an XMESH_ value with float()/int() itself (a typo would raise there),
     but for the values the runtime hands its procs, and a knob that refuses bad input by name."""
-    package = os.path.dirname(xmesh.__file__)
     raw = []
-    for name in sorted(os.listdir(package)):
-        if not name.endswith(".py") or name == "_env.py":
+    for name, path in package_modules().items():
+        if name == "_base.env":
             continue
-        tree = ast.parse(open(os.path.join(package, name)).read())
+        tree = ast.parse(open(path).read())
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float")):
                 continue
@@ -64,4 +61,4 @@ def test_numeric_knobs_are_read_through_env():
             knob = src.split("XMESH_", 1)[1].split("'")[0].split('"')[0] if "XMESH_" in src else ""
             if knob and "XMESH_" + knob not in SET_BY_THE_RUNTIME:
                 raw.append(f"{name}:{node.lineno} {ast.unparse(node)}")
-    assert raw == [], "read these through xmesh._env: " + repr(raw)
+    assert raw == [], "read these through xmesh._base.env: " + repr(raw)

@@ -143,7 +143,7 @@ def test_remote_tracebacks_leave_xmesh_frames_out_unless_asked(fresh_rundir):
     plain = run_program(program, env={"XMESH_RUNTIME_DIR": fresh_rundir})
     assert plain.returncode == 0, plain.stderr
     assert "in boom" in plain.stdout and "raise ValueError('boom')" in plain.stdout
-    assert "_actor_host.py" not in plain.stdout, plain.stdout
+    assert "_proc/actor_host.py" not in plain.stdout, plain.stdout
     debug = run_program(program, env={"XMESH_RUNTIME_DIR": fresh_rundir, "XMESH_DEBUG_TRACEBACKS": "1"})
     assert debug.returncode == 0, debug.stderr
-    assert "_actor_host.py" in debug.stdout and "in boom" in debug.stdout, debug.stdout
+    assert "_proc/actor_host.py" in debug.stdout and "in boom" in debug.stdout, debug.stdout

@@ -1,4 +1,4 @@
-"""The host agent's fork server (issue 23, xmesh/_forkserver.py, runtime/hostd/fork_server.*):
+"""The host agent's fork server (issue 23, xmesh/_proc/forkserver.py, runtime/hostd/fork_server.*):
 procs of the worker's command line are forked from a Python that imported xmesh once. Each is
 the agent's child (reparented: a subreaper), with its own process group, directory, environment
 (XMESH_* read after the fork) and pipes, fully independent of the server (no shared sockets or
@@ -9,12 +9,11 @@ import ast
 import os
 import subprocess
 
-from xmesh_testing import PYTHON, wait_until
+from xmesh_testing import PYTHON, package_modules, wait_until
 
 import xmesh
 from xmesh import _core
 
-PACKAGE = os.path.dirname(xmesh.__file__)
 
 
 def _stat(pid: int) -> list:
@@ -50,7 +49,7 @@ def test_procs_are_forked_by_the_fork_server_and_independent_of_it():
         agent = facts[0]["ppid"]
         assert "xmesh-hostd" in _cmdline(agent)
         servers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _safe_ppid(int(p)) == agent
-                   and _cmdline(int(p)).endswith("-m xmesh._worker --fork-server") and int(p) not in
+                   and _cmdline(int(p)).endswith("-m xmesh._proc.worker --fork-server") and int(p) not in
                    {f["pid"] for f in facts}]
         assert len(servers) == 1, servers
         # The server never runs a thread besides its main one: a fork copies only the caller.
@@ -58,7 +57,7 @@ def test_procs_are_forked_by_the_fork_server_and_independent_of_it():
         for rank, f in enumerate(facts):
             assert f["ppid"] == agent, f  # the agent's own child: it waits for it and sees it exit
             assert f["pgid"] == f["pid"] and f["rank"] == str(rank) and f["marker"] == "first", f
-            assert f["cwd"] == os.getcwd() and f["argv"][0].endswith("xmesh/_worker.py") and len(f["argv"]) == 1, f
+            assert f["cwd"] == os.getcwd() and f["argv"][0].endswith("xmesh/_proc/worker.py") and len(f["argv"]) == 1, f
             # Nothing of the server's: its socket (fd 3) is closed; only the proc's own files.
             assert all(os.readlink(f"/proc/{f['pid']}/fd/{fd}") != os.readlink(f"/proc/{servers[0]}/fd/3")
                        for fd in f["fds"] if os.path.exists(f"/proc/{f['pid']}/fd/{fd}")), f
@@ -71,7 +70,7 @@ def test_procs_are_forked_by_the_fork_server_and_independent_of_it():
 
 def _fork_servers(agent: int) -> list:
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and _safe_ppid(int(p)) == agent
-            and _cmdline(int(p)).endswith("-m xmesh._worker --fork-server")]
+            and _cmdline(int(p)).endswith("-m xmesh._proc.worker --fork-server")]
 
 
 def test_a_fork_server_that_died_is_replaced_and_no_spawn_fails():
@@ -142,7 +141,7 @@ def test_fork_server_zero_starts_procs_from_their_command_line(fresh_rundir):
             "p.stop()\n")
     r = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True, timeout=90)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[['-m', 'xmesh._worker'], ['-m', 'xmesh._worker']]", r.stdout
+    assert r.stdout.strip() == "[['-m', 'xmesh._proc.worker'], ['-m', 'xmesh._proc.worker']]", r.stdout
 
 
 def _module_level_env_reads(path: str) -> list:
@@ -161,20 +160,19 @@ def _module_level_env_reads(path: str) -> list:
         for node in ast.walk(stmt):
             text = ast.unparse(node) if isinstance(node, ast.Call) else ""
             if text.startswith(("env_float(", "os.environ.get(", "os.getenv(")):
-                found.append(f"{os.path.basename(path)}:{node.lineno}: {text}")
+                found.append(f"{os.path.relpath(path, os.path.dirname(xmesh.__file__))}:{node.lineno}: {text}")
     return found
 
 
 def test_no_module_reads_an_xmesh_setting_at_import():
-    reads = [r for name in sorted(os.listdir(PACKAGE)) if name.endswith(".py")
-             for r in _module_level_env_reads(os.path.join(PACKAGE, name))]
+    reads = [r for path in package_modules().values() for r in _module_level_env_reads(path)]
     assert reads == [], "read these when used (a forked proc's environment is set after imports): " + repr(reads)
 
 
 def test_an_agent_with_forked_procs_is_not_taken_for_idle():
     """A controller replaces an idle agent that refuses it; an agent whose only children are
     forked procs (the fork server's command line) is not idle, one with only fork servers is."""
-    from xmesh._hostd import _has_children, _is_fork_server
+    from xmesh._runtime.agents import _has_children, _is_fork_server
 
     procs = xmesh.this_host().spawn_procs({"gpus": 1})
     try:

@@ -7,7 +7,7 @@ from actors_for_tests import Counter
 
 import xmesh
 from xmesh import _core
-from xmesh._pids import pid_alive, running_agent_pid
+from xmesh._base.pids import pid_alive, running_agent_pid
 
 
 def test_two_agents_make_a_hosts_dimension(fresh_rundir, tmp_path):
@@ -46,7 +46,7 @@ def test_hosts_argument_errors():
 def _start_agent_elsewhere(rundir, named=None):
     """Starts the agent of rundir from another controller (and a named allocation of one proc
     when named), which then exits: this process has not talked to that agent yet."""
-    code = ("import sys, xmesh; from xmesh._hostd import agent; d = sys.argv[1]; agent(d)\n"
+    code = ("import sys, xmesh; from xmesh._runtime.agents import agent; d = sys.argv[1]; agent(d)\n"
             "if len(sys.argv) > 2: xmesh.hosts([d]).spawn_procs({'gpus': 1}, name=sys.argv[2]).initialized.get(30)\n")
     subprocess.run(["/usr/bin/python3", "-c", code, rundir] + ([named] if named else []), check=True, timeout=60)
 

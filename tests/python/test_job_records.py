@@ -11,7 +11,7 @@ import sys
 import pytest
 from xmesh_testing import PYTHON
 
-from xmesh import _jobs
+from xmesh._jobs import job as _jobs
 
 
 @pytest.fixture

@@ -1,76 +1,119 @@
 """The xmesh package's layers: a module imports only modules of its own layer or below (at
-module level or inside a function alike, `from` and plain imports alike; the proc's entry points
-are the named exceptions, COMPOSITION_ROOTS), within a layer only from a later group of modules
-to an earlier one (SUBLAYERS), and the imports form no cycle. Upper layers reach
-lower ones only through what the lower ones let them register (hooks, handlers, factories:
-`_runtime.on_controller_start`, `_wait.add_wake_hook`, `_debug_io.set_frontend`...), never the
-other way round. python/README.md and docs/architecture/README.md describe the layers."""
+module level or inside a function alike, `from` and plain imports alike, relative or absolute; the
+proc's entry points are the named exceptions, COMPOSITION_ROOTS), within a layer only from a later
+group of modules to an earlier one (SUBLAYERS), and the imports form no cycle. The subpackages
+(`_base`, `_runtime`, `_output`, `_api`, `_workspace`, `_jobs`, `_proc`, `_debug`, `_panel`,
+`_kernel`) group modules by concept; a subpackage's `__init__` holds only its docstring, so
+importing one module of it imports nothing else. Upper layers reach lower ones only through what
+the lower ones let them register (hooks, handlers, factories: `_runtime.process.on_controller_start`,
+`_runtime.wait.add_wake_hook`, `_debug.io.set_frontend`...), never the other way round.
+python/README.md and docs/architecture/README.md describe the layers. Modules are named by their
+dotted path under xmesh ("_api.future"; "__init__" is the package itself)."""
 import ast
-import os
 
-import xmesh
+from xmesh_testing import package_modules as package_files
 
 LAYERS = [
     # 0 base: the C++ core's face and plain values
-    ["_core", "_env", "_protocol", "_error_kinds", "_paths", "_shape", "_errors", "_pids", "_pickling",
-     "_display", "_value_mesh", "_context", "_threads"],
+    ["_core", "_base.env", "_base.protocol", "_base.error_kinds", "_base.paths", "_base.shape", "_base.errors",
+     "_base.pids", "_base.pickling", "_base.display", "_base.value_mesh", "_base.context", "_base.threads"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
-    ["_wait", "_control", "_runtime", "_logs", "_progress", "_hostd", "_logfiles", "_unix_server"],
+    ["_runtime.wait", "_runtime.control", "_runtime.process", "_runtime.agents", "_runtime.unix_server",
+     "_output.logs", "_output.progress", "_output.logfiles"],
     # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs,
     #   RDMA buffers
-    ["_future", "_actor", "_ports", "_allocation", "_proc_mesh", "_instance", "_controllers", "_named", "_workspace",
-     "_jobs", "rdma"],
+    ["_api.future", "_api.actor", "_api.ports", "_api.allocation", "_api.proc_mesh", "_api.instance",
+     "_api.controllers", "_api.named", "_workspace.sync", "_jobs.job", "rdma"],
     # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
     #   a job's node launcher, the host agent's fork server
-    ["_actor_host", "_proc_output", "_debug_proc", "_reload", "_forkserver", "_worker", "_job_agent"],
-    # 4 integration: the debugger's controller side and `xmesh debug`, the kernel, the command
-    ["_debug_io", "_debug_prompt", "_debug_find", "_debug", "_debug_remote", "_panel", "_panel_sidecar", "_kernel", "_run_notebook", "cli", "__init__"],
+    ["_proc.actor_host", "_proc.forkserver", "_proc.worker", "_output.capture", "_debug.proc", "_workspace.reload",
+     "_jobs.agent"],
+    # 4 integration: the debugger's controller side and `xmesh debug`, the panel, the kernel, the command
+    ["_debug.io", "_debug.prompt", "_debug.find", "_debug.controller", "_debug.remote", "_panel.view",
+     "_panel.sidecar", "_kernel.interpreter", "_kernel.run_notebook", "cli", "__init__"],
 ]
 LAYER_OF = {m: i for i, layer in enumerate(LAYERS) for m in layer}
-PACKAGE = os.path.dirname(xmesh.__file__)
+
+
+def subpackage_inits():
+    return sorted(m for m in package_files() if m.endswith(".__init__"))
 
 
 def package_modules():
-    return sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
+    """The package's modules but the subpackages' docstring-only __init__s."""
+    return sorted(m for m in package_files() if not m.endswith(".__init__"))
 
 
-def imports_of(module):
+def resolve(parts: list, names: list, known: set) -> set:
+    """The modules `from <parts> import <names>` reaches: a module named by parts + name, else
+    the module (or subpackage __init__) parts name."""
+    found = set()
+    base = ".".join(parts)
+    for name in names:
+        full = f"{base}.{name}" if base else name
+        if full in known:
+            found.add(full)
+        elif base in known:
+            found.add(base)
+        elif not base:
+            found.add("__init__")  # a name from the package itself
+        elif f"{base}.__init__" in known:
+            found.add(f"{base}.__init__")
+    return found
+
+
+def imports_of(module: str) -> set:
     """The package modules `module` imports, anywhere in its code."""
-    with open(os.path.join(PACKAGE, module + ".py")) as f:
+    files = package_files()
+    known = set(files) | {"_core"}
+    with open(files[module]) as f:
         tree = ast.parse(f.read())
+    own_package = module.split(".")[:-1]  # "_api.future" -> ["_api"]; "cli", "__init__" -> []
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            parts = own_package[:len(own_package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            found |= resolve(parts, [a.name for a in node.names], known)
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "xmesh":
-            parts = node.module.split(".")
-            found.update([parts[1]] if len(parts) > 1 else [a.name for a in node.names])
-        elif isinstance(node, ast.Import):  # `import xmesh` is the package itself; `import xmesh._x`, _x
+            found |= resolve(node.module.split(".")[1:], [a.name for a in node.names], known)
+        elif isinstance(node, ast.Import):  # `import xmesh` is the package itself; `import xmesh._x.y`, _x.y
             for alias in node.names:
                 parts = alias.name.split(".")
                 if parts[0] == "xmesh":
-                    found.add(parts[1] if len(parts) > 1 else "__init__")
-    return found & set(package_modules())
+                    found.add(".".join(parts[1:]) if len(parts) > 1 else "__init__")
+    return found & set(package_modules())  # _core, the C++ module, is below everything
+
+
+def test_a_subpackage_init_holds_only_its_docstring():
+    assert len(subpackage_inits()) >= 10
+    for init in subpackage_inits():
+        with open(package_files()[init]) as f:
+            body = ast.parse(f.read()).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), \
+            f"{init} must hold only its docstring"
 
 
 # Upward imports allowed by name: the proc's entry points are composition roots. A worker and a
 # fork server run `import xmesh` (the top layer) once at start, so that every proc has the whole
 # package and its upper layers' hooks registered before user code runs; nothing else may.
-COMPOSITION_ROOTS = {("_worker", "__init__"), ("_forkserver", "__init__")}
+COMPOSITION_ROOTS = {("_proc.worker", "__init__"), ("_proc.forkserver", "__init__")}
 
 
 # Within a layer, modules are ordered too: a lateral import goes from a later group to an earlier
 # one, never back (the future does not know actors; the debugger's I/O does not know its prompt).
 # One list of groups per layer, earliest first.
 SUBLAYERS = [
-    [["_core", "_env", "_error_kinds", "_paths", "_pids", "_threads", "_display", "_shape", "_pickling"],
-     ["_protocol"], ["_errors", "_context", "_value_mesh"]],
-    [["_wait", "_control", "_progress", "_unix_server", "_logfiles"], ["_logs"], ["_runtime"], ["_hostd"]],
-    [["_future"], ["_actor", "_ports", "rdma", "_allocation", "_workspace"], ["_named"], ["_proc_mesh"],
-     ["_controllers", "_instance", "_jobs"]],
-    [["_proc_output", "_reload", "_forkserver", "_job_agent"], ["_debug_proc"], ["_actor_host"], ["_worker"]],
-    [["_debug_io", "_debug_find", "_run_notebook"], ["_debug_prompt"], ["_debug"], ["_panel"], ["_kernel"],
-     ["_debug_remote"], ["_panel_sidecar", "__init__"], ["cli"]],
+    [["_core", "_base.env", "_base.error_kinds", "_base.paths", "_base.pids", "_base.threads", "_base.display",
+      "_base.shape", "_base.pickling"],
+     ["_base.protocol"], ["_base.errors", "_base.context", "_base.value_mesh"]],
+    [["_runtime.wait", "_runtime.control", "_output.progress", "_runtime.unix_server", "_output.logfiles"],
+     ["_output.logs"], ["_runtime.process"], ["_runtime.agents"]],
+    [["_api.future"], ["_api.actor", "_api.ports", "rdma", "_api.allocation", "_workspace.sync"], ["_api.named"],
+     ["_api.proc_mesh"], ["_api.controllers", "_api.instance", "_jobs.job"]],
+    [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent"], ["_debug.proc"],
+     ["_proc.actor_host"], ["_proc.worker"]],
+    [["_debug.io", "_debug.find", "_kernel.run_notebook"], ["_debug.prompt"], ["_debug.controller"], ["_panel.view"],
+     ["_kernel.interpreter"], ["_debug.remote"], ["_panel.sidecar", "__init__"], ["cli"]],
 ]
 SUBLAYER_OF = {m: j for groups in SUBLAYERS for j, group in enumerate(groups) for m in group}
 
@@ -89,7 +132,7 @@ def test_the_sublayers_are_the_layers():
 def test_no_lateral_import_goes_against_the_order_within_a_layer():
     assert lateral_against_order({m: imports_of(m) for m in package_modules()}) == []
     # The check can fail: the future importing actors would be caught.
-    assert lateral_against_order({"_future": {"_actor"}}) == [("_future", "_actor")]
+    assert lateral_against_order({"_api.future": {"_api.actor"}}) == [("_api.future", "_api.actor")]
 
 
 def test_every_module_has_a_layer():
@@ -125,9 +168,12 @@ def test_the_imports_form_no_cycle():
 
 def test_the_checks_see_imports(tmp_path):
     # The checker itself: a function-level import counts like a module-level one.
-    assert "_kernel" not in imports_of("_debug") and "_debug" in imports_of("_kernel")  # the magic's lazy import
-    assert "_proc_mesh" in imports_of("__init__") and "_runtime" in imports_of("_future")
-    assert "__init__" in imports_of("_worker")  # a plain `import xmesh` counts too
+    assert "_kernel.interpreter" not in imports_of("_debug.controller")
+    assert "_debug.controller" in imports_of("_kernel.interpreter")  # the magic's lazy import
+    assert "_api.proc_mesh" in imports_of("__init__") and "_runtime.process" in imports_of("_api.future")
+    assert "_runtime.wait" in imports_of("_api.future")  # `from .._runtime import wait as _wait`
+    assert "_base.pickling" in imports_of("_api.future")  # `from .._base import pickling as _pickling`
+    assert "__init__" in imports_of("_proc.worker")  # a plain `import xmesh` counts too
     for root, target in COMPOSITION_ROOTS:  # every allowance is still needed
         assert target in imports_of(root), f"{root} no longer imports {target}: drop it from COMPOSITION_ROOTS"
 
@@ -136,8 +182,8 @@ def test_the_checks_see_imports(tmp_path):
 # hook (the kernel replaces it) and the marker the proc's pdb leaves on a user's exception.
 # Third-party internals with no public equivalent: IPython's traceback hook, its exception
 # lookup (where the kernel leaves xmesh's frames out) and its cell-file map ("Cell In [n]").
-FOREIGN_PRIVATE = {("_kernel", "_showtraceback"), ("_kernel", "_get_exc_info"), ("_kernel", "_filename_map"),
-                   ("_debug_proc", "_xmesh_post_mortem_done")}
+FOREIGN_PRIVATE = {("_kernel.interpreter", "_showtraceback"), ("_kernel.interpreter", "_get_exc_info"),
+                   ("_kernel.interpreter", "_filename_map"), ("_debug.proc", "_xmesh_post_mortem_done")}
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
 
 
@@ -176,7 +222,7 @@ def private_reads(source, module="m"):
 def test_no_module_reads_another_modules_private_attributes():
     found = []
     for m in package_modules():
-        with open(os.path.join(PACKAGE, m + ".py")) as f:
+        with open(package_files()[m]) as f:
             found += private_reads(f.read(), m)
     assert found == [], "private attributes read across modules (make what is needed public):\n" + "\n".join(found)
 

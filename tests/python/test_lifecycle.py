@@ -143,7 +143,7 @@ def test_a_pid_file_naming_a_zombie_starts_a_new_agent(fresh_rundir):
     try:
         with open(os.path.join(fresh_rundir, "hostd.pid"), "w") as f:
             f.write(f"{zombie.pid}\n")
-        from xmesh._pids import pid_alive as product_pid_alive
+        from xmesh._base.pids import pid_alive as product_pid_alive
 
         assert not product_pid_alive(zombie.pid)
         r = run_program(SPAWNER, env={"XMESH_RUNTIME_DIR": fresh_rundir})

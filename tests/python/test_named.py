@@ -61,7 +61,7 @@ def _eventfds(pid: int) -> int:
 def test_a_sigkilled_owner_shows_detached_at_once_and_leaves_nothing_open_in_the_agent(fresh_rundir, tmp_path):
     """Issue 41, finding 8: each SIGKILLed controller left an eventfd (its connection) open in the
     agent, and its named allocation showed `attached` for seconds."""
-    from xmesh._pids import running_agent_pid
+    from xmesh._base.pids import running_agent_pid
 
     path = tmp_path / "owner.py"
     path.write_text(KILLED_OWNER)

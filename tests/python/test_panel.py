@@ -1,4 +1,4 @@
-"""The mesh panel's view of a controller (issue 22, xmesh/_panel.py): a program blocked in a call
+"""The mesh panel's view of a controller (issue 22, xmesh/_panel/view.py): a program blocked in a call
 answers snapshots on its `.panel` socket: the ranks still in the call (and which endpoint), the
 idle ones, a killed one dead with why; bad requests are answered with an error, never a hang."""
 import json
@@ -14,7 +14,7 @@ import pytest
 from xmesh_testing import PYTHON, terminal_stdin
 
 import xmesh
-from xmesh import _panel
+from xmesh._panel import view as _panel
 
 PROGRAM = """
 import os, time, xmesh
@@ -88,7 +88,7 @@ def test_a_blocked_program_shows_its_ranks_in_the_call_idle_and_dead(fresh_rundi
 
 def test_bad_requests_get_an_error_and_the_connection_goes_on(fresh_rundir):
     from xmesh import _core
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     get_runtime()  # this process is a controller: it serves its own panel socket
     path = _panel.socket_path(_core.runtime_dir(), os.getpid())
@@ -108,7 +108,7 @@ def test_bad_requests_get_an_error_and_the_connection_goes_on(fresh_rundir):
 def test_the_sidecar_answers_json_lines_and_errors_without_dying(fresh_rundir):
     env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
     requests = "\n".join(['{"op": "meshes"}', "[1, 2]", '{"op": "meshes", "runtime_dir": 7}', '{"op": "meshes"}'])
-    r = subprocess.run([PYTHON, "-m", "xmesh._panel_sidecar"], input=requests + "\n", env=env, capture_output=True,
+    r = subprocess.run([PYTHON, "-m", "xmesh._panel.sidecar"], input=requests + "\n", env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     answers = [json.loads(line) for line in r.stdout.splitlines()]
@@ -196,7 +196,7 @@ def _wait_output(path: str, marker: str, prog: subprocess.Popen, timeout: float 
 
 
 def test_a_flood_held_back_from_the_display_is_counted_per_rank(fresh_rundir, tmp_path):
-    from xmesh import _panel_sidecar
+    from xmesh._panel import sidecar as _panel_sidecar
 
     out = str(tmp_path / "out")
     prog = _program(fresh_rundir, FLOOD, out, XMESH_LOG_DISPLAY_RATE="10", XMESH_LOG_DISPLAY_BURST="20")
@@ -237,7 +237,7 @@ print("RESULT", sorted(procs.spawn("h", Halter).halt.call().get().values()), flu
 def test_the_console_types_pdb_commands_at_one_stopped_rank(fresh_rundir, tmp_path):
     """The sidecar's `pdb` op (the panel's console): one command's answer and the source where the
     rank is now, while the program's own prompt waits on its stdin (taken over, handed back)."""
-    from xmesh import _panel_sidecar
+    from xmesh._panel import sidecar as _panel_sidecar
 
     pdb = _panel_sidecar.OPS["pdb"]
     out = str(tmp_path / "out")
@@ -346,7 +346,8 @@ def test_the_logs_search_is_bounded_in_time_and_names_a_bad_stream(monkeypatch):
     """Issue 41, finding 8: a catastrophic regular expression stalled the sidecar for 15 s (and the
     server restarted it); a bad stream was answered as "no logs". The search runs in a child of its
     own with SEARCH_LIMIT_S; what is too slow is said so, and the sidecar answers on at once."""
-    from xmesh import _core, _panel_sidecar
+    from xmesh import _core
+    from xmesh._panel import sidecar as _panel_sidecar
 
     monkeypatch.setattr(_panel_sidecar, "SEARCH_LIMIT_S", 1.0)
     rundir = _core.runtime_dir()

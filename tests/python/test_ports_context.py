@@ -345,9 +345,9 @@ def test_as_endpoint_calls_a_plain_method_and_a_plain_method_says_how():
 def test_a_call_whose_body_does_not_read_is_answered_with_the_reason(workers):
     """A Call body that does not read (a peer of another version, or hostile) is answered with
     the reason, never run with holes in it; the actor goes on."""
-    from xmesh import _pickling
-    from xmesh._runtime import Kind, get_runtime
-    from xmesh._wait import wait_call
+    from xmesh._base import pickling as _pickling
+    from xmesh._runtime.process import Kind, get_runtime
+    from xmesh._runtime.wait import wait_call
 
     targets, _ = workers.slice(hosts=0, gpus=0)._targets()
     node = get_runtime().node

@@ -126,7 +126,7 @@ def test_socket_files_of_killed_processes_are_removed(fresh_rundir):
         os.kill(pid, signal.SIGKILL)
     # a controller killed with its sockets in place
     ctl = subprocess.Popen([PYTHON, "-c", "import xmesh, sys, time; xmesh.hosts([sys.argv[1]]); "
-                            "from xmesh._runtime import get_runtime; get_runtime(); print('UP', flush=True); "
+                            "from xmesh._runtime.process import get_runtime; get_runtime(); print('UP', flush=True); "
                             "time.sleep(300)", fresh_rundir], stdout=subprocess.PIPE, text=True,
                            env=dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir))
     assert ctl.stdout.readline().strip() == "UP"

@@ -4,7 +4,7 @@ made on one side read on the other."""
 import pytest
 
 from xmesh import _core
-from xmesh._protocol import ErrorKind, Kind, error, error_kind
+from xmesh._base.protocol import ErrorKind, Kind, error, error_kind
 
 
 def test_error_kinds_are_the_cpp_list():
@@ -32,7 +32,7 @@ def test_every_error_kind_reads_back(kind):
 def test_typed_bodies_cross_the_wire(tmp_path):
     """Built in Python from the C++ definitions, sent between two real nodes, read back typed;
     a body with a hole is refused with the field named."""
-    from xmesh._protocol import Kind
+    from xmesh._base.protocol import Kind
 
     cookie = _core.random_hex(16)
     receiver = _core.Node("proc", f"ipc://{tmp_path}/r", cookie)

@@ -15,7 +15,7 @@ from xmesh_testing import run_program, wait_until
 
 import xmesh
 from xmesh import ActorError, SupervisionError
-from xmesh._runtime import get_runtime
+from xmesh._runtime.process import get_runtime
 
 
 class Probe(xmesh.Actor):
@@ -148,7 +148,7 @@ for n in range(1500):
     pad = b"x" * (5000 if n % 50 == 0 else 10)   # some past the 4 KiB ring's largest record
     probe.record.broadcast(n, pad, 0.002 if n < 100 else 0.0)
 out = probe.recorded.call_one().get(timeout=100)
-from xmesh._runtime import get_runtime
+from xmesh._runtime.process import get_runtime
 out["ring_sent"] = get_runtime().node.stats().ring_sent
 print(json.dumps(out))
 pm.stop()
@@ -213,7 +213,7 @@ def test_a_ring_capacity_rewritten_by_the_proc_bounds_nothing():
 def test_rings_off_keeps_zeromq():
     here = os.path.dirname(os.path.abspath(__file__))
     program = (f"import sys; sys.path.insert(0, {here!r})\n"
-               "import xmesh\nfrom test_rings import Probe\nfrom xmesh._runtime import get_runtime\n"
+               "import xmesh\nfrom test_rings import Probe\nfrom xmesh._runtime.process import get_runtime\n"
                "pm = xmesh.this_host().spawn_procs({'gpus': 1})\np = pm.spawn('off', Probe)\n"
                "assert [p.echo.call_one(i).get(timeout=60) for i in range(20)] == list(range(20))\n"
                "s = get_runtime().node.stats()\nprint(s.ring_sent, s.rings_out, s.rings_in)\npm.stop()\n")

@@ -122,7 +122,7 @@ import os, signal, subprocess, sys
 sys.path.insert(0, {here!r})
 from actors_for_tests import Counter
 from xmesh import this_host
-from xmesh._debug import controller
+from xmesh._debug.controller import controller
 pm = this_host().spawn_procs({{"gpus": 2}})
 c = pm.spawn("c", Counter)
 pids = {{v["rank"]: v["pid"] for v in c.whoami.call().get(timeout=30).values()}}

@@ -165,7 +165,7 @@ def test_a_host_where_nothing_listens_is_said_at_once_not_waited_out(cluster):
 
 
 def test_the_host_agents_report_their_own_host_names(cluster):
-    from xmesh._hostd import agent
+    from xmesh._runtime.agents import agent
 
     for i in range(3):
         a = agent(f"tcp://{cluster.locator(i)}")
@@ -251,7 +251,7 @@ def test_the_panel_lists_a_mesh_on_tcp_hosts_with_its_owner_and_states(cluster, 
     """The panel's list (issue 22) reaches meshes this user's controllers run on other hosts'
     agents, which the local agent does not know: from the owner's snapshot, every rank on every
     host with its state."""
-    from xmesh import _panel
+    from xmesh._panel import view as _panel
 
     left = controller_program(cluster, [1], """
         procs = hm.spawn_procs({"gpus": 1}, name="tcp-left")
@@ -334,7 +334,7 @@ def test_a_plaintext_connection_gets_nothing_unpickled(cluster, tmp_path):
     time.sleep(0.5)
     assert not marker.exists()
     # The agent still serves the cluster.
-    from xmesh._hostd import agent
+    from xmesh._runtime.agents import agent
 
     xmesh.hosts([cluster.locator(0)], key_file=cluster.key)
     assert agent(f"tcp://{cluster.locator(0)}").status().host == "node-a"
@@ -650,7 +650,7 @@ def test_a_link_cut_shorter_than_the_timeout_loses_and_duplicates_nothing(cluste
     are made again, once and in order, within the hosts' grace (XMESH_HOSTD_TIMEOUT_MS, 3 s);
     calls that travel on TCP lanes are retransmitted by the kernel, or sent again the same way
     if their lane breaks."""
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     assert int(os.environ.get("XMESH_LINK_TIMEOUT_MS", "3000")) < 1200 < int(os.environ["XMESH_HOSTD_TIMEOUT_MS"])
     hm = xmesh.hosts([cluster.locator(i) for i in range(3)], key_file=cluster.key)
@@ -707,9 +707,9 @@ def test_logs_of_remote_procs_are_read_through_their_agents(cluster):
 
 
 def test_a_log_read_outside_the_log_directories_is_refused(cluster):
-    from xmesh._hostd import HostdError, agent
-    from xmesh._runtime import Kind, get_runtime
-    from xmesh._wait import request
+    from xmesh._runtime.agents import HostdError, agent
+    from xmesh._runtime.process import Kind, get_runtime
+    from xmesh._runtime.wait import request
 
     xmesh.hosts([cluster.locator(0)], key_file=cluster.key)
     a = agent(f"tcp://{cluster.locator(0)}")
@@ -799,7 +799,7 @@ def test_an_agent_let_go_and_started_again_at_its_address_is_used_anew(cluster):
     """A job's release lets its agents go (their address marked dead with why, as SLURM and SSH
     jobs do); a later agent at the same address (a port the system hands out again) is connected
     to anew, not refused with the old agent's end."""
-    from xmesh._hostd import release_agent
+    from xmesh._runtime.agents import release_agent
 
     locator = cluster.locator(1)
     procs = xmesh.hosts([locator], key_file=cluster.key).spawn_procs({"gpus": 1})
@@ -822,7 +822,7 @@ def test_calls_to_procs_on_their_own_ports_go_over_tcp_lanes_both_ways(cluster):
     """Procs listening on ports of --ports take a second one there for their TCP lanes
     (docs/architecture/03-transport-and-links.md, "TCP lanes between hosts"): calls go to them over lanes and their answers come back
     over the controller's; the range keeps a port for each proc's own address first."""
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.process import get_runtime
 
     cluster.start_agent(0, "--ports", "7700-7703", port=7002)
     hm = xmesh.hosts([cluster.locator(0, 7002)], key_file=cluster.key)
@@ -848,8 +848,8 @@ def test_calls_to_procs_behind_their_agents_port_go_over_lanes_through_it(cluste
     the agent's PortMux lets through (SOCKS5, as for its ZeroMQ link): calls reach it over a
     lane too, through the agent's port and nothing else. The agent hands each lane's connection
     to its proc (SCM_RIGHTS) rather than relay its bytes."""
-    from xmesh._hostd import agent
-    from xmesh._runtime import get_runtime
+    from xmesh._runtime.agents import agent
+    from xmesh._runtime.process import get_runtime
 
     procs = xmesh.hosts([cluster.locator(1)], key_file=cluster.key).spawn_procs({"gpus": 2})
     try:

@@ -5,8 +5,9 @@ the call still arrives); without one, on loopback, it would. The nodes are the r
 import socket
 import threading
 
-from xmesh import _core, _pickling
-from xmesh._runtime import Kind
+from xmesh import _core
+from xmesh._base import pickling as _pickling
+from xmesh._runtime.process import Kind
 
 MARKER = b"xmesh-marker-7f3a9c-must-not-leak"
 

@@ -11,7 +11,7 @@ from xmesh_testing import PYTHON, read, run_program, runtime_dir_of_its_own, wai
 
 import xmesh
 from xmesh import _core
-from xmesh._workspace import workspace_dir
+from xmesh._workspace.sync import workspace_dir
 
 
 OTHER_PROGRAM = """

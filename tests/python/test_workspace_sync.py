@@ -15,8 +15,8 @@ from xmesh_testing import PYTHON, read, runtime_dir_of_its_own, wait_until, writ
 
 import xmesh
 from xmesh import _core
-from xmesh._hostd import agent
-from xmesh._workspace import push, workspace_dir
+from xmesh._runtime.agents import agent
+from xmesh._workspace.sync import push, workspace_dir
 
 
 def received(rundir):
@@ -139,7 +139,7 @@ def test_a_sync_of_many_files_commits_and_reports_in_bounded_lists(fresh_rundir,
     need them), so its memory does not grow with the tree. The agent answers while it commits
     (its syncs run on a thread of their own: the commit held its main loop, so output, spawns
     and status waited for the whole commit)."""
-    from xmesh._workspace import REPORT_PATHS
+    from xmesh._workspace.sync import REPORT_PATHS
 
     src = tmp_path / "many"
     n, py = 140_000, 1_200
@@ -245,8 +245,8 @@ def test_small_edits_send_a_delta_and_a_host_that_drifted_gets_the_whole_manifes
 
 INTERRUPTED = """
 import sys
-from xmesh._hostd import agent
-from xmesh._workspace import push
+from xmesh._runtime.agents import agent
+from xmesh._workspace.sync import push
 # Into the workspace of the allocation named argv[3], which the test's own program synced first.
 push([agent(sys.argv[1])], sys.argv[2], compress="always", space_for=sys.argv[3])
 print("finished")
@@ -339,7 +339,7 @@ os.execv({hostd!r}, [{hostd!r}] + sys.argv[1:])
 
 def test_a_write_failure_on_the_host_aborts_the_sync_and_leaves_the_old_tree(tmp_path, monkeypatch):
     """Invariant sync.1 (docs/architecture/09-sync.md)."""
-    from xmesh._hostd import hostd_executable
+    from xmesh._runtime.agents import hostd_executable
 
     wrapper = tmp_path / "hostd-limited"
     wrapper.write_text(LIMITED_HOSTD.format(python=PYTHON, limit=2**21, hostd=os.path.abspath(hostd_executable())))

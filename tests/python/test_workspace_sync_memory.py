@@ -14,8 +14,8 @@ from xmesh_testing import PYTHON
 
 SYNC_AND_MEASURE = """
 import sys
-from xmesh._hostd import agent
-from xmesh._workspace import push
+from xmesh._runtime.agents import agent
+from xmesh._workspace.sync import push
 
 def kib(key):
     with open("/proc/self/status") as f:

@@ -9,11 +9,26 @@ import subprocess
 import tempfile
 import time
 
-from xmesh._pids import pid_alive  # noqa: F401 (the package's own: zombies and vanishing pids)
+from xmesh._base.pids import pid_alive  # noqa: F401 (the package's own: zombies and vanishing pids)
 
 PYTHON = "/usr/bin/python3"
 SOURCE_DIR = os.environ.get("XMESH_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 EXAMPLES = os.path.join(SOURCE_DIR, "examples")
+
+
+def package_modules() -> dict:
+    """The xmesh package's modules, {dotted name under xmesh ("_api.future", "cli", "__init__"
+    for the package itself, "_api.__init__" for a subpackage's): path}."""
+    import xmesh
+    root = os.path.dirname(xmesh.__file__)
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, f), root)[:-3]
+                found[rel.replace(os.sep, ".")] = os.path.join(folder, f)
+    return found
 
 
 def private_tmpdir(prefix):

@@ -1,0 +1,460 @@
+"""Finding, starting and talking to host agents (xmesh-hostd) from a controller."""
+import os
+import re
+import shutil
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from .. import _core
+from .._base.pids import pid_alive, running_agent_pid
+from .._base.protocol import ErrorKind, error, error_kind, read_error
+from .process import Kind, get_runtime, on_controller_exit
+from .wait import Request, request
+
+_agents: dict[str, "AgentClient"] = {}
+_agents_lock = threading.Lock()
+
+
+def _forget_agents_in_child():
+    global _agents_lock, _cluster_key
+    _cluster_key = None
+    _agents.clear()  # connections belong to the parent's node
+    _agents_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_agents_in_child)
+
+
+def hostd_executable():
+    exe = os.environ.get("XMESH_HOSTD")
+    if exe:
+        return exe
+    try:
+        from .._base.paths import HOSTD
+
+        if os.path.exists(HOSTD):
+            return HOSTD
+    except ImportError:
+        pass
+    found = shutil.which("xmesh-hostd")
+    if not found:
+        raise RuntimeError("xmesh-hostd not found: run scripts/setup.sh (it installs it on PATH) or set XMESH_HOSTD")
+    return found
+
+
+def _has_children(pid):
+    """Whether a host agent has procs: children other than its fork servers."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) != pid:
+                        continue
+                if not _is_fork_server(int(entry)):
+                    return True
+            except (OSError, ValueError, IndexError):
+                continue
+    return False
+
+
+# A host agent's fork server's /proc/PID/comm (_forkserver sets it; its procs share its command
+# line, not this name).
+FORK_SERVER_NAME = b"xmesh-forksrv"
+
+
+def _is_fork_server(pid):
+    with open(f"/proc/{pid}/comm", "rb") as f:
+        return f.read().strip() == FORK_SERVER_NAME
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+class HostdError(RuntimeError):
+    """The host agent refused a request; body is its reply (kind, text, ...)."""
+
+    def __init__(self, text, body):
+        super().__init__(text)
+        self.body = body
+
+
+class AgentClient:
+    """A controller's handle on one xmesh-hostd, identified by its runtime directory (the agent
+    itself is the C++ HostAgent, runtime/hostd/host_agent.hpp)."""
+
+    over_tcp = False  # an agent elsewhere (TcpAgentClient): it chooses its procs' addresses
+
+    def __init__(self, runtime_dir):
+        self.runtime_dir = runtime_dir
+        self.addr = "ipc://" + _core.layout_hostd_socket(runtime_dir)
+        self.host = None
+        self.pid = None
+        self._connected = False
+
+    def _running_pid(self):
+        return running_agent_pid(self.runtime_dir)
+
+    def _start(self, timeout):
+        env = dict(os.environ)
+        env["XMESH_RUNTIME_DIR"] = self.runtime_dir
+        exe = hostd_executable()
+        launcher = _core.spawn_detached([exe, "--daemon", "--runtime-dir", self.runtime_dir], env)
+        deadline = time.monotonic() + timeout
+        status = 0
+        try:
+            # The launcher exits as soon as the daemon has forked away: reap it (no zombie).
+            status = os.waitpid(launcher, 0)[1]
+        except ChildProcessError:
+            pass
+        log_path = _core.layout_hostd_log(self.runtime_dir)
+        if status != 0:  # it could not even start (it says why at the end of its log)
+            log = _read(log_path)
+            raise RuntimeError(f"the host agent for {self.runtime_dir} failed to start "
+                               f"(exit status {os.waitstatus_to_exitcode(status)})"
+                               + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
+        sock = _core.layout_hostd_socket(self.runtime_dir)
+        while time.monotonic() < deadline:
+            if self._running_pid() and os.path.exists(sock) and len(_read(_core.layout_cookie_file(self.runtime_dir))) >= 32:
+                return
+            time.sleep(0.01)
+        log = _read(log_path)
+        raise RuntimeError(f"the host agent for {self.runtime_dir} did not start within {timeout:.0f} s"
+                           + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
+
+    def connect(self, timeout=15.0):
+        rt = get_runtime()
+        if self._connected:
+            if rt.node.dead_reason(self.addr) is None:
+                running = self._running_pid()
+                if running == self.pid:
+                    return self
+                # Stopped (`xmesh shutdown`), killed or replaced since we last talked: say so
+                # now rather than when its heartbeats time out, and talk to its successor
+                # over a new connection (the old one's Hello went to the old agent).
+                rt.node.lose_host(self.addr, f"host agent {self.pid} at {self.addr} is gone"
+                                             + (f" (agent {running} runs there now)" if running else ""))
+            # The agent was lost (killed, its machine rebooted): whatever it ran is gone with it
+            # (its meshes say so), and new work goes to a new agent in the same directory.
+            self._forget_lost(rt)
+        try:
+            _core.ensure_private_dir(self.runtime_dir)  # the same check as the default directory's
+        except ValueError as e:
+            raise PermissionError(str(e)) from None
+        if self._running_pid() is None:
+            self._start(timeout)
+        cookie = _read(_core.layout_cookie_file(self.runtime_dir))
+        rt.node.set_peer_cookie(self.addr, cookie)
+        try:
+            status = self.status(timeout=timeout)
+        except HostdError as e:
+            if error_kind(e.body) != ErrorKind.Refused:  # the agent refused this node's Hello
+                raise
+            pid = self._running_pid()
+            if pid is None or _has_children(pid):
+                raise RuntimeError(f"{e}; `xmesh shutdown --runtime-dir {self.runtime_dir}` stops that host agent "
+                                   "and its procs") from None
+            # An agent of another protocol version that owns no procs: replace it.
+            os.kill(pid, signal.SIGTERM)
+            self._wait_gone(pid, timeout)
+            rt = get_runtime()
+            rt.node.revive(self.addr)
+            self._start(timeout)
+            status = self.status(timeout=timeout)
+        if status.build != _core.build_id() and not status.allocations:
+            # An idle agent from another build of xmesh: replace it, so that procs always run the
+            # code installed now.
+            self._replace(status.pid, timeout)
+            status = self.status(timeout=timeout)
+        self.host = status.host
+        self.pid = status.pid
+        # An agent on this machine is watched by its process too: its end is noticed at once,
+        # and a stopped or busy agent is not lost for being silent.
+        rt.node.watch_host(self.addr, status.pid if self.addr.startswith("ipc://") else 0)
+        self._connected = True
+        return self
+
+    def _forget_lost(self, rt: Any) -> None:
+        """After this agent was lost: new work goes to whatever agent serves its address now,
+        over a new connection."""
+        self._connected = False
+        rt.node.unwatch_host(self.addr)
+        rt.node.revive(self.addr)
+
+    def _replace(self, pid, timeout):
+        rt = get_runtime()
+        try:
+            rt.node.send(self.addr, int(Kind.Shutdown), {})
+        except Exception:
+            pass
+        self._wait_gone(pid, timeout)
+        # The connection to the old agent said Hello to it, not to its successor at the same
+        # address (which drops whatever an unauthenticated peer sends): start a new one.
+        rt.node.mark_dead(self.addr, error(ErrorKind.Supervision, "the host agent was replaced"))
+        rt.node.revive(self.addr)
+        self._start(timeout)
+
+    @staticmethod
+    def _wait_gone(pid, timeout):
+        deadline = time.monotonic() + timeout
+        while pid and pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def request(self, kind: "_core.Kind", body: Any, timeout: float = 15.0) -> dict:
+        """Sends one request (body: a typed body of xmesh._core, or {}) and returns the reply
+        body; raises HostdError (carrying the error body) or RuntimeError naming the problem."""
+        answers = request(get_runtime().node, [self.addr], kind, body, timeout=timeout,
+                          description=f"{kind.name} request to the host agent")
+        if not answers:
+            raise RuntimeError(f"the host agent at {self.addr} did not answer a "
+                               f"{kind.name} request within {timeout:.0f} s")
+        ok, reply, _ = answers[0]
+        if not ok:
+            raise HostdError(read_error(reply).text or "the host agent refused the request", reply)
+        return reply
+
+    # The agent's requests, each with its typed body and reply (runtime/protocol/bodies.hpp).
+    def status(self, timeout: float = 15.0) -> "_core.StatusReply":
+        return _core.StatusReply.from_dict(self.request(Kind.Status, {}, timeout=timeout))
+
+    def log_losses(self, alloc: str, ranks: Optional[set] = None, timeout: float = 15.0) -> list:
+        """What this agent's log files of allocation `alloc` lack (a full disk), in words, per rank
+        (only `ranks`, when given): those lines were shown but could not be kept."""
+        out = []
+        for st in self.status(timeout=timeout).allocations:
+            if st.alloc == alloc:
+                out += [f"rank {p.rank}'s log file lacks {_core.format_bytes(p.log_lost_bytes)} of its output "
+                        f"({p.log_error}): those lines were shown but could not be kept"
+                        for p in st.procs if p.log_lost_bytes and (ranks is None or p.rank in ranks)]
+        return out
+
+    def spawn_procs(self, body: "_core.SpawnProcsBody", timeout: Optional[float] = None) -> "_core.SpawnProcsReply":
+        # Starting a proc takes the agent longer the more it already started (they compete for
+        # the cores): the default allows half a second each beyond 30 s. An agent that dies
+        # meanwhile fails the request at once (it is watched by its process).
+        if timeout is None:
+            timeout = 30.0 + 0.5 * len(body.ranks)
+        return _core.SpawnProcsReply.from_dict(self.request(Kind.SpawnProcs, body, timeout=timeout))
+
+    def stop_procs(self, *, alloc: str = "", name: str = "", immediately: bool = False,
+                   timeout: float = 15.0) -> "_core.StopProcsReply":
+        body = _core.StopProcsBody(alloc=alloc, name=name, immediately=immediately)
+        return _core.StopProcsReply.from_dict(self.request(Kind.StopProcs, body, timeout=timeout))
+
+    def attach(self, name: str, *, observe: bool = False) -> "_core.AttachReply":
+        """Takes over the live allocation `name` (observe: only learns how to reach its procs)."""
+        body = _core.AttachBody(name=name, controller_pid=os.getpid(), observe=observe)
+        return _core.AttachReply.from_dict(self.request(Kind.Attach, body))
+
+    def goodbye(self):
+        if not self._connected:
+            return
+        rt = get_runtime()
+        try:
+            rt.node.send(self.addr, int(Kind.Goodbye), {})
+        except Exception:
+            pass
+        rt.node.unwatch_host(self.addr)
+
+
+class TcpAgentClient(AgentClient):
+    """A host agent on another machine, `xmesh-hostd --listen tcp://ADDR:PORT --key-file F`
+    there, reached over TCP with the cluster's key (CURVE). Its locator, "tcp://host:port", stands
+    where a local agent's runtime directory does (`runtime_dir`). Connecting starts when it is
+    made (`begin_connect`: the Status request goes out) and is waited for on first use."""
+
+    over_tcp = True
+
+    def __init__(self, locator: str, key_file: str) -> None:
+        self.runtime_dir = locator
+        self.addr = locator
+        self.key_file = key_file
+        self.host = None
+        self.pid = None
+        self._connected = False
+        self._pending: Optional[Request] = None
+
+    def begin_connect(self) -> None:
+        if self._connected or self._pending is not None:
+            return
+        rt = get_runtime()
+        use_cluster_key(self.key_file, self.addr)
+        rt.node.set_peer_cookie(self.addr, _core.key_file_cluster_cookie(self.key_file))
+        rt.node.expect_listening(self.addr)  # nothing listening there is said at once, not waited out
+        self._pending = Request(rt.node, [self.addr], Kind.Status)
+
+    def log_reader(self, log_dir: str) -> Callable[[str, int, int], tuple[int, Any]]:
+        """The read function of an AgentLogDir for one of this agent's log directories (the files
+        stay on its host): (file, offset, max_bytes) -> (the file's size, its bytes from offset),
+        or for file "" (0, {name: size}), through ReadLog requests."""
+        def read(file: str, offset: int, max_bytes: int) -> tuple[int, Any]:
+            body = _core.ReadLogBody(dir=log_dir, file=file, offset=offset, max_bytes=max(1, max_bytes))
+            answers = request(get_runtime().node, [self.addr], Kind.ReadLog, body, timeout=30.0,
+                              description=f"reading logs/{log_dir}/{file} on {self.host}")
+            if not answers:
+                raise RuntimeError(f"the host agent at {self.addr} did not answer a log read within 30 s")
+            ok, reply, frames = answers[0]
+            if not ok:
+                raise HostdError(read_error(reply).text or "the host agent refused the log read", reply)
+            got = _core.ReadLogReply.from_dict(reply)
+            if not file:
+                return 0, {f.name: f.size for f in got.files}
+            return got.size, b"".join(bytes(f) for f in frames)
+
+        return read
+
+    def _pending_status(self) -> Optional[Request]:
+        """The Status request to wait for, or None when connected (a lost agent: reconnects)."""
+        rt = get_runtime()
+        if self._connected:
+            if rt.node.dead_reason(self.addr) is None:
+                return None
+            self._forget_lost(rt)  # its agent killed, its machine or link gone
+        self.begin_connect()
+        pending, self._pending = self._pending, None
+        return pending
+
+    def connect(self, timeout: float = 15.0) -> "TcpAgentClient":
+        pending = self._pending_status()
+        if pending is not None:
+            self._connected_by(pending.answers(timeout, f"connecting to the host agent at {self.addr}"), timeout)
+        return self
+
+    async def connect_async(self, timeout: float = 15.0) -> "TcpAgentClient":
+        pending = self._pending_status()
+        if pending is not None:
+            self._connected_by(await pending.answers_async(timeout, f"connecting to the host agent at {self.addr}"),
+                               timeout)
+        return self
+
+    def _connected_by(self, answers: dict, timeout: float) -> None:
+        if not answers:
+            link = get_runtime().node.link_report(self.addr)
+            raise ConnectionError(f"the host agent at {self.addr} did not answer within {timeout:.0f} s ({link}): "
+                                  f"is `xmesh-hostd --listen ... --key-file ...` running there, and reachable from "
+                                  f"here?")
+        ok, reply, _ = answers[0]
+        if not ok:
+            raise HostdError(f"cannot use the host agent at {self.addr}: "
+                             f"{read_error(reply).text or 'it refused this controller'}", reply)
+        status = _core.StatusReply.from_dict(reply)
+        self.host = status.host
+        self.pid = status.pid
+        get_runtime().node.watch_host(self.addr, 0, self.host)  # elsewhere: lost when its heartbeats stop
+        self._connected = True
+
+
+_TCP_LOCATOR = re.compile(r"^(?:tcp://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def tcp_locator(text: str) -> Optional[str]:
+    """"tcp://host:port" for a host agent named "host:port" or "tcp://host:port"; None for
+    anything else (a runtime directory)."""
+    m = _TCP_LOCATOR.match(text)
+    if m is None or (not text.startswith("tcp://") and os.path.isdir(text)):
+        return None
+    if not 0 < int(m.group(2)) < 65536:
+        raise ValueError(f"{text!r}: the port must be 1-65535")
+    return f"tcp://{m.group(1)}:{int(m.group(2))}"
+
+
+_cluster_key: Optional[tuple[str, str]] = None  # (path, public key) of the key this controller's TCP address uses
+
+
+def local_ip_towards(locator: str) -> str:
+    """The address of this machine's interface that routes to the host at locator (no packet
+    is sent: a UDP socket's connect only picks the route)."""
+    host, port = locator[len("tcp://"):].rsplit(":", 1)
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port)))
+            return s.getsockname()[0]
+    except OSError as e:
+        raise ConnectionError(f"no route from this machine to {locator}: {e}") from None
+
+
+def use_cluster_key(key_file: str, first_host: str) -> None:
+    """Makes this controller reachable over TCP with the cluster's key (once): it listens on the
+    interface that routes to first_host (XMESH_CONTROLLER_HOST overrides), any free port, so
+    that remote agents and procs answer over TCP. One cluster key per controller."""
+    global _cluster_key
+    key_file = os.path.abspath(key_file)
+    public = _core.key_file_public_key(key_file)  # KeyFileError naming what is wrong with it
+    if _cluster_key is not None:
+        if _cluster_key[1] != public:
+            raise ValueError(f"this controller already uses the cluster key {_cluster_key[0]}; {key_file} is "
+                             "another (one cluster key per controller)")
+        return
+    rt = get_runtime()
+    host = os.environ.get("XMESH_CONTROLLER_HOST") or local_ip_towards(first_host)
+    host = f"[{host}]" if ":" in host else host
+    rt.node.listen_tcp(f"tcp://{host}:*", key_file)
+    _cluster_key = (key_file, public)
+
+
+def agent_at(locator: str, key_file: Optional[str] = None) -> AgentClient:
+    """The controller's handle on the agent at locator (a runtime directory or tcp://host:port),
+    not yet connected; a TCP agent starts connecting now."""
+    if not locator.startswith("tcp://"):
+        locator = os.path.abspath(locator)
+    with _agents_lock:
+        a = _agents.get(locator)
+        if a is None:
+            if locator.startswith("tcp://"):
+                if not key_file:
+                    raise ValueError(f"the host agent at {locator} is reached over TCP: give the cluster's key file "
+                                     "(hosts([...], key_file=...) or XMESH_KEY_FILE)")
+                a = TcpAgentClient(locator, key_file)
+            else:
+                a = AgentClient(locator)
+            _agents[locator] = a
+            rt = get_runtime()
+            rt.host_in_use(locator)  # a released address used again: its loss is news again
+            # An agent let go (release_agent) left its address marked dead here; whatever serves
+            # it now is another process, reached over a new connection.
+            rt.node.revive(locator)
+    if isinstance(a, TcpAgentClient):
+        a.begin_connect()
+    return a
+
+
+def agent(runtime_dir=None):
+    """The connected host agent for a runtime directory (default: this user's) or a locator
+    tcp://host:port (a TCP agent must have been named by hosts([...], key_file=...) first)."""
+    return agent_at(runtime_dir or _core.runtime_dir()).connect()
+
+
+def release_agent(locator: str, why: str) -> None:
+    """An agent let go on purpose (its job released): calls to its procs fail saying why, it is no
+    longer watched (no heartbeat loss to report later) and the next use of its address connects
+    anew."""
+    with _agents_lock:
+        a = _agents.pop(locator, None)
+    rt = get_runtime()
+    rt.release_host(locator, why)
+    rt.node.unwatch_host(locator)
+    if a is not None:
+        a._connected = False
+
+
+def connected_agents():
+    with _agents_lock:
+        return [a for a in _agents.values() if a._connected]
+
+
+def _say_goodbye(rt):
+    """At a controller's exit: its agents stop its unnamed allocations now."""
+    for a in connected_agents():
+        a.goodbye()
+
+
+on_controller_exit(_say_goodbye)
