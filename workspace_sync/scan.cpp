@@ -185,17 +185,16 @@ class Scanner {
     std::string at;  // the directory whose ignore files apply next
     while (true) {
       if (opts_.use_ignore_files) {
-        int fd = -1;
+        unique_fd fd;
         try {
-          fd = open_dir_nofollow(rootfd, at, false);  // "" gives the root, duplicated
+          fd.reset(open_dir_nofollow(rootfd, at, false));  // "" gives the root, duplicated
         } catch (const std::exception&) {
         }
-        if (fd >= 0) {
+        if (fd) {
           for (const char* f : {".gitignore", ".xmeshignore"}) {
             std::string text;
-            if (detail::read_small_file(fd, f, text)) rules->add_text(at, text);
+            if (detail::read_small_file(fd.get(), f, text)) rules->add_text(at, text);
           }
-          close(fd);
         }
       }
       size_t slash = rel.find('/', from);

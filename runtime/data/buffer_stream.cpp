@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tcp_endpoint.hpp"
+#include "unique_fd.hpp"
 #include "tcp_lane.hpp"
 #include "util.hpp"
 
@@ -276,36 +277,37 @@ StreamOutcome outcome(StreamOutcome::Status s, std::string why) { return StreamO
 // kMax in all; one that the owner closed meanwhile is seen as readable and dropped.
 class KeptConnections {
  public:
-  int take(const std::string& address) {
+  unique_fd take(const std::string& address) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = idle_.find(address);
     while (it != idle_.end() && !it->second.empty()) {
-      auto [fd, since] = it->second.back();
+      auto kept = std::move(it->second.back());
       it->second.pop_back();
       --count_;
-      pollfd p{fd, POLLIN, 0};
-      if (Clock::now() - since < std::chrono::milliseconds(kIdleMs) && ::poll(&p, 1, 0) == 0) return fd;
-      ::close(fd);
-    }
-    return -1;
+      pollfd p{kept.fd.get(), POLLIN, 0};
+      if (Clock::now() - kept.since < std::chrono::milliseconds(kIdleMs) && ::poll(&p, 1, 0) == 0)
+        return std::move(kept.fd);
+    }  // one too old, or that its owner closed, is closed as it goes
+    return unique_fd();
   }
-  void put(const std::string& address, int fd) {
+  void put(const std::string& address, unique_fd fd) {
     std::lock_guard<std::mutex> g(mu_);
     auto& idle = idle_[address];
-    if (count_ >= kMax || idle.size() >= kPerAddress) {
-      ::close(fd);
-      return;
-    }
-    idle.push_back({fd, Clock::now()});
+    if (count_ >= kMax || idle.size() >= kPerAddress) return;  // closed as it goes
+    idle.push_back({std::move(fd), Clock::now()});
     ++count_;
   }
 
  private:
   using Clock = std::chrono::steady_clock;
+  struct Kept {
+    unique_fd fd;
+    Clock::time_point since;
+  };
   static constexpr int kIdleMs = 10000;
   static constexpr size_t kPerAddress = 8, kMax = 64;
   std::mutex mu_;
-  std::unordered_map<std::string, std::vector<std::pair<int, Clock::time_point>>> idle_;
+  std::unordered_map<std::string, std::vector<Kept>> idle_;
   size_t count_ = 0;
 };
 
@@ -360,29 +362,19 @@ std::string move_records(int fd, const StreamGrant& grant, uint32_t stream, char
 StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32_t stream, char* local,
                          uint64_t offset, uint64_t length, bool write, const std::function<bool()>& go, int pause_ms,
                          bool fresh = false) {
-  int fd = fresh ? -1 : kept_connections().take(grant.address);
-  const bool kept = fd >= 0;
+  unique_fd owned = fresh ? unique_fd() : kept_connections().take(grant.address);
+  const bool kept = bool(owned);
   if (!kept) {
     try {
-      fd = connecting_socket(to);
+      owned.reset(connecting_socket(to));
     } catch (const std::exception& e) {
       return outcome(StreamOutcome::Status::broken, e.what());
     }
-    large_socket_buffers(fd);
+    large_socket_buffers(owned.get());
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(owned.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  struct Closer {
-    int fd;
-    const std::string& address;
-    bool keep = false;
-    ~Closer() {
-      if (keep)
-        kept_connections().put(address, fd);
-      else
-        ::close(fd);
-    }
-  } closer{fd, grant.address};
+  const int fd = owned.get();  // closed on every way out but success, where it is kept
   const std::string where = "the stream to " + to.proxy();
   char hello[kStreamHelloBytes];
   std::memcpy(hello, kStreamMagic, sizeof kStreamMagic);
@@ -417,7 +409,7 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
   if (answer != 'Y') return outcome(StreamOutcome::Status::refused, "the owner refused " + where + ": " + refusal(fd, answer, go));
   why = move_records(fd, grant, stream, local + offset, length, write, go, pause_ms, stall);
   if (!why.empty()) return failed(why);
-  closer.keep = true;
+  kept_connections().put(grant.address, std::move(owned));
   return {};
 }
 }  // namespace

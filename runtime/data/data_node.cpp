@@ -9,6 +9,7 @@
 #include "data_bodies.hpp"
 #include "record_cipher.hpp"
 #include "tcp_endpoint.hpp"
+#include "unique_fd.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -126,11 +127,9 @@ DataNode::RdmaOffer DataNode::prepare_rdma(const std::string& holder, const Buff
                                                    std::string* failed) -> RdmaNic::RegionPtr {
     if (!device) return nic->register_memory(addr, size, true, writable, failed);
     uint64_t offset = 0;  // device memory: registered through a dma-buf of it, or staged
-    const int fd = device->dmabuf(addr, size, &offset, failed);
-    if (fd < 0) return nullptr;
-    auto direct = nic->register_dmabuf(fd, offset, size, reinterpret_cast<uint64_t>(addr), true, writable, failed);
-    close(fd);
-    return direct;
+    unique_fd fd(device->dmabuf(addr, size, &offset, failed));
+    if (!fd) return nullptr;
+    return nic->register_dmabuf(fd.get(), offset, size, reinterpret_cast<uint64_t>(addr), true, writable, failed);
   }, &why);
   if (!region) return offer.why = "the owner could not register the buffer's memory for RDMA: " + why, offer;
   auto link = rdma_link_for(holder, peer, &why);

@@ -15,6 +15,7 @@
 #include "data_node.hpp"
 #include "node.hpp"
 #include "process_memory.hpp"
+#include "unique_fd.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -469,11 +470,9 @@ DataPlane::Copy DataPlane::rdma_stopped(Batch& b, const DataOp& op, const RdmaRe
 
 RdmaNic::RegionPtr DataPlane::register_device(const DataOp& op, std::string* why) {
   uint64_t offset = 0;
-  const int fd = op.device->dmabuf(op.local, op.size, &offset, why);
-  if (fd < 0) return nullptr;
-  auto region = nic_->register_dmabuf(fd, offset, op.size, reinterpret_cast<uint64_t>(op.local), false, false, why);
-  close(fd);
-  return region;
+  unique_fd fd(op.device->dmabuf(op.local, op.size, &offset, why));
+  if (!fd) return nullptr;
+  return nic_->register_dmabuf(fd.get(), offset, op.size, reinterpret_cast<uint64_t>(op.local), false, false, why);
 }
 
 std::shared_ptr<RdmaNic::Link> DataPlane::link_to(const std::string& owner) {

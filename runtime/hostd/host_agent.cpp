@@ -120,7 +120,7 @@ HostAgent::~HostAgent() {
     for (auto& p : kv.second->procs) {
       if (!p->exited && p->pid > 0) kill(-p->pid, SIGKILL);
       for (Stream* s : {&p->out, &p->err})
-        if (s->fd >= 0) close(s->fd);
+        s->fd.reset();
       if (p->log) fclose(p->log);
     }
   sync_.reset();  // a step under way stops at its next file; before the node it answers through
@@ -144,8 +144,8 @@ int HostAgent::run() {
     for (auto& kv : allocs_)
       for (auto& p : kv.second->procs)
         for (Stream* s : {&p->out, &p->err})
-          if (s->fd >= 0) {
-            fds.push_back({s->fd, POLLIN, 0});
+          if (s->fd) {
+            fds.push_back({s->fd.get(), POLLIN, 0});
             streams.emplace_back(kv.second.get(), p.get(), s);
           }
     int rc = poll(fds.data(), fds.size(), 100);
@@ -183,7 +183,7 @@ int HostAgent::run() {
     for (auto& kv : allocs_)
       for (auto& p : kv.second->procs)
         for (Stream* s : {&p->out, &p->err})
-          if (s->fd >= 0) pump(*p, *s, *kv.second);
+          if (s->fd) pump(*p, *s, *kv.second);
     reap();
     report_exits();
     usleep(20000);
@@ -418,7 +418,7 @@ void HostAgent::check_timers() {
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs)
       for (Stream* s : {&p->out, &p->err})
-        if (s->fd >= 0 && s->lines.has_partial()) forward(*kv.second, *p, *s, s->lines.flush_partial(now, 200), false);
+        if (s->fd && s->lines.has_partial()) forward(*kv.second, *p, *s, s->lines.flush_partial(now, 200), false);
   // Escalate stops that SIGTERM did not finish.
   for (auto& kv : allocs_)
     for (auto& p : kv.second->procs)

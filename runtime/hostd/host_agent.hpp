@@ -35,6 +35,7 @@
 #include "fork_server.hpp"
 #include "receiver.hpp"
 #include "sync_worker.hpp"
+#include "unique_fd.hpp"
 
 namespace xmesh {
 
@@ -75,7 +76,7 @@ class HostAgent {
   // One of a proc's output pipes: markers are stripped (scanner), bytes cut into lines, and
   // each run of lines is attributed to the context the last marker named.
   struct Stream {
-    int fd = -1;
+    unique_fd fd;  // the pipe's reading end, until its end is read
     const char* name = "stdout";
     char flag = 'o';  // in log records: o/e, upper case for a line without its newline
     MarkerScanner scanner;

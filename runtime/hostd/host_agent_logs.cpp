@@ -58,15 +58,14 @@ void HostAgent::read_log(const Message& m) {
   }
   if (req.file != "procs.json" && !layout::rank_log_of(req.file))
     return reply_error(m, "'" + req.file + "' is not a log file");
-  int fd = open((dir + "/" + req.file).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return reply_error(m, "cannot read " + req.dir + "/" + req.file + " on " + hostname() + ": " + strerror(errno));
+  unique_fd fd(open((dir + "/" + req.file).c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return reply_error(m, "cannot read " + req.dir + "/" + req.file + " on " + hostname() + ": " + strerror(errno));
   struct stat st {};
-  fstat(fd, &st);
+  fstat(fd.get(), &st);
   reply.size = st.st_size;
   int64_t n = std::max<int64_t>(0, std::min<int64_t>({req.max_bytes, kMaxPiece, reply.size - req.offset}));
   zmq::message_t data(static_cast<size_t>(n));
-  ssize_t got = n ? pread(fd, data.data(), static_cast<size_t>(n), req.offset) : 0;
-  close(fd);
+  ssize_t got = n ? pread(fd.get(), data.data(), static_cast<size_t>(n), req.offset) : 0;
   if (got < 0) return reply_error(m, "cannot read " + req.dir + "/" + req.file + ": " + strerror(errno));
   std::vector<zmq::message_t> frames;
   frames.emplace_back(data.data(), static_cast<size_t>(got));
@@ -153,7 +152,7 @@ void HostAgent::forward(LocalAllocation& a, Proc& p, Stream& s, const std::strin
   body.cell = s.ctx.cell;
   body.actor = s.ctx.actor;
   body.mark = s.mark;
-  body.eof = s.fd < 0;
+  body.eof = !s.fd;
   std::vector<zmq::message_t> frames;
   frames.emplace_back(text.data(), text.size());
   try {
@@ -198,15 +197,14 @@ void HostAgent::consume(LocalAllocation& a, Proc& p, Stream& s, const char* data
 // End of a stream: the rest (a held-back marker prefix, a partial line) goes out, flagged eof.
 void HostAgent::end_stream(LocalAllocation& a, Proc& p, Stream& s) {
   consume(a, p, s, nullptr, 0);
-  if (s.fd >= 0) close(s.fd);
-  s.fd = -1;
+  s.fd.reset();
   forward(a, p, s, s.lines.flush_partial(now_ms(), -1), true);
 }
 
 void HostAgent::pump(Proc& p, Stream& s, LocalAllocation& a) {
   char buf[65536];
   for (int i = 0; i < 16; ++i) {
-    ssize_t n = read(s.fd, buf, sizeof(buf));
+    ssize_t n = read(s.fd.get(), buf, sizeof(buf));
     if (n > 0) {
       consume(a, p, s, buf, static_cast<size_t>(n));
       continue;

@@ -78,8 +78,7 @@ void HostAgent::spawn_procs(const Message& m) {
     for (auto& p : a->procs) {
       kill(-p->pid, SIGKILL);
       for (Stream* st : {&p->out, &p->err}) {
-        if (st->fd >= 0) close(st->fd);
-        st->fd = -1;
+        st->fd.reset();
       }
       if (p->log) fclose(p->log);
       p->log = nullptr;
@@ -139,8 +138,8 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
     mux_->allow(behind);
     if (p->lane_port) mux_->allow(p->lane_port, p->lane_handover);
   }
-  p->out.fd = sp.out_fd;
-  p->err.fd = sp.err_fd;
+  p->out.fd.reset(sp.out_fd);
+  p->err.fd.reset(sp.err_fd);
   p->err.name = "stderr";
   p->err.flag = 'e';
   p->log_path = layout::rank_log_file(logdir, p->rank);
@@ -375,11 +374,11 @@ void HostAgent::report_exits() {
     for (auto& p : a.procs) {
       if (!p->exited || p->reported) continue;
       // Wait for both pipes to reach end of file (a grandchild may hold them: not forever).
-      bool drained = p->out.fd < 0 && p->err.fd < 0;
+      bool drained = !p->out.fd && !p->err.fd;
       if (!drained && now - p->exited_ms < 500) continue;
       for (Stream* s : {&p->out, &p->err}) {
-        if (s->fd >= 0) pump(*p, *s, a);
-        if (s->fd >= 0) end_stream(a, *p, *s);
+        if (s->fd) pump(*p, *s, a);
+        if (s->fd) end_stream(a, *p, *s);
       }
       if (p->log) {
         fclose(p->log);

@@ -218,20 +218,18 @@ bool PortMux::hand_over(Conn& c, const std::string& handover) {
 
 bool PortMux::connect_target(Conn& c, int port) {
   c.target_port = port;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return refuse(c, kSocksFailure);
-  set_no_delay(fd);
+  unique_fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return refuse(c, kSocksFailure);
+  set_no_delay(fd.get());
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
-    ::close(fd);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS)
     return refuse(c, kSocksRefused);
-  }
   c.state = kConnecting;
   set_interest(c, kClient, 0);
-  add_target(c, fd, EPOLLOUT);
+  add_target(c, fd.release(), EPOLLOUT);  // the connection's now (closed with it)
   return true;
 }
 
