@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import xmesh
 from xmesh import HostMesh
-from xmesh._jobs.job import JobError, JobRecord, SlurmJob as _XmeshSlurmJob, SSHJob as _XmeshSSHJob, _Job
+from xmesh._jobs.job import SlurmJob as _XmeshSlurmJob, SSHJob as _XmeshSSHJob, _Job
+from xmesh._jobs.records import JobError, JobRecord
 
 __all__ = ["JobState", "JobTrait", "LocalJob", "SSHJob", "SlurmJob", "job_load", "job_loads"]
 

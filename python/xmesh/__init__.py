@@ -16,7 +16,8 @@ from ._debug.controller import debug
 from ._base.errors import ActorError, SupervisionError, TakenOverError
 from ._api.future import Future, returns_future
 from ._api.instance import Context, Instance, context, current_actor_name
-from ._jobs.job import JobError, SlurmJob, SSHJob
+from ._jobs.job import SlurmJob, SSHJob
+from ._jobs.records import JobError
 from ._api.named import allocations
 from ._api.ports import Channel, Port, PortReceiver, RankedPortReceiver
 from ._api.proc_mesh import HostMesh, ProcMesh, attach, hosts, proc_mesh, shutdown_context, this_host, this_proc

@@ -105,7 +105,7 @@ def _format_age(seconds):
 
 
 def _ls(args):
-    from ._jobs.job import job_rows
+    from ._jobs.control import job_rows
     from ._api.named import allocations
 
     targets = _tcp_agents(args) + _local_dirs(args)
@@ -146,7 +146,8 @@ def _print_jobs(jobs: list) -> None:
 
 
 def _stop(args):
-    from ._jobs.job import JobError, stop_job
+    from ._jobs.control import stop_job
+    from ._jobs.records import JobError
     from ._api.named import stop_named
 
     try:
@@ -172,7 +173,8 @@ def _attach(args):
 
     import xmesh
 
-    from ._jobs.job import job_rows, saved_job
+    from ._jobs.control import job_rows
+    from ._jobs.job import saved_job
     from ._api.named import allocations
 
     job = saved_job(args.name, args.state_dir).attach()

@@ -18,7 +18,7 @@ import operator
 import sys
 import threading
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from . import _core
 from ._base.errors import SupervisionError

@@ -92,3 +92,38 @@ def test_the_runtimes_threads_leave_sigint_to_the_main_thread(tmp_path):
     assert {"xmesh-io", "xmesh-rings", "py:xmesh-control", "py:xmesh-log-output", "py:xmesh-actor-host",
             "py:xmesh-actor-xmesh-controllers"} <= {name.split(".")[0] for name in own}, r.stdout
     assert all(state == "blocked" for state in own.values()), r.stdout
+
+
+def test_starting_a_user_thread_never_opens_the_starting_threads_mask(monkeypatch):
+    """The runtime's event thread starts actor threads: were it to unblock SIGINT around the
+    start, the new thread could run (and answer its call) before the starter is scheduled again
+    to block it back, leaving one of xmesh's own threads open to a SIGINT meanwhile."""
+    import threading
+
+    from xmesh._base.threads import start_thread, start_user_thread
+
+    real = signal.pthread_sigmask
+    calls = []
+
+    def recording(how, mask):
+        calls.append((threading.get_ident(), how, set(mask)))
+        return real(how, mask)
+
+    monkeypatch.setattr(signal, "pthread_sigmask", recording)
+    seen = {}
+
+    def user_code():
+        seen["user"] = signal.SIGINT not in real(signal.SIG_BLOCK, set())
+
+    def starter():
+        seen["starter_before"] = signal.SIGINT in real(signal.SIG_BLOCK, set())
+        seen["starter_ident"] = threading.get_ident()
+        t = start_user_thread(threading.Thread(target=user_code))
+        t.join()
+        seen["starter_after"] = signal.SIGINT in real(signal.SIG_BLOCK, set())
+
+    start_thread(threading.Thread(target=starter)).join()
+    assert seen["starter_before"] and seen["starter_after"]  # one of xmesh's own: blocked
+    assert seen["user"]  # the user's thread: open
+    opened_by_starter = [c for c in calls if c[0] == seen["starter_ident"] and c[1] != signal.SIG_BLOCK]
+    assert opened_by_starter == []

@@ -11,7 +11,7 @@ import sys
 import pytest
 from xmesh_testing import PYTHON
 
-from xmesh._jobs import job as _jobs
+from xmesh._jobs.records import JobError, JobRecord
 
 
 @pytest.fixture
@@ -66,14 +66,14 @@ def test_a_signed_record_changed_afterwards_is_refused(state, tmp_path):
     fake_ssh.write_text("#!/bin/sh\nexit 0\n")
     fake_ssh.chmod(0o700)
     spec = {"hosts": ["h"], "python": sys.executable, "port": 0, "ssh": str(fake_ssh), "ssh_args": []}
-    _jobs.JobRecord("ssh", "mine", spec, "mine-01", "/nowhere", 0.0, ["127.0.0.1:1"],
+    JobRecord("ssh", "mine", spec, "mine-01", "/nowhere", 0.0, ["127.0.0.1:1"],
                     [{"host": "h", "addr": "127.0.0.1:1", "pid": 4242}]).save(str(state / ".xmesh"))
     path = state / ".xmesh" / "jobs" / "mine.json"
     body = json.loads(path.read_text())
     body["spec"]["ssh"] = "/bin/sh"
     path.write_text(json.dumps(body))
-    with pytest.raises(_jobs.JobError, match="not written by xmesh for this user"):
-        _jobs.JobRecord.load(str(state / ".xmesh"), "mine")
+    with pytest.raises(JobError, match="not written by xmesh for this user"):
+        JobRecord.load(str(state / ".xmesh"), "mine")
 
 
 def test_ls_lists_every_job_beside_a_bad_record_and_stop_says_what_it_stopped(state, tmp_path):
@@ -82,7 +82,7 @@ def test_ls_lists_every_job_beside_a_bad_record_and_stop_says_what_it_stopped(st
     fake_ssh.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 0\n")
     fake_ssh.chmod(0o700)
     spec = {"hosts": ["node-a"], "python": sys.executable, "port": 0, "ssh": str(fake_ssh), "ssh_args": []}
-    _jobs.JobRecord("ssh", "good", spec, "good-01", "/nowhere", 0.0, ["127.0.0.1:1"],
+    JobRecord("ssh", "good", spec, "good-01", "/nowhere", 0.0, ["127.0.0.1:1"],
                     [{"host": "node-a", "addr": "127.0.0.1:1", "pid": 4242}]).save(str(state / ".xmesh"))
     saved = state / ".xmesh" / "jobs" / "good.json"
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
@@ -105,4 +105,4 @@ def test_ls_lists_every_job_beside_a_bad_record_and_stop_says_what_it_stopped(st
 
 
 def test_a_job_name_that_is_a_path_is_not_a_record(state):
-    assert _jobs.JobRecord.load(str(state / ".xmesh"), "../../etc/passwd") is None
+    assert JobRecord.load(str(state / ".xmesh"), "../../etc/passwd") is None

@@ -241,7 +241,7 @@ def test_an_ssh_job_gives_hosts_that_a_restarted_kernel_finds_again(ssh_hosts):
     r = run_program(prog, timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"PIDS {sorted(v['pid'] for v in first.values())}" in r.stdout and "using SSH job over-ssh" in r.stdout
-    record = xmesh._jobs.job.JobRecord.load(STATE, "over-ssh")
+    record = xmesh._jobs.records.JobRecord.load(STATE, "over-ssh")
     agents = record.agents
     pids = [a["pid"] for a in agents]
     # Hosts sharing a home directory (as these do) get a key file each, never one written twice at once.
@@ -309,7 +309,7 @@ def _monarch_program(tmp_path, mode, meshes):
     path.write_text(MONARCH_SLURM.format(mode=mode, meshes=meshes, names=list(meshes)))
     r = run_program(path=str(path), timeout=100)
     assert r.returncode == 0, r.stdout + r.stderr
-    record = xmesh._jobs.job.JobRecord.load(str(tmp_path / ".monarch"), "mj")
+    record = xmesh._jobs.records.JobRecord.load(str(tmp_path / ".monarch"), "mj")
     return r.stdout, record and record.job_id
 
 

@@ -23,7 +23,7 @@ LAYERS = [
     # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs,
     #   RDMA buffers
     ["_api.future", "_api.actor", "_api.ports", "_api.allocation", "_api.proc_mesh", "_api.instance",
-     "_api.controllers", "_api.named", "_workspace.sync", "_jobs.job", "rdma"],
+     "_api.controllers", "_api.named", "_workspace.sync", "_jobs.records", "_jobs.control", "_jobs.job", "rdma"],
     # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
     #   a job's node launcher, the host agent's fork server
     ["_proc.actor_host", "_proc.forkserver", "_proc.worker", "_output.capture", "_debug.proc", "_workspace.reload",
@@ -108,7 +108,8 @@ SUBLAYERS = [
      ["_base.protocol"], ["_base.errors", "_base.context", "_base.value_mesh"]],
     [["_runtime.wait", "_runtime.control", "_output.progress", "_runtime.unix_server", "_output.logfiles"],
      ["_output.logs"], ["_runtime.process"], ["_runtime.agents"]],
-    [["_api.future"], ["_api.actor", "_api.ports", "rdma", "_api.allocation", "_workspace.sync"], ["_api.named"],
+    [["_api.future", "_jobs.records"], ["_api.actor", "_api.ports", "rdma", "_api.allocation", "_workspace.sync",
+      "_jobs.control"], ["_api.named"],
      ["_api.proc_mesh"], ["_api.controllers", "_api.instance", "_jobs.job"]],
     [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent"], ["_debug.proc"],
      ["_proc.actor_host"], ["_proc.worker"]],

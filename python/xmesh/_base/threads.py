@@ -21,8 +21,18 @@ def start_thread(thread: threading.Thread) -> threading.Thread:
 
 def start_user_thread(thread: threading.Thread) -> threading.Thread:
     """Starts a thread that runs user code with SIGINT not blocked, whichever thread starts it
-    (an actor's thread is started from xmesh's own event thread)."""
-    return _start(thread, signal.SIG_UNBLOCK)
+    (an actor's thread is started from xmesh's own event thread). The new thread unblocks it
+    itself, first thing: the starting thread's own mask never opens, not even while the new one
+    runs before the starter is scheduled again."""
+    run = thread.run
+
+    def run_with_sigint() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        run()
+
+    setattr(thread, "run", run_with_sigint)  # this thread only: its class's run() stays as it is
+    thread.start()
+    return thread
 
 
 def _start(thread: threading.Thread, how: int) -> threading.Thread:

@@ -12,18 +12,13 @@ allocation instead of submitting a new one. While the job is used a thread watch
 ends (cancelled, its time limit, a node failure) the hosts are lost at once with that cause, and
 a notice says when the time limit nears.
 """
-import glob
-import hashlib
-import hmac
 import json
 import os
-import re
 import shlex
-import stat
 import subprocess
 import threading
 import time as _time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from .. import _core
@@ -31,345 +26,17 @@ from .._base.context import current_cell
 from .._base.env import env_float
 from .._base.paths import PYTHON
 from .._base.threads import start_user_thread
+from .control import (SlurmState, address_towards_slurmctld, address_towards_ssh_host, final_state, output_tails,
+                      release, reported_agents, run_ssh, slurm_state, ssh_job_dir, stop_job)
+from .records import NAME, JobError, JobRecord, default_state_dir, describe, job_key_file
 
 if TYPE_CHECKING:
     from .._api.proc_mesh import HostMesh
-
-# States of a SLURM job that still holds (or will hold) its nodes.
-ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-         "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"}
-ENDING = {"COMPLETING", "SIGNALING", "STAGE_OUT"}
-NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-class JobError(RuntimeError):
-    """A job could not be submitted, ended while it was awaited, or its agents did not start;
-    the text says why (the scheduler's own words where it gave some)."""
-
-
-@dataclass
-class JobRecord:
-    """What is saved of a job (`<state_dir>/jobs/<name>.json`).
-
-    A record chooses what `xmesh stop` and `attach` run (ssh and its options, scancel's job id,
-    the agents' pids), and a state directory may come from somewhere else (a repository checkout,
-    an unpacked archive). So a record counts only when it is this user's own (mode 0600 in a
-    0700 directory, no symlink) and signed by this user's xmesh (an HMAC with the secret in
-    `records_secret_path()`, which never sits in a state directory); anything else is refused,
-    naming why, and never run."""
-    kind: str
-    name: str
-    spec: dict
-    job_id: str
-    job_dir: str
-    submitted: float
-    hosts: list = field(default_factory=list)  # host:port of its agents, once up
-    agents: list = field(default_factory=list)  # SSH jobs: {host, addr, pid} of each agent
-
-    @staticmethod
-    def path(state_dir: str, name: str) -> str:
-        return os.path.join(state_dir, "jobs", f"{name}.json")
-
-    def save(self, state_dir: str) -> None:
-        path = self.path(state_dir, self.name)
-        directory = os.path.dirname(path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)  # one made by an older xmesh may be open to others
-        body = asdict(self)
-        body["mac"] = _record_mac(body)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(body, f, indent=1)
-        os.replace(tmp, path)
-
-    @classmethod
-    def load(cls, state_dir: str, name: str) -> Optional["JobRecord"]:
-        """The record saved as `name`, None when there is none. JobError, naming why, when it is
-        not one this user's xmesh wrote (owner, mode, signature) or does not read."""
-        if not NAME.match(name):
-            return None  # not a job's name (no path of its own under jobs/)
-        path = cls.path(state_dir, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise JobError(f"the saved job {path} cannot be read ({e.strerror}): remove it") from None
-        with os.fdopen(fd) as f:
-            _check_own_private(path, os.fstat(f.fileno()), "file", 0o600)
-            _check_own_private(os.path.dirname(path), os.stat(os.path.dirname(path)), "directory", 0o700)
-            try:
-                body = json.load(f)
-            except ValueError as e:
-                raise JobError(f"the saved job {path} does not read ({e}): remove it to submit anew") from None
-        if not isinstance(body, dict) or not hmac.compare_digest(str(body.pop("mac", "")), _record_mac(body)):
-            raise JobError(f"the saved job {path} was not written by xmesh for this user (its signature does not "
-                           f"match {records_secret_path()}): it is not acted on; remove it")
-        try:
-            record = cls(**body)
-            record.check()
-        except (TypeError, ValueError) as e:
-            raise JobError(f"the saved job {path} does not read ({e}): remove it to submit anew") from None
-        return record
-
-    def check(self) -> None:
-        """ValueError naming the first field that is not what xmesh writes."""
-        if self.kind not in ("slurm", "ssh") or not isinstance(self.spec, dict):
-            raise ValueError(f"kind {self.kind!r}")
-        if not isinstance(self.job_id, str) or not NAME.match(self.job_id):
-            raise ValueError(f"job id {self.job_id!r}")
-        for a in self.agents:
-            if not (isinstance(a, dict) and _is_host(a.get("host")) and isinstance(a.get("pid"), int)
-                    and a["pid"] > 1):
-                raise ValueError(f"agent {a!r}")
-        if self.kind == "ssh":
-            spec = self.spec
-            if not (isinstance(spec.get("ssh"), str) and isinstance(spec.get("ssh_args"), list)
-                    and all(isinstance(x, str) for x in spec["ssh_args"])
-                    and isinstance(spec.get("hosts"), list) and all(_is_host(h) for h in spec["hosts"])):
-                raise ValueError("its ssh settings")
-
-
-def _is_host(host: Any) -> bool:
-    """A host name ssh takes as one (never an option)."""
-    return isinstance(host, str) and bool(host) and not host.startswith("-") and not any(c.isspace() for c in host)
-
-
-def _check_own_private(path: str, st: os.stat_result, what: str, mode: int) -> None:
-    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise JobError(f"the saved job's {what} {path} is not this user's own private one (owner uid {st.st_uid}, "
-                       f"mode {stat.S_IMODE(st.st_mode):04o}; xmesh writes {mode:04o}, owned by uid {os.geteuid()}): "
-                       "it is not acted on; remove it")
-
-
-def records_secret_path() -> str:
-    """This user's secret that signs job records (outside any state directory)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "xmesh", "records.key")
-
-
-def _records_secret() -> bytes:
-    path = records_secret_path()
-    try:
-        with open(path, "rb") as f:
-            secret = f.read()
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process made it meanwhile
-            return _records_secret()
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(32))
-        return _records_secret()
-    st = os.stat(path)
-    if len(secret) < 32 or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise JobError(f"{path} is not this user's private secret of 32 bytes (mode 0600): remove it and it is "
-                       "made anew (records saved with the old one are then refused)")
-    return secret
-
-
-def _record_mac(body: dict) -> str:
-    text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(_records_secret(), text, hashlib.sha256).hexdigest()
-
-
-def saved_jobs(state_dir: Optional[str] = None, problems: Optional[list] = None) -> list:
-    """The records of every job saved under state_dir (default ./.xmesh). A record that cannot
-    be used is left out, its (name, why) added to `problems` when given: one bad record never
-    hides the others."""
-    d = os.path.join(default_state_dir(state_dir), "jobs")
-    names = sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
-    records = []
-    for n in names:
-        try:
-            record = JobRecord.load(default_state_dir(state_dir), n)
-        except JobError as e:
-            if problems is not None:
-                problems.append((n, str(e)))
-            continue
-        if record is not None:
-            records.append(record)
-    return records
-
-
-def saved_job(name: str, state_dir: Optional[str] = None) -> "_Job":
-    """The job saved as `name`, rebuilt from its record (its spec is the constructor's
-    arguments), not yet connected: `.attach()` connects without ever submitting."""
-    d = default_state_dir(state_dir)
-    record = JobRecord.load(d, name)
-    if record is None:
-        raise JobError(f"no job {name!r} is saved in {d} (`xmesh ls --state-dir DIR` lists the jobs of a directory)")
-    kind = {"slurm": SlurmJob, "ssh": SSHJob}.get(record.kind)
-    if kind is None:
-        raise JobError(f"the saved job {JobRecord.path(d, name)} is of an unknown kind {record.kind!r}")
-    try:
-        return kind(**record.spec, name=name, state_dir=d)
-    except (TypeError, ValueError) as e:
-        raise JobError(f"the saved job {JobRecord.path(d, name)} does not read ({e}): remove it") from None
-
-
-def job_key_file(state_dir: str) -> str:
-    """The state directory's key file (made on first use, mode 0600), which every job started
-    from there uses: a controller authenticates with one key."""
-    path = os.path.join(state_dir, "cluster.key")
-    if not os.path.exists(path):
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        try:
-            _core.write_new_key_file(path)
-        except Exception:
-            if not os.path.exists(path):  # another kernel made it meanwhile: use that one
-                raise
-    return path
-
-
-def job_rows(state_dir: Optional[str] = None) -> list:
-    """What `xmesh ls` shows of the saved jobs: name, scheduler and id, nodes, state, time left."""
-    rows: list = []
-    problems: list = []
-    for r in saved_jobs(state_dir, problems):
-        try:
-            st = slurm_state(r.job_id) if r.kind == "slurm" else _ssh_state(r)
-        except (OSError, JobError) as e:  # scontrol missing or failing here
-            st = SlurmState(f"unknown ({e})")
-        rows.append({"kind": "job", "name": r.name, "scheduler": r.kind, "job_id": r.job_id,
-                     "nodes": r.spec.get("nodes", len(r.agents)), "node_list": st.nodes, "state": st.state,
-                     "reason": "" if st.reason == "None" else st.reason,
-                     "seconds_left": st.seconds_left, "hosts": r.hosts})
-    for name, why in problems:  # listed, with why, beside the others
-        rows.append({"kind": "job", "name": name, "scheduler": "?", "job_id": "", "nodes": 0, "node_list": "",
-                     "state": "REFUSED", "reason": why, "seconds_left": None, "hosts": []})
-    return rows
-
-
-def _ssh_state(record: JobRecord, timeout: float = 2.0) -> "SlurmState":
-    """An SSH job's state as `xmesh ls` tells it: RUNNING while every agent accepts connections
-    at its address, else LOST naming those that do not (without connecting as a controller)."""
-    import socket
-
-    lost = []
-    for agent in record.agents:
-        host, _, port = str(agent["addr"]).rpartition(":")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-        except (OSError, ValueError):
-            lost.append(agent["host"])
-    return SlurmState("LOST" if lost else "RUNNING", f"no agent answers on {', '.join(lost)}" if lost else "",
-                      ",".join(a["host"] for a in record.agents))
-
-
-def stop_job(name: str, state_dir: Optional[str] = None) -> Optional[str]:
-    """Releases the saved job `name` (SLURM: scancel; SSH: its agents stopped) and removes its
-    record: what was released, in words; None when no job of that name is saved. JobError when
-    its record is refused (never acted on) or the release failed."""
-    d = default_state_dir(state_dir)
-    record = JobRecord.load(d, name)
-    if record is None:
-        return None
-    release(record)
-    os.unlink(JobRecord.path(d, name))
-    if record.kind == "slurm":
-        return f"released SLURM job {record.job_id} ({name}; scancel)"
-    return f"stopped the host agents of SSH job {name} on {', '.join(a['host'] for a in record.agents)}"
-
-
-def describe(record: JobRecord) -> str:
-    if record.kind == "slurm":
-        return f"SLURM job {record.job_id} ({record.name})"
-    return f"SSH job {record.name} ({len(record.agents)} hosts)"
-
-
-def release(record: JobRecord) -> None:
-    """Ends what a record holds: scancel for SLURM, the agents stopped over ssh for SSH."""
-    if record.kind == "slurm":
-        if slurm_state(record.job_id).alive:
-            cancel(record)
-        return
-    errors = []
-    for a in record.agents:
-        key_copy = shlex.quote(f"{_ssh_job_dir(record.job_id, a['host'])}/cluster.key")
-        r = _ssh(record.spec, a["host"], f"kill {int(a['pid'])} 2>/dev/null; rm -f {key_copy}", timeout=30)
-        if r.returncode != 0:
-            errors.append(f"{a['host']}: {r.stderr.strip()}")
-    if errors:
-        raise JobError("could not stop the agents of " + describe(record) + ": " + "; ".join(errors))
 
 
 def _check_port(port: int) -> None:
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be 0 (any free one) to 65535, got {port!r}")
-
-
-def default_state_dir(state_dir: Optional[str] = None) -> str:
-    return os.path.abspath(state_dir or os.path.join(os.getcwd(), ".xmesh"))
-
-
-@dataclass
-class SlurmState:
-    """What `scontrol show job` says of a job: its state ("GONE" once SLURM forgot it), the reason
-    it waits, its nodes and the seconds it has left (None: no limit or not started)."""
-    state: str
-    reason: str = ""
-    nodes: str = ""
-    seconds_left: Optional[float] = None
-
-    @property
-    def alive(self) -> bool:
-        """It still holds (or will hold) its nodes."""
-        return self.state in ALIVE
-
-    @property
-    def usable(self) -> bool:
-        """Not ending: a job COMPLETING (cancelled, at its limit) holds its nodes but is gone for use."""
-        return self.state in ALIVE - ENDING
-
-
-def _slurm_time(text: str) -> Optional[float]:
-    """Epoch seconds of a SLURM timestamp (2026-11-24T18:02:03); None for Unknown/None."""
-    try:
-        return _time.mktime(_time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-
-
-def slurm_state(job_id: str) -> SlurmState:
-    r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        if "Invalid job id" in r.stderr:
-            return SlurmState("GONE")
-        raise JobError(f"scontrol show job {job_id} failed: {r.stderr.strip()}")
-    fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
-    state = fields.get("JobState", "UNKNOWN")
-    end = _slurm_time(fields.get("EndTime", ""))
-    left = end - _time.time() if end is not None and state == "RUNNING" else None
-    return SlurmState(state, fields.get("Reason", ""), fields.get("NodeList", ""), left)
-
-
-def final_state(job_id: str, st: SlurmState, wait_s: float = 5.0) -> SlurmState:
-    """A job that is ending (COMPLETING) says why only once it ended: its state then, waited for
-    a few seconds at most (else the ending state as it is)."""
-    deadline = _time.monotonic() + wait_s
-    while st.state in ENDING and _time.monotonic() < deadline:
-        _time.sleep(0.2)
-        st = slurm_state(job_id)
-    return st
-
-
-def _towards_controller() -> str:
-    """An address of this machine that the nodes route to: XMESH_CONTROLLER_HOST, else this
-    machine's interface towards slurmctld (from `scontrol show config`)."""
-    if os.environ.get("XMESH_CONTROLLER_HOST"):
-        return os.environ["XMESH_CONTROLLER_HOST"]
-    from .._runtime.agents import local_ip_towards
-
-    r = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
-    m = re.search(r"^SlurmctldHost\[0\]\s*=\s*([^(\s]+)(?:\(([^)]+)\))?", r.stdout, re.M)
-    port = re.search(r"^SlurmctldPort\s*=\s*(\d+)", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        raise JobError("cannot tell which address the nodes reach this machine at (scontrol show config: "
-                       f"{r.stderr.strip() or 'no SlurmctldHost'}); set XMESH_CONTROLLER_HOST")
-    return local_ip_towards(f"tcp://{m.group(2) or m.group(1)}:{port.group(1) if port else 6817}")
 
 
 class _Job:
@@ -549,7 +216,7 @@ class SlurmJob(_Job):
         job_dir = os.path.join(self.state_dir, "jobs", f"{self.name}-{_core.random_hex(4)}")
         os.makedirs(os.path.join(job_dir, "nodes"), mode=0o700)
         script = os.path.join(job_dir, "job.sh")
-        agent = [str(s["python"]), "-m", "xmesh._jobs.agent", "--job-dir", job_dir, "--towards", _towards_controller(),
+        agent = [str(s["python"]), "-m", "xmesh._jobs.agent", "--job-dir", job_dir, "--towards", address_towards_slurmctld(),
                  "--port", str(s["port"]), "--key-file", job_key_file(self.state_dir)]
         with open(script, "w") as f:
             f.write("#!/bin/sh\n# an xmesh host agent on every node of this allocation\n"
@@ -579,14 +246,14 @@ class SlurmJob(_Job):
         said = None
         while True:
             st = slurm_state(record.job_id)
-            up, failed = _agents(record)  # an agent that failed says why better than the job's end
+            up, failed = reported_agents(record)  # an agent that failed says why better than the job's end
             if failed:
                 node, why = failed[0]
                 raise JobError(f"the host agent could not start on {node} (SLURM job {record.job_id}): {why}")
             if not st.usable:
                 st = final_state(record.job_id, st)
                 raise JobError(f"SLURM job {record.job_id} ({self.name}) ended while awaited: {st.state}"
-                               + (f" ({st.reason})" if st.reason not in ("", "None") else "") + _tails(record))
+                               + (f" ({st.reason})" if st.reason not in ("", "None") else "") + output_tails(record))
             waits_for = f" ({st.reason})" if st.reason not in ("", "None") else ""
             line = f"SLURM job {record.job_id} {st.state.lower()}" + (
                 waits_for if st.state == "PENDING" else f": {len(up)}/{record.spec['nodes']} host agents up")
@@ -598,7 +265,7 @@ class SlurmJob(_Job):
             if _time.monotonic() > deadline:
                 raise JobError(f"SLURM job {record.job_id} ({self.name}) not ready after {self.timeout:.0f} s "
                                f"({st.state.lower()}, {len(up)}/{record.spec['nodes']} host agents up)"
-                               + _tails(record))
+                               + output_tails(record))
             _time.sleep(0.2)
         record.hosts = [up[n] for n in sorted(up)]
         record.save(self.state_dir)
@@ -642,7 +309,6 @@ class SlurmJob(_Job):
                 get_runtime().diag(f"SLURM job {record.job_id} ({record.name}) reaches its time limit in "
                                    f"{st.seconds_left / 60:.0f} min", cell)
             _time.sleep(every)
-
 
 
 class SSHJob(_Job):
@@ -709,16 +375,16 @@ class SSHJob(_Job):
     def _start_one(self, host: str, tag: str, key: bytes) -> tuple:
         """(status, "") once the agent on host serves, else (None, why)."""
         try:
-            towards = _address_towards_ssh_host(self.spec, host)
+            towards = address_towards_ssh_host(self.spec, host)
         except JobError as e:
             return None, str(e)
-        d = _ssh_job_dir(tag, host)
+        d = ssh_job_dir(tag, host)
         key_file = f"{d}/cluster.key"
         agent = [self.spec["python"], "-m", "xmesh._jobs.agent", "--detach", "--job-dir", d, "--towards", towards,
                  "--port", str(self.spec["port"]), "--key-file", key_file]
         command = (f"umask 077 && mkdir -p {shlex.quote(d)} && cat > {shlex.quote(key_file + '.new')} && "
                    f"mv -f {shlex.quote(key_file + '.new')} {shlex.quote(key_file)} && exec {shlex.join(agent)}")
-        r = _ssh(self.spec, host, command, stdin=key, timeout=self.timeout)
+        r = run_ssh(self.spec, host, command, stdin=key, timeout=self.timeout)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
         if r.returncode != 0 and not lines:
             return None, f"ssh exited with code {r.returncode}: {r.stderr.strip() or 'no word'}"
@@ -738,38 +404,6 @@ class SSHJob(_Job):
         return hm
 
 
-def _ssh_job_dir(tag: str, host: str) -> str:
-    """An SSH job's directory on a host (relative to its home): one per host, since hosts often
-    share their home directory (NFS) and two agents writing one key file would read each
-    other's half-written copy."""
-    return f".xmesh/jobs/{tag}-{re.sub(r'[^A-Za-z0-9_.-]', '_', host)}"
-
-
-def _ssh(spec: dict, host: str, command: str, stdin: Optional[bytes] = None,
-         timeout: float = 60.0) -> "subprocess.CompletedProcess[str]":
-    r = subprocess.run([spec["ssh"], *spec["ssh_args"], host, command], input=stdin, capture_output=True,
-                       timeout=timeout)
-    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
-                                       r.stderr.decode(errors="replace"))
-
-
-def _address_towards_ssh_host(spec: dict, host: str) -> str:
-    """This machine's address towards host as ssh resolves it (its configuration's HostName)."""
-    from .._runtime.agents import local_ip_towards
-
-    r = subprocess.run([spec["ssh"], *spec["ssh_args"], "-G", host], capture_output=True, text=True, timeout=30)
-    m = re.search(r"^hostname (\S+)", r.stdout, re.M)
-    port = re.search(r"^port (\d+)", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        raise JobError(f"ssh -G {host} failed: {r.stderr.strip()}")
-    if os.environ.get("XMESH_CONTROLLER_HOST"):
-        return os.environ["XMESH_CONTROLLER_HOST"]
-    try:
-        return local_ip_towards(f"tcp://{m.group(1)}:{port.group(1) if port else 22}")
-    except ConnectionError as e:
-        raise JobError(str(e)) from None
-
-
 @dataclass
 class JobView:
     """`job.state()`: the HostMesh as `.hosts` (Monarch's style), and the job."""
@@ -777,53 +411,20 @@ class JobView:
     job: Any
 
 
-def cancel(record: JobRecord, wait_s: float = 30.0) -> None:
-    """scancel, then wait (bounded) until SLURM says the job ended and its nodes are released."""
-    r = subprocess.run(["scancel", record.job_id], capture_output=True, text=True, timeout=30)
-    if r.returncode != 0 and "Invalid job id" not in r.stderr:
-        raise JobError(f"scancel {record.job_id} failed: {r.stderr.strip()}")
-    deadline = _time.monotonic() + wait_s
-    while slurm_state(record.job_id).alive:
-        if _time.monotonic() > deadline:
-            raise JobError(f"SLURM job {record.job_id} still not ended {wait_s:.0f} s after scancel")
-        _time.sleep(0.2)
-
-
-def _agents(record: JobRecord) -> tuple:
-    """The agents that said where they serve ({node: host:port}) and those that failed."""
-    up, failed = {}, []
-    d = os.path.join(record.job_dir, "nodes")
-    for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-        if not f.endswith(".json"):
-            continue
-        try:
-            with open(os.path.join(d, f)) as fh:
-                st = json.load(fh)
-        except (OSError, ValueError):
-            continue  # being written
-        if st.get("state") == "serving":
-            up[st["node"]] = st["addr"]
-        elif st.get("state") == "failed":
-            log = st.get("log", "").strip()
-            failed.append((st.get("node", f[:-5]), f"it exited with code {st.get('exit', '?')}"
-                           + (f"; its log ends:\n{log}" if log else " without a word")))
-    return up, failed
-
-
-def _tails(record: JobRecord) -> str:
-    """The last lines of the job's output and of its agents' logs, to say why."""
-    out = []
-    log_dir = record.spec.get("log_dir")
-    output = os.path.join(log_dir, f"xmesh-{record.name}-{record.job_id}.out") if log_dir else \
-        os.path.join(record.job_dir, f"slurm-{record.job_id}.out")
-    paths = [output] * os.path.exists(output) + sorted(glob.glob(os.path.join(record.job_dir, "nodes", "*.log")))
-    for path in paths:
-        with open(path, errors="replace") as f:
-            text = f.read()[-1500:].strip()
-        if text:
-            shown = os.path.relpath(path, record.job_dir) if path.startswith(record.job_dir + os.sep) else path
-            out.append(f"--- {shown}:\n{text}")
-    return ("\n" + "\n".join(out)) if out else ""
+def saved_job(name: str, state_dir: Optional[str] = None) -> "_Job":
+    """The job saved as `name`, rebuilt from its record (its spec is the constructor's
+    arguments), not yet connected: `.attach()` connects without ever submitting."""
+    d = default_state_dir(state_dir)
+    record = JobRecord.load(d, name)
+    if record is None:
+        raise JobError(f"no job {name!r} is saved in {d} (`xmesh ls --state-dir DIR` lists the jobs of a directory)")
+    kind = {"slurm": SlurmJob, "ssh": SSHJob}.get(record.kind)
+    if kind is None:
+        raise JobError(f"the saved job {JobRecord.path(d, name)} is of an unknown kind {record.kind!r}")
+    try:
+        return kind(**record.spec, name=name, state_dir=d)
+    except (TypeError, ValueError) as e:
+        raise JobError(f"the saved job {JobRecord.path(d, name)} does not read ({e}): remove it") from None
 
 
 def _spec_difference(saved: dict, wanted: dict) -> str:
