@@ -6,9 +6,10 @@
 """
 from . import _core
 # The composition root: these register themselves with the runtime (python/README.md, layers).
-from ._proc import actor_host  # noqa: F401
-from ._debug import remote  # noqa: F401
-from ._panel import view  # noqa: F401
+# (Bound under private names: the package's public namespace is __all__.)
+from ._proc import actor_host as _actor_host  # noqa: F401
+from ._debug import remote as _debug_remote  # noqa: F401
+from ._panel import view as _panel_view  # noqa: F401
 from ._api.controllers import get_or_spawn_controller
 from ._api.actor import Accumulator, Actor, ActorMesh, Endpoint, as_endpoint, concurrent_endpoint, endpoint, send
 from ._base.context import current_rank, current_size

@@ -46,3 +46,11 @@ def test_the_public_api_is_typed():
         elif callable(obj):
             missing += _unhinted(name, getattr(obj, "__call__") if not inspect.isfunction(obj) else obj)
     assert not missing, "public functions without type hints:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_the_package_namespace_is_its_public_api():
+    """What `import xmesh` shows without an underscore is __all__ (and the public submodules once
+    imported): the subpackages' modules the package imports for their registrations are bound
+    under private names, not as `xmesh.remote` or `xmesh.view`."""
+    public = {name for name in dir(xmesh) if not name.startswith("_")}
+    assert public - set(xmesh.__all__) - {"rdma", "cli"} == set()
