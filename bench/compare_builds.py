@@ -93,15 +93,26 @@ def main():
         for side in order:
             runs[side].append(run_side(getattr(args, side), args.n, args.reps))
             print(f"round {r + 1} {side}: {runs[side][-1]}", file=sys.stderr, flush=True)
+    report(runs, args.rounds)
+
+
+def report(runs: dict, rounds: int) -> None:
+    """The medians of each side's round medians and their ratio, and the median of the rounds'
+    own ratios (each round's two sides ran back to back, so a machine that drifts slower or
+    faster over the run moves both), with the spread of those ratios (quartiles): a ratio whose
+    quartiles straddle 1.00 is within this machine's noise."""
     keys = list(runs["base"][0])
-    print(f"xmesh builds side by side on {os.uname().nodename}, {os.cpu_count()} cores, {args.rounds} rounds "
-          "(medians of the rounds' medians)")
-    print(f"{'':<22}{'base':>12}{'new':>12}{'new / base':>12}")
+    print(f"xmesh builds side by side on {os.uname().nodename}, {os.cpu_count()} cores, {rounds} rounds "
+          "(medians of the rounds' medians; per-round ratios: median [quartiles])")
+    print(f"{'':<22}{'base':>12}{'new':>12}{'new / base':>12}   per-round new / base")
     for k in keys:
         base = statistics.median(x[k] for x in runs["base"])
         new = statistics.median(x[k] for x in runs["new"])
+        paired = [n[k] / b[k] for b, n in zip(runs["base"], runs["new"])]
+        q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else [paired[0]] * 3
         unit = "s" if k.endswith("_s") else "us"
-        print(f"{k[:-3] if unit == 'us' else k[:-2]:<16}({unit:>2}) {base:>12.3f}{new:>12.3f}{new / base:>11.2f}x")
+        print(f"{k[:-3] if unit == 'us' else k[:-2]:<16}({unit:>2}) {base:>12.3f}{new:>12.3f}{new / base:>11.2f}x"
+              f"   {statistics.median(paired):.2f}x [{q[0]:.2f}-{q[2]:.2f}]")
 
 
 if __name__ == "__main__":
