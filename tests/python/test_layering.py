@@ -53,6 +53,8 @@ def resolve(parts: list, names: list, known: set) -> set:
         full = f"{base}.{name}" if base else name
         if full in known:
             found.add(full)
+        elif f"{full}.__init__" in known:  # a subpackage itself (its __init__ imports nothing)
+            found.add(f"{full}.__init__")
         elif base in known:
             found.add(base)
         elif not base:
