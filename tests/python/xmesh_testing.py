@@ -70,15 +70,16 @@ def stop_agent(rundir):
     os.kill(pid, signal.SIGKILL)
 
 
-def run_program(source=None, path=None, env=None, timeout=60, args=(), stdin=None):
-    """Runs a Python program with Debian's python3 as a user would; returns CompletedProcess."""
+def run_program(source=None, path=None, env=None, timeout=60, args=(), stdin=None, python=PYTHON):
+    """Runs a Python program as a user would (with Debian's python3 unless `python` names
+    another interpreter); returns CompletedProcess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     if path is None:
         fd, path = tempfile.mkstemp(suffix=".py", prefix="xmprog-")
         with os.fdopen(fd, "w") as f:
             f.write(source)
-    return subprocess.run([PYTHON, path, *args], env=full_env, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([python, path, *args], env=full_env, capture_output=True, text=True, timeout=timeout,
                           cwd=os.path.dirname(path), stdin=stdin)
 
 

@@ -17,11 +17,10 @@ from .._base.display import html_table
 from .future import CallTarget, CoroutineFuture, Done, Future, Readiness
 from .._runtime.agents import AgentClient, HostdError, TcpAgentClient, agent, agent_at, tcp_locator
 from .named import actors_of, allocations, attach_named
-from .._base.paths import PYTHON
 from .._base.pids import running_agent_pid
 from .._base.env import env_seconds_from_ms
 from .._base.protocol import ErrorKind, error, error_kind
-from .._runtime.process import Kind, get_runtime, note_call, proc_environment, shutdown_client
+from .._runtime.process import Kind, get_runtime, interpreter, note_call, proc_environment, shutdown_client
 from .._base.shape import MeshTrait, Point, dense_shape
 from .._runtime.wait import request
 from .._workspace.sync import DEFAULT_MAX_FILE_SIZE, Workspace, seed_named_workspace, sync_workspace
@@ -440,7 +439,7 @@ class HostMesh(MeshTrait):
         common_env.update(user_env)
         common_env.update(proc_environment())
         common_env["XMESH_READY_CORR"] = str(ready_call.id)
-        argv = [PYTHON, "-m", "xmesh._proc.worker"]
+        argv = [interpreter(), "-m", "xmesh._proc.worker"]
         rt.register_alloc(alloc)
         for h, a in enumerate(agents):
             ranks = []

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from .. import _core
 from .._base.context import current_cell
 from .._base.env import env_float
-from .._base.paths import PYTHON
 from .._base.threads import start_user_thread
+from .._runtime.process import interpreter
 from .control import (SlurmState, address_towards_slurmctld, address_towards_ssh_host, final_state, output_tails,
                       release, reported_agents, run_ssh, slurm_state, ssh_job_dir, stop_job)
 from .records import NAME, JobError, JobRecord, default_state_dir, describe, job_key_file
@@ -186,7 +186,7 @@ class SlurmJob(_Job):
             raise ValueError("extra_args must be a list of strings (sbatch's own arguments)")
         _check_port(port)
         self.spec = {"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition, "time": time,
-                     "account": account, "extra_args": list(extra_args), "port": port, "python": python or PYTHON,
+                     "account": account, "extra_args": list(extra_args), "port": port, "python": python or interpreter(),
                      "log_dir": os.path.abspath(log_dir) if log_dir else None}
         self._watcher: Optional[threading.Thread] = None
         self._ended = False  # the watcher saw the job end
@@ -332,7 +332,7 @@ class SSHJob(_Job):
         if isinstance(ssh_args, str) or not all(isinstance(a, str) for a in ssh_args):
             raise ValueError("ssh_args must be a list of strings (ssh's own options)")
         _check_port(port)
-        self.spec = {"hosts": list(hosts), "python": python or PYTHON, "port": port, "ssh": ssh,
+        self.spec = {"hosts": list(hosts), "python": python or interpreter(), "port": port, "ssh": ssh,
                      "ssh_args": list(ssh_args)}
 
     def _still_there(self, record: JobRecord) -> bool:

@@ -13,6 +13,7 @@ from .. import _core
 from .control import ControlTable
 from .._base.env import env_float
 from .._base.errors import MeshFailure
+from .._base.paths import PYTHON
 from .._base.threads import start_thread
 
 Kind = _core.Kind
@@ -372,6 +373,13 @@ def init_proc_runtime():
 
 def runtime_if_started():
     return _runtime
+
+
+def interpreter() -> str:
+    """The Python this process runs, which its procs, their fork server and a job's agents run
+    too: a venv's or conda environment's own interpreter, so that they see its packages (the
+    kernel's embedded interpreter names the one it was built with)."""
+    return sys.executable or PYTHON
 
 
 def proc_environment():

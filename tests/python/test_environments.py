@@ -1,0 +1,45 @@
+"""xmesh in a user's own environment (issue 43): procs, and the fork server they are forked
+from, run the controller's interpreter, so a program run by a venv's Python has its procs in
+that venv, seeing its packages."""
+import json
+import subprocess
+
+from xmesh_testing import PYTHON, run_program
+
+PROGRAM = """
+import json, sys
+from xmesh import Actor, endpoint, this_host
+
+class Where(Actor):
+    @endpoint
+    def where(self) -> dict:
+        import only_in_this_env
+        return {"executable": sys.executable, "prefix": sys.prefix, "marker": only_in_this_env.MARKER}
+
+procs = this_host().spawn_procs({"gpus": 2})
+print(json.dumps(list(procs.spawn("where", Where).where.call().get(timeout=60).values())))
+procs.stop()
+"""
+
+
+def make_venv(tmp_path):
+    """A venv of Debian's Python holding a module the system's Python does not have (it sees the
+    system's packages too: xmesh's dependencies, which pip brings into a venv of its own)."""
+    env_dir = tmp_path / "env"
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", "--system-site-packages", str(env_dir)], check=True,
+                   timeout=60)
+    site = next((env_dir / "lib").glob("python3*/site-packages"))
+    (site / "only_in_this_env.py").write_text("MARKER = 'from the venv'\n")
+    return env_dir
+
+
+def test_a_venvs_program_has_its_procs_in_that_venv(tmp_path, fresh_rundir):
+    env_dir = make_venv(tmp_path)
+    python = str(env_dir / "bin" / "python")
+    r = run_program(PROGRAM, python=python, env={"XMESH_RUNTIME_DIR": fresh_rundir}, timeout=90)
+    assert r.returncode == 0, r.stderr
+    answers = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(answers) == 2
+    for a in answers:
+        # The venv's interpreter (not the system's with the venv's directories on sys.path).
+        assert a == {"executable": python, "prefix": str(env_dir), "marker": "from the venv"}, a
