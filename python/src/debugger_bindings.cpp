@@ -7,10 +7,14 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <dirent.h>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
 
@@ -61,8 +65,10 @@ std::string dump_to_text(PyThreadState* current, const char** err) {
 // parked at a safe point or inside C, its frames still. Without it, a thread running Python
 // pushes and pops frames under the reader (a proc crashed so, `where` polled while async
 // endpoints churned). So a helper thread takes the GIL and dumps; the I/O thread waits for it
-// kGilWaitMs and only when the GIL stays taken that long (a thread holding it inside C, or a
-// deadlock: frames that do not move) dumps without it, as faulthandler's watchdog does.
+// kGilWaitMs and only when the GIL stays taken that long and no other thread is runnable (the
+// holder asleep inside C, or a deadlock: frames that do not move) dumps without it, as
+// faulthandler's watchdog does; a thread still running Python on a loaded machine (a proc
+// crashed so under a full test run) gets no dump instead, and says so.
 class GilDumper {
  public:
   static constexpr int kGilWaitMs = 250;
@@ -117,12 +123,47 @@ class GilDumper {
 
 GilDumper g_gil_dumper;
 
+// Whether no other thread of this process is runnable, in two looks 10 ms apart: then none runs
+// Python (a GIL held that long is held by a thread asleep in C), and frames read without the GIL
+// stay where they are. A runnable thread may be one running Python that the GIL helper did not
+// get past in time (a loaded machine), whose frames move under a reader: no dump then.
+const char* const kBusyDump =
+    "its Python threads kept the GIL past the wait for it and some are running: no stack was read "
+    "(frames that move cannot be read safely); ask again";
+
+bool other_threads_still() {
+  const auto self = static_cast<pid_t>(syscall(SYS_gettid));
+  for (int look = 0; look < 2; ++look) {
+    if (look) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    DIR* tasks = opendir("/proc/self/task");
+    if (!tasks) return false;
+    bool still = true;
+    while (dirent* e = readdir(tasks)) {
+      if (e->d_name[0] == '.' || std::atoi(e->d_name) == self) continue;
+      std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      auto name_end = stat.rfind(')');  // the state follows the name, which may hold anything
+      if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'R') {
+        still = false;
+        break;
+      }
+    }
+    closedir(tasks);
+    if (!still) return false;
+  }
+  return true;
+}
+
 json dump_python_stacks() {
   DumpStacksReply reply;
   reply.pid = getpid();
   const char* err = nullptr;
-  auto with_gil = g_gil_dumper.dump(&err);
-  reply.stacks = with_gil ? std::move(*with_gil) : dump_to_text(nullptr, &err);
+  if (auto with_gil = g_gil_dumper.dump(&err))
+    reply.stacks = std::move(*with_gil);
+  else if (other_threads_still())
+    reply.stacks = dump_to_text(nullptr, &err);
+  else
+    err = kBusyDump;
   {
     std::lock_guard<std::mutex> g(g_labels_mu);
     for (auto& [ident, label] : g_labels) reply.labels[std::to_string(ident)] = label;
