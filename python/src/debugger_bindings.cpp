@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -123,35 +124,55 @@ class GilDumper {
 
 GilDumper g_gil_dumper;
 
-// Whether no other thread of this process is runnable, in two looks 10 ms apart: then none runs
-// Python (a GIL held that long is held by a thread asleep in C), and frames read without the GIL
-// stay where they are. A runnable thread may be one running Python that the GIL helper did not
-// get past in time (a loaded machine), whose frames move under a reader: no dump then.
 const char* const kBusyDump =
-    "its Python threads kept the GIL past the wait for it and some are running: no stack was read "
+    "its Python threads kept the GIL past the wait for it and are running: no stack was read "
     "(frames that move cannot be read safely); ask again";
 
+// The CPU time the other threads of this process used so far, in ns (schedstat; clock ticks
+// from stat where the kernel has no schedstat).
+uint64_t other_threads_cpu_ns(pid_t self) {
+  uint64_t total = 0;
+  DIR* tasks = opendir("/proc/self/task");
+  if (!tasks) return 0;
+  static const long kTickNs = 1000000000L / sysconf(_SC_CLK_TCK);
+  while (dirent* e = readdir(tasks)) {
+    if (e->d_name[0] == '.' || std::atoi(e->d_name) == self) continue;
+    const std::string dir = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream sched(dir + "/schedstat");
+    uint64_t on_cpu = 0;
+    if (sched >> on_cpu) {
+      total += on_cpu;
+      continue;
+    }
+    std::ifstream f(dir + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto name_end = stat.rfind(')');  // the fields follow the name, which may hold anything
+    if (name_end == std::string::npos) continue;
+    std::istringstream rest(stat.substr(name_end + 2));
+    std::string field;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {  // utime and stime are fields 14 and 15
+      if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+      if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    total += (utime + stime) * static_cast<uint64_t>(kTickNs);
+  }
+  closedir(tasks);
+  return total;
+}
+
+// Whether the other threads are still: over 50 ms they used under a tenth of it on the CPU.
+// A GIL held past the helper's wait is then held by a thread asleep in C (the threads waiting
+// for it wake only for moments), and frames read without the GIL stay where they are. Threads
+// running Python that the helper did not get past in time (a loaded machine) use the CPU, and
+// their frames move under a reader: no dump then.
 bool other_threads_still() {
   const auto self = static_cast<pid_t>(syscall(SYS_gettid));
-  for (int look = 0; look < 2; ++look) {
-    if (look) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    DIR* tasks = opendir("/proc/self/task");
-    if (!tasks) return false;
-    bool still = true;
-    while (dirent* e = readdir(tasks)) {
-      if (e->d_name[0] == '.' || std::atoi(e->d_name) == self) continue;
-      std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
-      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      auto name_end = stat.rfind(')');  // the state follows the name, which may hold anything
-      if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'R') {
-        still = false;
-        break;
-      }
-    }
-    closedir(tasks);
-    if (!still) return false;
-  }
-  return true;
+  constexpr int kWindowMs = 50;
+  const uint64_t before = other_threads_cpu_ns(self);
+  std::this_thread::sleep_for(std::chrono::milliseconds(kWindowMs));
+  const uint64_t used = other_threads_cpu_ns(self) - before;
+  return used < static_cast<uint64_t>(kWindowMs) * 1000000 / 10;
 }
 
 json dump_python_stacks() {
