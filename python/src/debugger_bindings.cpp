@@ -9,8 +9,6 @@
 #include <condition_variable>
 #include <dirent.h>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -25,6 +23,7 @@
 #include "node_bodies.hpp"
 #include "log_aggregator.hpp"
 #include "node.hpp"
+#include "process.hpp"
 #include "rank_selector.hpp"
 #include "stack_groups.hpp"
 #include "util.hpp"
@@ -129,7 +128,7 @@ const char* const kBusyDump =
     "(frames that move cannot be read safely); ask again";
 
 // The CPU time the other threads of this process used so far, in ns (schedstat; clock ticks
-// from stat where the kernel has no schedstat).
+// from its stat, process_status, where the kernel has no schedstat).
 uint64_t other_threads_cpu_ns(pid_t self) {
   uint64_t total = 0;
   DIR* tasks = opendir("/proc/self/task");
@@ -144,18 +143,7 @@ uint64_t other_threads_cpu_ns(pid_t self) {
       total += on_cpu;
       continue;
     }
-    std::ifstream f(dir + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    auto name_end = stat.rfind(')');  // the fields follow the name, which may hold anything
-    if (name_end == std::string::npos) continue;
-    std::istringstream rest(stat.substr(name_end + 2));
-    std::string field;
-    uint64_t utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i) {  // utime and stime are fields 14 and 15
-      if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
-      if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
-    }
-    total += (utime + stime) * static_cast<uint64_t>(kTickNs);
+    if (auto st = process_status(std::atoi(e->d_name))) total += st->cpu_ticks * static_cast<uint64_t>(kTickNs);
   }
   closedir(tasks);
   return total;

@@ -135,6 +135,7 @@ std::optional<ProcessStatus> process_status(pid_t pid) {
   ProcessStatus s;
   s.state = fields[0][0];
   s.start_ticks = std::strtoull(fields[19].c_str(), nullptr, 10);  // field 22 of stat
+  s.cpu_ticks = std::strtoull(fields[11].c_str(), nullptr, 10) + std::strtoull(fields[12].c_str(), nullptr, 10);
   return s;
 }
 

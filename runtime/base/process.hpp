@@ -54,11 +54,12 @@ bool set_parent_death_signal(int sig, pid_t expected_parent);
 struct ProcessStatus {
   char state = 0;
   uint64_t start_ticks = 0;
+  uint64_t cpu_ticks = 0;  // user and system time so far, in clock ticks
   bool stopped() const { return state == 'T' || state == 't'; }
   // What is unusual about it, in a word or two: "stopped", "in the kernel"; "" when running.
   std::string unusual() const;
 };
-// nullopt: no such process, or one that has exited (a zombie).
+// nullopt: no such process, or one that has exited (a zombie). A thread's id works too.
 std::optional<ProcessStatus> process_status(pid_t pid);
 
 }  // namespace xmesh
