@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "log_aggregator.hpp"
 #include "node.hpp"
 #include "process.hpp"
+#include "py_common.hpp"
 #include "rank_selector.hpp"
 #include "stack_groups.hpp"
 #include "util.hpp"
@@ -31,12 +33,17 @@
 namespace py = pybind11;
 using namespace xmesh;
 
-// CPython's own dumper, the one faulthandler's watchdog thread calls without the GIL
-// (exported by libpython; declared only in its internal headers).
-extern "C" const char* _Py_DumpTracebackThreads(int fd, PyInterpreterState* interp, PyThreadState* current_tstate);
-// What sys.settrace calls, for any thread state while the GIL is held (exported by libpython,
-// declared in its cpython/ headers): the debugger's attach sets a trace on one running thread.
-extern "C" int _PyEval_SetTrace(PyThreadState* tstate, Py_tracefunc func, PyObject* arg);
+// CPython's own dumper, the one faulthandler's watchdog thread calls without the GIL, and the
+// setter behind sys.settrace for any thread state: internal functions, looked up at run time
+// (dlsym), since not every version exports them (3.10 lacks the dumper, 3.13 the setter), and
+// a module that names a missing symbol would not even load.
+using DumpTracebackThreads = const char* (*)(int fd, PyInterpreterState* interp, PyThreadState* current_tstate);
+using SetTraceOf = int (*)(PyThreadState* tstate, Py_tracefunc func, PyObject* arg);
+
+template <typename F>
+F cpython_internal(const char* name) {
+  return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+}
 
 namespace {
 
@@ -44,14 +51,33 @@ std::mutex g_labels_mu;
 std::map<uint64_t, std::string> g_labels;  // thread ident -> what runs there ("actor trainer")
 
 // What _Py_DumpTracebackThreads writes: every thread's frames, as faulthandler prints them.
+// Where this Python does not export it, faulthandler's own dump_traceback writes the same, with
+// the GIL held (current given); without the GIL there is then no dump.
 std::string dump_to_text(PyThreadState* current, const char** err) {
+  static const auto dumper = cpython_internal<DumpTracebackThreads>("_Py_DumpTracebackThreads");
   std::string text;
+  if (!dumper && !current) {
+    *err = "this Python (" PY_VERSION ") has no dumper of stacks that works without the GIL: no stack was read";
+    return text;
+  }
   int fd = memfd_create("xmesh-stacks", MFD_CLOEXEC);
   if (fd < 0) {
     *err = "memfd_create failed";
     return text;
   }
-  *err = _Py_DumpTracebackThreads(fd, nullptr, current);
+  if (dumper) {
+    *err = dumper(fd, nullptr, current);
+  } else {
+    PyObject* faulthandler = PyImport_ImportModule("faulthandler");
+    PyObject* done = faulthandler ? PyObject_CallMethod(faulthandler, "dump_traceback", "iO", fd, Py_True) : nullptr;
+    Py_XDECREF(faulthandler);
+    if (done) {
+      Py_DECREF(done);
+    } else {
+      PyErr_Clear();
+      *err = "faulthandler.dump_traceback failed";
+    }
+  }
   if (lseek(fd, 0, SEEK_SET) == 0) {
     char buf[65536];
     ssize_t n;
@@ -99,7 +125,7 @@ class GilDumper {
         cv_.wait(lk, [&] { return wanted_ > done_; });
         ticket = wanted_;
       }
-      if (_Py_IsFinalizing()) return;  // no GIL to take any more (busy_ stays: dumps go without)
+      if (python_finalizing()) return;  // no GIL to take any more (busy_ stays: dumps go without)
       PyGILState_STATE gil = PyGILState_Ensure();
       const char* err = nullptr;
       std::string text = dump_to_text(PyThreadState_Get(), &err);
@@ -201,7 +227,7 @@ int attach_trace(PyObject* callback, PyFrameObject* frame, int what, PyObject*) 
   PyObject* r = PyObject_CallOneArg(callback, reinterpret_cast<PyObject*>(frame));
   if (r == nullptr) {  // a broken callback must not break the thread: stop watching
     PyErr_WriteUnraisable(callback);
-    _PyEval_SetTrace(PyThreadState_Get(), nullptr, nullptr);
+    PyEval_SetTrace(nullptr, nullptr);
     return 0;
   }
   Py_DECREF(r);
@@ -213,6 +239,76 @@ PyThreadState* thread_state_of(unsigned long ident) {
        t = PyThreadState_Next(t))
     if (t->thread_id == ident) return t;
   return nullptr;
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+// Where CPython does not export its per-thread setter (3.13), the trace goes on every thread
+// (PyEval_SetTraceAllThreads) and each thread that is not armed puts back, at its next event,
+// the trace it had (a pdb's, in a thread stopped in the debugger) after passing that event on.
+// All of it runs with the GIL held.
+struct PreviousTrace {
+  Py_tracefunc func = nullptr;
+  PyObject* arg = nullptr;  // a strong reference
+};
+std::map<unsigned long, PyObject*> g_armed;            // thread ident -> its attach callback (strong)
+std::map<unsigned long, PreviousTrace> g_previous;      // thread ident -> its trace before the arming
+
+int attach_trace_any_thread(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
+  const unsigned long me = PyThread_get_thread_ident();
+  if (auto armed = g_armed.find(me); armed != g_armed.end()) {
+    PyObject* callback = armed->second;
+    Py_INCREF(callback);  // the callback may disarm this thread (and drop the map's reference)
+    int r = attach_trace(callback, frame, what, arg);
+    Py_DECREF(callback);
+    return r;
+  }
+  PreviousTrace prev;
+  if (auto found = g_previous.find(me); found != g_previous.end()) {
+    prev = found->second;
+    g_previous.erase(found);
+  }
+  PyEval_SetTrace(prev.func, prev.arg);  // back to what this thread had (nothing, or a pdb's)
+  int r = prev.func ? prev.func(prev.arg, frame, what, arg) : 0;
+  Py_XDECREF(prev.arg);
+  return r;
+}
+
+bool arm_thread(unsigned long ident, PyObject* callback) {
+  if (callback == nullptr) {  // the thread drops the trace at its next event
+    if (auto found = g_armed.find(ident); found != g_armed.end()) {
+      Py_DECREF(found->second);
+      g_armed.erase(found);
+    }
+    return true;
+  }
+  Py_INCREF(callback);
+  if (auto found = g_armed.find(ident); found != g_armed.end()) Py_DECREF(found->second);
+  g_armed[ident] = callback;
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t != nullptr;
+       t = PyThreadState_Next(t)) {
+    // The armed thread's own trace is replaced, as the per-thread setter would replace it.
+    if (t->thread_id == ident || t->c_tracefunc == attach_trace_any_thread || t->c_tracefunc == nullptr ||
+        g_previous.count(t->thread_id))
+      continue;
+    Py_XINCREF(t->c_traceobj);
+    g_previous[t->thread_id] = {t->c_tracefunc, t->c_traceobj};
+  }
+  PyEval_SetTraceAllThreads(attach_trace_any_thread, nullptr);
+  return !PyErr_Occurred();
+}
+#endif
+
+// Sets (callback) or removes (nullptr) the attach trace of one thread; false with a Python
+// error set when this Python offers no way to.
+bool trace_one_thread(PyThreadState* t, PyObject* callback) {
+  static const auto set_trace_of = cpython_internal<SetTraceOf>("_PyEval_SetTrace");
+  if (set_trace_of) return set_trace_of(t, callback ? attach_trace : nullptr, callback) == 0;
+#if PY_VERSION_HEX >= 0x030C0000
+  return arm_thread(t->thread_id, callback);
+#else
+  PyErr_SetString(PyExc_RuntimeError, "this Python exports no way to trace another thread (_PyEval_SetTrace)");
+  return false;
+#endif
 }
 
 }  // namespace
@@ -227,9 +323,7 @@ void bind_debugger(py::module_& m) {
   m.def("trace_thread", [](unsigned long ident, const py::object& callback) {
     PyThreadState* t = thread_state_of(ident);
     if (t == nullptr) return false;
-    bool off = callback.is_none();
-    if (_PyEval_SetTrace(t, off ? nullptr : attach_trace, off ? nullptr : callback.ptr()) < 0)
-      throw py::error_already_set();
+    if (!trace_one_thread(t, callback.is_none() ? nullptr : callback.ptr())) throw py::error_already_set();
     return true;
   }, "Sets (None: removes) the attach trace of the thread `ident`: callback(frame) at its next call or "
      "line event, until removed. False if no such thread.");

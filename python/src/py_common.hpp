@@ -14,6 +14,15 @@
 #include <vector>
 
 #include "inbox.hpp"
+
+// Whether the interpreter is finalizing: public from CPython 3.13, private before.
+inline bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
 #include "wire.hpp"
 
 namespace py = pybind11;
@@ -59,7 +68,7 @@ bool wait_sliced(F ready_within_ms, double timeout_s) {
     // through a noexcept frame). Such a thread parks instead; the process is exiting.
     PyThreadState* ts = PyEval_SaveThread();
     bool ok = ready_within_ms(slice);
-    if (_Py_IsFinalizing())
+    if (python_finalizing())
       for (;;) pause();
     PyEval_RestoreThread(ts);
     if (ok) return true;

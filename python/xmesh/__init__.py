@@ -4,7 +4,12 @@
     procs = this_host().spawn_procs({"gpus": 4})
     ...
 """
-from . import _core
+try:
+    from . import _core
+except ImportError as _error:  # a build for other Pythons, or a library missing: said plainly
+    from ._base.install import core_import_error
+
+    raise ImportError(core_import_error(_error)) from None
 # The composition root: these register themselves with the runtime (python/README.md, layers).
 # (Bound under private names: the package's public namespace is __all__.)
 from ._proc import actor_host as _actor_host  # noqa: F401

@@ -479,3 +479,15 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run_hostd(argv: "list[str] | None" = None) -> int:
+    """The `xmesh-hostd` command of an installed wheel: the host agent inside the package, run
+    with this environment's interpreter as the one its procs run (unless XMESH_PYTHON says)."""
+    from ._runtime.agents import hostd_environment, hostd_executable
+
+    exe = hostd_executable()
+    for name, value in hostd_environment().items():
+        os.environ.setdefault(name, value)
+    os.execv(exe, [exe] + list(sys.argv[1:] if argv is None else argv))
+    return 1  # not reached: execv replaces this process or raises OSError

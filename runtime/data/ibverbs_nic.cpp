@@ -2,6 +2,11 @@
 // here (ibverbs_probe.hpp): the probe is the NIC's own code path run against itself (a link
 // connected to itself, one RDMA write between two registered buffers), so a device that passes
 // it has carried what the data plane will ask of it.
+//
+// libibverbs is loaded at run time (dlopen), never linked: xmesh must load where no libibverbs
+// is installed (a wheel on a machine without rdma-core), and must use the machine's own copy,
+// whose providers (libmlx5 and the others) are tied to it, never one bundled beside xmesh.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -59,26 +64,89 @@ bool RdmaAddress::parse(const std::string& text, RdmaAddress* out, std::string* 
 namespace {
 std::string failed(const char* step) { return std::string(step) + " failed: " + std::strerror(errno ? errno : EIO); }
 
+// The entry points used, typed by verbs.h's declarations (decltype does not link them). Post and
+// poll are verbs.h's inline calls through the context's ops, which need no symbol.
+struct Verbs {
+  decltype(&::ibv_get_device_list) get_device_list;
+  decltype(&::ibv_free_device_list) free_device_list;
+  decltype(&::ibv_get_device_name) get_device_name;
+  decltype(&::ibv_open_device) open_device;
+  decltype(&::ibv_close_device) close_device;
+  decltype(&::ibv_alloc_pd) alloc_pd;
+  decltype(&::ibv_dealloc_pd) dealloc_pd;
+  decltype(&::ibv_query_port) query_port;  // the exported one, which fills a whole ibv_port_attr
+  decltype(&::ibv_query_gid) query_gid;
+  decltype(&::ibv_reg_mr) reg_mr;
+  decltype(&::ibv_reg_dmabuf_mr) reg_dmabuf_mr;  // optional: rdma-core 34 and later
+  decltype(&::ibv_dereg_mr) dereg_mr;
+  decltype(&::ibv_create_cq) create_cq;
+  decltype(&::ibv_destroy_cq) destroy_cq;
+  decltype(&::ibv_create_qp) create_qp;
+  decltype(&::ibv_destroy_qp) destroy_qp;
+  decltype(&::ibv_modify_qp) modify_qp;
+  decltype(&::ibv_wc_status_str) wc_status_str;
+};
+Verbs verbs{};  // filled by load_verbs, before the probe opens anything
+
+template <typename F>
+bool resolve(void* lib, const char* name, F* out, std::string* missing) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  if (!*out) *missing += std::string(missing->empty() ? "" : ", ") + name;
+  return *out != nullptr;
+}
+
+// "" once every required entry point is resolved, else why not.
+std::string load_verbs() {
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) return std::string("libibverbs could not be loaded (") + dlerror() + "): no RDMA here";
+  std::string missing;
+  resolve(lib, "ibv_get_device_list", &verbs.get_device_list, &missing);
+  resolve(lib, "ibv_free_device_list", &verbs.free_device_list, &missing);
+  resolve(lib, "ibv_get_device_name", &verbs.get_device_name, &missing);
+  resolve(lib, "ibv_open_device", &verbs.open_device, &missing);
+  resolve(lib, "ibv_close_device", &verbs.close_device, &missing);
+  resolve(lib, "ibv_alloc_pd", &verbs.alloc_pd, &missing);
+  resolve(lib, "ibv_dealloc_pd", &verbs.dealloc_pd, &missing);
+  resolve(lib, "ibv_query_port", &verbs.query_port, &missing);
+  resolve(lib, "ibv_query_gid", &verbs.query_gid, &missing);
+  resolve(lib, "ibv_reg_mr", &verbs.reg_mr, &missing);
+  resolve(lib, "ibv_dereg_mr", &verbs.dereg_mr, &missing);
+  resolve(lib, "ibv_create_cq", &verbs.create_cq, &missing);
+  resolve(lib, "ibv_destroy_cq", &verbs.destroy_cq, &missing);
+  resolve(lib, "ibv_create_qp", &verbs.create_qp, &missing);
+  resolve(lib, "ibv_destroy_qp", &verbs.destroy_qp, &missing);
+  resolve(lib, "ibv_modify_qp", &verbs.modify_qp, &missing);
+  resolve(lib, "ibv_wc_status_str", &verbs.wc_status_str, &missing);
+  if (!missing.empty()) return "this libibverbs lacks " + missing;
+  verbs.reg_dmabuf_mr = reinterpret_cast<decltype(verbs.reg_dmabuf_mr)>(dlsym(lib, "ibv_reg_dmabuf_mr"));
+  return "";
+}
+
+int query_port(ibv_context* ctx, ibv_port_attr* attr) {
+  std::memset(attr, 0, sizeof *attr);
+  return verbs.query_port(ctx, 1, reinterpret_cast<_compat_ibv_port_attr*>(attr));
+}
+
 class IbverbsNic : public RdmaNic, public std::enable_shared_from_this<IbverbsNic> {
  public:
   // The device opened with a protection domain and port 1 active; nullptr and *why otherwise.
   static std::shared_ptr<IbverbsNic> open(ibv_device* dev, std::string* why) {
-    auto nic = std::shared_ptr<IbverbsNic>(new IbverbsNic(ibv_get_device_name(dev)));
-    if (!(nic->ctx_ = ibv_open_device(dev))) return *why = failed("ibv_open_device"), nullptr;
-    if (!(nic->pd_ = ibv_alloc_pd(nic->ctx_))) return *why = failed("ibv_alloc_pd"), nullptr;
-    if (ibv_query_port(nic->ctx_, 1, &nic->port_) != 0) return *why = failed("ibv_query_port"), nullptr;
+    auto nic = std::shared_ptr<IbverbsNic>(new IbverbsNic(verbs.get_device_name(dev)));
+    if (!(nic->ctx_ = verbs.open_device(dev))) return *why = failed("ibv_open_device"), nullptr;
+    if (!(nic->pd_ = verbs.alloc_pd(nic->ctx_))) return *why = failed("ibv_alloc_pd"), nullptr;
+    if (query_port(nic->ctx_, &nic->port_) != 0) return *why = failed("ibv_query_port"), nullptr;
     if (nic->port_.state != IBV_PORT_ACTIVE)
       return *why = "port 1 is not active (state " + std::to_string(nic->port_.state) + ")", nullptr;
     if (nic->port_.lid == 0) {  // RoCE: addressed by GID
       ibv_gid gid{};
-      if (ibv_query_gid(nic->ctx_, 1, 0, &gid) != 0) return *why = failed("ibv_query_gid"), nullptr;
+      if (verbs.query_gid(nic->ctx_, 1, 0, &gid) != 0) return *why = failed("ibv_query_gid"), nullptr;
       nic->gid_hex_ = to_hex(std::string(reinterpret_cast<const char*>(gid.raw), sizeof gid.raw));
     }
     return nic;
   }
   ~IbverbsNic() override {
-    if (pd_) ibv_dealloc_pd(pd_);
-    if (ctx_) ibv_close_device(ctx_);
+    if (pd_) verbs.dealloc_pd(pd_);
+    if (ctx_) verbs.close_device(ctx_);
   }
   std::string device() const override { return name_; }
 
@@ -86,11 +154,11 @@ class IbverbsNic : public RdmaNic, public std::enable_shared_from_this<IbverbsNi
     int access = IBV_ACCESS_LOCAL_WRITE;
     if (remote_access) access |= IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE : 0);
     errno = 0;
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, size, access);
+    ibv_mr* mr = verbs.reg_mr(pd_, addr, size, access);
     if (!mr) return *why = failed("registering memory (ibv_reg_mr)"), nullptr;
     auto self = shared_from_this();  // the domain outlives its regions
     return RegionPtr(new Region{addr, size, mr->lkey, mr->rkey}, [mr, self](const Region* r) {
-      ibv_dereg_mr(mr);
+      verbs.dereg_mr(mr);
       delete r;
     });
   }
@@ -99,12 +167,13 @@ class IbverbsNic : public RdmaNic, public std::enable_shared_from_this<IbverbsNi
                             std::string* why) override {
     int access = IBV_ACCESS_LOCAL_WRITE;
     if (remote_access) access |= IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE : 0);
+    if (!verbs.reg_dmabuf_mr) return *why = "this libibverbs has no ibv_reg_dmabuf_mr (older than rdma-core 34)", nullptr;
     errno = 0;
-    ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, offset, size, iova, fd, access);
+    ibv_mr* mr = verbs.reg_dmabuf_mr(pd_, offset, size, iova, fd, access);
     if (!mr) return *why = failed("registering device memory (ibv_reg_dmabuf_mr)"), nullptr;
     auto self = shared_from_this();
     return RegionPtr(new Region{reinterpret_cast<char*>(iova), size, mr->lkey, mr->rkey}, [mr, self](const Region* r) {
-      ibv_dereg_mr(mr);
+      verbs.dereg_mr(mr);
       delete r;
     });
   }
@@ -125,17 +194,17 @@ class IbverbsLink : public RdmaNic::Link {
  public:
   explicit IbverbsLink(std::shared_ptr<IbverbsNic> nic) : nic_(std::move(nic)) {}
   ~IbverbsLink() override {
-    if (qp_) ibv_destroy_qp(qp_);
-    if (cq_) ibv_destroy_cq(cq_);
+    if (qp_) verbs.destroy_qp(qp_);
+    if (cq_) verbs.destroy_cq(cq_);
   }
   std::string create() {
-    if (!(cq_ = ibv_create_cq(nic_->ctx_, 16, nullptr, nullptr, 0))) return failed("ibv_create_cq");
+    if (!(cq_ = verbs.create_cq(nic_->ctx_, 16, nullptr, nullptr, 0))) return failed("ibv_create_cq");
     ibv_qp_init_attr init{};
     init.send_cq = init.recv_cq = cq_;
     init.qp_type = IBV_QPT_RC;
     init.cap.max_send_wr = init.cap.max_recv_wr = 4;
     init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-    if (!(qp_ = ibv_create_qp(nic_->pd_, &init))) return failed("ibv_create_qp");
+    if (!(qp_ = verbs.create_qp(nic_->pd_, &init))) return failed("ibv_create_qp");
     std::string r = random_bytes(3);  // a 24-bit starting packet sequence number
     psn_ = (uint32_t(uint8_t(r[0])) << 16) | (uint32_t(uint8_t(r[1])) << 8) | uint8_t(r[2]);
     return "";
@@ -174,7 +243,7 @@ std::string IbverbsLink::connect(const RdmaAddress& peer) {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+  if (verbs.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
     return failed("moving the queue pair to INIT");
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTR;
@@ -192,7 +261,7 @@ std::string IbverbsLink::connect(const RdmaAddress& peer) {
     std::memcpy(a.ah_attr.grh.dgid.raw, raw.data(), sizeof a.ah_attr.grh.dgid.raw);
     a.ah_attr.grh.hop_limit = 64;
   }
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+  if (verbs.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
     return failed("moving the queue pair to RTR (connected to its peer)");
   a = ibv_qp_attr{};
@@ -202,7 +271,7 @@ std::string IbverbsLink::connect(const RdmaAddress& peer) {
   a.rnr_retry = 7;
   a.sq_psn = psn_;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+  if (verbs.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                  IBV_QP_MAX_QP_RD_ATOMIC) != 0)
     return failed("moving the queue pair to RTS");
   peer_qpn_ = peer.qpn;
@@ -240,7 +309,7 @@ RdmaResult IbverbsLink::transfer(bool write, char* local, const RdmaNic::Region&
     broken_ = true;
     return {RdmaResult::Status::failed,
             std::string("the RDMA ") + (write ? "write" : "read") + " failed: " +
-                (got < 0 ? "ibv_poll_cq failed" : ibv_wc_status_str(wc.status))};
+                (got < 0 ? "ibv_poll_cq failed" : verbs.wc_status_str(wc.status))};
   }
   return {};
 }
@@ -251,7 +320,7 @@ RdmaResult IbverbsLink::abort_outstanding() {
   broken_ = true;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
-  ibv_modify_qp(qp_, &a, IBV_QP_STATE);
+  verbs.modify_qp(qp_, &a, IBV_QP_STATE);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   ibv_wc wc{};
   while (poll(&wc) == 0 && std::chrono::steady_clock::now() < deadline)
@@ -286,20 +355,21 @@ std::string try_device(ibv_device* dev) {
 
 IbverbsProbe run_probe() {
   IbverbsProbe out;
+  if (out.why = load_verbs(); !out.why.empty()) return out;
   int n = 0;
   errno = 0;
-  ibv_device** list = ibv_get_device_list(&n);
+  ibv_device** list = verbs.get_device_list(&n);
   if (!list) {
     out.why = "no RDMA device (ibv_get_device_list: " + std::string(std::strerror(errno ? errno : ENODEV)) + ")";
     return out;
   }
-  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> hold(list, ibv_free_device_list);
+  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> hold(list, verbs.free_device_list);
   if (n == 0) {
     out.why = "no RDMA device (ibv_get_device_list lists none)";
     return out;
   }
   for (int i = 0; i < n; ++i) {
-    const std::string name = ibv_get_device_name(list[i]);
+    const std::string name = verbs.get_device_name(list[i]);
     out.listed.push_back(name);
     const std::string why = try_device(list[i]);
     if (why.empty()) {
@@ -315,11 +385,11 @@ IbverbsProbe run_probe() {
 
 std::shared_ptr<RdmaNic> open_device(const std::string& name, std::string* why) {
   int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
+  ibv_device** list = verbs.get_device_list(&n);
   if (!list) return *why = "the RDMA device list is gone", nullptr;
-  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> hold(list, ibv_free_device_list);
+  std::unique_ptr<ibv_device*, void (*)(ibv_device**)> hold(list, verbs.free_device_list);
   for (int i = 0; i < n; ++i)
-    if (name == ibv_get_device_name(list[i])) return IbverbsNic::open(list[i], why);
+    if (name == verbs.get_device_name(list[i])) return IbverbsNic::open(list[i], why);
   return *why = "the RDMA device " + name + " is no longer listed", nullptr;
 }
 }  // namespace

@@ -476,6 +476,8 @@ StatusReply HostAgent::status() const {
   r.version = version_string();
   r.build = build_id();
   r.protocol = protocol_version();
+  r.python = opts_.python;
+  r.python_version = opts_.python_version;
   r.runtime_dir = opts_.runtime_dir;
   r.workspace = opts_.workspace_root;
   r.sync_bytes_received = sync_->bytes_received();

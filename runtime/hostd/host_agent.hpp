@@ -57,6 +57,11 @@ struct HostAgentOptions {
   // listen on for those controllers (0, 0: any free port).
   std::string listen, key_file, advertise;
   int proc_port_first = 0, proc_port_last = 0;
+  // The Python environment this agent was installed in (XMESH_PYTHON, XMESH_PYTHON_VERSION, set
+  // by `xmesh-hostd` of a wheel and by job agents): reported in Status, so that a controller on
+  // another machine runs its procs with it and refuses a Python other than its own. "" when
+  // started without them (the controller's interpreter is used, as it names it).
+  std::string python, python_version;
 };
 
 // Checks the TCP options (a key file for a non-loopback address, an address to advertise for

@@ -157,6 +157,8 @@ void options_from_env(xmesh::HostAgentOptions& o, const std::string& dir, const 
   o.sync_timeout_ms = xmesh::env_int("XMESH_SYNC_TIMEOUT_MS", 120000);
   o.socket_sweep_ms = xmesh::env_int("XMESH_SOCKET_SWEEP_MS", 30000);
   o.workspace_keep_ms = xmesh::env_int("XMESH_WORKSPACE_KEEP", 600) * 1000;
+  o.python = xmesh::env_str("XMESH_PYTHON");
+  o.python_version = xmesh::env_str("XMESH_PYTHON_VERSION");
 }
 
 }  // namespace

@@ -230,6 +230,9 @@ struct StatusReply {
   std::string host, version, build;
   int protocol = 0;
   std::string runtime_dir, workspace;  // the agent's runtime directory and workspace root
+  // The interpreter its procs run and its version ("3.12.1"), when it was started in a Python
+  // environment (HostAgentOptions::python); "" otherwise.
+  std::string python, python_version;
   uint64_t sync_bytes_received = 0;
   std::vector<AllocationStatus> allocations;
   PortCounts port;  // all 0 for an agent without a TCP port
@@ -242,6 +245,8 @@ struct StatusReply {
     f("protocol", &StatusReply::protocol, Need::Optional);
     f("runtime_dir", &StatusReply::runtime_dir, Need::Optional);
     f("workspace", &StatusReply::workspace, Need::Optional);
+    f("python", &StatusReply::python, Need::Optional);
+    f("python_version", &StatusReply::python_version, Need::Optional);
     f("sync_bytes_received", &StatusReply::sync_bytes_received, Need::Optional);
     f("allocations", &StatusReply::allocations, Need::Required);
     f("port", &StatusReply::port, Need::Optional);

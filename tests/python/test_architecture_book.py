@@ -54,7 +54,7 @@ def cpp_tests() -> dict:
 def py_tests() -> dict:
     """(file, test function) -> {invariant ID: the page its docstring names}, for every pytest test."""
     tests = {}
-    for sub in ("python", "kernel", "browser"):
+    for sub in ("python", "kernel", "browser", "wheel"):
         folder = os.path.join(SOURCE, "tests", sub)
         if not os.path.isdir(folder):
             continue

@@ -2,9 +2,15 @@
 from, run the controller's interpreter, so a program run by a venv's Python has its procs in
 that venv, seeing its packages."""
 import json
+import platform
 import subprocess
+import sys
 
+import pytest
 from xmesh_testing import PYTHON, run_program
+
+from xmesh import _core
+from xmesh._runtime.agents import check_agent_match
 
 PROGRAM = """
 import json, sys
@@ -34,6 +40,7 @@ def make_venv(tmp_path):
 
 
 def test_a_venvs_program_has_its_procs_in_that_venv(tmp_path, fresh_rundir):
+    """Invariant env.1 (docs/architecture/12-environments.md): on the controller's machine."""
     env_dir = make_venv(tmp_path)
     python = str(env_dir / "bin" / "python")
     r = run_program(PROGRAM, python=python, env={"XMESH_RUNTIME_DIR": fresh_rundir}, timeout=90)
@@ -43,3 +50,28 @@ def test_a_venvs_program_has_its_procs_in_that_venv(tmp_path, fresh_rundir):
     for a in answers:
         # The venv's interpreter (not the system's with the venv's directories on sys.path).
         assert a == {"executable": python, "prefix": str(env_dir), "marker": "from the venv"}, a
+
+
+def test_an_agent_of_another_xmesh_or_python_is_refused_naming_both():
+    """Invariant env.2 (docs/architecture/12-environments.md): the check a controller makes on an
+    agent's Status reply when it connects (the connection path itself: tests/wheel)."""
+    ours = platform.python_version()
+    major_minor = ".".join(ours.split(".")[:2])
+
+    def status(**fields):
+        return _core.StatusReply.from_dict({"pid": 7, "allocations": [], "version": _core.version(),
+                                            "python": "/envs/a/bin/python", "python_version": ours, **fields})
+
+    check_agent_match(status(), "the host agent at tcp://h:7000")
+    check_agent_match(status(python_version=f"{major_minor}.99"), "here")  # patch releases pickle alike
+    check_agent_match(status(python="", python_version=""), "here")  # an agent that does not say: its procs run ours
+    with pytest.raises(RuntimeError) as e:
+        check_agent_match(status(version="0.0.9"), "the host agent at tcp://h:7000 (h)")
+    assert str(e.value).startswith(f"the host agent at tcp://h:7000 (h) runs xmesh 0.0.9, this controller xmesh "
+                                   f"{_core.version()}")
+    with pytest.raises(RuntimeError) as e:
+        check_agent_match(status(python_version="3.9.18"), "the host agent at tcp://h:7000 (h)")
+    assert (f"runs Python 3.9.18 (/envs/a/bin/python), this controller Python {ours} ({sys.executable})"
+            in str(e.value)), e.value
+    # An agent on this machine runs procs with the controller's interpreter: its own is no matter.
+    check_agent_match(status(python_version="3.9.18"), "the host agent for /run/x", python=False)

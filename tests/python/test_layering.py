@@ -15,8 +15,9 @@ from xmesh_testing import package_modules as package_files
 
 LAYERS = [
     # 0 base: the C++ core's face and plain values
-    ["_core", "_base.env", "_base.protocol", "_base.error_kinds", "_base.paths", "_base.shape", "_base.errors",
-     "_base.pids", "_base.pickling", "_base.display", "_base.value_mesh", "_base.context", "_base.threads"],
+    ["_core", "_base.env", "_base.protocol", "_base.error_kinds", "_base.paths", "_base.install", "_base.shape",
+     "_base.errors", "_base.pids", "_base.pickling", "_base.display", "_base.value_mesh", "_base.context",
+     "_base.threads"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
     ["_runtime.wait", "_runtime.control", "_runtime.process", "_runtime.agents", "_runtime.unix_server",
      "_output.logs", "_output.progress", "_output.logfiles"],
@@ -105,8 +106,8 @@ COMPOSITION_ROOTS = {("_proc.worker", "__init__"), ("_proc.forkserver", "__init_
 # one, never back (the future does not know actors; the debugger's I/O does not know its prompt).
 # One list of groups per layer, earliest first.
 SUBLAYERS = [
-    [["_core", "_base.env", "_base.error_kinds", "_base.paths", "_base.pids", "_base.threads", "_base.display",
-      "_base.shape", "_base.pickling"],
+    [["_core", "_base.env", "_base.error_kinds", "_base.paths", "_base.install", "_base.pids", "_base.threads",
+      "_base.display", "_base.shape", "_base.pickling"],
      ["_base.protocol"], ["_base.errors", "_base.context", "_base.value_mesh"]],
     [["_runtime.wait", "_runtime.control", "_output.progress", "_runtime.unix_server", "_output.logfiles"],
      ["_output.logs"], ["_runtime.process"], ["_runtime.agents"]],

@@ -439,7 +439,6 @@ class HostMesh(MeshTrait):
         common_env.update(user_env)
         common_env.update(proc_environment())
         common_env["XMESH_READY_CORR"] = str(ready_call.id)
-        argv = [interpreter(), "-m", "xmesh._proc.worker"]
         rt.register_alloc(alloc)
         for h, a in enumerate(agents):
             ranks = []
@@ -450,6 +449,7 @@ class HostMesh(MeshTrait):
                 ranks.append(_core.SpawnRank(rank=rank, coords=coords, addr=alloc.procs[rank].addr,
                                              env=_rank_env(rank, coords, shape, per_host)))
             env = dict(common_env, XMESH_CONTROLLER_ADDR=rt.node.tcp_addr) if a.over_tcp else common_env
+            argv = [a.python or interpreter(), "-m", "xmesh._proc.worker"]
             body = _core.SpawnProcsBody(alloc=alloc_id, name=name or "", argv=argv, env=env, cwd=os.getcwd(),
                                         ranks=ranks, shape=json.loads(shape.to_json()),
                                         controller_pid=os.getpid())

@@ -48,7 +48,7 @@ class Node:
     """This node's part of a job: its name, its files in the job directory, the agent's command."""
 
     def __init__(self, job_dir: str, towards: str, port: int, key_file: str, hostd: Optional[str] = None) -> None:
-        from .._runtime.agents import hostd_executable, local_ip_towards
+        from .._runtime.agents import hostd_environment, hostd_executable, local_ip_towards
 
         self.name = node_name()
         nodes_dir = os.path.join(job_dir, "nodes")
@@ -68,7 +68,8 @@ class Node:
                          "--key-file", key_file]
         except Exception as e:  # no route, no xmesh-hostd: said where the controller looks
             self.error = f"xmesh: the agent of {self.name} cannot start: {e}"
-        self.env = dict(os.environ, XMESH_HOSTD_IDLE="0")  # it lives as long as the job
+        # It lives as long as the job, and runs its procs with this node's Python.
+        self.env = dict(os.environ, XMESH_HOSTD_IDLE="0", **hostd_environment())
         if "SLURM_JOB_ID" in os.environ:  # named in what its procs' ends say when the job ends
             self.env["XMESH_JOB_DESCRIPTION"] = (f"SLURM job {os.environ['SLURM_JOB_ID']} "
                                                  f"({os.environ.get('SLURM_JOB_NAME', '')})")

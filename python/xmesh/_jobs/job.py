@@ -145,6 +145,15 @@ class _Job:
         raise JobError(f"{describe(saved)} kept (not replaced: answered {answer.strip()!r}); use another name "
                        "for a second job")
 
+    def _say_pythons(self, hm: "HostMesh") -> None:
+        """Which Python the job's procs run (the environment each agent was started in)."""
+        from .._runtime.agents import agent_at
+
+        agents = map(agent_at, hm.runtime_dirs)
+        pythons = sorted({f"Python {a.python_version} ({a.python})" for a in agents if a.python})
+        if pythons:
+            self._say(f"{self.name}'s procs run {', '.join(pythons)}")
+
     def _say(self, text: str) -> None:
         if self.progress:
             print(f"xmesh: {text}", flush=True)
@@ -271,7 +280,9 @@ class SlurmJob(_Job):
         record.save(self.state_dir)
         hm = hosts(record.hosts, key_file=job_key_file(self.state_dir))
         hm.initialized.get(timeout=max(5.0, deadline - _time.monotonic()))
+        self._say_pythons(hm)
         return hm
+
 
     # -- while in use ----------------------------------------------------------------------
     def _watch(self) -> None:
@@ -401,6 +412,7 @@ class SSHJob(_Job):
 
         hm = hosts(record.hosts, key_file=job_key_file(self.state_dir))
         hm.initialized.get(timeout=self.timeout)
+        self._say_pythons(hm)
         return hm
 
 

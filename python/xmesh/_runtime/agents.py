@@ -1,5 +1,6 @@
 """Finding, starting and talking to host agents (xmesh-hostd) from a controller."""
 import os
+import platform
 import re
 import shutil
 import signal
@@ -11,7 +12,7 @@ from typing import Any, Callable, Optional
 from .. import _core
 from .._base.pids import pid_alive, running_agent_pid
 from .._base.protocol import ErrorKind, error, error_kind, read_error
-from .process import Kind, get_runtime, on_controller_exit
+from .process import Kind, get_runtime, interpreter, on_controller_exit
 from .wait import Request, request
 
 _agents: dict[str, "AgentClient"] = {}
@@ -43,6 +44,27 @@ def hostd_executable():
     if not found:
         raise RuntimeError("xmesh-hostd not found: run scripts/setup.sh (it installs it on PATH) or set XMESH_HOSTD")
     return found
+
+
+def hostd_environment() -> dict:
+    """What a host agent started from this Python learns of it (HostAgentOptions::python): the
+    interpreter its procs are to run, and its version, which it reports to controllers."""
+    return {"XMESH_PYTHON": interpreter(), "XMESH_PYTHON_VERSION": platform.python_version()}
+
+
+def check_agent_match(status: Any, where: str, python: bool = True) -> None:
+    """Refuses, naming both sides, an agent whose xmesh or (with python) Python differs from
+    this controller's: its procs would run other code, or could not unpickle what this
+    controller sends (cloudpickled functions and classes carry bytecode of one Python version).
+    An agent on this machine runs procs with this controller's interpreter: its own does not count."""
+    if status.version and status.version != _core.version():
+        raise RuntimeError(f"{where} runs xmesh {status.version}, this controller xmesh {_core.version()}: "
+                           f"install the same version on both")
+    theirs, ours = status.python_version, platform.python_version()
+    if python and theirs and theirs.split(".")[:2] != ours.split(".")[:2]:
+        raise RuntimeError(f"{where} runs Python {theirs} ({status.python}), this controller Python {ours} "
+                           f"({interpreter()}): functions and classes pickled by one Python version cannot be "
+                           f"loaded by another; run both in environments of the same Python version")
 
 
 def _has_children(pid):
@@ -91,6 +113,10 @@ class AgentClient:
     itself is the C++ HostAgent, runtime/hostd/host_agent.hpp)."""
 
     over_tcp = False  # an agent elsewhere (TcpAgentClient): it chooses its procs' addresses
+    # The interpreter its procs run and its version: the environment's the agent was installed
+    # in, when it says so (an agent on another machine); "" for this controller's own.
+    python = ""
+    python_version = ""
 
     def __init__(self, runtime_dir):
         self.runtime_dir = runtime_dir
@@ -103,7 +129,7 @@ class AgentClient:
         return running_agent_pid(self.runtime_dir)
 
     def _start(self, timeout):
-        env = dict(os.environ)
+        env = dict(os.environ, **hostd_environment())
         env["XMESH_RUNTIME_DIR"] = self.runtime_dir
         exe = hostd_executable()
         launcher = _core.spawn_detached([exe, "--daemon", "--runtime-dir", self.runtime_dir], env)
@@ -173,6 +199,11 @@ class AgentClient:
             # code installed now.
             self._replace(status.pid, timeout)
             status = self.status(timeout=timeout)
+        try:
+            check_agent_match(status, f"the host agent for {self.runtime_dir} (pid {status.pid})", python=False)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}; `xmesh shutdown --runtime-dir {self.runtime_dir}` stops that host agent "
+                               "and its procs") from None
         self.host = status.host
         self.pid = status.pid
         # An agent on this machine is watched by its process too: its end is noticed at once,
@@ -345,8 +376,10 @@ class TcpAgentClient(AgentClient):
             raise HostdError(f"cannot use the host agent at {self.addr}: "
                              f"{read_error(reply).text or 'it refused this controller'}", reply)
         status = _core.StatusReply.from_dict(reply)
+        check_agent_match(status, f"the host agent at {self.addr} ({status.host})")
         self.host = status.host
         self.pid = status.pid
+        self.python, self.python_version = status.python, status.python_version
         get_runtime().node.watch_host(self.addr, 0, self.host)  # elsewhere: lost when its heartbeats stop
         self._connected = True
 

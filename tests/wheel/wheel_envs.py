@@ -1,0 +1,88 @@
+"""The wheel the tests install (scripts/build_wheel.sh, run by scripts/test.sh into
+build/wheel/dist) and virtual environments of pyenv's CPythons holding it: clean ones (no system
+site packages, nothing of the build tree in their environment), made once per wheel and shared
+by the test processes (a lock per environment), or fresh ones for the install itself."""
+import fcntl
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+
+SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD_DIR = os.environ.get("XMESH_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+DIST_DIR = os.path.join(BUILD_DIR, "wheel", "dist")
+EXAMPLES = os.path.join(SOURCE_DIR, "examples")
+
+# What the tests' environment must not carry into a venv's programs: the build tree's package
+# and host agent (tests/CMakeLists.txt sets them for the other suites).
+BUILD_TREE_VARIABLES = ("PYTHONPATH", "XMESH_HOSTD", "XMESH_SOURCE_DIR", "XMESH_BUILD_DIR", "JUPYTER_PATH")
+
+
+def wheel() -> str:
+    """The newest wheel in build/wheel/dist (scripts/test.sh builds it before the tests)."""
+    found = sorted(glob.glob(os.path.join(DIST_DIR, "xmesh-*.whl")), key=os.path.getmtime)
+    if not found:
+        raise FileNotFoundError(f"no xmesh wheel in {DIST_DIR}: scripts/build_wheel.sh makes it")
+    return found[-1]
+
+
+def wheel_versions(path: str) -> list:
+    """The CPython versions a wheel holds, from its tags ("3.10", "3.13")."""
+    python_tag = os.path.basename(path).split("-")[2]
+    return [f"{t[2]}.{t[3:]}" for t in python_tag.split(".")]
+
+
+def pyenv_python(version: str) -> str:
+    """pyenv's interpreter of a CPython version ("3.10"), the newest patch release of it."""
+    root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
+    found = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")))
+    if not found:
+        raise FileNotFoundError(f"pyenv has no CPython {version} under {root}")
+    return found[-1]
+
+
+def clean_env(**extra: str) -> dict:
+    """This process's environment without the build tree's variables, plus extra."""
+    env = {k: v for k, v in os.environ.items() if k not in BUILD_TREE_VARIABLES}
+    env.update(extra)
+    return env
+
+
+def make_venv(where: str, version: str, packages: tuple = ()) -> str:
+    """A fresh venv of pyenv's CPython `version` at `where` with the wheel (and packages)
+    installed by its own pip; returns its interpreter."""
+    subprocess.run([pyenv_python(version), "-m", "venv", where], check=True, timeout=120, env=clean_env())
+    python = os.path.join(where, "bin", "python")
+    r = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel(), *packages],
+                       capture_output=True, text=True, timeout=300, env=clean_env())
+    if r.returncode != 0:
+        raise RuntimeError(f"pip install into a {version} venv failed:\n{r.stdout}\n{r.stderr}")
+    return python
+
+
+def shared_venv(version: str) -> str:
+    """The venv of `version` holding the current wheel, made by the first test process that asks
+    (under build/wheel/venvs, keyed by the wheel's hash) and reused by the others."""
+    path = wheel()
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    root = os.path.join(BUILD_DIR, "wheel", "venvs")
+    os.makedirs(root, exist_ok=True)
+    where = os.path.join(root, f"{version}-{digest}")
+    with open(where + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(where, ".complete")):
+            for old in glob.glob(os.path.join(root, f"{version}-*")):
+                if not old.endswith(".lock"):
+                    shutil.rmtree(old, ignore_errors=True)
+            make_venv(where, version)
+            open(os.path.join(where, ".complete"), "w").close()
+    return os.path.join(where, "bin", "python")
+
+
+def run_in(python: str, source: str, timeout: float = 90, cwd: "str | None" = None, **env: str):
+    """Runs a program with a venv's interpreter, in a clean environment; CompletedProcess."""
+    return subprocess.run([python, "-c", source], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=clean_env(**env))
+
