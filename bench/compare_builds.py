@@ -4,11 +4,14 @@ call() to 16 actors, a stream over 16, `await` of call_one, spawn of 8 ready pro
 in alternating rounds so that both see the same machine, and the ratios new / base.
 
     /usr/bin/python3 bench/compare_builds.py --base /tmp/xmesh-base/build --new build [--rounds 4]
+    /usr/bin/python3 bench/compare_builds.py --base build --new ENV/bin/python   # a venv's install
 
-Each side runs in a process of its own with PYTHONPATH=<build>/python, its own xmesh-hostd and
-a runtime directory of its own. A ratio above 1 means the new build is slower. Build the base
-with `git worktree add /tmp/xmesh-base <commit>` and `cmake --build` of `_core xmesh-hostd
-xmesh_python` there.
+A side is a build directory (run by Debian's Python with PYTHONPATH=<build>/python and that
+build's xmesh-hostd) or an interpreter whose environment has xmesh installed (a venv holding the
+wheel: run as it is, nothing of a build tree in its environment). Each side runs in a process
+of its own with a runtime directory of its own. A ratio above 1 means the new side is slower.
+Build a base with `git worktree add /tmp/xmesh-base <commit>` and `cmake --build` of `_core
+xmesh-hostd xmesh_python` there.
 """
 import argparse
 import json
@@ -60,33 +63,44 @@ print(json.dumps(result))
 """
 
 
-def run_side(build, n, reps):
+def side_of(path: str) -> tuple:
+    """(interpreter, environment) of a side: a build directory or an installed interpreter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XMESH_HOSTD")}
+    if os.path.isdir(path):
+        return sys.executable, dict(env, PYTHONPATH=os.path.join(path, "python"),
+                                    XMESH_HOSTD=os.path.join(path, "runtime", "xmesh-hostd"))
+    return path, env
+
+
+def run_side(path, n, reps):
+    python, env = side_of(path)
     rundir = tempfile.mkdtemp(prefix="xcmp-", dir="/tmp")
     os.chmod(rundir, 0o700)
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), XMESH_RUNTIME_DIR=rundir,
-               XMESH_HOSTD=os.path.join(build, "runtime", "xmesh-hostd"))
+    env["XMESH_RUNTIME_DIR"] = rundir
     try:
-        out = subprocess.run([sys.executable, "-c", PROBE.format(here=HERE, n=n, reps=reps)], env=env,
+        out = subprocess.run([python, "-c", PROBE.format(here=HERE, n=n, reps=reps)], env=env,
                              capture_output=True, text=True, timeout=600)
         if out.returncode != 0:
-            raise RuntimeError(f"the probe failed for {build}:\n{out.stderr[-2000:]}")
+            raise RuntimeError(f"the probe failed for {path}:\n{out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
-        subprocess.run([sys.executable, "-m", "xmesh.cli", "shutdown"], env=env, capture_output=True, timeout=60)
+        subprocess.run([python, "-m", "xmesh.cli", "shutdown"], env=env, capture_output=True, timeout=60)
         shutil.rmtree(rundir, ignore_errors=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", required=True, help="build directory of the base (e.g. the previous commit)")
-    ap.add_argument("--new", required=True, help="build directory of the build to compare")
+    ap.add_argument("--base", required=True, help="build directory (or installed interpreter) of the base")
+    ap.add_argument("--new", required=True, help="build directory (or installed interpreter) to compare")
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds (each side once per round)")
     ap.add_argument("--n", type=int, default=2000, help="samples of each round trip per round")
     ap.add_argument("--reps", type=int, default=300, help="samples of each fan-out per round")
     args = ap.parse_args()
     for b in (args.base, args.new):
-        if not os.path.exists(os.path.join(b, "runtime", "xmesh-hostd")):
+        if os.path.isdir(b) and not os.path.exists(os.path.join(b, "runtime", "xmesh-hostd")):
             ap.error(f"{b} is not an xmesh build directory (no runtime/xmesh-hostd)")
+        if not os.path.isdir(b) and not os.access(b, os.X_OK):
+            ap.error(f"{b} is neither a build directory nor an interpreter")
     runs = {"base": [], "new": []}
     for r in range(args.rounds):
         order = ("base", "new") if r % 2 == 0 else ("new", "base")  # neither side always goes first

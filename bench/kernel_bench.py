@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""The xmesh kernel beside Debian's ipykernel, measured in one run: `1+1` execute round trip
-(to execute_reply and to the idle status), kernel start to ready, and in a fresh kernel,
-attaching to a named 8-proc allocation plus one call() against spawning 8 fresh procs plus one
-call(). Prints one table (medians, p90, ratios).
+"""The xmesh kernel beside ipykernel, measured in one run: `1+1` execute round trip (to
+execute_reply and to the idle status), kernel start to ready and to the first `1+1` reply, and
+in a fresh kernel, attaching to a named 8-proc allocation plus one call() against spawning 8
+fresh procs plus one call(). Prints one table (medians, p90, ratios).
 
-    /usr/bin/python3 bench/kernel_bench.py [--quick]
+    /usr/bin/python3 bench/kernel_bench.py [--quick] [--xmesh NAME] [--ipykernel NAME]
 
-Uses the kernelspecs Jupyter finds: "xmesh" (installed by scripts/setup.sh, or the build
-tree's with JUPYTER_PATH=build/share/jupyter) and "python3" (python3-ipykernel).
+Uses the kernelspecs Jupyter finds: by default "xmesh" (installed by scripts/setup.sh, or the
+build tree's with JUPYTER_PATH=build/share/jupyter) and "python3" (Debian's python3-ipykernel).
+For both kernels in a venv: `ENV/bin/python -m xmesh.kernel install --sys-prefix --name
+xmesh-venv`, `ENV/bin/python -m ipykernel install --sys-prefix --name ipy-venv`, then
+`JUPYTER_PATH=ENV/share/jupyter bench/kernel_bench.py --xmesh xmesh-venv --ipykernel ipy-venv`.
 """
 import argparse
 import os
@@ -76,8 +79,12 @@ def execute(kc, code, timeout=120):
     return t_reply, t_idle, reply, "".join(out)
 
 
+# The kernelspecs measured (--xmesh, --ipykernel): {"xmesh": name, "python3": name}.
+NAMES = {"xmesh": "xmesh", "python3": "python3"}
+
+
 def bench_round_trip(env, n):
-    kernels = {name: start(name, env)[:2] for name in ("xmesh", "python3")}
+    kernels = {name: start(NAMES[name], env)[:2] for name in ("xmesh", "python3")}
     res = {name: ([], []) for name in kernels}
     for name, (km, kc) in kernels.items():
         for _ in range(20):  # warm up
@@ -93,11 +100,14 @@ def bench_round_trip(env, n):
 
 
 def bench_start(env, n):
-    res = {"xmesh": [], "python3": []}
+    """Seconds from start to ready and to the first `1+1` reply, per kernel."""
+    res = {"xmesh": ([], []), "python3": ([], [])}
     for _ in range(n):
         for name in res:
-            km, kc, took = start(name, env)
-            res[name].append(took)
+            km, kc, took = start(NAMES[name], env)
+            first, _, _, _ = execute(kc, "1+1")
+            res[name][0].append(took)
+            res[name][1].append(took + first)
             stop(km, kc)
     return res
 
@@ -110,22 +120,22 @@ def timed_cell(kc, code):
 
 
 def bench_attach(env, n):
-    km, kc, _ = start("xmesh", env)
+    km, kc, _ = start(NAMES["xmesh"], env)
     execute(kc, ACTOR + "procs = this_host().spawn_procs({'gpus': 8}, name='bench-attach')\n"
                         "w = procs.spawn('w', Worker)\nw.ping.call().get()")
     stop(km, kc)
     attach, spawn = [], []
     for _ in range(n):
-        km, kc, _ = start("xmesh", env)
+        km, kc, _ = start(NAMES["xmesh"], env)
         attach.append(timed_cell(kc, "import time, xmesh\n_t0 = time.perf_counter()\n"
                                      "w = xmesh.attach('bench-attach').actors('w')\nw.ping.call().get()"))
         stop(km, kc)
-        km, kc, _ = start("xmesh", env)
+        km, kc, _ = start(NAMES["xmesh"], env)
         execute(kc, ACTOR)
         spawn.append(timed_cell(kc, "import time\n_t0 = time.perf_counter()\n"
                                     "w = this_host().spawn_procs({'gpus': 8}).spawn('w', Worker)\nw.ping.call().get()"))
         stop(km, kc)
-    km, kc, _ = start("xmesh", env)
+    km, kc, _ = start(NAMES["xmesh"], env)
     execute(kc, "import xmesh\nxmesh.attach('bench-attach').stop()")
     stop(km, kc)
     return attach, spawn
@@ -134,7 +144,10 @@ def bench_attach(env, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--xmesh", default="xmesh", help="the xmesh kernel's kernelspec name")
+    ap.add_argument("--ipykernel", default="python3", help="ipykernel's kernelspec name")
     args = ap.parse_args()
+    NAMES.update(xmesh=args.xmesh, python3=args.ipykernel)
     n_rt, n_start, n_attach = (100, 3, 3) if args.quick else (500, 8, 6)
     rundir = tempfile.mkdtemp(prefix="xmb-", dir="/tmp")
     os.chmod(rundir, 0o700)
@@ -146,16 +159,20 @@ def main():
 
     print(f"\n| `1+1` execute round trip (ms, {n_rt} each) | to execute_reply median | p90 | to idle median | p90 |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for name, label in (("xmesh", "xmesh kernel"), ("python3", "ipykernel (Debian)")):
+    for name in ("xmesh", "python3"):
         r, i = rt[name]
-        print(f"| {label} | {statistics.median(r):.2f} | {pct(r, 90):.2f} | {statistics.median(i):.2f} | "
+        print(f"| {NAMES[name]} | {statistics.median(r):.2f} | {pct(r, 90):.2f} | {statistics.median(i):.2f} | "
               f"{pct(i, 90):.2f} |")
     ratio = statistics.median(rt["xmesh"][1]) / statistics.median(rt["python3"][1])
     print(f"\nxmesh / ipykernel, to idle: {ratio:.2f}x")
-    print(f"\n| kernel start to ready (s, {n_start} each) | median | max |")
-    print("| --- | ---: | ---: |")
-    for name, label in (("xmesh", "xmesh kernel"), ("python3", "ipykernel (Debian)")):
-        print(f"| {label} | {statistics.median(st[name]):.2f} | {max(st[name]):.2f} |")
+    print(f"\n| kernel start (s, {n_start} each) | to ready median | max | to first `1+1` reply median | max |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name in ("xmesh", "python3"):
+        ready, first = st[name]
+        print(f"| {NAMES[name]} | {statistics.median(ready):.2f} | {max(ready):.2f} | {statistics.median(first):.2f} | "
+              f"{max(first):.2f} |")
+    ratio = statistics.median(st["xmesh"][1]) / statistics.median(st["python3"][1])
+    print(f"\nxmesh / ipykernel, start to first reply: {ratio:.2f}x")
     print(f"\n| in a fresh kernel (ms, {n_attach} each) | median | max |")
     print("| --- | ---: | ---: |")
     print(f"| attach to a named 8-proc allocation + one call() | {statistics.median(attach) * 1e3:.1f} | "

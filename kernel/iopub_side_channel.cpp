@@ -1,6 +1,6 @@
 #include "iopub_side_channel.hpp"
 
-#include "pybind11/embed.h"
+#include "pybind11/pybind11.h"
 #include "xeus/xguid.hpp"
 #include "xeus/xmessage.hpp"
 #include "xeus/xmiddleware.hpp"
@@ -52,17 +52,23 @@ void close_iopub_side_channel() {
 
 }  // namespace xmesh::kernel
 
-// publish(msg_type, content_json, parent_header_json) -> bool (False once the kernel closes).
-PYBIND11_EMBEDDED_MODULE(xmesh_kernel_iopub, m) {
-  m.doc() = "Thread-safe iopub publishing of the xmesh kernel (kernel/iopub_side_channel.hpp)";
+namespace xmesh::kernel {
+
+void bind_iopub(py::module_& m) {
   m.def("publish", [](const std::string& msg_type, const std::string& content, const std::string& parent) {
     auto c = nlohmann::json::parse(content, nullptr, false);
     auto p = nlohmann::json::parse(parent, nullptr, false);
     if (c.is_discarded() || p.is_discarded()) throw py::value_error("publish() takes JSON text");
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> g(xmesh::kernel::g_channel_mu);
-    if (!xmesh::kernel::g_channel) return false;
-    xmesh::kernel::g_channel->publish(msg_type, std::move(c), std::move(p));
-    return true;
-  });
+    return publish_from_any_thread(msg_type, std::move(c), std::move(p));
+  }, "publish(msg_type, content_json, parent_header_json) from any thread: False once the kernel closed.");
 }
+
+bool publish_from_any_thread(const std::string& msg_type, nlohmann::json content, nlohmann::json parent) {
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> g(g_channel_mu);
+  if (!g_channel) return false;
+  g_channel->publish(msg_type, std::move(content), std::move(parent));
+  return true;
+}
+
+}  // namespace xmesh::kernel

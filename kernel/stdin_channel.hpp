@@ -14,6 +14,7 @@
 #include <xeus/xkernel_configuration.hpp>
 #include <xeus/xserver_shell_main.hpp>
 #include <zmq.hpp>
+#include <pybind11/pybind11.h>
 
 namespace xmesh::kernel {
 
@@ -39,5 +40,9 @@ class StdinGuardedServer : public xeus::xserver_shell_main {
 
 std::unique_ptr<xeus::xserver> make_stdin_guarded_server(xeus::xcontext& context, const xeus::xconfiguration& config,
                                                          nl::json::error_handler_t eh);
+
+// `input_request(prompt, password=False)` of the kernel module (stdin_prompt.cpp): a line from the
+// front end's input box, waited for without the GIL; an interrupt raises KeyboardInterrupt.
+void bind_stdin(pybind11::module_& m);
 
 }  // namespace xmesh::kernel

@@ -1,19 +1,22 @@
-// Input through the Jupyter stdin channel for the debugger prompt (python/xmesh/_debug/controller.py),
-// as the embedded module `xmesh_kernel_stdin`. Unlike xeus-python's input(), it waits without
+// Input through the Jupyter stdin channel, for input() in a cell and the debugger prompt
+// (python/xmesh/_debug/controller.py): `xmesh._kernel_ext.input_request`. It waits without
 // the GIL (the runtime's Python threads go on: supervision, debug events), and an interrupt
 // while it waits becomes KeyboardInterrupt (xeus 2.4's blocking recv surfaces SIGINT as a
 // zmq::error_t with EINTR; see PLATFORM-NOTES). Must run on the shell (main) thread.
 #include <cerrno>
 #include <string>
 
-#include <pybind11/embed.h>
+#include <pybind11/pybind11.h>
+
+#include "stdin_channel.hpp"
 #include <xeus/xinterpreter.hpp>
 #include <zmq.hpp>
 
 namespace py = pybind11;
 
-PYBIND11_EMBEDDED_MODULE(xmesh_kernel_stdin, m) {
-  m.doc() = "The debugger prompt's input_request (kernel/stdin_prompt.cpp)";
+namespace xmesh::kernel {
+
+void bind_stdin(py::module_& m) {
   m.def("input_request", [](const std::string& prompt, bool password) {
     auto& interpreter = xeus::get_interpreter();
     std::string value;
@@ -40,3 +43,5 @@ PYBIND11_EMBEDDED_MODULE(xmesh_kernel_stdin, m) {
     return value;
   }, py::arg("prompt"), py::arg("password") = false);
 }
+
+}  // namespace xmesh::kernel

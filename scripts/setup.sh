@@ -23,8 +23,9 @@ APT_PACKAGES=(
   chromium fonts-dejavu-core
   # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers
   clang-14 libclang-rt-14-dev
-  # the kernel (xeus 2.4 + xeus-python 0.14) and the Jupyter tools around it
-  xeus-dev xeus-python-dev python3-xeus-python-shell python3-ipython python3-debugpy
+  # the kernel (xeus 2.4, IPython with xeus-python-shell's helpers, debugpy, comm) and the Jupyter
+  # tools around it
+  xeus-dev python3-xeus-python-shell python3-ipython python3-debugpy python3-comm
   python3-jupyter-client jupyter-client python3-jupyter-kernel-test python3-nbclient python3-nbformat
   python3-nbconvert jupyter-nbconvert python3-notebook jupyter-notebook python3-ipykernel
 )

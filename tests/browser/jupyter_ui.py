@@ -23,10 +23,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def write_notebook(path, cells):
-    """A notebook on the xmesh kernel with these code cells."""
+def write_notebook(path, cells, kernel_name="xmesh"):
+    """A notebook on the xmesh kernel (or another kernelspec) with these code cells."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "xmesh", "display_name": "Python 3 (xmesh)", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": kernel_name, "display_name": kernel_name, "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nbformat.write(nb, path)
 
@@ -39,15 +39,17 @@ def _free_port():
 
 class JupyterServer:
     """`jupyter lab` (which serves Notebook 7's pages too) on a loopback port with a token, its
-    root a directory of the test's, kernels from the build tree's kernelspec. sigint_ignored:
-    started as `nohup ... &` would (its kernels inherit SIGINT ignored)."""
+    root a directory of the test's, kernels from the build tree's kernelspec (and those under
+    more_kernels, a share/jupyter directory). sigint_ignored: started as `nohup ... &` would (its
+    kernels inherit SIGINT ignored)."""
 
-    def __init__(self, root, runtime_dir, log_path, sigint_ignored=False):
+    def __init__(self, root, runtime_dir, log_path, sigint_ignored=False, more_kernels=None):
         self.root = root
         self.port = _free_port()
         self.token = secrets.token_hex(16)
         self.base = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, XMESH_RUNTIME_DIR=runtime_dir, JUPYTER_PATH=os.path.join(BUILD, "share", "jupyter"),
+        jupyter_path = os.pathsep.join(filter(None, [more_kernels, os.path.join(BUILD, "share", "jupyter")]))
+        env = dict(os.environ, XMESH_RUNTIME_DIR=runtime_dir, JUPYTER_PATH=jupyter_path,
                    JUPYTER_CONFIG_DIR=os.path.join(root, ".jupyter-config"),
                    JUPYTER_DATA_DIR=os.path.join(root, ".jupyter-data"))
         argv = [os.path.join(FRONTEND, "jupyter-lab"), "--no-browser", "--allow-root", "--ip=127.0.0.1",
@@ -84,11 +86,11 @@ class JupyterServer:
         with urllib.request.urlopen(self.url(path, query), timeout=10) as r:
             return r.read()
 
-    def start_session(self, path):
+    def start_session(self, path, kernel_name="xmesh"):
         """A session for the notebook with an xmesh kernel, made through the REST API before the
         page opens it: the page then connects to it (on a first load JupyterLab may ask which
         kernel to start before it has read the kernelspecs)."""
-        body = json.dumps({"path": path, "name": path, "type": "notebook", "kernel": {"name": "xmesh"}}).encode()
+        body = json.dumps({"path": path, "name": path, "type": "notebook", "kernel": {"name": kernel_name}}).encode()
         req = urllib.request.Request(f"{self.base}/api/sessions", data=body, method="POST",
                                      headers={"Authorization": f"token {self.token}",
                                               "Content-Type": "application/json"})
@@ -112,9 +114,9 @@ def _visible_text(text):
 class NotebookPage:
     """One notebook open in JupyterLab (ui="lab") or Notebook 7 (ui="notebook")."""
 
-    def __init__(self, page, server, name, ui="lab"):
+    def __init__(self, page, server, name, ui="lab", kernel_name="xmesh"):
         self.page = page
-        server.start_session(name)
+        server.start_session(name, kernel_name)
         # JupyterLab restores the tabs of the last session unless reset: one notebook per page.
         page.goto(server.url(f"lab/tree/{name}", "reset") if ui == "lab" else server.url(f"notebooks/{name}"))
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)

@@ -18,7 +18,7 @@ def _xmesh_run(kernel_rundir, *args, timeout=110):
 
 
 def _outputs_text(nb):
-    """Every output's text; stream pieces joined as they were printed (xeus-python may split
+    """Every output's text; stream pieces joined as they were printed (the kernel may split
     one print into several stream messages)."""
     texts = []
     for cell in nb.cells:

@@ -15,8 +15,8 @@ from xmesh_testing import package_modules as package_files
 
 LAYERS = [
     # 0 base: the C++ core's face and plain values
-    ["_core", "_base.env", "_base.protocol", "_base.error_kinds", "_base.paths", "_base.install", "_base.shape",
-     "_base.errors", "_base.pids", "_base.pickling", "_base.display", "_base.value_mesh", "_base.context",
+    ["_core", "_kernel_ext", "_base.env", "_base.protocol", "_base.error_kinds", "_base.paths", "_base.install",
+     "_base.shape", "_base.errors", "_base.pids", "_base.pickling", "_base.display", "_base.value_mesh", "_base.context",
      "_base.threads"],
     # 1 runtime: the process's node, the one wait, control messages, output, host agents
     ["_runtime.wait", "_runtime.control", "_runtime.process", "_runtime.agents", "_runtime.unix_server",
@@ -31,7 +31,8 @@ LAYERS = [
      "_jobs.agent"],
     # 4 integration: the debugger's controller side and `xmesh debug`, the panel, the kernel, the command
     ["_debug.io", "_debug.prompt", "_debug.find", "_debug.controller", "_debug.remote", "_panel.view",
-     "_panel.sidecar", "_kernel.interpreter", "_kernel.run_notebook", "cli", "__init__"],
+     "_panel.sidecar", "_kernel.interpreter", "_kernel.run_notebook", "_kernel.comms", "_kernel.shell",
+     "kernel.logo", "kernel.install", "kernel.serve", "kernel.__main__", "cli", "__init__"],
 ]
 LAYER_OF = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
@@ -68,7 +69,7 @@ def resolve(parts: list, names: list, known: set) -> set:
 def imports_of(module: str) -> set:
     """The package modules `module` imports, anywhere in its code."""
     files = package_files()
-    known = set(files) | {"_core"}
+    known = set(files) | {"_core", "_kernel_ext"}
     with open(files[module]) as f:
         tree = ast.parse(f.read())
     own_package = module.split(".")[:-1]  # "_api.future" -> ["_api"]; "cli", "__init__" -> []
@@ -84,7 +85,7 @@ def imports_of(module: str) -> set:
                 parts = alias.name.split(".")
                 if parts[0] == "xmesh":
                     found.add(".".join(parts[1:]) if len(parts) > 1 else "__init__")
-    return found & set(package_modules())  # _core, the C++ module, is below everything
+    return found & set(package_modules())  # _core and _kernel_ext, the C++ modules, are below everything
 
 
 def test_a_subpackage_init_holds_only_its_docstring():
@@ -106,8 +107,8 @@ COMPOSITION_ROOTS = {("_proc.worker", "__init__"), ("_proc.forkserver", "__init_
 # one, never back (the future does not know actors; the debugger's I/O does not know its prompt).
 # One list of groups per layer, earliest first.
 SUBLAYERS = [
-    [["_core", "_base.env", "_base.error_kinds", "_base.paths", "_base.install", "_base.pids", "_base.threads",
-      "_base.display", "_base.shape", "_base.pickling"],
+    [["_core", "_kernel_ext", "_base.env", "_base.error_kinds", "_base.paths", "_base.install", "_base.pids",
+      "_base.threads", "_base.display", "_base.shape", "_base.pickling"],
      ["_base.protocol"], ["_base.errors", "_base.context", "_base.value_mesh"]],
     [["_runtime.wait", "_runtime.control", "_output.progress", "_runtime.unix_server", "_output.logfiles"],
      ["_output.logs"], ["_runtime.process"], ["_runtime.agents"]],
@@ -116,7 +117,8 @@ SUBLAYERS = [
      ["_api.proc_mesh"], ["_api.controllers", "_api.instance", "_jobs.job"]],
     [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent"], ["_debug.proc"],
      ["_proc.actor_host"], ["_proc.worker"]],
-    [["_debug.io", "_debug.find", "_kernel.run_notebook"], ["_debug.prompt"], ["_debug.controller"], ["_panel.view"],
+    [["_debug.io", "_debug.find", "_kernel.run_notebook", "_kernel.comms", "kernel.logo", "kernel.serve"],
+     ["_debug.prompt", "_kernel.shell", "kernel.install"], ["_debug.controller", "kernel.__main__"], ["_panel.view"],
      ["_kernel.interpreter"], ["_debug.remote"], ["_panel.sidecar", "__init__"], ["cli"]],
 ]
 SUBLAYER_OF = {m: j for groups in SUBLAYERS for j, group in enumerate(groups) for m in group}

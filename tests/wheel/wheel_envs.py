@@ -61,9 +61,14 @@ def make_venv(where: str, version: str, packages: tuple = ()) -> str:
     return python
 
 
+KERNEL_NAME = "xmesh-venv"  # the kernelspec each shared venv gets (--sys-prefix)
+
+
 def shared_venv(version: str) -> str:
-    """The venv of `version` holding the current wheel, made by the first test process that asks
-    (under build/wheel/venvs, keyed by the wheel's hash) and reused by the others."""
+    """The venv of `version` holding the current wheel and jupyter_client, its kernelspec
+    installed into it (`python -m xmesh.kernel install --sys-prefix --name xmesh-venv`), made by
+    the first test process that asks (under build/wheel/venvs, keyed by the wheel's hash) and
+    reused by the others; returns its interpreter."""
     path = wheel()
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
@@ -76,7 +81,11 @@ def shared_venv(version: str) -> str:
             for old in glob.glob(os.path.join(root, f"{version}-*")):
                 if not old.endswith(".lock"):
                     shutil.rmtree(old, ignore_errors=True)
-            make_venv(where, version)
+            make_venv(where, version, ("jupyter_client",))  # `jupyter kernelspec list` in the venv
+            python = os.path.join(where, "bin", "python")
+            install = [python, "-m", "xmesh.kernel", "install", "--sys-prefix", "--name", KERNEL_NAME,
+                       "--display-name", f"xmesh (venv {version})"]
+            subprocess.run(install, check=True, capture_output=True, timeout=120, env=clean_env())
             open(os.path.join(where, ".complete"), "w").close()
     return os.path.join(where, "bin", "python")
 

@@ -1,7 +1,7 @@
-"""The Python side of the xmesh Jupyter kernel. kernel/xmesh_interpreter.cpp calls `setup`
-once the IPython shell exists, `begin_cell` / `end_cell` around each execution,
+"""The xmesh side of the Jupyter kernel. kernel/xmesh_interpreter.cpp calls `setup` once the
+IPython shell exists (_kernel.shell), `begin_cell` / `end_cell` around each execution,
 `on_idle_interrupt` for an interrupt while no cell runs, and `shutdown` on a shutdown or
-restart request; kernel/remote_breakpoints.cpp calls `note_breakpoints`."""
+restart request; kernel/python_debugger.cpp calls `note_breakpoints`."""
 import itertools
 import json
 import sys
@@ -29,7 +29,6 @@ def setup(shell):
     _shell = shell
     _keep_meshes_out_of_the_output_cache(shell)
     _show_nothing_for_results_of_nothing(shell)
-    _name_errors_by_their_class(shell)
     _interrupt_awaits_like_waits(shell)
     _show_the_users_frames(shell)
     _register_magics(shell)
@@ -107,7 +106,7 @@ def begin_cell(header_json, allow_stdin=False):
     _explain_remote_breakpoints()
 
 
-# -- breakpoints of the front end's debugger (kernel/remote_breakpoints.cpp) --------------------
+# -- breakpoints of the front end's debugger (kernel/python_debugger.cpp) -----------------------
 _breakpoints = {}          # source path -> lines a front end's debugger set there
 _breakpoints_explained = set()
 _breakpoints_lock = threading.Lock()
@@ -233,9 +232,9 @@ class _KernelCellSink:
     def publish_slot(self, slot_id, text, parent):
         content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": slot_id}}
         try:
-            import xmesh_kernel_iopub
+            from .. import _kernel_ext
 
-            xmesh_kernel_iopub.publish("update_display_data", json.dumps(content), json.dumps(parent))
+            _kernel_ext.publish("update_display_data", json.dumps(content), json.dumps(parent))
         except Exception:
             pass
 
@@ -287,11 +286,11 @@ def stdin_allowed():
 def input_request(prompt):
     """A line from the Jupyter front end's input box (stdin channel), waited for without the
     GIL; an interrupt raises KeyboardInterrupt."""
-    import xmesh_kernel_stdin
+    from .. import _kernel_ext
 
     sys.stdout.flush()
     sys.stderr.flush()
-    return xmesh_kernel_stdin.input_request(prompt)
+    return _kernel_ext.input_request(prompt)
 
 
 def _register_magics(shell):
@@ -323,16 +322,6 @@ def _register_magics(shell):
         shell.register_magic_function(xmesh, "line", "xmesh")
     except Exception:
         pass
-
-
-def _name_errors_by_their_class(shell):
-    """An error's ename is its class name ("ActorError"), as ipykernel sends it; xeus-python
-    0.14 sends str(type) ("<class 'xmesh._base.errors.ActorError'>")."""
-
-    def _showtraceback(etype, evalue, stb):
-        shell.last_error = [getattr(etype, "__name__", str(etype)), str(evalue), stb]
-
-    shell._showtraceback = _showtraceback
 
 
 def _interrupt_awaits_like_waits(shell):

@@ -378,7 +378,7 @@ def runtime_if_started():
 def interpreter() -> str:
     """The Python this process runs, which its procs, their fork server and a job's agents run
     too: a venv's or conda environment's own interpreter, so that they see its packages (the
-    kernel's embedded interpreter names the one it was built with)."""
+    kernel's is the interpreter it runs in)."""
     return sys.executable or PYTHON
 
 

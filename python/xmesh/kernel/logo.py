@@ -1,9 +1,9 @@
 """Draws the kernel's logo (a 3x3 mesh of linked nodes on a rounded square) as the SVG and the
-two PNG sizes Jupyter's launchers look for in a kernelspec. Run at build time by CMake with
-Debian's Python; no imaging library needed (PNG written with zlib)."""
+two PNG sizes Jupyter's launchers look for in a kernelspec, when `python -m xmesh.kernel install`
+writes one; no imaging library needed (PNG written with zlib)."""
 import math
+import os
 import struct
-import sys
 import zlib
 
 BACKGROUND = (0x1F, 0x4E, 0x79)  # the square
@@ -65,7 +65,7 @@ def svg():
     def hexc(c):
         return "#%02x%02x%02x" % c
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100" width="100" height="100">',
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 100 100" width="100" height="100">',
              f'<rect width="100" height="100" rx="{CORNER * 100:g}" fill="{hexc(BACKGROUND)}"/>']
     for a, b in LINKS:
         (x1, y1), (x2, y2) = NODES[a], NODES[b]
@@ -76,10 +76,10 @@ def svg():
     return "\n".join(parts + ["</svg>\n"])
 
 
-if __name__ == "__main__":
-    out = sys.argv[1]
+def write_logos(directory: str) -> None:
+    """logo-32x32.png, logo-64x64.png and logo-svg.svg into a kernelspec's directory."""
     for size in (32, 64):
-        with open(f"{out}/logo-{size}x{size}.png", "wb") as f:
+        with open(os.path.join(directory, f"logo-{size}x{size}.png"), "wb") as f:
             f.write(png(size))
-    with open(f"{out}/logo-svg.svg", "w") as f:
+    with open(os.path.join(directory, "logo-svg.svg"), "w") as f:
         f.write(svg())
