@@ -7,7 +7,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <thread>
+
 #include "bindings.hpp"
+#include "py_common.hpp"
 #include "keys.hpp"
 #include "shape.hpp"
 #include "transport.hpp"
@@ -37,6 +41,16 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
+  // Registered first, so it runs after the runtime's own atexit handlers (py_common.hpp): from
+  // here on daemon threads park in their waits, and those already taking the GIL back get it
+  // (while this gives it up) before the interpreter finalizes.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    python_exiting().store(true);
+    py::gil_scoped_release release;
+    for (int i = 0; i < 500 && python_restoring().load() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }));
+  python_main_thread().store(py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>());
   bind_process(m);
   bind_protocol(m);
   bind_bodies(m);

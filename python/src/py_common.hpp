@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -15,8 +16,32 @@
 
 #include "inbox.hpp"
 
-// Whether the interpreter is finalizing: public from CPython 3.13, private before.
+// Set by the atexit handler _core registers when it loads (so it runs after every later one):
+// from then on the interpreter may begin to finalize at any moment. CPython ends a daemon thread
+// that takes the GIL back once the *interpreter* finalizes, before Py_IsFinalizing (the
+// runtime's flag) says so, by pthread_exit, whose forced unwind would run the C++ destructors of
+// the binding's frames (py::object decrefs) without the GIL.
+inline std::atomic<bool>& python_exiting() {
+  static std::atomic<bool> exiting{false};
+  return exiting;
+}
+
+// Threads between deciding to take the GIL back in wait_sliced and having it: the atexit handler
+// waits (without the GIL) until there are none, so none is taking it when finalization begins.
+inline std::atomic<int>& python_restoring() {
+  static std::atomic<int> restoring{0};
+  return restoring;
+}
+
+// The main thread's ident (set when _core loads): the one thread CPython never ends at exit.
+inline std::atomic<unsigned long>& python_main_thread() {
+  static std::atomic<unsigned long> ident{0};
+  return ident;
+}
+
+// Whether the interpreter is exiting or finalizing (Py_IsFinalizing: public from CPython 3.13).
 inline bool python_finalizing() {
+  if (python_exiting().load()) return true;
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing() != 0;
 #else
@@ -68,9 +93,14 @@ bool wait_sliced(F ready_within_ms, double timeout_s) {
     // through a noexcept frame). Such a thread parks instead; the process is exiting.
     PyThreadState* ts = PyEval_SaveThread();
     bool ok = ready_within_ms(slice);
-    if (python_finalizing())
+    const bool daemon = PyThread_get_thread_ident() != python_main_thread().load();
+    python_restoring()++;  // before the check: the exit handler sees this thread or it sees the flag
+    if (daemon && python_finalizing()) {
+      python_restoring()--;
       for (;;) pause();
+    }
     PyEval_RestoreThread(ts);
+    python_restoring()--;
     if (ok) return true;
     drain_releases();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();

@@ -9,9 +9,10 @@ import tempfile
 import zipfile
 
 import pytest
-from wheel_envs import clean_env, make_venv, pyenv_python, run_in, wheel, wheel_versions
+from wheel_envs import clean_env, pyenv_python, run_in, shared_venv, wheel, wheel_versions, wheelhouse
 
 VERSIONS = wheel_versions(wheel())
+OTHER = next(v for v in ("3.12", "3.11", "3.9") if v not in VERSIONS)  # a Python the wheel was not built for
 
 
 def test_the_wheel_bundles_its_libraries_but_never_libibverbs():
@@ -58,11 +59,12 @@ def test_a_user_who_is_not_root_installs_it_into_a_venv(version, nobodys_dir):
     home.mkdir()
     os.chown(home, 65534, 65534)
     venv = nobodys_dir / "env"
+    house = wheelhouse(version)  # the dependencies, downloaded beforehand: no index needed
     program = ("import sys, xmesh, monarch.actor, xmesh._core as c, xmesh.rdma; "
                "print(sys.version_info[:2], xmesh.__file__, c.__file__, xmesh.rdma.is_ibverbs_available())")
     r = as_nobody(f"""
         {pyenv_python(version)} -m venv {venv}
-        {venv}/bin/python -m pip install -q --disable-pip-version-check {wheel()}
+        {venv}/bin/python -m pip install -q --disable-pip-version-check --no-index --find-links {house} {wheel()}
         {venv}/bin/python -c '{program}'
         {venv}/bin/xmesh --version
         {venv}/bin/xmesh-hostd --version
@@ -76,9 +78,9 @@ def test_a_user_who_is_not_root_installs_it_into_a_venv(version, nobodys_dir):
 def test_an_import_of_a_build_for_other_pythons_names_them(tmp_path):
     """A wheel's package forced onto another Python (copied, or installed past pip's check)
     says which Pythons it was built for, not a bare 'No module named xmesh._core'."""
-    venv = make_venv(str(tmp_path / "env"), VERSIONS[0])
+    venv = shared_venv(VERSIONS[0])
     site = run_in(venv, "import xmesh, os; print(os.path.dirname(os.path.dirname(xmesh.__file__)))").stdout.strip()
-    other = "3.12" if "3.12" not in VERSIONS else "3.11"
+    other = OTHER
     r = subprocess.run([pyenv_python(other), "-c", "import xmesh"], capture_output=True, text=True, timeout=60,
                        env=clean_env(PYTHONPATH=site))
     assert r.returncode == 1
@@ -87,9 +89,8 @@ def test_an_import_of_a_build_for_other_pythons_names_them(tmp_path):
 
 
 def test_pip_refuses_it_in_a_python_it_was_not_built_for(tmp_path):
-    other = "3.12" if "3.12" not in VERSIONS else "3.11"
     venv = tmp_path / "env"
-    subprocess.run([pyenv_python(other), "-m", "venv", str(venv)], check=True, timeout=120, env=clean_env())
+    subprocess.run([pyenv_python(OTHER), "-m", "venv", str(venv)], check=True, timeout=120, env=clean_env())
     r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--disable-pip-version-check", wheel()],
                        capture_output=True, text=True, timeout=120, env=clean_env())
     assert r.returncode != 0

@@ -54,7 +54,8 @@ def make_venv(where: str, version: str, packages: tuple = ()) -> str:
     installed by its own pip; returns its interpreter."""
     subprocess.run([pyenv_python(version), "-m", "venv", where], check=True, timeout=120, env=clean_env())
     python = os.path.join(where, "bin", "python")
-    r = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel(), *packages],
+    r = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--find-links",
+                        wheelhouse(version), wheel(), *packages],
                        capture_output=True, text=True, timeout=300, env=clean_env())
     if r.returncode != 0:
         raise RuntimeError(f"pip install into a {version} venv failed:\n{r.stdout}\n{r.stderr}")
@@ -90,8 +91,43 @@ def shared_venv(version: str) -> str:
     return os.path.join(where, "bin", "python")
 
 
+def wheelhouse(version: str) -> str:
+    """A directory (readable by every user) holding the wheel's dependencies for CPython
+    `version`, downloaded once per wheel: installs from it need no index (`--no-index
+    --find-links`), so a test of an install is not a test of the network's speed."""
+    path = wheel()
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    root = os.path.join(BUILD_DIR, "wheel", "wheelhouse")
+    where = os.path.join(root, f"{version}-{digest}")
+    os.makedirs(root, exist_ok=True)
+    with open(where + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(where, ".complete")):
+            for old in glob.glob(os.path.join(root, f"{version}-*")):
+                if not old.endswith(".lock"):
+                    shutil.rmtree(old, ignore_errors=True)
+            r = subprocess.run([pyenv_python(version), "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                                "-d", where, path], capture_output=True, text=True, timeout=300, env=clean_env())
+            if r.returncode != 0:
+                raise RuntimeError(f"pip download of the wheel's dependencies for {version} failed:\n{r.stderr}")
+            open(os.path.join(where, ".complete"), "w").close()
+    for d in (root, where):
+        os.chmod(d, 0o755)
+    return where
+
+
 def run_in(python: str, source: str, timeout: float = 90, cwd: "str | None" = None, **env: str):
     """Runs a program with a venv's interpreter, in a clean environment; CompletedProcess."""
     return subprocess.run([python, "-c", source], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=clean_env(**env))
 
+
+
+if __name__ == "__main__":
+    # scripts/test.sh makes the shared venvs before the tests run (their PyPI installs take a
+    # minute, which no test's hang guard should have to hold): wheel_envs.py 3.10 3.13
+    import sys
+
+    for v in sys.argv[1:]:
+        print(f"wheel_envs: {shared_venv(v)}, {wheelhouse(v)}")
