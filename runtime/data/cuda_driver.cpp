@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "device_memory.hpp"
+#include "dl_symbols.hpp"
 #include "util.hpp"
 
 namespace xmesh {
@@ -111,12 +112,6 @@ class CudaDriver : public DeviceMemory {
   std::string path_;
 };
 
-template <class F>
-bool resolve(void* lib, const char* name, F* out, std::string* missing) {
-  *out = reinterpret_cast<F>(dlsym(lib, name));
-  if (!*out) *missing += std::string(missing->empty() ? "" : ", ") + name;
-  return *out != nullptr;
-}
 
 std::shared_ptr<DeviceMemory> open_driver(std::string* why) {
   const std::string chosen = env_str("XMESH_CUDA_DRIVER");
@@ -130,15 +125,15 @@ std::shared_ptr<DeviceMemory> open_driver(std::string* why) {
   }
   Api a{};
   std::string missing;
-  resolve(lib, "cuInit", &a.init, &missing);
-  resolve(lib, "cuPointerGetAttribute", &a.pointer_attribute, &missing);
-  resolve(lib, "cuMemcpyDtoH_v2", &a.dtoh, &missing);
-  resolve(lib, "cuMemcpyHtoD_v2", &a.htod, &missing);
-  resolve(lib, "cuMemHostAlloc", &a.host_alloc, &missing);
-  resolve(lib, "cuMemFreeHost", &a.free_host, &missing);
-  resolve(lib, "cuCtxPushCurrent_v2", &a.push, &missing);
-  resolve(lib, "cuCtxPopCurrent_v2", &a.pop, &missing);
-  resolve(lib, "cuGetErrorString", &a.error_string, &missing);
+  resolve_symbol(lib, "cuInit", &a.init, &missing);
+  resolve_symbol(lib, "cuPointerGetAttribute", &a.pointer_attribute, &missing);
+  resolve_symbol(lib, "cuMemcpyDtoH_v2", &a.dtoh, &missing);
+  resolve_symbol(lib, "cuMemcpyHtoD_v2", &a.htod, &missing);
+  resolve_symbol(lib, "cuMemHostAlloc", &a.host_alloc, &missing);
+  resolve_symbol(lib, "cuMemFreeHost", &a.free_host, &missing);
+  resolve_symbol(lib, "cuCtxPushCurrent_v2", &a.push, &missing);
+  resolve_symbol(lib, "cuCtxPopCurrent_v2", &a.pop, &missing);
+  resolve_symbol(lib, "cuGetErrorString", &a.error_string, &missing);
   a.range_handle = reinterpret_cast<decltype(a.range_handle)>(dlsym(lib, "cuMemGetHandleForAddressRange"));
   if (!missing.empty()) {
     *why = "the CUDA driver " + path + " lacks " + missing;

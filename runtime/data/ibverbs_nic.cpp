@@ -17,6 +17,7 @@
 
 #include "ibverbs_probe.hpp"
 #include "rdma_nic.hpp"
+#include "dl_symbols.hpp"
 #include "util.hpp"
 
 #ifdef XMESH_HAVE_IBVERBS
@@ -88,35 +89,29 @@ struct Verbs {
 };
 Verbs verbs{};  // filled by load_verbs, before the probe opens anything
 
-template <typename F>
-bool resolve(void* lib, const char* name, F* out, std::string* missing) {
-  *out = reinterpret_cast<F>(dlsym(lib, name));
-  if (!*out) *missing += std::string(missing->empty() ? "" : ", ") + name;
-  return *out != nullptr;
-}
 
 // "" once every required entry point is resolved, else why not.
 std::string load_verbs() {
   void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!lib) return std::string("libibverbs could not be loaded (") + dlerror() + "): no RDMA here";
   std::string missing;
-  resolve(lib, "ibv_get_device_list", &verbs.get_device_list, &missing);
-  resolve(lib, "ibv_free_device_list", &verbs.free_device_list, &missing);
-  resolve(lib, "ibv_get_device_name", &verbs.get_device_name, &missing);
-  resolve(lib, "ibv_open_device", &verbs.open_device, &missing);
-  resolve(lib, "ibv_close_device", &verbs.close_device, &missing);
-  resolve(lib, "ibv_alloc_pd", &verbs.alloc_pd, &missing);
-  resolve(lib, "ibv_dealloc_pd", &verbs.dealloc_pd, &missing);
-  resolve(lib, "ibv_query_port", &verbs.query_port, &missing);
-  resolve(lib, "ibv_query_gid", &verbs.query_gid, &missing);
-  resolve(lib, "ibv_reg_mr", &verbs.reg_mr, &missing);
-  resolve(lib, "ibv_dereg_mr", &verbs.dereg_mr, &missing);
-  resolve(lib, "ibv_create_cq", &verbs.create_cq, &missing);
-  resolve(lib, "ibv_destroy_cq", &verbs.destroy_cq, &missing);
-  resolve(lib, "ibv_create_qp", &verbs.create_qp, &missing);
-  resolve(lib, "ibv_destroy_qp", &verbs.destroy_qp, &missing);
-  resolve(lib, "ibv_modify_qp", &verbs.modify_qp, &missing);
-  resolve(lib, "ibv_wc_status_str", &verbs.wc_status_str, &missing);
+  resolve_symbol(lib, "ibv_get_device_list", &verbs.get_device_list, &missing);
+  resolve_symbol(lib, "ibv_free_device_list", &verbs.free_device_list, &missing);
+  resolve_symbol(lib, "ibv_get_device_name", &verbs.get_device_name, &missing);
+  resolve_symbol(lib, "ibv_open_device", &verbs.open_device, &missing);
+  resolve_symbol(lib, "ibv_close_device", &verbs.close_device, &missing);
+  resolve_symbol(lib, "ibv_alloc_pd", &verbs.alloc_pd, &missing);
+  resolve_symbol(lib, "ibv_dealloc_pd", &verbs.dealloc_pd, &missing);
+  resolve_symbol(lib, "ibv_query_port", &verbs.query_port, &missing);
+  resolve_symbol(lib, "ibv_query_gid", &verbs.query_gid, &missing);
+  resolve_symbol(lib, "ibv_reg_mr", &verbs.reg_mr, &missing);
+  resolve_symbol(lib, "ibv_dereg_mr", &verbs.dereg_mr, &missing);
+  resolve_symbol(lib, "ibv_create_cq", &verbs.create_cq, &missing);
+  resolve_symbol(lib, "ibv_destroy_cq", &verbs.destroy_cq, &missing);
+  resolve_symbol(lib, "ibv_create_qp", &verbs.create_qp, &missing);
+  resolve_symbol(lib, "ibv_destroy_qp", &verbs.destroy_qp, &missing);
+  resolve_symbol(lib, "ibv_modify_qp", &verbs.modify_qp, &missing);
+  resolve_symbol(lib, "ibv_wc_status_str", &verbs.wc_status_str, &missing);
   if (!missing.empty()) return "this libibverbs lacks " + missing;
   verbs.reg_dmabuf_mr = reinterpret_cast<decltype(verbs.reg_dmabuf_mr)>(dlsym(lib, "ibv_reg_dmabuf_mr"));
   return "";

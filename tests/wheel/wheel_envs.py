@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from typing import Callable
 
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD_DIR = os.environ.get("XMESH_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
@@ -65,15 +66,12 @@ def make_venv(where: str, version: str, packages: tuple = ()) -> str:
 KERNEL_NAME = "xmesh-venv"  # the kernelspec each shared venv gets (--sys-prefix)
 
 
-def shared_venv(version: str) -> str:
-    """The venv of `version` holding the current wheel and jupyter_client, its kernelspec
-    installed into it (`python -m xmesh.kernel install --sys-prefix --name xmesh-venv`), made by
-    the first test process that asks (under build/wheel/venvs, keyed by the wheel's hash) and
-    reused by the others; returns its interpreter."""
-    path = wheel()
-    with open(path, "rb") as f:
+def _made_once(kind: str, version: str, make: Callable[[str], None]) -> str:
+    """build/wheel/<kind>/<version>-<the wheel's hash>, made by make(where) in the first test
+    process that asks (under a lock, older ones removed) and reused by the others."""
+    with open(wheel(), "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    root = os.path.join(BUILD_DIR, "wheel", "venvs")
+    root = os.path.join(BUILD_DIR, "wheel", kind)
     os.makedirs(root, exist_ok=True)
     where = os.path.join(root, f"{version}-{digest}")
     with open(where + ".lock", "w") as lock:
@@ -82,37 +80,36 @@ def shared_venv(version: str) -> str:
             for old in glob.glob(os.path.join(root, f"{version}-*")):
                 if not old.endswith(".lock"):
                     shutil.rmtree(old, ignore_errors=True)
-            make_venv(where, version, ("jupyter_client",))  # `jupyter kernelspec list` in the venv
-            python = os.path.join(where, "bin", "python")
-            install = [python, "-m", "xmesh.kernel", "install", "--sys-prefix", "--name", KERNEL_NAME,
-                       "--display-name", f"xmesh (venv {version})"]
-            subprocess.run(install, check=True, capture_output=True, timeout=120, env=clean_env())
+            make(where)
             open(os.path.join(where, ".complete"), "w").close()
-    return os.path.join(where, "bin", "python")
+    return where
+
+
+def shared_venv(version: str) -> str:
+    """The venv of `version` holding the current wheel and jupyter_client, its kernelspec
+    installed into it (`python -m xmesh.kernel install --sys-prefix --name xmesh-venv`), shared
+    by the test processes; returns its interpreter."""
+    def make(where: str) -> None:
+        python = make_venv(where, version, ("jupyter_client",))  # `jupyter kernelspec list` in the venv
+        install = [python, "-m", "xmesh.kernel", "install", "--sys-prefix", "--name", KERNEL_NAME,
+                   "--display-name", f"xmesh (venv {version})"]
+        subprocess.run(install, check=True, capture_output=True, timeout=120, env=clean_env())
+
+    return os.path.join(_made_once("venvs", version, make), "bin", "python")
 
 
 def wheelhouse(version: str) -> str:
     """A directory (readable by every user) holding the wheel's dependencies for CPython
     `version`, downloaded once per wheel: installs from it need no index (`--no-index
     --find-links`), so a test of an install is not a test of the network's speed."""
-    path = wheel()
-    with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    root = os.path.join(BUILD_DIR, "wheel", "wheelhouse")
-    where = os.path.join(root, f"{version}-{digest}")
-    os.makedirs(root, exist_ok=True)
-    with open(where + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(os.path.join(where, ".complete")):
-            for old in glob.glob(os.path.join(root, f"{version}-*")):
-                if not old.endswith(".lock"):
-                    shutil.rmtree(old, ignore_errors=True)
-            r = subprocess.run([pyenv_python(version), "-m", "pip", "download", "-q", "--disable-pip-version-check",
-                                "-d", where, path], capture_output=True, text=True, timeout=300, env=clean_env())
-            if r.returncode != 0:
-                raise RuntimeError(f"pip download of the wheel's dependencies for {version} failed:\n{r.stderr}")
-            open(os.path.join(where, ".complete"), "w").close()
-    for d in (root, where):
+    def make(where: str) -> None:
+        r = subprocess.run([pyenv_python(version), "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                            "-d", where, wheel()], capture_output=True, text=True, timeout=300, env=clean_env())
+        if r.returncode != 0:
+            raise RuntimeError(f"pip download of the wheel's dependencies for {version} failed:\n{r.stderr}")
+
+    where = _made_once("wheelhouse", version, make)
+    for d in (os.path.dirname(where), where):
         os.chmod(d, 0o755)
     return where
 
