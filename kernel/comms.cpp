@@ -26,8 +26,8 @@ xeus::buffer_sequence buffers_from_py(const py::object& buffers) {
   xeus::buffer_sequence out;
   if (buffers.is_none()) return out;
   for (py::handle b : buffers) {
-    std::string bytes = py::isinstance<py::memoryview>(b) ? py::bytes(b.attr("tobytes")()).cast<std::string>()
-                                                         : py::bytes(py::reinterpret_borrow<py::object>(b)).cast<std::string>();
+    py::object raw = py::isinstance<py::memoryview>(b) ? b.attr("tobytes")() : py::reinterpret_borrow<py::object>(b);
+    std::string bytes = py::bytes(raw).cast<std::string>();
     out.emplace_back(bytes.begin(), bytes.end());
   }
   return out;

@@ -93,18 +93,21 @@ bool publish_stream(const std::string& name, const std::string& text) {
   return publish_from_any_thread("stream", {{"name", name}, {"text", text}}, g_interpreter->latest_parent());
 }
 
-void display(const py::dict& data, const py::object& metadata, const py::object& transient, bool update) {
+// False when no kernel is served (any more): nothing to show it in.
+bool display(const py::dict& data, const py::object& metadata, const py::object& transient, bool update) {
+  if (!g_interpreter) return false;
   nl::json d = xmesh::from_py(data), m = metadata.is_none() ? nl::json::object() : xmesh::from_py(metadata),
            t = transient.is_none() ? nl::json::object() : xmesh::from_py(transient);
   if (!on_main_thread()) {
     nl::json content = {{"data", d}, {"metadata", m}, {"transient", t}};
-    publish_from_any_thread(update ? "update_display_data" : "display_data", content, interpreter().latest_parent());
-    return;
+    return publish_from_any_thread(update ? "update_display_data" : "display_data", content,
+                                   g_interpreter->latest_parent());
   }
   if (update)
-    interpreter().update_display_data(d, m, t);
+    g_interpreter->update_display_data(d, m, t);
   else
-    interpreter().display_data(d, m, t);
+    g_interpreter->display_data(d, m, t);
+  return true;
 }
 
 }  // namespace
@@ -121,9 +124,12 @@ PYBIND11_MODULE(_kernel_ext, m) {
   m.def("display", &display, py::arg("data"), py::arg("metadata") = py::none(), py::arg("transient") = py::none(),
         py::arg("update") = false);
   m.def("clear_output", [](bool wait) {
-    if (on_main_thread()) interpreter().clear_output(wait);
-    else publish_from_any_thread("clear_output", {{"wait", wait}}, interpreter().latest_parent());
-  }, py::arg("wait") = false);
+    if (!g_interpreter) return false;
+    if (!on_main_thread())
+      return publish_from_any_thread("clear_output", {{"wait", wait}}, g_interpreter->latest_parent());
+    g_interpreter->clear_output(wait);
+    return true;
+  }, py::arg("wait") = false, "False when no kernel is served.");
   m.def("publish_execution_result", [](int count, const py::dict& data, const py::object& metadata) {
     interpreter().publish_execution_result(count, xmesh::from_py(data),
                                            metadata.is_none() ? nl::json::object() : xmesh::from_py(metadata));
