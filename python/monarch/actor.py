@@ -1,9 +1,11 @@
 """`monarch.actor` on xmesh. The names in __all__ behave as in Monarch 0.7 (README's table says
 where xmesh differs); any other name Monarch's module exports raises NotImplementedError that
 says why, never a silent difference and never AttributeError."""
+import sys
+
+import xmesh
 from xmesh import (  # noqa: F401
     Accumulator,
-    Actor,
     ActorError,
     ActorMesh,
     Channel,
@@ -33,24 +35,38 @@ from xmesh import (  # noqa: F401
     this_proc,
 )
 from xmesh._base.errors import MeshFailure, SupervisionError  # noqa: F401
-from xmesh._runtime.process import report_fault, set_unhandled_fault_hook
+from xmesh._runtime.process import in_notebook, report_fault, set_unhandled_fault_hook
+
+from ._workers import attach_to_workers, run_worker_loop_forever  # noqa: F401
 
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh",
     "as_endpoint", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
     "endpoint", "get_or_spawn_controller", "proc_mesh", "returns_future", "send", "shutdown_context",
-    "this_host", "this_proc", "unhandled_fault_hook",
+    "attach_to_workers", "run_worker_loop_forever", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
+class Actor(xmesh.Actor):
+    """Monarch's Actor: xmesh's, with Monarch's rule that an actor's endpoints are all sync or
+    all async (spawn raises ValueError for a class that mixes them; xmesh.Actor allows it)."""
+
+    _monarch_endpoint_rule = True
+
+
 def unhandled_fault_hook(failure: MeshFailure) -> None:
-    """Gets every failure nobody handled (an actor's broadcast raised, a proc or host died with
-    no call to report it). Monarch's default exits the program; xmesh's says the failure where
-    it belongs (the cell that caused it, or stderr) and the program or notebook lives on.
-    Replace it as in Monarch (`monarch.actor.unhandled_fault_hook = my_hook`): return to drop
-    the failure, raise to stop a script (in a notebook the kernel lives on)."""
-    report_fault(failure)
+    """Gets every failure of actors the program spawned that no owner handled (an actor failed:
+    its __init__ raised, an error nobody could receive, a BaseException; a proc or host died).
+    As Monarch's default, in a script it stops the program (exit status 1, after the failure is
+    said and atexit handlers run); in a notebook on xmesh's kernel it says the failure in the
+    cell that caused it and the kernel lives on. Replace it as in Monarch
+    (`monarch.actor.unhandled_fault_hook = my_hook`): return to drop the failure, raise to stop
+    a script (in a notebook the kernel lives on)."""
+    if in_notebook():
+        report_fault(failure)
+    else:
+        sys.exit(1)
 
 
 def _to_the_current_hook(failure: MeshFailure) -> None:
@@ -61,10 +77,10 @@ set_unhandled_fault_hook(_to_the_current_hook)
 
 # Monarch 0.7's other public names, and why xmesh has none of them yet (or ever).
 _MISSING = {
-    **{name: "is Monarch's manual worker bootstrap, which xmesh does its own way: monarch.job.SlurmJob / SSHJob "
-             "start the nodes' agents for you; by hand, run `xmesh-hostd --listen tcp://ADDR:PORT --key-file KEY` "
-             "on each node and connect with xmesh.hosts(['node:PORT', ...], key_file=KEY)"
-       for name in ("attach_to_workers", "run_worker_loop_forever", "run_worker_loop_until_shutdown",
+    **{name: "is part of Monarch's manual worker bootstrap that xmesh does not have: run_worker_loop_forever(address) "
+             "on each worker and attach_to_workers(workers=[...]) in the client are xmesh's (host agents); "
+             "monarch.job.SlurmJob / SSHJob start the nodes' agents for you"
+       for name in ("run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",
                     "default_bootstrap_cmd")},
     **{name: "is Monarch's own runtime internals (hyperactor ids, its debugger actor, its config); xmesh has "

@@ -19,7 +19,7 @@ from xmesh import HostMesh
 from xmesh._jobs.job import SlurmJob as _XmeshSlurmJob, SSHJob as _XmeshSSHJob, _Job
 from xmesh._jobs.records import JobError, JobRecord
 
-__all__ = ["JobState", "JobTrait", "LocalJob", "SSHJob", "SlurmJob", "job_load", "job_loads"]
+__all__ = ["JobState", "JobTrait", "LocalJob", "ProcessJob", "SSHJob", "SlurmJob", "job_load", "job_loads"]
 
 DEFAULT_JOB_PATH = ".monarch/job_state.pkl"
 _NO_START_TIMEOUT = 365 * 24 * 3600.0  # Monarch's job_start_timeout=None: wait as long as it takes
@@ -266,6 +266,98 @@ class LocalJob(JobTrait):
         return {k: xmesh.this_host() for k in self._host_names}
 
 
+class ProcessJob(JobTrait):
+    """Monarch's ProcessJob: each host of each mesh is a host agent in a process of its own on
+    this machine (its own runtime directory, as `run_worker_loop_forever("ipc://...")` starts
+    one), to try multi-host programs on one machine. `env` is added to the environment of the
+    agents and of every proc spawned on the job's hosts. `kill()` stops them; an agent left
+    running exits by itself once idle (XMESH_HOSTD_IDLE, 300 s) with no controller and no procs."""
+
+    def __init__(self, meshes: Dict[str, int], env: Optional[Dict[str, str]] = None) -> None:
+        super().__init__()
+        if not isinstance(meshes, dict) or not meshes or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                for k, v in meshes.items()):
+            raise ValueError(f"meshes must map mesh names to numbers of hosts (>= 1), got {meshes!r}")
+        if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise TypeError("env maps names to str values")
+        self._meshes = dict(meshes)
+        self._env = dict(env or {})
+        self._dir: Optional[str] = None
+        self._pids: List[int] = []
+
+    def _job_name(self) -> str:
+        return "process_job"
+
+    def _spec(self) -> dict:
+        return {"meshes": self._meshes, "env": self._env}
+
+    def _make(self, state_dir: str, name: str) -> Optional[_Job]:
+        return None  # its hosts are its own processes (_meshes_of starts them)
+
+    def _workers(self) -> List[str]:
+        assert self._dir is not None
+        return [f"ipc://{self._dir}/{name}_{i}" for name, n in self._meshes.items() for i in range(n)]
+
+    def _running(self) -> bool:
+        return bool(self._pids) and all(os.path.exists(f"/proc/{pid}") for pid in self._pids)
+
+    def _start(self) -> None:
+        import subprocess
+        import tempfile
+
+        from xmesh._runtime.agents import hostd_environment, hostd_executable
+
+        self.kill()
+        self._dir = tempfile.mkdtemp(prefix="xmesh_process_job_")
+        env = dict(os.environ, **hostd_environment(), **self._env)
+        for address in self._workers():
+            where = address[len("ipc://"):]
+            os.makedirs(where, mode=0o700)
+            proc = subprocess.Popen([hostd_executable(), "--runtime-dir", where], env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            self._pids.append(proc.pid)
+
+    def _meshes_of(self, hosts: Optional[HostMesh]) -> Dict[str, HostMesh]:
+        from ._workers import attach_to_workers
+
+        if not self._running():
+            self._start()
+        hosts = attach_to_workers(self._workers())
+        return _host_slices(hosts.with_env(self._env) if self._env else hosts, self._meshes)
+
+    def can_run(self, spec: JobTrait) -> bool:
+        return super().can_run(spec) and self._running()
+
+    @property
+    def active(self) -> bool:
+        return self._running()
+
+    def kill(self) -> None:
+        """Stops its agents (SIGTERM: they stop their procs) and removes their directories."""
+        import shutil
+        import signal
+        import time
+
+        for pid in self._pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{pid}") for pid in self._pids) and time.monotonic() < deadline:
+            for pid in self._pids:
+                try:
+                    os.waitpid(pid, os.WNOHANG)  # ours: reaped here; an earlier process's: gone by itself
+                except ChildProcessError:
+                    pass
+            time.sleep(0.05)
+        self._pids = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
 def job_loads(data: bytes) -> JobTrait:
     """A job from `job.dumps()`; its `state()` reconnects to the allocation it was saved with."""
     job = pickle.loads(data)
@@ -283,7 +375,4 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    if name == "ProcessJob":
-        raise NotImplementedError("monarch.job.ProcessJob (Monarch's worker processes on this machine) is not "
-                                  "supported by xmesh: this_host() and LocalJob give this machine's host agent")
     raise NotImplementedError(f"monarch.job.{name} is not supported by xmesh (supported: {', '.join(__all__)})")

@@ -177,7 +177,12 @@ void bind_node_messages(py::module_& m) {
       .def_property_readonly("actor_events", [](Node& n) { return &n.actor_events(); },
                              py::return_value_policy::reference_internal)
       .def("actor_inbox", [](Node& n, const std::string& name) { return n.actors().inbox(name); })
-      .def("remove_actor", &Node::remove_actor);
+      .def(
+          "remove_actor",
+          [](Node& n, const std::string& name, const py::object& tombstone) {
+            n.remove_actor(name, tombstone.is_none() ? json(nullptr) : from_py(tombstone));
+          },
+          py::arg("name"), py::arg("tombstone") = py::none());
 }
 
 // Supervision: dead addresses, watched host agents, counters, what became of a link.

@@ -38,7 +38,7 @@ std::shared_ptr<Inbox> ActorDirectory::spawn(Message& m) {
   return box;
 }
 
-std::shared_ptr<Inbox> ActorDirectory::remove(const std::string& name) {
+std::shared_ptr<Inbox> ActorDirectory::remove(const std::string& name, json tombstone) {
   std::shared_ptr<Inbox> box;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -47,10 +47,17 @@ std::shared_ptr<Inbox> ActorDirectory::remove(const std::string& name) {
     box = it->second;
     actors_.erase(it);
     if (removed_.size() > 10000) removed_.clear();
-    removed_.insert(name);
+    removed_[name] = std::move(tombstone);
   }
   box->close();
   return box;
+}
+
+std::optional<json> ActorDirectory::tombstone(const std::string& name) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = removed_.find(name);
+  if (it == removed_.end() || it->second.is_null()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<Message> ActorDirectory::expire(int64_t now) {

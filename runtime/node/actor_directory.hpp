@@ -31,7 +31,11 @@ class ActorDirectory {
   // untouched) when an actor of that name exists.
   std::shared_ptr<Inbox> spawn(Message& m);
   // Removes an actor: returns its inbox, closed, whose queued messages the caller answers.
-  std::shared_ptr<Inbox> remove(const std::string& name);
+  // tombstone (an error body, or null): what later messages to it are answered with (an actor
+  // that failed or was stopped says so; see tombstone()).
+  std::shared_ptr<Inbox> remove(const std::string& name, json tombstone = nullptr);
+  // The error body a removed actor left to answer its later messages with (nullopt: none).
+  std::optional<json> tombstone(const std::string& name) const;
   // Messages held past their deadline (their actor was never spawned here).
   std::vector<Message> expire(int64_t now_ms);
   std::vector<std::shared_ptr<Inbox>> close_all();
@@ -52,7 +56,7 @@ class ActorDirectory {
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Inbox>> actors_;
   std::unordered_map<std::string, Held> held_;
-  std::set<std::string> removed_;  // bounded: cleared past 10,000 names
+  std::unordered_map<std::string, json> removed_;  // name -> tombstone; bounded: cleared past 10,000 names
   std::unordered_map<std::string, json> refused_;
   std::atomic<bool> any_refused_{false};  // the common case skips the lock
   std::shared_ptr<WaitFeed> feed_;

@@ -256,17 +256,21 @@ void Node::reply(const Message& call_msg, bool ok, json body, std::vector<zmq::m
 void Node::forget_call(uint64_t id) { calls_.forget(id); }
 
 // ---- the actor directory ---------------------------------------------------------------------
-void Node::remove_actor(const std::string& name) {
-  auto box = actors_.remove(name);
+void Node::remove_actor(const std::string& name, const json& tombstone) {
+  auto box = actors_.remove(name, tombstone);
   if (!box) return;
   // Calls queued behind the stop get an answer instead of waiting forever.
   while (auto m = box->pop(0)) answer_no_actor(*m, "it was stopped");
 }
 
 void Node::answer_no_actor(const Message& m, const std::string& why) {
-  if (m.header.kind == Kind::Call && m.header.corr)
-    reply(m, false, error_body(ErrorKind::NoActor, "no actor named '" + m.header.actor + "' on this proc (" + why + ")"),
-          {});
+  if (m.header.kind != Kind::Call || !m.header.corr) return;
+  if (auto stone = actors_.tombstone(m.header.actor)) {
+    reply(m, false, std::move(*stone), {});
+    return;
+  }
+  reply(m, false, error_body(ErrorKind::NoActor, "no actor named '" + m.header.actor + "' on this proc (" + why + ")"),
+        {});
 }
 
 void Node::expire_waiting_for_actor() {

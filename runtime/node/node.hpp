@@ -130,9 +130,10 @@ class Node : private RouterHost {
   Inbox& control() { return control_; }
   Inbox& logs() { return logs_; }
   Inbox& actor_events() { return actor_events_; }
-  // The actor is gone: its inbox leaves the directory, and calls queued behind its stop are
-  // answered ("it was stopped").
-  void remove_actor(const std::string& name);
+  // The actor is gone: its inbox leaves the directory, and calls queued behind its stop, and
+  // those that come later, are answered with tombstone (an error body: it failed, or was
+  // stopped) or, when null, "it was stopped".
+  void remove_actor(const std::string& name, const json& tombstone = nullptr);
 
   // Supervision: fail every pending and later call to addr with this error, tell the parts,
   // close the link.

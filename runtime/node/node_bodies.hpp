@@ -94,12 +94,16 @@ struct SpawnActorBody {
   std::string class_name;          // the class's qualified name (for messages)
   std::string shape;               // the actor mesh's shape (runtime/base/shape.hpp JSON text)
   std::vector<int64_t> proc_ranks;  // the procs it spans, by rank in their allocation
+  // The actor that spawned it (its id on the spawning process, the message's sender), whose
+  // __supervise__ gets its failures; empty: the controller's code spawned it (the root).
+  std::string owner;
   template <class F>
   static void fields(F&& f) {
     f("name", &SpawnActorBody::name, Need::Required);
     f("class_name", &SpawnActorBody::class_name, Need::Optional);
     f("shape", &SpawnActorBody::shape, Need::Required);
     f("proc_ranks", &SpawnActorBody::proc_ranks, Need::Optional);
+    f("owner", &SpawnActorBody::owner, Need::Optional);
   }
 };
 XMESH_BODY_JSON(SpawnActorBody)

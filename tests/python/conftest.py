@@ -3,6 +3,7 @@ agent), short grace periods from the environment (see tests/CMakeLists.txt), and
 run whole programs as a user would (xmesh_testing)."""
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -13,6 +14,10 @@ os.environ["XMESH_RUNTIME_DIR"] = _RUNDIR
 
 
 def pytest_sessionfinish(session, exitstatus):
+    # The controller first: an agent lost under a live controller is a failure it reports (and
+    # the monarch shim's default hook, imported by some tests, stops the program on one).
+    if "xmesh" in sys.modules:
+        sys.modules["xmesh"].shutdown_context().get()
     stop_agent(_RUNDIR)
     shutil.rmtree(_RUNDIR, ignore_errors=True)
 

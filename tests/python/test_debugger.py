@@ -544,10 +544,10 @@ def test_continue_before_a_native_wait_ends_withdraws_the_pause(stoppers):
 
 
 def test_attach_stops_an_async_endpoint_in_its_own_coroutine_only(stoppers):
-    """An async endpoint runs on the proc's loop thread beside other actors' coroutines: attach
-    stops it at its next line in its own coroutine (never another actor's), detach lets it run
-    on with its result unchanged; one awaiting something long is said to be awaiting, with its
-    stack, and stops when its coroutine runs again."""
+    """An async endpoint runs on its actor's own loop thread: attach stops it at its next line
+    in its own coroutine (never another actor's), detach lets it run on with its result
+    unchanged; one awaiting something long is said to be awaiting, with its stack, and stops
+    when its coroutine runs again."""
     procs, mesh = stoppers
     others = procs.spawn("others", Stopper)
     others.initialized.get()
@@ -562,15 +562,16 @@ def test_attach_stops_an_async_endpoint_in_its_own_coroutine_only(stoppers):
     assert list(mine.get(timeout=30).values()) == [40, 40] and list(theirs.get(timeout=30).values()) == [40, 40]
     assert not any(s.actor == "others" for s in ctrl.sessions.values())
 
-    # Two actors of one proc paused in async endpoints: one stops (and holds the loop); once it
-    # runs on, the other's pause (kept meanwhile) stops the other in its own coroutine.
+    # Two actors of one proc paused in async endpoints: each stops in its own coroutine, on its
+    # own loop (neither holds the other's); the one left stopped is the other actor.
     theirs = others.slice(gpus=0).count_async.call_one(40, 0.02)
     mine = mesh.slice(gpus=0).count_async.call_one(40, 0.02)
     assert wait_until(lambda: running_in("stoppers", 0, "count_async", "awaiting")
                       and running_in("others", 0, "count_async", "awaiting"), timeout=20)
     io = ScriptedIO(["pause stoppers ranks(0)", "pause others ranks(0)", "attach stoppers 0", "detach"])
     _debug.DebugPrompt(ctrl, io).run(leave_when_resumed=False)
-    assert "others rank 0 is in an async endpoint awaiting something" in io.text, io.text
+    table = io.text.split("xmesh_dbg> pause others ranks(0)")[1].split("xmesh_dbg> attach")[0]
+    assert "| others " in table and "| stoppers " in table, io.text  # both stopped at once
     (s,) = stopped_sessions(1)
     assert (s.actor, s.rank, s.function) == ("others", 0, "count_async"), io.text
     ctrl.continue_all()

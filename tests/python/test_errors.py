@@ -3,7 +3,7 @@ import pytest
 from xmesh_testing import run_program
 from actors_for_tests import BadInit, Counter
 
-from xmesh import ActorError, this_host
+from xmesh import ActorError, SupervisionError, this_host
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +39,18 @@ def test_call_reports_failing_rank_and_count(counters):
 
 
 def test_init_failure_surfaces_at_await_and_first_call(procs):
+    """A failing __init__ fails the actor (Monarch's rule): awaiting the mesh and every later
+    call raise a SupervisionError (a RuntimeError) carrying Monarch's report and the traceback."""
     bad = procs.spawn("bad", BadInit)
-    with pytest.raises(ActorError, match="init exploded"):
+    with pytest.raises(SupervisionError, match="init exploded"):
         bad.initialized.get(timeout=30)
-    with pytest.raises(ActorError, match="__init__ failed"):
+    with pytest.raises(SupervisionError) as info:
         bad.ping.call().get(timeout=30)
+    text = str(info.value)
+    assert isinstance(info.value, RuntimeError) and info.value.endpoint == "bad.ping()"
+    assert text.startswith("Endpoint call bad.ping() failed, The actor BadInit 'bad' rank ")
+    assert "and all its descendants have failed:" in text and "__init__ raised:" in text
+    assert "RuntimeError: init exploded" in text
 
 
 def test_unpicklable_argument_fails_at_the_caller(counters):

@@ -5,9 +5,15 @@ import asyncio
 
 import pytest
 
+import monarch.actor
 from monarch.actor import (
     Accumulator, Actor, Extent, Future, Point, ValueMesh, current_rank, endpoint, returns_future, this_host,
 )
+from xmesh._runtime.process import report_fault
+
+# The shim's default hook stops a script on an unhandled failure, as Monarch's does; this test
+# process says them and lives on (the session's agent is stopped under its controller at the end).
+monarch.actor.unhandled_fault_hook = report_fault
 
 
 class Counter(Actor):
@@ -126,7 +132,7 @@ def test_names_xmesh_lacks_say_why_instead_of_attribute_error():
     with pytest.raises(NotImplementedError, match="monarch.actor.not_a_name is not supported by xmesh"):
         m.not_a_name
     with pytest.raises(NotImplementedError, match="manual worker bootstrap.*monarch.job.SlurmJob"):
-        m.attach_to_workers
+        m.run_worker_loop_until_shutdown
     with pytest.raises(NotImplementedError, match="OpenTelemetry"):
         m.traced
     for name in m.__all__:
@@ -205,24 +211,27 @@ FAULT_HOOK_PROGRAM = """
 import sys, time
 sys.path.insert(0, {here!r})
 import monarch.actor
-from monarch.actor import MeshFailure, this_host
+from monarch.actor import MeshFailure, SupervisionError, this_host
 from actors_for_tests import Counter, Printer
 
-procs = this_host().spawn_procs(per_host={{"gpus": 2}})
-c = procs.spawn("b", Counter)
-c.slice(gpus=0).fail.broadcast("default hook")
-time.sleep(1.0)
-print("PHASE 2", flush=True)
 seen = []
 
 def my_hook(failure: MeshFailure) -> None:
-    seen.append((failure.kind, failure.mesh_name, failure.rank, "raised" in failure.report()))
+    report, text = failure.report(), str(failure)
+    seen.append((failure.kind, failure.mesh_name, failure.rank, "and all its descendants have failed" in report,
+                 text.startswith(f"MeshFailure(mesh_name={{failure.mesh_name}}, crashed_ranks=")))
 
 monarch.actor.unhandled_fault_hook = my_hook
-c.slice(gpus=1).fail.broadcast("my hook")
+procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+c = procs.spawn("b", Counter)
+c.slice(gpus=1).fail.broadcast("my hook")  # nobody can receive the error: the actor fails
 deadline = time.time() + 30
 while len(seen) < 1 and time.time() < deadline:  # before its proc is crashed below
     time.sleep(0.05)
+try:
+    c.slice(gpus=1).incr.call_one().get()
+except SupervisionError as e:
+    print("DEAD", "ValueError: my hook on rank 1" in str(e), flush=True)
 p = procs.spawn("printers", Printer)
 p.slice(gpus=1).crash.broadcast("bye")
 while len(seen) < 2 and time.time() < deadline:
@@ -232,20 +241,48 @@ print("ALIVE", c.slice(gpus=0).incr.call_one().get(), flush=True)
 procs.stop()
 """
 
+DEFAULT_HOOK_PROGRAM = """
+import atexit, sys, time
+sys.path.insert(0, {here!r})
+from monarch.actor import this_host
+from actors_for_tests import Counter
+
+atexit.register(lambda: print("ATEXIT RAN", flush=True))
+procs = this_host().spawn_procs(per_host={{"gpus": 1}})
+procs.spawn("b", Counter).fail.broadcast("default hook")
+time.sleep(30)
+print("NOT STOPPED", flush=True)
+"""
+
 
 def test_unhandled_fault_hook_default_and_replaced():
-    """Monarch's unhandled_fault_hook: by default xmesh says the failure and lives on (Monarch's
-    exits); a hook the program assigns gets every failure nobody waits for, as a MeshFailure."""
+    """Monarch's unhandled_fault_hook: an actor that fails with nobody to receive the error
+    (a broadcast raised) is dead for later calls, and its failure reaches the hook the program
+    assigned as a MeshFailure in Monarch's words, as does a proc's death; the other rank lives."""
     import os
 
     from xmesh_testing import run_program
 
     r = run_program(FAULT_HOOK_PROGRAM.format(here=os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode == 0, r.stderr
-    assert "ValueError: default hook on rank 0" in r.stderr  # the default: said, the program lives on
     assert "my hook" not in r.stderr, r.stderr  # the program's hook took that one
-    assert "SEEN [('actor', 'b', 1, True), ('proc', " in r.stdout, r.stdout
-    assert ", 1, False)]" in r.stdout and "ALIVE 1" in r.stdout, r.stdout
+    assert "DEAD True" in r.stdout, r.stdout
+    assert "SEEN [('actor', 'b', 1, True, True), ('proc', " in r.stdout, r.stdout
+    assert ", 1, False, True)]" in r.stdout and "ALIVE 1" in r.stdout, r.stdout
+
+
+def test_the_default_fault_hook_stops_a_script_as_in_monarch():
+    """The shim's default hook, as Monarch's: a failure no owner handled is said and the script
+    stops (KeyboardInterrupt in its main thread, so atexit handlers run); in the kernel it lives
+    on (tests/kernel)."""
+    import os
+
+    from xmesh_testing import run_program
+
+    r = run_program(DEFAULT_HOOK_PROGRAM.format(here=os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode != 0 and "NOT STOPPED" not in r.stdout, r.stdout
+    assert "ValueError: default hook on rank 0" in r.stderr, r.stderr
+    assert "stopping the program, as Monarch does" in r.stderr and "ATEXIT RAN" in r.stdout, (r.stdout, r.stderr)
 
 
 RAISING_HOOK_PROGRAM = """

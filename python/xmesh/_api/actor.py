@@ -5,7 +5,7 @@ import inspect
 import itertools
 import logging
 import random
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from .._output import logfiles as _logfiles
 from .._base import pickling as _pickling
@@ -23,6 +23,27 @@ from .._base.value_mesh import ValueMesh
 
 class Actor:
     """Base class of actors. Subclasses define endpoints with @endpoint (sync or async)."""
+
+    def __supervise__(self, failure: Any) -> Any:
+        """Override to handle failures of the actors this actor spawned (an actor mesh it
+        owns): return True and the failure is handled; return anything false (or do not
+        override) and it goes on up: this actor fails in turn and its own owner is told (for
+        meshes the program spawned: the unhandled fault hook). `failure` is a MeshFailure. Runs
+        between messages (an actor with async endpoints: on its loop, at once); may be async."""
+        return None
+
+    def __cleanup__(self, exc: Optional[Exception]) -> Any:
+        """Override to release what the actor holds when it ends: stopped (exc is None) or
+        failed (exc's text is the failure's report). Runs after its concurrent calls were
+        cancelled; may be async."""
+        return None
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        """A logger named after the actor's class, at DEBUG (Monarch's Actor.logger)."""
+        lgr = logging.getLogger(type(self).__name__)
+        lgr.setLevel(logging.DEBUG)
+        return lgr
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -46,13 +67,19 @@ class EndpointProperty:
         # The endpoint's first argument (after self) is a Port for its answer: it sends what it
         # answers (later, even), its return value is not the answer.
         self.explicit_response_port = explicit_response_port
-        # An async endpoint run as a task of the proc's loop: the actor takes its next message
+        # An async endpoint run as a task of the actor's loop: the actor takes its next message
         # at once (Monarch's concurrent_endpoint); it answers through a port when it finishes.
         self.concurrent = concurrent
         functools.update_wrapper(self, fn)
 
     def __set_name__(self, owner, name):
         self.name = name
+
+    @property
+    def _explicit_response_port(self) -> bool:
+        """Monarch's attribute: the endpoint answers through a port (a concurrent endpoint does,
+        its task answering when it ends)."""
+        return self.explicit_response_port or self.concurrent
 
     def __get__(self, instance, owner=None):
         if instance is None:
@@ -72,7 +99,7 @@ def endpoint(fn: Optional[Callable] = None, *, propagate: Any = None,
 def concurrent_endpoint(method: Optional[Callable] = None, *, propagate: Any = None,
                         explicit_response_port: bool = False, instrument: bool = True) -> Any:
     """Monarch's @concurrent_endpoint: an `async def` endpoint whose calls run as tasks on the
-    proc's asyncio loop, so the actor takes its next message as soon as one starts (several
+    actor's asyncio loop, so the actor takes its next message as soon as one starts (several
     of its calls run at once, each started in arrival order). Each answers its caller when it
     finishes; with explicit_response_port=True it gets a Port first and answers through it.
     `instrument` is accepted for Monarch's signature (xmesh has no tracing spans)."""
@@ -113,6 +140,30 @@ def endpoints_in_file(path: str) -> "list[tuple[str, int, int]]":
                 lines = [ln for _, _, ln in code.co_lines() if ln is not None] or [code.co_firstlineno]
                 found.append((f"{cls.__name__}.{name}", code.co_firstlineno, max(lines)))
     return found
+
+
+def overrides_hook(cls: type, name: str) -> bool:
+    """Whether the class defines its own __supervise__ / __cleanup__ (Actor's are documentation)."""
+    return getattr(cls, name, None) not in (None, getattr(Actor, name))
+
+
+def endpoints_are_async(cls: type) -> bool:
+    """Whether all of the class's endpoints are async (and it has some): such an actor runs its
+    __init__, __supervise__ and __cleanup__ on the loop its endpoints run on."""
+    kinds = {getattr(cls, name).is_async for name in endpoints_of(cls)}
+    return kinds == {True}
+
+
+def check_endpoint_kinds(cls: type) -> None:
+    """Monarch's rule, for classes of monarch.actor.Actor: all endpoints sync or all async
+    (xmesh's own Actor may mix them: its thread waits while an async endpoint runs)."""
+    names = endpoints_of(cls)
+    sync = [n for n in names if not getattr(cls, n).is_async]
+    async_ = [n for n in names if getattr(cls, n).is_async]
+    if sync and async_:
+        raise ValueError(f"{cls.__qualname__} mixes both async and sync endpoints (sync: {sync}, async: {async_}): "
+                         "Monarch refuses that (a sync endpoint that waits would stall the actor's event loop); "
+                         "make them all async or all sync, or subclass xmesh.Actor, which allows mixing")
 
 
 def endpoint_signatures(cls: type) -> "dict[str, tuple[str, str]]":
@@ -159,7 +210,10 @@ class ActorMeshRef:
         self.signatures = signatures or {}  # endpoint -> (signature, summary), when the class is not here
 
 
-class ActorMesh(Readiness, MeshTrait):
+A = TypeVar("A")
+
+
+class ActorMesh(Readiness, MeshTrait, Generic[A]):
     """A mesh of actors, one per proc of the ProcMesh it was spawned on. Endpoints are
     attributes: `mesh.method.call(...)`. Awaiting the mesh waits until every __init__ ran."""
 
@@ -204,10 +258,13 @@ class ActorMesh(Readiness, MeshTrait):
                                  "through the mesh")
         raise AttributeError(f"{ref.class_name} has no endpoint {name!r}; its endpoints are {tuple(ref.endpoints)}")
 
-    def _check_usable(self):
+    def _check_usable(self, method: str) -> None:
         pm = self._proc_mesh
         if pm is not None and pm.allocation is not None and pm.allocation.stopped:
-            raise RuntimeError(f"actor mesh {self._ref.name!r} cannot be called: its proc mesh was stopped")
+            endpoint = f"{self._ref.name}.{method}()"
+            raise SupervisionError(f"Endpoint call {endpoint} failed, actor mesh is stopped due to proc mesh shutdown "
+                                   f"(the ProcMesh of {self._ref.name!r} was stopped)", endpoint=endpoint,
+                                   actor=f"{self._ref.class_name} {self._ref.name!r}")
 
     def _targets(self):
         """(addr, actor_id) per element of this (possibly sliced) mesh, with descriptions.
@@ -237,7 +294,7 @@ class ActorMesh(Readiness, MeshTrait):
             proc_rank = ref.proc_ranks[base]
             targets.append((ref.addrs[proc_rank], ref.actor_id))
             p = Point(base, ref.base_shape)
-            described.append(CallTarget(base, dict(p), f"{ref.class_name} {ref.name!r}", ref.actor_id))
+            described.append(CallTarget(base, dict(p), f"{ref.class_name} {ref.name!r}", ref.actor_id, ref.name))
         return targets, described
 
     def logging_option(self, stream_to_client: bool = True, aggregate_window_sec: Optional[float] = 3,
@@ -418,7 +475,7 @@ class Endpoint:
         self._extra_body = extra_body  # what every call of it says besides its point (as_endpoint)
 
     def _send(self, targets, described, args, kwargs, adverb, expect_reply=True, body=None):
-        self._mesh._check_usable()
+        self._mesh._check_usable(self._name)
         if self._extra_body:
             body = dict(body or {}, **self._extra_body)
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
@@ -432,7 +489,7 @@ class Endpoint:
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "call", body=self._mesh._point_body())
         return Future(call, _convert_values(self._mesh._shape), described, f"{self._name}.call()",
-                      self._mesh._lease())
+                      self._mesh._lease(), self._name)
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future:
         """Calls the single actor of this mesh; a Future of its result."""
@@ -441,13 +498,13 @@ class Endpoint:
                              f"{self._mesh.sizes}: slice it first, or use call() or choose()")
         targets, described = self._mesh._targets()
         call, described = self._send(targets, described, args, kwargs, "call_one", body=self._mesh._point_body())
-        return Future(call, _convert_one, described, f"{self._name}.call_one()", self._mesh._lease())
+        return Future(call, _convert_one, described, f"{self._name}.call_one()", self._mesh._lease(), self._name)
 
     def choose(self, *args: Any, **kwargs: Any) -> Future:
         """Calls one actor of the mesh (rotating through them); a Future of its result."""
         targets, described, body = self._choose_one("choose()")
         call, described = self._send(targets, described, args, kwargs, "choose", body=body)
-        return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease())
+        return Future(call, _convert_one, described, f"{self._name}.choose()", self._mesh._lease(), self._name)
 
     def stream(self, *args: Any, **kwargs: Any) -> "_Stream":
         """Calls every actor; iterated, a Future per reply, each resolving to the next reply to
@@ -525,7 +582,7 @@ class _Stream:
     arrival order."""
 
     def __init__(self, call, described, name, keepalive=None):
-        self._fut: Future = Future(call, lambda r, f: None, described, f"{name}.stream()", keepalive)
+        self._fut: Future = Future(call, lambda r, f: None, described, f"{name}.stream()", keepalive, name)
         self._call = call
         self._pending = []
         self._taken = 0

@@ -62,7 +62,9 @@ class Allocation:
         that error within a moment (a wait on it ends as soon as the call fails), else here, as
         a failure nobody waits for (the unhandled fault hook's)."""
         def say():
-            if not death_reported(addr):
+            # Nobody to tell when the program let go of the mesh meanwhile (it stopped, or its
+            # last handle went: a test or a cell that ended after killing its procs).
+            if not death_reported(addr) and not self.stopped:
                 rt.unhandled_fault(MeshFailure(self.name or self.id, text, "proc", rank))
 
         timer = threading.Timer(self.DEATH_NOTICE_DELAY_S, say)

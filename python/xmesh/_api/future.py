@@ -14,7 +14,8 @@ from .. import _core
 from .._base import context as _context
 from .._base import pickling as _pickling
 from .._runtime import wait as _wait
-from .._base.errors import ActorError, SupervisionError, TakenOverError, describe_coords, shown_remote_traceback
+from .._base.errors import (ActorError, SupervisionError, TakenOverError, describe_coords, failure_report,
+                            shown_remote_traceback)
 from .._base.protocol import ErrorKind, error, error_kind, read_error
 from .._runtime.process import Kind, get_runtime
 from .._base.shape import ranks_text
@@ -31,21 +32,24 @@ class CallTarget:
     coords: dict = dataclasses.field(default_factory=dict)
     actor: str = ""      # "Trainer 'trainers'", or "proc"
     actor_id: str = ""   # the actor's id on its proc ("" for procs)
+    mesh: str = ""       # the actor mesh's name ("trainers"), as Monarch's texts name it
 
 
-def error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseException:
-    """Turns an error reply (or a supervision failure) into the exception the caller sees."""
+def error_from(body: Any, frames: Any, target: "CallTarget | None", method: str = "") -> BaseException:
+    """Turns an error reply (or a supervision failure) into the exception the caller sees, in
+    Monarch's words first ("Actor call mesh.method failed", "Endpoint call mesh.method() failed,
+    The actor ... and all its descendants have failed:"), then xmesh's (where, the traceback)."""
     kind = error_kind(body) or ErrorKind.Actor
     err = read_error(body)
+    info = err.info if isinstance(err.info, dict) else {}
     rank = target.rank if target else err.rank
     coords = (target.coords if target else None) or err.coords or {}
     actor = (target.actor if target else None) or err.actor
+    mesh = (target.mesh if target else "") or info.get("mesh") or ""
     where = f"{actor} " if actor else ""
     where += f"rank {rank} {describe_coords(coords)}".rstrip()
-    if kind == ErrorKind.Supervision:
-        info = err.info if isinstance(err.info, dict) else {}
-        return SupervisionError(f"{where}: {err.text or 'proc died'}", rank=rank, coords=coords,
-                                host=info.get("host"), actor=actor)
+    if kind in (ErrorKind.Supervision, ErrorKind.NoActor):
+        return _supervision_error(err, info, where, mesh, method, rank, coords, actor)
     if kind == ErrorKind.TakenOver:
         return TakenOverError(f"{where}: {err.text or 'the allocation was taken over'}")
     if kind == ErrorKind.Cancelled:
@@ -56,13 +60,28 @@ def error_from(body: Any, frames: Any, target: "CallTarget | None") -> BaseExcep
             exc = _pickling.loads(frames)
         except Exception:
             exc = None
-    tb, host, method = shown_remote_traceback(err.traceback or ""), err.host, err.method
-    head = f"{where} on {host}" if host else where
-    if method:
-        head += f" failed in endpoint {method}()"
+    tb, host, method = shown_remote_traceback(err.traceback or ""), err.host, err.method or method
+    head = f"Actor call {mesh or '?'}.{method or '?'} failed: " + (f"{where} on {host}" if host else where)
     msg = f"{head}:\n{tb.rstrip()}" if tb else f"{head}: {err.text}"
     return ActorError(msg, exception=exc, rank=rank, coords=coords, host=host, actor=actor, method=method,
                       remote_traceback=tb)
+
+
+def _supervision_error(err: Any, info: dict, where: str, mesh: str, method: str, rank: Any, coords: dict,
+                       actor: Any) -> SupervisionError:
+    """The actor a call needed is gone. A failed or stopped actor's tombstone is a whole report
+    (info.report); the runtime's words for a proc or host that died are put in Monarch's."""
+    text = err.text or "its proc died"
+    if not info.get("report"):
+        if error_kind(err.to_dict()) == ErrorKind.NoActor:
+            text = f"Supervision event: actor {where} has status: gone ({text})"
+        else:
+            text = failure_report(where, text)
+    endpoint = f"{mesh}.{method}()" if mesh and method else None
+    e = SupervisionError(f"Endpoint call {endpoint} failed, {text}" if endpoint else text, endpoint=endpoint,
+                         rank=rank, coords=coords, host=info.get("host") or err.host, actor=actor)
+    e.proc_died = error_kind(err.to_dict()) == ErrorKind.Supervision and not info.get("report")
+    return e
 
 
 class WeakValue:
@@ -258,8 +277,10 @@ class Future(Generic[T]):
     describes each index (rank, coords, actor) for errors."""
 
     def __init__(self, call: Any, convert: Callable[[dict, "Future"], Any],
-                 targets: Optional[list[CallTarget]] = None, description: str = "call", keepalive: Any = None) -> None:
+                 targets: Optional[list[CallTarget]] = None, description: str = "call", keepalive: Any = None,
+                 method: str = "") -> None:
         self._call = call
+        self._method = method  # the endpoint called ("" for spawns and proc requests): errors name it
         # What the call needs alive until it finishes: the lease of an unnamed allocation,
         # whose procs would otherwise stop under the call when its meshes were temporaries.
         self._keepalive = keepalive
@@ -311,8 +332,8 @@ class Future(Generic[T]):
         return self._targets[index] if index < len(self._targets) else None
 
     def error_for(self, index: int, body: Any, frames: Any) -> BaseException:
-        err = error_from(body, frames, self.target(index))
-        if isinstance(err, SupervisionError):
+        err = error_from(body, frames, self.target(index), self._method)
+        if isinstance(err, SupervisionError) and err.proc_died:
             _note_reported_death(self._call.target_addr(index))
         return err
 

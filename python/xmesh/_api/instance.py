@@ -115,6 +115,16 @@ class Instance:
             raise RuntimeError("the client is not an actor that can stop; shutdown_context() stops the controller")
         self._ctx.stop_requested = True
 
+    def abort(self, reason: Optional[str] = None) -> None:
+        """Fails this actor once its current message is handled (Monarch's abort): its owner
+        is told, with reason ("no reason provided" without one), and its later messages fail
+        with a SupervisionError saying so."""
+        if self._ctx is None:
+            raise RuntimeError("the client is not an actor that can abort; raise an exception or call sys.exit()")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"abort()'s reason is a str, got {type(reason).__name__}")
+        self._ctx.abort_reason = reason or ""
+
     def __repr__(self) -> str:
         return _qualified_name(self)
 

@@ -10,9 +10,9 @@ from typing import Any, Callable, Optional, Union
 from .. import _core
 from .._output import logfiles as _logfiles
 from .._base import pickling as _pickling
-from .actor import Actor, ActorMesh, ActorMeshRef, endpoints_of
+from .actor import Actor, ActorMesh, ActorMeshRef, check_endpoint_kinds, endpoints_of
 from .allocation import Allocation, Lease, ProcRecord, addrs_list
-from .._base.context import creator_record, current_cell
+from .._base.context import actor_context, creator_record, current_cell, note_owned
 from .._base.display import html_table
 from .future import CallTarget, CoroutineFuture, Done, Future, Readiness
 from .._runtime.agents import AgentClient, HostdError, TcpAgentClient, agent, agent_at, tcp_locator
@@ -90,7 +90,9 @@ class ProcMesh(Readiness, MeshTrait):
         if not isinstance(actor_class, type) or not issubclass(actor_class, Actor):
             raise TypeError(f"spawn() needs a subclass of Actor, got {actor_class!r}")
         if self._alloc is not None and self._alloc.stopped:
-            raise RuntimeError("cannot spawn on a proc mesh that was stopped")
+            raise RuntimeError("cannot spawn: this `ProcMesh` has already been stopped")
+        if getattr(actor_class, "_monarch_endpoint_rule", False):
+            check_endpoint_kinds(actor_class)
         rt = get_runtime()
         if self._local_addr is not None:
             rt.ensure_actor_host()
@@ -112,17 +114,19 @@ class ProcMesh(Readiness, MeshTrait):
             raise TypeError(f"cannot send {actor_class.__name__} and its arguments to the procs: "
                             f"{type(e).__name__}: {e}") from e
         targets = [(addrs[r], actor_id) for r in proc_ranks]
+        spawner = actor_context()  # an actor spawning this mesh owns it (its __supervise__)
         body = _core.SpawnActorBody(name=name, class_name=actor_class.__qualname__, shape=actor_shape.to_json(),
-                                    proc_ranks=proc_ranks)
+                                    proc_ranks=proc_ranks, owner=spawner.actor_id if spawner is not None else "")
         call = rt.node.call(targets, int(Kind.SpawnActor), "", body.to_dict(), frames, True, current_cell())
         note_call(targets, call, f"{actor_class.__name__}.__init__")
-        described = [CallTarget(i, dict(Point(i, actor_shape)), f"{actor_class.__name__} {name!r}")
+        described = [CallTarget(i, dict(Point(i, actor_shape)), f"{actor_class.__name__} {name!r}", mesh=name)
                      for i in range(len(targets))]
         mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
 
         # Rebuilt only after a successful initialization, so it needs no initialized Future.
         rebuild = lambda: ActorMesh(ref, actor_shape, None, self, actor_class)  # noqa: E731
         mesh.ready_when(call, rebuild, described, f"spawn of {name!r}")
+        note_owned(mesh)
         return mesh
 
     def actors(self, name: Optional[str] = None) -> Union[ActorMesh, dict[str, ActorMesh]]:
@@ -367,9 +371,14 @@ class HostMesh(MeshTrait):
     """Hosts to spawn procs on. this_host() is one host with no dimension; xmesh.hosts([...])
     has a `hosts` dimension."""
 
-    def __init__(self, runtime_dirs: list[str], shape: Any) -> None:
+    def __init__(self, runtime_dirs: list[str], shape: Any, env: Optional[dict[str, str]] = None) -> None:
         self._dirs = list(runtime_dirs)
         self._shape = shape
+        self._env = dict(env or {})  # what every spawn_procs on these hosts adds (a job's env)
+
+    def with_env(self, env: dict[str, str]) -> "HostMesh":
+        """These hosts, whose procs get env (below spawn_procs' own env) in their environment."""
+        return HostMesh(self._dirs, self._shape, {**self._env, **checked_env(env)})
 
     @property
     def runtime_dirs(self) -> list[str]:
@@ -377,7 +386,7 @@ class HostMesh(MeshTrait):
         return list(self._dirs)
 
     def _new_with_shape(self, shape):
-        return HostMesh(self._dirs, shape)
+        return HostMesh(self._dirs, shape, self._env)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -406,7 +415,7 @@ class HostMesh(MeshTrait):
         if name is not None and (not isinstance(name, str) or not name or "/" in name):
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
         local = dense_shape(per_host)
-        user_env = checked_env(env)  # before anything starts
+        user_env = {**self._env, **checked_env(env)}  # before anything starts
         limit = max_procs_per_host()
         if local.size > limit:
             raise ValueError(f"spawn_procs({per_host}) asks for {local.size:,} procs per host; at most {limit:,} "
@@ -420,6 +429,7 @@ class HostMesh(MeshTrait):
             if existing is not None:
                 return existing
         rt = get_runtime()
+        rt.own_procs()  # an actor's proc spawning procs owns them from now on
         agents = [agent(self._dirs[h]) for h in host_ranks]
         if name:  # its own workspace starts with what this controller synced to these hosts
             seed_named_workspace(agents, name)
@@ -472,6 +482,8 @@ class HostMesh(MeshTrait):
         mesh = ProcMesh(alloc, shape, lease=lease)
         rebuild = lambda: ProcMesh(alloc, shape, lease=lease)  # noqa: E731
         mesh.ready_when(ready_call, rebuild, described, "proc startup")
+        if not name:  # a named allocation outlives whoever spawned it
+            note_owned(mesh)
         return mesh
 
     def sync_workspace(self, workspace: Union[str, os.PathLike, Workspace] = ".", *, dest: Optional[str] = None,

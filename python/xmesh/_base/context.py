@@ -4,6 +4,7 @@ proc. current_rank() is the message's point, as in Monarch: where the actor sits
 slice the message was sent to."""
 import contextvars
 import os
+import weakref
 
 from .. import _core
 from . import pickling as _pickling
@@ -28,7 +29,7 @@ def set_current_cell(cell):
 
 class ActorContext:
     __slots__ = ("actor_id", "name", "rank", "shape", "proc_rank", "mesh_name", "class_name", "handles",
-                 "stop_requested")
+                 "stop_requested", "abort_reason", "owned")
 
     def __init__(self, actor_id, name, rank, shape, proc_rank, mesh_name="?", class_name="", handles=None):
         self.actor_id = actor_id
@@ -41,6 +42,8 @@ class ActorContext:
         self.handles = handles    # (its ProcMesh, its ActorMesh, its creator, its controller's registry):
         #                           frames until first read
         self.stop_requested = False  # context().actor_instance.stop(): it stops after this message
+        self.abort_reason = None     # context().actor_instance.abort(reason): it fails after this message
+        self.owned = []              # weak references to the meshes it spawned: they stop when it ends
 
 
 # The message being handled: (message, its CallBody or None). Its point is its target index in
@@ -76,6 +79,14 @@ def creator_record():
     if ctx is None or ctx.handles is None:
         return None
     return (ctx.mesh_name, ctx.class_name, Point(ctx.rank, ctx.shape), actor_handles(ctx)[2])
+
+
+def note_owned(mesh):
+    """A mesh spawned by the code running now: when that is an actor's, the mesh is the actor's
+    and stops when the actor ends (a weak reference: dropping the mesh still stops it sooner)."""
+    ctx = _actor_context.get()
+    if ctx is not None:
+        ctx.owned = [r for r in ctx.owned if r() is not None] + [weakref.ref(mesh)]
 
 
 def set_actor_context(ctx):

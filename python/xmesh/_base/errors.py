@@ -2,6 +2,7 @@
 own frames left out unless XMESH_DEBUG_TRACEBACKS=1 (on the proc side for remote tracebacks, in
 the kernel for local ones)."""
 import os
+import textwrap
 import traceback
 import types
 from typing import Callable, List, Optional
@@ -61,7 +62,7 @@ def error_reply(exc: BaseException, ctx: object, method: str) -> "tuple[dict, Op
     pickled exception when it also unpickles (else the caller gets the text only)."""
     where: dict = {}
     if ctx is not None:
-        where = {"rank": ctx.rank, "actor": ctx.name}  # type: ignore[attr-defined]
+        where = {"rank": ctx.rank, "actor": ctx.name, "info": {"mesh": ctx.mesh_name}}  # type: ignore[attr-defined]
         try:
             where["coords"] = dict(Point(ctx.rank, ctx.shape))  # type: ignore[attr-defined]
         except Exception:
@@ -127,8 +128,29 @@ class ActorError(Exception):
         self.failures = failures
 
 
-class SupervisionError(ActorError):
-    """The proc hosting an actor died (signal or exit) or its host agent was lost."""
+class SupervisionError(ActorError, RuntimeError):
+    """An actor the call needed is gone: it failed (its __init__ raised, an endpoint raised a
+    BaseException or an error nobody could receive, it aborted, it did not handle a failure of
+    actors it owns), it was stopped, or its proc or host died. As in Monarch it is a
+    RuntimeError, and its text holds Monarch's report ("The actor X and all its descendants have
+    failed:" and why); it is also an ActorError (xmesh's callers catch both alike).
+    `endpoint` is "mesh.method()" of the call that met it (None outside a call)."""
+
+    def __init__(self, message, endpoint=None, **fields):
+        super().__init__(message, **fields)
+        self.endpoint = endpoint
+        self.proc_died = False  # the actor's proc (or host) died, rather than the actor alone
+
+
+def failure_report(actor: str, reason: str) -> str:
+    """Monarch's report of a failed actor: "The actor X and all its descendants have failed:",
+    then why, indented (what a SupervisionError and MeshFailure.report() say)."""
+    return f"The actor {actor} and all its descendants have failed:\n{textwrap.indent(reason.rstrip(), '  ')}"
+
+
+def stopped_report(actor: str, how: str) -> str:
+    """Monarch's words for a call to an actor that was stopped."""
+    return f"Supervision event: actor {actor} has status: stopped ({how})"
 
 
 class TakenOverError(RuntimeError):
@@ -137,10 +159,12 @@ class TakenOverError(RuntimeError):
 
 
 class MeshFailure:
-    """A failure nobody was waiting for (Monarch's MeshFailure): an actor's broadcast raised
-    ("actor"), a proc died with no call to report it ("proc"), a host agent was lost ("host").
-    `mesh_name` names the actor mesh or allocation, `report()` (and str()) says what happened;
-    it goes to the unhandled fault hook."""
+    """A failure of actors that their owner gets (Monarch's MeshFailure): an actor failed
+    ("actor": see SupervisionError), a proc died ("proc"), a host agent was lost ("host"). The
+    owner is the actor that spawned the failed mesh (its __supervise__) or, for meshes the
+    program spawned, the unhandled fault hook. `mesh_name` names the actor mesh or allocation,
+    `report()` says what happened; str() is Monarch's "MeshFailure(mesh_name=..., crashed_ranks=[...],
+    event=...)"."""
 
     def __init__(self, mesh_name: str, text: str, kind: str, rank: Optional[int] = None, cell: str = "") -> None:
         self.mesh_name = mesh_name
@@ -157,12 +181,14 @@ class MeshFailure:
     def report(self) -> str:
         return self._text
 
-    def __str__(self) -> str:
-        return self._text
+    @property
+    def crashed_ranks(self) -> "list[int]":
+        return [] if self.rank is None else [self.rank]
 
-    def __repr__(self) -> str:
-        return f"MeshFailure({self.kind} failure of {self.mesh_name!r}" + \
-            (f" rank {self.rank}" if self.rank is not None else "") + ")"
+    def __str__(self) -> str:
+        return f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.crashed_ranks}, event={self._text})"
+
+    __repr__ = __str__
 
 
 def describe_coords(coords):

@@ -139,6 +139,11 @@ class Point(Mapping):
         inner = format_coords(self._coords)
         return f"Point(rank={self.rank}{', ' if inner else ''}{inner})"
 
+    def __str__(self):
+        """Monarch's text: each coordinate over its dimension's size, "{'hosts': 0/1, 'gpus': 1/2}"."""
+        sizes = dict(zip(self.shape.labels, self.shape.sizes)) if self.shape.ndim else {}
+        return "{" + ", ".join(f"{label!r}: {c}/{sizes.get(label, '?')}" for label, c in self._coords.items()) + "}"
+
     def __eq__(self, other):
         if isinstance(other, Point):
             return self.rank == other.rank and self._coords == other._coords

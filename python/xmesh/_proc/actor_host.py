@@ -1,9 +1,16 @@
 """The proc side of actors: one thread per actor runs its __init__ and then its messages one
-at a time; async endpoints run on the proc's asyncio loop (one per proc) while the actor's
-thread waits for them, so each actor still handles one message at a time."""
+at a time; async endpoints run on the actor's own asyncio loop (a thread of its own, started on
+first use) while the actor's thread waits for them, so each actor still handles one message at
+a time, and one actor blocking its loop stalls no other. An actor whose
+endpoints are all async runs __init__, __supervise__ and __cleanup__ on that loop too (as in
+Monarch: thread-local state set in __init__ is there in its endpoints). Its life and death
+(lifecycle.py): an error nobody can receive, a BaseException or an unhandled failure of the
+actors it owns ends it; its owner is told, and later messages are answered with its report."""
 import asyncio
+import collections
 import concurrent.futures
 import ctypes
+import inspect
 import os
 import threading
 import time
@@ -12,20 +19,25 @@ from .. import _core
 from .._debug import proc as _debug_proc
 from .._base import pickling as _pickling
 from .._output import capture as _proc_output
-from .._base.context import ActorContext, current_message, reset_message, set_actor_context, set_current_cell, set_message
-from .._base.errors import error_reply
-from .._api.actor import EndpointProperty, endpoint_signatures
+from .._base.context import (ActorContext, current_message, reset_message, set_actor_context, set_current_cell,
+                             set_message)
+from .._base.errors import error_reply, failure_report
+from .._api.actor import ActorMesh, EndpointProperty, endpoint_signatures, endpoints_are_async
+from . import lifecycle
 from .._api.ports import Port
-from .._base.protocol import ErrorKind, error, error_kind
-from .._runtime.process import Kind, messages, set_actor_host_factory
+from .._base.protocol import ErrorKind, error
+from .._runtime.process import Kind, failure_of_fault, messages, set_actor_host_factory
+from .._runtime.wait import request
 from .._base.threads import OWN_ACTOR_PREFIX, start_thread, start_user_thread
 
 _HOST = _core.hostname()
 _CALL = Kind.Call
+_OWNER_ACK_S = 3.0  # how long a failed actor waits for its owner to take its failure (then says it here)
 
 
 class _Loop:
-    """The proc's asyncio loop, on its own thread, started on first use."""
+    """An actor's asyncio loop, on a thread of its own, started on first use (an actor that
+    blocks its loop, in __init__ or an async endpoint, stalls no other actor of the proc)."""
 
     def __init__(self):
         self._loop = None
@@ -40,6 +52,12 @@ class _Loop:
                                                        daemon=True))
                 self.ident = t.ident
         return self._loop
+
+    def stop(self):
+        """Ends the loop's thread (after what is scheduled now) once the actor has ended."""
+        with self._lock:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 def _reply(node, msg, ok, body, frames, mark):
@@ -72,6 +90,14 @@ class ActorThread(threading.Thread):
         self.concurrent = {}  # (corr, index) -> the running task of a concurrent endpoint's call
         self.record = None   # see _spawn
         self.actor_name = "?"
+        self.loop = _Loop()  # its async endpoints, concurrent calls, and hooks of an all-async actor
+        self.is_async = False  # its endpoints are all async: __init__ and its hooks run on the loop
+        self.owner_addr = ""   # who gets its failures: the spawning process, and there the actor
+        self.owner_actor = ""  # that spawned it ("" for the program itself: the fault hook)
+        self.failure = None    # the report, once it failed (it takes no further message)
+        self.tombstone = None  # what its later messages are answered with, once it failed or stopped
+        self.death_lock = threading.Lock()
+        self.pending_supervision = collections.deque()  # failures of its children, for a sync actor
 
     @property
     def rank(self):
@@ -79,6 +105,7 @@ class ActorThread(threading.Thread):
 
     def run(self):
         _core.name_os_thread("xmesh-actor")
+        how = "the proc stopped"
         for msg in messages(self.inbox):
             kind = msg.kind
             try:
@@ -87,17 +114,65 @@ class ActorThread(threading.Thread):
                 elif kind == Kind.SpawnActor:
                     self._spawn(msg)
                 elif kind == Kind.StopActor:
+                    how = "its actor mesh was stopped (ActorMesh.stop())"
                     break
             except _RemoteCancel:
                 # A cancellation that landed just after its call finished: nothing to stop.
                 pass
+            if self.ctx is not None and self.ctx.abort_reason is not None and self.failure is None:
+                self._die(failure_report(lifecycle.describe_actor(self.ctx), lifecycle.aborted(self.ctx.abort_reason)))
+            if self.failure is not None:
+                break
             if self.ctx is not None and self.ctx.stop_requested:
+                how = "it stopped itself (context().actor_instance.stop())"
                 break  # what is queued behind is answered "stopped" (remove_actor)
-        for task in list(self.concurrent.values()):
-            task.cancel()  # a stopped actor's concurrent calls end too (their callers are told)
-        self.node.remove_actor(self.actor_id)
+        self._end(how)
+
+    def _end(self, how):
+        """The actor ends (stopped, failed, or its proc stops): its concurrent calls are
+        cancelled and have ended, __cleanup__ runs, and later messages get its tombstone."""
+        self._cancel_concurrent(wait_s=5.0)
+        self._cleanup()
+        self._stop_owned()
+        self.node.remove_actor(self.actor_id, self.tombstone or lifecycle.stopped(self.ctx, how, self.actor_name))
+        self.loop.stop()
         self.host.forget(self.actor_id)
         _core.label_thread(threading.get_ident(), "")
+
+    def _stop_owned(self):
+        """The meshes this actor spawned end with it (actor meshes, then proc meshes)."""
+        if self.ctx is None:
+            return
+        owned = [m for m in (r() for r in self.ctx.owned) if m is not None]
+        self.ctx.owned = []
+        for mesh in sorted(owned, key=lambda m: not isinstance(m, ActorMesh)):
+            try:
+                mesh.stop()
+            except Exception as e:  # one that cannot stop (its proc gone) does not keep the others
+                self.host.rt.diag(f"{lifecycle.describe_actor(self.ctx)} ended; stopping {mesh!r} failed: {e}")
+
+    def _cancel_concurrent(self, wait_s):
+        """Cancels the running concurrent calls (their callers are told) and waits, at most
+        wait_s, until their tasks have ended (a task's finally runs before __cleanup__)."""
+        tasks = list(self.concurrent.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            concurrent.futures.wait(tasks, timeout=wait_s)
+
+    def _cleanup(self):
+        """The class's __cleanup__(exc) (Monarch's), on the loop for an async actor; exc is the
+        failure (an Exception with its report) or None. What it raises is said, not raised."""
+        cleanup = lifecycle.user_hook(self.instance, "__cleanup__") if self.instance is not None else None
+        if cleanup is None:
+            return
+        exc = Exception(self.failure) if self.failure is not None else None
+        try:
+            result = cleanup(exc)
+            if inspect.isawaitable(result):
+                self._run_async(result, "")
+        except BaseException as e:  # noqa: B902 - any error of user code here is only reported
+            self.host.rt.diag(f"{lifecycle.describe_actor(self.ctx)}: __cleanup__ raised {type(e).__name__}: {e}")
 
     def _spawn(self, msg):
         self.actor_name = "?"
@@ -106,6 +181,7 @@ class ActorThread(threading.Thread):
         try:
             body = msg.spawn_actor()
             self.actor_name = body.name
+            self.owner_addr, self.owner_actor = msg.sender_addr, body.owner
             shape = _core.Shape.from_json(body.shape)
             proc_rank = int(os.environ.get("XMESH_RANK", "0"))
             ranks = body.proc_ranks or [proc_rank]
@@ -123,16 +199,32 @@ class ActorThread(threading.Thread):
                                             endpoints=list(sigs), shape=body.shape, proc_ranks=ranks,
                                             spawned=time.time(), signatures=[s for s, _ in sigs.values()],
                                             summaries=[d for _, d in sigs.values()])
-            self.instance = cls(*args, **kwargs)
+            self.is_async = endpoints_are_async(cls)
+            if self.is_async:  # __init__ on the loop its endpoints run on
+
+                async def construct():
+                    return cls(*args, **kwargs)
+
+                self.instance = self._run_async(construct(), msg.ctx or "")
+            else:
+                self.instance = cls(*args, **kwargs)
             ok, reply_body, frames = True, {"pid": os.getpid(), "host": _HOST}, None
         except BaseException as e:
+            # The actor fails: the spawn's caller, its owner and its later callers are told why
+            # (unless it was ended meanwhile: its proc stopping cancels a running async __init__).
             self.init_error = e
-            ok, (reply_body, frames) = False, error_reply(e, self.ctx, "__init__")
+            if self.tombstone is None:
+                self._die(failure_report(lifecycle.describe_actor(self.ctx), lifecycle.init_failed(e)),
+                          msg.ctx or "")
+            ok, reply_body, frames = False, self.tombstone, None
         _reply(self.node, msg, ok, reply_body, frames, _proc_output.end(out))
 
     def _call(self, msg):
         method = msg.method
         broadcast = msg.corr == 0  # a broadcast carries no correlation id
+        if broadcast and method == lifecycle.SUPERVISE:  # a wake-up (supervision_event): one may take several
+            self._supervise_pending(msg.ctx or "")
+            return
         key = (msg.corr, msg.index)
         if key in self.cancelled:
             self.cancelled.discard(key)
@@ -151,19 +243,122 @@ class ActorThread(threading.Thread):
         port = self._answer_port(msg, body, ep)
         token = set_message(msg, body)
         try:
-            ok, rbody, frames, exiting = self._run_call(msg, method, cell, port, body, ep)
+            ok, rbody, frames, raised = self._run_call(msg, method, cell, port, body, ep)
         finally:
             reset_message(token)
         _debug_proc.call_finished()
         mark = _proc_output.end(out)
+        if raised is not None:
+            self._maybe_die(raised, method, self._unanswerable(broadcast, port, ep), cell)
+        if not ok and self.tombstone is not None:
+            rbody, frames = self.tombstone, None  # the call ended the actor (or met its end): say so
         if port is not None:
             self._answer_through(port, ok, rbody, frames, method, cell, ep)
         elif not broadcast:
             _reply(self.node, msg, ok, rbody, frames, mark)
-        elif not ok and error_kind(rbody) == ErrorKind.Actor:
-            self._fault_to(msg.sender_addr, rbody, method, cell, "broadcast to")
-        if exiting is not None:
-            raise exiting
+        if isinstance(raised, SystemExit):
+            raise raised
+
+    @staticmethod
+    def _unanswerable(broadcast, port, ep):
+        """Why nobody can receive an error this call raises ("" when its caller can)."""
+        if ep is not None and ep.explicit_response_port:
+            return "it was to answer through its port"
+        if broadcast and port is None:
+            return "a broadcast, with no reply port"
+        return ""
+
+    def _maybe_die(self, exc, method, unanswerable, cell):
+        reason = lifecycle.fatal_reason(exc, f"{self.actor_name}.{method}", unanswerable)
+        if reason is not None:
+            self._die(failure_report(lifecycle.describe_actor(self.ctx), reason), cell)
+
+    # -- failure and supervision (lifecycle.py has the rules and the words) -----------------
+    def _die(self, report, cell=""):
+        """The actor failed (from its thread, or from the loop): it takes no further message
+        (each is answered with report, as the call that ended it is), its running calls are
+        cancelled, and its owner is told. Its thread then ends it (_end)."""
+        with self.death_lock:
+            if self.failure is not None:
+                return
+            self.failure = report
+            self.tombstone = lifecycle.tombstone(self.ctx, report, self.actor_name)
+        for task in list(self.concurrent.values()):
+            task.cancel()
+        if self.current_task is not None and threading.get_ident() != self.ident:
+            self.current_task.cancel()  # an async endpoint running while __supervise__ failed it
+        self._tell_owner(report, cell)
+        self.node.remove_actor(self.actor_id, self.tombstone)  # wakes its thread if it waits for messages
+
+    def _tell_owner(self, report, cell):
+        """The owner gets the failure: the actor that spawned this one (its __supervise__), or
+        the program that did (its unhandled fault hook), as a Fault message."""
+        if not self.owner_addr:
+            return
+        ctx = self.ctx
+        info = {"mesh": self.actor_name, "report": True, "owner": self.owner_actor}
+        body = _core.ErrorBody(kind=str(ErrorKind.Supervision), text=report, cell=cell, host=_HOST,
+                               actor=ctx.name if ctx else None, rank=ctx.rank if ctx else None, info=info)
+        # Asked, not only sent: the owner has taken the failure in hand (its __supervise__
+        # queued) before this actor's caller hears of it, so what the caller does next comes after.
+        answers = request(self.node, [self.owner_addr], Kind.Fault, body.to_dict(), timeout=_OWNER_ACK_S,
+                          description=f"telling the owner of {self.actor_name!r} of its failure")
+        if 0 not in answers:  # its owner is gone (or did not answer): the failure is said here
+            self.host.rt.diag(f"{report}\n(its owner at {self.owner_addr} could not be told)")
+
+    def end_now(self, how):
+        """From another thread: this actor takes no further message (they are answered "stopped:
+        how"); its running async call is cancelled; its thread then ends it (_end)."""
+        with self.death_lock:
+            if self.tombstone is None:
+                self.tombstone = lifecycle.stopped(self.ctx, how, self.actor_name)
+        self.node.remove_actor(self.actor_id, self.tombstone)
+        task = self.current_task
+        if task is not None:
+            task.cancel()
+
+    def supervision_event(self, failure):
+        """A failure of an actor this one owns (from the control thread). An async actor runs
+        __supervise__ on its loop at once (beside a running endpoint, as Monarch interleaves); a
+        sync one after its current message, on its thread (a wake-up message keeps the order)."""
+        if self.failure is not None:
+            return
+        if self.is_async:
+            asyncio.run_coroutine_threadsafe(self._supervise_async(failure), self.loop.get())
+            return
+        self.pending_supervision.append(failure)
+        self.node.call([(self.node.addr, self.actor_id)], _CALL, lifecycle.SUPERVISE, None, None, False, "")
+
+    def _supervise_pending(self, cell):
+        while self.pending_supervision and self.failure is None:
+            failure = self.pending_supervision.popleft()
+            try:
+                handled = self._call_supervise(failure)
+                if inspect.isawaitable(handled):
+                    handled = self._run_async(handled, cell)
+            except Exception as e:
+                self._die(lifecycle.supervise_raised(self.ctx, e, failure.report()), cell)
+                return
+            if not handled:
+                self._die(lifecycle.unhandled_child_failure(self.ctx, failure.report()), cell)
+
+    async def _supervise_async(self, failure):
+        set_actor_context(self.ctx)
+        try:
+            handled = self._call_supervise(failure)
+            if inspect.isawaitable(handled):
+                handled = await handled
+        except Exception as e:
+            self._die(lifecycle.supervise_raised(self.ctx, e, failure.report()), failure.cell)
+            return
+        if not handled:
+            self._die(lifecycle.unhandled_child_failure(self.ctx, failure.report()), failure.cell)
+
+    def _call_supervise(self, failure):
+        """The class's __supervise__(failure): True handles it; without one it is not handled
+        (the failure goes on up: this actor fails, and its own owner is told)."""
+        supervise = lifecycle.user_hook(self.instance, "__supervise__") if self.instance is not None else None
+        return supervise(failure) if supervise is not None else False
 
     def _answer_port(self, msg, body, ep):
         """The Port this message is answered through, or None (the usual reply): the port a
@@ -202,46 +397,29 @@ class ActorThread(threading.Thread):
 
     def _answer_through(self, port, ok, body, frames, method, cell, ep):
         """An answer through a port: the value or error of a plain endpoint; for an
-        explicit-port endpoint only an error, and only if it had not answered (it answers
-        itself). An answer nobody can take goes to the fault path like a broadcast's."""
+        explicit-port endpoint only an error (it answers itself), and only if it had not
+        answered (the error ended the actor: its caller learns that)."""
         explicit = ep is not None and ep.explicit_response_port
         if ok and ep is not None and (explicit or ep.concurrent):
             return  # it answers itself (a concurrent endpoint's task, when it ends)
-        self._answer_or_fault(port, ok, body, frames, method, cell, explicit and port.used)
+        self._answer(port, ok, body, frames, method, cell, explicit and port.used)
 
-    def _answer_or_fault(self, port, ok, body, frames, method, cell, answered):
-        """Sends an answer through port; an error nobody can take (a broadcast's, one after the
-        endpoint answered already, one the port cannot carry) goes to the fault path."""
-        addr, corr = port.reply_target
-        if ok or (corr and not answered):
-            try:
-                port.answer(ok, body, frames)
-                return
-            except Exception as e:
-                how = f"the answer through a port ({e}) of"
-        else:
-            how = "broadcast to" if not corr else "after answering through its port,"
-        if not ok and error_kind(body) == ErrorKind.Actor:
-            self._fault_to(addr, body, method, cell, how)
-
-    def _fault_to(self, addr, body, method, cell, how):
-        """An endpoint's error that nobody waits for: the controller's fault hook gets it."""
-        raised = _core.ErrorBody.from_dict(body)
-        text = (f"{self.ctx.name if self.ctx else 'actor'} rank {self.ctx.rank if self.ctx else '?'} "
-                f"on {_HOST}: {how} {method}() raised, nobody waits for it:\n{raised.traceback}")
-        fault = dict(raised.to_dict(), text=text, cell=cell, info={"mesh": self.actor_name})
+    def _answer(self, port, ok, body, frames, method, cell, answered):
+        """Sends an answer through port, unless it answered already or nobody waits (a
+        send() without a reply); an answer the port cannot carry ends the actor, as an error
+        nobody can receive does."""
+        _addr, corr = port.reply_target
+        if not (ok or (corr and not answered)):
+            return
         try:
-            self.node.send(addr, int(Kind.Fault), _core.ErrorBody.from_dict(fault).to_dict())
-        except Exception:
-            pass
+            port.answer(ok, body, frames)
+        except Exception as e:
+            self._maybe_die(e, method, "its answer could not be sent through the port", cell)
 
     def _run_call(self, msg, method, cell, port, body, ep):
-        """Runs one endpoint call: (ok, body, frames) of its reply, and the SystemExit it raised
-        (re-raised once the reply is sent)."""
+        """Runs one endpoint call: (ok, body, frames) of its reply, and what it raised (None
+        when it returned or was cancelled): a SystemExit is re-raised once the reply is sent."""
         try:
-            if self.init_error is not None:
-                raise RuntimeError(f"the actor's __init__ failed, so it cannot run {method}(): "
-                                   f"{type(self.init_error).__name__}: {self.init_error}") from self.init_error
             if ep is None:
                 what = "method" if body is not None and body.as_endpoint else "endpoint"
                 raise AttributeError(f"{type(self.instance).__name__} has no {what} {method!r}")
@@ -266,7 +444,7 @@ class ActorThread(threading.Thread):
                 return False, error(ErrorKind.Cancelled, "cancelled by the caller"), None, None
             _debug_proc.post_mortem(e)
             body, frames = error_reply(e, self.ctx, method)
-            return False, body, frames, e if isinstance(e, SystemExit) else None
+            return False, body, frames, e
 
     # -- attach (issue 18): who stops where is decided under pause_lock, against a call that
     # starts or ends at the same moment.
@@ -313,7 +491,7 @@ class ActorThread(threading.Thread):
             if self.loop_task is None:  # its task has not started on the loop yet
                 self.pause_next = True
             else:
-                _debug_proc.pause_task(self.loop_task, self.host.loop.ident)
+                _debug_proc.pause_task(self.loop_task, self.loop.ident)
             return "pausing-async"
 
     def withdraw_pause(self):
@@ -324,7 +502,7 @@ class ActorThread(threading.Thread):
                 _debug_proc.unpause_task(self.loop_task)
 
     def _run_async(self, coro, cell):
-        loop = self.host.loop.get()
+        loop = self.loop.get()
         ctx = self.ctx
         handling = current_message()
 
@@ -356,9 +534,9 @@ class ActorThread(threading.Thread):
             self.current_task = self.current_coro = None
 
     def _start_concurrent(self, ep, method, args, kwargs, port, cell, key):
-        """A concurrent endpoint's call: a task on the proc's loop, started now (tasks start in
+        """A concurrent endpoint's call: a task on the actor's loop, started now (tasks start in
         the order their messages came); the actor thread goes on to its next message."""
-        loop = self.host.loop.get()
+        loop = self.loop.get()
         ctx, handling, instance = self.ctx, current_message(), self.instance
 
         async def runner():
@@ -375,7 +553,11 @@ class ActorThread(threading.Thread):
                     body, frames = error(ErrorKind.Cancelled, "cancelled by the caller"), None
                 else:
                     body, frames = error_reply(e, ctx, method)
-                self._answer_or_fault(port, False, body, frames, method, cell, port.used)
+                    self._maybe_die(e, method, "it was to answer through its port" if ep.explicit_response_port
+                                    else "", cell)
+                if self.tombstone is not None:
+                    body, frames = self.tombstone, None
+                self._answer(port, False, body, frames, method, cell, port.used)
             finally:
                 self.concurrent.pop(key, None)
 
@@ -413,7 +595,6 @@ class ActorHost:
 
     def __init__(self, rt):
         self.rt = rt
-        self.loop = _Loop()
         self.actors = {}
         self._lock = threading.Lock()
 
@@ -435,6 +616,30 @@ class ActorHost:
         table.on(Kind.Reload, self._reload)
         table.on(Kind.Configure, self._configure)
         table.on(Kind.DebugCommand, lambda msg: _debug_proc.deliver(msg.debug_command()))
+        if self.rt.role != "controller":  # a controller's runtime routes Faults itself (deliver_supervision first)
+            table.on(Kind.Fault, self._fault)
+
+    def _fault(self, msg):
+        body = msg.fault()
+        delivered = self.deliver_supervision(body)
+        if msg.corr:
+            self.rt.node.reply(msg, True, {})
+        if not delivered:
+            owner = (body.info or {}).get("owner") or "?"
+            self.rt.diag(f"{body.text}\n(its owner, actor {owner}, is no longer on this proc)")
+
+    def deliver_supervision(self, body):
+        """A failure of actors whose owner is an actor of this process: to its __supervise__.
+        False when no live actor here owns it (the controller's fault hook then gets it)."""
+        owner = (body.info or {}).get("owner")
+        if not owner:
+            return False
+        with self._lock:
+            t = self.actors.get(owner)
+        if t is None or t.instance is None:
+            return False
+        t.supervision_event(failure_of_fault(body))
+        return True
 
     def _proc_info(self, msg):
         # async_stacks: the debugger's `where` asks what async endpoints await.
@@ -504,6 +709,18 @@ class ActorHost:
     def forget(self, actor_id):
         with self._lock:
             self.actors.pop(actor_id, None)
+
+    def end_all(self, how, timeout):
+        """Ends every actor here (the proc stops): no further message, the running async call
+        cancelled, then each ends as when stopped (_end). Waits at most timeout seconds for
+        their threads (one stuck in native code is left: the process exits around it)."""
+        with self._lock:
+            threads = list(self.actors.values())
+        for t in threads:
+            t.end_now(how)
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def threads_of(self, mesh_name, ranks):
         """What an attach pauses: the actor threads of that mesh's ranks on this proc."""

@@ -14,6 +14,25 @@ def _flush_and_exit(signum, frame):
         os._exit(128 + signum)
 
 
+def _stop_gracefully(rt):
+    """SIGTERM (the proc mesh is stopping): the actors end as Monarch's do (concurrent calls
+    cancelled, then __cleanup__), within most of the agent's grace period (XMESH_STOP_GRACE_MS,
+    after which it kills), and Python exits normally, so atexit handlers and the finalizers of
+    module globals run. A second SIGTERM exits at once."""
+    from .._base.env import env_float
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, _flush_and_exit)
+        grace_s = env_float("XMESH_STOP_GRACE_MS", 3000.0) / 1000.0
+        rt.ensure_actor_host().end_all("its proc got SIGTERM: its proc mesh was stopped, or the process was killed",
+                                       timeout=0.7 * grace_s)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(128 + signum)
+
+    return handler
+
+
 def main():
     from .. import _core
 
@@ -21,7 +40,7 @@ def main():
     # Die with the host agent; if it is already gone, do not start.
     if not _core.set_parent_death_signal(signal.SIGKILL, hostd_pid):
         sys.exit(f"xmesh proc: host agent {hostd_pid} is gone")
-    signal.signal(signal.SIGTERM, _flush_and_exit)
+    signal.signal(signal.SIGTERM, _flush_and_exit)  # until the runtime is up (then: _stop_gracefully)
     for p in reversed(json.loads(os.environ.get("XMESH_SYS_PATH", "[]"))):
         if p not in sys.path:
             sys.path.insert(1, p)
@@ -44,6 +63,7 @@ def main():
     rt = init_proc_runtime()
     _core.enable_stack_dumps(rt.node)  # the debugger's `where`, answered by the I/O thread
     rt.ensure_actor_host()
+    signal.signal(signal.SIGTERM, _stop_gracefully(rt))
     rt.control.on(Kind.Adopt, lambda msg: _adopt(rt, msg))
     rank = int(os.environ["XMESH_RANK"])
     rt.node.send(os.environ["XMESH_CONTROLLER_ADDR"], int(Kind.Reply),

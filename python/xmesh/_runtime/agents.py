@@ -146,11 +146,8 @@ class AgentClient:
             raise RuntimeError(f"the host agent for {self.runtime_dir} failed to start "
                                f"(exit status {os.waitstatus_to_exitcode(status)})"
                                + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
-        sock = _core.layout_hostd_socket(self.runtime_dir)
-        while time.monotonic() < deadline:
-            if self._running_pid() and os.path.exists(sock) and len(_read(_core.layout_cookie_file(self.runtime_dir))) >= 32:
-                return
-            time.sleep(0.01)
+        if agent_serving(self.runtime_dir, max(0.0, deadline - time.monotonic())):
+            return
         log = _read(log_path)
         raise RuntimeError(f"the host agent for {self.runtime_dir} did not start within {timeout:.0f} s"
                            + (f"; its log ends with:\n{log[-2000:]}" if log else ""))
@@ -385,6 +382,20 @@ class TcpAgentClient(AgentClient):
 
 
 _TCP_LOCATOR = re.compile(r"^(?:tcp://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def agent_serving(runtime_dir: str, timeout: float) -> bool:
+    """Waits at most timeout seconds until a host agent serves runtime_dir (its process runs,
+    its socket and its cookie are there); whether one does."""
+    sock = _core.layout_hostd_socket(runtime_dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        if (running_agent_pid(runtime_dir) and os.path.exists(sock)
+                and len(_read(_core.layout_cookie_file(runtime_dir))) >= 32):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 def tcp_locator(text: str) -> Optional[str]:

@@ -52,17 +52,26 @@ class Runtime:
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
-        from .._output.logs import LogOutput
-
-        self.logs = LogOutput(self.node, _wiring.interactive, _wiring.output_sink)
-        self.control.on(Kind.ProcExited, self._on_proc_exited)
-        self.control.on(Kind.PeerDead, self._on_peer_dead)
-        self.control.on(Kind.Fault, lambda msg: self.unhandled_fault(_failure_of_fault(msg.fault())))
+        self.own_procs()
+        self.control.on(Kind.Fault, self._on_fault)
         self.control.on(Kind.Refuse, lambda msg: self.diag(msg.refuse().reason or "a peer refused this controller"))
         for hook in _wiring.controller_start:
             hook(self)
         start_thread(threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
                                       daemon=True))
+
+    def own_procs(self):
+        """Lets this process own allocations: their procs' output and exits come to it. A
+        controller does from the start; a proc from the first spawn_procs of one of its actors
+        (the output of those procs goes out through its own, and they stop when it ends)."""
+        from .._output.logs import LogOutput
+
+        with self._lock:
+            if self.logs is not None:
+                return
+            self.logs = LogOutput(self.node, _wiring.interactive, _wiring.output_sink)
+        self.control.on(Kind.ProcExited, self._on_proc_exited)
+        self.control.on(Kind.PeerDead, self._on_peer_dead)
 
     def ensure_actor_host(self):
         """Lets this process host actors (procs always; a controller for this_proc())."""
@@ -103,6 +112,17 @@ class Runtime:
         if alloc is not None:
             alloc.on_proc_exited(body)
 
+    def _on_fault(self, msg):
+        """A failure of actors: to the actor of this process that owns them (its __supervise__),
+        else to the unhandled fault hook (the program spawned them)."""
+        body = msg.fault()
+        host = self._actor_host
+        delivered = host is not None and host.deliver_supervision(body)
+        if msg.corr:  # the failed actor waits for this before it answers its caller
+            self.node.reply(msg, True, {})
+        if not delivered:
+            self.unhandled_fault(failure_of_fault(body))
+
     def release_host(self, locator, why):
         """An agent let go on purpose (its job released): calls to its procs fail saying why,
         and its loss is not reported as a failure nobody waits for."""
@@ -116,7 +136,17 @@ class Runtime:
         body = msg.peer_dead()
         if body.host_lost and body.addr not in self._released_hosts:
             text = body.error.get("text", f"the host agent at {body.addr} was lost")
-            self.unhandled_fault(MeshFailure(body.addr, text, "host"))
+            if self._host_runs_meshes(body.addr):
+                self.unhandled_fault(MeshFailure(body.addr, text, "host"))
+            else:  # no mesh of the program was there: nothing failed, but say it
+                self.diag(text)
+
+    def _host_runs_meshes(self, agent_addr):
+        """Whether a live allocation of this controller has procs under the agent at agent_addr."""
+        for alloc in self.owned_allocs():
+            if not alloc.stopped and any(getattr(p.agent, "addr", None) == agent_addr for p in alloc.procs.values()):
+                return True
+        return False
 
     def _write(self, stream, text, cell=""):
         """Prints on the controller's stdout or stderr: through the log output (which knows
@@ -224,8 +254,8 @@ def report_fault(failure):
     get_runtime().diag(failure.report(), failure.cell)
 
 
-def _failure_of_fault(body):
-    """A Fault message (an actor's broadcast raised) as a MeshFailure."""
+def failure_of_fault(body):
+    """A Fault message (an actor failed) as a MeshFailure."""
     mesh = (body.info or {}).get("mesh") or body.actor or "?"
     return MeshFailure(mesh, body.text or "an actor failed with nobody waiting for the result", "actor",
                        body.rank, body.cell or "")
@@ -277,6 +307,11 @@ def ask(question: str):
         return None
     sys.stdout.flush()
     return input(question)
+
+
+def in_notebook() -> bool:
+    """Whether a person reads this controller's output in a notebook (xmesh's kernel)."""
+    return _wiring.interactive
 
 
 def set_output(interactive, sink):
