@@ -11,7 +11,10 @@ calling xmesh.hosts():
   mode has no counterpart: without a key file a TCP worker is refused, saying so.
 """
 import os
-from typing import List, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, List, NoReturn, Optional, Sequence
+
+if TYPE_CHECKING:
+    import xmesh
 
 TRUST_ALL = "trust_all_connections"
 
@@ -54,7 +57,7 @@ def run_worker_loop_forever(address: str, ca: str = TRUST_ALL) -> NoReturn:
 WORKER_WAIT_S = 30.0  # how long attach_to_workers waits for a worker on this machine to serve
 
 
-def attach_to_workers(workers: Sequence[str], ca: str = TRUST_ALL, name: Optional[str] = None):
+def attach_to_workers(workers: Sequence[str], ca: str = TRUST_ALL, name: Optional[str] = None) -> "xmesh.HostMesh":
     """A HostMesh (dimension "hosts") of the workers started with run_worker_loop_forever.
     A worker on this machine (ipc://) is waited for (it may still be starting; RuntimeError
     naming it after 30 s); TCP workers are connected in the background, and `hosts.initialized`

@@ -35,6 +35,7 @@ from xmesh import (  # noqa: F401
     this_proc,
 )
 from xmesh._base.errors import MeshFailure, SupervisionError  # noqa: F401
+from xmesh._proc import actor_logging as _actor_logging
 from xmesh._runtime.process import in_notebook, report_fault, set_unhandled_fault_hook
 
 from ._workers import attach_to_workers, run_worker_loop_forever  # noqa: F401
@@ -44,7 +45,7 @@ __all__ = [
     "HostMesh", "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "SupervisionError", "ValueMesh",
     "as_endpoint", "concurrent_endpoint", "context", "current_actor_name", "current_rank", "current_size",
     "endpoint", "get_or_spawn_controller", "proc_mesh", "returns_future", "send", "shutdown_context",
-    "attach_to_workers", "run_worker_loop_forever", "this_host", "this_proc", "unhandled_fault_hook",
+    "attach_to_workers", "config", "run_worker_loop_forever", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -69,6 +70,16 @@ def unhandled_fault_hook(failure: MeshFailure) -> None:
         sys.exit(1)
 
 
+class _Config:
+    """`monarch.actor.config`: what Monarch lets a program switch at run time here."""
+
+    prefix_python_logs_with_actor = True  # logging records start with "[actor=<...>] " (actors and the program)
+
+
+config = _Config()
+_actor_logging.install(lambda: config.prefix_python_logs_with_actor, root_too=True)
+
+
 def _to_the_current_hook(failure: MeshFailure) -> None:
     globals()["unhandled_fault_hook"](failure)  # whatever the program assigned since
 
@@ -85,7 +96,7 @@ _MISSING = {
                     "default_bootstrap_cmd")},
     **{name: "is Monarch's own runtime internals (hyperactor ids, its debugger actor, its config); xmesh has "
              "its own (xmesh.debug(), `xmesh debug`)"
-       for name in ("ProcId", "Uid", "debug_controller", "config")},
+       for name in ("ProcId", "Uid", "debug_controller")},
     **{name: "is Monarch's OpenTelemetry instrumentation, which xmesh does not have"
        for name in ("get_meter", "span", "traced")},
 }

@@ -314,8 +314,11 @@ class ProcessJob(JobTrait):
         for address in self._workers():
             where = address[len("ipc://"):]
             os.makedirs(where, mode=0o700)
-            proc = subprocess.Popen([hostd_executable(), "--runtime-dir", where], env=env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            # The agent's own lines go to its log (its procs' output comes to the program as
+            # every proc's does): nothing of it holds the program's stdout or stderr.
+            with open(os.path.join(where, "agent.log"), "ab") as log:
+                proc = subprocess.Popen([hostd_executable(), "--runtime-dir", where], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
             self._pids.append(proc.pid)
 
     def _meshes_of(self, hosts: Optional[HostMesh]) -> Dict[str, HostMesh]:
@@ -339,6 +342,12 @@ class ProcessJob(JobTrait):
         import signal
         import time
 
+        from xmesh._runtime.agents import release_agent
+        from xmesh._runtime.process import current_runtime
+
+        if self._dir is not None and current_runtime() is not None:  # their loss is no news to the program
+            for address in self._workers():
+                release_agent(address[len("ipc://"):], "its ProcessJob was killed")
         for pid in self._pids:
             try:
                 os.kill(pid, signal.SIGTERM)

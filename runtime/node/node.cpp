@@ -264,7 +264,12 @@ void Node::remove_actor(const std::string& name, const json& tombstone) {
 }
 
 void Node::answer_no_actor(const Message& m, const std::string& why) {
-  if (m.header.kind != Kind::Call || !m.header.corr) return;
+  if (!m.header.corr) return;
+  if (m.header.kind == Kind::StopActor) {  // a stop of an actor already gone: it is stopped
+    reply(m, true, nullptr, {});
+    return;
+  }
+  if (m.header.kind != Kind::Call) return;
   if (auto stone = actors_.tombstone(m.header.actor)) {
     reply(m, false, std::move(*stone), {});
     return;

@@ -34,7 +34,7 @@ def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(ker
     assert r.error["ename"] == "ActorError"
     text = r.error_text
     assert "rank 0" in text and "gpus=0" in text and "ValueError: bad value on rank 0" in text
-    assert "failed in endpoint fail()" in text and "Traceback" in text
+    assert "Actor call c.fail failed" in text and "Traceback" in text
     assert f"on {socket.gethostname()}" in text
     assert ast.literal_eval(kernel.value("list(counters.incr.call().get().values())")) == [1, 1]
 
@@ -44,6 +44,36 @@ def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(ker
     assert f"on {socket.gethostname()}" in r.error_text
     # The kernel and the other rank are fine.
     assert kernel.value("counters.slice(gpus=0).incr.call_one().get()") == "2"
+    assert kernel.value("1 + 1") == "2"
+
+
+MONARCH_FAILING = """
+from monarch.actor import Actor, endpoint, this_host
+
+class Fragile(Actor):
+    @endpoint
+    def ok(self) -> int:
+        return 1
+
+    @endpoint
+    def explode(self) -> None:
+        raise RuntimeError("nobody can receive this")
+
+fragile_procs = this_host().spawn_procs({"gpus": 1})
+fragile = fragile_procs.spawn("fragile", Fragile)
+fragile.ok.call_one().get()
+"""
+
+
+def test_monarchs_default_fault_hook_says_the_failure_in_the_cell_and_the_kernel_lives(kernel):
+    """The monarch shim's default unhandled_fault_hook stops a script, as Monarch's does; in the
+    notebook it says the failure in the cell that caused it and the kernel lives on."""
+    kernel.ok(MONARCH_FAILING)
+    r = kernel.ok("fragile.explode.broadcast()\nimport time; time.sleep(1.5)")
+    assert "The actor Fragile 'fragile' rank 0" in r.stderr and "nobody can receive this" in r.stderr, r
+    assert "stopping the program" not in r.stderr
+    r = kernel.run("fragile.ok.call_one().get()")
+    assert r.status == "error" and r.error["ename"] == "SupervisionError", r
     assert kernel.value("1 + 1") == "2"
 
 

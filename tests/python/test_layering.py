@@ -27,8 +27,8 @@ LAYERS = [
      "_api.controllers", "_api.named", "_workspace.sync", "_jobs.records", "_jobs.control", "_jobs.job", "rdma"],
     # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
     #   a job's node launcher, the host agent's fork server
-    ["_proc.actor_host", "_proc.lifecycle", "_proc.forkserver", "_proc.worker", "_output.capture", "_debug.proc",
-     "_workspace.reload", "_jobs.agent"],
+    ["_proc.actor_host", "_proc.lifecycle", "_proc.actor_logging", "_proc.forkserver", "_proc.worker",
+     "_output.capture", "_debug.proc", "_workspace.reload", "_jobs.agent"],
     # 4 integration: the debugger's controller side and `xmesh debug`, the panel, the kernel, the command
     ["_debug.io", "_debug.prompt", "_debug.find", "_debug.controller", "_debug.remote", "_panel.view",
      "_panel.sidecar", "_kernel.interpreter", "_kernel.run_notebook", "_kernel.comms", "_kernel.shell",
@@ -115,7 +115,8 @@ SUBLAYERS = [
     [["_api.future", "_jobs.records"], ["_api.actor", "_api.ports", "rdma", "_api.allocation", "_workspace.sync",
       "_jobs.control"], ["_api.named"],
      ["_api.proc_mesh"], ["_api.controllers", "_api.instance", "_jobs.job"]],
-    [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent", "_proc.lifecycle"], ["_debug.proc"],
+    [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent", "_proc.lifecycle",
+      "_proc.actor_logging"], ["_debug.proc"],
      ["_proc.actor_host"], ["_proc.worker"]],
     [["_debug.io", "_debug.find", "_kernel.run_notebook", "_kernel.comms", "kernel.logo", "kernel.serve"],
      ["_debug.prompt", "_kernel.shell", "kernel.install"], ["_debug.controller", "kernel.__main__"], ["_panel.view"],

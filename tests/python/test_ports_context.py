@@ -243,10 +243,10 @@ def test_context_names_the_actor_its_procs_and_the_message(workers):
     assert [a["rank"] for a in about] == [{"hosts": 1, "gpus": 0}, {"hosts": 1, "gpus": 1}]
     assert [a["message_rank"] for a in about] == [0, 1]
     assert first["proc_mesh_sizes"] == {"hosts": 2, "gpus": 2} and first["proc_sizes"] == {}
-    assert first["creator"] == "None"  # the controller spawned it
+    assert first["creator"] == "<root>"  # the program spawned it (Monarch's root)
     assert first["sender_is_client"] and first["sender_pid"] == os.getpid()
     client = context()
-    assert client.actor_instance.actor_id == "client" == current_actor_name()
+    assert client.actor_instance.actor_id == "root" == current_actor_name() and repr(client.actor_instance) == "<root>"
     assert client.message_rank.rank == 0 and len(client.message_rank) == 0 and client.message_sender is None
     assert current_rank().rank == 0
 
@@ -254,9 +254,9 @@ def test_context_names_the_actor_its_procs_and_the_message(workers):
 def test_an_actor_spawned_by_an_actor_knows_its_creator_and_sender(workers):
     about = workers.slice(hosts=0, gpus=1).spawn_child.call_one().get(timeout=60)
     assert about["creator_name"] == "workers" and about["creator_class"].endswith(".Worker")
-    assert about["creator_rank"] == {"hosts": 0, "gpus": 1} and about["creator_creator"] is None
+    assert about["creator_rank"] == {"hosts": 0, "gpus": 1} and repr(about["creator_creator"]) == "<root>"
     assert not about["sender_is_client"] and about["sender_pid"] == about["pid"]  # its creator's proc called it
-    assert about["repr"].startswith("<") and ".Worker workers{'hosts': 0, 'gpus': 1}>.<" in about["repr"]
+    assert about["repr"].startswith("<root>.<") and ".Worker workers{'hosts': 0/2, 'gpus': 1/2}>.<" in about["repr"]
 
 
 def test_an_actor_stops_itself_and_its_peers_go_on():

@@ -15,7 +15,8 @@ from .._base.display import html_table
 from .._base.env import env_float
 from .._base.errors import ActorError, SupervisionError
 from .._base.protocol import ErrorKind, error_kind, read_error
-from .future import CallTarget, CoroutineFuture, Done, Future, LocalFuture, Readiness, check_timeout, show_output_of
+from .future import (CallTarget, CoroutineFuture, Done, Future, LocalFuture, Readiness, all_ok_then, check_timeout,
+                     show_output_of)
 from .._runtime.process import Kind, get_runtime, note_call
 from .._base.shape import MeshTrait, Point
 from .._base.value_mesh import ValueMesh
@@ -331,12 +332,15 @@ class ActorMesh(Readiness, MeshTrait, Generic[A]):
                                "an actor)")
         return pm
 
-    def stop(self) -> Done:
-        """Stops these actors (their procs stay); a done Future, as Monarch's is awaitable."""
+    def stop(self) -> Future:
+        """Stops these actors (their procs stay): each ends after its current message (its
+        concurrent calls cancelled, its __cleanup__ run, the meshes it spawned stopped) and
+        later calls raise SupervisionError. The Future resolves once every one has ended
+        (`.get(timeout)` or `await`, as Monarch's)."""
         rt = get_runtime()
-        targets, _ = self._targets()
-        rt.node.call(targets, int(Kind.StopActor), "", {}, None, False)
-        return Done(None)
+        targets, described = self._targets()
+        call = rt.node.call(targets, int(Kind.StopActor), "", {}, None, True)
+        return Future(call, all_ok_then(None), described, f"{self._ref.name}.stop()", self._lease())
 
     def _summary(self):
         return f"ActorMesh {self._ref.name!r} ({self._ref.class_name}) {self.sizes}"

@@ -11,21 +11,23 @@ from .._base.context import actor_context, actor_handles, actor_point, current_m
 from .._base.shape import Point
 
 _EMPTY = _core.Shape([], 0, [], [])
+ROOT = "root"  # Monarch's name of the program's own instance (the root client)
 
 
 @dataclasses.dataclass(frozen=True)
 class CreatorInstance:
     """The actor that spawned another (Monarch's CreatorInstance): its mesh's name, its class,
-    its rank, and the actor that spawned it in turn (None: the controller did)."""
+    its rank, and the actor that spawned it in turn; the program's own is the root ("root", no
+    class, no dimensions, no creator)."""
     name: str
     class_name: Optional[str]
     rank: Point
     creator: "Optional[CreatorInstance]"
 
     @staticmethod
-    def from_record(record: Any) -> "Optional[CreatorInstance]":
+    def from_record(record: Any) -> "CreatorInstance":
         if record is None:
-            return None
+            return CreatorInstance(ROOT, None, Point(0, _EMPTY), None)
         name, class_name, rank, parent = record
         return CreatorInstance(name, class_name, rank, CreatorInstance.from_record(parent))
 
@@ -34,33 +36,34 @@ class CreatorInstance:
 
 
 def _qualified_name(ins: Any) -> str:
-    """"<Trainer trainers{'gpus': 1}>.<Worker w{}>": the chain of creators, outermost first."""
+    """Monarch's "<root>.<mod.Trainer trainers{'gpus': 1/8}>.<mod.Worker w>": the chain of
+    creators, outermost first, each with its qualified class and its point."""
     names = []
     while ins is not None:
         prefix = f"{ins.class_name} " if ins.class_name else ""
-        names.append(f"<{prefix}{ins.name}{dict(ins.rank) if len(ins.rank) else ''}>")
+        names.append(f"<{prefix}{ins.name}{ins.rank if len(ins.rank) else ''}>")
         ins = ins.creator
     return ".".join(reversed(names))
 
 
 class Instance:
     """The actor running this code (Monarch's `context().actor_instance`); in the controller,
-    the root client ("client", rank 0 of no dimensions, on this_proc())."""
+    the root client ("root", rank 0 of no dimensions, on this_proc(); Monarch's name)."""
 
     def __init__(self, ctx: Any) -> None:
         self._ctx = ctx  # the actor's ActorContext, None in the controller
 
     @property
     def actor_id(self) -> str:
-        """Unique per actor while it lives: "<mesh name>.<spawn id>[<rank>]" ("client" in the
+        """Unique per actor while it lives: "<mesh name>.<spawn id>[<rank>]" ("root" in the
         controller)."""
         ctx = self._ctx
-        return "client" if ctx is None else f"{ctx.actor_id}[{ctx.rank}]"
+        return ROOT if ctx is None else f"{ctx.actor_id}[{ctx.rank}]"
 
     @property
     def name(self) -> str:
         """The name the actor mesh was spawned with."""
-        return "client" if self._ctx is None else self._ctx.mesh_name
+        return ROOT if self._ctx is None else self._ctx.mesh_name
 
     @property
     def class_name(self) -> Optional[str]:
@@ -98,7 +101,8 @@ class Instance:
 
     @property
     def creator(self) -> Optional[CreatorInstance]:
-        """The actor that spawned this one; None when the controller did."""
+        """The actor that spawned this one (the root, "root", when the program did); None for
+        the root itself."""
         if self._ctx is None or self._ctx.handles is None:
             return None
         return CreatorInstance.from_record(actor_handles(self._ctx)[2])
@@ -195,6 +199,6 @@ def context() -> Context:
 
 
 def current_actor_name() -> str:
-    """The running actor's id as a string (Monarch's current_actor_name()): "client" in the
+    """The running actor's id as a string (Monarch's current_actor_name()): "root" in the
     controller."""
     return context().actor_instance.actor_id

@@ -12,7 +12,7 @@ from .._output import logfiles as _logfiles
 from .._base import pickling as _pickling
 from .actor import Actor, ActorMesh, ActorMeshRef, check_endpoint_kinds, endpoints_of
 from .allocation import Allocation, Lease, ProcRecord, addrs_list
-from .._base.context import actor_context, creator_record, current_cell, note_owned
+from .._base.context import creator_record, current_cell, note_owned, owning_actor
 from .._base.display import html_table
 from .future import CallTarget, CoroutineFuture, Done, Future, Readiness
 from .._runtime.agents import AgentClient, HostdError, TcpAgentClient, agent, agent_at, tcp_locator
@@ -114,17 +114,19 @@ class ProcMesh(Readiness, MeshTrait):
             raise TypeError(f"cannot send {actor_class.__name__} and its arguments to the procs: "
                             f"{type(e).__name__}: {e}") from e
         targets = [(addrs[r], actor_id) for r in proc_ranks]
-        spawner = actor_context()  # an actor spawning this mesh owns it (its __supervise__)
+        spawner = owning_actor()  # an actor spawning this mesh owns it (its __supervise__)
         body = _core.SpawnActorBody(name=name, class_name=actor_class.__qualname__, shape=actor_shape.to_json(),
                                     proc_ranks=proc_ranks, owner=spawner.actor_id if spawner is not None else "")
         call = rt.node.call(targets, int(Kind.SpawnActor), "", body.to_dict(), frames, True, current_cell())
         note_call(targets, call, f"{actor_class.__name__}.__init__")
         described = [CallTarget(i, dict(Point(i, actor_shape)), f"{actor_class.__name__} {name!r}", mesh=name)
                      for i in range(len(targets))]
-        mesh = ActorMesh(ref, actor_shape, None, self, actor_class)
+        mesh: ActorMesh[Any] = ActorMesh(ref, actor_shape, None, self, actor_class)
 
         # Rebuilt only after a successful initialization, so it needs no initialized Future.
-        rebuild = lambda: ActorMesh(ref, actor_shape, None, self, actor_class)  # noqa: E731
+        def rebuild() -> ActorMesh[Any]:
+            return ActorMesh(ref, actor_shape, None, self, actor_class)
+
         mesh.ready_when(call, rebuild, described, f"spawn of {name!r}")
         note_owned(mesh)
         return mesh

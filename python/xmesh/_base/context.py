@@ -9,6 +9,7 @@ import weakref
 from .. import _core
 from . import pickling as _pickling
 from .shape import Point
+from .threads import OWN_ACTOR_PREFIX
 
 _actor_context = contextvars.ContextVar("xmesh_actor_context", default=None)
 # The causal context of the code running now: the controller cell whose call led here. In a
@@ -81,10 +82,20 @@ def creator_record():
     return (ctx.mesh_name, ctx.class_name, Point(ctx.rank, ctx.shape), actor_handles(ctx)[2])
 
 
+def owning_actor():
+    """The actor whose code runs now, as the owner of what it spawns (its failures go to it, it
+    stops them when it ends); None for the program, and for xmesh's own actors (the controllers'
+    registry spawns on the program's behalf)."""
+    ctx = _actor_context.get()
+    if ctx is None or ctx.actor_id.startswith(OWN_ACTOR_PREFIX):
+        return None
+    return ctx
+
+
 def note_owned(mesh):
     """A mesh spawned by the code running now: when that is an actor's, the mesh is the actor's
     and stops when the actor ends (a weak reference: dropping the mesh still stops it sooner)."""
-    ctx = _actor_context.get()
+    ctx = owning_actor()
     if ctx is not None:
         ctx.owned = [r for r in ctx.owned if r() is not None] + [weakref.ref(mesh)]
 

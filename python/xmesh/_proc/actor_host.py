@@ -32,6 +32,7 @@ from .._base.threads import OWN_ACTOR_PREFIX, start_thread, start_user_thread
 
 _HOST = _core.hostname()
 _CALL = Kind.Call
+_OWNED_STOP_S = 10.0  # how long an ending actor waits for the meshes it spawned to stop
 _OWNER_ACK_S = 3.0  # how long a failed actor waits for its owner to take its failure (then says it here)
 
 
@@ -106,6 +107,7 @@ class ActorThread(threading.Thread):
     def run(self):
         _core.name_os_thread("xmesh-actor")
         how = "the proc stopped"
+        stop = None  # the StopActor message, answered once the actor has ended
         for msg in messages(self.inbox):
             kind = msg.kind
             try:
@@ -114,7 +116,7 @@ class ActorThread(threading.Thread):
                 elif kind == Kind.SpawnActor:
                     self._spawn(msg)
                 elif kind == Kind.StopActor:
-                    how = "its actor mesh was stopped (ActorMesh.stop())"
+                    how, stop = "its actor mesh was stopped (ActorMesh.stop())", msg
                     break
             except _RemoteCancel:
                 # A cancellation that landed just after its call finished: nothing to stop.
@@ -127,6 +129,8 @@ class ActorThread(threading.Thread):
                 how = "it stopped itself (context().actor_instance.stop())"
                 break  # what is queued behind is answered "stopped" (remove_actor)
         self._end(how)
+        if stop is not None and stop.corr:
+            self.node.reply(stop, True, {})
 
     def _end(self, how):
         """The actor ends (stopped, failed, or its proc stops): its concurrent calls are
@@ -137,6 +141,10 @@ class ActorThread(threading.Thread):
         self.node.remove_actor(self.actor_id, self.tombstone or lifecycle.stopped(self.ctx, how, self.actor_name))
         self.loop.stop()
         self.host.forget(self.actor_id)
+        # Nothing of its class stays referenced: at the proc's exit the module that defined it
+        # must be finalized (its globals' __del__ run), which a live function of it prevents.
+        self.instance = self.init_error = None
+        self.endpoints = {}
         _core.label_thread(threading.get_ident(), "")
 
     def _stop_owned(self):
@@ -145,11 +153,13 @@ class ActorThread(threading.Thread):
             return
         owned = [m for m in (r() for r in self.ctx.owned) if m is not None]
         self.ctx.owned = []
+        deadline = time.monotonic() + _OWNED_STOP_S
         for mesh in sorted(owned, key=lambda m: not isinstance(m, ActorMesh)):
             try:
-                mesh.stop()
+                mesh.stop().get(timeout=max(0.1, deadline - time.monotonic()))
             except Exception as e:  # one that cannot stop (its proc gone) does not keep the others
-                self.host.rt.diag(f"{lifecycle.describe_actor(self.ctx)} ended; stopping {mesh!r} failed: {e}")
+                self.host.rt.diag(f"{lifecycle.describe_actor(self.ctx)} ended; stopping {mesh!r}: "
+                                  f"{type(e).__name__}: {e}")
 
     def _cancel_concurrent(self, wait_s):
         """Cancels the running concurrent calls (their callers are told) and waits, at most

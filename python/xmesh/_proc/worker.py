@@ -54,9 +54,11 @@ def main():
 
     from .._debug import proc as _debug_proc
     from .._output import capture as _proc_output
+    from . import actor_logging as _actor_logging
     from .._runtime.process import Kind, init_proc_runtime
 
     _proc_output.install(os.environ.get("XMESH_LOG_LEVEL", "20"))
+    _actor_logging.install(_actor_logging.enabled_in_procs)
     _debug_proc.install()
     _debug_proc.set_post_mortem(os.environ.get("XMESH_POST_MORTEM") == "1")
 

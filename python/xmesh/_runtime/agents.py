@@ -481,11 +481,14 @@ def release_agent(locator: str, why: str) -> None:
     """An agent let go on purpose (its job released): calls to its procs fail saying why, it is no
     longer watched (no heartbeat loss to report later) and the next use of its address connects
     anew."""
+    if not locator.startswith("tcp://"):
+        locator = os.path.abspath(locator)
     with _agents_lock:
         a = _agents.pop(locator, None)
+    addr = a.addr if a is not None else locator  # an agent on this machine: its socket's address
     rt = get_runtime()
-    rt.release_host(locator, why)
-    rt.node.unwatch_host(locator)
+    rt.release_host(addr, why)
+    rt.node.unwatch_host(addr)
     if a is not None:
         a._connected = False
 

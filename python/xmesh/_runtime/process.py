@@ -325,6 +325,11 @@ _client_shut_down = False  # shutdown_client() ran: no controller runtime again 
 _shutdown_claimed = False
 
 
+def current_runtime():
+    """The runtime of this process if one was made (and not shut down), else None: nothing starts."""
+    return None if _client_shut_down else _runtime
+
+
 def get_runtime():
     """The runtime of this process, creating a controller runtime on first use."""
     global _runtime
