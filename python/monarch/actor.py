@@ -36,7 +36,7 @@ from xmesh import (  # noqa: F401
 )
 from xmesh._base.errors import MeshFailure, SupervisionError  # noqa: F401
 from xmesh._proc import actor_logging as _actor_logging
-from xmesh._runtime.process import in_notebook, report_fault, set_unhandled_fault_hook
+from xmesh._runtime.process import add_proc_env, in_notebook, report_fault, set_unhandled_fault_hook
 
 from ._workers import attach_to_workers, run_worker_loop_forever  # noqa: F401
 
@@ -78,6 +78,8 @@ class _Config:
 
 config = _Config()
 _actor_logging.install(lambda: config.prefix_python_logs_with_actor, root_too=True)
+# The procs of a Monarch program prefix their actors' log records too (read when each is spawned).
+add_proc_env(lambda: {"XMESH_LOG_ACTOR_PREFIX": "1" if config.prefix_python_logs_with_actor else "0"})
 
 
 def _to_the_current_hook(failure: MeshFailure) -> None:

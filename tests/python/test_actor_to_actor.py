@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from actors_for_tests import Counter, Pinger, Ponger, Spawner
 
-from xmesh import this_host, this_proc
+from xmesh import SupervisionError, this_host, this_proc
 
 
 def test_ping_pong_between_meshes():
@@ -80,8 +80,9 @@ def test_stopped_actor_mesh_fails_calls_clearly():
     pm = this_host().spawn_procs({"gpus": 1})
     c = pm.spawn("short_lived", Counter)
     assert c.incr.call_one().get(timeout=30) == 1
-    c.stop()
-    with pytest.raises(Exception, match="no actor named 'short_lived"):
+    c.stop().get(timeout=30)  # once stopped, calls say so (Monarch's words first)
+    with pytest.raises(SupervisionError, match="Supervision event: actor Counter 'short_lived' rank 0 .*has status: "
+                                               "stopped \\(its actor mesh was stopped"):
         c.get.call_one().get(timeout=30)
     # The proc lives on and hosts new actors.
     assert pm.spawn("next", Counter, 5).get.call_one().get(timeout=30) == 5

@@ -312,3 +312,38 @@ def test_a_fault_hook_that_raises_stops_a_script_as_in_monarch():
     assert r.returncode != 0 and "NOT STOPPED" not in r.stdout
     assert "the unhandled fault hook raised SystemExit: 1; stopping the program, as Monarch does" in r.stderr, r.stderr
     assert "KeyboardInterrupt" in r.stderr
+
+
+LOGGING_PROGRAM = """
+import logging, sys
+import monarch.actor
+from monarch.actor import Actor, context, endpoint, this_host
+
+logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s", force=True)
+
+class Named(Actor):
+    @endpoint
+    def report(self) -> str:
+        logging.getLogger("mine").error("from the actor")
+        return repr(context().actor_instance)
+
+procs = this_host().spawn_procs(per_host={"f": 2})
+print("REPR", procs.spawn("the_name", Named).slice(f=1).report.call_one().get(), flush=True)
+logging.getLogger("mine").error("from the program")
+monarch.actor.config.prefix_python_logs_with_actor = False
+logging.getLogger("mine").error("without the prefix")
+procs.stop().get()
+"""
+
+
+def test_log_records_carry_the_actor_as_in_monarch():
+    """With the shim imported, Python logging records made in actors (and in the program) carry
+    the actor, as Monarch's do, until config.prefix_python_logs_with_actor is turned off."""
+    from xmesh_testing import run_program
+
+    r = run_program(LOGGING_PROGRAM)
+    assert r.returncode == 0, r.stderr
+    assert "REPR <root>.<__main__.Named the_name{'f': 1/2}>" in r.stdout, r.stdout
+    assert "[actor=<root>.<__main__.Named the_name{'f': 1/2}>] from the actor" in r.stdout + r.stderr, r
+    assert "ERROR [actor=<root>] from the program" in r.stdout, r.stdout
+    assert "ERROR without the prefix" in r.stdout, r.stdout

@@ -1,10 +1,11 @@
-"""Python `logging` records made by actor code carry the actor (Monarch's): each record's
+"""Python `logging` records made by actor code carry the actor, as Monarch's do: each record's
 message starts with "[actor=<root>.<mod.Class mesh{'gpus': 1/4}>] " and the record has
 `.actor_prefix`, so whatever handler or formatter the program uses shows who logged. Installed
 as logging's record factory (not a filter on handlers: handlers added later are covered too) in
-every proc, and in the controller by the monarch shim (where the program's own records get
-"[actor=<root>] ", as in Monarch). XMESH_LOG_ACTOR_PREFIX=0 turns it off in procs; the shim's
-`monarch.actor.config.prefix_python_logs_with_actor` turns it off where it is set."""
+every proc, where it acts when XMESH_LOG_ACTOR_PREFIX=1: the monarch shim sets that for the procs
+of a program that imports it (`monarch.actor.config.prefix_python_logs_with_actor`, True by
+default) and prefixes the program's own records ("[actor=<root>] "), as Monarch does. xmesh's own
+programs go without: their procs' lines are already labeled by mesh and rank."""
 import logging
 import os
 from typing import Callable
@@ -40,4 +41,4 @@ def install(enabled: Callable[[], bool], root_too: bool = False) -> None:
 
 
 def enabled_in_procs() -> bool:
-    return os.environ.get("XMESH_LOG_ACTOR_PREFIX", "1") not in ("0", "")
+    return os.environ.get("XMESH_LOG_ACTOR_PREFIX") == "1"
