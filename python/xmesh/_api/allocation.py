@@ -92,10 +92,16 @@ class Allocation:
             except Exception:
                 pass
 
-    def wait_exited(self, timeout):
+    def wait_exited(self, timeout, node):
+        """Waits at most timeout seconds until every started proc has exited; one whose host
+        agent the node knows lost is not waited for (no exit notice will come from it)."""
         deadline = time.monotonic() + timeout
+
+        def agent_lost(p: ProcRecord) -> bool:
+            return p.agent is not None and node.dead_reason(p.agent.addr) is not None
+
         with self._cond:
-            while any(p.pid and r not in self.exited for r, p in self.procs.items()):
+            while any(p.pid and r not in self.exited and not agent_lost(p) for r, p in self.procs.items()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False

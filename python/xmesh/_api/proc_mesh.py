@@ -260,7 +260,7 @@ class ProcMesh(Readiness, MeshTrait):
             raise RuntimeError("this_proc() cannot be stopped")
         self._alloc.request_stop(immediately=False)
         grace = env_seconds_from_ms("XMESH_STOP_GRACE_MS", 3000)
-        self._alloc.wait_exited(timeout if timeout is not None else grace + 5.0)
+        self._alloc.wait_exited(timeout if timeout is not None else grace + 5.0, get_runtime().node)
         return Done(None)
 
     def __enter__(self):

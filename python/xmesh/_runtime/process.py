@@ -201,7 +201,7 @@ class Runtime:
                     pass
             deadline = time.monotonic() + (env_float("XMESH_EXIT_WAIT", 5.0) if wait_s is None else wait_s)
             for a in allocs:
-                a.wait_exited(max(0.0, deadline - time.monotonic()))
+                a.wait_exited(max(0.0, deadline - time.monotonic()), self.node)
             # The procs' last lines were sent before their exit notices: print them.
             self.logs.sync(timeout=2.0)
             for hook in _wiring.controller_exit:
