@@ -59,9 +59,9 @@ class Actor(xmesh.Actor):
 def unhandled_fault_hook(failure: MeshFailure) -> None:
     """Gets every failure of actors the program spawned that no owner handled (an actor failed:
     its __init__ raised, an error nobody could receive, a BaseException; a proc or host died).
-    As Monarch's default, in a script it stops the program (exit status 1, after the failure is
-    said and atexit handlers run); in a notebook on xmesh's kernel it says the failure in the
-    cell that caused it and the kernel lives on. Replace it as in Monarch
+    As Monarch's default, in a script it stops the program (the failure is said, then a
+    KeyboardInterrupt in its main thread, so atexit handlers run); in a notebook on xmesh's
+    kernel it says the failure in the cell that caused it and the kernel lives on. Replace it as in Monarch
     (`monarch.actor.unhandled_fault_hook = my_hook`): return to drop the failure, raise to stop
     a script (in a notebook the kernel lives on)."""
     if in_notebook():
@@ -96,7 +96,7 @@ _MISSING = {
        for name in ("run_worker_loop_until_shutdown",
                     "start_worker_loop_forever", "attach", "enable_transport", "ChannelTransport",
                     "default_bootstrap_cmd")},
-    **{name: "is Monarch's own runtime internals (hyperactor ids, its debugger actor, its config); xmesh has "
+    **{name: "is Monarch's own runtime internals (hyperactor ids, its debugger actor); xmesh has "
              "its own (xmesh.debug(), `xmesh debug`)"
        for name in ("ProcId", "Uid", "debug_controller")},
     **{name: "is Monarch's OpenTelemetry instrumentation, which xmesh does not have"
