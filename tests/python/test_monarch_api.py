@@ -347,3 +347,15 @@ def test_log_records_carry_the_actor_as_in_monarch():
     assert "[actor=<root>.<__main__.Named the_name{'f': 1/2}>] from the actor" in r.stdout + r.stderr, r
     assert "ERROR [actor=<root>] from the program" in r.stdout, r.stdout
     assert "ERROR without the prefix" in r.stdout, r.stdout
+
+
+def test_monarch_config_keeps_monarchs_keys_and_refuses_others():
+    import monarch.config as mc
+
+    with pytest.raises(ValueError, match="unknown configuration key\\(s\\) not_a_key"):
+        mc.configure(not_a_key=1)
+    before = mc.get_runtime_config()
+    with pytest.warns(UserWarning, match="xmesh keeps the value but does not act on it"):
+        with mc.configured(message_delivery_timeout="5s") as merged:
+            assert merged["message_delivery_timeout"] == "5s"
+    assert mc.get_runtime_config() == before  # configured() put the previous layer back

@@ -49,7 +49,7 @@ def error_from(body: Any, frames: Any, target: "CallTarget | None", method: str 
     where = f"{actor} " if actor else ""
     where += f"rank {rank} {describe_coords(coords)}".rstrip()
     if kind in (ErrorKind.Supervision, ErrorKind.NoActor):
-        return _supervision_error(err, info, where, mesh, method, rank, coords, actor)
+        return _supervision_error(kind, err, info, where, mesh, method, rank, coords, actor)
     if kind == ErrorKind.TakenOver:
         return TakenOverError(f"{where}: {err.text or 'the allocation was taken over'}")
     if kind == ErrorKind.Cancelled:
@@ -67,20 +67,20 @@ def error_from(body: Any, frames: Any, target: "CallTarget | None", method: str 
                       remote_traceback=tb)
 
 
-def _supervision_error(err: Any, info: dict, where: str, mesh: str, method: str, rank: Any, coords: dict,
-                       actor: Any) -> SupervisionError:
+def _supervision_error(kind: ErrorKind, err: Any, info: dict, where: str, mesh: str, method: str, rank: Any,
+                       coords: dict, actor: Any) -> SupervisionError:
     """The actor a call needed is gone. A failed or stopped actor's tombstone is a whole report
     (info.report); the runtime's words for a proc or host that died are put in Monarch's."""
     text = err.text or "its proc died"
     if not info.get("report"):
-        if error_kind(err.to_dict()) == ErrorKind.NoActor:
+        if kind == ErrorKind.NoActor:
             text = f"Supervision event: actor {where} has status: gone ({text})"
         else:
             text = failure_report(where, text)
     endpoint = f"{mesh}.{method}()" if mesh and method else None
     e = SupervisionError(f"Endpoint call {endpoint} failed, {text}" if endpoint else text, endpoint=endpoint,
                          rank=rank, coords=coords, host=info.get("host") or err.host, actor=actor)
-    e.proc_died = error_kind(err.to_dict()) == ErrorKind.Supervision and not info.get("report")
+    e.proc_died = kind == ErrorKind.Supervision and not info.get("report")
     return e
 
 

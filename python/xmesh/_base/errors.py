@@ -5,7 +5,7 @@ import os
 import textwrap
 import traceback
 import types
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from .. import _core
 from . import pickling as _pickling
@@ -56,17 +56,26 @@ def hide_internal_frames(exc: BaseException) -> Optional[types.TracebackType]:
     return exc.__traceback__
 
 
+def actor_fields(ctx: Any) -> dict:
+    """The error body's fields naming where an actor runs (ctx: its ActorContext, or None):
+    its name, rank and coordinates."""
+    if ctx is None:
+        return {}
+    where: dict = {"rank": ctx.rank, "actor": ctx.name}
+    try:
+        where["coords"] = dict(Point(ctx.rank, ctx.shape))
+    except Exception:
+        pass
+    return where
+
+
 def error_reply(exc: BaseException, ctx: object, method: str) -> "tuple[dict, Optional[bytes]]":
     """(body, frames) of the reply an endpoint's exception makes: kind Actor, the text, the
     user's traceback, where it ran (ctx: the actor's ActorContext, or None); frames hold the
     pickled exception when it also unpickles (else the caller gets the text only)."""
-    where: dict = {}
+    where = actor_fields(ctx)
     if ctx is not None:
-        where = {"rank": ctx.rank, "actor": ctx.name, "info": {"mesh": ctx.mesh_name}}  # type: ignore[attr-defined]
-        try:
-            where["coords"] = dict(Point(ctx.rank, ctx.shape))  # type: ignore[attr-defined]
-        except Exception:
-            pass
+        where["info"] = {"mesh": ctx.mesh_name}  # type: ignore[attr-defined]
     body = error(ErrorKind.Actor, str(exc), type=type(exc).__name__, traceback=format_user_traceback(exc),
                  host=_core.hostname(), method=method, pid=os.getpid(), **where)
     try:

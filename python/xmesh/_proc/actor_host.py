@@ -77,7 +77,6 @@ class ActorThread(threading.Thread):
         self.actor_id = actor_id
         self.inbox = inbox
         self.instance = None
-        self.init_error = None
         self.ctx = None
         self.current = None  # (corr, index) of the message being handled
         self.pause_next = False  # an attach came while idle: stop in the next call
@@ -143,7 +142,7 @@ class ActorThread(threading.Thread):
         self.host.forget(self.actor_id)
         # Nothing of its class stays referenced: at the proc's exit the module that defined it
         # must be finalized (its globals' __del__ run), which a live function of it prevents.
-        self.instance = self.init_error = None
+        self.instance = None
         self.endpoints = {}
         _core.label_thread(threading.get_ident(), "")
 
@@ -222,7 +221,6 @@ class ActorThread(threading.Thread):
         except BaseException as e:
             # The actor fails: the spawn's caller, its owner and its later callers are told why
             # (unless it was ended meanwhile: its proc stopping cancels a running async __init__).
-            self.init_error = e
             if self.tombstone is None:
                 self._die(failure_report(lifecycle.describe_actor(self.ctx), lifecycle.init_failed(e)),
                           msg.ctx or "")

@@ -27,9 +27,10 @@ def install(enabled: Callable[[], bool], root_too: bool = False) -> None:
     def factory(*args, **kwargs):
         record = make(*args, **kwargs)
         try:
+            if not record.msg or not enabled():  # off (xmesh's own programs): nothing more per record
+                return record
             instance = context().actor_instance
-            in_actor = instance.class_name is not None
-            if record.msg and (in_actor or root_too) and enabled():
+            if instance.class_name is not None or root_too:
                 prefix = f"[actor={instance!r}] "
                 record.actor_prefix = prefix
                 record.msg = f"{prefix}{record.msg}"

@@ -1,15 +1,15 @@
 """An actor's life as Monarch defines it, for the actor host (actor_host.py): which errors end an
 actor, the report its failure makes ("The actor X and all its descendants have failed: ..."), the
 answer its later messages get, and the hooks a class may define (`__supervise__` for failures of
-the actors it owns, `__cleanup__` when it ends). docs/architecture/05-actors.md ("Supervision")
-has the rules; this module only phrases and decides, it sends nothing."""
+the actors it owns, `__cleanup__` when it ends). docs/architecture/13-actor-lifecycle.md has
+the rules; this module only phrases and decides, it sends nothing."""
 import asyncio
 import os
 from typing import Any, Callable, Optional
 
 from .. import _core
 from .._api.actor import overrides_hook
-from .._base.errors import failure_report, format_user_traceback, stopped_report
+from .._base.errors import actor_fields, failure_report, format_user_traceback, stopped_report
 from .._base.protocol import ErrorKind, error
 from .._base.shape import Point, format_coords
 
@@ -68,15 +68,8 @@ def _indent(text: str) -> str:
 def tombstone(ctx: Any, text: str, mesh: str) -> dict:
     """The Supervision error body every later message to a failed or stopped actor is answered
     with (info.report: the text is a whole report, shown as it is)."""
-    where: dict = {}
-    if ctx is not None:
-        where = {"actor": ctx.name, "rank": ctx.rank}
-        try:
-            where["coords"] = dict(Point(ctx.rank, ctx.shape))
-        except Exception:
-            pass
     return error(ErrorKind.Supervision, text, host=_core.hostname(), pid=os.getpid(),
-                 info={"mesh": mesh, "report": True}, **where)
+                 info={"mesh": mesh, "report": True}, **actor_fields(ctx))
 
 
 def stopped(ctx: Any, how: str, mesh: str) -> dict:
