@@ -182,7 +182,14 @@ void bind_node_messages(py::module_& m) {
           [](Node& n, const std::string& name, const py::object& tombstone) {
             n.remove_actor(name, tombstone.is_none() ? json(nullptr) : from_py(tombstone));
           },
-          py::arg("name"), py::arg("tombstone") = py::none());
+          py::arg("name"), py::arg("tombstone") = py::none())
+      .def(
+          "amend_tombstone",
+          [](Node& n, const std::string& name, const py::object& tombstone) {
+            return n.actors().amend_tombstone(name, from_py(tombstone));
+          },
+          py::arg("name"), py::arg("tombstone"),
+          "Replaces what a removed actor's later messages are answered with; False: none was removed here.");
 }
 
 // Supervision: dead addresses, watched host agents, counters, what became of a link.

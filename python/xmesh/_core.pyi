@@ -1964,6 +1964,10 @@ class Node:
         ...
     def add_supervision_subscriber(self, arg0: str) -> None:
         ...
+    def amend_tombstone(self, name: str, tombstone: typing.Any) -> bool:
+        """
+        Replaces what a removed actor's later messages are answered with; False: none was removed here.
+        """
     def buffer_held(self, arg0: int) -> bool:
         """
         Whether a buffer is lent, or dropped with a lease still holding it.

@@ -60,6 +60,14 @@ std::optional<json> ActorDirectory::tombstone(const std::string& name) const {
   return it->second;
 }
 
+bool ActorDirectory::amend_tombstone(const std::string& name, json tombstone) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = removed_.find(name);
+  if (it == removed_.end()) return false;
+  it->second = std::move(tombstone);
+  return true;
+}
+
 std::vector<Message> ActorDirectory::expire(int64_t now) {
   std::vector<Message> expired;
   std::lock_guard<std::mutex> g(mu_);

@@ -36,6 +36,9 @@ class ActorDirectory {
   std::shared_ptr<Inbox> remove(const std::string& name, json tombstone = nullptr);
   // The error body a removed actor left to answer its later messages with (nullopt: none).
   std::optional<json> tombstone(const std::string& name) const;
+  // Replaces the tombstone of an actor removed earlier (what happened since: its owner died).
+  // False when no actor of that name was removed here.
+  bool amend_tombstone(const std::string& name, json tombstone);
   // Messages held past their deadline (their actor was never spawned here).
   std::vector<Message> expire(int64_t now_ms);
   std::vector<std::shared_ptr<Inbox>> close_all();

@@ -7,6 +7,19 @@
 
 namespace xmesh {
 
+namespace {
+// A proc or host that died can never answer: waiting for the call's other targets would only
+// delay the error. An actor's own failure (its report, info.report) is an answer like another:
+// the call waits for its other targets, whose owner has then heard of every failure among them.
+bool ends_call_early(const json& body) {
+  if (error_kind_of(body) != ErrorKind::Supervision) return false;
+  auto info = body.find("info");
+  if (info == body.end() || !info->is_object()) return true;
+  auto report = info->find("report");
+  return report == info->end() || !report->is_boolean() || !report->get<bool>();
+}
+}  // namespace
+
 Call::Call(uint64_t id, std::vector<std::string> target_addrs)
     : id_(id), addrs_(std::move(target_addrs)), have_(addrs_.size(), false) {}
 
@@ -32,7 +45,7 @@ bool Call::deliver(CallResult r) {
       have_[r.index] = true;
     }
     ++received_;
-    if (!r.ok && error_kind_of(r.body) == ErrorKind::Supervision) fatal_ = true;
+    if (!r.ok && ends_call_early(r.body)) fatal_ = true;
     untaken_.push_back(std::move(r));
     efd_.signal();
     // A fan-out to N targets must not wake a waiter for the whole call N times.

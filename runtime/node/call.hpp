@@ -57,8 +57,9 @@ class Call {
 
   bool done() const;
   size_t received() const;
-  // True once a target failed through supervision (its proc died): waiting for the other
-  // targets would only delay the error, so waits end early.
+  // True once a target failed through supervision because its proc or host died: waiting for
+  // the other targets would only delay the error, so waits end early. An actor's failure (its
+  // tombstone, info.report) is not: the other targets' answers are awaited as for any error.
   bool fatal() const;
   // Waits until every target answered or the call is fatal, up to timeout_ms (-1: forever).
   bool wait_done(int timeout_ms);

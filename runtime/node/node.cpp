@@ -331,6 +331,15 @@ void Node::fail_host(const std::string& hostd_addr, const std::set<std::string>&
   json err = error_body(ErrorKind::Supervision, text);
   mark_dead(hostd_addr, err);
   for (auto& d : dependents) mark_dead(d, err);
+  // Procs that subscribed hear of each proc lost with the host, as of one that exited.
+  for (auto& s : supervision_.subscribers()) {
+    for (auto& d : dependents) {
+      try {
+        send(s, PeerDeadBody{d, err, false});
+      } catch (const SendError&) {
+      }
+    }
+  }
   Message m;
   m.header.kind = Kind::PeerDead;
   m.header.sender = id();
@@ -527,7 +536,17 @@ void Node::on_reply(Message& m) {
 }
 
 void Node::on_actor_message(Message& m) {
-  if (!actors_.deliver(m)) answer_no_actor(m, "it was stopped or never spawned");
+  std::optional<Message> stop_notice;
+  if (m.header.kind == Kind::StopActor) {  // the actor host bounds how long a busy actor delays it
+    stop_notice.emplace();
+    stop_notice->header = m.header;
+    stop_notice->sender_addr = m.sender_addr;
+  }
+  if (!actors_.deliver(m)) {
+    answer_no_actor(m, "it was stopped or never spawned");
+    return;
+  }
+  if (stop_notice) actor_events_.push(std::move(*stop_notice));
 }
 
 void Node::on_spawn_actor(Message& m) {

@@ -198,6 +198,14 @@ class AsyncParent(Parent):
     async def child_broadcast_fails(self) -> None:  # type: ignore[override]
         self.child.raises.broadcast("child failed")
 
+    @endpoint
+    async def children_fail_in_a_call(self) -> str:
+        try:
+            await self.child.base.call()
+        except SupervisionError:
+            return "raised"
+        return "no error"
+
     async def __supervise__(self, failure) -> bool:  # type: ignore[override]
         await asyncio.sleep(0)
         self.seen.append((str(failure), failure.report()))
@@ -219,6 +227,21 @@ def test_supervise_handles_a_child_failure(failures):
             assert all("ValueError: child failed" in report for _, report in seen)
         time.sleep(0.5)
         assert failures == []  # handled: the program heard nothing
+    finally:
+        parents.stop().get()
+        children.stop().get()
+
+
+def test_a_call_that_fails_its_actors_raises_after_their_owner_heard_of_each(failures):
+    """Invariant life.2 (docs/architecture/13-actor-lifecycle.md):
+    a call on four actors that all fail raises once every rank
+    answered (only a dead proc ends a call early), so their owner has heard of all four by then."""
+    parents, children = this_host().spawn_procs({"gpus": 1}), this_host().spawn_procs({"gpus": 4})
+    try:
+        p = parents.spawn("owner_of_four", AsyncParent, children, True)
+        assert p.children_fail_in_a_call.call_one().get(timeout=60) == "raised"
+        seen = p.seen_failures.call_one().get(timeout=30)  # no waiting: all four are there
+        assert sorted(text.split("crashed_ranks=")[1][:3] for text, _ in seen) == ["[0]", "[1]", "[2]", "[3]"]
     finally:
         parents.stop().get()
         children.stop().get()

@@ -40,6 +40,7 @@ class Allocation:
         self.procs = {}                    # global rank -> ProcRecord
         self.exited = {}                   # global rank -> _core.ProcExitedBody
         self.stopped = False
+        self.owner = ""                    # the actor that spawned it, if one did (its proc hears of deaths)
         self.log_level = DEFAULT_PROC_LOG_LEVEL
         self._cond = threading.Condition()
 
@@ -49,7 +50,7 @@ class Allocation:
             self._cond.notify_all()
             all_gone = len(self.exited) >= len(self.procs)
         rt = get_runtime()
-        if not self.stopped and not body.stopping:
+        if not self.stopped and not body.stopping and not self.owner:  # an owning actor is told (_proc/owners.py)
             proc = self.procs.get(body.rank)
             self._say_death(rt, body.text, proc.addr if proc is not None else "", body.rank)
         if all_gone:

@@ -437,6 +437,8 @@ class HostMesh(MeshTrait):
             seed_named_workspace(agents, name)
         alloc_id = _core.random_hex(4)
         alloc = Allocation(alloc_id, name or "", shape, agents)
+        spawner = owning_actor()
+        alloc.owner = spawner.actor_id if spawner is not None and not name else ""
         n_local = local.size
         for h, a in enumerate(agents):
             for i in range(n_local):

@@ -19,11 +19,13 @@ from .. import _core
 from .._debug import proc as _debug_proc
 from .._base import pickling as _pickling
 from .._output import capture as _proc_output
+from .._base.env import env_float
 from .._base.context import (ActorContext, current_message, reset_message, set_actor_context, set_current_cell,
                              set_message)
 from .._base.errors import error_reply, failure_report
 from .._api.actor import ActorMesh, EndpointProperty, endpoint_signatures, endpoints_are_async
 from . import lifecycle
+from .owners import Owners
 from .._api.ports import Port
 from .._base.protocol import ErrorKind, error
 from .._runtime.process import Kind, failure_of_fault, messages, set_actor_host_factory
@@ -98,6 +100,7 @@ class ActorThread(threading.Thread):
         self.tombstone = None  # what its later messages are answered with, once it failed or stopped
         self.death_lock = threading.Lock()
         self.pending_supervision = collections.deque()  # failures of its children, for a sync actor
+        self.in_flight = None  # the spawn or plain call it runs now (a stop that cannot wait answers it)
 
     @property
     def rank(self):
@@ -137,7 +140,9 @@ class ActorThread(threading.Thread):
         self._cancel_concurrent(wait_s=5.0)
         self._cleanup()
         self._stop_owned()
-        self.node.remove_actor(self.actor_id, self.tombstone or lifecycle.stopped(self.ctx, how, self.actor_name))
+        tombstone = self.tombstone or lifecycle.stopped(self.ctx, how, self.actor_name)
+        self.node.remove_actor(self.actor_id, tombstone)
+        self.host.owners.note_ended(self, tombstone)
         self.loop.stop()
         self.host.forget(self.actor_id)
         # Nothing of its class stays referenced: at the proc's exit the module that defined it
@@ -185,6 +190,7 @@ class ActorThread(threading.Thread):
 
     def _spawn(self, msg):
         self.actor_name = "?"
+        self.in_flight = msg
         out = _proc_output.begin(msg.ctx, self.actor_name)
         set_current_cell(msg.ctx or "")
         try:
@@ -225,6 +231,7 @@ class ActorThread(threading.Thread):
                 self._die(failure_report(lifecycle.describe_actor(self.ctx), lifecycle.init_failed(e)),
                           msg.ctx or "")
             ok, reply_body, frames = False, self.tombstone, None
+        self.in_flight = None
         _reply(self.node, msg, ok, reply_body, frames, _proc_output.end(out))
 
     def _call(self, msg):
@@ -250,10 +257,12 @@ class ActorThread(threading.Thread):
         ep = self._endpoint(method, body)  # once per call: the port, the run and the answer use it
         port = self._answer_port(msg, body, ep)
         token = set_message(msg, body)
+        self.in_flight = msg if port is None and not broadcast else None
         try:
             ok, rbody, frames, raised = self._run_call(msg, method, cell, port, body, ep)
         finally:
             reset_message(token)
+            self.in_flight = None
         _debug_proc.call_finished()
         mark = _proc_output.end(out)
         if raised is not None:
@@ -324,6 +333,18 @@ class ActorThread(threading.Thread):
         task = self.current_task
         if task is not None:
             task.cancel()
+
+    def stop_overdue(self, grace_s):
+        """A stop waited grace_s for the message this actor runs: it ends from outside (its later
+        messages, the stop included, are answered at once; the caller of the running call hears
+        it was stopped); its thread finishes the message and then ends it (__cleanup__)."""
+        running = self.in_flight
+        busy = "__init__" if running is not None and running.kind == Kind.SpawnActor else \
+            f"{running.method}()" if running is not None else "a message"
+        self.end_now(f"its actor mesh was stopped (ActorMesh.stop()) while it was busy in {busy} for more than "
+                     f"{grace_s:g} s; it ends when that returns")
+        if running is not None and running.corr:
+            self.node.reply(running, False, self.tombstone)  # a reply of its own later is dropped
 
     def supervision_event(self, failure):
         """A failure of an actor this one owns (from the control thread). An async actor runs
@@ -605,6 +626,7 @@ class ActorHost:
         self.rt = rt
         self.actors = {}
         self._lock = threading.Lock()
+        self.owners = Owners(self.live_threads, rt.node)
 
     def start(self):
         _debug_proc.set_actor_threads(self.threads_of)
@@ -626,6 +648,21 @@ class ActorHost:
         table.on(Kind.DebugCommand, lambda msg: _debug_proc.deliver(msg.debug_command()))
         if self.rt.role != "controller":  # a controller's runtime routes Faults itself (deliver_supervision first)
             table.on(Kind.Fault, self._fault)
+        table.on(Kind.PeerDead, self._peer_dead)
+        table.on(Kind.ProcExited, self._proc_exited)
+
+    def _peer_dead(self, msg):
+        """A proc died (relayed by the controller; a lost host's procs come one by one)."""
+        body = msg.peer_dead()
+        info = (body.error or {}).get("info") or {}
+        if not body.host_lost and not info.get("stopping"):
+            self.owners.proc_died(body.addr, (body.error or {}).get("text") or f"the proc at {body.addr} died")
+
+    def _proc_exited(self, msg):
+        """A proc this process started exited (its agent says)."""
+        body = msg.proc_exited()
+        if not body.stopping:
+            self.owners.proc_died(body.addr, body.text or f"the proc at {body.addr} exited")
 
     def _fault(self, msg):
         body = msg.fault()
@@ -680,6 +717,9 @@ class ActorHost:
     def _events(self):
         node = self.rt.node
         for msg in messages(node.actor_events):
+            if msg.kind == Kind.StopActor:
+                self._bound_stop(msg.actor)
+                continue
             inbox = node.actor_inbox(msg.actor)
             if inbox is None:
                 continue
@@ -689,24 +729,40 @@ class ActorHost:
             # xmesh's own actors (the controller's registry) run no user code (_base/threads.py).
             (start_thread if msg.actor.startswith(OWN_ACTOR_PREFIX) else start_user_thread)(t)
 
+    def _bound_stop(self, actor_id):
+        """A stop of this actor arrived: it waits for the message the actor runs at most the stop
+        grace (XMESH_STOP_GRACE_MS, as a proc's stop), then the actor is ended from outside."""
+        grace_s = env_float("XMESH_STOP_GRACE_MS", 3000.0) / 1000.0
+
+        def overdue():
+            with self._lock:
+                t = self.actors.get(actor_id)
+            if t is not None and t.tombstone is None:
+                t.stop_overdue(grace_s)
+
+        timer = threading.Timer(grace_s, overdue)
+        timer.daemon = True
+        timer.start()
+
+    def live_threads(self):
+        with self._lock:
+            return list(self.actors.values())
+
     def forget_endpoint_cache(self):
         """After a reload updated classes in place: endpoints are looked up again."""
-        with self._lock:
-            threads = list(self.actors.values())
+        threads = self.live_threads()
         for t in threads:
             t.endpoints = {}
 
     def describe(self):
         """Records of the live actors on this proc (see ActorThread._spawn)."""
-        with self._lock:
-            threads = list(self.actors.values())
+        threads = self.live_threads()
         return [t.record for t in threads if t.record is not None]
 
     def async_stacks(self):
         """{"mesh\trank": frames} of the actors awaiting an async endpoint: the chain of
         suspended coroutines, outermost first (a thread dump shows only the loop's select)."""
-        with self._lock:
-            threads = list(self.actors.values())
+        threads = self.live_threads()
         out = {}
         for t in threads:
             coro = t.current_coro
@@ -722,8 +778,7 @@ class ActorHost:
         """Ends every actor here (the proc stops): no further message, the running async call
         cancelled, then each ends as when stopped (_end). Waits at most timeout seconds for
         their threads (one stuck in native code is left: the process exits around it)."""
-        with self._lock:
-            threads = list(self.actors.values())
+        threads = self.live_threads()
         for t in threads:
             t.end_now(how)
         deadline = time.monotonic() + timeout
@@ -732,8 +787,7 @@ class ActorHost:
 
     def threads_of(self, mesh_name, ranks):
         """What an attach pauses: the actor threads of that mesh's ranks on this proc."""
-        with self._lock:
-            threads = list(self.actors.values())
+        threads = self.live_threads()
         return [t for t in threads if t.ctx is not None and t.ctx.mesh_name == mesh_name and t.ctx.rank in ranks]
 
     def cancel(self, actor_id, corr, index):

@@ -11,6 +11,7 @@ import time
 
 from .. import _core
 from .control import ControlTable
+from .fault_reports import FaultReports
 from .._base.env import env_float
 from .._base.errors import MeshFailure
 from .._base.paths import PYTHON
@@ -49,6 +50,7 @@ class Runtime:
         self.cookies = [job_cookie]
         self.control = ControlTable(node, role, self.diag)
         self._released_hosts = set()  # agents let go on purpose: their loss is no news
+        self._fault_reports = FaultReports(lambda text, cell: self.diag(text, cell))
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
@@ -162,12 +164,13 @@ class Runtime:
     def unhandled_fault(self, failure: MeshFailure) -> None:
         """A failure nobody waits for (MeshFailure) goes to the hook the program installed
         (Monarch's unhandled_fault_hook, through the monarch shim) or, by default, is said in an
-        [xmesh] line where it belongs; the program or notebook lives on. A hook that returns
+        [xmesh] line where it belongs (the ranks of one mesh that fail together, once:
+        fault_reports.py); the program or notebook lives on. A hook that returns
         drops it; one that raises stops a script as Monarch does (KeyboardInterrupt in its main
         thread), while in the notebook the kernel lives on and the cell says so."""
         hook = _wiring.unhandled_fault_hook
-        if hook is None:
-            self.diag(failure.report(), failure.cell)
+        if hook is None:  # said once for the ranks of one mesh that failed together
+            self._fault_reports.add(failure)
             return
         try:
             hook(failure)
