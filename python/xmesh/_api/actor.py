@@ -382,6 +382,14 @@ class ActorMesh(Readiness, MeshTrait, Generic[A]):
         return (_rebuild_actor_mesh, (self._ref, self._shape))
 
 
+def actor_ranks_at(mesh: "ActorMesh", addr: str) -> "tuple[str, str, list[int]]":
+    """(name, class name, ranks) of an actor mesh's actors that run on the proc at addr (a
+    function, not a method: an ActorMesh's attributes are its endpoints)."""
+    ref = mesh._ref
+    ranks = [rank for rank, proc_rank in enumerate(ref.proc_ranks) if ref.addrs[proc_rank] == addr]
+    return ref.name, ref.class_name, ranks
+
+
 def _rebuild_actor_mesh(ref, shape):
     return ActorMesh(ref, shape)
 

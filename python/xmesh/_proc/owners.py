@@ -16,7 +16,7 @@ import collections
 import threading
 from typing import Any, Iterator, Optional
 
-from .._api.actor import ActorMesh
+from .._api.actor import ActorMesh, actor_ranks_at
 from .._base.errors import MeshFailure, failure_report
 
 _ENDED_KEPT = 1000  # ended actors whose owner is remembered (their tombstone can still say it died)
@@ -94,12 +94,11 @@ def owned_failures(owned: list, addr: str, text: str) -> Iterator[MeshFailure]:
     told = False
     for mesh in meshes:
         if isinstance(mesh, ActorMesh):
-            ref = mesh._ref
-            for rank, proc_rank in enumerate(ref.proc_ranks):
-                if ref.addrs[proc_rank] == addr:
-                    told = True
-                    who = f"{ref.class_name} {ref.name!r} rank {rank}"
-                    yield MeshFailure(ref.name, failure_report(who, f"its proc died: {text.strip()}"), "proc", rank)
+            name, class_name, ranks = actor_ranks_at(mesh, addr)
+            for rank in ranks:
+                told = True
+                who = f"{class_name} {name!r} rank {rank}"
+                yield MeshFailure(name, failure_report(who, f"its proc died: {text.strip()}"), "proc", rank)
     if told:
         return
     for mesh in meshes:
