@@ -126,6 +126,30 @@ def test_accumulator_folds_a_broadcast_in_arrival_order(counters):
         Accumulator(lambda: 0, 0, max)
 
 
+class _Streams:
+    """Not an endpoint: an object whose stream() gives Futures, as Monarch's Accumulator takes."""
+
+    def __init__(self, values) -> None:
+        self.values = values
+        self.asked = None
+
+    def stream(self, *args, **kwargs):
+        self.asked = (args, kwargs)
+
+        async def one(v):
+            return v
+
+        return iter([Future._from_coro(one(v)) for v in self.values])
+
+
+def test_accumulator_folds_any_stream_of_futures_in_order():
+    streams = _Streams([1, 2, 3])
+    assert Accumulator(streams, [], lambda acc, r: acc + [r]).accumulate("a", k=1).get() == [1, 2, 3]
+    assert streams.asked == (("a",), {"k": 1})
+    assert Accumulator(_Streams([]), 42, max).accumulate().get() == 42
+    assert asyncio.run(_await(Accumulator(_Streams([4, 5]), 0, lambda a, r: a + r).accumulate())) == 9
+
+
 def test_names_xmesh_lacks_say_why_instead_of_attribute_error():
     import monarch.actor as m
 

@@ -709,8 +709,9 @@ class Accumulator:
     when the returned Future is first observed."""
 
     def __init__(self, endpoint: "Endpoint", identity: Any, combine: Callable[[Any, Any], Any]) -> None:
-        if not isinstance(endpoint, Endpoint):
-            raise TypeError(f"Accumulator needs an endpoint of an actor mesh (mesh.method), got {endpoint!r}")
+        if not isinstance(endpoint, Endpoint) and not callable(getattr(endpoint, "stream", None)):
+            raise TypeError(f"Accumulator needs an endpoint of an actor mesh (mesh.method), or an object whose "
+                            f".stream(*args, **kwargs) gives the replies, got {endpoint!r}")
         if not callable(combine):
             raise TypeError(f"Accumulator's combine must be callable (accumulated, reply) -> accumulated, "
                             f"got {combine!r}")
@@ -724,8 +725,12 @@ class Accumulator:
 
         async def fold() -> Any:
             value = identity
-            async for reply in replies:
-                value = combine(value, reply)
+            if hasattr(replies, "__aiter__"):  # an endpoint's stream: the values as they arrive
+                async for reply in replies:
+                    value = combine(value, reply)
+            else:  # another object's stream (as Monarch's Accumulator takes): Futures, in order
+                for reply in replies:
+                    value = combine(value, await reply)
             return value
 
-        return CoroutineFuture(fold, f"{self._endpoint._name}.accumulate()")
+        return CoroutineFuture(fold, f"{getattr(self._endpoint, '_name', 'stream')}.accumulate()")

@@ -295,6 +295,12 @@ class Future(Generic[T]):
         if any(t.actor_id for t in self._targets):
             _sent.add(self._sent)
 
+    @classmethod
+    def _from_coro(cls, coro: Any) -> "Future[Any]":
+        """A Future of one coroutine object (Monarch's private constructor, which code written
+        for Monarch uses): a CoroutineFuture, run when first observed."""
+        return CoroutineFuture(lambda: coro, getattr(coro, "__qualname__", "coroutine"))
+
     # -- waiting ---------------------------------------------------------------------------
     def _collect(self):
         for index, ok, body, frames in self._call.take():
