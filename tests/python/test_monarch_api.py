@@ -309,6 +309,29 @@ def test_the_default_fault_hook_stops_a_script_as_in_monarch():
     assert "stopping the program, as Monarch does" in r.stderr and "ATEXIT RAN" in r.stdout, (r.stdout, r.stderr)
 
 
+def test_the_default_fault_hook_stops_a_script_started_with_sigint_ignored():
+    """A program started with SIGINT ignored (a child of a process that ignores it, as pytest's
+    workers or nohup make) is stopped all the same: a KeyboardInterrupt in its main thread at its
+    next Python instruction, atexit handlers run (Monarch's test_unhandled_fault_hook_runs_atexit)."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+
+    from xmesh_testing import PYTHON
+
+    source = DEFAULT_HOOK_PROGRAM.format(here=os.path.dirname(os.path.abspath(__file__)))
+    source = source.replace("time.sleep(30)", "for _ in range(300):\n    time.sleep(0.1)")
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    r = subprocess.run([PYTHON, f.name], capture_output=True, text=True, timeout=90,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    os.unlink(f.name)
+    assert r.returncode != 0 and "NOT STOPPED" not in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert "KeyboardInterrupt" in r.stderr, r.stderr
+    assert "stopping the program, as Monarch does" in r.stderr and "ATEXIT RAN" in r.stdout, (r.stdout, r.stderr)
+
+
 RAISING_HOOK_PROGRAM = """
 import sys, time
 sys.path.insert(0, {here!r})

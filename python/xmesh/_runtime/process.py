@@ -178,8 +178,8 @@ class Runtime:
             stops = not _wiring.interactive
             self.diag(f"{failure.report()}\nthe unhandled fault hook raised {type(e).__name__}: {e}; "
                       + ("stopping the program, as Monarch does" if stops else "the notebook lives on"), failure.cell)
-            if stops:  # a real SIGINT to the main thread: it also ends a sleep or a blocking call
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            if stops:
+                stop_main_thread()
 
     def diag(self, text, cell=""):
         """An `[xmesh] ...` line of the runtime's own on stderr (in the kernel: in that cell)."""
@@ -255,6 +255,21 @@ def set_unhandled_fault_hook(fn):
 def report_fault(failure):
     """The default for an unhandled failure: an [xmesh] line where it belongs."""
     get_runtime().diag(failure.report(), failure.cell)
+
+
+def stop_main_thread() -> None:
+    """Stops a script from another thread, as Monarch's fault hook does: a KeyboardInterrupt in
+    the main thread, by a real SIGINT (it also ends a sleep or a blocking call) or, where the
+    program runs with SIGINT ignored (a child of a process that ignores it inherits that) or
+    handled by itself, raised at the main thread's next Python instruction. atexit handlers run
+    either way, and the exit is the one an interrupted script makes."""
+    main = threading.main_thread()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.pthread_kill(main.ident, signal.SIGINT)
+        return
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main.ident), ctypes.py_object(KeyboardInterrupt))
 
 
 def failure_of_fault(body):
