@@ -108,9 +108,9 @@ def _ls(args):
     from ._jobs.control import job_rows
     from ._api.named import allocations
 
-    targets = _tcp_agents(args) + _local_dirs(args)
-    rows = allocations(targets) if targets else []
     jobs = job_rows(args.state_dir)
+    targets = _tcp_agents(args) + _local_dirs(args) + ([] if args.host else _job_agents(jobs, args.state_dir))
+    rows = allocations(targets) if targets else []
     if args.json:
         print(json.dumps(rows + jobs, indent=2))
         return 0
@@ -130,6 +130,26 @@ def _ls(args):
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return 0
+
+
+def _job_agents(jobs: list, state_dir) -> list:
+    """The agents of the saved jobs that run (their named allocations live on the job's nodes, not
+    on this machine's agent), reached with the state directory's key; one that does not answer
+    is said and left out."""
+    from ._api.proc_mesh import hosts
+    from ._jobs.records import default_state_dir, job_key_file
+
+    found: list = []
+    for job in jobs:
+        if job["state"] != "RUNNING" or not job["hosts"]:
+            continue
+        try:
+            hm = hosts(list(job["hosts"]), key_file=job_key_file(default_state_dir(state_dir)))
+            hm.initialized.get(timeout=30)
+            found += hm.runtime_dirs
+        except Exception as e:
+            print(f"xmesh: the agents of job {job['name']} did not answer: {e}", file=sys.stderr)
+    return found
 
 
 def _print_jobs(jobs: list) -> None:

@@ -451,8 +451,10 @@ void Node::register_builtin_handlers() {
   handlers_[static_cast<int>(Kind::CastLost)] = [this](Message& m) { on_cast_lost(m); };
   handlers_[static_cast<int>(Kind::RingBroken)] = [this](Message& m) { on_ring_broken(m); };
   // The link upgrades' own messages (rings, lanes): the transport's, dispatched here in order.
-  for (Kind k : transport_.link_message_kinds())
+  for (Kind k : transport_.link_message_kinds()) {
     handlers_[static_cast<int>(k)] = [this](Message& m) { transport_.on_link_message(m); };
+    link_kinds_.insert(k);
+  }
   handlers_[static_cast<int>(Kind::HeartbeatAck)] = [this](Message& m) {
     if (!supervision_.heartbeat_acked(m.sender_addr, m.header.incarnation))
       lose_host(m.sender_addr, "the host agent at " + m.sender_addr +
@@ -478,7 +480,23 @@ void Node::dispatch(Message m) {
   dispatch_now(std::move(m));
 }
 
+// A peer this node declared dead (its proc exited, its host was lost, it refused us) is fenced:
+// what it still sends (a partition that healed, late output) is dropped, so ranks whose failure
+// was reported never act again here. Heartbeat acks and the links' own messages pass (they say
+// nothing of the program). A peer revived (an agent used again, one restarted) is heard again.
+bool Node::fenced(const Message& m) {
+  if (m.sender_addr.empty() || m.header.kind == Kind::HeartbeatAck || link_kinds_.count(m.header.kind)) return false;
+  json why;
+  if (!supervision_.is_dead(m.sender_addr, &why)) return false;
+  const std::string text = why.is_object() && why.contains("text") && why["text"].is_string()
+                               ? why["text"].get<std::string>() : std::string("it was declared dead");
+  log_diag_limited(fenced_log_, role(), "ignoring '" + std::string(kind_name(m.header.kind)) + "' messages from " +
+                                            m.sender_addr + ", declared lost earlier: " + text);
+  return true;
+}
+
 void Node::dispatch_now(Message m) {
+  if (fenced(m)) return;  // (past the order gate already: its number is not waited for)
   if (auto refusal = actors_.refusal_for(m)) {
     if (m.header.corr) reply(m, false, std::move(*refusal), {});
     return;

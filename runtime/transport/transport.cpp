@@ -107,6 +107,7 @@ std::unique_ptr<zmq::socket_t> Transport::make_router(const std::string& bind_ad
   auto router = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   set_common_options(*router);
   if (tcp) set_tcp_link_options(*router, /*router=*/true);
+  if (tcp && ipv6_literal(bind_addr)) router->set(zmq::sockopt::ipv6, 1);
   if (tcp && keys)
     require_curve_handshake(*router, keys->secret_z85);
   else

@@ -60,6 +60,7 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   p->sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
   if (is_tcp(addr)) {
     set_tcp_link_options(*p->sock, /*router=*/false);
+    p->sock->set(zmq::sockopt::ipv6, 1);
     p->resends = true;
   }
   p->cookie = cookies_.for_peer(addr);

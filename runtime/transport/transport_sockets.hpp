@@ -25,6 +25,12 @@ inline void set_tcp_link_options(zmq::socket_t& s, bool router) {
   if (router) s.set(zmq::sockopt::router_handover, 1);
 }
 
+// Whether a tcp:// address names an IPv6 host ("tcp://[fd13::1]:7000", "tcp://[::]:*"). Without
+// ZeroMQ's ipv6 option libzmq neither dials nor binds an IPv6 address: a DEALER always has it (an
+// IPv6 literal, a name that resolves to IPv6; IPv4 still works), a ROUTER only where it binds an
+// IPv6 address (with it, a bind to 127.0.0.1 would name itself tcp://[::ffff:127.0.0.1]:PORT).
+inline bool ipv6_literal(const std::string& addr) { return addr.rfind("tcp://[", 0) == 0; }
+
 inline bool is_tcp(const std::string& addr) { return addr.rfind("tcp://", 0) == 0; }
 
 // A proc behind its host agent's one port (tcp_endpoint.hpp).

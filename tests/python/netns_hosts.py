@@ -1,14 +1,19 @@
 """Test hosts on one machine (issue 20): network namespaces joined by veth pairs to a bridge the
 test creates in the root namespace, each with its own address and, for the processes started in
 it, its own hostname (a UTS namespace). Only addresses these tests create are used (10.231.N.0/24,
-on links that exist only while the test runs); everything is torn down afterwards, the veth from
-the root side before its namespace (PLATFORM-NOTES). Root is needed; `unavailable()` says why
-namespaces cannot be made here, for a skip with a clear message."""
+or fd13:231:N::/64 for IPv6 hosts, on links that exist only while the test runs); everything is
+torn down afterwards, the veth from the root side before its namespace (PLATFORM-NOTES). Root is
+needed; `unavailable()` says why namespaces cannot be made here, for a skip with a clear message.
+`AgentCluster`: a host agent listening on TCP on each of them, with one cluster key."""
 import os
 import shlex
 import subprocess
 import time
 from typing import List, Optional, Sequence
+
+from xmesh_testing import wait_until
+
+from xmesh import _core
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -103,35 +108,44 @@ class Started:
 
 class NetnsHosts(Started):
     """n hosts named node-a, node-b...; the root namespace reaches them at `.gateway`. Use as a
-    context manager: everything it made goes when it ends, also after a failure."""
+    context manager: everything it made goes when it ends, also after a failure. ipv6=True: the
+    hosts and the gateway have IPv6 addresses only (fd13:231:<subnet>::/64, a unique local
+    prefix; `Host.addr` is the bare address, without brackets)."""
 
-    def __init__(self, n: int, hidden: Sequence[str] = ()) -> None:
+    def __init__(self, n: int, hidden: Sequence[str] = (), ipv6: bool = False) -> None:
         self.tag = f"{os.getpid() % 10000}{int(time.monotonic() * 1000) % 1000:03d}"
         self.net = 231
         self.subnet = 1 + os.getpid() % 250  # 10.231.<subnet>.0/24, distinct per test process
         self.bridge = f"xmb{self.tag}"
-        self.gateway = f"10.{self.net}.{self.subnet}.1"
+        self.ipv6 = ipv6
+        self.gateway = f"fd13:{self.net}:{self.subnet}::1" if ipv6 else f"10.{self.net}.{self.subnet}.1"
+        self._prefix = 64 if ipv6 else 24
         self.hosts: List[Host] = []
         self._n = n
         self._hidden = [d for d in hidden if os.path.isdir(d)]
 
     def _start(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("addr", "add", f"{self.gateway}/{self._prefix}", "dev", self.bridge, *self._nodad())
         _ip("link", "set", self.bridge, "up")
         for i in range(self._n):
             netns, link = f"xmn{self.tag}{i}", f"xmv{self.tag}{i}"
-            host = Host(netns, f"node-{chr(ord('a') + i)}", f"10.{self.net}.{self.subnet}.{10 + i}", link,
-                        self._hidden)
+            addr = (f"fd13:{self.net}:{self.subnet}::{10 + i:x}" if self.ipv6
+                    else f"10.{self.net}.{self.subnet}.{10 + i}")
+            host = Host(netns, f"node-{chr(ord('a') + i)}", addr, link, self._hidden)
             _ip("netns", "add", netns)
             self.hosts.append(host)
             _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns)
             _ip("link", "set", link, "master", self.bridge)
             _ip("link", "set", link, "up")
-            _ip("-n", netns, "addr", "add", f"{host.addr}/24", "dev", "eth0")
+            _ip("-n", netns, "addr", "add", f"{host.addr}/{self._prefix}", "dev", "eth0", *self._nodad())
             _ip("-n", netns, "link", "set", "eth0", "up")
             _ip("-n", netns, "link", "set", "lo", "up")
             _ip("-n", netns, "route", "add", "default", "via", self.gateway)
+
+    def _nodad(self) -> List[str]:
+        """IPv6 addresses usable at once (no duplicate address detection: these links are ours)."""
+        return ["nodad"] if self.ipv6 else []
 
     def close(self) -> None:
         for host in self.hosts:
@@ -152,3 +166,53 @@ class NetnsHosts(Started):
         """Namespaces and links of a tag still present (a teardown check)."""
         names = _ip("netns", "list", check=False).stdout + _ip("-o", "link", "show", check=False).stdout
         return [line for line in names.splitlines() if tag in line]
+
+
+PORT = 7000  # where the agents listen, on every namespace host
+
+
+class AgentCluster:
+    """A host agent on each namespace host, listening on TCP (PORT) with the cluster's key."""
+
+    def __init__(self, net: NetnsHosts, tmp: str, hosts: Optional[Sequence[int]] = None) -> None:
+        self.net = net
+        self.tmp = tmp
+        self.key = os.path.join(tmp, "cluster.key")
+        _core.write_new_key_file(self.key)
+        self.agents: dict = {}
+        for i in range(len(net.hosts)) if hosts is None else hosts:
+            self.start_agent(i)
+
+    def rundir(self, i) -> str:
+        return os.path.join(self.tmp, f"rt-{i}")
+
+    def log(self, i) -> str:
+        return os.path.join(self.tmp, f"agent-{i}.log")
+
+    def locator(self, i: int, port: int = PORT) -> str:
+        addr = self.net.hosts[i].addr
+        return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+    def start_agent(self, i: int, *extra: str, port: int = PORT) -> subprocess.Popen:
+        """The agent of host i listening on port (another port: a second agent there, with a
+        runtime directory of its own)."""
+        key = i if port == PORT else f"{i}-{port}"
+        os.makedirs(self.rundir(key), mode=0o700, exist_ok=True)
+        with open(self.log(key), "w") as log:
+            p = self.agents[key] = self.net.hosts[i].popen(
+                [os.environ["XMESH_HOSTD"], "--runtime-dir", self.rundir(key), "--listen",
+                 f"tcp://{self.locator(i, port)}", "--key-file", self.key, *extra],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: "serving" in open(self.log(key)).read() or p.poll() is not None, 20)
+        assert p.poll() is None, open(self.log(key)).read()
+        return p
+
+    def close(self) -> None:
+        for p in self.agents.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.agents.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()

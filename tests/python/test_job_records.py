@@ -106,3 +106,19 @@ def test_ls_lists_every_job_beside_a_bad_record_and_stop_says_what_it_stopped(st
 
 def test_a_job_name_that_is_a_path_is_not_a_record(state):
     assert JobRecord.load(str(state / ".xmesh"), "../../etc/passwd") is None
+
+
+def test_a_jobs_time_limit_notice_comes_in_the_last_fifth_of_its_limit():
+    """Issue 45: a 10-minute job is not "reaching its time limit" when it starts (XMESH_JOB_NOTICE_S
+    600); it is 2 minutes before its end. A 24-hour job: 10 minutes before. SLURM's durations read."""
+    from xmesh._jobs.control import SlurmState, _slurm_duration
+
+    assert [_slurm_duration(t) for t in ("00:10:00", "10", "1-00:00:00", "2-3", "5:30", "UNLIMITED", "")] == \
+        [600.0, 600.0, 86400.0, 183600.0, 330.0, None, None]
+    ten_minutes = 600.0
+    assert not SlurmState("RUNNING", seconds_left=599, limit_s=ten_minutes).notice_due(600)
+    assert SlurmState("RUNNING", seconds_left=119, limit_s=ten_minutes).notice_due(600)
+    assert not SlurmState("RUNNING", seconds_left=3600, limit_s=86400).notice_due(600)
+    assert SlurmState("RUNNING", seconds_left=599, limit_s=86400).notice_due(600)
+    assert SlurmState("RUNNING", seconds_left=599, limit_s=None).notice_due(600)  # limit not said
+    assert not SlurmState("PENDING", seconds_left=None, limit_s=ten_minutes).notice_due(600)

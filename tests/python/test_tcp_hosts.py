@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from netns_hosts import NetnsHosts, unavailable
+from netns_hosts import PORT, AgentCluster, NetnsHosts, unavailable
 from xmesh_testing import PYTHON, private_tmpdir, run_program, wait_until
 
 import xmesh
@@ -27,53 +27,6 @@ from xmesh import _core
 WHY_NOT = unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"namespace hosts unavailable: {WHY_NOT}")
 
-PORT = 7000
-
-
-class Cluster:
-    """Three namespace hosts, each running a host agent that listens on TCP with the key."""
-
-    def __init__(self, net: NetnsHosts, tmp: str) -> None:
-        self.net = net
-        self.tmp = tmp
-        self.key = os.path.join(tmp, "cluster.key")
-        _core.write_new_key_file(self.key)
-        self.agents: dict = {}
-        for i in range(len(net.hosts)):
-            self.start_agent(i)
-
-    def rundir(self, i) -> str:
-        return os.path.join(self.tmp, f"rt-{i}")
-
-    def log(self, i) -> str:
-        return os.path.join(self.tmp, f"agent-{i}.log")
-
-    def locator(self, i: int, port: int = PORT) -> str:
-        return f"{self.net.hosts[i].addr}:{port}"
-
-    def start_agent(self, i: int, *extra: str, port: int = PORT) -> subprocess.Popen:
-        """The agent of host i listening on port (another port: a second agent there, with a
-        runtime directory of its own)."""
-        key = i if port == PORT else f"{i}-{port}"
-        os.makedirs(self.rundir(key), mode=0o700, exist_ok=True)
-        with open(self.log(key), "w") as log:
-            p = self.agents[key] = self.net.hosts[i].popen(
-                [os.environ["XMESH_HOSTD"], "--runtime-dir", self.rundir(key), "--listen",
-                 f"tcp://{self.net.hosts[i].addr}:{port}", "--key-file", self.key, *extra],
-                stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: "serving" in open(self.log(key)).read() or p.poll() is not None, 20)
-        assert p.poll() is None, open(self.log(key)).read()
-        return p
-
-    def close(self) -> None:
-        for p in self.agents.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.agents.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +35,7 @@ def cluster():
     # The namespace hosts do not see this process's runtime directory (its unix sockets), as
     # other machines would not.
     with NetnsHosts(3, hidden=[_core.runtime_dir()]) as net:
-        c = Cluster(net, tmp)
+        c = AgentCluster(net, tmp)
         try:
             yield c
         finally:
@@ -104,7 +57,7 @@ class Where(xmesh.Actor):
         time.sleep(seconds)
 
 
-def controller_program(cluster: Cluster, hosts: list[int], body: str, key: str = "") -> str:
+def controller_program(cluster: AgentCluster, hosts: list[int], body: str, key: str = "") -> str:
     """A controller program whose `hm` is a HostMesh of these namespace hosts (the cluster's key
     unless another is given), with this file's actors importable, then body."""
     locators = [cluster.locator(i) for i in hosts]
@@ -541,6 +494,46 @@ def test_a_link_cut_for_good_fails_that_hosts_ranks_others_go_on(cluster):
         assert [v["host"] for v in a.slice(hosts=1).where.call().get(timeout=30).values()] == ["node-b"]
     finally:
         cluster.net.hosts[0].restore()
+        procs.stop()
+
+
+class Ticker(xmesh.Actor):
+    """Prints a numbered tick every 0.1 s for `seconds`, from a thread (the endpoint returns)."""
+
+    @xmesh.endpoint
+    def start(self, seconds: float) -> None:
+        def tick() -> None:
+            for i in range(int(seconds * 10)):
+                print(f"tick {i} on {socket.gethostname()}", flush=True)
+                time.sleep(0.1)
+
+        threading.Thread(target=tick, daemon=True).start()
+
+
+def test_ranks_declared_lost_are_fenced_when_the_link_heals(cluster, capfd):
+    """Invariant hosts.1 (docs/architecture/04-hosts-and-jobs.md):
+    a host cut off past the timeout has its ranks declared lost; when the link heals,
+    nothing they still send reaches the program, their output included (no split brain); the
+    other host's ranks go on."""
+    hm = xmesh.hosts([cluster.locator(0), cluster.locator(1)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 1})
+    try:
+        t = procs.spawn("ticker", Ticker)
+        t.start.call(25).get(timeout=60)
+        assert wait_until(lambda: "on node-a" in capfd.readouterr().out, timeout=30)
+        cluster.net.hosts[0].cut()
+        try:
+            with pytest.raises(xmesh.SupervisionError, match="node-a"):
+                t.slice(hosts=0).start.call_one(0).get(timeout=60)
+        finally:
+            cluster.net.hosts[0].restore()
+        capfd.readouterr()  # what came before the loss was declared
+        time.sleep(4)  # the link is made again; node-a's agent forwards what its rank printed meanwhile
+        after = capfd.readouterr()
+        assert "on node-b" in after.out, after.out  # the other host goes on
+        assert "on node-a" not in after.out, after.out  # the lost rank is not heard again
+        assert "declared lost earlier" in after.err, after.err  # said once
+    finally:
         procs.stop()
 
 

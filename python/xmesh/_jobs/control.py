@@ -23,11 +23,21 @@ ENDING = {"COMPLETING", "SIGNALING", "STAGE_OUT"}
 @dataclass
 class SlurmState:
     """What `scontrol show job` says of a job: its state ("GONE" once SLURM forgot it), the reason
-    it waits, its nodes and the seconds it has left (None: no limit or not started)."""
+    it waits, its nodes, the seconds it has left (None: no limit or not started) and its time
+    limit in seconds (None: unlimited or not said)."""
     state: str
     reason: str = ""
     nodes: str = ""
     seconds_left: Optional[float] = None
+    limit_s: Optional[float] = None
+
+    def notice_due(self, notice_s: float) -> bool:
+        """Whether its end is near enough to say: within notice_s, and within the last fifth of
+        its limit (a 10-minute job is not "near its end" when it starts)."""
+        if self.seconds_left is None:
+            return False
+        near = min(notice_s, self.limit_s / 5) if self.limit_s else notice_s
+        return self.seconds_left < near
 
     @property
     def alive(self) -> bool:
@@ -48,6 +58,27 @@ def _slurm_time(text: str) -> Optional[float]:
         return None
 
 
+def _slurm_duration(text: str) -> Optional[float]:
+    """Seconds of a SLURM duration ([days-]hours:minutes:seconds, minutes:seconds or minutes);
+    None for UNLIMITED, Partition_Limit or anything else."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+        d = int(days) if days else 0
+    except ValueError:
+        return None
+    if len(numbers) == 3:
+        h, m, sec = numbers
+    elif len(numbers) == 2:
+        h, m, sec = (numbers[0], numbers[1], 0) if days else (0, numbers[0], numbers[1])
+    elif len(numbers) == 1:
+        h, m, sec = (numbers[0], 0, 0) if days else (0, numbers[0], 0)
+    else:
+        return None
+    return float(((d * 24 + h) * 60 + m) * 60 + sec)
+
+
 def slurm_state(job_id: str) -> SlurmState:
     r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
@@ -58,7 +89,8 @@ def slurm_state(job_id: str) -> SlurmState:
     state = fields.get("JobState", "UNKNOWN")
     end = _slurm_time(fields.get("EndTime", ""))
     left = end - _time.time() if end is not None and state == "RUNNING" else None
-    return SlurmState(state, fields.get("Reason", ""), fields.get("NodeList", ""), left)
+    return SlurmState(state, fields.get("Reason", ""), fields.get("NodeList", ""), left,
+                      _slurm_duration(fields.get("TimeLimit", "")))
 
 
 def final_state(job_id: str, st: SlurmState, wait_s: float = 5.0) -> SlurmState:

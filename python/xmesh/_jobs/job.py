@@ -315,7 +315,7 @@ class SlurmJob(_Job):
                     rt.node.lose_host(f"tcp://{h}", f"SLURM job {record.job_id} ({record.name}) ended: {st.state}"
                                       + (f" ({st.reason})" if st.reason not in ("", "None") else ""))
                 return
-            if st.seconds_left is not None and st.seconds_left < warn_s and not warned:
+            if not warned and st.notice_due(warn_s):
                 warned = True
                 get_runtime().diag(f"SLURM job {record.job_id} ({record.name}) reaches its time limit in "
                                    f"{st.seconds_left / 60:.0f} min", cell)

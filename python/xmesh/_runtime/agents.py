@@ -417,13 +417,19 @@ def local_ip_towards(locator: str) -> str:
     is sent: a UDP socket's connect only picks the route)."""
     host, port = locator[len("tcp://"):].rsplit(":", 1)
     host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect((host, int(port)))
-            return s.getsockname()[0]
+    try:  # a name may resolve to IPv4, IPv6 or both: the first address with a route wins
+        found = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)
     except OSError as e:
-        raise ConnectionError(f"no route from this machine to {locator}: {e}") from None
+        raise ConnectionError(f"cannot resolve the host of {locator}: {e}") from None
+    errors = []
+    for family, kind, proto, _, sockaddr in found:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.connect(sockaddr)
+                return s.getsockname()[0]
+        except OSError as e:
+            errors.append(f"{sockaddr[0]}: {e}")
+    raise ConnectionError(f"no route from this machine to {locator} ({'; '.join(errors)})")
 
 
 def use_cluster_key(key_file: str, first_host: str) -> None:
