@@ -191,6 +191,9 @@ class Transport {
   // answer: none opened, no TCP connection made, a connection without a finished handshake,
   // messages waiting for its acknowledgement.
   std::string link_report(const std::string& addr) const;
+  // What link_report says of a TCP link whose every message the peer acknowledged: it received
+  // them, so an answer that did not come could not come back (its way to this node is closed).
+  static constexpr const char* kAllAcknowledged = "every message sent to it was acknowledged";
   // Closes every socket (bounded linger) and removes an ipc socket file.
   void close();
 

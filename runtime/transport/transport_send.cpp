@@ -302,6 +302,8 @@ std::string Transport::link_report(const std::string& addr) const {
   if (!p->unacked.empty())
     report += "; " + std::to_string(p->unacked.size()) + " message" + (p->unacked.size() == 1 ? "" : "s") +
               " sent to it not acknowledged";
+  else if (p->resends && p->seq > 0)  // it received them: what did not come is its answer
+    report += "; " + std::string(kAllAcknowledged);
   return report;
 }
 

@@ -28,6 +28,18 @@ def rundir():
 
 
 @pytest.fixture
+def failures():
+    """The program's fault hook, collecting the MeshFailures it gets (xmesh's default is put back
+    after)."""
+    from xmesh._runtime.process import set_unhandled_fault_hook
+
+    got: list = []
+    set_unhandled_fault_hook(got.append)
+    yield got
+    set_unhandled_fault_hook(None)
+
+
+@pytest.fixture
 def fresh_rundir():
     """A runtime directory of its own (its own host agent), stopped and removed afterwards."""
     with runtime_dir_of_its_own("xmf-") as d:

@@ -64,14 +64,15 @@ class Host:
 
     def firewall(self, open_ports: List[int]) -> None:
         """Inside this host, new inbound TCP connections are dropped except to open_ports (as a
-        node whose firewall opens one port): replies and its own connections out still flow."""
+        node whose firewall opens one port; none: a laptop behind NAT): replies and its own
+        connections out still flow."""
         rules = "\n".join([
             "table inet xmesh_test {",
             "  chain input {",
             "    type filter hook input priority 0; policy accept;",
             "    iif lo accept",
             "    ct state established,related accept",
-            f"    tcp dport {{ {', '.join(str(p) for p in open_ports)} }} accept",
+            f"    tcp dport {{ {', '.join(str(p) for p in open_ports)} }} accept" if open_ports else "",
             "    tcp flags syn drop",
             "  }",
             "}",

@@ -74,15 +74,6 @@ class AsyncFragile(Actor):
         raise ValueError("concurrent raised instead of answering")
 
 
-@pytest.fixture
-def failures():
-    """The program's fault hook, collecting (xmesh's default is put back after)."""
-    got = []
-    set_unhandled_fault_hook(got.append)
-    yield got
-    set_unhandled_fault_hook(None)
-
-
 def test_an_error_nobody_receives_fails_the_actor_and_its_owner_hears(failures):
     """Invariant life.1 (docs/architecture/13-actor-lifecycle.md):
     a broadcast whose endpoint raised fails the actor, once per rank to

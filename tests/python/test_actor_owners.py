@@ -10,17 +10,7 @@ import time
 import pytest
 
 from xmesh import Actor, SupervisionError, endpoint, this_host
-from xmesh._runtime.process import set_unhandled_fault_hook
 from xmesh_testing import run_program, wait_until
-
-
-@pytest.fixture
-def failures():
-    """The program's fault hook, collecting (xmesh's default is put back after)."""
-    got = []
-    set_unhandled_fault_hook(got.append)
-    yield got
-    set_unhandled_fault_hook(None)
 
 
 class Leaf(Actor):

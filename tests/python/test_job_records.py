@@ -110,7 +110,7 @@ def test_a_job_name_that_is_a_path_is_not_a_record(state):
 
 def test_a_jobs_time_limit_notice_comes_in_the_last_fifth_of_its_limit():
     """Issue 45: a 10-minute job is not "reaching its time limit" when it starts (XMESH_JOB_NOTICE_S
-    600); it is 2 minutes before its end. A 24-hour job: 10 minutes before. SLURM's durations read."""
+    unset: 10 minutes); it is 2 minutes before its end. A 24-hour job: 10 minutes before. SLURM's durations read."""
     from xmesh._jobs.control import SlurmState, _slurm_duration
 
     assert [_slurm_duration(t) for t in ("00:10:00", "10", "1-00:00:00", "2-3", "5:30", "UNLIMITED", "")] == \
@@ -122,3 +122,5 @@ def test_a_jobs_time_limit_notice_comes_in_the_last_fifth_of_its_limit():
     assert SlurmState("RUNNING", seconds_left=599, limit_s=86400).notice_due(600)
     assert SlurmState("RUNNING", seconds_left=599, limit_s=None).notice_due(600)  # limit not said
     assert not SlurmState("PENDING", seconds_left=None, limit_s=ten_minutes).notice_due(600)
+    # XMESH_JOB_NOTICE_S set by the user: its lead, whatever the limit
+    assert SlurmState("RUNNING", seconds_left=599, limit_s=ten_minutes).notice_due(900, within_last_fifth=False)

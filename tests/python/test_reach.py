@@ -101,3 +101,56 @@ def test_ipv6_hosts_by_a_name_that_resolves_to_ipv6_only(v6_cluster):
         assert r.stdout.strip() == "['node-a', 'node-b']", r.stdout + r.stderr
     finally:
         subprocess.run(["rm", "-rf", etc], check=False)
+
+
+@pytest.fixture(scope="module")
+def v4_cluster():
+    tmp = private_tmpdir("xmesh-reach-")
+    with NetnsHosts(3, hidden=[_core.runtime_dir()]) as net:
+        c = AgentCluster(net, tmp, hosts=[0, 1])
+        try:
+            yield c
+        finally:
+            c.close()
+
+
+CONNECT_PROGRAM = """
+import xmesh
+from xmesh._runtime.process import get_runtime
+hm = xmesh.hosts({locators!r}, key_file={key!r})
+try:
+    hm.initialized.get(timeout=60)
+    print("CONNECTED", get_runtime().node.tcp_addr)
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"""
+
+
+def run_controller_on(c: AgentCluster, host: int, **env: str) -> subprocess.CompletedProcess:
+    """CONNECT_PROGRAM run on namespace host `host` towards the agents of hosts 0 and 1."""
+    source = textwrap.dedent(CONNECT_PROGRAM.format(locators=[c.locator(0), c.locator(1)], key=c.key))
+    full_env = dict(os.environ, XMESH_RUNTIME_DIR=os.path.join(c.tmp, f"ctl-{host}"), **env)
+    return subprocess.run(c.net.hosts[host].command([PYTHON, "-c", source]), env=full_env, capture_output=True,
+                          text=True, timeout=100)
+
+
+def test_a_controller_the_nodes_cannot_reach_is_told_which_way_failed(v4_cluster):
+    """A controller whose machine takes no inbound connection (a laptop behind NAT, here a
+    firewall): the agents receive its requests (their acknowledgements come back on its own
+    connections) but cannot connect back; the error says that, not "is the agent running?".
+    With XMESH_CONTROLLER_PORT the controller listens on the one port the firewall opens."""
+    c = v4_cluster
+    ctl = c.net.hosts[2]
+    ctl.firewall([])
+    try:
+        out = run_controller_on(c, 2).stdout
+        assert "received this controller's request but its answer did not come back" in out, out
+        assert f"cannot connect to this controller at tcp://{ctl.addr}:" in out and "ERROR ConnectionError" in out
+        ctl.open_firewall()
+        ctl.firewall([7123])
+        out = run_controller_on(c, 2, XMESH_CONTROLLER_PORT="7123").stdout
+        assert out.strip() == f"CONNECTED tcp://{ctl.addr}:7123", out
+        r = run_controller_on(c, 2, XMESH_CONTROLLER_PORT="port 7")
+        assert r.returncode == 1 and "XMESH_CONTROLLER_PORT='port 7' is not a port (1-65535)" in r.stderr, r.stderr
+    finally:
+        ctl.open_firewall()

@@ -31,12 +31,12 @@ class SlurmState:
     seconds_left: Optional[float] = None
     limit_s: Optional[float] = None
 
-    def notice_due(self, notice_s: float) -> bool:
-        """Whether its end is near enough to say: within notice_s, and within the last fifth of
-        its limit (a 10-minute job is not "near its end" when it starts)."""
+    def notice_due(self, notice_s: float, within_last_fifth: bool = True) -> bool:
+        """Whether its end is near enough to say: within notice_s and, by default, within the last
+        fifth of its limit (a 10-minute job is not "near its end" when it starts)."""
         if self.seconds_left is None:
             return False
-        near = min(notice_s, self.limit_s / 5) if self.limit_s else notice_s
+        near = min(notice_s, self.limit_s / 5) if self.limit_s and within_last_fifth else notice_s
         return self.seconds_left < near
 
     @property

@@ -300,6 +300,8 @@ class SlurmJob(_Job):
         # A malformed knob falls back to its default (_env), never ending the watch; no busy loop.
         every = max(0.1, env_float("XMESH_JOB_POLL_S", 10))
         warn_s = env_float("XMESH_JOB_NOTICE_S", 600)
+        # Set, it is the notice's lead whatever the limit; else 10 min, or the last fifth of a shorter job.
+        fifth = "XMESH_JOB_NOTICE_S" not in os.environ
         warned = False
         while self._record is record:
             try:
@@ -315,10 +317,10 @@ class SlurmJob(_Job):
                     rt.node.lose_host(f"tcp://{h}", f"SLURM job {record.job_id} ({record.name}) ended: {st.state}"
                                       + (f" ({st.reason})" if st.reason not in ("", "None") else ""))
                 return
-            if not warned and st.notice_due(warn_s):
+            if not warned and st.notice_due(warn_s, fifth):
                 warned = True
                 get_runtime().diag(f"SLURM job {record.job_id} ({record.name}) reaches its time limit in "
-                                   f"{st.seconds_left / 60:.0f} min", cell)
+                                   f"{(st.seconds_left or 0) / 60:.0f} min", cell)
             _time.sleep(every)
 
 

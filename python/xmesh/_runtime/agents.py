@@ -364,10 +364,7 @@ class TcpAgentClient(AgentClient):
 
     def _connected_by(self, answers: dict, timeout: float) -> None:
         if not answers:
-            link = get_runtime().node.link_report(self.addr)
-            raise ConnectionError(f"the host agent at {self.addr} did not answer within {timeout:.0f} s ({link}): "
-                                  f"is `xmesh-hostd --listen ... --key-file ...` running there, and reachable from "
-                                  f"here?")
+            raise ConnectionError(unanswered(self.addr, timeout, get_runtime().node))
         ok, reply, _ = answers[0]
         if not ok:
             raise HostdError(f"cannot use the host agent at {self.addr}: "
@@ -409,6 +406,23 @@ def tcp_locator(text: str) -> Optional[str]:
     return f"tcp://{m.group(1)}:{int(m.group(2))}"
 
 
+def unanswered(addr: str, timeout: float, node: Any) -> str:
+    """Why an agent over TCP did not answer, naming the direction that failed: it received the
+    request (the link's acknowledgements say so) but its answer could not come back (it cannot
+    connect to this controller), or the request did not reach it."""
+    link = node.link_report(addr)
+    if ALL_ACKNOWLEDGED in link:
+        return (f"the host agent at {addr} received this controller's request but its answer did not come back "
+                f"within {timeout:.0f} s ({link}): that host cannot connect to this controller at "
+                f"{node.tcp_addr or '(no TCP address)'} (a NAT, a firewall or a port forward between them?). "
+                "Make that address reachable from the nodes (XMESH_CONTROLLER_HOST names the address to listen "
+                "on, XMESH_CONTROLLER_PORT fixes the port, e.g. for `ssh -R`)")
+    return (f"the host agent at {addr} did not answer within {timeout:.0f} s ({link}): is `xmesh-hostd --listen "
+            f"... --key-file ...` running there, and reachable from here?")
+
+
+ALL_ACKNOWLEDGED = "every message sent to it was acknowledged"  # runtime/transport: Transport::kAllAcknowledged
+
 _cluster_key: Optional[tuple[str, str]] = None  # (path, public key) of the key this controller's TCP address uses
 
 
@@ -432,6 +446,17 @@ def local_ip_towards(locator: str) -> str:
     raise ConnectionError(f"no route from this machine to {locator} ({'; '.join(errors)})")
 
 
+def controller_port() -> str:
+    """The TCP port this controller listens on: XMESH_CONTROLLER_PORT (a port a forward or a
+    firewall rule was made for), else "*" (any free one)."""
+    text = os.environ.get("XMESH_CONTROLLER_PORT", "").strip()
+    if not text:
+        return "*"
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"XMESH_CONTROLLER_PORT={text!r} is not a port (1-65535)")
+    return str(int(text))
+
+
 def use_cluster_key(key_file: str, first_host: str) -> None:
     """Makes this controller reachable over TCP with the cluster's key (once): it listens on the
     interface that routes to first_host (XMESH_CONTROLLER_HOST overrides), any free port, so
@@ -447,7 +472,13 @@ def use_cluster_key(key_file: str, first_host: str) -> None:
     rt = get_runtime()
     host = os.environ.get("XMESH_CONTROLLER_HOST") or local_ip_towards(first_host)
     host = f"[{host}]" if ":" in host else host
-    rt.node.listen_tcp(f"tcp://{host}:*", key_file)
+    port = controller_port()
+    try:
+        rt.node.listen_tcp(f"tcp://{host}:{port}", key_file)
+    except RuntimeError as e:
+        if port == "*":
+            raise
+        raise RuntimeError(f"cannot listen on {host}:{port} (XMESH_CONTROLLER_PORT): {e}") from None
     _cluster_key = (key_file, public)
 
 
