@@ -102,6 +102,9 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::map<std::s
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  // Nothing else of the starter's: a pipe it inherited (a test harness's result pipe, a parent's
+  // stdout) held open by a long-lived daemon would keep whoever reads its other end waiting.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   return spawn_with(argv, env, fa, POSIX_SPAWN_SETSID, "");
 }
 

@@ -140,6 +140,15 @@ class Stuck(Actor):
         return "pong"
 
 
+class StuckInCleanup(Actor):
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+    def __cleanup__(self, exc) -> None:
+        threading.Event().wait()
+
+
 def test_a_stop_does_not_wait_forever_for_a_busy_actor():
     """Invariant life.6 (docs/architecture/13-actor-lifecycle.md):
     stop() waits for the message an actor runs at most the stop grace
@@ -161,6 +170,11 @@ def test_a_stop_does_not_wait_forever_for_a_busy_actor():
         with pytest.raises(SupervisionError, match="has status: stopped"):
             in_call.ping.call_one().get(timeout=30)
         assert fine.ping.call_one().get(timeout=30) == "pong"
+        cleaning = pm.spawn("cleaning", StuckInCleanup)
+        assert cleaning.ping.call_one().get(timeout=30) == "pong"
+        cleaning.stop().get(timeout=30)  # its __cleanup__ never returns: the stop does
+        with pytest.raises(SupervisionError, match=r"busy in ending \(its __cleanup__"):
+            cleaning.ping.call_one().get(timeout=30)
     finally:
         pm.stop().get()
 

@@ -139,3 +139,33 @@ def test_socket_files_of_killed_processes_are_removed(fresh_rundir):
     assert wait_until(lambda: not any(n.startswith(f"{ctl.pid}") for n in os.listdir(ctl_dir)), timeout=60), \
         os.listdir(ctl_dir)
     pm.stop()
+
+
+def test_the_agent_a_program_starts_keeps_none_of_its_files(fresh_rundir):
+    """A program that starts the host agent (none ran for its runtime directory) with a pipe it
+    inherited (a harness's result pipe, Monarch's isolate_in_subprocess) does not leave that pipe
+    open in the long-lived agent: its reader sees the end when the program ends."""
+    import select
+
+    from xmesh_testing import PYTHON
+
+    r, w = os.pipe()
+    prog = ("import os\nfrom xmesh import this_host\n"
+            "this_host().spawn_procs({'gpus': 1}).initialized.get(timeout=60)\n"
+            f"os.write({w}, b'spawned')\n")
+    p = subprocess.Popen([PYTHON, "-c", prog], pass_fds=[w], env=dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir))
+    os.close(w)
+    try:
+        assert p.wait(timeout=90) == 0
+        assert os.path.exists(os.path.join(fresh_rundir, "hostd.pid"))  # the agent it started lives on
+        got = b""
+        while True:
+            ready, _, _ = select.select([r], [], [], 10)
+            assert ready, f"the pipe stayed open after the program ended (read so far: {got!r})"
+            chunk = os.read(r, 100)
+            if not chunk:
+                break
+            got += chunk
+        assert got == b"spawned"
+    finally:
+        os.close(r)

@@ -101,6 +101,8 @@ class ActorThread(threading.Thread):
         self.death_lock = threading.Lock()
         self.pending_supervision = collections.deque()  # failures of its children, for a sync actor
         self.in_flight = None  # the spawn or plain call it runs now (a stop that cannot wait answers it)
+        self.stop_msg = None   # the StopActor it took, answered once it ended (or by a stop that cannot wait)
+        self.ending = False    # in _end: cleaning up, stopping what it spawned
 
     @property
     def rank(self):
@@ -119,6 +121,7 @@ class ActorThread(threading.Thread):
                     self._spawn(msg)
                 elif kind == Kind.StopActor:
                     how, stop = "its actor mesh was stopped (ActorMesh.stop())", msg
+                    self.stop_msg = msg
                     break
             except _RemoteCancel:
                 # A cancellation that landed just after its call finished: nothing to stop.
@@ -137,6 +140,7 @@ class ActorThread(threading.Thread):
     def _end(self, how):
         """The actor ends (stopped, failed, or its proc stops): its concurrent calls are
         cancelled and have ended, __cleanup__ runs, and later messages get its tombstone."""
+        self.ending = True
         self._cancel_concurrent(wait_s=5.0)
         self._cleanup()
         self._stop_owned()
@@ -338,13 +342,20 @@ class ActorThread(threading.Thread):
         """A stop waited grace_s for the message this actor runs: it ends from outside (its later
         messages, the stop included, are answered at once; the caller of the running call hears
         it was stopped); its thread finishes the message and then ends it (__cleanup__)."""
-        running = self.in_flight
-        busy = "__init__" if running is not None and running.kind == Kind.SpawnActor else \
-            f"{running.method}()" if running is not None else "a message"
+        running, stop = self.in_flight, self.stop_msg
+        if self.ending:
+            busy = "ending (its __cleanup__, stopping the meshes it spawned)"
+        elif running is not None:
+            busy = "__init__" if running.kind == Kind.SpawnActor else f"{running.method}()"
+        else:
+            busy = "a message"
         self.end_now(f"its actor mesh was stopped (ActorMesh.stop()) while it was busy in {busy} for more than "
                      f"{grace_s:g} s; it ends when that returns")
+        # Answered now; the thread's own answers later are dropped (a call takes one per target).
         if running is not None and running.corr:
-            self.node.reply(running, False, self.tombstone)  # a reply of its own later is dropped
+            self.node.reply(running, False, self.tombstone)
+        if stop is not None and stop.corr:
+            self.node.reply(stop, True, {})
 
     def supervision_event(self, failure):
         """A failure of an actor this one owns (from the control thread). An async actor runs
