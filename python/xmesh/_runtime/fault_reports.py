@@ -37,9 +37,10 @@ def summary(failures: List[MeshFailure]) -> str:
             + (f" ({ranks_text(ranks)})" if ranks else "") + "; the first:\n" + first.report().rstrip())
     by_outcome: Dict[str, List[int]] = {}
     for f in failures[1:]:
-        by_outcome.setdefault(last_line(f.report()), []).append(f.rank if f.rank is not None else -1)
-    lines = [f"  {ranks_text(sorted(r for r in rs if r >= 0)) if any(r >= 0 for r in rs) else 'others'}: {outcome}"
-             for outcome, rs in by_outcome.items()]
+        outcome_ranks = by_outcome.setdefault(last_line(f.report()), [])
+        if f.rank is not None:
+            outcome_ranks.append(f.rank)
+    lines = [f"  {ranks_text(sorted(rs)) if rs else 'others'}: {outcome}" for outcome, rs in by_outcome.items()]
     return head + "\nthe others:\n" + "\n".join(lines)
 
 

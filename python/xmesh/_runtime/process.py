@@ -50,7 +50,7 @@ class Runtime:
         self.cookies = [job_cookie]
         self.control = ControlTable(node, role, self.diag)
         self._released_hosts = set()  # agents let go on purpose: their loss is no news
-        self._fault_reports = FaultReports(lambda text, cell: self.diag(text, cell))
+        self._fault_reports = FaultReports(self.diag)
 
     # -- threads ---------------------------------------------------------------------------
     def start_controller_threads(self):
