@@ -232,7 +232,32 @@ void bind_node_supervision(py::module_& m) {
       .def("stats", &Node::stats)
       .def("link_report", [](const Node& n, const std::string& addr) { return n.transport().link_report(addr); },
            py::arg("addr"),
-           "What became of this node's link to addr, in words (for a peer that does not answer).");
+           "What became of this node's link to addr, in words (for a peer that does not answer).")
+      .def("set_reach_back", [](Node& n, bool on) { n.transport().set_reach_back(on); }, py::arg("on"),
+           "On: TCP peers dialled from now on reach this controller only through connections it opens to them "
+           "(a controller the nodes cannot connect to). Needs listen_tcp first.")
+      .def_property_readonly("reaches_back", [](const Node& n) { return n.transport().reaches_back(); })
+      .def("reconnect", [](Node& n, const std::string& addr) { n.transport().disconnect(addr); }, py::arg("addr"),
+           "The connection to addr is dropped with what it holds; the next send makes a new one (which says "
+           "this node's Hello anew).")
+      .def("reach_back_to", [](Node& n, const std::string& addr) { n.transport().reach_back_to(addr); },
+           py::arg("addr"), py::call_guard<py::gil_scoped_release>(),
+           "Opens back connections to addr now (a proc whose first message is to this controller).")
+      .def("back_stats", [](const Node& n) {
+        auto s = n.transport().back_stats();
+        py::dict d;
+        d["opened"] = s.dialer.opened;
+        d["zmtp"] = s.dialer.zmtp;
+        d["lanes"] = s.dialer.lanes;
+        d["failed"] = s.dialer.failed;
+        d["offered"] = s.pool.offered;
+        d["refused"] = s.pool.refused;
+        d["idle"] = s.pool.idle;
+        d["joined"] = s.pool.joined;
+        d["taken"] = s.pool.taken;
+        return d;
+      }, "Back connections: opened by this controller and used (zmtp, lanes) or failed; offered to this node, "
+         "refused, idle, joined to its DEALERs, taken for lanes.");
 }
 }  // namespace
 

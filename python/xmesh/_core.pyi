@@ -1968,6 +1968,10 @@ class Node:
         """
         Replaces what a removed actor's later messages are answered with; False: none was removed here.
         """
+    def back_stats(self) -> dict:
+        """
+        Back connections: opened by this controller and used (zmtp, lanes) or failed; offered to this node, refused, idle, joined to its DEALERs, taken for lanes.
+        """
     def buffer_held(self, arg0: int) -> bool:
         """
         Whether a buffer is lent, or dropped with a lease still holding it.
@@ -2008,6 +2012,14 @@ class Node:
         ...
     def open_port(self, once: bool = False) -> Call:
         ...
+    def reach_back_to(self, addr: str) -> None:
+        """
+        Opens back connections to addr now (a proc whose first message is to this controller).
+        """
+    def reconnect(self, addr: str) -> None:
+        """
+        The connection to addr is dropped with what it holds; the next send makes a new one (which says this node's Hello anew).
+        """
     def refuse_calls_from(self, arg0: str, arg1: typing.Any) -> None:
         ...
     def remove_actor(self, name: str, tombstone: typing.Any = None) -> None:
@@ -2031,6 +2043,10 @@ class Node:
     def set_peer_cookie(self, arg0: str, arg1: str) -> None:
         """
         The cookie to present when connecting to addr.
+        """
+    def set_reach_back(self, on: bool) -> None:
+        """
+        On: TCP peers dialled from now on reach this controller only through connections it opens to them (a controller the nodes cannot connect to). Needs listen_tcp first.
         """
     def start(self) -> None:
         ...
@@ -2078,6 +2094,9 @@ class Node:
         ...
     @property
     def max_message_bytes(self) -> int:
+        ...
+    @property
+    def reaches_back(self) -> bool:
         ...
     @property
     def running(self) -> bool:

@@ -96,6 +96,10 @@ HostAgent::HostAgent(HostAgentOptions opts) : opts_(std::move(opts)) {
     if (opts_.advertise.empty()) reach_.port = mux_->port();
     node_->transport().listen_tcp("tcp://127.0.0.1:*", opts_.key_file, reach_.str());
     if (!opts_.key_file.empty()) node_->transport().cookies().accept(node_->transport().cluster_cookie());
+    // A controller this host cannot connect to opens connections for this agent here.
+    mux_->set_back_adopter([this](unique_fd fd, std::string early) {
+      node_->transport().adopt_back_connection(std::move(fd), std::move(early));
+    });
     mux_->start(TcpEndpoint::parse(node_->transport().tcp_bound_addr()).port);
   }
   // Heartbeats are acknowledged on the node's I/O thread: the main loop may be busy for long in

@@ -152,9 +152,10 @@ class HostAgent {
   // reached through this agent's one port ("tcp://host:port/N", relayed by mux_); with --ports, a
   // port of that range on this agent's TCP host, reached directly. Not one in `taken` (then added
   // there). Sets XMESH_PROC_BIND and the key file in env.
-  std::string tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env);
+  // behind: reached through this agent's port (tcp://host:port/N), else a port of --ports.
+  std::string tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env, bool behind);
   int tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after,
-                    const std::string& handover, std::string* handover_given);
+                    const std::string& handover, std::string* handover_given, bool behind);
   std::set<int> tcp_ports_in_use() const;  // the listening port and every live proc's
   void attach(const Message& m);
   void stop_procs(const Message& m);

@@ -112,9 +112,21 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   for (auto& [k, v] : r.env) env[k] = v;
   if (a.controller_addr.rfind("tcp://", 0) == 0) {  // a controller elsewhere: the proc listens on TCP
     if (!r.addr.empty()) throw std::runtime_error("a controller over TCP leaves the procs' addresses to the host agent");
-    p->addr = tcp_proc_address(ports_taken, env);
+    // A controller this host cannot connect to (back_links.hpp) reaches procs through this agent's
+    // port only (its connections for them come there), whatever --ports says; the proc is told
+    // its token.
+    const std::string back = node_->transport().back_token_for(a.controller_addr);
+    if (!back.empty()) env["XMESH_CONTROLLER_BACK"] = back;
+    const bool behind = !opts_.proc_port_first || !back.empty();
+    p->addr = tcp_proc_address(ports_taken, env, behind);
     p->lane_port = tcp_lane_port(ports_taken, env, static_cast<size_t>(req.ranks.data() + req.ranks.size() - &r - 1),
-                                 layout::lane_handover_socket(opts_.runtime_dir, a.id, p->rank), &p->lane_handover);
+                                 layout::lane_handover_socket(opts_.runtime_dir, a.id, p->rank), &p->lane_handover,
+                                 behind);
+    if (!back.empty() && p->lane_handover.empty())
+      throw std::runtime_error("the proc's hand-over socket path " +
+                               layout::lane_handover_socket(opts_.runtime_dir, a.id, p->rank) +
+                               " is longer than 107 bytes, and a controller this host cannot connect to reaches "
+                               "its procs through it: use a shorter --runtime-dir");
     // And on a unix socket, where the procs of this host reach it (relays of cast trees).
     env["XMESH_PROC_UNIX"] = layout::proc_address(opts_.runtime_dir, a.id, p->rank);
   } else {
@@ -137,6 +149,7 @@ std::unique_ptr<HostAgent::Proc> HostAgent::start_proc(const SpawnProcsBody& req
   if (int behind = relayed_port(p->addr)) {  // closed again when it exits (reap)
     mux_->allow(behind);
     if (p->lane_port) mux_->allow(p->lane_port, p->lane_handover);
+    if (!p->lane_handover.empty()) mux_->allow_back(behind, p->lane_handover);
   }
   p->out.fd.reset(sp.out_fd);
   p->err.fd.reset(sp.err_fd);
@@ -178,9 +191,10 @@ std::set<int> HostAgent::tcp_ports_in_use() const {
   return taken;
 }
 
-std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env) {
+std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::string, std::string>& env,
+                                        bool behind) {
   env["XMESH_KEY_FILE"] = opts_.key_file;
-  if (!opts_.proc_port_first) {  // behind this agent's port: a loopback port the relay opens once it runs
+  if (behind) {  // behind this agent's port: a loopback port the relay opens once it runs
     auto port = free_tcp_port("127.0.0.1", 0, 0, taken);
     if (!port) throw std::runtime_error("no free TCP port on 127.0.0.1");
     taken.insert(*port);
@@ -210,12 +224,12 @@ std::string HostAgent::tcp_proc_address(std::set<int>& taken, std::map<std::stri
 // the range keeps a port for each of the `after` procs still to start (their own addresses come
 // first); otherwise "off" (its peers then use ZeroMQ alone). Returns the port, 0: none.
 int HostAgent::tcp_lane_port(std::set<int>& taken, std::map<std::string, std::string>& env, size_t after,
-                             const std::string& handover, std::string* handover_given) {
+                             const std::string& handover, std::string* handover_given, bool behind) {
   env["XMESH_LANE_LISTEN"] = "off";
   env["XMESH_LANE_HANDOVER"] = "";
   std::optional<int> port;
   TcpEndpoint listen = TcpEndpoint::parse(opts_.listen);
-  if (!opts_.proc_port_first) {
+  if (behind) {
     listen.host = "127.0.0.1";
     port = free_tcp_port(listen.host, 0, 0, taken);
     if (port && handover.size() <= 107) {

@@ -142,10 +142,10 @@ class LinkKind {
   // Writer: the proposal's body, and the writer made with it (a ring) or null (a lane: made
   // from the answer). Throws std::exception naming why no link can be made.
   virtual std::shared_ptr<LinkWriter> propose(json* body) = 0;
-  // Writer: the reader's answer. The writer to arm (`made`, or one the answer gave); null with
-  // *why: declined; null without: an answer to another proposal, ignored.
-  virtual std::shared_ptr<LinkWriter> answered(const std::shared_ptr<LinkWriter>& made, const json& answer,
-                                               std::string* why) = 0;
+  // Writer: the reader's (at `from`) answer. The writer to arm (`made`, or one the answer gave);
+  // null with *why: declined; null without: an answer to another proposal, ignored.
+  virtual std::shared_ptr<LinkWriter> answered(const std::string& from, const std::shared_ptr<LinkWriter>& made,
+                                               const json& answer, std::string* why) = 0;
   // Reader: the answer to a proposal from `from`. Throws std::invalid_argument when the
   // proposal does not read.
   virtual json answer(const std::string& from, const json& proposal) = 0;

@@ -34,6 +34,10 @@ struct HelloBody {
   // The sender's unix-socket address when `addr` is its TCP one (a controller using hosts over
   // TCP): handles made where it runs name it, and the receiver sends what is meant for it to addr.
   std::string also;
+  // A controller the receiver cannot connect to (back_links.hpp): its back token (hex), which the
+  // connections it opens for the receiver present; the receiver then reaches `addr` only through
+  // those. Empty: the receiver dials addr.
+  std::string back;
   template <class F>
   static void fields(F&& f) {
     f("proto", &HelloBody::proto, Need::Required);
@@ -51,6 +55,7 @@ struct HelloBody {
     f("fresh", &HelloBody::fresh, Need::Optional);
     f("peer_incarnation", &HelloBody::peer_incarnation, Need::Optional);
     f("also", &HelloBody::also, Need::Optional);
+    f("back", &HelloBody::back, Need::Optional);
   }
 };
 XMESH_BODY_JSON(HelloBody)
@@ -125,9 +130,13 @@ struct LaneOfferBody {
   std::string host;
   int64_t port = 0, via = 0;
   std::string key, token;
+  // The receiver cannot be connected to (back_links.hpp): the writer writes the lane over one of
+  // the connections it opened for the writer (host and port are then empty).
+  bool back = false;
   template <class F>
   static void fields(F&& f) {
     f("ok", &LaneOfferBody::ok, Need::Required);
+    f("back", &LaneOfferBody::back, Need::Optional);
     f("via", &LaneOfferBody::via, Need::Optional);
     f("reason", &LaneOfferBody::reason, Need::Optional);
     f("host", &LaneOfferBody::host, Need::Optional);

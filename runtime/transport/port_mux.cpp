@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "back_links.hpp"
 #include "tcp_lane.hpp"
 #include "util.hpp"
 
@@ -53,9 +54,15 @@ void PortMux::allow(int port, const std::string& handover) {
   allowed_[port] = handover;
 }
 
+void PortMux::allow_back(int port, const std::string& handover) {
+  std::lock_guard<std::mutex> g(mu_);
+  back_[port] = handover;
+}
+
 void PortMux::forbid(int port) {
   std::lock_guard<std::mutex> g(mu_);
   allowed_.erase(port);
+  back_.erase(port);
 }
 
 bool PortMux::allowed(int port, std::string* handover) const {
@@ -193,6 +200,12 @@ bool PortMux::socks_request(Conn& c) {
   if (static_cast<uint8_t>(h[1]) != 0x01) return refuse(c, kSocksNoCommand);
   const int port = (static_cast<uint8_t>(h[4 + addr_len]) << 8) | static_cast<uint8_t>(h[5 + addr_len]);
   const std::string name = atyp == 3 ? h.substr(5, addr_len - 1) : "";
+  if (name == kBackSocksName) {
+    c.route = 1;
+    c.target_port = port;
+    c.head.erase(0, need);  // the preamble (or part of it): the pool that takes it reads it
+    return back_connection(c, port);
+  }
   const bool loopback = atyp == 1 ? static_cast<uint8_t>(h[4]) == 127 : (name == "localhost" || name == "127.0.0.1");
   std::string handover;
   if (!loopback || !allowed(port, &handover)) return refuse(c, kSocksNotAllowed);
@@ -214,6 +227,31 @@ bool PortMux::hand_over(Conn& c, const std::string& handover) {
   write_some(c.fd[kClient], yes);  // 10 bytes into an empty socket buffer: taken whole
   count(&Stats::lanes_handed_over);
   return true;
+}
+
+// The connection is yes'd first (the controller reads the answer, then waits for a tag), then
+// given to the agent's back pool in this process, or handed over to the proc named.
+bool PortMux::back_connection(Conn& c, int port) {
+  std::string handover;
+  if (port != 0) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (auto it = back_.find(port); it != back_.end()) handover = it->second;
+    }
+    if (handover.empty()) return refuse(c, kSocksNotAllowed);
+  } else if (!back_adopter_) {
+    return refuse(c, kSocksNotAllowed);
+  }
+  if (!handover.empty()) {
+    if (!hand_over(c, handover)) return refuse(c, kSocksFailure);
+    count(&Stats::back);
+    return false;  // the proc's now
+  }
+  std::string yes = socks_reply(kSocksOk, 0);
+  if (!write_some(c.fd[kClient], yes) || !yes.empty()) return refuse(c);
+  count(&Stats::back);
+  back_adopter_(unique_fd(release_fd(c, kClient)), std::move(c.head));
+  return false;
 }
 
 bool PortMux::connect_target(Conn& c, int port) {

@@ -24,6 +24,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <map>
 #include <string>
@@ -47,10 +48,17 @@ class PortMux : private SpliceLoop {
   // A proc listening at this loopback port may be reached (until forbid); a connection asking
   // for it is handed over to the unix datagram socket at `handover` where one is named.
   void allow(int port, const std::string& handover = "");
-  void forbid(int port);
+  // A controller's back connections (back_links.hpp: a SOCKS5 CONNECT to "xmesh-back") naming the
+  // proc at this loopback port are handed over to it at `handover` (its lane listener's socket).
+  void allow_back(int port, const std::string& handover);
+  void forbid(int port);  // both
+  // Who takes the back connections naming port 0, this agent's own (before start()).
+  using BackAdopter = std::function<void(unique_fd fd, std::string early)>;
+  void set_back_adopter(BackAdopter adopter) { back_adopter_ = std::move(adopter); }
 
   struct Stats {
     uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
+    uint64_t back = 0;  // a controller's back connections taken (for this agent or handed to a proc)
     uint64_t evicted = 0;  // not authenticated yet, closed to make room for newer ones
     uint64_t event_wakes = 0;  // the relay thread's wake-ups for socket events
   };
@@ -69,6 +77,7 @@ class PortMux : private SpliceLoop {
   // Whether port may be reached; *handover: where its connections are handed over ("": none).
   bool allowed(int port, std::string* handover = nullptr) const;
   bool hand_over(Conn& c, const std::string& handover);
+  bool back_connection(Conn& c, int port);  // a CONNECT to "xmesh-back": the agent's or a proc's
   void count(uint64_t Stats::*counter);
   // Closes the oldest connections still saying what they are while more than the bound wait.
   void bound_preambles();
@@ -84,6 +93,8 @@ class PortMux : private SpliceLoop {
   int64_t accept_again_ms_ = 0;
   mutable std::mutex mu_;  // guards allowed_ and stats_
   std::map<int, std::string> allowed_;  // port: its hand-over socket, or ""
+  std::map<int, std::string> back_;     // a proc's port: where its back connections are handed over
+  BackAdopter back_adopter_;
   Stats stats_;
   size_t max_preambles_, max_handshakes_;
   std::deque<std::pair<uint64_t, int64_t>> handshaking_;  // (conn id, spliced at) to the agent, oldest first

@@ -121,6 +121,14 @@ void SpliceLoop::close_target(Conn& c) {
   c.pending[kTarget].clear();
 }
 
+int SpliceLoop::release_fd(Conn& c, int side) {
+  const int fd = c.fd[side];
+  if (fd >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  c.fd[side] = -1;
+  c.interest[side] = 0;
+  return fd;
+}
+
 void SpliceLoop::close_conn(uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
@@ -148,6 +156,7 @@ void SpliceLoop::run() {
       if (key == kWakeKey) {
         uint64_t v;
         (void)::read(wake_fd_, &v, sizeof v);
+        if (!stop_) on_wake();
       } else if (key & kListenerBit) {
         on_listener(key & ~kListenerBit);
       } else {

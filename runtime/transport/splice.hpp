@@ -59,6 +59,8 @@ class SpliceLoop {
   void add_target(Conn& c, int fd, uint32_t events);
   void set_interest(Conn& c, int side, uint32_t events);
   void close_target(Conn& c);
+  // c's socket on `side` out of the loop, still open: the caller owns it now (-1 if none).
+  int release_fd(Conn& c, int side);
   // c's two sides are joined from now on; what `pending` holds is written first.
   bool splice(Conn& c);
   std::unordered_map<uint64_t, std::unique_ptr<Conn>>& conns() { return conns_; }
@@ -68,6 +70,7 @@ class SpliceLoop {
   virtual void on_listener(uint64_t key) = 0;
   virtual bool on_event(Conn& c, Side side, uint32_t events) = 0;  // a pair not spliced yet
   virtual void on_tick(int64_t now_ms) = 0;                       // about every tick_ms
+  virtual void on_wake() {}  // after wake() (from any thread): work another thread left
   int tick_ms_ = 100;
 
  private:

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "back_links.hpp"
 #include "fd_passing.hpp"
 #include "message_layout.hpp"
 #include "util.hpp"
@@ -81,7 +83,8 @@ LaneSecret make_lane_secret() {
   need_sodium();
   std::string token;
   do token = random_bytes(kLaneTokenBytes);
-  while (token.compare(0, sizeof kStreamMagic, kStreamMagic, sizeof kStreamMagic) == 0);  // (one in 2^32)
+  while (token.compare(0, sizeof kStreamMagic, kStreamMagic, sizeof kStreamMagic) == 0 ||
+         token.compare(0, sizeof kBackMagic, kBackMagic, sizeof kBackMagic) == 0);  // (one in 2^31)
   return LaneSecret{random_bytes(kLaneKeyBytes), token};
 }
 
@@ -262,6 +265,15 @@ LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secr
   out_ += secret.token;  // first on the connection (after a SOCKS request), before any record
 }
 
+LaneWriter::LaneWriter(unique_fd connected, const std::string& peer, const LaneSecret& secret)
+    : fd_(std::move(connected)), peer_(peer), sealer_(secret.key) {
+  if (secret.token.size() != kLaneTokenBytes) throw std::invalid_argument("a lane token is 16 bytes");
+  set_nodelay(fd_.get());
+  out_ = secret.token;
+  state_ = State::up;
+  send_some();
+}
+
 LaneWriter::~LaneWriter() { close(); }
 
 void LaneWriter::close() {
@@ -383,6 +395,8 @@ LaneListener::LaneListener(const std::string& host, int port, const std::string&
   getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len);
   port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                          : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  adopt_wake_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!adopt_wake_) throw std::runtime_error("cannot listen for lanes: no eventfd: " + errno_text(errno));
   if (handover.empty()) return;
   handover_fd_.reset(bind_unix_datagram(handover));  // throws naming why (fd_ closes with it)
   handover_path_ = handover;
@@ -466,6 +480,11 @@ bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::ve
     stream_adopter_(std::move(c.fd), std::move(c.got));  // a data-plane stream: its server owns it now
     return true;
   }
+  if (back_adopter_ && c.got.size() >= sizeof kBackMagic &&
+      c.got.compare(0, sizeof kBackMagic, kBackMagic, sizeof kBackMagic) == 0) {
+    back_adopter_(std::move(c.fd), std::move(c.got));  // a controller's back connection (back_links.hpp)
+    return true;
+  }
   if (c.got.size() < kLaneTokenBytes) return false;
   auto it = std::find_if(expected_.begin(), expected_.end(), [&](auto& e) {
     return sodium_memcmp(e.first.data(), c.got.data(), kLaneTokenBytes) == 0;
@@ -479,9 +498,28 @@ bool LaneListener::read_token(Presenting& c, std::vector<Accepted>& out, std::ve
   return true;
 }
 
+void LaneListener::adopt(unique_fd fd, std::string early) {
+  std::lock_guard<std::mutex> g(adopted_mu_);
+  adopted_.emplace_back(std::move(fd), std::move(early));
+  uint64_t one = 1;
+  (void)::write(adopt_wake_.get(), &one, sizeof one);
+}
+
+void LaneListener::take_adopted(int64_t now_ms) {
+  std::vector<std::pair<unique_fd, std::string>> adopted;
+  {
+    std::lock_guard<std::mutex> g(adopted_mu_);
+    adopted.swap(adopted_);
+    uint64_t n;
+    (void)::read(adopt_wake_.get(), &n, sizeof n);
+  }
+  for (auto& [fd, early] : adopted) add_presenting(std::move(fd), std::move(early), now_ms);
+}
+
 std::vector<LaneListener::Accepted> LaneListener::poll(int64_t now_ms, std::vector<std::string>* refused) {
   accept_all(now_ms);
   take_handed_over(now_ms);
+  take_adopted(now_ms);
   std::vector<Accepted> out;
   for (size_t i = 0; i < presenting_.size();) {
     Presenting& c = presenting_[i];
@@ -502,6 +540,7 @@ std::vector<LaneListener::Accepted> LaneListener::poll(int64_t now_ms, std::vect
 
 void LaneListener::fds(std::vector<int>& out) const {
   out.push_back(fd_.get());
+  out.push_back(adopt_wake_.get());
   if (handover_fd_) out.push_back(handover_fd_.get());
   for (auto& c : presenting_) out.push_back(c.fd.get());
 }

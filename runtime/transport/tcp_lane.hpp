@@ -21,6 +21,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,6 +115,9 @@ class LaneWriter {
   // via (not 0): host:port is a host agent's PortMux (port_mux.hpp), asked with SOCKS5 for its
   // proc's loopback port `via` before the token; the lane is up once it said yes.
   LaneWriter(const std::string& host, int port, const LaneSecret& secret, int via = 0);
+  // Over a connection made already (a back connection a controller opened, back_links.hpp): up at
+  // once, the token first. peer: the reader's name, for errors.
+  LaneWriter(unique_fd connected, const std::string& peer, const LaneSecret& secret);
   ~LaneWriter();
   LaneWriter(const LaneWriter&) = delete;
   LaneWriter& operator=(const LaneWriter&) = delete;
@@ -186,6 +190,13 @@ class LaneListener {
   // none: they are refused like unknown tokens.
   using StreamAdopter = std::function<void(unique_fd fd, std::string early)>;
   void set_stream_adopter(StreamAdopter adopter) { stream_adopter_ = std::move(adopter); }
+  // Who takes a controller's back connections handed over here (back_links.hpp; they start with
+  // kBackMagic): the node's back pool. None: refused like unknown tokens.
+  void set_back_adopter(StreamAdopter adopter) { back_adopter_ = std::move(adopter); }
+  // A connection this node opened that is to present a token here as if accepted (a lane written
+  // over a back connection, back_links.hpp), with what was read of it. Any thread: the reading
+  // thread's poll wakes for it.
+  void adopt(unique_fd fd, std::string early);
   struct Accepted {
     unique_fd fd;
     std::string writer_addr;
@@ -212,6 +223,7 @@ class LaneListener {
   };
   void accept_all(int64_t now_ms);
   void take_handed_over(int64_t now_ms);
+  void take_adopted(int64_t now_ms);
   void add_presenting(unique_fd fd, std::string got, int64_t now_ms);
   bool read_token(Presenting& c, std::vector<Accepted>& out, std::vector<std::string>* refused);
 
@@ -220,7 +232,10 @@ class LaneListener {
   unique_fd handover_fd_;
   std::string handover_path_;
   int64_t ttl_ms_ = 10000;
-  StreamAdopter stream_adopter_;
+  StreamAdopter stream_adopter_, back_adopter_;
+  unique_fd adopt_wake_;  // an eventfd: adopt() was called
+  std::mutex adopted_mu_;
+  std::vector<std::pair<unique_fd, std::string>> adopted_;
   std::vector<std::pair<std::string, Expected>> expected_;  // by token
   std::vector<Presenting> presenting_;
 };

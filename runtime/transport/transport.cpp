@@ -93,6 +93,9 @@ Transport::Transport(std::string role, const std::string& bind_addr, const std::
     throw;
   }
   lanes_write_ = env_int("XMESH_LANES", 1) != 0;
+  // A proc whose controller cannot be connected to: its agent says so, and with what token.
+  if (const std::string back = env_str("XMESH_CONTROLLER_BACK", ""); !back.empty() && self_.kind == Role::proc)
+    learn_back(env_str("XMESH_CONTROLLER_ADDR", ""), back);
   if (!tcp_addr_.empty()) listen_for_lanes(tcp_bound_, tcp_addr_);
 }
 
@@ -190,6 +193,14 @@ std::string Transport::own_addr_for(const std::string& dest_addr) const {
 
 void Transport::close() {
   if (closed_.exchange(true)) return;
+  {
+    std::unique_lock<std::mutex> g(back_mu_);
+    auto dialer = std::move(back_dialer_);
+    auto pool = std::move(back_pool_);
+    has_back_pool_.store(false);
+    reach_back_.store(false);
+    g.unlock();  // their threads stop outside the lock (the dialer's adopter takes lanes_mu_)
+  }
   std::vector<std::shared_ptr<OutPeer>> peers;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -234,6 +245,7 @@ std::vector<RefuseBody> Transport::tidy() {
   }
   auto refused = verdicts_due ? handshake_verdicts() : std::vector<RefuseBody>{};
   send_due_acks();
+  tend_reroutes();
   tend_tcp_links();
   return refused;
 }

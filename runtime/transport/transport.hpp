@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "back_links.hpp"
 #include "bodies.hpp"
 #include "link_bodies.hpp"
 #include "handshake.hpp"
@@ -247,6 +248,30 @@ class Transport {
   // not acknowledged; they may ask for new lanes): for a fault injected on purpose (the tests).
   void close_lanes();
 
+  // A controller the nodes cannot connect to (back_links.hpp; docs/architecture/03-transport-and-links.md,
+  // "A controller reached back"). On: every TCP peer this node dials from now on hears its back
+  // token in Hello and reaches it only through the connections it keeps open to that peer (its
+  // host agent's port). Off: peers dialled from now on dial it. Peers dialled before keep what
+  // they heard (disconnect one to make it hear again). Throws std::runtime_error without a TCP
+  // address (listen_tcp first: the back connections end at that socket).
+  void set_reach_back(bool on);
+  bool reaches_back() const { return reach_back_.load(); }
+  // Back connections to addr opened now, not at the first send (a proc whose first message is
+  // to this node). Nothing when not reaching back. Throws std::invalid_argument naming an address
+  // that cannot be reached back.
+  void reach_back_to(const std::string& addr);
+  // A node's side: the controller at addr is reached only through the connections it opens,
+  // which present token_hex (from its Hello, or from its agent at a proc's start).
+  void learn_back(const std::string& addr, const std::string& token_hex);
+  std::string back_token_for(const std::string& addr) const;  // hex; "" when addr is dialled
+  // A back connection that arrived another way (a host agent's PortMux), with what was read of it.
+  void adopt_back_connection(unique_fd fd, std::string early);
+  struct BackStats {
+    BackDialer::Stats dialer;
+    BackPool::Stats pool;
+  };
+  BackStats back_stats() const;
+
  private:
   // The header as it goes on any link; SendError (too_large) past kMaxHeaderBytes, which the
   // receiver would drop as malformed, leaving its caller to time out.
@@ -284,6 +309,8 @@ class Transport {
       std::vector<Header> relayed;  // not taken when it was closed
     };
     std::deque<RingAside> rings_set_aside;  // rings closed by the reader, for its RingBroken
+    bool via_back = false;  // its DEALER goes through the back pool (back_links.hpp)
+    std::atomic<bool> reroute_due{false};  // its peer turned out to be reached back: a new DEALER
   };
   struct InPeer {
     bool authed = false;
@@ -308,7 +335,18 @@ class Transport {
   // Reads one multipart message from whichever router has one (polling both once there are two);
   // the router it came from, or nullptr.
   zmq::socket_t* receive_parts(std::vector<zmq::message_t>& parts);
-  std::shared_ptr<OutPeer> out_peer(const std::string& addr);
+  std::shared_ptr<OutPeer> out_peer(const std::string& addr, bool* created = nullptr);
+  // p's DEALER made, set up and dialled (a new peer, or one rerouted); throws SendError.
+  void open_socket_locked(OutPeer& p, bool listening_expected);
+  // The peer at addr turned out to be reached back: its DEALER is made again through the back
+  // pool, Hello and what is unacknowledged following (now, or by its sender or the I/O thread).
+  void reroute_to_back(const std::string& addr);
+  void reroute_locked(const std::shared_ptr<OutPeer>& p);
+  void tend_reroutes();  // I/O thread: reroutes left to it
+  BackPool& back_pool();  // made on first use
+  BackDialer* back_dialer() const;  // null when not reaching back
+  // Lanes over back connections (transport_lanes.cpp): one of from's for a lane to it.
+  unique_fd take_back_connection(const std::string& from);
   void send_hello_locked(OutPeer& p, zmq::send_flags flags);
   // Sends a message's first frame. A blocking send to a peer whose first handshake has not
   // ended waits in short slices and polls the handshake's watch between them: a refused
@@ -495,6 +533,15 @@ class Transport {
   std::vector<zmq::pollitem_t> poll_items_;  // receive_parts_with_lanes' (I/O thread)
   std::vector<std::string> poll_readers_;
   std::vector<int> poll_fds_;
+  // Reached back (back_links.hpp). back_mu_ guards making the dialer and the pool (held only for
+  // that and for reading the pointers); each has its own lock, innermost.
+  std::atomic<bool> reach_back_{false};
+  std::string back_token_;  // this node's, made with the dialer
+  mutable std::mutex back_mu_;
+  std::unique_ptr<BackDialer> back_dialer_;
+  std::unique_ptr<BackPool> back_pool_;
+  std::atomic<bool> has_back_pool_{false};
+  std::vector<std::weak_ptr<OutPeer>> reroutes_;  // under mu_: left to the I/O thread
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
     std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},

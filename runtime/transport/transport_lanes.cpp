@@ -47,6 +47,8 @@ void Transport::enable_lanes(const std::string& listen_host, int port, const std
                              int agent_port, const std::string& handover) {
   auto listener = std::make_unique<LaneListener>(listen_host, port, handover);  // throws naming why
   std::string reach = numeric_host(advertise_host);
+  // A controller's back connections, handed over by the agent's PortMux (back_links.hpp).
+  listener->set_back_adopter([this](unique_fd fd, std::string early) { adopt_back_connection(std::move(fd), std::move(early)); });
   std::lock_guard<std::mutex> g(lanes_mu_);
   lane_listener_ = std::move(listener);
   if (stream_adopter_) lane_listener_->set_stream_adopter(stream_adopter_);
@@ -72,7 +74,9 @@ void Transport::set_stream_adopter(LaneListener::StreamAdopter adopter) {
 }
 
 void Transport::listen_for_lanes(const std::string& bound, const std::string& advertised) {
-  if (!lanes_write_ || !takes_fast_links(self_.kind)) return;
+  // XMESH_LANES=0 turns lanes off; a proc whose controller it reaches back listens all the same
+  // (its agent hands it the controller's connections there).
+  if (!takes_fast_links(self_.kind) || (!lanes_write_ && !has_back_pool_.load())) return;
   // A proc's agent names the address (a port of its --ports range), or "off" when it has none.
   const std::string given = self_.kind == Role::proc ? env_str("XMESH_LANE_LISTEN", "") : "";
   if (given == "off") return;
@@ -100,6 +104,8 @@ constexpr LinkSpec kLaneSpec{"TCP lane", Kind::LaneAsk, Kind::LaneOffer, Kind::L
 class LaneLink final : public LinkWriter {
  public:
   LaneLink(const std::string& host, int port, const LaneSecret& secret, int via) : lane_(host, port, secret, via) {}
+  // Over a back connection its reader opened (back_links.hpp).
+  LaneLink(unique_fd back, const std::string& reader, const LaneSecret& secret) : lane_(std::move(back), reader, secret) {}
   bool ready(std::string* failed) override {
     auto state = lane_.state();
     if (state == LaneWriter::State::broken) *failed = lane_.error();
@@ -145,7 +151,7 @@ class Transport::LaneKind final : public LinkKind {
     *body = nullptr;  // the ask says nothing: the answer names the listener
     return nullptr;
   }
-  std::shared_ptr<LinkWriter> answered(const std::shared_ptr<LinkWriter>&, const json& answer,
+  std::shared_ptr<LinkWriter> answered(const std::string& from, const std::shared_ptr<LinkWriter>&, const json& answer,
                                        std::string* why) override {
     auto offer = read_as<LaneOfferBody>(answer, why);
     if (!offer) {
@@ -154,10 +160,18 @@ class Transport::LaneKind final : public LinkKind {
     }
     *why = offer->ok ? "" : offer->reason.empty() ? "the peer takes no lanes" : offer->reason;
     LaneSecret secret{unhex(offer->key, kLaneKeyBytes), unhex(offer->token, kLaneTokenBytes)};
-    if (why->empty() && (secret.key.empty() || secret.token.empty() || offer->port <= 0 || offer->port > 65535 ||
-                         offer->via < 0 || offer->via > 65535))
+    const bool port_ok = offer->back || (offer->port > 0 && offer->port <= 65535 && offer->via >= 0 && offer->via <= 65535);
+    if (why->empty() && (secret.key.empty() || secret.token.empty() || !port_ok))
       *why = "its offer does not read (key, token or port)";
     if (!why->empty()) return nullptr;
+    if (offer->back) {  // a controller this node cannot connect to: over one of its connections
+      unique_fd back = t_.take_back_connection(from);
+      if (!back) {
+        *why = "no connection " + from + " opened for this node is free now";
+        return nullptr;
+      }
+      return std::make_shared<LaneLink>(std::move(back), from, secret);
+    }
     try {
       return std::make_shared<LaneLink>(offer->host, static_cast<int>(offer->port), secret,
                                         static_cast<int>(offer->via));
@@ -182,8 +196,17 @@ LaneOfferBody Transport::lane_answer(const std::string& from) {
   std::lock_guard<std::mutex> g(lanes_mu_);
   if (!lane_listener_) {
     answer.reason = "this node listens for no lanes";
+  } else if (!lanes_write_) {
+    answer.reason = "this node takes no lanes (XMESH_LANES=0)";
   } else if (!is_tcp_addr(from)) {
     answer.reason = "a lane is for a node on another host (" + from + " is not a TCP address)";
+  } else if (reach_back_.load()) {  // the asker writes over a connection this node opened for it
+    LaneSecret secret = make_lane_secret();
+    lane_listener_->expect(secret, from, now_ms(), kLaneOfferTtlMs);
+    answer.ok = true;
+    answer.back = true;
+    answer.key = to_hex(secret.key);
+    answer.token = to_hex(secret.token);
   } else {
     LaneSecret secret = make_lane_secret();
     lane_listener_->expect(secret, from, now_ms(), kLaneOfferTtlMs);
@@ -221,8 +244,13 @@ void Transport::accept_lanes() {
   for (auto& a : lane_listener_->poll(now_ms(), &refused)) {
     std::string writer = a.writer_addr;
     LaneRead& lane = lanes_in_[writer];
+    // Its LaneSwitch may have come first (the switch over ZeroMQ overtook the connection, as a
+    // lane over a back connection can): read it at once. A lane made again in place of one still
+    // open is read once its own LaneSwitch comes.
+    const bool switch_came_first = !lane.in && lane.switched;
     lane.in = std::make_unique<LaneIn>(std::move(a), self_.max_message_bytes);
-    lane.switched = false;  // a lane made again: read once its own LaneSwitch came
+    lane.switched = switch_came_first;
+    if (switch_came_first) read_lane(writer, lane);
   }
   for (auto& r : refused) {
     ++counts_.rejected;

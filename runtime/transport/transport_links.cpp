@@ -82,7 +82,7 @@ void Transport::take_answer(size_t i, const Message& m) {
   LinkUpgrade& up = p->links[i];
   if (up.state() != LinkUpgrade::State::proposed) return;
   std::string why;
-  auto writer = kinds_[i]->answered(up.made(), m.header.body, &why);
+  auto writer = kinds_[i]->answered(m.sender_addr, up.made(), m.header.body, &why);
   if (writer) {
     up.armed(std::move(writer));
   } else if (!why.empty()) {

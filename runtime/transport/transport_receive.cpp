@@ -350,6 +350,11 @@ void Transport::handle_hello(const std::string& identity, InPeer& in, const Mess
     has_aliases_ = true;
   }
   g.unlock();
+  // A controller this node cannot connect to: reached through the connections it opens.
+  if (!hello.back.empty() && is_tcp(hello.addr)) {
+    learn_back(hello.addr, hello.back);
+    reroute_to_back(hello.addr);
+  }
   if (predecessor_link) {  // nothing it holds is for the new process; its reconnects would be refused
     std::lock_guard<std::mutex> pg(predecessor_link->mu);
     if (predecessor_link->sock) {

@@ -99,7 +99,7 @@ class Transport::RingKind final : public LinkKind {
     *body = offer;
     return link;
   }
-  std::shared_ptr<LinkWriter> answered(const std::shared_ptr<LinkWriter>& made, const json& answer,
+  std::shared_ptr<LinkWriter> answered(const std::string&, const std::shared_ptr<LinkWriter>& made, const json& answer,
                                        std::string* why) override {
     auto body = read_as<RingAcceptBody>(answer, why);
     if (!body) {

@@ -36,7 +36,7 @@ void Transport::close_peer_locked(OutPeer& p) {
   for (auto& link : p.links) link.close();  // a ring: a writer waiting for room stops; the reader reads what came
 }
 
-std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr) {
+std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr, bool* created) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = out_.find(addr);
   if (it != out_.end()) return it->second;
@@ -47,27 +47,40 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
     throw SendError("cannot connect to " + addr + ": " + shortage + " (raise `ulimit -n`)");
   auto p = std::make_shared<OutPeer>(kinds_);
   p->addr = addr;
-  p->sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
-  set_common_options(*p->sock);
+  open_socket_locked(*p, expected_listening_.count(addr) > 0);
+  out_[addr] = p;
+  handshaking_.push_back(p);
+  if (created) *created = true;
+  return p;
+}
+
+void Transport::open_socket_locked(OutPeer& p, bool listening_expected) {
+  const std::string& addr = p.addr;
+  p.sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+  set_common_options(*p.sock);
   // A routing id of its own per connection: a ROUTER ignores a connection whose id is still in
   // use, which a reconnect (or a refusal sent beside the main connection) would race into.
-  p->routing_id = connection_id();
-  p->sock->set(zmq::sockopt::routing_id, p->routing_id);
-  p->sock->set(zmq::sockopt::sndhwm, 100000);
+  p.routing_id = connection_id();
+  p.sock->set(zmq::sockopt::routing_id, p.routing_id);
+  p.sock->set(zmq::sockopt::sndhwm, 100000);
   // Procs are connected to before they listen: retry quickly so the first message is not late.
-  p->sock->set(zmq::sockopt::reconnect_ivl, 10);
-  p->sock->set(zmq::sockopt::reconnect_ivl_max, 200);
-  p->sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
+  p.sock->set(zmq::sockopt::reconnect_ivl, 10);
+  p.sock->set(zmq::sockopt::reconnect_ivl_max, 200);
+  p.sock->set(zmq::sockopt::sndtimeo, static_cast<int>(send_timeout_ms_));
   if (is_tcp(addr)) {
-    set_tcp_link_options(*p->sock, /*router=*/false);
-    p->sock->set(zmq::sockopt::ipv6, 1);
-    p->resends = true;
+    set_tcp_link_options(*p.sock, /*router=*/false);
+    p.sock->set(zmq::sockopt::ipv6, 1);
+    p.resends = true;
   }
-  p->cookie = cookies_.for_peer(addr);
-  present_to(*p->sock, addr, p->cookie);
+  p.cookie = cookies_.for_peer(addr);
+  present_to(*p.sock, addr, p.cookie);
+  p.via_back = has_back_pool_.load() && back_pool().knows(addr);
   try {
-    p->watch = std::make_unique<HandshakeWatch>(ctx_, *p->sock, addr, expected_listening_.count(addr) > 0);
-    dial(*p->sock, addr);
+    p.watch = std::make_unique<HandshakeWatch>(ctx_, *p.sock, addr, listening_expected && !p.via_back);
+    if (p.via_back)
+      p.sock->connect(back_pool().local_endpoint(addr));
+    else
+      dial(*p.sock, addr);
   } catch (const std::runtime_error& e) {  // a relayed address whose host does not resolve
     throw SendError("cannot connect to " + addr + ": " + e.what());
   } catch (const zmq::error_t& e) {
@@ -75,9 +88,6 @@ std::shared_ptr<Transport::OutPeer> Transport::out_peer(const std::string& addr)
   } catch (const std::invalid_argument& e) {
     throw SendError("cannot connect to " + addr + ": " + e.what());
   }
-  out_[addr] = p;
-  handshaking_.push_back(p);
-  return p;
 }
 
 void Transport::disconnect(const std::string& addr) {
@@ -104,6 +114,11 @@ void Transport::disconnect(const std::string& addr) {
   {
     std::lock_guard<std::mutex> g(lanes_mu_);
     lanes_in_.erase(addr);
+  }
+  {
+    std::lock_guard<std::mutex> g(back_mu_);
+    if (back_dialer_) back_dialer_->forget(addr);
+    if (back_pool_) back_pool_->forget(addr);
   }
   std::lock_guard<std::mutex> g(dialer_mu_);
   if (dialer_ && is_relayed(addr)) dialer_->forget(addr);
@@ -134,6 +149,10 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
   hello.fresh = p.seq + 1;
   hello.resume = p.unacked.empty() ? hello.fresh : p.unacked.front().seq;
   hello.peer_incarnation = p.peer_incarnation;
+  if (reach_back_.load(std::memory_order_relaxed) && p.resends) {
+    std::lock_guard<std::mutex> g(back_mu_);
+    hello.back = to_hex(back_token_);
+  }
   h.body = hello;
   auto bytes = encode_header(h);
   zmq::message_t m(bytes.data(), bytes.size());
@@ -254,7 +273,15 @@ void Transport::make_room_locked(OutPeer& p, size_t bytes, bool blocking) {
 }
 
 void Transport::send(const std::string& addr, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
-  auto p = out_peer(addr);
+  bool created = false;
+  auto p = out_peer(addr, &created);
+  if (created && reach_back_.load(std::memory_order_relaxed)) {
+    try {
+      reach_back_to(addr);
+    } catch (const std::exception& e) {
+      throw SendError("cannot reach " + addr + " back: " + e.what());
+    }
+  }
   LinkBreak broke;
   send_once(p, h, frames, blocking, &broke);
   if (broke.token == 0) return;
@@ -270,6 +297,7 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
 void Transport::send_once(const std::shared_ptr<OutPeer>& p, Header& h, std::vector<zmq::message_t>& frames,
                           bool blocking, LinkBreak* broke) {
   std::lock_guard<std::mutex> g(p->mu);
+  if (p->reroute_due) reroute_locked(p);
   if (!p->sock) throw SendError("connection to " + p->addr + " is closed");
   h.sender = self_.id;
   h.incarnation = self_.incarnation;
@@ -304,6 +332,13 @@ std::string Transport::link_report(const std::string& addr) const {
               " sent to it not acknowledged";
   else if (p->resends && p->seq > 0)  // it received them: what did not come is its answer
     report += "; " + std::string(kAllAcknowledged);
+  if (p->via_back) report += "; reached through the connections it opens for this node";
+  g.unlock();
+  if (BackDialer* d = back_dialer(); d && d->reaching(addr)) {
+    std::string failure = d->last_failure(addr);
+    report += failure.empty() ? "; back connections to it are open"
+                              : "; back connections to it fail (" + failure + ")";
+  }
   return report;
 }
 

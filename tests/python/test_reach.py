@@ -143,14 +143,110 @@ def test_a_controller_the_nodes_cannot_reach_is_told_which_way_failed(v4_cluster
     ctl = c.net.hosts[2]
     ctl.firewall([])
     try:
-        out = run_controller_on(c, 2).stdout
+        out = run_controller_on(c, 2, XMESH_CONTROLLER_REACH="inbound").stdout
         assert "received this controller's request but its answer did not come back" in out, out
         assert f"cannot connect to this controller at tcp://{ctl.addr}:" in out and "ERROR ConnectionError" in out
         ctl.open_firewall()
         ctl.firewall([7123])
-        out = run_controller_on(c, 2, XMESH_CONTROLLER_PORT="7123").stdout
+        out = run_controller_on(c, 2, XMESH_CONTROLLER_PORT="7123", XMESH_CONTROLLER_REACH="inbound").stdout
         assert out.strip() == f"CONNECTED tcp://{ctl.addr}:7123", out
         r = run_controller_on(c, 2, XMESH_CONTROLLER_PORT="port 7")
         assert r.returncode == 1 and "XMESH_CONTROLLER_PORT='port 7' is not a port (1-65535)" in r.stderr, r.stderr
+    finally:
+        ctl.open_firewall()
+
+
+OUTBOUND_PROGRAM = """
+import os, socket, sys, xmesh
+from xmesh._runtime.process import get_runtime
+sys.path.insert(0, {workspace!r})
+hm = xmesh.hosts({locators!r}, key_file={key!r}{reach})
+hm.initialized.get(timeout=60)
+procs = hm.spawn_procs({{"gpus": 2}})
+
+class Where(xmesh.Actor):
+    @xmesh.endpoint
+    def where(self):
+        print("printed on", socket.gethostname(), flush=True)
+        return socket.gethostname()
+
+    @xmesh.endpoint
+    def echo(self, data):
+        return data
+
+    @xmesh.endpoint
+    def synced(self):
+        import synced_module
+        return synced_module.VALUE
+
+w = procs.spawn("w", Where)
+print("WHERE", sorted(w.where.call().get(timeout=60).values()), flush=True)
+blob = os.urandom(1 << 20)
+for _ in range(300):  # enough for lanes to come up both ways and carry the rest
+    assert w.slice(hosts=1, gpus=1).echo.call_one(b"x").get(timeout=60) == b"x"
+assert all(v == blob for v in w.echo.call(blob).get(timeout=60).values())
+from actors_for_tests import Pinger, Ponger
+pongers = procs.slice(hosts=1).spawn("pongers", Ponger)
+pingers = procs.slice(hosts=0).spawn("pingers", Pinger, pongers)
+print("PING", list(pingers.ping_all.call(5).get(timeout=60).values()), flush=True)
+hm.sync_workspace({workspace!r}, auto_reload=True)
+print("SYNCED", sorted(w.synced.call().get(timeout=60).values()), flush=True)
+node = get_runtime().node
+stats = node.stats()
+print("REACHES_BACK", node.reaches_back, flush=True)
+print("BACK", node.back_stats(), flush=True)
+print("LANES", stats.lanes_in > 0, stats.lanes_out > 0, flush=True)
+procs.stop().get(timeout=60)
+print("DONE", flush=True)
+"""
+
+
+def run_outbound(c: AgentCluster, tmp: str, reach: str = "", **env: str) -> subprocess.CompletedProcess:
+    workspace = os.path.join(tmp, f"ws-{reach or 'auto'}")
+    os.makedirs(workspace, exist_ok=True)
+    with open(os.path.join(workspace, "synced_module.py"), "w") as f:
+        f.write("VALUE = 'synced'\n")
+    source = textwrap.dedent(OUTBOUND_PROGRAM.format(
+        locators=[c.locator(0), c.locator(1)], key=c.key, workspace=workspace,
+        reach=f", reach={reach!r}" if reach else ""))
+    full_env = dict(os.environ, XMESH_RUNTIME_DIR=os.path.join(c.tmp, f"ctl-out-{reach or 'auto'}"),
+                    PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]), **env)
+    return subprocess.run(c.net.hosts[2].command([PYTHON, "-c", source]), env=full_env, capture_output=True,
+                          text=True, timeout=110)
+
+
+def check_outbound_run(r: subprocess.CompletedProcess) -> None:
+    assert r.returncode == 0 and "DONE" in r.stdout, r.stdout + r.stderr
+    assert "WHERE ['node-a', 'node-a', 'node-b', 'node-b']" in r.stdout, r.stdout
+    assert r.stdout.count("printed on node-") == 4 or r.stderr.count("printed on node-") == 4, r.stdout + r.stderr
+    assert "PING [['pong 5 from 0', 'pong 5 from 1'], ['pong 5 from 0', 'pong 5 from 1']]" in r.stdout, r.stdout
+    assert "SYNCED ['synced', 'synced', 'synced', 'synced']" in r.stdout, r.stdout
+    assert "REACHES_BACK True" in r.stdout
+    assert "LANES True True" in r.stdout, r.stdout  # the fast path both ways, over connections it opened
+
+
+def test_a_controller_the_nodes_cannot_connect_to_works_through_connections_it_opens(v4_cluster):
+    """Invariant transport.4 (docs/architecture/03-transport-and-links.md): a laptop behind NAT
+    (a namespace whose firewall drops every inbound connection): in the
+    automatic mode the controller finds its agents' answers cannot come back, says so once, and
+    goes on through connections it opens to their ports: calls both ways with their output,
+    procs calling each other across hosts, a megabyte each way, a workspace synced and reloaded,
+    TCP lanes both ways. reach="outbound" does the same without the probe."""
+    c = v4_cluster
+    ctl = c.net.hosts[2]
+    tmp = private_tmpdir("xmesh-outbound-")
+    ctl.firewall([])
+    try:
+        auto = run_outbound(c, tmp)
+        check_outbound_run(auto)
+        assert auto.stderr.count("cannot connect to this controller at") == 1, auto.stderr
+        assert "it is reached through connections this controller opens (reach='outbound'" in auto.stderr
+        explicit = run_outbound(c, tmp, reach="outbound")
+        check_outbound_run(explicit)
+        assert "cannot connect to this controller" not in explicit.stderr, explicit.stderr
+        by_env = run_controller_on(c, 2, XMESH_CONTROLLER_REACH="outbound")
+        assert by_env.stdout.startswith("CONNECTED"), by_env.stdout + by_env.stderr
+        bad = run_controller_on(c, 2, XMESH_CONTROLLER_REACH="sideways")
+        assert "XMESH_CONTROLLER_REACH='sideways': use one of auto, inbound, outbound" in bad.stdout + bad.stderr
     finally:
         ctl.open_firewall()

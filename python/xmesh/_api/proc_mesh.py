@@ -15,7 +15,8 @@ from .allocation import Allocation, Lease, ProcRecord, addrs_list
 from .._base.context import creator_record, current_cell, note_owned, owning_actor
 from .._base.display import html_table
 from .future import CallTarget, CoroutineFuture, Done, Future, Readiness
-from .._runtime.agents import AgentClient, HostdError, TcpAgentClient, agent, agent_at, tcp_locator
+from .._runtime.agents import (REACH_MODES, AgentClient, HostdError, TcpAgentClient, agent, agent_at,
+                               set_controller_reach, tcp_locator)
 from .named import actors_of, allocations, attach_named
 from .._base.pids import running_agent_pid
 from .._base.env import env_seconds_from_ms
@@ -549,16 +550,25 @@ def _started(rt: Any, alloc: Allocation, agent: AgentClient, proc: Any, ready_ca
         rt.logs.router.add_proc(alloc.id, proc.rank, proc.addr, record.host)
     rt.node.add_dependent(agent.addr, proc.addr)
     rt.node.add_supervision_subscriber(proc.addr)
+    rt.node.reach_back_to(proc.addr)  # its first message is to this controller (nothing unless reached back)
 
 
-def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os.PathLike]] = None) -> HostMesh:
+def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os.PathLike]] = None, *,
+          reach: Optional[str] = None) -> HostMesh:
     """A HostMesh over several host agents, with a `hosts` dimension. Each is a runtime directory
     of an agent on this machine (several can run here) or "host:port" of an agent on another
     machine (`xmesh-hostd --listen tcp://ADDR:PORT --key-file FILE` there), reached over TCP with
     the cluster's key file (key_file, default $XMESH_KEY_FILE). Returns at once: remote agents are
-    connected in the background; `await hm.initialized` (or the first use) waits for them."""
+    connected in the background; `await hm.initialized` (or the first use) waits for them.
+
+    reach: how the nodes reach this controller (default $XMESH_CONTROLLER_REACH, else "auto"):
+    "inbound" (they connect to its TCP address), "outbound" (only through connections it opens to
+    their agents' ports: a notebook behind a NAT, in a pod, or reaching the cluster through a port
+    forward), "auto" (inbound, switching to outbound when an agent's answer cannot come back)."""
     if isinstance(hosts, (str, bytes)) or not hosts:
         raise TypeError("hosts() takes a non-empty list of runtime directories or host:port addresses")
+    if reach is not None and reach not in REACH_MODES:
+        raise ValueError(f"reach={reach!r}: use one of {', '.join(REACH_MODES)}")
     key = os.fspath(key_file) if key_file is not None else os.environ.get("XMESH_KEY_FILE") or None
     locators = []
     for h in hosts:
@@ -575,6 +585,8 @@ def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os
             raise ValueError(f"{remote[0][len('tcp://'):]} is a host over TCP: give the cluster's key file "
                              "(hosts([...], key_file=...) or XMESH_KEY_FILE)")
         _core.key_file_public_key(key)  # KeyFileError naming what is wrong with the file
+    if reach is not None:
+        set_controller_reach(reach)
     for loc in remote:
         agent_at(loc, key)  # starts connecting
     return HostMesh(locators, dense_shape({"hosts": len(locators)}))

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Optional
 
 from .. import _core
+from .._base.env import env_seconds_from_ms
 from .._base.pids import pid_alive, running_agent_pid
 from .._base.protocol import ErrorKind, error, error_kind, read_error
 from .process import Kind, get_runtime, interpreter, on_controller_exit
@@ -308,6 +309,7 @@ class TcpAgentClient(AgentClient):
         self.pid = None
         self._connected = False
         self._pending: Optional[Request] = None
+        self._asked_back = False  # its pending request went out with this controller reached back
 
     def begin_connect(self) -> None:
         if self._connected or self._pending is not None:
@@ -316,6 +318,7 @@ class TcpAgentClient(AgentClient):
         use_cluster_key(self.key_file, self.addr)
         rt.node.set_peer_cookie(self.addr, _core.key_file_cluster_cookie(self.key_file))
         rt.node.expect_listening(self.addr)  # nothing listening there is said at once, not waited out
+        self._asked_back = rt.node.reaches_back
         self._pending = Request(rt.node, [self.addr], Kind.Status)
 
     def log_reader(self, log_dir: str) -> Callable[[str, int, int], tuple[int, Any]]:
@@ -347,20 +350,58 @@ class TcpAgentClient(AgentClient):
             self._forget_lost(rt)  # its agent killed, its machine or link gone
         self.begin_connect()
         pending, self._pending = self._pending, None
+        if pending is not None and rt.node.reaches_back and not self._asked_back:
+            # Asked before this controller began reaching its nodes back (another agent's answer
+            # could not come back): asked again on a connection whose Hello says so.
+            pending.forget()
+            rt.node.reconnect(self.addr)
+            pending = self._status_request()
         return pending
 
     def connect(self, timeout: float = 15.0) -> "TcpAgentClient":
         pending = self._pending_status()
         if pending is not None:
-            self._connected_by(pending.answers(timeout, f"connecting to the host agent at {self.addr}"), timeout)
+            what = f"connecting to the host agent at {self.addr}"
+            first = probe_time(timeout)
+            answers = pending.answers(first, what)
+            if not answers and first < timeout and self._reach_back_now():
+                answers = self._status_request().answers(timeout - first, what)
+            self._connected_by(answers, timeout)
         return self
 
     async def connect_async(self, timeout: float = 15.0) -> "TcpAgentClient":
         pending = self._pending_status()
         if pending is not None:
-            self._connected_by(await pending.answers_async(timeout, f"connecting to the host agent at {self.addr}"),
-                               timeout)
+            what = f"connecting to the host agent at {self.addr}"
+            first = probe_time(timeout)
+            answers = await pending.answers_async(first, what)
+            if not answers and first < timeout and self._reach_back_now():
+                answers = await self._status_request().answers_async(timeout - first, what)
+            self._connected_by(answers, timeout)
         return self
+
+    def _status_request(self) -> Request:
+        self._pending = None
+        self.begin_connect()
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        return pending
+
+    def _reach_back_now(self) -> bool:
+        """In the automatic mode, when the agent received the request but its answer could not
+        come back (it cannot connect to this controller): from now on this controller reaches
+        its nodes through connections it opens, and the agent hears so on a new connection.
+        Whether it switched."""
+        node = get_runtime().node
+        if controller_reach() != "auto" or ALL_ACKNOWLEDGED not in node.link_report(self.addr):
+            return False
+        if not node.reaches_back:  # else another agent found it first: this one was asked before
+            node.set_reach_back(True)
+            get_runtime().diag(f"the host agent at {self.addr} cannot connect to this controller at {node.tcp_addr}: "
+                               "it is reached through connections this controller opens (reach='outbound'; "
+                               "XMESH_CONTROLLER_REACH=outbound skips this probe)")
+        node.reconnect(self.addr)
+        return True
 
     def _connected_by(self, answers: dict, timeout: float) -> None:
         if not answers:
@@ -480,6 +521,44 @@ def use_cluster_key(key_file: str, first_host: str) -> None:
             raise
         raise RuntimeError(f"cannot listen on {host}:{port} (XMESH_CONTROLLER_PORT): {e}") from None
     _cluster_key = (key_file, public)
+    if controller_reach() == "outbound":
+        rt.node.set_reach_back(True)
+
+
+REACH_MODES = ("auto", "inbound", "outbound")
+_reach: Optional[str] = None  # set by hosts(reach=...); else XMESH_CONTROLLER_REACH, else "auto"
+
+
+def controller_reach() -> str:
+    """How the nodes reach this controller: "inbound" (they connect to its TCP address),
+    "outbound" (only through connections it opens to their agents' ports: a controller behind a
+    NAT or a port forward) or "auto" (inbound, switching to outbound when an agent's answer
+    cannot come back)."""
+    if _reach is not None:
+        return _reach
+    text = os.environ.get("XMESH_CONTROLLER_REACH", "").strip() or "auto"
+    if text not in REACH_MODES:
+        raise ValueError(f"XMESH_CONTROLLER_REACH={text!r}: use one of {', '.join(REACH_MODES)}")
+    return text
+
+
+def set_controller_reach(mode: str) -> None:
+    """hosts(reach=mode): for this controller from now on (agents connected before keep theirs)."""
+    global _reach
+    if mode not in REACH_MODES:
+        raise ValueError(f"reach={mode!r}: use one of {', '.join(REACH_MODES)}")
+    _reach = mode
+    if _cluster_key is not None and mode != "auto":
+        get_runtime().node.set_reach_back(mode == "outbound")
+
+
+def probe_time(timeout: float) -> float:
+    """How long the automatic mode waits for an agent's first answer before it checks whether
+    that answer cannot come back (XMESH_REACH_PROBE_MS, default 2000); the whole timeout when
+    there is nothing to probe."""
+    if controller_reach() != "auto" or get_runtime().node.reaches_back:
+        return timeout
+    return min(timeout, max(0.05, env_seconds_from_ms("XMESH_REACH_PROBE_MS", 2000)))
 
 
 def agent_at(locator: str, key_file: Optional[str] = None) -> AgentClient:

@@ -264,6 +264,10 @@ class Request:
         finally:
             self._node.forget_call(self._call.id)
 
+    def forget(self) -> None:
+        """Answers that come from now on are dropped."""
+        self._node.forget_call(self._call.id)
+
     def _take_all(self) -> Answers:
         return {index: (ok, reply, frames) for index, ok, reply, frames in self._call.take()}
 
