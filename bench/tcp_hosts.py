@@ -4,7 +4,9 @@ network namespaces, in one run. Four namespace hosts (tests/python/netns_hosts.p
 each running two host agents: `xmesh-hostd --listen tcp://ADDR:7000 --key-file K` (procs reached
 through the agent's one port: the default; their ZeroMQ links relayed twice, their TCP lanes
 handed to them by the agent) and one on port 7001 with
-`--ports 7600-7699` (procs listening on ports of their own, reached directly); this process the
+`--ports 7600-7699` (procs listening on ports of their own, reached directly), and a third on
+port 7002 that this controller reaches back (reach="outbound": the nodes use only connections it
+opens to their agents' ports, as for a controller behind a NAT; issue 45); this process the
 controller in the root namespace:
 
 - `call_one` no-op round trip to an actor on one host, both ways, beside `zmq_pingpong` REQ/REP
@@ -16,7 +18,9 @@ Rounds alternate xmesh and the floor; each figure is the median of the rounds' m
 
     sudo PYTHONPATH=build/python /usr/bin/python3 bench/tcp_hosts.py [--rounds 5] [--n 500]
 
-Targets: call_one within 3x of the TCP floor (issue 20), within 1.5x (issue 23).
+Targets: call_one within 3x of the TCP floor (issue 20), within 1.5x (issue 23); reached back
+within 1.2x of the same call when the nodes can connect to the controller (relayed: procs behind
+the agent's port, as a controller reached back gets them; issue 45).
 """
 import argparse
 import os
@@ -112,11 +116,13 @@ def main() -> None:
     key = os.path.join(tmp, "cluster.key")
     _core.write_new_key_file(key)
     with NetnsHosts(4) as net:
-        agents = start_agents(net, tmp, key, 7000) + start_agents(net, tmp, key, 7001, "--ports", "7600-7699")
+        agents = (start_agents(net, tmp, key, 7000) + start_agents(net, tmp, key, 7001, "--ports", "7600-7699")
+                  + start_agents(net, tmp, key, 7002))
         try:
             meshes = {}
-            for way, port in (("relayed", 7000), ("direct", 7001)):
-                hm = xmesh.hosts([f"{h.addr}:{port}" for h in net.hosts], key_file=key)
+            for way, port, reach in (("relayed", 7000, "inbound"), ("direct", 7001, "inbound"),
+                                     ("outbound", 7002, "outbound")):
+                hm = xmesh.hosts([f"{h.addr}:{port}" for h in net.hosts], key_file=key, reach=reach)
                 procs = hm.spawn_procs({"gpus": 4})
                 a = procs.spawn("noop", Noop)
                 a.initialized.get(timeout=60)
@@ -143,11 +149,15 @@ def main() -> None:
                 p.wait(timeout=15)
     med = {k: statistics.median(v) for k, v in figures.items()}
     print(f"4 namespace hosts, CURVE links; median of {args.rounds} rounds' medians (us)")
-    print(f"{'':14}{'relayed':>10}{'direct':>10}{'ZeroMQ TCP':>12}{'relayed':>9}{'direct':>8}")
+    print(f"{'':14}{'relayed':>10}{'direct':>10}{'outbound':>10}{'ZeroMQ TCP':>12}{'relayed':>9}{'direct':>8}"
+          f"{'outbound / relayed':>20}")
     for name, x, f in (("call_one", "call_one", "floor_1"), ("call() to 4", "call_4", "floor_4"),
                        ("call() to 16", "call_16", "floor_16")):
-        r, d = med[f"{x} relayed"], med[f"{x} direct"]
-        print(f"{name:14}{r:>10.1f}{d:>10.1f}{med[f]:>12.1f}{r / med[f]:>8.2f}x{d / med[f]:>7.2f}x")
+        r, d, o = med[f"{x} relayed"], med[f"{x} direct"], med[f"{x} outbound"]
+        print(f"{name:14}{r:>10.1f}{d:>10.1f}{o:>10.1f}{med[f]:>12.1f}{r / med[f]:>8.2f}x{d / med[f]:>7.2f}x"
+              f"{o / r:>19.2f}x")
+    print("worst round, outbound / relayed call_one:",
+          f"{max(o / r for o, r in zip(figures['call_one outbound'], figures['call_one relayed'])):.2f}x")
 
 
 if __name__ == "__main__":

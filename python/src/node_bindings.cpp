@@ -243,6 +243,10 @@ void bind_node_supervision(py::module_& m) {
       .def("reach_back_to", [](Node& n, const std::string& addr) { n.transport().reach_back_to(addr); },
            py::arg("addr"), py::call_guard<py::gil_scoped_release>(),
            "Opens back connections to addr now (a proc whose first message is to this controller).")
+      .def("set_gateway", [](Node& n, const std::string& host_port) { n.transport().set_gateway(host_port); },
+           py::arg("host_port"),
+           "Every TCP connection this node opens from now on goes through the host agent at host_port "
+           "(a controller outside the cluster reaching it through one port); \"\" for none.")
       .def("back_stats", [](const Node& n) {
         auto s = n.transport().back_stats();
         py::dict d;

@@ -62,6 +62,7 @@ void bind_bodies(py::module_& m) {
   bind_body<SpawnActorBody>(m, "SpawnActorBody", "SpawnActor: create one actor of a mesh on a proc.");
   bind_body<ActorRecord>(m, "ActorRecord", "A live actor as its proc describes it.");
   bind_body<RefuseBody>(m, "RefuseBody", "Refuse: why a connection is refused.");
+  bind_body<GatewayBody>(m, "GatewayBody", "Gateway: let a controller's connections through this agent's port to these agents' ports.");
   bind_body<ReadLogBody>(m, "ReadLogBody", "ReadLog: list a log directory of a host agent, or read part of a file.");
   bind_body<LogFileEntry>(m, "LogFileEntry", "One file of a log directory: name and size.");
   bind_body<ReadLogReply>(m, "ReadLogReply", "ReadLog's answer: the files, or the size of the file read (bytes: payload).");

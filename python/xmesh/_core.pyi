@@ -2,7 +2,7 @@
 built module: do not edit by hand."""
 from __future__ import annotations
 import typing
-__all__: list[str] = ['ActorRecord', 'AdoptBody', 'AllocationMeta', 'AllocationStatus', 'AttachBody', 'AttachReply', 'BufferLeaseBody', 'BufferLeaseReply', 'BufferReleaseBody', 'Call', 'CallBody', 'CancelBody', 'ConfigureBody', 'DataPlane', 'DataPlaneStats', 'DebugCommandBody', 'DebugEventBody', 'DumpStacksReply', 'ErrorBody', 'FlushOutputReply', 'Frame', 'Inbox', 'KeyFileError', 'Kind', 'LogBody', 'LogFileEntry', 'LogRouter', 'Message', 'Node', 'NodeStats', 'PeerDeadBody', 'PortCounts', 'PreviousOwner', 'ProcEntry', 'ProcExitedBody', 'ProcInfoBody', 'ProcInfoReply', 'RankMeta', 'RankSelectorError', 'ReadLogBody', 'ReadLogReply', 'RefuseBody', 'ReloadBody', 'ReloadReply', 'SendError', 'Shape', 'SpawnActorBody', 'SpawnProcsBody', 'SpawnProcsReply', 'SpawnRank', 'StatusReply', 'StopProcsBody', 'StopProcsReply', 'SyncReply', 'SyncStepBody', 'TreeWatcher', 'WaitOutcome', 'buffer_info', 'build_id', 'call_on_main_thread', 'check_device_memory', 'curve_available', 'describe_ranks', 'drain_releases', 'enable_stack_dumps', 'ensure_private_dir', 'error_kinds', 'format_bytes', 'group_stacks', 'host_key', 'hostname', 'key_file_cluster_cookie', 'key_file_public_key', 'label_thread', 'layout_controller_dir', 'layout_controller_space', 'layout_cookie_file', 'layout_hostd_log', 'layout_hostd_pid_file', 'layout_hostd_socket', 'layout_log_dir', 'layout_logs_root', 'layout_named_space', 'layout_proc_address', 'layout_procs_meta_file', 'layout_rank_log_file', 'layout_rank_log_of', 'layout_sync_cache_dir', 'layout_workspace_root', 'libxmesh_path', 'name_os_thread', 'output_begin', 'output_end', 'output_mark_now', 'output_tracking_enable', 'parse_log_record', 'parse_thread_dump', 'probe_ibverbs', 'process_status', 'protocol_version', 'random_hex', 'rank_prefix', 'rank_selector_end', 'runtime_dir', 'select_ranks', 'set_main_thread_call', 'set_parent_death_signal', 'signal_name', 'spawn_detached', 'take_wake', 'trace_thread', 'version', 'wake_fd', 'wake_main', 'workspace_push', 'write_new_key_file']
+__all__: list[str] = ['ActorRecord', 'AdoptBody', 'AllocationMeta', 'AllocationStatus', 'AttachBody', 'AttachReply', 'BufferLeaseBody', 'BufferLeaseReply', 'BufferReleaseBody', 'Call', 'CallBody', 'CancelBody', 'ConfigureBody', 'DataPlane', 'DataPlaneStats', 'DebugCommandBody', 'DebugEventBody', 'DumpStacksReply', 'ErrorBody', 'FlushOutputReply', 'Frame', 'GatewayBody', 'Inbox', 'KeyFileError', 'Kind', 'LogBody', 'LogFileEntry', 'LogRouter', 'Message', 'Node', 'NodeStats', 'PeerDeadBody', 'PortCounts', 'PreviousOwner', 'ProcEntry', 'ProcExitedBody', 'ProcInfoBody', 'ProcInfoReply', 'RankMeta', 'RankSelectorError', 'ReadLogBody', 'ReadLogReply', 'RefuseBody', 'ReloadBody', 'ReloadReply', 'SendError', 'Shape', 'SpawnActorBody', 'SpawnProcsBody', 'SpawnProcsReply', 'SpawnRank', 'StatusReply', 'StopProcsBody', 'StopProcsReply', 'SyncReply', 'SyncStepBody', 'TreeWatcher', 'WaitOutcome', 'buffer_info', 'build_id', 'call_on_main_thread', 'check_device_memory', 'curve_available', 'describe_ranks', 'drain_releases', 'enable_stack_dumps', 'ensure_private_dir', 'error_kinds', 'format_bytes', 'group_stacks', 'host_key', 'hostname', 'key_file_cluster_cookie', 'key_file_public_key', 'label_thread', 'layout_controller_dir', 'layout_controller_space', 'layout_cookie_file', 'layout_hostd_log', 'layout_hostd_pid_file', 'layout_hostd_socket', 'layout_log_dir', 'layout_logs_root', 'layout_named_space', 'layout_proc_address', 'layout_procs_meta_file', 'layout_rank_log_file', 'layout_rank_log_of', 'layout_sync_cache_dir', 'layout_workspace_root', 'libxmesh_path', 'name_os_thread', 'output_begin', 'output_end', 'output_mark_now', 'output_tracking_enable', 'parse_log_record', 'parse_thread_dump', 'probe_ibverbs', 'process_status', 'protocol_version', 'random_hex', 'rank_prefix', 'rank_selector_end', 'runtime_dir', 'select_ranks', 'set_main_thread_call', 'set_parent_death_signal', 'signal_name', 'spawn_detached', 'take_wake', 'trace_thread', 'version', 'wake_fd', 'wake_main', 'workspace_push', 'write_new_key_file']
 class SendError(RuntimeError):
     pass
 class KeyFileError(RuntimeError):
@@ -93,6 +93,8 @@ class Kind:
     
       BufferDrop
     
+      Gateway
+    
       RingBroken
     """
     Ack: typing.ClassVar[Kind]
@@ -110,6 +112,7 @@ class Kind:
     DumpStacks: typing.ClassVar[Kind]
     Fault: typing.ClassVar[Kind]
     FlushOutput: typing.ClassVar[Kind]
+    Gateway: typing.ClassVar[Kind]
     Goodbye: typing.ClassVar[Kind]
     Heartbeat: typing.ClassVar[Kind]
     HeartbeatAck: typing.ClassVar[Kind]
@@ -998,6 +1001,29 @@ class RefuseBody:
         ...
     @property
     def reason(self) -> typing.Any:
+        ...
+class GatewayBody:
+    """
+    Gateway: let a controller's connections through this agent's port to these agents' ports.
+    """
+    __hash__: typing.ClassVar[None] = None
+    @staticmethod
+    def from_dict(d: typing.Any) -> GatewayBody:
+        """
+        Reads a body as it came off the wire (ValueError naming a bad field).
+        """
+    def __eq__(self, arg0: GatewayBody) -> bool:
+        ...
+    def __init__(self, **kwargs) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def to_dict(self) -> typing.Any:
+        """
+        The body as it goes on the wire.
+        """
+    @property
+    def agents(self) -> typing.Any:
         ...
 class ReadLogBody:
     """
@@ -2039,6 +2065,10 @@ class Node:
     def set_default_cookie(self, arg0: str) -> None:
         """
         The cookie to present to a node no cookie was set for.
+        """
+    def set_gateway(self, host_port: str) -> None:
+        """
+        Every TCP connection this node opens from now on goes through the host agent at host_port (a controller outside the cluster reaching it through one port); "" for none.
         """
     def set_peer_cookie(self, arg0: str, arg1: str) -> None:
         """

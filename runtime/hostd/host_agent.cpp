@@ -254,9 +254,30 @@ void HostAgent::handle(Message m) {
     case Kind::ReadLog:
       read_log(m);
       return;
+    case Kind::Gateway:
+      be_gateway(m);
+      return;
     default:
       return reply_error(m, std::string("the host agent does not handle '") + kind_name(m.header.kind) + "' messages");
   }
+}
+
+// A controller outside the cluster (an authenticated key holder, as every sender here) reaches
+// the other agents through this one's port: their addresses are let through the PortMux.
+void HostAgent::be_gateway(const Message& m) {
+  GatewayBody body;
+  if (!read_request(m, body)) return;
+  if (!mux_) return reply_error(m, "this host agent has no TCP port (--listen) to be a gateway on");
+  for (auto& a : body.agents) {
+    try {
+      TcpEndpoint e = TcpEndpoint::parse(a);
+      if (e.behind || e.port == 0) throw std::invalid_argument("not an agent's host:port");
+      mux_->allow_remote(e.host, e.port);
+    } catch (const std::exception& e) {
+      return reply_error(m, "cannot be a gateway to " + a + ": " + e.what());
+    }
+  }
+  node_->reply(m, true, json::object(), {});
 }
 
 // One step of a workspace sync from an authenticated controller (the node dropped anything

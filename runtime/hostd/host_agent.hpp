@@ -177,6 +177,7 @@ class HostAgent {
   void reply_error(const Message& m, const std::string& text);
   void sync_step(Message& m);
   void read_log(const Message& m);
+  void be_gateway(const Message& m);  // Gateway: let a controller through to other agents' ports
   // Workspace spaces (layout.hpp): one per allocation owner, removed once nobody used them
   // for workspace_keep_ms, and all at exit.
   std::string space_for(const Message& m, const std::string& alloc_name);

@@ -113,6 +113,19 @@ struct StopProcsBody {
 };
 XMESH_BODY_JSON(StopProcsBody)
 
+// Gateway (controller -> agent): a controller outside the cluster reaches the other agents'
+// ports through this agent's (socks_route.hpp): their "host:port" addresses, resolved here.
+struct GatewayBody {
+  static constexpr const char* what = "Gateway";
+  static constexpr Kind kind = Kind::Gateway;  // the message it is the body of
+  std::vector<std::string> agents;
+  template <class F>
+  static void fields(F&& f) {
+    f("agents", &GatewayBody::agents, Need::Required);
+  }
+};
+XMESH_BODY_JSON(GatewayBody)
+
 struct StopProcsReply {
   static constexpr const char* what = "StopProcs reply";
   std::string alloc, name;

@@ -61,15 +61,6 @@ bool ended(int fd) {
 }
 }  // namespace
 
-std::string back_socks_request(int port) {
-  const size_t n = std::strlen(kBackSocksName);
-  std::string r = {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, static_cast<char>(n)};
-  r.append(kBackSocksName, n);
-  r.push_back(static_cast<char>((port >> 8) & 0xff));
-  r.push_back(static_cast<char>(port & 0xff));
-  return r;
-}
-
 std::string back_preamble(const std::string& token, const std::string& controller_addr) {
   std::string p(kBackMagic, sizeof kBackMagic);
   p += token;
@@ -113,7 +104,7 @@ BackDialer::BackDialer(std::string token, std::string self_addr, TcpEndpoint rou
 
 BackDialer::~BackDialer() { stop(); }
 
-void BackDialer::reach(const std::string& addr) {
+void BackDialer::reach(const std::string& addr, const std::string& gateway) {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (by_addr_.count(addr)) return;
@@ -121,8 +112,8 @@ void BackDialer::reach(const std::string& addr) {
   TcpEndpoint e = TcpEndpoint::parse(addr);  // throws std::invalid_argument naming what is wrong
   Target t;
   t.addr = addr;
-  t.port = e.behind;
-  resolve(e.host, e.port, &t.agent, &t.agent_len);
+  t.route = socks_route(gateway, e, SocksHop{kBackSocksName, e.behind});
+  resolve(t.route.host, t.route.port, &t.agent, &t.agent_len);
   std::lock_guard<std::mutex> g(mu_);
   if (by_addr_.count(addr)) return;
   const uint64_t key = next_key_++;
@@ -140,20 +131,24 @@ void BackDialer::forget(const std::string& addr) {
   wake();
 }
 
-bool BackDialer::reaching(const std::string& addr) const {
-  std::lock_guard<std::mutex> g(mu_);
-  return by_addr_.count(addr) > 0;
-}
-
 BackDialer::Stats BackDialer::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   return stats_;
 }
 
-std::string BackDialer::last_failure(const std::string& addr) const {
+std::string BackDialer::describe(const std::string& addr) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = by_addr_.find(addr);
-  return it == by_addr_.end() ? "" : targets_.at(it->second).failure;
+  if (it == by_addr_.end()) return "";
+  const Target& t = targets_.at(it->second);
+  const std::string via = t.route.hops.size() > 1 ? " through the gateway at " + t.route.host + ":" +
+                                                        std::to_string(t.route.port)
+                                                  : "";
+  if (!t.failure.empty()) return "back connections to it" + via + " fail (" + t.failure + ")";
+  if (t.ready > 0 || t.used > 0)
+    return std::to_string(t.ready) + " spare back connection" + (t.ready == 1 ? "" : "s") + " to it" + via +
+           " ready, " + std::to_string(t.used) + " used";
+  return "no back connection to it" + via + " got through yet (" + std::to_string(t.spares) + " connecting)";
 }
 
 void BackDialer::on_wake() { top_up(); }
@@ -186,7 +181,7 @@ void BackDialer::top_up() {
       Conn& c = add_conn(fd, EPOLLOUT);
       c.state = kConnecting;
       c.route = key;
-      c.target_port = t.port;
+      c.pending[kTarget] = t.route.requests() + back_preamble(token_, self_addr_);  // sent once connected
       ++t.spares;
       ++stats_.opened;
     }
@@ -215,7 +210,8 @@ bool BackDialer::connected(Conn& c) {
     failed(c, std::string("cannot connect: ") + std::strerror(err));
     return false;
   }
-  std::string ask = back_socks_request(c.target_port) + back_preamble(token_, self_addr_);
+  std::string ask = std::move(c.pending[kTarget]);
+  c.pending[kTarget].clear();
   if (!write_some(c.fd[kClient], ask) || !ask.empty()) {
     failed(c, "the connection closed at once");
     return false;
@@ -234,18 +230,26 @@ bool BackDialer::read_reply(Conn& c) {
     return false;
   }
   c.head.append(buf, static_cast<size_t>(n));
-  if (auto problem = socks5_reply_problem(c.head, c.target_port); !problem.empty()) {
-    failed(c, c.target_port ? problem + ": the proc is gone or not started yet" : problem);
+  SocksRoute route;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = targets_.find(c.route);
+    if (it == targets_.end()) return false;  // forgotten meanwhile
+    route = it->second.route;
+  }
+  if (auto problem = route.reply_problem(c.head); !problem.empty()) {
+    failed(c, route.hops.back().port ? problem + ": the proc is gone or not started yet" : problem);
     return false;
   }
-  if (c.head.size() < kSocks5ReplyBytes) return true;
-  c.head.erase(0, kSocks5ReplyBytes);
+  if (c.head.size() < route.reply_bytes()) return true;
+  c.head.erase(0, route.reply_bytes());
   c.state = kSpare;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (auto it = targets_.find(c.route); it != targets_.end()) {
       it->second.backoff_ms = 0;
       it->second.failure.clear();
+      ++it->second.ready;
     }
   }
   return c.head.empty() || read_tag(c);
@@ -299,6 +303,7 @@ void BackDialer::failed(Conn& c, const std::string& why) {
     if (it == targets_.end()) return;
     Target& t = it->second;
     --t.spares;
+    if (c.state == kSpare) --t.ready;
     t.failure = why;
     t.backoff_ms = t.backoff_ms ? std::min(kMaxBackoffMs, t.backoff_ms * 2) : kFirstBackoffMs;
     t.retry_at = now_ms() + t.backoff_ms;
@@ -310,7 +315,11 @@ void BackDialer::used(Conn& c, bool lane) {
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = targets_.find(c.route);
-    if (it != targets_.end()) --it->second.spares;
+    if (it != targets_.end()) {
+      --it->second.spares;
+      --it->second.ready;
+      ++it->second.used;
+    }
     ++(lane ? stats_.lanes : stats_.zmtp);
   }
   c.route = 0;

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "socks_route.hpp"
 #include "splice.hpp"
 #include "tcp_endpoint.hpp"
 #include "unique_fd.hpp"
@@ -45,9 +46,6 @@ constexpr char kBackTagZmtp = 'Z', kBackTagLane = 'L';
 // node: 0 the agent itself, else the loopback port of one of its procs.
 constexpr const char* kBackSocksName = "xmesh-back";
 
-// The SOCKS5 greeting and CONNECT for a back connection to `port` ("xmesh-back", no
-// authentication), sent together; the agent answers kSocks5ReplyBytes (tcp_lane.hpp).
-std::string back_socks_request(int port);
 // The preamble a back connection starts with (after the SOCKS5 request).
 std::string back_preamble(const std::string& token, const std::string& controller_addr);
 // A preamble read from the front of `bytes`: complete (its parts set, *used its length), not yet
@@ -68,26 +66,28 @@ class BackDialer : private SpliceLoop {
   BackDialer(std::string token, std::string self_addr, TcpEndpoint router, LaneAdopter adopt_lane);
   ~BackDialer() override;
   // Keeps spare connections open to addr (a host agent, tcp://host:port, or a proc behind one,
-  // tcp://host:port/N) until forgotten. Throws std::invalid_argument for an address it cannot
-  // reach back (not TCP, or a proc with a port of its own), std::runtime_error when its host does
-  // not resolve.
-  void reach(const std::string& addr);
+  // tcp://host:port/N) until forgotten, through `gateway` ("host:port", socks_route.hpp; "":
+  // directly). Throws std::invalid_argument for an address that does not parse,
+  // std::runtime_error when the host it connects to does not resolve.
+  void reach(const std::string& addr, const std::string& gateway = "");
   void forget(const std::string& addr);
-  bool reaching(const std::string& addr) const;
   struct Stats {
     uint64_t opened = 0, zmtp = 0, lanes = 0, failed = 0;
   };
   Stats stats() const;
-  // Why the connections to addr failed last ("" when none did or addr is not reached).
-  std::string last_failure(const std::string& addr) const;
+  // How the back connections to addr stand, in words, for a node that does not answer ("" when
+  // addr is not reached back): spares ready, none through yet (still connecting), or why they fail.
+  std::string describe(const std::string& addr) const;
 
  private:
   struct Target {
     std::string addr;
     sockaddr_storage agent{};
     socklen_t agent_len = 0;
-    int port = 0;  // the SOCKS5 port: 0 the agent, else the proc's loopback port
+    SocksRoute route;  // to the agent's PortMux (through a gateway's), then "xmesh-back" at the node's port
     int spares = 0;        // connections open and not used yet (connecting included)
+    int ready = 0;         // of them, those its agent said yes to
+    uint64_t used = 0;     // taken by the node so far
     int64_t backoff_ms = 0, retry_at = 0;
     std::string failure;
   };

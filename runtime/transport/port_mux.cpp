@@ -1,5 +1,7 @@
 #include "port_mux.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -57,6 +59,39 @@ void PortMux::allow(int port, const std::string& handover) {
 void PortMux::allow_back(int port, const std::string& handover) {
   std::lock_guard<std::mutex> g(mu_);
   back_[port] = handover;
+}
+
+void PortMux::allow_remote(const std::string& host, int port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0 || !found) throw std::runtime_error("cannot resolve " + host + " here: " + gai_strerror(rc));
+  Remote r;
+  r.name = host;
+  r.port = port;
+  std::memcpy(&r.addr, found->ai_addr, found->ai_addrlen);
+  r.len = found->ai_addrlen;
+  freeaddrinfo(found);
+  char numeric[NI_MAXHOST] = {};
+  getnameinfo(reinterpret_cast<sockaddr*>(&r.addr), r.len, numeric, sizeof numeric, nullptr, 0, NI_NUMERICHOST);
+  r.numeric = numeric;
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& known : remotes_)
+    if (known.name == r.name && known.port == port) {
+      known = r;
+      return;
+    }
+  remotes_.push_back(r);
+}
+
+bool PortMux::remote_allowed(const std::string& name, int port, Remote* out) const {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& r : remotes_)
+    if (r.port == port && (r.name == name || r.numeric == name)) {
+      *out = r;
+      return true;
+    }
+  return false;
 }
 
 void PortMux::forbid(int port) {
@@ -208,7 +243,19 @@ bool PortMux::socks_request(Conn& c) {
   }
   const bool loopback = atyp == 1 ? static_cast<uint8_t>(h[4]) == 127 : (name == "localhost" || name == "127.0.0.1");
   std::string handover;
-  if (!loopback || !allowed(port, &handover)) return refuse(c, kSocksNotAllowed);
+  char dotted[INET_ADDRSTRLEN] = {};
+  if (atyp == 1) inet_ntop(AF_INET, h.data() + 4, dotted, sizeof dotted);
+  Remote to;
+  if (remote_allowed(atyp == 1 ? std::string(dotted) : name, port, &to)) {  // another agent, as a gateway
+    c.route = 1;
+    c.head.erase(0, need);
+    c.pending[kTarget] = std::move(c.head);  // what follows (the next hop's request) goes on
+    c.head.clear();
+    count(&Stats::relayed_to_remote);
+    return connect_remote(c, to);
+  }
+  if (!loopback) return refuse(c, kSocksNotAllowed);
+  if (!allowed(port, &handover)) return refuse(c, kSocksNotAllowed);
   c.route = 1;                            // a SOCKS client: answered once the proc is reached
   c.target_port = port;
   c.head.erase(0, need);                  // what is left: anything it sent after its request
@@ -268,6 +315,19 @@ bool PortMux::connect_target(Conn& c, int port) {
   c.state = kConnecting;
   set_interest(c, kClient, 0);
   add_target(c, fd.release(), EPOLLOUT);  // the connection's now (closed with it)
+  return true;
+}
+
+bool PortMux::connect_remote(Conn& c, const Remote& to) {
+  c.target_port = to.port;
+  unique_fd fd(::socket(to.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return refuse(c, kSocksFailure);
+  set_no_delay(fd.get());
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to.addr), to.len) != 0 && errno != EINPROGRESS)
+    return refuse(c, kSocksRefused);
+  c.state = kConnecting;
+  set_interest(c, kClient, 0);
+  add_target(c, fd.release(), EPOLLOUT);
   return true;
 }
 

@@ -28,6 +28,9 @@
 #include <mutex>
 #include <map>
 #include <string>
+#include <vector>
+
+#include <sys/socket.h>
 
 #include "unique_fd.hpp"
 #include "splice.hpp"
@@ -52,6 +55,12 @@ class PortMux : private SpliceLoop {
   // proc at this loopback port are handed over to it at `handover` (its lane listener's socket).
   void allow_back(int port, const std::string& handover);
   void forbid(int port);  // both
+  // A gateway (socks_route.hpp): a SOCKS5 CONNECT naming host:port (by this name, or its address
+  // as resolved now) is relayed to that address, for a controller outside the cluster that reaches
+  // the other agents' ports through this one. Only agents' addresses its controllers name over
+  // their authenticated link are let through (never an open proxy). Throws std::runtime_error
+  // when host does not resolve here.
+  void allow_remote(const std::string& host, int port);
   // Who takes the back connections naming port 0, this agent's own (before start()).
   using BackAdopter = std::function<void(unique_fd fd, std::string early)>;
   void set_back_adopter(BackAdopter adopter) { back_adopter_ = std::move(adopter); }
@@ -59,6 +68,7 @@ class PortMux : private SpliceLoop {
   struct Stats {
     uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
     uint64_t back = 0;  // a controller's back connections taken (for this agent or handed to a proc)
+    uint64_t relayed_to_remote = 0;  // as a gateway: to another agent's port
     uint64_t evicted = 0;  // not authenticated yet, closed to make room for newer ones
     uint64_t event_wakes = 0;  // the relay thread's wake-ups for socket events
   };
@@ -78,6 +88,15 @@ class PortMux : private SpliceLoop {
   bool allowed(int port, std::string* handover = nullptr) const;
   bool hand_over(Conn& c, const std::string& handover);
   bool back_connection(Conn& c, int port);  // a CONNECT to "xmesh-back": the agent's or a proc's
+  // A CONNECT to another host: the address allow_remote let through for it, if any.
+  struct Remote {
+    std::string name, numeric;
+    int port = 0;
+    sockaddr_storage addr{};
+    socklen_t len = 0;
+  };
+  bool remote_allowed(const std::string& name, int port, Remote* out) const;
+  bool connect_remote(Conn& c, const Remote& to);
   void count(uint64_t Stats::*counter);
   // Closes the oldest connections still saying what they are while more than the bound wait.
   void bound_preambles();
@@ -95,6 +114,7 @@ class PortMux : private SpliceLoop {
   std::map<int, std::string> allowed_;  // port: its hand-over socket, or ""
   std::map<int, std::string> back_;     // a proc's port: where its back connections are handed over
   BackAdopter back_adopter_;
+  std::vector<Remote> remotes_;  // under mu_
   Stats stats_;
   size_t max_preambles_, max_handshakes_;
   std::deque<std::pair<uint64_t, int64_t>> handshaking_;  // (conn id, spliced at) to the agent, oldest first

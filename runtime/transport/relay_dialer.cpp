@@ -16,15 +16,6 @@ namespace xmesh {
 
 namespace {
 constexpr int64_t kFirstBackoffMs = 10, kMaxBackoffMs = 200;  // as the node's DEALERs reconnect
-constexpr size_t kReplyBytes = 2 + 10;  // the method choice, then a reply with an IPv4 address
-
-// The SOCKS5 greeting (no authentication) and a CONNECT to 127.0.0.1:port, sent together.
-std::string socks_connect(int port) {
-  std::string r = {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x01, 127, 0, 0, 1};
-  r.push_back(static_cast<char>((port >> 8) & 0xff));
-  r.push_back(static_cast<char>(port & 0xff));
-  return r;
-}
 }  // namespace
 
 RelayDialer::RelayDialer() {
@@ -38,21 +29,19 @@ RelayDialer::~RelayDialer() {
   for (int fd : retired_fds_) ::close(fd);
 }
 
-std::string RelayDialer::local_endpoint(const std::string& addr) {
+std::string RelayDialer::local_endpoint(const std::string& addr, const SocksRoute& route) {
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = by_addr_.find(addr);
     if (it != by_addr_.end()) return routes_[it->second].endpoint;
   }
-  TcpEndpoint e = TcpEndpoint::parse(addr);
-  if (!e.behind) throw std::invalid_argument("'" + addr + "' is not behind a host agent (tcp://host:port/N)");
   Route r;
   r.addr = addr;
-  r.behind = e.behind;
+  r.route = route;
   addrinfo hints{}, *found = nullptr;
   hints.ai_socktype = SOCK_STREAM;
-  int rc = getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &found);
-  if (rc != 0 || !found) throw std::runtime_error("cannot resolve " + e.host + ": " + gai_strerror(rc));
+  int rc = getaddrinfo(route.host.c_str(), std::to_string(route.port).c_str(), &hints, &found);
+  if (rc != 0 || !found) throw std::runtime_error("cannot resolve " + route.host + ": " + gai_strerror(rc));
   std::copy_n(reinterpret_cast<const char*>(found->ai_addr), found->ai_addrlen, reinterpret_cast<char*>(&r.agent));
   r.agent_len = found->ai_addrlen;
   freeaddrinfo(found);
@@ -112,7 +101,7 @@ void RelayDialer::connect_upstream(Conn& c) {
     if (it == routes_.end()) return back_off(c);  // forgotten: its node closes the connection soon
     agent = it->second.agent;
     len = it->second.agent_len;
-    c.target_port = it->second.behind;
+    c.head = it->second.route.requests();  // sent once connected; the replies are read into head then
   }
   int fd = ::socket(agent.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return back_off(c);
@@ -136,7 +125,8 @@ bool RelayDialer::upstream_connected(Conn& c) {
   int err = 0;
   socklen_t len = sizeof err;
   getsockopt(c.fd[kTarget], SOL_SOCKET, SO_ERROR, &err, &len);
-  std::string ask = socks_connect(c.target_port);
+  std::string ask = std::move(c.head);
+  c.head.clear();
   if (err != 0 || !write_some(c.fd[kTarget], ask) || !ask.empty()) {
     back_off(c);
     return true;
@@ -155,15 +145,22 @@ bool RelayDialer::read_reply(Conn& c) {
     return true;
   }
   c.head.append(buf, static_cast<size_t>(n));
-  const std::string& h = c.head;
-  const bool bad_choice = h.size() >= 2 && (h[0] != 0x05 || h[1] != 0x00);
-  const bool refused = h.size() >= 4 && (h[2] != 0x05 || h[3] != 0x00);  // the proc does not listen (yet)
-  if (bad_choice || refused) {
+  SocksRoute route;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = routes_.find(c.route);
+    if (it == routes_.end()) {
+      back_off(c);
+      return true;
+    }
+    route = it->second.route;
+  }
+  if (!route.reply_problem(c.head).empty()) {  // the proc does not listen (yet), or a hop refused
     back_off(c);
     return true;
   }
-  if (h.size() < kReplyBytes) return true;
-  c.pending[kClient] = h.substr(kReplyBytes);  // the proc's first bytes, if they came along
+  if (c.head.size() < route.reply_bytes()) return true;
+  c.pending[kClient] = c.head.substr(route.reply_bytes());  // the node's first bytes, if they came along
   c.head.clear();
   c.backoff_ms = 0;
   return splice(c);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "socks_route.hpp"
 #include "splice.hpp"
 
 namespace xmesh {
@@ -27,9 +28,10 @@ class RelayDialer : private SpliceLoop {
   RelayDialer();
   ~RelayDialer() override;
   // The loopback endpoint ("tcp://127.0.0.1:L") a socket connects to in order to reach addr
-  // (tcp://host:port/N); the same for the same addr. Throws std::invalid_argument for a malformed
-  // address, std::runtime_error when host does not resolve or no listener can be made.
-  std::string local_endpoint(const std::string& addr);
+  // (tcp://host:port/N, or any TCP address through a gateway) along `route`; the same for the
+  // same addr. Throws std::runtime_error when the route's host does not resolve or no listener
+  // can be made.
+  std::string local_endpoint(const std::string& addr, const SocksRoute& route);
   // Nothing more goes to addr: its listener and connections close.
   void forget(const std::string& addr);
 
@@ -37,9 +39,9 @@ class RelayDialer : private SpliceLoop {
   struct Route {
     std::string addr;
     int listen_fd = -1;
-    sockaddr_storage agent{};  // host:port, resolved
+    sockaddr_storage agent{};  // the route's host:port, resolved
     socklen_t agent_len = 0;
-    int behind = 0;
+    SocksRoute route;
     std::string endpoint;
   };
   enum State { kConnecting, kAwaitingReply, kBackoff };

@@ -88,22 +88,6 @@ LaneSecret make_lane_secret() {
   return LaneSecret{random_bytes(kLaneKeyBytes), token};
 }
 
-std::string socks5_connect_request(int port) {
-  std::string out("\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01", 11);
-  out.push_back(static_cast<char>(port >> 8));
-  out.push_back(static_cast<char>(port & 0xff));
-  return out;
-}
-
-std::string socks5_reply_problem(const std::string& reply, int port) {
-  if (reply.size() >= 2 && reply.compare(0, 2, "\x05\x00", 2) != 0)
-    return "the host agent refused SOCKS5 without authentication";
-  if (reply.size() >= 4 && reply[3] != 0)  // the CONNECT's answer: 0 is yes
-    return "the host agent refused to reach port " + std::to_string(port) + " (SOCKS5 reply " +
-           std::to_string(static_cast<uint8_t>(reply[3])) + ")";
-  return "";
-}
-
 // ---- sealing --------------------------------------------------------------------------------
 LaneSealer::LaneSealer(std::string key) : key_(std::move(key)) {
   need_sodium();
@@ -246,10 +230,10 @@ LaneOpener::Got LaneOpener::start_message(Message* out, std::string* error, uint
 }
 
 // ---- the writer's socket -----------------------------------------------------------------------
-LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secret, int via)
-    : peer_(host + ":" + std::to_string(port) + (via ? "/" + std::to_string(via) : "")), sealer_(secret.key), via_(via) {
+LaneWriter::LaneWriter(const SocksRoute& route, const LaneSecret& secret)
+    : peer_(route.describe()), sealer_(secret.key), route_(route) {
   if (secret.token.size() != kLaneTokenBytes) throw std::invalid_argument("a lane token is 16 bytes");
-  addrinfo* res = resolve(host, port, false);
+  addrinfo* res = resolve(route.host, route.port, false);
   fd_.reset(socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd_) {
     int e = errno;
@@ -261,7 +245,7 @@ LaneWriter::LaneWriter(const std::string& host, int port, const LaneSecret& secr
   int e = errno;
   freeaddrinfo(res);
   if (rc != 0 && e != EINPROGRESS) fail("connecting to " + peer_ + ": " + errno_text(e));
-  if (via_ > 0 && via_ < 65536) out_ = socks5_connect_request(via_);  // the token follows
+  out_ = route_.requests();  // the token follows
   out_ += secret.token;  // first on the connection (after a SOCKS request), before any record
 }
 
@@ -301,7 +285,7 @@ LaneWriter::State LaneWriter::state() {
     fail("connecting: " + errno_text(err));
     return state_;
   }
-  state_ = via_ ? State::socks : State::up;
+  state_ = route_.hops.empty() ? State::up : State::socks;
   send_some();  // the token (and the SOCKS request before it)
   if (state_ == State::socks) read_socks_reply();
   return state_;
@@ -310,13 +294,13 @@ LaneWriter::State LaneWriter::state() {
 void LaneWriter::read_socks_reply() {
   if (!send_some()) return;
   char buf[16];
-  while (socks_reply_.size() < kSocks5ReplyBytes) {
-    ssize_t n = ::recv(fd_.get(), buf, kSocks5ReplyBytes - socks_reply_.size(), MSG_DONTWAIT);
+  while (socks_reply_.size() < route_.reply_bytes()) {
+    ssize_t n = ::recv(fd_.get(), buf, std::min(sizeof buf, route_.reply_bytes() - socks_reply_.size()), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) return fail("the host agent closed the connection (is the proc's lane port allowed?)");
     socks_reply_.append(buf, static_cast<size_t>(n));
-    const std::string problem = socks5_reply_problem(socks_reply_, via_);
+    const std::string problem = route_.reply_problem(socks_reply_);
     if (!problem.empty()) return fail(problem);
   }
   state_ = State::up;

@@ -28,6 +28,7 @@
 
 #include <zmq.hpp>
 
+#include "socks_route.hpp"
 #include "unique_fd.hpp"
 #include "wire.hpp"
 
@@ -95,14 +96,6 @@ class LaneOpener {
   std::string broken_;     // why, once broken
 };
 
-// SOCKS5 through a host agent's PortMux (port_mux.hpp), the way lanes and data-plane streams
-// reach a proc behind it: the greeting and a CONNECT to 127.0.0.1:port, sent at once (no
-// authentication); the agent answers kSocks5ReplyBytes (its greeting answer, then CONNECT's).
-std::string socks5_connect_request(int port);
-constexpr size_t kSocks5ReplyBytes = 12;
-// What the agent answered so far (complete or not): "" while nothing is wrong, else why not.
-std::string socks5_reply_problem(const std::string& reply, int port);
-
 // The first bytes of a data-plane stream (buffer_stream.hpp): a lane listener that reads them
 // instead of a lane token hands the connection to its stream adopter. Lane tokens never start so.
 constexpr char kStreamMagic[4] = {'X', 'M', 'D', 'S'};
@@ -111,10 +104,14 @@ constexpr char kStreamMagic[4] = {'X', 'M', 'D', 'S'};
 // thread at a time (the transport holds its peer's lock).
 class LaneWriter {
  public:
-  // host: a name or a numeric address; throws naming why when no socket can be made for it.
-  // via (not 0): host:port is a host agent's PortMux (port_mux.hpp), asked with SOCKS5 for its
-  // proc's loopback port `via` before the token; the lane is up once it said yes.
-  LaneWriter(const std::string& host, int port, const LaneSecret& secret, int via = 0);
+  // route: where the connection goes and the PortMuxes asked with SOCKS5 on the way (a gateway's,
+  // the proc's agent's for its loopback lane port) before the token; the lane is up once they
+  // all said yes. Throws naming why when no socket can be made for its host.
+  LaneWriter(const SocksRoute& route, const LaneSecret& secret);
+  // host:port directly; via (not 0): host:port is a host agent's PortMux, asked for its proc's
+  // loopback port `via`.
+  LaneWriter(const std::string& host, int port, const LaneSecret& secret, int via = 0)
+      : LaneWriter(socks_route("", TcpEndpoint{host, port, via}), secret) {}
   // Over a connection made already (a back connection a controller opened, back_links.hpp): up at
   // once, the token first. peer: the reader's name, for errors.
   LaneWriter(unique_fd connected, const std::string& peer, const LaneSecret& secret);
@@ -150,8 +147,8 @@ class LaneWriter {
   LaneSealer sealer_;
   std::string out_;
   size_t out_at_ = 0;
-  int via_ = 0;
-  std::string socks_reply_;  // what the agent answered so far (12 bytes: greeting and CONNECT)
+  SocksRoute route_;
+  std::string socks_reply_;  // what the PortMuxes answered so far (12 bytes each: greeting and CONNECT)
   State state_ = State::connecting;
   std::string error_;
 };

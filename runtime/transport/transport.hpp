@@ -14,7 +14,9 @@
 // dialer, made once); the Cookies' own lock (cookies.hpp), innermost of all, nothing taken under
 // it. `mu_` may be taken while a peer's `mu` or `lanes_mu_` is held (a Hello reads the tables; a
 // lane's message looks up its inbound peer), never the other way round. A peer's `mu` and `lanes_mu_` are never held together, nor two peers' at once;
-// `dialer_mu_` is held only to make or read the dialer. The I/O thread never waits for a
+// `dialer_mu_` is held only to make or read the dialer; `back_mu_` (the back dialer and pool,
+// transport_back.cpp) and `gateway_mu_` are taken under mu_ or a peer's `mu`, nothing under them
+// but the dialer's or pool's own lock. The I/O thread never waits for a
 // peer's `mu` (try_lock: a peer busy in a send is left to its sender).
 //
 // A TCP link can lose its connection (a cut link, a reset, ZMTP heartbeats timing out) and
@@ -266,6 +268,14 @@ class Transport {
   std::string back_token_for(const std::string& addr) const;  // hex; "" when addr is dialled
   // A back connection that arrived another way (a host agent's PortMux), with what was read of it.
   void adopt_back_connection(unique_fd fd, std::string early);
+  // A controller outside the cluster that reaches its agents' ports through one of them
+  // ("host:port", a gateway: socks_route.hpp; "" none): every TCP connection it opens from now on
+  // (its DEALERs, lanes, back connections) goes through that agent's PortMux, except to the
+  // gateway itself. Throws std::invalid_argument for an address that does not parse.
+  void set_gateway(const std::string& host_port);
+  std::string gateway() const;
+  // The gateway for a connection to addr: "" when addr is not TCP or is the gateway itself.
+  std::string gateway_for(const std::string& addr) const;
   struct BackStats {
     BackDialer::Stats dialer;
     BackPool::Stats pool;
@@ -542,6 +552,9 @@ class Transport {
   std::unique_ptr<BackPool> back_pool_;
   std::atomic<bool> has_back_pool_{false};
   std::vector<std::weak_ptr<OutPeer>> reroutes_;  // under mu_: left to the I/O thread
+  // Its own lock (innermost): read while dialling, under mu_ or a peer's mu.
+  mutable std::mutex gateway_mu_;
+  std::string gateway_;
   // Counted without the lock (the send path takes only its peer's mutex).
   struct Counters {
     std::atomic<uint64_t> sent{0}, received{0}, rejected{0}, malformed{0}, gaps{0}, duplicates{0}, evicted{0},

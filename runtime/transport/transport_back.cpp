@@ -36,7 +36,28 @@ BackDialer* Transport::back_dialer() const {
 
 void Transport::reach_back_to(const std::string& addr) {
   if (!is_tcp(addr)) return;
-  if (BackDialer* d = back_dialer()) d->reach(addr);
+  if (BackDialer* d = back_dialer()) d->reach(addr, gateway_for(addr));
+}
+
+void Transport::set_gateway(const std::string& host_port) {
+  if (!host_port.empty()) {
+    TcpEndpoint e = TcpEndpoint::parse(host_port);  // throws naming what is wrong
+    if (e.behind || e.port == 0) throw std::invalid_argument("a gateway is a host agent's host:port, not " + host_port);
+  }
+  std::lock_guard<std::mutex> g(gateway_mu_);
+  gateway_ = host_port;
+}
+
+std::string Transport::gateway() const {
+  std::lock_guard<std::mutex> g(gateway_mu_);
+  return gateway_;
+}
+
+std::string Transport::gateway_for(const std::string& addr) const {
+  const std::string gw = gateway();
+  if (gw.empty() || !is_tcp(addr)) return "";
+  TcpEndpoint to = TcpEndpoint::parse(addr), via = TcpEndpoint::parse(gw);
+  return to.host == via.host && to.port == via.port && !to.behind ? "" : gw;
 }
 
 BackPool& Transport::back_pool() {

@@ -103,7 +103,7 @@ constexpr LinkSpec kLaneSpec{"TCP lane", Kind::LaneAsk, Kind::LaneOffer, Kind::L
 // The writer's end of one lane.
 class LaneLink final : public LinkWriter {
  public:
-  LaneLink(const std::string& host, int port, const LaneSecret& secret, int via) : lane_(host, port, secret, via) {}
+  LaneLink(const SocksRoute& route, const LaneSecret& secret) : lane_(route, secret) {}
   // Over a back connection its reader opened (back_links.hpp).
   LaneLink(unique_fd back, const std::string& reader, const LaneSecret& secret) : lane_(std::move(back), reader, secret) {}
   bool ready(std::string* failed) override {
@@ -173,8 +173,8 @@ class Transport::LaneKind final : public LinkKind {
       return std::make_shared<LaneLink>(std::move(back), from, secret);
     }
     try {
-      return std::make_shared<LaneLink>(offer->host, static_cast<int>(offer->port), secret,
-                                        static_cast<int>(offer->via));
+      TcpEndpoint reader{offer->host, static_cast<int>(offer->port), static_cast<int>(offer->via)};
+      return std::make_shared<LaneLink>(socks_route(t_.gateway_for(from), reader), secret);
     } catch (const std::exception& e) {
       *why = e.what();
       return nullptr;

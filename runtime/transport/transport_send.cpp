@@ -334,10 +334,8 @@ std::string Transport::link_report(const std::string& addr) const {
     report += "; " + std::string(kAllAcknowledged);
   if (p->via_back) report += "; reached through the connections it opens for this node";
   g.unlock();
-  if (BackDialer* d = back_dialer(); d && d->reaching(addr)) {
-    std::string failure = d->last_failure(addr);
-    report += failure.empty() ? "; back connections to it are open"
-                              : "; back connections to it fail (" + failure + ")";
+  if (BackDialer* d = back_dialer()) {
+    if (std::string back = d->describe(addr); !back.empty()) report += "; " + back;
   }
   return report;
 }
@@ -403,14 +401,16 @@ void Transport::check_size(const std::vector<zmq::message_t>& frames) const {
 }
 
 void Transport::dial(zmq::socket_t& s, const std::string& addr) {
-  if (!is_relayed(addr)) return s.connect(addr);
+  const std::string gateway = gateway_for(addr);
+  if (gateway.empty() && !is_relayed(addr)) return s.connect(addr);
+  const SocksRoute route = socks_route(gateway, TcpEndpoint::parse(addr));
   RelayDialer* dialer;
   {
     std::lock_guard<std::mutex> g(dialer_mu_);
     if (!dialer_) dialer_ = std::make_unique<RelayDialer>();
     dialer = dialer_.get();
   }
-  s.connect(dialer->local_endpoint(addr));
+  s.connect(dialer->local_endpoint(addr, route));
 }
 
 void Transport::present_to(zmq::socket_t& dealer, const std::string& addr, const std::string& cookie) {

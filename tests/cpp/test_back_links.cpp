@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -71,6 +72,7 @@ TEST_CASE("a controller its agent cannot connect to is answered over the connect
     CHECK(agent.mux.stats().back >= 2);  // and a spare waits beside it
     CHECK_THAT(agent.node.transport().link_report(controller.addr()),
                Catch::Contains("reached through the connections it opens for this node"));
+    CHECK_THAT(controller.transport().link_report(agent.addr), Catch::Contains("ready, 1 used"));
   }
   SECTION("not reached back: the agent's answer does not come, and the report says which way failed") {
     controller.send(agent.addr, configure(), {});
@@ -168,4 +170,35 @@ TEST_CASE("a node's back pool takes only connections presenting its controller's
   CHECK(got);
   ::close(held);
   CHECK(pool.stats().refused == 3);
+}
+
+// One forwarded port (socks_route.hpp): a controller that reaches only one agent's port reaches
+// another agent through it, and only once that agent was told of the other (allow_remote, from
+// a controller's authenticated Gateway request); both agents count what they relayed.
+TEST_CASE("a gateway agent lets a controller through only to the agents it was told of", "[tcp][relay][back][inv:transport.4]") {
+  KeyFile key;
+  Agent far(key.path);
+  PortMux gateway("tcp://127.0.0.1:0");
+  gateway.start(1);  // relays only: no agent of its own behind it here
+  Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
+  for (Node* n : {&far.node, &controller}) {
+    n->transport().cookies().present_by_default("k");
+    n->start();
+  }
+  controller.transport().set_gateway("127.0.0.1:" + std::to_string(gateway.port()));
+  CHECK(controller.transport().gateway_for(far.addr) == "127.0.0.1:" + std::to_string(gateway.port()));
+  CHECK(controller.transport().gateway_for("tcp://127.0.0.1:" + std::to_string(gateway.port())).empty());
+  std::thread sender([&] { controller.send(far.addr, configure(), {}); });
+  usleep(500000);
+  CHECK(far.node.control().queued() == 0);  // not let through yet: the gateway refuses, the dialer retries
+  CHECK(gateway.stats().refused >= 1);
+  gateway.allow_remote("127.0.0.1", port_of(far.addr));
+  sender.join();
+  REQUIRE(far.node.control().pop(5000));
+  far.node.send(controller.addr(), configure(), {});  // and back, directly (reachable here)
+  REQUIRE(controller.control().pop(5000));
+  CHECK(gateway.stats().relayed_to_remote >= 1);
+  CHECK(far.mux.stats().relayed_to_agent >= 1);
+  CHECK_THROWS_WITH(gateway.allow_remote("no-such-host.invalid", 7000), Catch::Contains("cannot resolve"));
+  CHECK_THROWS_AS(controller.transport().set_gateway("tcp://127.0.0.1:7000/5"), std::invalid_argument);
 }

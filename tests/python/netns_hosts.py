@@ -62,10 +62,12 @@ class Host:
     def restore(self) -> None:
         _ip("link", "set", self.link, "up")
 
-    def firewall(self, open_ports: List[int]) -> None:
+    def firewall(self, open_ports: List[int], only_from: Optional[List[str]] = None) -> None:
         """Inside this host, new inbound TCP connections are dropped except to open_ports (as a
         node whose firewall opens one port; none: a laptop behind NAT): replies and its own
-        connections out still flow."""
+        connections out still flow. only_from: only connections from these (IPv4) addresses are
+        dropped (a node the controller's network has no route to)."""
+        source = f"ip saddr {{ {', '.join(only_from)} }} " if only_from else ""
         rules = "\n".join([
             "table inet xmesh_test {",
             "  chain input {",
@@ -73,7 +75,7 @@ class Host:
             "    iif lo accept",
             "    ct state established,related accept",
             f"    tcp dport {{ {', '.join(str(p) for p in open_ports)} }} accept" if open_ports else "",
-            "    tcp flags syn drop",
+            f"    {source}tcp flags syn drop",
             "  }",
             "}",
         ])

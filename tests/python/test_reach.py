@@ -157,7 +157,8 @@ def test_a_controller_the_nodes_cannot_reach_is_told_which_way_failed(v4_cluster
 
 
 OUTBOUND_PROGRAM = """
-import os, socket, sys, xmesh
+import os, socket, sys, threading, xmesh
+{prelude}
 from xmesh._runtime.process import get_runtime
 sys.path.insert(0, {workspace!r})
 hm = xmesh.hosts({locators!r}, key_file={key!r}{reach})
@@ -201,15 +202,16 @@ print("DONE", flush=True)
 """
 
 
-def run_outbound(c: AgentCluster, tmp: str, reach: str = "", **env: str) -> subprocess.CompletedProcess:
-    workspace = os.path.join(tmp, f"ws-{reach or 'auto'}")
+def run_outbound(c: AgentCluster, tmp: str, reach: str = "", prelude: str = "", options: str = "",
+                 **env: str) -> subprocess.CompletedProcess:
+    workspace = os.path.join(tmp, f"ws-{reach or options or 'auto'}".replace("'", "").replace(" ", ""))
     os.makedirs(workspace, exist_ok=True)
     with open(os.path.join(workspace, "synced_module.py"), "w") as f:
         f.write("VALUE = 'synced'\n")
     source = textwrap.dedent(OUTBOUND_PROGRAM.format(
-        locators=[c.locator(0), c.locator(1)], key=c.key, workspace=workspace,
-        reach=f", reach={reach!r}" if reach else ""))
-    full_env = dict(os.environ, XMESH_RUNTIME_DIR=os.path.join(c.tmp, f"ctl-out-{reach or 'auto'}"),
+        locators=[c.locator(0), c.locator(1)], key=c.key, workspace=workspace, prelude=prelude,
+        reach=f", reach={reach!r}" if reach else options))
+    full_env = dict(os.environ, XMESH_RUNTIME_DIR=os.path.join(c.tmp, f"ctl-out-{os.path.basename(workspace)}"),
                     PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]), **env)
     return subprocess.run(c.net.hosts[2].command([PYTHON, "-c", source]), env=full_env, capture_output=True,
                           text=True, timeout=110)
@@ -249,4 +251,60 @@ def test_a_controller_the_nodes_cannot_connect_to_works_through_connections_it_o
         bad = run_controller_on(c, 2, XMESH_CONTROLLER_REACH="sideways")
         assert "XMESH_CONTROLLER_REACH='sideways': use one of auto, inbound, outbound" in bad.stdout + bad.stderr
     finally:
+        ctl.open_firewall()
+
+
+# `ssh -L 17000:node-a:7000` in the controller's namespace: a plain TCP forward.
+FORWARD_PRELUDE = """
+def _pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+def _forward(port, to):
+    server = socket.create_server(("127.0.0.1", port))
+    def serve():
+        while True:
+            near, _ = server.accept()
+            far = socket.create_connection(to)
+            for s in (near, far):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=_pipe, args=(near, far), daemon=True).start()
+            threading.Thread(target=_pipe, args=(far, near), daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+
+_forward(17000, ({gateway_host!r}, 7000))
+"""
+
+
+def test_a_controller_outside_the_cluster_reaches_every_host_through_one_forwarded_port(v4_cluster):
+    """Invariant transport.4 (docs/architecture/03-transport-and-links.md): the controller's
+    network reaches node-a's agent port only, through a forward on its own loopback (as `ssh -L
+    17000:node-a:7000`), node-b drops every connection from it, and nothing can connect to the
+    controller: with gateway="localhost:17000" every connection it opens goes through node-a's
+    agent, which lets it through to node-b's port only once told over its authenticated link;
+    calls, output, procs across the hosts, sync and lanes all work."""
+    c = v4_cluster
+    ctl, a, b = c.net.hosts[2], c.net.hosts[0], c.net.hosts[1]
+    tmp = private_tmpdir("xmesh-gateway-")
+    ctl.firewall([])
+    b.firewall([], only_from=[ctl.addr])
+    try:
+        r = run_outbound(c, tmp, prelude=FORWARD_PRELUDE.format(gateway_host=a.addr),
+                         options=", gateway='localhost:17000'")
+        check_outbound_run(r)
+        assert "cannot connect to this controller" not in r.stderr, r.stderr  # outbound from the start
+    finally:
+        b.open_firewall()
         ctl.open_firewall()

@@ -527,12 +527,15 @@ def test_ranks_declared_lost_are_fenced_when_the_link_heals(cluster, capfd):
                 t.slice(hosts=0).start.call_one(0).get(timeout=60)
         finally:
             cluster.net.hosts[0].restore()
-        capfd.readouterr()  # what came before the loss was declared
+        before = capfd.readouterr()  # what came before the loss was declared
         time.sleep(4)  # the link is made again; node-a's agent forwards what its rank printed meanwhile
         after = capfd.readouterr()
         assert "on node-b" in after.out, after.out  # the other host goes on
         assert "on node-a" not in after.out, after.out  # the lost rank is not heard again
-        assert "declared lost earlier" in after.err, after.err  # said once
+        # Said once, as soon as the healed link brought something (on a loaded machine that may
+        # be before the first capture above ended).
+        said = before.err + after.err
+        assert said.count("declared lost earlier") == 1, said
     finally:
         procs.stop()
 

@@ -16,7 +16,7 @@ from .._base.context import creator_record, current_cell, note_owned, owning_act
 from .._base.display import html_table
 from .future import CallTarget, CoroutineFuture, Done, Future, Readiness
 from .._runtime.agents import (REACH_MODES, AgentClient, HostdError, TcpAgentClient, agent, agent_at,
-                               set_controller_reach, tcp_locator)
+                               set_controller_reach, tcp_locator, use_gateway)
 from .named import actors_of, allocations, attach_named
 from .._base.pids import running_agent_pid
 from .._base.env import env_seconds_from_ms
@@ -554,7 +554,7 @@ def _started(rt: Any, alloc: Allocation, agent: AgentClient, proc: Any, ready_ca
 
 
 def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os.PathLike]] = None, *,
-          reach: Optional[str] = None) -> HostMesh:
+          reach: Optional[str] = None, gateway: Optional[str] = None) -> HostMesh:
     """A HostMesh over several host agents, with a `hosts` dimension. Each is a runtime directory
     of an agent on this machine (several can run here) or "host:port" of an agent on another
     machine (`xmesh-hostd --listen tcp://ADDR:PORT --key-file FILE` there), reached over TCP with
@@ -564,11 +564,24 @@ def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os
     reach: how the nodes reach this controller (default $XMESH_CONTROLLER_REACH, else "auto"):
     "inbound" (they connect to its TCP address), "outbound" (only through connections it opens to
     their agents' ports: a notebook behind a NAT, in a pod, or reaching the cluster through a port
-    forward), "auto" (inbound, switching to outbound when an agent's answer cannot come back)."""
+    forward), "auto" (inbound, switching to outbound when an agent's answer cannot come back).
+
+    gateway: "host:port" of one host agent this controller reaches when it reaches no other
+    (default $XMESH_GATEWAY): a controller outside the cluster behind one forwarded port
+    (`ssh -L 7000:node1:7000`, then gateway="localhost:7000"); every connection it opens to the
+    hosts goes through that agent's port, and reach defaults to "outbound"."""
     if isinstance(hosts, (str, bytes)) or not hosts:
         raise TypeError("hosts() takes a non-empty list of runtime directories or host:port addresses")
     if reach is not None and reach not in REACH_MODES:
         raise ValueError(f"reach={reach!r}: use one of {', '.join(REACH_MODES)}")
+    gateway = gateway if gateway is not None else os.environ.get("XMESH_GATEWAY") or None
+    gateway_locator = None
+    if gateway is not None:
+        gateway_locator = tcp_locator(gateway) if isinstance(gateway, str) else None
+        if gateway_locator is None:
+            raise ValueError(f"gateway={gateway!r}: give the host:port of a host agent (e.g. 'localhost:7000')")
+        if reach is None and not os.environ.get("XMESH_CONTROLLER_REACH"):
+            reach = "outbound"  # a controller the cluster is reached from through one port is outside it
     key = os.fspath(key_file) if key_file is not None else os.environ.get("XMESH_KEY_FILE") or None
     locators = []
     for h in hosts:
@@ -587,6 +600,10 @@ def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os
         _core.key_file_public_key(key)  # KeyFileError naming what is wrong with the file
     if reach is not None:
         set_controller_reach(reach)
+    if gateway_locator is not None:
+        if not remote or not key:
+            raise ValueError("a gateway is for hosts over TCP (host:port) with the cluster's key file")
+        use_gateway(gateway_locator, key, remote)
     for loc in remote:
         agent_at(loc, key)  # starts connecting
     return HostMesh(locators, dense_shape({"hosts": len(locators)}))

@@ -525,6 +525,26 @@ def use_cluster_key(key_file: str, first_host: str) -> None:
         rt.node.set_reach_back(True)
 
 
+def use_gateway(gateway: str, key_file: str, agents: list[str]) -> None:
+    """Every connection this controller opens to the cluster goes through the host agent at
+    gateway (tcp://host:port: the one port a controller outside the cluster reaches, e.g. through
+    `ssh -L 7000:node1:7000`), which is told to let it through to these agents' ports."""
+    rt = get_runtime()
+    use_cluster_key(key_file, gateway)
+    rt.node.set_peer_cookie(gateway, _core.key_file_cluster_cookie(key_file))
+    rt.node.expect_listening(gateway)
+    body = _core.GatewayBody(agents=[a[len("tcp://"):] for a in agents])
+    answers = request(rt.node, [gateway], Kind.Gateway, body, timeout=15.0,
+                      description=f"asking the host agent at {gateway} to be this controller's gateway")
+    if not answers:
+        raise ConnectionError(unanswered(gateway, 15.0, rt.node))
+    ok, reply, _ = answers[0]
+    if not ok:
+        raise HostdError(f"the host agent at {gateway} cannot be this controller's gateway: "
+                         f"{read_error(reply).text or 'it refused'}", reply)
+    rt.node.set_gateway(gateway[len("tcp://"):])
+
+
 REACH_MODES = ("auto", "inbound", "outbound")
 _reach: Optional[str] = None  # set by hosts(reach=...); else XMESH_CONTROLLER_REACH, else "auto"
 
