@@ -359,14 +359,24 @@ std::string move_records(int fd, const StreamGrant& grant, uint32_t stream, char
 
 // One stream: bytes [offset, offset + length) of the lease to or from local + offset, over a
 // kept connection to the owner if there is one (fresh: a new one), kept after if it succeeded.
-StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32_t stream, char* local,
-                         uint64_t offset, uint64_t length, bool write, const std::function<bool()>& go, int pause_ms,
-                         bool fresh = false) {
+StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, const StreamWays& ways, uint32_t stream,
+                         char* local, uint64_t offset, uint64_t length, bool write, const std::function<bool()>& go,
+                         int pause_ms, bool fresh = false) {
   unique_fd owned = fresh ? unique_fd() : kept_connections().take(grant.address);
   const bool kept = bool(owned);
-  if (!kept) {
+  const bool back = grant.address.rfind(kBackStreamPrefix, 0) == 0;
+  // Through the owner's host agent (a proc behind its one port) and/or this process's gateway:
+  // SOCKS5 on the way, and the go byte once they all answered (directly, or over a kept or back
+  // connection: at once).
+  const SocksRoute route = back ? SocksRoute{} : socks_route(ways.gateway, to);
+  if (!kept && back) {
+    owned = ways.take_back ? ways.take_back(grant.address.substr(std::strlen(kBackStreamPrefix))) : unique_fd();
+    if (!owned)
+      return outcome(StreamOutcome::Status::broken, "no connection the owner at " + grant.address.substr(5) +
+                                                        " opened for this node came in time");
+  } else if (!kept) {
     try {
-      owned.reset(connecting_socket(to));
+      owned.reset(connecting_socket(TcpEndpoint{numeric_host(route.host), route.port, 0}));
     } catch (const std::exception& e) {
       return outcome(StreamOutcome::Status::broken, e.what());
     }
@@ -375,7 +385,7 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
     setsockopt(owned.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
   const int fd = owned.get();  // closed on every way out but success, where it is kept
-  const std::string where = "the stream to " + to.proxy();
+  const std::string where = "the stream to " + (back ? grant.address : to.proxy());
   char hello[kStreamHelloBytes];
   std::memcpy(hello, kStreamMagic, sizeof kStreamMagic);
   std::memcpy(hello + 4, grant.token.data(), 16);
@@ -387,16 +397,14 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
     return outcome(why == "stopped" ? StreamOutcome::Status::stopped : StreamOutcome::Status::broken,
                    where + ": " + why);
   };
-  // Through the owner's host agent (a proc behind its one port): SOCKS5 to its lane listener,
-  // and the go byte once the agent answered (directly, or over a kept connection: at once).
-  const bool through_agent = to.behind && !kept;
-  std::string first = (through_agent ? socks5_connect_request(to.behind) : "") + std::string(hello, sizeof hello);
+  const bool through_agent = !route.hops.empty() && !kept;
+  std::string first = (through_agent ? route.requests() : "") + std::string(hello, sizeof hello);
   if (!through_agent) first += '!';
   std::string why = send_all(fd, first.data(), first.size(), go, stall);  // waits out the connect too
   if (why.empty() && through_agent) {
-    std::string reply(kSocks5ReplyBytes, '\0');
+    std::string reply(route.reply_bytes(), '\0');
     why = recv_all(fd, reply.data(), reply.size(), go, stall);
-    if (why.empty() && !(why = socks5_reply_problem(reply, to.behind)).empty())
+    if (why.empty() && !(why = route.reply_problem(reply)).empty())
       return outcome(StreamOutcome::Status::refused, where + ": " + why);
     if (why.empty()) why = send_all(fd, "!", 1, go, stall);
   }
@@ -404,7 +412,7 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
   if (why.empty()) why = recv_all(fd, &answer, 1, go, stall);
   // A kept connection the owner closed as we took it (its idle time ran out): a new one.
   if (!why.empty() && kept && why != "stopped")
-    return run_stream(grant, to, stream, local, offset, length, write, go, pause_ms, true);
+    return run_stream(grant, to, ways, stream, local, offset, length, write, go, pause_ms, true);
   if (!why.empty()) return failed(why);
   if (answer != 'Y') return outcome(StreamOutcome::Status::refused, "the owner refused " + where + ": " + refusal(fd, answer, go));
   why = move_records(fd, grant, stream, local + offset, length, write, go, pause_ms, stall);
@@ -415,10 +423,10 @@ StreamOutcome run_stream(const StreamGrant& grant, const TcpEndpoint& to, uint32
 }  // namespace
 
 StreamOutcome stream_transfer(const StreamGrant& grant, char* local, uint64_t size, bool write, int streams,
-                              const std::function<bool()>& keep_going, int pause_ms) {
+                              const std::function<bool()>& keep_going, int pause_ms, const StreamWays& ways) {
   TcpEndpoint to;
   try {
-    to = TcpEndpoint::parse(grant.address);
+    if (grant.address.rfind(kBackStreamPrefix, 0) != 0) to = TcpEndpoint::parse(grant.address);
   } catch (const std::exception& e) {
     return outcome(StreamOutcome::Status::broken, std::string("the owner's stream address: ") + e.what());
   }
@@ -431,8 +439,8 @@ StreamOutcome stream_transfer(const StreamGrant& grant, char* local, uint64_t si
   auto part = [&](size_t k) {
     const uint64_t offset = k * per_part;
     if (offset >= size) return;
-    results[k] = run_stream(grant, to, static_cast<uint32_t>(k), local, offset, std::min<uint64_t>(per_part, size - offset),
-                            write, go, pause_ms);
+    results[k] = run_stream(grant, to, ways, static_cast<uint32_t>(k), local, offset,
+                            std::min<uint64_t>(per_part, size - offset), write, go, pause_ms);
     if (!results[k]) failed = true;  // the other parts stop at their next look
   };
   std::vector<std::thread> helpers;

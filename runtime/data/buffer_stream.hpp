@@ -99,7 +99,17 @@ struct StreamOutcome {
 // false stops the transfer (a deadline, another op's failure): stopped. refused: the server
 // said no (why); broken: a connection failed, or a record did not open. pause_ms (tests: act
 // while a transfer is under way): a pause before each 16 MiB of a stream after its first.
+// How this process's streams reach an owner when it does not simply connect: the gateway its
+// connections go through (socks_route.hpp), and, for an owner reached back (a stream address
+// "back:ADDR": a controller nobody can connect to, back_links.hpp), one of the connections it
+// opened for this node (the tag written; invalid when none came in time).
+struct StreamWays {
+  std::string gateway;
+  std::function<unique_fd(const std::string& owner_addr)> take_back;
+};
+constexpr const char* kBackStreamPrefix = "back:";
+
 StreamOutcome stream_transfer(const StreamGrant& grant, char* local, uint64_t size, bool write, int streams,
-                              const std::function<bool()>& keep_going, int pause_ms = 0);
+                              const std::function<bool()>& keep_going, int pause_ms = 0, const StreamWays& ways = {});
 
 }  // namespace xmesh

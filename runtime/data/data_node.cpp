@@ -187,6 +187,9 @@ std::string DataNode::buffer_streams(std::string* why) {
   // Where the node has a lane listener, streams come to it (no port of their own: a proc behind
   // its agent's one port is reached through the agent like its lanes) and are handed over here.
   if (const std::string lanes = node_.transport().lane_endpoint(); !lanes.empty()) {
+    // A controller nobody can connect to: its readers stream over connections it opened for them.
+    const std::string where = node_.transport().reaches_back() ? kBackStreamPrefix + node_.transport().tcp_addr()
+                                                               : lanes;
     if (!adopting_) {
       adopting_ = std::make_unique<BufferStreamServer>(buffers_);
       // Called by the I/O thread under the transport's lane lock: it takes no lock of the
@@ -196,7 +199,7 @@ std::string DataNode::buffer_streams(std::string* why) {
         server->adopt(std::move(fd), std::move(early));
       });
     }
-    return lanes;
+    return where;
   }
   const std::string bound = node_.transport().tcp_bound_addr(), reached = node_.transport().tcp_addr();
   if (streams_ && streams_bound_ == bound) return streams_->address();

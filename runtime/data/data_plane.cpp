@@ -370,9 +370,12 @@ DataPlane::Copy DataPlane::copy_streamed(Batch& b, const DataOp& op, const Buffe
   // Several streams for a large range (each on its own thread and connection), a part of at
   // least kStreamPart each.
   const int streams = static_cast<int>(std::clamp<uint64_t>(op.size / kStreamPart, 1, max_streams_));
+  StreamWays ways;
+  ways.gateway = node_.transport().gateway();
+  ways.take_back = [this](const std::string& owner) { return node_.transport().take_back_connection(owner, 5000); };
   auto outcome = stream_transfer(grant, op.local, op.size, op.write, streams, [&] {
     return !b.answered && !b.expired() && !stopping();
-  }, step_pause_ms_);
+  }, step_pause_ms_, ways);
   if (outcome) return Copy::streamed;
   if (batch_ended(b)) return Copy::failed;
   // A broken stream: the owner died (its death is known here within moments), or the network.

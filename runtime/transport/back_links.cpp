@@ -18,7 +18,9 @@
 namespace xmesh {
 
 namespace {
-constexpr int64_t kFirstBackoffMs = 50, kMaxBackoffMs = 2000;
+// A proc's agent refuses its back connections until the proc listens (its first moments): tried
+// again quickly, as a DEALER reconnects, so its first message is not late.
+constexpr int64_t kFirstBackoffMs = 20, kMaxBackoffMs = 250;
 constexpr int64_t kBackHoldMs = 10000;  // a connection for a controller not heard of yet waits this long
 constexpr size_t kMaxHeld = 64;         // and so many of them at most
 constexpr size_t kMaxAddrBytes = 512;

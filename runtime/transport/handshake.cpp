@@ -147,11 +147,12 @@ void present_credentials(zmq::socket_t& dealer, const std::string& role, const s
   dealer.set(zmq::sockopt::plain_password, cookie.empty() ? std::string("-") : cookie.substr(0, 255));
 }
 
-HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr, bool must_listen)
+HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr, bool must_listen,
+                               bool spliced)
     : watched_(&watched),
       peer_addr_(std::move(peer_addr)),
       tcp_(peer_addr_.rfind("tcp://", 0) == 0),
-      relayed_(relayed_port(peer_addr_) != 0),
+      relayed_(spliced || relayed_port(peer_addr_) != 0),
       must_listen_(must_listen) {
   static std::atomic<uint64_t> serial{0};
   const std::string endpoint =

@@ -80,7 +80,11 @@ class HandshakeWatch {
   // must_listen: the peer is expected to listen already (a host agent, not a proc about to
   // start): connection attempts failing over and over before the first handshake (refused, no
   // route) are a refusal too, said at once instead of waited out.
-  HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr, bool must_listen = false);
+  // spliced: the connection passes a relay of this process (a back connection, a gateway: a
+  // connection that ends before its handshake is the relay's, not a refusal; a refusal of the
+  // peer's credentials is still said as one).
+  HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std::string peer_addr, bool must_listen = false,
+                 bool spliced = false);
   ~HandshakeWatch();
   HandshakeWatch(const HandshakeWatch&) = delete;
   HandshakeWatch& operator=(const HandshakeWatch&) = delete;

@@ -356,7 +356,13 @@ class Transport {
   BackPool& back_pool();  // made on first use
   BackDialer* back_dialer() const;  // null when not reaching back
   // Lanes over back connections (transport_lanes.cpp): one of from's for a lane to it.
-  unique_fd take_back_connection(const std::string& from);
+ public:
+  // One of the connections the controller at `from` opened for this node (back_links.hpp), its
+  // tag 'L' written, for a lane or a data-plane stream to it: waiting up to wait_ms for one to be
+  // free; invalid when none came.
+  unique_fd take_back_connection(const std::string& from, int wait_ms = 0);
+
+ private:
   void send_hello_locked(OutPeer& p, zmq::send_flags flags);
   // Sends a message's first frame. A blocking send to a peer whose first handshake has not
   // ended waits in short slices and polls the handshake's watch between them: a refused

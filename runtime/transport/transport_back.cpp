@@ -1,6 +1,9 @@
 // A controller the nodes cannot connect to (transport.hpp, back_links.hpp): the controller's
 // side (its token in Hello, spare connections kept open to each TCP peer) and a node's side (the
 // controllers it reaches back, its DEALERs to them rerouted through the back pool).
+#include <chrono>
+#include <thread>
+
 #include <zmq_addon.hpp>
 
 #include "transport.hpp"
@@ -94,9 +97,14 @@ Transport::BackStats Transport::back_stats() const {
   return s;
 }
 
-unique_fd Transport::take_back_connection(const std::string& from) {
+unique_fd Transport::take_back_connection(const std::string& from, int wait_ms) {
   if (!has_back_pool_.load()) return unique_fd();
-  return back_pool().take(from);
+  const int64_t deadline = now_ms() + wait_ms;
+  for (;;) {  // its controller opens another as soon as one is taken: a few milliseconds
+    if (unique_fd fd = back_pool().take(from)) return fd;
+    if (now_ms() >= deadline) return unique_fd();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void Transport::reroute_to_back(const std::string& addr) {

@@ -100,21 +100,25 @@ namespace {
 constexpr LinkSpec kLaneSpec{"TCP lane", Kind::LaneAsk, Kind::LaneOffer, Kind::LaneSwitch,
                              /*breaks_allowed=*/kLaneBreaksAllowed, /*numbered=*/true};
 
-// The writer's end of one lane.
+// The writer's end of one lane: its own connection, or one its reader opened for it (a
+// controller reached back, back_links.hpp), taken once one is free.
 class LaneLink final : public LinkWriter {
  public:
-  LaneLink(const SocksRoute& route, const LaneSecret& secret) : lane_(route, secret) {}
-  // Over a back connection its reader opened (back_links.hpp).
-  LaneLink(unique_fd back, const std::string& reader, const LaneSecret& secret) : lane_(std::move(back), reader, secret) {}
+  LaneLink(const SocksRoute& route, const LaneSecret& secret) : lane_(std::make_unique<LaneWriter>(route, secret)) {}
+  LaneLink(std::function<unique_fd()> take, std::string reader, LaneSecret secret)
+      : take_(std::move(take)), reader_(std::move(reader)), secret_(std::move(secret)),
+        deadline_(now_ms() + kBackLaneWaitMs) {}
   bool ready(std::string* failed) override {
-    auto state = lane_.state();
-    if (state == LaneWriter::State::broken) *failed = lane_.error();
+    if (!lane_ && !take_back(failed)) return false;
+    auto state = lane_->state();
+    if (state == LaneWriter::State::broken) *failed = lane_->error();
     return state == LaneWriter::State::up;
   }
   void switched() override { spin_for_network(); }
   LinkWrite write(const std::vector<uint8_t>& header, const std::vector<zmq::message_t>& frames, bool blocking,
                   int timeout_ms, uint32_t) override {
-    switch (lane_.write(header, frames, blocking, timeout_ms)) {
+    if (!lane_) return LinkWrite::would_block;
+    switch (lane_->write(header, frames, blocking, timeout_ms)) {
       case LaneWriter::Result::ok: return LinkWrite::ok;
       case LaneWriter::Result::would_block: return LinkWrite::would_block;
       case LaneWriter::Result::timed_out: return LinkWrite::timed_out;
@@ -123,20 +127,41 @@ class LaneLink final : public LinkWriter {
     return LinkWrite::broken;
   }
   bool tend(std::string* why, bool* by_reader) override {
+    *by_reader = false;
+    if (!lane_) return true;
     // A writer's lane never carries anything back: readable means its reader closed it.
-    pollfd pf{lane_.fd(), POLLIN, 0};
+    pollfd pf{lane_->fd(), POLLIN, 0};
     *by_reader = ::poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR));
-    if (!*by_reader && lane_.flush(0) != LaneWriter::Result::broken) return true;
-    *why = *by_reader ? "its reader closed it" : lane_.error();
+    if (!*by_reader && lane_->flush(0) != LaneWriter::Result::broken) return true;
+    *why = *by_reader ? "its reader closed it" : lane_->error();
     return false;
   }
-  std::string error() const override { return lane_.error(); }
-  void close() override { lane_.close(); }
+  std::string error() const override { return lane_ ? lane_->error() : why_; }
+  void close() override {
+    if (lane_) lane_->close();
+  }
   // interrupt(): none. Its fd may be closed under the peer's lock at any moment, so no other
   // thread touches it; a blocked write waits at most the send timeout.
 
  private:
-  LaneWriter lane_;
+  static constexpr int64_t kBackLaneWaitMs = 10000;
+  bool take_back(std::string* failed) {
+    if (unique_fd fd = take_()) {
+      lane_ = std::make_unique<LaneWriter>(std::move(fd), reader_, secret_);
+      return true;
+    }
+    if (now_ms() > deadline_) {
+      why_ = "no connection " + reader_ + " opened for this node was free within " +
+             std::to_string(kBackLaneWaitMs / 1000) + " s";
+      *failed = why_;
+    }
+    return false;
+  }
+  std::unique_ptr<LaneWriter> lane_;
+  std::function<unique_fd()> take_;
+  std::string reader_, why_;
+  LaneSecret secret_;
+  int64_t deadline_ = 0;
 };
 }  // namespace
 
@@ -164,14 +189,8 @@ class Transport::LaneKind final : public LinkKind {
     if (why->empty() && (secret.key.empty() || secret.token.empty() || !port_ok))
       *why = "its offer does not read (key, token or port)";
     if (!why->empty()) return nullptr;
-    if (offer->back) {  // a controller this node cannot connect to: over one of its connections
-      unique_fd back = t_.take_back_connection(from);
-      if (!back) {
-        *why = "no connection " + from + " opened for this node is free now";
-        return nullptr;
-      }
-      return std::make_shared<LaneLink>(std::move(back), from, secret);
-    }
+    if (offer->back)  // a controller this node cannot connect to: over one of its connections
+      return std::make_shared<LaneLink>([this, from] { return t_.take_back_connection(from); }, from, secret);
     try {
       TcpEndpoint reader{offer->host, static_cast<int>(offer->port), static_cast<int>(offer->via)};
       return std::make_shared<LaneLink>(socks_route(t_.gateway_for(from), reader), secret);

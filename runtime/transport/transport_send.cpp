@@ -75,8 +75,9 @@ void Transport::open_socket_locked(OutPeer& p, bool listening_expected) {
   p.cookie = cookies_.for_peer(addr);
   present_to(*p.sock, addr, p.cookie);
   p.via_back = has_back_pool_.load() && back_pool().knows(addr);
+  const bool spliced = p.via_back || !gateway_for(addr).empty();
   try {
-    p.watch = std::make_unique<HandshakeWatch>(ctx_, *p.sock, addr, listening_expected && !p.via_back);
+    p.watch = std::make_unique<HandshakeWatch>(ctx_, *p.sock, addr, listening_expected && !p.via_back, spliced);
     if (p.via_back)
       p.sock->connect(back_pool().local_endpoint(addr));
     else

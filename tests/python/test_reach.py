@@ -190,6 +190,16 @@ from actors_for_tests import Pinger, Ponger
 pongers = procs.slice(hosts=1).spawn("pongers", Ponger)
 pingers = procs.slice(hosts=0).spawn("pingers", Pinger, pongers)
 print("PING", list(pingers.ping_all.call(5).get(timeout=60).values()), flush=True)
+from actors_for_tests import BufferPeer, crc, make_memory
+from xmesh.rdma import RDMABuffer
+peers = procs.spawn("peers", BufferPeer)
+mine = make_memory("bytearray", 3 << 20, 5)  # the controller's memory, streamed to procs elsewhere
+print("READ_MINE", set(peers.read.call(RDMABuffer(mine), "bytearray").get(timeout=60).values()) == {{crc(mine)}},
+      flush=True)
+theirs = peers.slice(hosts=1, gpus=1).lend.call_one("b", "bytearray", 2 << 20, 7).get(timeout=60)
+got = make_memory("bytearray", 2 << 20, 0)
+theirs.read_into(got).get(timeout=60)  # a proc's memory, streamed to the controller
+print("READ_THEIRS", crc(got) == crc(make_memory("bytearray", 2 << 20, 7)), flush=True)
 hm.sync_workspace({workspace!r}, auto_reload=True)
 print("SYNCED", sorted(w.synced.call().get(timeout=60).values()), flush=True)
 node = get_runtime().node
@@ -223,6 +233,7 @@ def check_outbound_run(r: subprocess.CompletedProcess) -> None:
     assert r.stdout.count("printed on node-") == 4 or r.stderr.count("printed on node-") == 4, r.stdout + r.stderr
     assert "PING [['pong 5 from 0', 'pong 5 from 1'], ['pong 5 from 0', 'pong 5 from 1']]" in r.stdout, r.stdout
     assert "SYNCED ['synced', 'synced', 'synced', 'synced']" in r.stdout, r.stdout
+    assert "READ_MINE True" in r.stdout and "READ_THEIRS True" in r.stdout, r.stdout
     assert "REACHES_BACK True" in r.stdout
     assert "LANES True True" in r.stdout, r.stdout  # the fast path both ways, over connections it opened
 
@@ -232,7 +243,8 @@ def test_a_controller_the_nodes_cannot_connect_to_works_through_connections_it_o
     (a namespace whose firewall drops every inbound connection): in the
     automatic mode the controller finds its agents' answers cannot come back, says so once, and
     goes on through connections it opens to their ports: calls both ways with their output,
-    procs calling each other across hosts, a megabyte each way, a workspace synced and reloaded,
+    procs calling each other across hosts, a megabyte each way, the data plane both ways (procs
+    stream the controller's memory over connections it opened), a workspace synced and reloaded,
     TCP lanes both ways. reach="outbound" does the same without the probe."""
     c = v4_cluster
     ctl = c.net.hosts[2]
