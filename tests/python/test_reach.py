@@ -157,7 +157,7 @@ def test_a_controller_the_nodes_cannot_reach_is_told_which_way_failed(v4_cluster
 
 
 OUTBOUND_PROGRAM = """
-import os, socket, sys, threading, xmesh
+import os, socket, sys, xmesh
 {prelude}
 from xmesh._runtime.process import get_runtime
 sys.path.insert(0, {workspace!r})
@@ -268,35 +268,8 @@ def test_a_controller_the_nodes_cannot_connect_to_works_through_connections_it_o
 
 # `ssh -L 17000:node-a:7000` in the controller's namespace: a plain TCP forward.
 FORWARD_PRELUDE = """
-def _pipe(a, b):
-    try:
-        while True:
-            data = a.recv(65536)
-            if not data:
-                break
-            b.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-def _forward(port, to):
-    server = socket.create_server(("127.0.0.1", port))
-    def serve():
-        while True:
-            near, _ = server.accept()
-            far = socket.create_connection(to)
-            for s in (near, far):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=_pipe, args=(near, far), daemon=True).start()
-            threading.Thread(target=_pipe, args=(far, near), daemon=True).start()
-    threading.Thread(target=serve, daemon=True).start()
-
-_forward(17000, ({gateway_host!r}, 7000))
+from test_tcp_links import Relay
+forward = Relay(7000, target_host={gateway_host!r}, port=17000)
 """
 
 

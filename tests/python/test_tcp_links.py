@@ -13,14 +13,15 @@ MARKER = b"xmesh-marker-7f3a9c-must-not-leak"
 
 
 class Relay:
-    """Forwards TCP connections on a port of its own to target (host, port), keeping every byte."""
+    """Forwards TCP connections on a loopback port of its own (port, 0: any) to target (host,
+    port), keeping every byte; also `ssh -L port:host:target_port` in a namespace's program."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", port: int = 0) -> None:
         self.seen = bytearray()
         self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server = socket.create_server(("127.0.0.1", port))
         self.port = self._server.getsockname()[1]
-        self._target = ("127.0.0.1", target_port)
+        self._target = (target_host, target_port)
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
