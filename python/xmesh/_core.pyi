@@ -780,6 +780,9 @@ class PortCounts:
     def accepted(self) -> typing.Any:
         ...
     @property
+    def back(self) -> typing.Any:
+        ...
+    @property
     def evicted(self) -> typing.Any:
         ...
     @property
@@ -793,6 +796,9 @@ class PortCounts:
         ...
     @property
     def relayed_to_procs(self) -> typing.Any:
+        ...
+    @property
+    def relayed_to_remote(self) -> typing.Any:
         ...
 class StatusReply:
     """

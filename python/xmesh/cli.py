@@ -11,12 +11,13 @@ from ._base.shape import format_coords
 
 def _tcp_agents(args) -> list:
     """The locators (tcp://host:port) of the agents over TCP a command names with --host,
-    connected with the cluster's key (--key-file, default $XMESH_KEY_FILE)."""
+    connected with the cluster's key (--key-file, default $XMESH_KEY_FILE), through --gateway
+    (default $XMESH_GATEWAY) when this machine reaches only that agent."""
     from ._api.proc_mesh import hosts
 
     if not args.host:
         return []
-    hm = hosts(args.host, key_file=args.key_file)
+    hm = hosts(args.host, key_file=args.key_file, gateway=args.gateway)
     hm.initialized.get(timeout=30)
     return hm.runtime_dirs
 
@@ -52,6 +53,9 @@ def _print_status(st, as_json: bool) -> None:
         print(f"its TCP port: {c.accepted} connections, relayed {c.relayed_to_agent} to the agent and "
               f"{c.relayed_to_procs} to procs, {c.lanes_handed_over} lanes handed to procs, {c.refused} refused, "
               f"{c.evicted} closed unauthenticated to make room")
+        if c.back or c.relayed_to_remote:  # a controller outside: reached back, or through this agent as a gateway
+            print(f"  {c.back} connections a controller reached back opened for this host, "
+                  f"{c.relayed_to_remote} relayed to other agents as a gateway")
     if not st.allocations:
         print("no allocations")
     for a in st.allocations:
@@ -398,6 +402,8 @@ def _keygen(args):
 def _host_arguments(p) -> None:
     p.add_argument("--host", action="append", help="HOST:PORT of a host agent over TCP (repeat for several)")
     p.add_argument("--key-file", help="the cluster's key file for --host (default $XMESH_KEY_FILE)")
+    p.add_argument("--gateway", help="HOST:PORT of the one host agent this machine reaches (a port forward): "
+                   "the --host agents are reached through it (default $XMESH_GATEWAY)")
 
 
 def _workspace_default_limit():

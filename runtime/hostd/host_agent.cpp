@@ -508,7 +508,8 @@ StatusReply HostAgent::status() const {
   r.sync_bytes_received = sync_->bytes_received();
   if (mux_) {
     PortMux::Stats s = mux_->stats();
-    r.port = PortCounts{s.accepted, s.relayed_to_agent, s.relayed_to_procs, s.lanes_handed_over, s.refused, s.evicted};
+    r.port = PortCounts{s.accepted,  s.relayed_to_agent, s.relayed_to_procs, s.lanes_handed_over,
+                        s.refused,   s.evicted,          s.back,             s.relayed_to_remote};
   }
   int64_t now = now_ms();
   for (auto& kv : allocs_) {

@@ -225,9 +225,14 @@ struct PortCounts {
   static constexpr const char* what = "port counts";
   uint64_t accepted = 0, relayed_to_agent = 0, relayed_to_procs = 0, lanes_handed_over = 0, refused = 0;
   uint64_t evicted = 0;
+  // A controller reached back: its connections taken (for the agent, handed to procs); as a
+  // gateway: connections relayed to other agents' ports.
+  uint64_t back = 0, relayed_to_remote = 0;
   template <class F>
   static void fields(F&& f) {
     f("accepted", &PortCounts::accepted, Need::Optional);
+    f("back", &PortCounts::back, Need::Optional);
+    f("relayed_to_remote", &PortCounts::relayed_to_remote, Need::Optional);
     f("relayed_to_agent", &PortCounts::relayed_to_agent, Need::Optional);
     f("relayed_to_procs", &PortCounts::relayed_to_procs, Need::Optional);
     f("lanes_handed_over", &PortCounts::lanes_handed_over, Need::Optional);

@@ -207,19 +207,20 @@ stats = node.stats()
 print("REACHES_BACK", node.reaches_back, flush=True)
 print("BACK", node.back_stats(), flush=True)
 print("LANES", stats.lanes_in > 0, stats.lanes_out > 0, flush=True)
+{epilogue}
 procs.stop().get(timeout=60)
 print("DONE", flush=True)
 """
 
 
 def run_outbound(c: AgentCluster, tmp: str, reach: str = "", prelude: str = "", options: str = "",
-                 **env: str) -> subprocess.CompletedProcess:
+                 epilogue: str = "", **env: str) -> subprocess.CompletedProcess:
     workspace = os.path.join(tmp, f"ws-{reach or options or 'auto'}".replace("'", "").replace(" ", ""))
     os.makedirs(workspace, exist_ok=True)
     with open(os.path.join(workspace, "synced_module.py"), "w") as f:
         f.write("VALUE = 'synced'\n")
     source = textwrap.dedent(OUTBOUND_PROGRAM.format(
-        locators=[c.locator(0), c.locator(1)], key=c.key, workspace=workspace, prelude=prelude,
+        locators=[c.locator(0), c.locator(1)], key=c.key, workspace=workspace, prelude=prelude, epilogue=epilogue,
         reach=f", reach={reach!r}" if reach else options))
     full_env = dict(os.environ, XMESH_RUNTIME_DIR=os.path.join(c.tmp, f"ctl-out-{os.path.basename(workspace)}"),
                     PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]), **env)
@@ -272,6 +273,15 @@ from test_tcp_links import Relay
 forward = Relay(7000, target_host={gateway_host!r}, port=17000)
 """
 
+# `xmesh status` from the same machine, through the same forward.
+CLI_EPILOGUE = """
+import subprocess
+cli = subprocess.run([sys.executable, "-m", "xmesh.cli", "status", "--host", {host!r}, "--gateway", "localhost:17000",
+                      "--key-file", {key!r}], capture_output=True, text=True, timeout=60)
+print("CLI", cli.returncode, "on node-b" in cli.stdout, "relayed to other agents" in cli.stdout, cli.stdout,
+      cli.stderr.strip()[-300:], flush=True)
+"""
+
 
 def test_a_controller_outside_the_cluster_reaches_every_host_through_one_forwarded_port(v4_cluster):
     """Invariant transport.4 (docs/architecture/03-transport-and-links.md): the controller's
@@ -279,7 +289,8 @@ def test_a_controller_outside_the_cluster_reaches_every_host_through_one_forward
     17000:node-a:7000`), node-b drops every connection from it, and nothing can connect to the
     controller: with gateway="localhost:17000" every connection it opens goes through node-a's
     agent, which lets it through to node-b's port only once told over its authenticated link;
-    calls, output, procs across the hosts, sync and lanes all work."""
+    calls, output, procs across the hosts, sync, lanes and the data plane all work, and `xmesh
+    status --host node-b:7000 --gateway localhost:17000` from the same machine."""
     c = v4_cluster
     ctl, a, b = c.net.hosts[2], c.net.hosts[0], c.net.hosts[1]
     tmp = private_tmpdir("xmesh-gateway-")
@@ -287,8 +298,10 @@ def test_a_controller_outside_the_cluster_reaches_every_host_through_one_forward
     b.firewall([], only_from=[ctl.addr])
     try:
         r = run_outbound(c, tmp, prelude=FORWARD_PRELUDE.format(gateway_host=a.addr),
-                         options=", gateway='localhost:17000'")
+                         options=", gateway='localhost:17000'",
+                         epilogue=CLI_EPILOGUE.format(host=c.locator(1), key=c.key))
         check_outbound_run(r)
+        assert "CLI 0 True True" in r.stdout, r.stdout  # the command line through the gateway too
         assert "cannot connect to this controller" not in r.stderr, r.stderr  # outbound from the start
     finally:
         b.open_firewall()
