@@ -306,3 +306,15 @@ def test_a_controller_outside_the_cluster_reaches_every_host_through_one_forward
     finally:
         b.open_firewall()
         ctl.open_firewall()
+
+
+def test_reach_and_gateway_arguments_are_checked_before_anything_connects():
+    """A reach= or gateway= that does not read is refused naming it, before any connection."""
+    with pytest.raises(ValueError, match="reach='sideways': use one of auto, inbound, outbound"):
+        xmesh.hosts(["127.0.0.1:7999"], key_file="/nonexistent.key", reach="sideways")
+    with pytest.raises(ValueError, match="gateway='no port': give the host:port of a host agent"):
+        xmesh.hosts(["127.0.0.1:7999"], key_file="/nonexistent.key", gateway="no port")
+    with pytest.raises(ValueError, match="a gateway is for hosts over TCP"):
+        xmesh.hosts([private_tmpdir("xmesh-local-")], gateway="127.0.0.1:7999")
+    from xmesh._runtime.agents import controller_reach
+    assert controller_reach() == os.environ.get("XMESH_CONTROLLER_REACH", "auto")  # nothing set by a refused call

@@ -598,11 +598,11 @@ def hosts(hosts: list[Union[str, os.PathLike]], key_file: Optional[Union[str, os
             raise ValueError(f"{remote[0][len('tcp://'):]} is a host over TCP: give the cluster's key file "
                              "(hosts([...], key_file=...) or XMESH_KEY_FILE)")
         _core.key_file_public_key(key)  # KeyFileError naming what is wrong with the file
+    if gateway_locator is not None and (not remote or not key):
+        raise ValueError("a gateway is for hosts over TCP (host:port) with the cluster's key file")
     if reach is not None:
         set_controller_reach(reach)
-    if gateway_locator is not None:
-        if not remote or not key:
-            raise ValueError("a gateway is for hosts over TCP (host:port) with the cluster's key file")
+    if gateway_locator is not None and key:
         use_gateway(gateway_locator, key, remote)
     for loc in remote:
         agent_at(loc, key)  # starts connecting
