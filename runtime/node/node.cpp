@@ -490,9 +490,16 @@ bool Node::fenced(const Message& m) {
   if (!supervision_.is_dead(m.sender_addr, &why)) return false;
   const std::string text = why.is_object() && why.contains("text") && why["text"].is_string()
                                ? why["text"].get<std::string>() : std::string("it was declared dead");
-  log_diag_limited(fenced_log_, role(), "ignoring '" + std::string(kind_name(m.header.kind)) + "' messages from " +
-                                            m.sender_addr + ", declared lost earlier: " + text);
+  log_fenced(text, "ignoring '" + std::string(kind_name(m.header.kind)) + "' messages from " + m.sender_addr +
+                       ", declared lost earlier: " + text);
   return true;
+}
+
+void Node::log_fenced(const std::string& loss, const std::string& text) {
+  std::lock_guard<std::mutex> g(fenced_logs_mu_);
+  if (fenced_logs_.size() >= 256 && !fenced_logs_.count(loss)) fenced_logs_.clear();  // bounded: a long-lived controller
+  auto it = fenced_logs_.emplace(std::piecewise_construct, std::forward_as_tuple(loss), std::forward_as_tuple(1, 60000));
+  log_diag_limited(it.first->second, role(), text);
 }
 
 void Node::dispatch_now(Message m) {

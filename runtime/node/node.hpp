@@ -238,7 +238,7 @@ class Node : private RouterHost {
   // gate, then dispatch_now.
   void dispatch(Message m);
   void dispatch_now(Message m);  // its kind's handler, or the control inbox
-  bool fenced(const Message& m);  // from a peer declared dead: dropped (said once a minute)
+  bool fenced(const Message& m);  // from a peer declared dead: dropped (said once a minute per loss)
   // Runs one step of the order gate (admit, skip, expire) and dispatches what it releases, both
   // under one lock: the I/O thread and a ring pump (the rings thread, an actor thread) release
   // from the same origin's stream, and messages released in order by the gate must reach the
@@ -325,7 +325,11 @@ class Node : private RouterHost {
   Inbox control_, logs_, actor_events_;
   LogBudget refusal_notices_{5, 60000};
   LogBudget size_refusal_log_{3, 60000};
-  LogBudget fenced_log_{1, 60000};       // what a fenced peer still sends, said once a minute at most
+  // What fenced peers still send, said once a minute at most per loss (keyed by its text: a host
+  // and its procs share one), so that one lost host's late traffic cannot hide another's.
+  std::mutex fenced_logs_mu_;
+  std::map<std::string, LogBudget> fenced_logs_;
+  void log_fenced(const std::string& loss, const std::string& text);
   std::set<Kind> link_kinds_;            // the links' own messages: never fenced
 };
 

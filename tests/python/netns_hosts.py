@@ -196,16 +196,16 @@ class AgentCluster:
         addr = self.net.hosts[i].addr
         return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
-    def start_agent(self, i: int, *extra: str, port: int = PORT) -> subprocess.Popen:
+    def start_agent(self, i: int, *extra: str, port: int = PORT, env: Optional[dict] = None) -> subprocess.Popen:
         """The agent of host i listening on port (another port: a second agent there, with a
-        runtime directory of its own)."""
+        runtime directory of its own); env: variables set for it over this process's."""
         key = i if port == PORT else f"{i}-{port}"
         os.makedirs(self.rundir(key), mode=0o700, exist_ok=True)
         with open(self.log(key), "w") as log:
             p = self.agents[key] = self.net.hosts[i].popen(
                 [os.environ["XMESH_HOSTD"], "--runtime-dir", self.rundir(key), "--listen",
                  f"tcp://{self.locator(i, port)}", "--key-file", self.key, *extra],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
         wait_until(lambda: "serving" in open(self.log(key)).read() or p.poll() is not None, 20)
         assert p.poll() is None, open(self.log(key)).read()
         return p

@@ -515,7 +515,11 @@ def test_ranks_declared_lost_are_fenced_when_the_link_heals(cluster, capfd):
     a host cut off past the timeout has its ranks declared lost; when the link heals,
     nothing they still send reaches the program, their output included (no split brain); the
     other host's ranks go on."""
-    hm = xmesh.hosts([cluster.locator(0), cluster.locator(1)], key_file=cluster.key)
+    # node-a's agent here keeps a silent controller's procs past the test (as by default, 60 s,
+    # longer than the controller's timeout): with the tests' 3 s it would stop them as the loss is
+    # declared, and nothing would be left to fence.
+    patient = cluster.start_agent(0, port=7004, env={"XMESH_ORPHAN_GRACE": "120"})
+    hm = xmesh.hosts([cluster.locator(0, 7004), cluster.locator(1)], key_file=cluster.key)
     procs = hm.spawn_procs({"gpus": 1})
     try:
         t = procs.spawn("ticker", Ticker)
@@ -538,7 +542,7 @@ def test_ranks_declared_lost_are_fenced_when_the_link_heals(cluster, capfd):
 
         # The link is made again (after a cut TCP's own connect retries may take seconds) and
         # node-a's agent forwards what its rank printed meanwhile: dropped, and said once.
-        assert wait_until(notice_came, timeout=20), seen["err"]
+        assert wait_until(notice_came, timeout=20), seen["err"] + seen["out"][-3000:] + "\nnode-a's agent:\n" + open(cluster.log("0-7004")).read()
         time.sleep(1)
         notice_came()
         assert "on node-b" in seen["out"], seen["out"]  # the other host goes on
@@ -546,6 +550,8 @@ def test_ranks_declared_lost_are_fenced_when_the_link_heals(cluster, capfd):
         assert seen["err"].count("declared lost earlier") == 1, seen["err"]
     finally:
         procs.stop()
+        patient.terminate()
+        patient.wait(timeout=30)
 
 
 def test_the_debugger_shows_remote_host_names_and_attaches_to_a_remote_rank(cluster, tmp_path):
