@@ -19,6 +19,8 @@ APT_PACKAGES=(
   nftables
   # jobs on schedulers: a real SLURM cluster and SSH hosts in the tests (tests/python/test_jobs.py)
   slurm-wlm munge openssh-server openssh-client
+  # KubernetesJob: the official Kubernetes client (tests/python/test_kubernetes.py replays the API)
+  python3-kubernetes python3-yaml
   # the browser tests: Debian's Chromium, driven by Playwright (build/frontend)
   chromium fonts-dejavu-core
   # the fuzzers (tests/fuzz): clang's libFuzzer and sanitizers

@@ -11,6 +11,7 @@ calling xmesh.hosts():
   mode has no counterpart: without a key file a TCP worker is refused, saying so.
 """
 import os
+import time
 from typing import TYPE_CHECKING, List, NoReturn, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -54,15 +55,33 @@ def run_worker_loop_forever(address: str, ca: str = TRUST_ALL) -> NoReturn:
     raise SystemExit(1)  # not reached: run_hostd replaces the process or raises
 
 
-WORKER_WAIT_S = 30.0  # how long attach_to_workers waits for a worker on this machine to serve
+WORKER_WAIT_S = 30.0  # how long attach_to_workers waits for a worker to serve
+
+
+def _accepting(host_port: str, timeout: float) -> bool:
+    """Waits at most timeout seconds until something accepts TCP connections at host:port (a
+    worker still starting: its interpreter imports before it listens); whether it did."""
+    import socket
+
+    host, _, port = host_port.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.1, min(1.0, timeout))).close()
+            return True
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def attach_to_workers(workers: Sequence[str], ca: str = TRUST_ALL, name: Optional[str] = None) -> "xmesh.HostMesh":
     """A HostMesh (dimension "hosts") of the workers started with run_worker_loop_forever.
-    A worker on this machine (ipc://) is waited for (it may still be starting; RuntimeError
-    naming it after 30 s); TCP workers are connected in the background, and `hosts.initialized`
-    (or the first spawn) waits for them and names one that cannot be reached. `name` is
-    accepted for Monarch's signature."""
+    A worker is waited for while it may still be starting (up to 30 s: on this machine, its
+    runtime directory served; over TCP, its port accepting connections); a local one that never
+    serves is a RuntimeError naming it, a TCP one is connected all the same, and
+    `hosts.initialized` (or the first spawn) names what cannot be reached. `name` is accepted
+    for Monarch's signature."""
     import xmesh
     from xmesh._runtime.agents import agent_serving
 
@@ -70,10 +89,12 @@ def attach_to_workers(workers: Sequence[str], ca: str = TRUST_ALL, name: Optiona
         raise TypeError("attach_to_workers(workers=[...]) takes a non-empty list of worker addresses")
     hosts: List[str] = []
     key: Optional[str] = None
+    deadline = time.monotonic() + WORKER_WAIT_S  # one wait for them all
     for address in workers:
         scheme, where = _parse(address)
         if scheme == "tcp":
             key = _key_file(ca, address)
+            _accepting(where, max(0.0, deadline - time.monotonic()))  # else hosts() says at once nothing listens
         elif not agent_serving(where, WORKER_WAIT_S):  # never started here: attach means existing workers
             raise RuntimeError(f"attach failed: no worker serves {address} (nothing answered there within "
                                f"{WORKER_WAIT_S:.0f} s): is run_worker_loop_forever({address!r}) running?")

@@ -22,7 +22,8 @@ from ._debug.controller import debug
 from ._base.errors import ActorError, SupervisionError, TakenOverError
 from ._api.future import Future, returns_future
 from ._api.instance import Context, Instance, context, current_actor_name
-from ._jobs.job import SlurmJob, SSHJob
+from ._jobs.job import KubernetesJob, SlurmJob, SSHJob
+from ._jobs.kubernetes import KubeConfig
 from ._jobs.records import JobError
 from ._api.named import allocations
 from ._api.ports import Channel, Port, PortReceiver, RankedPortReceiver
@@ -35,7 +36,7 @@ __version__ = _core.version()
 
 __all__ = [
     "Accumulator", "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Extent", "Future",
-    "HostMesh", "Instance", "JobError", "Point", "Port", "PortReceiver", "ProcMesh", "RankedPortReceiver", "SupervisionError",
+    "HostMesh", "Instance", "JobError", "KubeConfig", "KubernetesJob", "Point", "Port", "PortReceiver", "ProcMesh", "RankedPortReceiver", "SupervisionError",
     "SSHJob", "SlurmJob", "SyncReport", "TakenOverError", "ValueMesh", "Workspace", "allocations", "as_endpoint", "attach", "concurrent_endpoint", "context",
     "current_actor_name", "current_rank", "current_size", "debug", "endpoint", "get_or_spawn_controller", "hosts",
     "proc_mesh",

@@ -143,13 +143,20 @@ def _job_agents(jobs: list, state_dir) -> list:
     from ._api.proc_mesh import hosts
     from ._jobs.records import default_state_dir, job_key_file
 
+    from ._jobs.job import saved_job
+
     found: list = []
     for job in jobs:
         if job["state"] != "RUNNING" or not job["hosts"]:
             continue
         try:
-            hm = hosts(list(job["hosts"]), key_file=job_key_file(default_state_dir(state_dir)))
-            hm.initialized.get(timeout=30)
+            if job["scheduler"] == "kubernetes":  # its own key and way in (a port forward from outside)
+                k8s = saved_job(job["name"], state_dir)
+                k8s.progress = False
+                hm = k8s.attach().host_mesh
+            else:
+                hm = hosts(list(job["hosts"]), key_file=job_key_file(default_state_dir(state_dir)))
+                hm.initialized.get(timeout=30)
             found += hm.runtime_dirs
         except Exception as e:
             print(f"xmesh: the agents of job {job['name']} did not answer: {e}", file=sys.stderr)

@@ -33,7 +33,7 @@ std::string RelayDialer::local_endpoint(const std::string& addr, const SocksRout
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = by_addr_.find(addr);
-    if (it != by_addr_.end()) return routes_[it->second].endpoint;
+    if (it != by_addr_.end() && routes_[it->second].route == route) return routes_[it->second].endpoint;
   }
   Route r;
   r.addr = addr;
@@ -45,6 +45,16 @@ std::string RelayDialer::local_endpoint(const std::string& addr, const SocksRout
   std::copy_n(reinterpret_cast<const char*>(found->ai_addr), found->ai_addrlen, reinterpret_cast<char*>(&r.agent));
   r.agent_len = found->ai_addrlen;
   freeaddrinfo(found);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = by_addr_.find(addr); it != by_addr_.end()) {  // known (or made meanwhile): this route from now on
+      Route& known = routes_[it->second];
+      known.route = std::move(r.route);
+      known.agent = r.agent;
+      known.agent_len = r.agent_len;
+      return known.endpoint;
+    }
+  }
   int port = 0;
   r.listen_fd = listening_socket(TcpEndpoint{"127.0.0.1", 0, 0}, &port);
   r.endpoint = "tcp://127.0.0.1:" + std::to_string(port);
@@ -60,6 +70,13 @@ std::string RelayDialer::local_endpoint(const std::string& addr, const SocksRout
   routes_[key] = std::move(r);
   add_listener(fd, key);  // epoll_ctl may be called from any thread
   return endpoint;
+}
+
+std::vector<std::string> RelayDialer::addrs() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<std::string> out;
+  for (const auto& [addr, key] : by_addr_) out.push_back(addr);
+  return out;
 }
 
 void RelayDialer::forget(const std::string& addr) {

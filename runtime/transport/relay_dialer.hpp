@@ -29,9 +29,11 @@ class RelayDialer : private SpliceLoop {
   ~RelayDialer() override;
   // The loopback endpoint ("tcp://127.0.0.1:L") a socket connects to in order to reach addr
   // (tcp://host:port/N, or any TCP address through a gateway) along `route`; the same for the
-  // same addr. Throws std::runtime_error when the route's host does not resolve or no listener
-  // can be made.
+  // same addr. Another route for a known addr (its gateway changed) is taken from now on: the
+  // connections made after it, the socket's reconnects included, go the new way. Throws
+  // std::runtime_error when the route's host does not resolve or no listener can be made.
   std::string local_endpoint(const std::string& addr, const SocksRoute& route);
+  std::vector<std::string> addrs() const;  // every addr it has an endpoint for
   // Nothing more goes to addr: its listener and connections close.
   void forget(const std::string& addr);
 
@@ -54,7 +56,7 @@ class RelayDialer : private SpliceLoop {
   void back_off(Conn& c);
   void apply_changes();  // listeners added or forgotten by other threads
 
-  std::mutex mu_;  // guards the tables below and the change lists
+  mutable std::mutex mu_;  // guards the tables below and the change lists
   std::map<std::string, uint64_t> by_addr_;
   std::map<uint64_t, Route> routes_;  // by key
   uint64_t next_key_ = 1;

@@ -20,6 +20,7 @@ constexpr size_t kSocks5ReplyBytes = 12;
 struct SocksHop {
   std::string name;  // a host (name or address) the PortMux opens, "127.0.0.1" for its own procs, or "xmesh-back"
   int port = 0;
+  bool operator==(const SocksHop& o) const { return name == o.name && port == o.port; }
 };
 
 struct SocksRoute {
@@ -34,6 +35,8 @@ struct SocksRoute {
   // naming the hop that refused.
   std::string reply_problem(const std::string& replies) const;
   std::string describe() const;  // "host:port" and the hops, for errors
+  bool operator==(const SocksRoute& o) const { return host == o.host && port == o.port && hops == o.hops; }
+  bool operator!=(const SocksRoute& o) const { return !(*this == o); }
 };
 
 // The route to `to` (a node's endpoint: host:port, and `behind` for a proc behind its agent)

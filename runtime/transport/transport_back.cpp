@@ -6,6 +6,8 @@
 
 #include <zmq_addon.hpp>
 
+#include "relay_dialer.hpp"
+#include "socks_route.hpp"
 #include "transport.hpp"
 #include "transport_sockets.hpp"
 #include "util.hpp"
@@ -47,8 +49,24 @@ void Transport::set_gateway(const std::string& host_port) {
     TcpEndpoint e = TcpEndpoint::parse(host_port);  // throws naming what is wrong
     if (e.behind || e.port == 0) throw std::invalid_argument("a gateway is a host agent's host:port, not " + host_port);
   }
-  std::lock_guard<std::mutex> g(gateway_mu_);
-  gateway_ = host_port;
+  {
+    std::lock_guard<std::mutex> g(gateway_mu_);
+    gateway_ = host_port;
+  }
+  // Connections relayed before (through a gateway that may be gone: a port forward that ended)
+  // take the new way from their next connect on.
+  RelayDialer* dialer;
+  {
+    std::lock_guard<std::mutex> g(dialer_mu_);
+    dialer = dialer_.get();
+  }
+  if (!dialer) return;
+  for (const std::string& addr : dialer->addrs()) {
+    try {
+      dialer->local_endpoint(addr, socks_route(gateway_for(addr), TcpEndpoint::parse(addr)));
+    } catch (const std::exception&) {  // a gateway that does not resolve: the connects through it say so
+    }
+  }
 }
 
 std::string Transport::gateway() const {

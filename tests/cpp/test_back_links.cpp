@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -201,4 +202,32 @@ TEST_CASE("a gateway agent lets a controller through only to the agents it was t
   CHECK(far.mux.stats().relayed_to_agent >= 1);
   CHECK_THROWS_WITH(gateway.allow_remote("no-such-host.invalid", 7000), Catch::Contains("cannot resolve"));
   CHECK_THROWS_AS(controller.transport().set_gateway("tcp://127.0.0.1:7000/5"), std::invalid_argument);
+}
+
+// A gateway that goes away (a port forward that ended with its job) and a new one: the DEALERs
+// dialled through the old one reconnect through the new one (Transport::set_gateway moves the
+// RelayDialer's routes), with what they had unacknowledged.
+TEST_CASE("a controller whose gateway changed reaches its agents through the new one", "[tcp][relay][back]") {
+  KeyFile key;
+  Agent far(key.path);
+  auto old_gateway = std::make_unique<PortMux>("tcp://127.0.0.1:0");
+  old_gateway->start(1);
+  old_gateway->allow_remote("127.0.0.1", port_of(far.addr));
+  Node controller("controller", "tcp://127.0.0.1:*", "k", key.path);
+  for (Node* n : {&far.node, &controller}) {
+    n->transport().cookies().present_by_default("k");
+    n->start();
+  }
+  controller.transport().set_gateway("127.0.0.1:" + std::to_string(old_gateway->port()));
+  controller.send(far.addr, configure(), {});
+  REQUIRE(far.node.control().pop(5000));
+  CHECK(old_gateway->stats().relayed_to_remote >= 1);
+  old_gateway.reset();  // its connections end: the controller's DEALER reconnects
+  PortMux new_gateway("tcp://127.0.0.1:0");
+  new_gateway.start(1);
+  new_gateway.allow_remote("127.0.0.1", port_of(far.addr));
+  controller.transport().set_gateway("127.0.0.1:" + std::to_string(new_gateway.port()));
+  controller.send(far.addr, configure(), {});
+  REQUIRE(far.node.control().pop(10000));
+  CHECK(new_gateway.stats().relayed_to_remote >= 1);
 }

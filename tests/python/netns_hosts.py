@@ -32,6 +32,20 @@ def unavailable() -> Optional[str]:
     return None
 
 
+def _free_subnet(net: int, ipv6: bool) -> int:
+    """A subnet number no address of this machine is in now, tried from one that depends on this
+    process: two test processes at once (ctest -j), or links a killed test left, never share one
+    (a shared subnet routes one test's traffic to the other's bridge)."""
+    used = _ip("-o", "addr", "show", check=False).stdout
+    start = os.getpid() % 250
+    for k in range(250):
+        subnet = 1 + (start + k) % 250
+        prefix = f"fd13:{net}:{subnet}::" if ipv6 else f"10.{net}.{subnet}."
+        if prefix not in used:
+            return subnet
+    raise RuntimeError(f"every 10.{net}.N.0/24 is in use on this machine: remove the links tests left (ip link)")
+
+
 class Host:
     """One namespace host: its namespace, hostname, address and the root-side end of its link."""
 
@@ -118,7 +132,7 @@ class NetnsHosts(Started):
     def __init__(self, n: int, hidden: Sequence[str] = (), ipv6: bool = False) -> None:
         self.tag = f"{os.getpid() % 10000}{int(time.monotonic() * 1000) % 1000:03d}"
         self.net = 231
-        self.subnet = 1 + os.getpid() % 250  # 10.231.<subnet>.0/24, distinct per test process
+        self.subnet = _free_subnet(self.net, ipv6)  # 10.231.<subnet>.0/24, on no link of this machine now
         self.bridge = f"xmb{self.tag}"
         self.ipv6 = ipv6
         self.gateway = f"fd13:{self.net}:{self.subnet}::1" if ipv6 else f"10.{self.net}.{self.subnet}.1"

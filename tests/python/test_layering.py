@@ -24,7 +24,8 @@ LAYERS = [
     # 2 controller API: futures, actors, allocations, meshes, named allocations, workspace sync, jobs,
     #   RDMA buffers
     ["_api.future", "_api.actor", "_api.ports", "_api.allocation", "_api.proc_mesh", "_api.instance",
-     "_api.controllers", "_api.named", "_workspace.sync", "_jobs.records", "_jobs.control", "_jobs.job", "rdma"],
+     "_api.controllers", "_api.named", "_workspace.sync", "_jobs.records", "_jobs.kubernetes", "_jobs.control",
+     "_jobs.job", "rdma"],
     # 3 proc and node side: hosting actors, output attribution, the proc's pdb, reloads, the worker,
     #   a job's node launcher, the host agent's fork server
     ["_proc.actor_host", "_proc.lifecycle", "_proc.owners", "_proc.actor_logging", "_proc.forkserver", "_proc.worker",
@@ -113,7 +114,7 @@ SUBLAYERS = [
     [["_runtime.wait", "_runtime.control", "_output.progress", "_runtime.unix_server", "_output.logfiles",
       "_runtime.fault_reports"],
      ["_output.logs"], ["_runtime.process"], ["_runtime.agents"]],
-    [["_api.future", "_jobs.records"], ["_api.actor", "_api.ports", "rdma", "_api.allocation", "_workspace.sync",
+    [["_api.future", "_jobs.records"], ["_jobs.kubernetes"], ["_api.actor", "_api.ports", "rdma", "_api.allocation", "_workspace.sync",
       "_jobs.control"], ["_api.named"],
      ["_api.proc_mesh"], ["_api.controllers", "_api.instance", "_jobs.job"]],
     [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent", "_proc.lifecycle",

@@ -1,6 +1,6 @@
 """A saved job on its scheduler, without a controller: SLURM's word on a job (`scontrol`,
-`scancel`), the SSH jobs' agents (`ssh`), where the nodes reach this machine, releasing a job,
-and what `xmesh ls` and `xmesh stop` show and do."""
+`scancel`), the SSH jobs' agents (`ssh`), a Kubernetes job's pods (the API), where the nodes reach
+this machine, releasing a job, and what `xmesh ls` and `xmesh stop` show and do."""
 import glob
 import json
 import os
@@ -217,13 +217,33 @@ def ssh_state(record: JobRecord, timeout: float = 2.0) -> "SlurmState":
                       ",".join(a["host"] for a in record.agents))
 
 
-# ---- a saved job of either kind -------------------------------------------------------------
+# ---- Kubernetes --------------------------------------------------------------------------------
+def pods_state(record: JobRecord) -> "SlurmState":
+    """A Kubernetes job's state as `xmesh ls` tells it, from one listing of its meshes' pods:
+    RUNNING while the Ready pods are the ones it was connected to, else LOST saying what changed."""
+    from .kubernetes import KubeConfig, MeshSpec, current_pods
+
+    saved = record.spec.get("kubeconfig")
+    if isinstance(saved, dict):
+        return SlurmState("unknown", f"made with an in-process client Configuration ({saved.get('api_server')})")
+    api = (KubeConfig.from_path(saved) if saved else KubeConfig()).core_api()
+    pods = [p for m in record.spec["meshes"] for p in current_pods(api, record.spec["namespace"], MeshSpec(**m))]
+    names = ",".join(p.name for p in pods)
+    if [p.locator for p in pods] == record.hosts:
+        return SlurmState("RUNNING", "", names)
+    return SlurmState("LOST", f"{len(pods)}/{len(record.hosts)} of its pods Ready at the addresses it used "
+                      "(apply the job again)", names)
+
+
+# ---- a saved job of any kind -------------------------------------------------------------
 def release(record: JobRecord) -> None:
     """Ends what a record holds: scancel for SLURM, the agents stopped over ssh for SSH."""
     if record.kind == "slurm":
         if slurm_state(record.job_id).alive:
             cancel(record)
         return
+    if record.kind == "kubernetes":
+        return  # its pods are the cluster's (attach mode): a controller's kill() stops the procs on them
     errors = []
     for a in record.agents:
         key_copy = shlex.quote(f"{ssh_job_dir(record.job_id, a['host'])}/cluster.key")
@@ -246,6 +266,9 @@ def stop_job(name: str, state_dir: Optional[str] = None) -> Optional[str]:
     os.unlink(JobRecord.path(d, name))
     if record.kind == "slurm":
         return f"released SLURM job {record.job_id} ({name}; scancel)"
+    if record.kind == "kubernetes":
+        return (f"forgot Kubernetes job {name} (its pods are the cluster's and stay; job.kill() from a program "
+                "also stops the procs on them)")
     return f"stopped the host agents of SSH job {name} on {', '.join(a['host'] for a in record.agents)}"
 
 
@@ -274,11 +297,11 @@ def job_rows(state_dir: Optional[str] = None) -> list:
     problems: list = []
     for r in saved_jobs(state_dir, problems):
         try:
-            st = slurm_state(r.job_id) if r.kind == "slurm" else ssh_state(r)
+            st = slurm_state(r.job_id) if r.kind == "slurm" else pods_state(r) if r.kind == "kubernetes" else ssh_state(r)
         except (OSError, JobError) as e:  # scontrol missing or failing here
             st = SlurmState(f"unknown ({e})")
         rows.append({"kind": "job", "name": r.name, "scheduler": r.kind, "job_id": r.job_id,
-                     "nodes": r.spec.get("nodes", len(r.agents)), "node_list": st.nodes, "state": st.state,
+                     "nodes": r.spec.get("nodes", len(r.agents) or len(r.hosts)), "node_list": st.nodes, "state": st.state,
                      "reason": "" if st.reason == "None" else st.reason,
                      "seconds_left": st.seconds_left, "hosts": r.hosts})
     for name, why in problems:  # listed, with why, beside the others

@@ -1,4 +1,5 @@
-"""Jobs on schedulers (issue 21): hosts from SLURM, kept across kernel restarts.
+"""Jobs on schedulers (issue 21): hosts from SLURM, over SSH or in Kubernetes pods, kept across
+kernel restarts.
 
 `SlurmJob(nodes=2, ...)` submits one allocation with `sbatch`, whose `srun` starts a host agent
 in the foreground on every node (`python -m xmesh._jobs.agent`: it listens on the node's
@@ -25,9 +26,12 @@ from .. import _core
 from .._base.context import current_cell
 from .._base.env import env_float
 from .._base.threads import start_user_thread
+from .._runtime.agents import HostdError, tcp_locator
 from .._runtime.process import interpreter
 from .control import (SlurmState, address_towards_slurmctld, address_towards_ssh_host, final_state, output_tails,
                       release, reported_agents, run_ssh, slurm_state, ssh_job_dir, stop_job)
+from .kubernetes import (DEFAULT_PORT, DEFAULT_RANK_LABEL, KubeConfig, MeshSpec, PortForward, check_mesh_name,
+                         current_pods, default_selector, ready_pods)
 from .records import NAME, JobError, JobRecord, default_state_dir, describe, job_key_file
 
 if TYPE_CHECKING:
@@ -418,6 +422,181 @@ class SSHJob(_Job):
         return hm
 
 
+class KubernetesJob(_Job):
+    """Host agents in Kubernetes pods (Monarch's attach mode): `add_mesh(name, num_replicas)` for
+    each mesh; its pods are found through the Kubernetes API by label selector (Monarch's default
+    `app.kubernetes.io/name=monarch-worker,monarch.pytorch.org/mesh-name=NAME`), ranked by a label
+    (`apps.kubernetes.io/pod-index`), and must run `xmesh-hostd --listen tcp://$(POD_IP):PORT
+    --key-file ...` with the controller's key (a Secret; examples/kubernetes/xmesh-workers.yaml).
+    `job.host_mesh` waits until every rank's pod is Ready (timeout None: as long as it takes) and
+    has one host per pod, the meshes' pods in the order they were added (`job.state().NAME` in the
+    monarch shim is one mesh).
+
+    Inside the cluster (no kubeconfig) the pods are dialled at their IPs. Outside it (kubeconfig: a
+    path or KubeConfig) the controller reaches them through one forwarded port: attach_to
+    ("localhost:PORT", a forward you made to any pod's agent port), else a `kubectl port-forward`
+    it starts to the first pod (port_forward=False: the pods' IPs are routed here, a VPN);
+    every connection then goes through that pod's agent, and the nodes never connect back.
+    `kill()` stops the procs on the pods (the pods are the cluster's and stay) and forgets the job.
+    key_file: the cluster key (default $XMESH_KEY_FILE, else the state directory's, made once:
+    put it in the Secret with `kubectl create secret generic xmesh-key --from-file=cluster.key=...`)."""
+
+    kind = "kubernetes"
+
+    def __init__(self, namespace: str = "default", timeout: Optional[float] = None, kubeconfig: Any = None,
+                 attach_to: Optional[str] = None, meshes: Sequence[dict] = (), key_file: Optional[str] = None,
+                 port_forward: Optional[bool] = None, name: str = "xmesh", state_dir: Optional[str] = None,
+                 progress: bool = True) -> None:
+        super().__init__(name, state_dir, True, 60.0 if timeout is None else timeout, progress)
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError(f"namespace must be a Kubernetes namespace's name, got {namespace!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError(f"timeout must be seconds > 0 or None (wait as long as it takes), got {timeout!r}")
+        if attach_to is not None and tcp_locator(attach_to) is None:
+            raise ValueError(f"attach_to={attach_to!r}: give the host:port of a forwarded agent port "
+                             "(e.g. 'localhost:26600' after `kubectl port-forward pod/NAME 26600`)")
+        self._kube = _kube_config(kubeconfig)
+        self._wait_s = None if timeout is None else float(timeout)
+        self._forward: Optional[PortForward] = None
+        self._pods: list = []
+        self.spec = {"namespace": namespace, "timeout": timeout, "kubeconfig": self._kube.saved_form(),
+                     "attach_to": attach_to, "meshes": [], "key_file": os.path.abspath(key_file) if key_file else None,
+                     "port_forward": port_forward}
+        for m in meshes:
+            self.add_mesh(**m)
+
+    def add_mesh(self, name: str, num_replicas: int, label_selector: Optional[str] = None,
+                 pod_rank_label: str = DEFAULT_RANK_LABEL, port: int = DEFAULT_PORT) -> None:
+        """A mesh of num_replicas pods (ranks 0..num_replicas-1) found by label_selector (default
+        Monarch's for `name`), ranked by the label pod_rank_label, their agents on port (a container
+        port named "xmesh", or XMESH_PORT / MONARCH_PORT in the pod's spec, says otherwise)."""
+        check_mesh_name(name)
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
+            raise ValueError(f"num_replicas must be a whole number >= 1, got {num_replicas!r}")
+        if label_selector is not None and (not isinstance(label_selector, str) or not label_selector.strip()):
+            raise ValueError(f"label_selector must be a Kubernetes label selector, got {label_selector!r}")
+        if not isinstance(pod_rank_label, str) or not pod_rank_label:
+            raise ValueError(f"pod_rank_label must name a pod label, got {pod_rank_label!r}")
+        _check_port(port)
+        if port == 0:
+            raise ValueError("port must be the agents' port in the pods (1-65535), not 0")
+        if any(m["name"] == name for m in self.spec["meshes"]):
+            raise ValueError(f"a mesh {name!r} was added already")
+        self.spec["meshes"].append({"name": name, "num_replicas": num_replicas,
+                                    "label_selector": label_selector or default_selector(name),
+                                    "pod_rank_label": pod_rank_label, "port": port})
+
+    @property
+    def mesh_sizes(self) -> dict:
+        """Each mesh's number of hosts, in the order of host_mesh's hosts."""
+        return {m["name"]: m["num_replicas"] for m in self.spec["meshes"]}
+
+    def kill(self) -> None:
+        """Stops the procs of every allocation on the job's pods (whichever controller made them,
+        as ending a SLURM job does), closes the port forward and forgets the job; the pods stay
+        (they are the cluster's: `kubectl delete` ends them)."""
+        from .._runtime.agents import agent_at
+
+        record = self._record or JobRecord.load(self.state_dir, self.name)
+        if record is not None and record.kind == self.kind:
+            try:
+                hm = self._host_mesh if self._host_mesh is not None else self.attach()._host_mesh
+                for locator in hm.runtime_dirs:
+                    a = agent_at(locator).connect()
+                    for alloc in a.status().allocations:
+                        a.stop_procs(alloc=alloc.alloc)
+            except (JobError, ConnectionError, HostdError) as e:
+                self._say(f"the pods' procs could not be stopped ({e}): they end with their controllers, named "
+                          "allocations stay")
+        super().kill()
+        self._close_forward()
+
+    # -- the scheduler's part ---------------------------------------------------------------
+    def _meshes(self) -> list:
+        if not self.spec["meshes"]:
+            raise JobError("the KubernetesJob has no meshes: add_mesh(name, num_replicas) first")
+        return [MeshSpec(**m) for m in self.spec["meshes"]]
+
+    def _still_there(self, record: JobRecord) -> bool:
+        if record.kind != self.kind:
+            return True
+        if self._forward is not None and not self._forward.alive:
+            return False
+        api = self._kube.core_api()
+        now = [p.locator for m in self._meshes() for p in current_pods(api, self.spec["namespace"], m)]
+        return now == record.hosts
+
+    def _existing_or_new(self) -> JobRecord:
+        saved = JobRecord.load(self.state_dir, self.name)
+        if saved is not None and saved.kind != self.kind:
+            raise JobError(f"{describe(saved)} is saved as {self.name!r}: use another name, or `xmesh stop "
+                           f"{self.name}` first")
+        api = self._kube.core_api()
+        self._say(f"finding the pods of {', '.join(m.name for m in self._meshes())} in namespace "
+                  f"{self.spec['namespace']} through {self._kube.describe()}")
+        deadline = None if self._wait_s is None else _time.monotonic() + self._wait_s
+        self._pods = []
+        for m in self._meshes():
+            left = None if deadline is None else max(1.0, deadline - _time.monotonic())
+            self._pods += ready_pods(api, self.spec["namespace"], m, left, self._say)
+        record = JobRecord(self.kind, self.name, self.spec, f"k8s-{_core.random_hex(4)}",
+                           os.path.join(self.state_dir, "jobs"), _time.time(), [p.locator for p in self._pods])
+        record.save(self.state_dir)
+        return record
+
+    def _connect(self, record: JobRecord) -> "HostMesh":
+        from .._api.proc_mesh import hosts
+
+        hm = hosts(record.hosts, key_file=self._key_file(), gateway=self._gateway(record))
+        hm.initialized.get(timeout=self.timeout)
+        self._say(f"{len(record.hosts)} pods' host agents answer (" +
+                  ", ".join(f"{m['name']}: {m['num_replicas']}" for m in self.spec["meshes"]) + ")")
+        self._say_pythons(hm)
+        return hm
+
+    def _key_file(self) -> str:
+        return self.spec["key_file"] or os.environ.get("XMESH_KEY_FILE") or job_key_file(self.state_dir)
+
+    def _gateway(self, record: JobRecord) -> Optional[str]:
+        """Where the pods are reached from outside the cluster: attach_to, else the local end of a
+        kubectl port-forward to the first pod (None: dialled directly)."""
+        if self.spec["attach_to"]:
+            return self.spec["attach_to"]
+        if not self._kube.out_of_cluster or self.spec["port_forward"] is False:
+            return None
+        if self._forward is not None and self._forward.alive and self._forward.pod.locator in record.hosts:
+            return self._forward.local
+        self._close_forward()
+        pods = self._pods or [p for m in self._meshes() for p in current_pods(self._kube.core_api(),
+                                                                                self.spec["namespace"], m)]
+        first = next((p for p in pods if p.locator == record.hosts[0]), None)
+        if first is None:
+            raise JobError(f"the pod at {record.hosts[0]} is gone: the job's pods changed (apply it again)")
+        self._forward = PortForward(self.spec["namespace"], first, self._kube.local)
+        self._say(f"reaching the pods through `kubectl port-forward pod/{first.name}` (localhost:"
+                  f"{self._forward.local.rsplit(':', 1)[1]})")
+        return self._forward.local
+
+    def _close_forward(self) -> None:
+        if self._forward is not None:
+            self._forward.close()
+            self._forward = None
+
+
+def _kube_config(kubeconfig: Any) -> KubeConfig:
+    if kubeconfig is None:
+        return KubeConfig()
+    if isinstance(kubeconfig, KubeConfig):
+        return kubeconfig
+    if isinstance(kubeconfig, (str, os.PathLike)):
+        return KubeConfig.from_path(os.fspath(kubeconfig))
+    if isinstance(kubeconfig, dict) and "api_server" in kubeconfig:  # a saved job's: see KubeConfig.saved_form
+        raise JobError(f"this job was made with a client Configuration of its own (API server "
+                       f"{kubeconfig['api_server']}), which is not saved: make it again in the program, with "
+                       "KubeConfig.from_config")
+    raise ValueError(f"kubeconfig must be a path or a KubeConfig, got {type(kubeconfig).__name__}")
+
+
 @dataclass
 class JobView:
     """`job.state()`: the HostMesh as `.hosts` (Monarch's style), and the job."""
@@ -432,7 +611,7 @@ def saved_job(name: str, state_dir: Optional[str] = None) -> "_Job":
     record = JobRecord.load(d, name)
     if record is None:
         raise JobError(f"no job {name!r} is saved in {d} (`xmesh ls --state-dir DIR` lists the jobs of a directory)")
-    kind = {"slurm": SlurmJob, "ssh": SSHJob}.get(record.kind)
+    kind = {"slurm": SlurmJob, "ssh": SSHJob, "kubernetes": KubernetesJob}.get(record.kind)
     if kind is None:
         raise JobError(f"the saved job {JobRecord.path(d, name)} is of an unknown kind {record.kind!r}")
     try:

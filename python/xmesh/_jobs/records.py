@@ -88,7 +88,7 @@ class JobRecord:
 
     def check(self) -> None:
         """ValueError naming the first field that is not what xmesh writes."""
-        if self.kind not in ("slurm", "ssh") or not isinstance(self.spec, dict):
+        if self.kind not in ("slurm", "ssh", "kubernetes") or not isinstance(self.spec, dict):
             raise ValueError(f"kind {self.kind!r}")
         if not isinstance(self.job_id, str) or not NAME.match(self.job_id):
             raise ValueError(f"job id {self.job_id!r}")
@@ -102,6 +102,11 @@ class JobRecord:
                     and all(isinstance(x, str) for x in spec["ssh_args"])
                     and isinstance(spec.get("hosts"), list) and all(_is_host(h) for h in spec["hosts"])):
                 raise ValueError("its ssh settings")
+        if self.kind == "kubernetes":
+            meshes = self.spec.get("meshes")
+            if not (isinstance(self.spec.get("namespace"), str) and isinstance(meshes, list)
+                    and all(isinstance(m, dict) and isinstance(m.get("name"), str) for m in meshes)):
+                raise ValueError("its Kubernetes settings")
 
 
 def _is_host(host: Any) -> bool:
@@ -169,4 +174,6 @@ def default_state_dir(state_dir: Optional[str] = None) -> str:
 def describe(record: JobRecord) -> str:
     if record.kind == "slurm":
         return f"SLURM job {record.job_id} ({record.name})"
+    if record.kind == "kubernetes":
+        return f"Kubernetes job {record.name} ({len(record.hosts)} pods in namespace {record.spec.get('namespace')})"
     return f"SSH job {record.name} ({len(record.agents)} hosts)"

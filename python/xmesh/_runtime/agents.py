@@ -531,6 +531,12 @@ def use_gateway(gateway: str, key_file: str, agents: list[str]) -> None:
     `ssh -L 7000:node1:7000`), which is told to let it through to these agents' ports."""
     rt = get_runtime()
     use_cluster_key(key_file, gateway)
+    # From now on (this request included) connections go through this gateway, not one used
+    # before (a port forward that ended with its job): the gateway itself is dialled directly.
+    rt.node.set_gateway(gateway[len("tcp://"):])
+    for a in agents:  # used again after a release (a job killed): heard again, the gateway's answer included
+        rt.host_in_use(a)
+        rt.node.revive(a)
     rt.node.set_peer_cookie(gateway, _core.key_file_cluster_cookie(key_file))
     rt.node.expect_listening(gateway)
     body = _core.GatewayBody(agents=[a[len("tcp://"):] for a in agents])
@@ -542,7 +548,6 @@ def use_gateway(gateway: str, key_file: str, agents: list[str]) -> None:
     if not ok:
         raise HostdError(f"the host agent at {gateway} cannot be this controller's gateway: "
                          f"{read_error(reply).text or 'it refused'}", reply)
-    rt.node.set_gateway(gateway[len("tcp://"):])
 
 
 REACH_MODES = ("auto", "inbound", "outbound")

@@ -1,5 +1,5 @@
 """`monarch.job` on xmesh: Monarch 0.7's job API over xmesh's jobs, so a Monarch program that
-gets its hosts from `SlurmJob(meshes=...)` runs unchanged.
+gets its hosts from `SlurmJob(meshes=...)` runs unchanged (`monarch.job.kubernetes`: KubernetesJob).
 
 `job.state()` applies the job (or finds it running) and returns a `JobState` whose attributes are
 the requested host meshes by name (`state.trainers`). One SLURM allocation serves every mesh of a
@@ -322,12 +322,12 @@ class ProcessJob(JobTrait):
             self._pids.append(proc.pid)
 
     def _meshes_of(self, hosts: Optional[HostMesh]) -> Dict[str, HostMesh]:
-        from ._workers import attach_to_workers
+        from .._workers import attach_to_workers
 
         if not self._running():
             self._start()
-        hosts = attach_to_workers(self._workers())
-        return _host_slices(hosts.with_env(self._env) if self._env else hosts, self._meshes)
+        workers = attach_to_workers(self._workers())
+        return _host_slices(workers.with_env(self._env) if self._env else workers, self._meshes)
 
     def can_run(self, spec: JobTrait) -> bool:
         return super().can_run(spec) and self._running()
@@ -384,4 +384,8 @@ def job_load(filename: str = DEFAULT_JOB_PATH) -> JobTrait:
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "kubernetes":  # a submodule (`from monarch.job import kubernetes`)
+        import importlib
+
+        return importlib.import_module(f"{__name__}.kubernetes")
     raise NotImplementedError(f"monarch.job.{name} is not supported by xmesh (supported: {', '.join(__all__)})")
