@@ -240,6 +240,10 @@ void bind_node_supervision(py::module_& m) {
       .def("reconnect", [](Node& n, const std::string& addr) { n.transport().disconnect(addr); }, py::arg("addr"),
            "The connection to addr is dropped with what it holds; the next send makes a new one (which says "
            "this node's Hello anew).")
+      .def("expect_gone", [](Node& n, const std::string& addr) { n.transport().expect_gone(addr); },
+           py::arg("addr"),
+           "addr is ending on purpose (its proc is being stopped): no new TCP lane is proposed to it and its "
+           "lanes' breaks are not said.")
       .def("reach_back_to", [](Node& n, const std::string& addr) { n.transport().reach_back_to(addr); },
            py::arg("addr"), py::call_guard<py::gil_scoped_release>(),
            "Opens back connections to addr now (a proc whose first message is to this controller).")

@@ -2018,6 +2018,10 @@ class Node:
         """
     def expect(self, arg0: list[str]) -> Call:
         ...
+    def expect_gone(self, addr: str) -> None:
+        """
+        addr is ending on purpose (its proc is being stopped): no new TCP lane is proposed to it and its lanes' breaks are not said.
+        """
     def expect_listening(self, addr: str) -> None:
         """
         The node at addr listens already (a host agent): failing to connect to it is a refusal at once.

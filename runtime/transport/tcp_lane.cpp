@@ -298,7 +298,7 @@ void LaneWriter::read_socks_reply() {
     ssize_t n = ::recv(fd_.get(), buf, std::min(sizeof buf, route_.reply_bytes() - socks_reply_.size()), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (n <= 0) return fail("the host agent closed the connection (is the proc's lane port allowed?)");
+    if (n <= 0) return fail("the host agent closed the connection before answering the request for the proc's lane port");
     socks_reply_.append(buf, static_cast<size_t>(n));
     const std::string problem = route_.reply_problem(socks_reply_);
     if (!problem.empty()) return fail(problem);

@@ -247,6 +247,7 @@ std::vector<RefuseBody> Transport::tidy() {
   send_due_acks();
   tend_reroutes();
   tend_tcp_links();
+  say_due_link_notes();
   return refused;
 }
 

@@ -143,6 +143,9 @@ class Transport {
   void check_size(const std::vector<zmq::message_t>& frames) const;  // throws SendError (too_large)
   // Nothing more goes to addr on the current connection (a dead peer): its queue is dropped.
   void disconnect(const std::string& addr);
+  // addr is ending on purpose (its proc is being stopped): no new link is proposed to it, and
+  // its links' breaks are not said (they are its end, not a fault). Until its connection goes.
+  void expect_gone(const std::string& addr);
 
   // I/O thread only. One authenticated message (its split frames joined), or a Refuse from a
   // peer that refused us (then `refusal` holds its body, read once here, and sender_addr is
@@ -305,6 +308,7 @@ class Transport {
     bool handshaken = false;  // its first handshake ended (then a TCP one is watched for reconnects)
     std::string cookie;
     bool resends = false;  // a TCP link: keeps what it sends until acknowledged
+    std::atomic<bool> going{false};  // expect_gone: ending on purpose
     std::deque<Unacked> unacked;
     std::atomic<size_t> unacked_count{0};  // its size, for stats() without the mutex
     size_t unacked_bytes = 0;
@@ -526,6 +530,17 @@ class Transport {
   Cookies cookies_;
   LogBudget refusal_log_{3, 60000};
   LogBudget link_log_{3, 60000};
+  // A link's break, said only if its peer is still there a moment later (kLinkNoteGraceMs): a
+  // proc that ends (stopped, by its mesh or its agent) breaks its links before its exit is
+  // known here, and that is its end, not a fault.
+  struct LinkNote {
+    std::string addr, text;
+    int64_t due_ms;
+  };
+  static constexpr int64_t kLinkNoteGraceMs = 1500;
+  std::mutex link_notes_mu_;
+  std::vector<LinkNote> link_notes_;
+  void say_due_link_notes();
   RingReaders rings_;
   size_t ring_bytes_ = 0;
   LinkBreakHandler link_break_handler_;

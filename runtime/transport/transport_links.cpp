@@ -1,6 +1,8 @@
 // The transport's link upgrades (link.hpp): one state machine for every link kind. What a ring
 // or a lane does at each step is its LinkKind's (transport_rings.cpp, transport_lanes.cpp); the
 // proposal, the answer, the switch, the writes and the breaks are driven here, once.
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "transport.hpp"
@@ -50,6 +52,7 @@ bool Transport::on_link_message(const Message& m) {
 
 // ---- the writer's side ------------------------------------------------------------------------
 void Transport::propose_links_locked(OutPeer& p, Kind sent, bool blocking) {
+  if (p.going) return;  // a link would only break with it
   for (size_t i = 0; i < kLinkKinds; ++i) {
     LinkUpgrade& up = p.links[i];
     if (!up.due(sent)) continue;
@@ -195,11 +198,32 @@ void Transport::link_gone_locked(OutPeer& p, size_t i, const std::string& why_gi
   up.give_up(/*count_break=*/true);
   ++counts_.link_breaks[i];
   if (up.spec().numbered && was_active) p.hello_due = true;  // Hello, then again whatever it took unacknowledged
-  if (quiet) return;
+  if (quiet || p.going) return;  // its reader closed it, or its proc is being stopped: its end, not news
   const std::string name = up.spec().name;
-  log_diag_limited(link_log_, self_.role,
-                   "the " + name + " to " + p.addr + " is given up (" + why + "): ZeroMQ carries its messages" +
-                       (up.state() == LinkUpgrade::State::declined ? " from now on" : " until a new " + name + " is up"));
+  std::lock_guard<std::mutex> g(link_notes_mu_);
+  link_notes_.push_back(
+      {p.addr,
+       "the " + name + " to " + p.addr + " is given up (" + why + "): ZeroMQ carries its messages" +
+           (up.state() == LinkUpgrade::State::declined ? " from now on" : " until a new " + name + " is up"),
+       now_ms() + kLinkNoteGraceMs});
+}
+
+// I/O thread (tidy): the breaks whose grace passed, said for the peers still there and not ending.
+void Transport::say_due_link_notes() {
+  std::vector<LinkNote> due;
+  {
+    std::lock_guard<std::mutex> g(link_notes_mu_);
+    if (link_notes_.empty()) return;
+    const int64_t now = now_ms();
+    auto first_later = std::stable_partition(link_notes_.begin(), link_notes_.end(),
+                                             [now](const LinkNote& n) { return n.due_ms <= now; });
+    due.assign(std::make_move_iterator(link_notes_.begin()), std::make_move_iterator(first_later));
+    link_notes_.erase(link_notes_.begin(), first_later);
+  }
+  for (auto& note : due) {
+    auto p = existing_out_peer(note.addr);  // gone: disconnected as dead meanwhile
+    if (p && !p->going) log_diag_limited(link_log_, self_.role, note.text);
+  }
 }
 
 void Transport::tend_links_locked(OutPeer& p) {

@@ -91,6 +91,10 @@ void Transport::open_socket_locked(OutPeer& p, bool listening_expected) {
   }
 }
 
+void Transport::expect_gone(const std::string& addr) {
+  if (auto p = existing_out_peer(addr)) p->going = true;
+}
+
 void Transport::disconnect(const std::string& addr) {
   std::shared_ptr<OutPeer> peer;
   {

@@ -879,6 +879,68 @@ def test_calls_to_procs_behind_their_agents_port_go_over_lanes_through_it(cluste
         procs.stop()
 
 
+class Exiter(xmesh.Actor):
+    @xmesh.endpoint
+    def ping(self) -> int:
+        return os.getpid()
+
+    @xmesh.endpoint
+    def exit_soon(self) -> None:
+        threading.Timer(0.05, os._exit, args=(3,)).start()
+
+
+def test_a_proc_that_ends_is_reported_once_not_as_a_broken_lane(cluster, capfd):
+    """A proc behind its agent's port ends while its lane carries calls: its callers hear that it
+    ended (supervision), and its lane's break, which comes first, is not reported besides."""
+    from xmesh._runtime.process import get_runtime
+
+    procs = xmesh.hosts([cluster.locator(1)], key_file=cluster.key).spawn_procs({"gpus": 1})
+    try:
+        e = procs.spawn("e", Exiter)
+        for _ in range(30):
+            e.ping.call_one().get(timeout=60)
+        assert get_runtime().node.stats().lanes_out >= 1
+        capfd.readouterr()
+        e.exit_soon.call_one().get(timeout=60)
+        with pytest.raises(xmesh.SupervisionError):
+            for _ in range(10000):
+                e.ping.call_one().get(timeout=60)
+        time.sleep(2.5)  # past the lane note's grace
+        got = capfd.readouterr()
+        assert "given up" not in got.out + got.err, got.out + got.err
+    finally:
+        procs.stop()
+
+
+@pytest.mark.parametrize("how", ["stop", "by their agents"])
+def test_a_normal_stop_says_nothing_of_the_lanes_it_ends(cluster, capfd, how):
+    """Procs on two hosts with TCP lanes up both ways, to the controller and to each other: a
+    normal stop, by their mesh or by their agents, ends their lanes with them, and nobody
+    reports that as a lane given up (issue 45: every stop printed 1-3 such lines)."""
+    from xmesh._runtime.agents import agent
+    from xmesh._runtime.process import get_runtime
+
+    hm = xmesh.hosts([cluster.locator(0), cluster.locator(1)], key_file=cluster.key)
+    procs = hm.spawn_procs({"gpus": 2})
+    a = procs.spawn("w", Where)
+    for _ in range(30):
+        a.where.call().get(timeout=60)
+    pongers = procs.slice(hosts=1).spawn("pongers", Ponger)
+    pingers = procs.slice(hosts=0).spawn("pingers", Pinger, pongers)
+    for _ in range(10):
+        pingers.ping_all.call(5).get(timeout=60)
+    assert get_runtime().node.stats().lanes_out >= 4
+    capfd.readouterr()
+    if how == "stop":
+        procs.stop().get(timeout=60)
+    else:  # as `xmesh stop`, a job's kill() or another controller would: the agents stop them
+        for h in (0, 1):
+            agent(f"tcp://{cluster.locator(h)}").stop_procs(alloc=procs.allocation.id)
+    time.sleep(3)  # what would come late
+    got = capfd.readouterr()
+    assert "given up" not in got.out + got.err, got.out + got.err
+
+
 def test_rdma_buffers_stream_between_hosts(cluster):
     """RDMA buffers across namespace hosts (issue 24): the controller's memory read and written
     by procs on two hosts, one host's memory read and written by the other's procs and by the

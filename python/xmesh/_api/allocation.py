@@ -14,7 +14,7 @@ from .._output import logfiles as _logfiles
 from .._base.errors import MeshFailure
 from .future import death_reported
 from .._base.pids import unusual_state
-from .._runtime.process import DEFAULT_PROC_LOG_LEVEL, get_runtime
+from .._runtime.process import DEFAULT_PROC_LOG_LEVEL, current_runtime, get_runtime
 from .._runtime.wait import add_slow_wait_hook
 from .._base.threads import start_thread
 
@@ -87,6 +87,10 @@ class Allocation:
         if self.stopped:
             return
         self.stopped = True
+        rt = current_runtime()
+        if rt is not None:  # their lanes end with them: not a fault to report
+            for p in self.procs.values():
+                rt.node.expect_gone(p.addr)
         for a in {id(a): a for a in self.agents}.values():
             try:
                 a.stop_procs(alloc=self.id, immediately=immediately, timeout=5)
