@@ -107,21 +107,42 @@ BackDialer::BackDialer(std::string token, std::string self_addr, TcpEndpoint rou
 BackDialer::~BackDialer() { stop(); }
 
 void BackDialer::reach(const std::string& addr, const std::string& gateway) {
+  TcpEndpoint e = TcpEndpoint::parse(addr);  // throws std::invalid_argument naming what is wrong
+  SocksRoute route = socks_route(gateway, e, SocksHop{kBackSocksName, e.behind});
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (by_addr_.count(addr)) return;
+    auto it = by_addr_.find(addr);
+    if (it != by_addr_.end() && targets_[it->second].route == route) return;
   }
-  TcpEndpoint e = TcpEndpoint::parse(addr);  // throws std::invalid_argument naming what is wrong
+  sockaddr_storage agent{};
+  socklen_t agent_len = 0;
+  resolve(route.host, route.port, &agent, &agent_len);
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = by_addr_.find(addr); it != by_addr_.end()) {  // its gateway changed: spares go the new way now
+    Target& t = targets_[it->second];
+    t.route = std::move(route);
+    t.agent = agent;
+    t.agent_len = agent_len;
+    t.backoff_ms = t.retry_at = 0;
+    wake();
+    return;
+  }
   Target t;
   t.addr = addr;
-  t.route = socks_route(gateway, e, SocksHop{kBackSocksName, e.behind});
-  resolve(t.route.host, t.route.port, &t.agent, &t.agent_len);
-  std::lock_guard<std::mutex> g(mu_);
-  if (by_addr_.count(addr)) return;
+  t.route = std::move(route);
+  t.agent = agent;
+  t.agent_len = agent_len;
   const uint64_t key = next_key_++;
   by_addr_[addr] = key;
   targets_[key] = std::move(t);
   wake();
+}
+
+std::vector<std::string> BackDialer::addrs() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<std::string> out;
+  for (const auto& [addr, key] : by_addr_) out.push_back(addr);
+  return out;
 }
 
 void BackDialer::forget(const std::string& addr) {

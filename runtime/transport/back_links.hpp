@@ -69,7 +69,8 @@ class BackDialer : private SpliceLoop {
   // tcp://host:port/N) until forgotten, through `gateway` ("host:port", socks_route.hpp; "":
   // directly). Throws std::invalid_argument for an address that does not parse,
   // std::runtime_error when the host it connects to does not resolve.
-  void reach(const std::string& addr, const std::string& gateway = "");
+  void reach(const std::string& addr, const std::string& gateway = "");  // again: its route from now on
+  std::vector<std::string> addrs() const;                                   // every peer it reaches
   void forget(const std::string& addr);
   struct Stats {
     uint64_t opened = 0, zmtp = 0, lanes = 0, failed = 0;

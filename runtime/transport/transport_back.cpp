@@ -53,18 +53,25 @@ void Transport::set_gateway(const std::string& host_port) {
     std::lock_guard<std::mutex> g(gateway_mu_);
     gateway_ = host_port;
   }
-  // Connections relayed before (through a gateway that may be gone: a port forward that ended)
-  // take the new way from their next connect on.
+  // Connections relayed before and spare back connections (through a gateway that may be gone:
+  // a port forward that ended) take the new way from their next connect on. A gateway that does
+  // not resolve is left to the connects through it to say.
   RelayDialer* dialer;
   {
     std::lock_guard<std::mutex> g(dialer_mu_);
     dialer = dialer_.get();
   }
-  if (!dialer) return;
-  for (const std::string& addr : dialer->addrs()) {
+  for (const std::string& addr : dialer ? dialer->addrs() : std::vector<std::string>{}) {
     try {
       dialer->local_endpoint(addr, socks_route(gateway_for(addr), TcpEndpoint::parse(addr)));
-    } catch (const std::exception&) {  // a gateway that does not resolve: the connects through it say so
+    } catch (const std::exception&) {
+    }
+  }
+  BackDialer* back = back_dialer();
+  for (const std::string& addr : back ? back->addrs() : std::vector<std::string>{}) {
+    try {
+      back->reach(addr, gateway_for(addr));
+    } catch (const std::exception&) {
     }
   }
 }

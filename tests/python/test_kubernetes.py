@@ -185,6 +185,10 @@ job.add_mesh("gen", 1)
 w = job.host_mesh.spawn_procs({{"gpus": 1}}).spawn("w", Where)
 print("WHERE", list(w.where.call().get(timeout=60).values()), flush=True)
 print("REACHES_BACK", get_runtime().node.reaches_back, flush=True)
+job._forward.process.kill()  # the forward ends (a laptop that slept, a network that changed)
+job._forward.process.wait()
+job.host_mesh  # finds the pods again, through a new forward: the same actors answer
+print("AFTER_FORWARD_ENDED", list(w.where.call().get(timeout=60).values()), flush=True)
 forward = job._forward.process
 job.kill()
 print("FORWARD_ENDED", forward.poll() is not None, flush=True)
@@ -206,7 +210,8 @@ def test_a_controller_outside_the_cluster_reaches_the_pods_through_one_forwarded
     connect to and whose network reaches no pod (only trainers-0's agent port, through a
     forward), a kubeconfig is enough: the job starts `kubectl port-forward pod/trainers-0 :26600`
     in the namespace, every connection goes through that pod's agent, calls and output reach all
-    three pods, and kill() ends the forward; attach_to= a forward made by hand does the same
+    three pods; when the forward ends, the next `job.host_mesh` forwards again and the same actors
+    answer through it; kill() ends the forward; attach_to= a forward made by hand does the same
     without kubectl."""
     laptop, a = pods.net.hosts[3], pods.net.hosts[0]
     bin_dir = tmp_path / "bin"
@@ -229,12 +234,14 @@ def test_a_controller_outside_the_cluster_reaches_the_pods_through_one_forwarded
             h.open_firewall()
     assert r.returncode == 0 and "DONE" in r.stdout, r.stdout + r.stderr
     assert "WHERE ['node-a', 'node-b', 'node-c']" in r.stdout and "WHERE_ATTACH_TO ['node-a', 'node-b', 'node-c']" in r.stdout
-    assert (r.stdout + r.stderr).count("printed on node-") == 6, r.stdout + r.stderr
+    assert "AFTER_FORWARD_ENDED ['node-a', 'node-b', 'node-c']" in r.stdout, r.stdout + r.stderr
+    assert "the port forward to pod/trainers-0 ended (kubectl exited with code -9)" in r.stdout, r.stdout
+    assert (r.stdout + r.stderr).count("printed on node-") == 9, r.stdout + r.stderr
     assert "REACHES_BACK True" in r.stdout and "FORWARD_ENDED True" in r.stdout, r.stdout
     assert "reaching the pods through `kubectl port-forward pod/trainers-0`" in r.stdout, r.stdout
-    (argv,) = [json.loads(line) for line in kubectl_log.read_text().splitlines()]  # attach_to used none
-    assert argv == ["port-forward", "--namespace", "ml", "pod/trainers-0", ":26600", "--kubeconfig",
-                    os.path.join(tmp, "kubeconfig-outside")], argv
+    argvs = [json.loads(line) for line in kubectl_log.read_text().splitlines()]  # attach_to used none
+    assert argvs == [["port-forward", "--namespace", "ml", "pod/trainers-0", ":26600", "--kubeconfig",
+                      os.path.join(tmp, "kubeconfig-outside")]] * 2, argvs  # and again once it ended
 
 
 MONARCH_PROGRAM = """

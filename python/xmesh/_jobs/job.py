@@ -521,6 +521,8 @@ class KubernetesJob(_Job):
         if record.kind != self.kind:
             return True
         if self._forward is not None and not self._forward.alive:
+            self._say(f"the port forward to pod/{self._forward.pod.name} ended ({self._forward.last_words()}): "
+                      "finding the pods again")
             return False
         api = self._kube.core_api()
         now = [p.locator for m in self._meshes() for p in current_pods(api, self.spec["namespace"], m)]

@@ -16,6 +16,7 @@ Kubernetes API and to kubectl; the job itself (its record, `host_mesh`, `kill()`
 `KubernetesJob` in job.py.
 """
 import atexit
+import collections
 import os
 import re
 import select
@@ -321,6 +322,7 @@ class PortForward:
         if kubeconfig is not None:
             argv += ["--kubeconfig", kubeconfig]
         self.pod = pod
+        self.said: "collections.deque[str]" = collections.deque(maxlen=20)  # its last lines but connections
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
         self.local = f"127.0.0.1:{self._local_port()}"
@@ -342,19 +344,22 @@ class PortForward:
 
     def _drain(self) -> None:
         """kubectl writes a line per connection ("Handling connection for ..."): read and dropped
-        (its errors kept for the last word), or a full pipe would stop the forward."""
-        import collections
+        (its other lines, its errors, kept for last_words), or a full pipe would stop the forward."""
         import threading
 
-        self.said: "collections.deque[str]" = collections.deque(maxlen=20)
         for stream in (self.process.stdout, self.process.stderr):
             threading.Thread(target=self._read_lines, args=(stream,), daemon=True,
                              name="xmesh-kubectl-port-forward").start()
 
     def _read_lines(self, stream: Any) -> None:
         for line in stream:
-            if not line.startswith("Handling connection"):
+            if not line.startswith(("Handling connection", "Forwarding from")):
                 self.said.append(line.rstrip())
+
+    def last_words(self) -> str:
+        """What kubectl said besides its connections (its errors), for a forward that ended."""
+        said = list(self.said)
+        return "; ".join(said[-3:]) if said else f"kubectl exited with code {self.process.poll()}"
 
     @property
     def alive(self) -> bool:
