@@ -287,7 +287,10 @@ def _shell_reply(kernel, msg_id, timeout=30):
 
 
 def test_endpoints_complete_and_inspect_also_without_their_class(kernel):
-    """Issue 17, defect 5: `actors.<Tab>` listed mesh methods, never endpoints."""
+    """Issue 17, defect 5: `actors.<Tab>` listed mesh methods, never endpoints. Issue 46, point 6:
+    Shift+Tab showed `(*args, **kwargs)` and a String form garbled as HTML."""
+    import re
+
     kernel.ok(COUNTER.replace("    def say(self, text):", "    def say(self, text: str, times: int = 1) -> str:\n"
                                                            "        \"\"\"Prints text on every rank.\"\"\"")
               + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
@@ -299,9 +302,16 @@ def test_endpoints_complete_and_inspect_also_without_their_class(kernel):
         assert {"incr", "say", "spin", "slice"} <= matches and "_endpoint_info" not in matches, content["matches"]
         code = f"{mesh}.say"
         content = _shell_reply(kernel, kernel.kc.inspect(code, len(code)))
-        text = content["data"]["text/plain"]
+        text = re.sub(r"\x1b\[[0-9;]*m", "", content["data"]["text/plain"])
         assert "Counter.say(text: str, times: int = 1) -> str" in text, text
         assert "Prints text on every rank." in text and ".call_one(" in text, text
+        # Issue 46: the signature Shift+Tab shows is the endpoint's, never __call__'s, and the
+        # HTML form shows the repr as text (not `<Endpoint ...>` taken for a tag).
+        assert re.search(rf"Signature: +{mesh}\.say\(text: str, times: int = 1\) -> str", text), text
+        assert "*args" not in text and "Call signature" not in text, text
+        page = content["data"]["text/html"]
+        assert "&lt;Endpoint Counter.say(text: str, times: int = 1) -&gt; str on" in page, page
+        assert "<Endpoint" not in page, page
 
 
 def test_tracebacks_show_the_users_frames_and_a_killed_proc_once(kernel):

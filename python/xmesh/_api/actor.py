@@ -1,4 +1,5 @@
 """Actors, endpoints and actor meshes: the user-facing calling API (Monarch's adverbs)."""
+import ast
 import functools
 import html
 import inspect
@@ -185,6 +186,39 @@ def _signature_text(ep: "EndpointProperty") -> str:
         return "(...)"
     params = list(sig.parameters.values())[2 if ep.explicit_response_port else 1:]
     return str(sig.replace(parameters=params))
+
+
+class _Source(str):
+    """A default value or an annotation known only as source text: shown as written."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _signature_from_text(text: str) -> inspect.Signature:
+    """The Signature written as text ("(x: float, n: int = 2) -> str"): an endpoint of a mesh
+    found without its class knows only that. Names it cannot evaluate stay text; text that does
+    not parse gives (...)."""
+    try:
+        fn = ast.parse(f"def f{text}: pass").body[0]
+    except SyntaxError:
+        fn = ast.parse("def f(*args, **kwargs): pass").body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    a, P = fn.args, inspect.Parameter
+
+    def param(arg: ast.arg, kind: Any, default: Optional[ast.expr] = None) -> inspect.Parameter:
+        return P(arg.arg, kind, default=P.empty if default is None else _Source(ast.unparse(default)),
+                 annotation=_Source(ast.unparse(arg.annotation)) if arg.annotation else P.empty)
+
+    positional = a.posonlyargs + a.args
+    defaults: list = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    params = [param(arg, P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD, d)
+              for i, (arg, d) in enumerate(zip(positional, defaults))]
+    params += [param(a.vararg, P.VAR_POSITIONAL)] if a.vararg else []
+    params += [param(arg, P.KEYWORD_ONLY, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults)]
+    params += [param(a.kwarg, P.VAR_KEYWORD)] if a.kwarg else []
+    returns = _Source(ast.unparse(fn.returns)) if fn.returns else inspect.Signature.empty
+    return inspect.Signature(params, return_annotation=returns)
 
 
 def _summary(fn: Any) -> str:
@@ -569,9 +603,25 @@ class Endpoint:
             body = dict(body or {}, reply_addr=addr, reply_corr=corr)
         self._cast(targets, described, args, kwargs, body, "send")
 
-    def __call__(self, *args, **kwargs):
-        raise TypeError(f"call the endpoint through an adverb: {self._name}.call(...), .call_one(...), "
-                        ".choose(...), .stream(...) or .broadcast(...)")
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The endpoint's own parameters (what its adverbs take): what inspect.signature() and
+        IPython's inspection (Shift+Tab) show."""
+        info = self._mesh._endpoint_info(self._name)
+        return _signature_from_text(info[0] if info else "(*args, **kwargs)")
+
+    @property
+    def __call__(self) -> Callable[..., Any]:
+        """Calling the endpoint itself is refused, naming the adverbs; its signature is the
+        endpoint's, so inspection shows no `(*args, **kwargs)` call form beside it."""
+        name = self._name
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise TypeError(f"call the endpoint through an adverb: {name}.call(...), .call_one(...), "
+                            ".choose(...), .stream(...) or .broadcast(...)")
+
+        refuse.__signature__ = self.__signature__  # type: ignore[attr-defined]
+        return refuse
 
     def __repr__(self):
         info = self._mesh._endpoint_info(self._name)

@@ -7,9 +7,11 @@ comm manager (_kernel.comms), and cells compile to the files the visual debugger
 import builtins
 import contextlib
 import getpass
+import html
 import importlib.util
 import io
 import os
+import re
 import sys
 from typing import Any, Iterator
 
@@ -98,6 +100,8 @@ class XmeshShell(InteractiveShell):
             data = self.object_inspect_mime(name, detail_level=detail_level)
         except KeyError:  # no such name
             return {"data": {}, "metadata": {}, "found": False}
+        if isinstance(data.get("text/html"), str):
+            data["text/html"] = _escaped_pre_blocks(data["text/html"])
         return {"data": data, "metadata": {}, "found": True}
 
     def is_complete_for_kernel(self, code: str) -> dict:
@@ -106,6 +110,17 @@ class XmeshShell(InteractiveShell):
         if status == "incomplete":
             reply["indent"] = " " * (indent or 0)
         return reply
+
+
+_PRE_BLOCK = re.compile(r"<pre>(.*?)</pre>", re.DOTALL)
+
+
+def _escaped_pre_blocks(html_text: str) -> str:
+    """IPython 8.5's inspection HTML puts reprs and docstrings in <pre> unescaped, so a front end
+    renders `<Endpoint ...>` as a tag and shows what is left; escaped here (once: an IPython that
+    escapes them already is left as it is)."""
+    return _PRE_BLOCK.sub(lambda m: "<pre>" + html.escape(html.unescape(m.group(1)), quote=False) + "</pre>",
+                          html_text)
 
 
 @contextlib.contextmanager
