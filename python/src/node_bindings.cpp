@@ -54,6 +54,11 @@ void bind_calls(py::module_& m) {
       })
       .def("missing", &Call::missing, "indexes of the targets that have not answered")
       .def("fail_all", [](Call& c, const py::object& err) { return c.fail_all(from_py(err)); })
+      .def("cancel_all", [](Call& c, const py::object& err) { return c.cancel_all(from_py(err)); },
+           "fails the targets that have not answered; they count as running until their own answer")
+      .def("lingering", &Call::lingering, "indexes of cancelled targets whose own answer has not come")
+      .def("running", &Call::running, "indexes of the targets still busy with the call (missing or lingering)")
+      .def_property_readonly("settled", &Call::settled)
       .def("fileno", &Call::fd);
 }
 

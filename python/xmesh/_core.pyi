@@ -880,6 +880,9 @@ class CallBody:
     def as_endpoint(self) -> typing.Any:
         ...
     @property
+    def ended_only(self) -> typing.Any:
+        ...
+    @property
     def explicit_port(self) -> typing.Any:
         ...
     @property
@@ -1873,13 +1876,25 @@ class WaitOutcome:
 class Call:
     def __len__(self) -> int:
         ...
+    def cancel_all(self, arg0: typing.Any) -> int:
+        """
+        fails the targets that have not answered; they count as running until their own answer
+        """
     def fail_all(self, arg0: typing.Any) -> int:
         ...
     def fileno(self) -> int:
         ...
+    def lingering(self) -> list[int]:
+        """
+        indexes of cancelled targets whose own answer has not come
+        """
     def missing(self) -> list[int]:
         """
         indexes of the targets that have not answered
+        """
+    def running(self) -> list[int]:
+        """
+        indexes of the targets still busy with the call (missing or lingering)
         """
     def take(self) -> list:
         ...
@@ -1905,6 +1920,9 @@ class Call:
         ...
     @property
     def received(self) -> int:
+        ...
+    @property
+    def settled(self) -> bool:
         ...
 class NodeStats:
     @property

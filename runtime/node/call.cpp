@@ -41,7 +41,11 @@ bool Call::deliver(CallResult r) {
     if (port_) {
       if (once_ && received_ > 0) return false;
     } else {
-      if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size() || have_[r.index]) return false;
+      if (r.index < 0 || static_cast<size_t>(r.index) >= have_.size()) return false;
+      if (have_[r.index]) {
+        end_lingering(static_cast<size_t>(r.index));  // a cancelled target's own answer: it ended
+        return false;
+      }
       have_[r.index] = true;
     }
     ++received_;
@@ -73,7 +77,36 @@ size_t Call::fail_index(size_t i, const json& error) {
 size_t Call::fail_where(const std::string* addr, const json& error) {
   size_t n = 0;
   for (size_t i = 0; i < addrs_.size(); ++i)
-    if (!addr || addrs_[i] == *addr) n += fail_index(i, error);
+    if (!addr || addrs_[i] == *addr) n += fail_index(i, error);  // a dead proc runs nothing on
+  return n;
+}
+
+void Call::end_lingering(size_t i) {
+  if (i < lingering_.size() && lingering_[i]) {
+    lingering_[i] = false;
+    --lingering_count_;
+  }
+}
+
+size_t Call::cancel_all(const json& error) {
+  std::vector<int64_t> open = missing();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (lingering_.empty()) lingering_.assign(have_.size(), false);
+    for (int64_t i : open)
+      if (!lingering_[static_cast<size_t>(i)]) {
+        lingering_[static_cast<size_t>(i)] = true;
+        ++lingering_count_;
+      }
+  }
+  size_t n = 0;
+  for (int64_t i : open) {
+    CallResult r;
+    r.index = i;
+    r.body = error;
+    // Its own answer may have come meanwhile: then it is not failed, and no longer runs.
+    if (deliver(std::move(r))) ++n;
+  }
   return n;
 }
 
@@ -260,6 +293,27 @@ std::vector<int64_t> Call::missing() const {
   for (size_t i = 0; i < have_.size(); ++i)
     if (!have_[i]) out.push_back(static_cast<int64_t>(i));
   return out;
+}
+
+std::vector<int64_t> Call::lingering() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < lingering_.size(); ++i)
+    if (lingering_[i]) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+
+std::vector<int64_t> Call::running() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < have_.size(); ++i)
+    if (!have_[i] || (i < lingering_.size() && lingering_[i])) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+
+bool Call::settled() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return complete() && lingering_count_ == 0;
 }
 
 int Call::fd() {

@@ -54,6 +54,11 @@ class Call {
   size_t fail_addr(const std::string& addr, const json& error,
                    std::vector<std::pair<std::string, uint64_t>>* behind = nullptr);
   size_t fail_all(const json& error);
+  // The caller cancelled: every target that has not answered is failed with error now (its
+  // waiters return), but counts as still running until its own answer comes (an endpoint in a
+  // C call runs on until that call returns): running() lists it, and the node keeps the call
+  // until then. A proc that dies ends it too. Returns how many were failed.
+  size_t cancel_all(const json& error);
 
   bool done() const;
   size_t received() const;
@@ -75,12 +80,19 @@ class Call {
   std::vector<CallResult> take();
   // The targets that have not answered yet, by index (what the panel shows as "in a call").
   std::vector<int64_t> missing() const;
+  // The targets cancelled by cancel_all() whose own answer has not come: still running there.
+  std::vector<int64_t> lingering() const;
+  // missing() and lingering() together: the targets whose actor is still busy with this call.
+  std::vector<int64_t> running() const;
+  // Done, and nothing cancelled still runs: the node may forget it.
+  bool settled() const;
   // eventfd that becomes readable with each arrival (for asyncio's add_reader).
   int fd();
 
  private:
   size_t fail_where(const std::string* addr, const json& error);  // nullptr: every target
   size_t fail_index(size_t i, const json& error);
+  void end_lingering(size_t i);  // mu_ held
   // The ancestor of target i (a relay) at addr, or -1.
   int32_t relay_at(size_t i, const std::string& addr) const;
   std::vector<int32_t> parents_;  // cast trees: target -> its relay (empty: every target direct)
@@ -94,6 +106,8 @@ class Call {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<bool> have_;
+  std::vector<bool> lingering_;  // cancelled targets still running (empty until cancel_all)
+  size_t lingering_count_ = 0;
   size_t received_ = 0;
   bool fatal_ = false;
   bool woken_ = false;

@@ -176,7 +176,7 @@ std::shared_ptr<Call> Node::call(const std::vector<Target>& targets, Header tmpl
     for (auto& t : direct) send_direct(*c, t, tmpl, frames);
     if (!tree.empty()) router_->send(c, route, tmpl, frames);
   }
-  if (expect_reply && c->done()) forget_call(c->id());
+  if (expect_reply && c->settled()) forget_call(c->id());
   return c;
 }
 
@@ -288,7 +288,7 @@ void Node::fail_calls_to(const std::string& addr, const json& error, uint64_t sp
   for (auto& c : calls_.to_addr(addr)) {
     if (c->id() == spare) continue;
     c->fail_addr(addr, error, &behind);
-    if (c->done()) forget_call(c->id());
+    if (c->settled()) forget_call(c->id());
   }
   if (router_) router_->peer_failed(addr);  // answers that were to go up through addr go around it
   if (behind.empty()) return;
@@ -557,7 +557,7 @@ void Node::on_reply(Message& m) {
   r.body = std::move(m.header.body);
   r.frames = std::move(m.frames);
   c->deliver(std::move(r));
-  if (c->done()) forget_call(c->id());
+  if (c->settled()) forget_call(c->id());
 }
 
 void Node::on_actor_message(Message& m) {
@@ -630,7 +630,7 @@ void Node::deliver(uint64_t corr, std::vector<CallResult> results) {
   auto c = calls_.find(corr);
   if (!c) return;  // a forgotten call
   for (auto& r : results) c->deliver(std::move(r));
-  if (c->done()) forget_call(c->id());
+  if (c->settled()) forget_call(c->id());
 }
 
 bool Node::refuse_relay(Message& m) {

@@ -27,11 +27,15 @@ struct CallBody {
   std::optional<uint64_t> reply_corr;     //   (owner's address and the port's id; both or neither)
   std::optional<bool> as_endpoint;    // the method is a plain one, called as an endpoint (as_endpoint())
   std::optional<bool> explicit_port;  //   taking a Port first (as_endpoint(..., explicit_response_port=True))
+  // A broadcast whose caller learns when it ended (what the panel shows busy, what later calls
+  // queue behind), not what it returned: answered with an empty ok once the endpoint is done.
+  std::optional<bool> ended_only;
   template <class F>
   static void fields(F&& f) {
     f("labels", &CallBody::labels, Need::Optional);
     f("as_endpoint", &CallBody::as_endpoint, Need::Optional);
     f("explicit_port", &CallBody::explicit_port, Need::Optional);
+    f("ended_only", &CallBody::ended_only, Need::Optional);
     f("sizes", &CallBody::sizes, Need::Optional);
     f("rank", &CallBody::rank, Need::Optional);
     f("reply_addr", &CallBody::reply_addr, Need::Optional);

@@ -48,6 +48,31 @@ TEST_CASE("a call completes when every target answered, once each", "[call]") {
   CHECK(rest[0].body["kind"] == "supervision");
 }
 
+TEST_CASE("a cancelled call is done at once, its targets running until their own answer comes", "[call]") {
+  Call c(2, {"a", "b", "c"});
+  CHECK(c.deliver(ok_result(0)));
+  CHECK(c.cancel_all({{"kind", "cancelled"}}) == 2);
+  CHECK(c.done());  // its waiters return now
+  CHECK_FALSE(c.settled());  // but the node keeps it: targets 1 and 2 still run
+  CHECK(c.lingering() == std::vector<int64_t>{1, 2});
+  CHECK(c.running() == std::vector<int64_t>{1, 2});
+  CHECK(c.missing().empty());
+  auto got = c.take();
+  REQUIRE(got.size() == 3);
+  CHECK_FALSE(got[2].ok);
+  CHECK_FALSE(c.deliver(ok_result(1)));  // its own answer: dropped (the caller cancelled), but it ended
+  CHECK(c.lingering() == std::vector<int64_t>{2});
+  CHECK(c.take().empty());
+  CHECK(c.fail_addr("c", {{"kind", "supervision"}}) == 0);  // a dead proc runs nothing on
+  CHECK(c.lingering().empty());
+  CHECK(c.settled());
+  // A target whose answer came while the cancel was on its way is not failed, and not running.
+  Call d(3, {"a"});
+  CHECK(d.deliver(ok_result(0)));
+  CHECK(d.cancel_all({{"kind", "cancelled"}}) == 0);
+  CHECK(d.settled());
+}
+
 TEST_CASE("a port takes results from anyone in order until closed, a once port only one", "[call][port]") {
   Call port(9, Call::PortTag{}, false);
   CHECK(port.is_port());

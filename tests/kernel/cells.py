@@ -39,6 +39,12 @@ class Counter(Actor):
         while time.monotonic() < end:
             pass
         return "spun"
+
+    @endpoint
+    def nap(self, seconds):
+        import time
+        time.sleep(seconds)  # one C call: a cancel cannot stop it
+        return "rested"
 '''
 
 LOGGER = '''

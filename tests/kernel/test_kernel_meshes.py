@@ -2,6 +2,7 @@
 the kernel, top-level await works, meshes display as tables, re-running a spawning cell does
 not leak procs, and shutdown / restart stop unnamed meshes."""
 import ast
+import json
 import os
 import socket
 import time
@@ -169,6 +170,29 @@ def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
     r = kernel.run("fut.get(timeout=20)")
     assert r.status == "error" and r.error["ename"] == "CancelledError", r.error_text
     assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]
+
+
+def test_a_cancel_that_cannot_stop_a_c_call_says_so_and_the_next_call_says_it_waits(kernel):
+    """Issue 46, point 4: "cancelled nap.call()" while the actors slept on in time.sleep, and the
+    next call waited with no notice."""
+    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+                        'counters.initialized.get()')
+    msg_id = kernel.send("fut = counters.nap.call(6)\nprint('waiting', flush=True)\nfut.get()")
+    kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
+    time.sleep(0.3)
+    kernel.interrupt()
+    r = kernel.collect(msg_id, timeout=30)
+    assert r.status == "error" and "call .cancel() on the call's Future" in r.error["evalue"]
+    assert "fut.cancel()" not in r.error["evalue"]  # the user's variable may have another name
+    kernel.interrupt()
+
+    def said(text):
+        return lambda m: m["msg_type"] in ("update_display_data", "stream") and text in json.dumps(m["content"])
+    kernel.iopub_until(said("cancelled nap.call() on ranks 0-1"), timeout=20)
+    kernel.iopub_until(said("ranks 0-1 are still running nap.call(): a cancel stops Python code"), timeout=20)
+    r = kernel.run("print(sorted(counters.incr.call().get(timeout=30).values()))", timeout=40)
+    assert r.status == "ok" and "[1, 1]" in r.stdout, r.error_text
+    assert "have not started it, their actors still run nap.call() (cancelled, but still inside a C call" in r.stderr
 
 
 def test_an_idle_interrupt_is_harmless(kernel):

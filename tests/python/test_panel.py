@@ -1,6 +1,7 @@
 """The mesh panel's view of a controller (issue 22, xmesh/_panel/view.py): a program blocked in a call
 answers snapshots on its `.panel` socket: the ranks still in the call (and which endpoint), the
 idle ones, a killed one dead with why; bad requests are answered with an error, never a hang."""
+import asyncio
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from xmesh_testing import PYTHON, terminal_stdin
+from xmesh_testing import PYTHON, terminal_stdin, wait_until
 
 import xmesh
 from xmesh._panel import view as _panel
@@ -127,6 +128,12 @@ class Napper(xmesh.Actor):
     def noop(self) -> None:
         return None
 
+    @xmesh.endpoint
+    def spin(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # Python code: a cancel stops it at its next line
+            pass
+
 
 def test_the_call_tracker_forgets_finished_calls_and_keeps_running_ones():
     procs = xmesh.this_host().spawn_procs({"gpus": 2})
@@ -144,6 +151,61 @@ def test_the_call_tracker_forgets_finished_calls_and_keeps_running_ones():
         (addr,) = busy
         assert [what for what, _ in busy[addr]] == ["nap"]
         long.cancel()
+    finally:
+        procs.stop()
+
+
+def _states(snap: dict) -> list:
+    """[(state, endpoints)] of each rank of the one allocation of a snapshot."""
+    (alloc,) = snap["allocations"]
+    return [(r["state"], r.get("endpoints", [])) for r in alloc["ranks"]]
+
+
+def test_a_broadcast_shows_its_ranks_busy_until_it_ended_and_a_call_queues_behind_it():
+    """Issue 46, point 3: ranks inside a broadcast were shown idle (only .call() was tracked)."""
+    procs = xmesh.this_host().spawn_procs({"gpus": 2})
+    try:
+        nappers = procs.spawn("nappers", Napper)
+        nappers.initialized.get()
+        nappers.nap.broadcast(3)
+        assert _states(_panel.snapshot()) == [("call", ["nap (broadcast)"])] * 2
+        status = _panel.status()
+        assert status.rows[0][4] == 2 and status.rows[0][7] == "nap (broadcast)"  # "In a call", "Busy in"
+        after = nappers.noop.call()
+        (earlier, ranks), = after.queued_behind()
+        assert earlier.description == "nap.broadcast()" and ranks == [0, 1]
+        after.get(timeout=30)
+        assert wait_until(lambda: _states(_panel.snapshot()) == [("idle", [])] * 2, timeout=10)
+    finally:
+        procs.stop()
+
+
+def test_a_cancelled_call_inside_a_c_call_counts_as_running_until_it_returns():
+    """Issue 46, point 4: a call cancelled while its endpoint sleeps in C was dropped from what
+    the runtime tracked: the panel showed its ranks idle and the next call waited unexplained."""
+    procs = xmesh.this_host().spawn_procs({"gpus": 2})
+    try:
+        nappers = procs.spawn("nappers", Napper)
+        nappers.initialized.get()
+        long = nappers.nap.call(4)
+        assert wait_until(lambda: _states(_panel.snapshot())[0][0] == "call")
+        time.sleep(0.3)  # inside time.sleep on both ranks
+        assert long.cancel()
+        with pytest.raises(asyncio.CancelledError, match="cancelled"):
+            long.get(timeout=1)
+        assert long.lingering_ranks() == [0, 1]
+        assert _states(_panel.snapshot()) == [("call", ["nap (cancelled, still running)"])] * 2
+        after = nappers.noop.call()
+        (earlier, ranks), = after.queued_behind()
+        assert earlier is long._sent and ranks == [0, 1]
+        after.get(timeout=30)
+        assert long.lingering_ranks() == []  # their own answers came: they ended
+        assert wait_until(lambda: _states(_panel.snapshot()) == [("idle", [])] * 2, timeout=10)
+        # Python code stops at its next line: the cancel's answer ends it at once.
+        spinning = nappers.spin.call(30)
+        time.sleep(0.3)
+        assert spinning.cancel()
+        assert wait_until(lambda: spinning.lingering_ranks() == [], timeout=10)
     finally:
         procs.stop()
 

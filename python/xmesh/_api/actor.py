@@ -17,7 +17,7 @@ from .._base.env import env_float
 from .._base.errors import ActorError, SupervisionError
 from .._base.protocol import ErrorKind, error_kind, read_error
 from .future import (CallTarget, CoroutineFuture, Done, Future, LocalFuture, Readiness, all_ok_then, check_timeout,
-                     show_output_of)
+                     show_output_of, track_sent)
 from .._runtime.process import Kind, get_runtime, note_call
 from .._base.shape import MeshTrait, Point
 from .._base.value_mesh import ValueMesh
@@ -476,6 +476,7 @@ def _pack_args(method, args, kwargs):
 
 
 _CALL = int(Kind.Call)
+_CASTS = ("broadcast", "send")  # the adverbs whose caller gets no value back
 _NO_ARGS = _pickling.dumps(((), {}))
 
 
@@ -527,7 +528,7 @@ class Endpoint:
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
         # The causal context (the cell) travels with the call: the procs' output is shown there.
         call = get_runtime().node.call(targets, _CALL, self._name, body, frames, expect_reply, current_cell())
-        note_call(targets, call if expect_reply else None, self._name)
+        note_call(targets, call if expect_reply else None, self._name if adverb not in _CASTS else f"{self._name} ({adverb})")
         return call, described
 
     def call(self, *args: Any, **kwargs: Any) -> Future:
@@ -578,8 +579,15 @@ class Endpoint:
     def _cast(self, targets: list, described: list, args: tuple, kwargs: dict, body: Optional[dict],
               adverb: str) -> None:
         """Sends without a reply to the caller (broadcast, send()); a target the message could
-        not reach raises here."""
-        call, described = self._send(targets, described, args, kwargs, adverb, expect_reply=False, body=body)
+        not reach raises here. Unless the answers go to a port, each actor says when it ended
+        (no value): the panel shows its rank busy meanwhile, and a later call's wait says that it
+        queues behind it."""
+        expect_end = not (body and body.get("reply_addr"))
+        if expect_end:
+            body = dict(body or {}, ended_only=True)
+        call, described = self._send(targets, described, args, kwargs, adverb, expect_reply=expect_end, body=body)
+        if expect_end:
+            track_sent(call, described, f"{self._name}.{adverb}()")
         unsent = [(index, read_error(body).text) for index, _ok, body, _ in call.take()
                   if error_kind(body) == ErrorKind.Send]
         if unsent:

@@ -176,7 +176,8 @@ class _Sent:
         return (self.call.target_addr(index), t.actor_id) if t is not None and t.actor_id else None
 
     def finished(self) -> bool:
-        return self.call.done or self.call.fatal
+        """Nothing of it runs any more (a cancelled target runs until its own answer comes)."""
+        return self.call.settled or self.call.fatal
 
 
 class _SentCalls:
@@ -209,7 +210,7 @@ class _SentCalls:
             if earlier.finished():
                 self.discard(call_id)
                 continue
-            for i in earlier.call.missing():
+            for i in earlier.call.running():
                 key = earlier.key(i)
                 if key is not None:
                     busy.setdefault(key, earlier)  # the oldest is the one running
@@ -222,6 +223,13 @@ class _SentCalls:
 
 
 _sent = _SentCalls()
+
+
+def track_sent(call: Any, targets: List[CallTarget], description: str) -> None:
+    """A call nobody waits on (a broadcast) whose actors still run it: a later call's wait says
+    that it queues behind it."""
+    if any(t.actor_id for t in targets):
+        _sent.add(_Sent(call, targets, description, _context.controller_cell, time.monotonic()))
 
 # Procs whose death an error given to the caller named (their own notice is then not needed).
 _reported_deaths: "collections.OrderedDict[str, None]" = collections.OrderedDict()
@@ -263,9 +271,11 @@ def _notice_queued_calls(call: Any, description: str) -> None:
         said.add(earlier.call.id)
         age = time.monotonic() - earlier.at
         one = len(ranks) == 1
+        cancelled = " (cancelled, but still inside a C call that Python cannot interrupt)" \
+            if earlier.call.lingering() else ""
         get_runtime().diag(f"{description} waits: {ranks_text(ranks)} {'has' if one else 'have'} not started it, "
-                           f"{'its actor still runs' if one else 'their actors still run'} {earlier.description} "
-                           f"(sent {age:.0f} s ago); an actor handles one message at a time")
+                           f"{'its actor still runs' if one else 'their actors still run'} {earlier.description}"
+                           f"{cancelled} (sent {age:.0f} s ago); an actor handles one message at a time")
 
 
 _wait.add_slow_wait_hook(_notice_queued_calls)
@@ -310,9 +320,10 @@ class Future(Generic[T]):
         if self._done:
             return
         self._collect()
-        _sent.discard(self._call.id)
         rt = get_runtime()
-        rt.node.forget_call(self._call.id)
+        if not self._call.lingering():  # a cancelled target's own answer says when it ended
+            _sent.discard(self._call.id)
+            rt.node.forget_call(self._call.id)
         self._wait_for_output(rt)
         try:
             self._value = self._convert(self._results, self)
@@ -378,6 +389,11 @@ class Future(Generic[T]):
         """[(an earlier call, ranks of this one waiting behind it)]."""
         return _queued_behind(self._sent)
 
+    def lingering_ranks(self) -> list[int]:
+        """Ranks cancelled (cancel()) that have not ended the call yet: a sync endpoint inside a
+        C call (time.sleep, a blocking read) runs on until that call returns."""
+        return [self._rank(i) for i in self._call.lingering()]
+
     def describe_pending(self) -> str:
         """"ranks still running: [0, 1]; ranks [2, 3] queued behind X" (what an interrupt or a
         timeout leaves behind)."""
@@ -439,9 +455,10 @@ class Future(Generic[T]):
         targets = [(i, self._call.target_addr(i), t.actor_id if (t := self.target(i)) is not None else "")
                    for i in missing]
         # Failed here before the Cancel messages leave: an actor's answer to them (a cancelled
-        # endpoint's error) that comes back first must not become this future's outcome.
+        # endpoint's error) that comes back first must not become this future's outcome. The
+        # targets count as running until that answer comes (lingering_ranks()).
+        self._call.cancel_all(error(ErrorKind.Cancelled, "cancelled by the caller"))
         if not self._done:
-            self._call.fail_all(error(ErrorKind.Cancelled, "cancelled by the caller"))
             self._finish()
         rt = get_runtime()
         for i, addr, actor in targets:
@@ -500,6 +517,7 @@ class LocalFuture(Future[T]):
         return []
 
     running_ranks = pending_ranks
+    lingering_ranks = pending_ranks
 
     def dead_unanswered(self) -> list[str]:
         return []

@@ -7,6 +7,7 @@ import json
 import sys
 import threading
 
+from .._base.env import env_float
 from .._debug.io import TerminalIO
 from .._output.logs import write_std
 
@@ -21,7 +22,7 @@ def in_kernel():
 
 
 def cancel_hint():
-    return "interrupt again or fut.cancel() to cancel them"
+    return "interrupt again while no cell runs to cancel them, or call .cancel() on the call's Future"
 
 
 def setup(shell):
@@ -449,13 +450,35 @@ def on_idle_interrupt():
     # Newest first: a call queued behind a running one must be marked cancelled on its procs
     # before the running call's cancel frees the actor to start it (one sender's messages keep
     # their order, and the procs handle Cancel in that order).
+    cancelled = []
     for fut in reversed(pending):
         try:
             ranks = fut.pending_ranks()
             if fut.cancel() and rt is not None:  # said in the cell that made the call
                 rt.diag(f"interrupt: cancelled {fut.description} on {ranks_text(ranks)}", cell=fut.cell)
+                cancelled.append(fut)
         except Exception:
             pass
+    if cancelled:
+        timer = threading.Timer(env_float("XMESH_CANCEL_CHECK_S", 1.0), _say_still_running, (rt, cancelled))
+        timer.daemon = True
+        timer.start()
+
+
+def _say_still_running(rt, futures):
+    """A moment after a cancel: the ranks that have not ended the call (a sync endpoint inside a
+    C call cannot be interrupted) are said where the call was made, with what it means for the
+    calls after it."""
+    from .._base.shape import ranks_text
+
+    for fut in futures:
+        ranks = fut.lingering_ranks()
+        if ranks:
+            one = len(ranks) == 1
+            rt.diag(f"{ranks_text(ranks)} {'is' if one else 'are'} still running {fut.description}: a cancel stops "
+                    f"Python code at its next line, but {'it is' if one else 'they are'} inside a C call (time.sleep, "
+                    f"a blocking read, a GPU wait) that runs on until it returns; calls sent to "
+                    f"{'that actor' if one else 'those actors'} meanwhile wait behind it", cell=fut.cell)
 
 
 def shutdown():

@@ -315,4 +315,7 @@ def serve_stdio(stdin: Any, stdout: Any) -> int:
 
 
 if __name__ == "__main__":
+    from .._runtime.process import set_reader_only
+
+    set_reader_only()  # not a program of the user's: `xmesh debug` and the panel do not list it
     sys.exit(serve_stdio(sys.stdin, sys.stdout))

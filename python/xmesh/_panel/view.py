@@ -7,7 +7,8 @@ snapshot lists the allocations the controller owns, each rank's state:
 
 - `dead` (and why: its exit as the agent reported it),
 - `stopped` (in pdb: the actor, the function and line),
-- `call` (the endpoints it has not answered yet, since when: the oldest call's start),
+- `call` (the endpoints it has not answered yet, broadcasts it has not ended and calls cancelled
+  that still run, since when: the oldest call's start),
 - `idle`.
 
 Calls are tracked by an observer of every call the controller sends (`_runtime.process.observe_calls`):
@@ -48,7 +49,7 @@ class CallTracker:
         """On every call's path: an append, and now and then a pass that drops finished calls
         (amortized: the next pass waits until as many calls came again as are still running)."""
         if call is None or call.is_port:
-            return  # a broadcast waits for nobody; a port's answers come when they come
+            return  # a send to a port: its answers come when they come
         with self._lock:
             self._calls.append((call, what, time.time()))
             if len(self._calls) >= self._prune_at:
@@ -57,7 +58,7 @@ class CallTracker:
                 self._calls.popleft()
 
     def _drop_done(self) -> None:
-        self._calls = collections.deque(c for c in self._calls if not c[0].done)
+        self._calls = collections.deque(c for c in self._calls if not c[0].settled)
         self._prune_at = max(self.PRUNE_AT, 2 * len(self._calls))
 
     def busy_addrs(self) -> Dict[str, list]:
@@ -69,6 +70,8 @@ class CallTracker:
         for call, what, since in calls:
             for i in call.missing():
                 busy.setdefault(call.target_addr(i), []).append((what, since))
+            for i in call.lingering():  # cancelled, still inside a C call
+                busy.setdefault(call.target_addr(i), []).append((f"{what} (cancelled, still running)", since))
         return busy
 
 

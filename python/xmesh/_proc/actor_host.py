@@ -255,11 +255,15 @@ class ActorThread(threading.Thread):
         except ValueError as e:  # a malformed body (a peer of another version, or hostile)
             self.node.reply(msg, False, error(ErrorKind.Actor, f"the call to {method}() could not be read: {e}"))
             return
+        # A broadcast whose caller learns when it ended (the panel's busy ranks, the calls queued
+        # behind it): run as a broadcast, then answered with an empty ok.
+        ended_only = bool(body is not None and body.ended_only)
+        broadcast = broadcast or ended_only
         cell = msg.ctx or ""
         out = _proc_output.begin(cell, self.actor_name)
         set_current_cell(cell)
         ep = self._endpoint(method, body)  # once per call: the port, the run and the answer use it
-        port = self._answer_port(msg, body, ep)
+        port = self._answer_port(msg, body, ep, ended_only)
         token = set_message(msg, body)
         self.in_flight = msg if port is None and not broadcast else None
         try:
@@ -277,6 +281,8 @@ class ActorThread(threading.Thread):
             self._answer_through(port, ok, rbody, frames, method, cell, ep)
         elif not broadcast:
             _reply(self.node, msg, ok, rbody, frames, mark)
+        if ended_only:  # a concurrent endpoint's: when it started (the actor takes its next message)
+            _reply(self.node, msg, True, None, None, mark)
         if isinstance(raised, SystemExit):
             raise raised
 
@@ -400,14 +406,16 @@ class ActorThread(threading.Thread):
         supervise = lifecycle.user_hook(self.instance, "__supervise__") if self.instance is not None else None
         return supervise(failure) if supervise is not None else False
 
-    def _answer_port(self, msg, body, ep):
+    def _answer_port(self, msg, body, ep, ended_only=False):
         """The Port this message is answered through, or None (the usual reply): the port a
-        send(..., port=) named, or for an explicit-port endpoint one answering this call."""
+        send(..., port=) named, or for an explicit-port endpoint one answering this call (one
+        that answers nobody for a broadcast: its caller hears only that it ended)."""
         if body is not None and body.reply_addr is not None:
             rank = body.rank if body.rank is not None else msg.index
             return Port(body.reply_addr, body.reply_corr, rank)
         if ep is not None and (ep.explicit_response_port or ep.concurrent):
-            return Port(msg.sender_addr, msg.corr, msg.index, once=True, call_msg=msg if msg.gathered else None)
+            return Port(msg.sender_addr, 0 if ended_only else msg.corr, msg.index, once=True,
+                        call_msg=msg if msg.gathered and not ended_only else None)
         return None
 
     def _endpoint(self, method, body=None):
@@ -475,8 +483,8 @@ class ActorThread(threading.Thread):
             else:
                 result = ep.fn(self.instance, *args, **kwargs)
             self._call_ends()
-            if msg.corr == 0 and port is None:
-                return True, None, None, None
+            if port is None and (msg.corr == 0 or (body is not None and body.ended_only)):
+                return True, None, None, None  # a broadcast's value goes nowhere
             return True, None, _pickled_result(result, method), None
         except BaseException as e:
             self._call_ends()

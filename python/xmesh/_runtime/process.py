@@ -57,7 +57,7 @@ class Runtime:
         self.own_procs()
         self.control.on(Kind.Fault, self._on_fault)
         self.control.on(Kind.Refuse, lambda msg: self.diag(msg.refuse().reason or "a peer refused this controller"))
-        for hook in _wiring.controller_start:
+        for hook in _wiring.controller_start if _wiring.serves_tools else ():
             hook(self)
         start_thread(threading.Thread(target=self.control.serve, args=(self.node.control,), name="xmesh-control",
                                       daemon=True))
@@ -234,6 +234,7 @@ class _Wiring:
         self.output_sink = None        # where remote output goes (None: stdout / stderr)
         self.unhandled_fault_hook = None  # fn(MeshFailure) for failures nobody waits for
         self.asker = None              # fn(question) -> answer or None: the kernel's input box
+        self.serves_tools = True       # False: a reader of other controllers (set_reader_only)
 
 
 _wiring = _Wiring()
@@ -243,8 +244,16 @@ def on_controller_start(hook):
     """hook(runtime) runs when the controller runtime starts (at once if it runs already):
     control-message handlers, servers."""
     _wiring.controller_start.append(hook)
-    if _runtime is not None and _runtime.role == "controller" and _runtime.logs is not None:
+    if _runtime is not None and _runtime.role == "controller" and _runtime.logs is not None \
+            and _wiring.serves_tools:
         hook(_runtime)
+
+
+def set_reader_only():
+    """This process only reads other controllers and their agents (the panel's sidecar): its
+    runtime serves no debugger and no panel socket, so `xmesh debug` and the panel never list it
+    as a program. Before the runtime starts."""
+    _wiring.serves_tools = False
 
 
 def set_unhandled_fault_hook(fn):

@@ -86,7 +86,7 @@ def set_cancel_hint(hint: Callable[[], str]) -> None:
 
 
 def cancel_hint() -> str:
-    return _cancel_hint[0]() if _cancel_hint else "fut.cancel() cancels them"
+    return _cancel_hint[0]() if _cancel_hint else "calling .cancel() on the call's Future cancels them"
 
 
 # Ctrl-C during an asyncio loop's select() cannot be raised where the cell's coroutine waits:
