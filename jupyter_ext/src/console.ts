@@ -14,6 +14,7 @@ export interface ConsoleTarget {
   actor: string;
   rank: number;
   coords: string;
+  reason?: string; // why it stopped: "attached" (stopped only to look) runs on at detach
 }
 
 interface PdbReply {
@@ -57,13 +58,15 @@ export class ConsoleView {
   private readonly buttons: HTMLButtonElement[] = [];
   private target: ConsoleTarget | undefined;
   private busy = false;
+  /** Called after each answer (the panel then closes the cell's input box the kernel left). */
+  onAnswer: () => void = () => undefined;
 
   constructor(private readonly settings: ServerConnection.ISettings) {
     this.node.hidden = true;
     const close = document.createElement('button');
     close.className = 'jp-Button jp-mod-styled jp-mod-minimal xmesh-console-close';
     close.textContent = 'detach';
-    close.addEventListener('click', () => this.close());
+    close.addEventListener('click', () => void this.close());
     const bar = element('div', 'xmesh-console-buttons');
     for (const [label, cmd] of BUTTONS) {
       const b = document.createElement('button');
@@ -102,9 +105,15 @@ export class ConsoleView {
     void this.send('');
   }
 
-  /** Detaches: the cell that waits gets its prompt back now, not after the server's hold. */
-  close(): void {
+  /** Detaches, as `detach` does in the cell and in `xmesh debug`: a rank stopped only to look
+   * (attached while it ran) runs on from where it was; one stopped by a breakpoint or an
+   * exception stays stopped. The cell that waits gets its prompt back now, not after the
+   * server's hold. */
+  async close(): Promise<void> {
     const target = this.target;
+    if (target && target.reason === 'attached' && this.node.dataset.state === 'stopped') {
+      await this.send('c');
+    }
     this.target = undefined;
     this.node.hidden = true;
     if (target) {
@@ -175,6 +184,7 @@ export class ConsoleView {
     } finally {
       this.busy = false;
       this.node.classList.remove('xmesh-busy');
+      this.onAnswer();
     }
   }
 }

@@ -7,11 +7,12 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
-import { Widget } from '@lumino/widgets';
+import { Menu, Widget } from '@lumino/widgets';
 
 import { DebuggerSection } from './debugger';
 import { LogsView } from './logs';
-import { MeshList, MeshesReply, MeshRow } from './render';
+import { closeLeftoverPrompts } from './prompts';
+import { controllerTitle, MeshList, MeshesReply, MeshRow, RankRow } from './render';
 import { SyncSection } from './sync';
 
 const POLL_MS = 800; // a change shows within a second (bench/panel_latency.py)
@@ -52,6 +53,21 @@ const meshIcon = new LabIcon({
     '<rect x="11" y="11" width="4" height="4"/></g></svg>'
 });
 
+/** The id of the kernel of the notebook in front of the user (JupyterLab's current widget, or
+ * Notebook 7's page), if it is one: the debugger section talks to that kernel by default. */
+function activeKernelId(app: JupyterFrontEnd): string | undefined {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const widget = app.shell.currentWidget as any;
+  return widget?.sessionContext?.session?.kernel?.id ?? undefined;
+}
+
+/** A rank the user asked to pause and attach to: its console opens once the panel sees it stopped. */
+interface PendingAttach {
+  pid: number;
+  actor: string;
+  rank: number;
+}
+
 /** The sidebar: polls the meshes while it is shown. */
 export class MeshPanel extends Widget {
   private timer: number | undefined;
@@ -61,23 +77,27 @@ export class MeshPanel extends Widget {
   private readonly logs: LogsView;
   private readonly sync = new SyncSection();
   private last: MeshesReply | undefined; // the latest list: polls ask whether it is still current
+  private pendingAttach: PendingAttach | undefined;
 
   /** Says how many ranks are stopped in pdb (the panel's tab badge and the status bar). */
   onStopped: (count: number) => void = () => undefined;
 
-  constructor(app: JupyterFrontEnd) {
+  constructor(private readonly app: JupyterFrontEnd) {
     super();
     this.logs = new LogsView(this.settings);
     this.meshes = new MeshList({
       stop: mesh => void this.stop(mesh),
-      logs: mesh => this.logs.open({ id: mesh.id, name: mesh.name }, mesh.held_back),
+      logs: (mesh, rank) => this.logs.open({ id: mesh.id, name: mesh.name }, mesh.held_back, rank),
+      rank: (mesh, rank, event) => this.rankMenu(mesh, rank, event),
       insertAttach: mesh => void insertAttach(app, mesh)
     });
     this.id = 'xmesh-panel';
     this.addClass('xmesh-panel');
     this.title.icon = meshIcon;
     this.title.caption = 'xmesh: meshes';
-    this.debugger = new DebuggerSection(this.settings);
+    this.debugger = new DebuggerSection(this.settings, () => activeKernelId(app));
+    this.debugger.onAnswer = () => closeLeftoverPrompts();
+    this.addRankCommands();
     // The debugger first: stopped ranks are what needs the user.
     this.node.append(this.debugger.node, this.meshes.node, this.logs.node, this.sync.node);
   }
@@ -126,16 +146,91 @@ export class MeshPanel extends Widget {
     }
     const now = reply.server_time ?? Date.now() / 1000;
     this.debugger.update(reply);
+    this.attachWhenStopped(reply);
+    closeLeftoverPrompts();
     this.meshes.update(reply, now);
     this.sync.update(reply);
     this.logs.tick(reply);
     this.onStopped(stoppedCount(reply));
   }
 
+  /** What a click on a rank offers: attach (a stopped rank), pause and attach (a rank in a
+   * call of a kernel's or program's actors), and that rank's logs. */
+  private rankMenu(mesh: MeshRow, rank: RankRow, event: MouseEvent): void {
+    const menu = new Menu({ commands: this.app.commands });
+    menu.addClass('xmesh-rank-menu');
+    const args = { id: mesh.id, rank: rank.rank };
+    if (rank.state === 'stopped' && mesh.owner) {
+      menu.addItem({ command: 'xmesh:rank-attach', args });
+    } else if (rank.state === 'call' && mesh.owner && rank.actor) {
+      menu.addItem({ command: 'xmesh:rank-pause', args });
+    }
+    menu.addItem({ command: 'xmesh:rank-logs', args });
+    menu.open(event.clientX, event.clientY);
+  }
+
+  private meshOf(args: { id?: unknown; rank?: unknown }): [MeshRow, RankRow] | undefined {
+    const mesh = this.last?.meshes?.find(m => m.id === args.id);
+    const rank = mesh?.ranks.find(r => r.rank === args.rank);
+    return mesh && rank ? [mesh, rank] : undefined;
+  }
+
+  private addRankCommands(): void {
+    const commands = this.app.commands;
+    const label = (what: string) => (args: { rank?: unknown }) => `${what} rank ${args.rank}`;
+    commands.addCommand('xmesh:rank-attach', {
+      label: label('Attach to'),
+      execute: args => {
+        const found = this.meshOf(args);
+        if (found && found[0].owner) {
+          this.debugger.attach({ pid: found[0].owner.pid, mesh: found[0].name || found[0].id, rank: found[1] });
+        }
+      }
+    });
+    commands.addCommand('xmesh:rank-pause', {
+      label: label('Pause and attach to'),
+      execute: args => {
+        const found = this.meshOf(args);
+        if (found && found[0].owner && found[1].actor) {
+          const [mesh, rank] = found;
+          this.pendingAttach = { pid: mesh.owner!.pid, actor: rank.actor!, rank: rank.rank };
+          this.debugger.aimAt(mesh.owner!.pid);
+          this.debugger.node.open = true;
+          void this.debugger.send([`pause ${rank.actor} ranks(${rank.rank})`]);
+        }
+      }
+    });
+    commands.addCommand('xmesh:rank-logs', {
+      label: label('Logs of'),
+      execute: args => {
+        const found = this.meshOf(args);
+        if (found) {
+          this.logs.open({ id: found[0].id, name: found[0].name }, found[0].held_back, found[1].rank);
+        }
+      }
+    });
+  }
+
+  /** The console opens on a rank paused from its menu once the panel sees it stopped. */
+  private attachWhenStopped(reply: MeshesReply): void {
+    const want = this.pendingAttach;
+    if (!want) {
+      return;
+    }
+    for (const mesh of reply.meshes ?? []) {
+      const rank = mesh.ranks.find(r => r.rank === want.rank && r.state === 'stopped' && r.actor === want.actor);
+      if (rank && mesh.owner?.pid === want.pid) {
+        this.pendingAttach = undefined;
+        this.debugger.attach({ pid: want.pid, mesh: mesh.name || mesh.id, rank });
+        return;
+      }
+    }
+  }
+
   /** Stops an allocation's procs, once the user confirms. */
   async stop(mesh: MeshRow): Promise<void> {
     const label = mesh.name || `unnamed allocation ${mesh.id}`;
-    const owner = mesh.owner ? ` (${mesh.owner.kind} pid ${mesh.owner.pid} uses it)` : '';
+    const owner = mesh.owner ? ` (${controllerTitle(mesh.owner)} uses it and is told)` : '';
     const answer = await showDialog({
       title: `Stop ${label}?`,
       body: `Its ${mesh.procs} procs and their actors end${owner}; calls waiting on them fail.`,

@@ -28,6 +28,14 @@ export function formatRecord(r: LogRecord): string {
   return `${clock(r.time)} [${r.rank}]${r.stream === 'stderr' ? ' (stderr)' : ''} ${r.text}`;
 }
 
+/** One line of the view: stderr's in the error colour (a class, for the theme). */
+function recordLine(r: LogRecord): HTMLElement {
+  const line = document.createElement('span');
+  line.className = r.stream === 'stderr' ? 'xmesh-log-line xmesh-log-stderr' : 'xmesh-log-line';
+  line.textContent = formatRecord(r) + '\n';
+  return line;
+}
+
 export class LogsView {
   readonly node: HTMLElement;
   private readonly title: HTMLElement;
@@ -40,6 +48,7 @@ export class LogsView {
   private readonly output: HTMLPreElement;
   private target: Target | undefined;
   private reading = false;
+  private shown = ''; // what the output shows (its records), so a poll that read the same changes nothing
   private firstRead = false; // the first lines after opening show their end
 
   constructor(private readonly settings: ServerConnection.ISettings) {
@@ -51,7 +60,8 @@ export class LogsView {
     close.className = 'jp-Button jp-mod-styled jp-mod-minimal xmesh-logs-close';
     close.textContent = 'close';
     close.addEventListener('click', () => this.close());
-    this.rank = this.input('number', 'xmesh-logs-rank', 'all ranks');
+    this.rank = this.input('text', 'xmesh-logs-rank', 'ranks: all, 3, 0-3, 1,4');
+    this.rank.title = 'ranks to show: one (3), a range (0-3), a list (1,4,6-7); empty: all';
     this.stream = document.createElement('select');
     this.stream.className = 'xmesh-logs-stream';
     for (const [value, label] of [['', 'both streams'], ['stdout', 'stdout'], ['stderr', 'stderr']]) {
@@ -92,8 +102,9 @@ export class LogsView {
     return e;
   }
 
-  open(target: Target, held?: HeldBack | null): void {
+  open(target: Target, held?: HeldBack | null, rank?: number): void {
     this.target = target;
+    this.rank.value = rank === undefined ? '' : String(rank);
     this.showHeld(held ?? undefined);
     this.title.textContent = `Logs of ${target.name || target.id}`;
     this.node.dataset.mesh = target.name || target.id;
@@ -104,6 +115,7 @@ export class LogsView {
 
   close(): void {
     this.target = undefined;
+    this.shown = '';
     this.node.hidden = true;
   }
 
@@ -144,8 +156,8 @@ export class LogsView {
     }
     this.reading = true;
     const query = new URLSearchParams({ id: this.target.id, name: this.target.name, tail: '500' });
-    if (this.rank.value !== '') {
-      query.set('rank', this.rank.value);
+    if (this.rank.value.trim() !== '') {
+      query.set('rank', this.rank.value.trim());
     }
     if (this.stream.value) {
       query.set('stream', this.stream.value);
@@ -159,14 +171,17 @@ export class LogsView {
       const reply = await response.json();
       if (reply.error) {
         this.note.textContent = `error: ${reply.error}`;
+        this.output.replaceChildren(); // nothing shown reads as an answer to the filter
+        this.shown = '';
         return;
       }
       const records = reply.records as LogRecord[];
       this.note.textContent = `${records.length} of ${reply.total} line(s)`;
-      const text = records.map(formatRecord).join('\n');
-      if (this.output.textContent !== text) {
+      const text = JSON.stringify(records.map(r => [r.time, r.rank, r.stream, r.text]));
+      if (this.shown !== text) {
         const atBottom = this.output.scrollTop + this.output.clientHeight >= this.output.scrollHeight - 4;
-        this.output.textContent = text;
+        this.shown = text;
+        this.output.replaceChildren(...records.map(recordLine));
         if (atBottom || this.firstRead) {
           this.output.scrollTop = this.output.scrollHeight;
         }

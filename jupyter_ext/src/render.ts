@@ -16,6 +16,35 @@ export interface RankRow {
   process_state?: string;
 }
 
+/** The kernel or program that owns a mesh, as its snapshot names it. */
+export interface Owner {
+  pid: number;
+  kind: string;
+  argv: string;
+  notebook?: string; // a kernel's notebook (the server's session path, else the path it started for)
+  kernel_id?: string;
+}
+
+/** A short name: the notebook's file name, a program's script, else the pid. */
+export function controllerName(o: { pid: number; kind?: string; argv?: string; notebook?: string }): string {
+  if (o.notebook) {
+    return o.notebook.split('/').pop() || o.notebook;
+  }
+  if (o.kind === 'kernel') {
+    return `kernel pid ${o.pid}`;
+  }
+  const script = (o.argv ?? '').split(' ').find((w, i) => i > 0 && !w.startsWith('-'));
+  return script ? script.split('/').pop() || script : `program pid ${o.pid}`;
+}
+
+/** The whole of it, for hover texts: "notebook work/train.ipynb (kernel pid 42)". */
+export function controllerTitle(o: { pid: number; kind?: string; argv?: string; notebook?: string }): string {
+  if (o.kind === 'kernel') {
+    return `${o.notebook ? `notebook ${o.notebook}` : 'a kernel'} (kernel pid ${o.pid})`;
+  }
+  return `${o.argv || 'a program'} (${o.kind ?? 'program'} pid ${o.pid})`;
+}
+
 export interface MeshRow {
   id: string;
   name: string;
@@ -28,7 +57,7 @@ export interface MeshRow {
   procs: number;
   procs_alive: number;
   stopping: boolean;
-  owner: { pid: number; kind: string; argv: string } | null;
+  owner: Owner | null;
   held_back?: HeldBack | null;
   ranks: RankRow[];
 }
@@ -67,6 +96,8 @@ export interface ControllerRow {
   pid: number;
   kind?: string;
   argv?: string;
+  notebook?: string;
+  kernel_id?: string;
   error?: string;
   sync?: { hosts: SyncHost[]; watchers: SyncWatcher[] };
 }
@@ -74,7 +105,8 @@ export interface ControllerRow {
 /** What the mesh cards' buttons do (the panel supplies them). */
 export interface MeshActions {
   stop(mesh: MeshRow): void;
-  logs(mesh: MeshRow): void;
+  logs(mesh: MeshRow, rank?: number): void;
+  rank?: (mesh: MeshRow, rank: RankRow, event: MouseEvent) => void; // a click on a rank's cell
   insertAttach?: (mesh: MeshRow) => void; // absent where no notebook can take code
 }
 
@@ -198,9 +230,24 @@ function actionButton(label: string, action: string, run: () => void): HTMLButto
 
 function ownerText(mesh: MeshRow): string {
   if (mesh.owner) {
-    return `${mesh.owner.kind} pid ${mesh.owner.pid}${mesh.owner.argv ? ` (${mesh.owner.argv})` : ''}`;
+    return controllerTitle(mesh.owner);
   }
   return mesh.attached ? `controller pid ${mesh.controller_pid}` : 'detached';
+}
+
+/** A card's title: its name; an unnamed mesh by the notebook or program that made it. */
+export function meshTitle(mesh: MeshRow): string {
+  if (mesh.name) {
+    return mesh.name;
+  }
+  return mesh.owner ? `unnamed mesh of ${controllerName(mesh.owner)}` : `unnamed mesh ${mesh.id}`;
+}
+
+/** The order of the cards: by owner (its notebook or program), then oldest first, so a new mesh
+ * never moves the others around. */
+export function meshOrder(a: MeshRow, b: MeshRow): number {
+  const owner = (m: MeshRow) => (m.owner ? controllerName(m.owner) : '\uffff'); // detached ones last
+  return owner(a).localeCompare(owner(b)) || a.created - b.created || a.id.localeCompare(b.id);
 }
 
 /** One allocation's card, made once per allocation id and updated on every poll; its buttons act
@@ -217,8 +264,17 @@ class MeshCard {
     this.mesh = mesh;
     this.node.dataset.meshId = mesh.id;
     this.node.dataset.mesh = mesh.name || mesh.id;
-    this.node.append(element('div', 'xmesh-mesh-title', mesh.name || `(unnamed ${mesh.id})`), this.facts, this.grid,
-      this.buttons);
+    const title = element('div', 'xmesh-mesh-title', meshTitle(mesh));
+    title.title = `allocation ${mesh.id}`;
+    this.node.append(title, this.facts, this.grid, this.buttons);
+    // A click on a rank: what can be done with it (the panel's menu: attach, pause, its logs).
+    this.grid.addEventListener('click', e => {
+      const cell = (e.target as HTMLElement).closest('.xmesh-rank') as HTMLElement | null;
+      const rank = cell ? this.mesh.ranks.find(r => String(r.rank) === cell.dataset.rank) : undefined;
+      if (rank && this.actions.rank) {
+        this.actions.rank(this.mesh, rank, e);
+      }
+    });
     this.update(mesh, now);
   }
 
@@ -274,7 +330,7 @@ export class MeshList {
       this.header.appendChild(element('div', 'xmesh-error', reply.error));
       return;
     }
-    const meshes = reply.meshes ?? [];
+    const meshes = [...(reply.meshes ?? [])].sort(meshOrder);
     const agent = reply.agent ? `host agent pid ${reply.agent.pid} on ${reply.agent.host}` : 'no host agent runs';
     this.header.appendChild(element('div', 'xmesh-status', `${agent} · ${meshes.length} allocation(s)`));
     for (const u of reply.unreachable ?? []) {

@@ -9,6 +9,7 @@ and answers pdb's output and the source where that rank is now; POST /xmesh/api/
 {"pid"} hands that controller's debugger back to its cell (the sidecar keeps it a while after
 each command, so that a series of commands takes the cell's prompt over once)."""
 import json
+import time
 from typing import Any
 
 import tornado.web
@@ -19,7 +20,7 @@ from jupyter_server.utils import url_path_join
 class MeshesHandler(APIHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
-        msg = {"op": "meshes"}
+        msg = {"op": "meshes", "notebooks": await self._notebooks()}
         if self.get_argument("since", ""):
             msg["since"] = self.get_argument("since")  # the revision the panel has: {"unchanged": true} if current
         reply = await self.settings["xmesh_sidecar"].request(msg)
@@ -27,6 +28,27 @@ class MeshesHandler(APIHandler):
             self.set_status(502)  # the gateway (the sidecar, an agent) failed: the body says why
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(reply))
+
+    NOTEBOOKS_TTL_S = 3.0  # the sessions are read at most this often (a poll comes every 0.8 s)
+    _notebooks_seen: tuple = (0.0, {})
+
+    async def _notebooks(self) -> dict:
+        """{kernel id: the path of the notebook its session has now}, from this server's sessions
+        (read again after NOTEBOOKS_TTL_S: a renamed notebook shows within that): the panel names
+        kernels by notebook."""
+        at, seen = MeshesHandler._notebooks_seen
+        if time.monotonic() - at < self.NOTEBOOKS_TTL_S:
+            return seen
+        manager = self.settings.get("session_manager")
+        if manager is None:
+            return {}
+        try:
+            sessions = await manager.list_sessions()
+        except Exception:  # the list is a nicety: the meshes are shown without it
+            return {}
+        seen = {s["kernel"]["id"]: s.get("path") or s.get("name") or "" for s in sessions if s.get("kernel")}
+        MeshesHandler._notebooks_seen = (time.monotonic(), seen)
+        return seen
 
 
 class LogsHandler(APIHandler):

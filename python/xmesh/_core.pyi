@@ -282,6 +282,9 @@ class ProcExitedBody:
     def signal(self) -> typing.Any:
         ...
     @property
+    def stopped_by(self) -> typing.Any:
+        ...
+    @property
     def stopping(self) -> typing.Any:
         ...
     @property
@@ -571,6 +574,9 @@ class StopProcsBody:
         """
     @property
     def alloc(self) -> typing.Any:
+        ...
+    @property
+    def by(self) -> typing.Any:
         ...
     @property
     def immediately(self) -> typing.Any:

@@ -190,7 +190,7 @@ def _stop(args):
         print(released)
         return 0
     targets = _tcp_agents(args) + _local_dirs(args)
-    if not targets or not stop_named(args.name, targets):
+    if not targets or not stop_named(args.name, targets, by=f"`xmesh stop` (pid {os.getpid()})"):
         print(f"xmesh: no live allocation named {args.name!r}", file=sys.stderr)
         return 1
     print(f"stopping {args.name}")
@@ -329,15 +329,50 @@ def _debug(args):
         if pid not in live:
             raise RuntimeError(f"allocation {args.name!r} has no live controller (pid {pid} is gone): attach it from "
                                f"a new kernel or program with xmesh.attach({args.name!r}) first")
+    elif args.notebook:
+        pid = _kernel_of_notebook(rundir, live, args.notebook)
     elif len(live) == 1:
         pid = next(iter(live))
     elif not live:
         raise RuntimeError(f"no xmesh program or kernel of yours runs with this runtime directory ({rundir})")
     else:
-        lines = "\n".join(f"  pid {p}: {_debug_remote.describe_process(p)}" for p in sorted(live))
-        raise RuntimeError(f"{len(live)} xmesh programs or kernels run here; name one with --pid "
-                           f"(or an allocation NAME):\n{lines}")
+        labels = _controller_labels(rundir, live)
+        lines = "\n".join(f"  {labels[p]}" for p in sorted(live, key=lambda p: labels[p]))
+        raise RuntimeError(f"{len(live)} xmesh programs or kernels run here; name one with --notebook NAME, --pid PID "
+                           f"or an allocation NAME:\n{lines}")
     return _debug_remote.run_client(live[pid])
+
+
+def _controller_labels(rundir: str, pids) -> dict:
+    """{pid: "notebook train.ipynb (kernel pid 42)" or "program ... (pid 43)"}, asked of each
+    controller's panel socket (what it says of itself)."""
+    from ._panel import view as _view
+
+    panels = _view.live_panels(rundir)
+    snaps = {p: _view.decode(p, _view.query_raw(panels[p])) if p in panels else {"pid": p, "error": "no panel socket"}
+             for p in pids}
+    return {p: _view.controller_label(snap) for p, snap in snaps.items()}
+
+
+def _kernel_of_notebook(rundir: str, live: dict, notebook: str) -> int:
+    """The pid of the kernel running `notebook` (a path, or its end: a file name)."""
+    from ._panel import view as _view
+
+    panels = _view.live_panels(rundir)
+    found = []
+    for pid in live:
+        snap = _view.decode(pid, _view.query_raw(panels[pid])) if pid in panels else {}
+        path = snap.get("notebook", "")
+        if path and (path == notebook or path.endswith("/" + notebook.lstrip("/"))):
+            found.append((pid, path))
+    if len(found) == 1:
+        return found[0][0]
+    if found:
+        raise RuntimeError(f"{len(found)} kernels run a notebook {notebook!r}: "
+                           + "; ".join(f"{path} (pid {pid})" for pid, path in found) + ": name one with --pid")
+    labels = _controller_labels(rundir, live)
+    running = "\n".join(f"  {labels[p]}" for p in sorted(live, key=lambda p: labels[p])) or "  none"
+    raise RuntimeError(f"no kernel of yours runs a notebook {notebook!r}; running:\n{running}")
 
 
 def _sync(args):
@@ -467,6 +502,7 @@ def main(argv=None):
                                      "(list, attach, cast, continue, where...)")
     p.add_argument("name", nargs="?", help="the allocation whose controller to reach (default: the only one running)")
     p.add_argument("--pid", type=int, help="the controller's pid (see the list printed when several run)")
+    p.add_argument("--notebook", help="the kernel running this notebook (its path, or its file name)")
     p.add_argument("--runtime-dir", help="runtime directory of the agent (default: this user's)")
     _host_arguments(p)
     p.set_defaults(func=_debug)

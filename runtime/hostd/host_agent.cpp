@@ -406,6 +406,10 @@ void HostAgent::stop_procs(const Message& m) {
     return node_->reply(
         m, false, error_body(ErrorKind::NoAllocation, "no live allocation named '" + req.name + "' on this host"), {});
   }
+  if (!req.by.empty() && a->stop_reason.empty()) {
+    a->stop_reason = "by " + req.by;
+    a->stopped_by = req.by;
+  }
   stop_allocation(*a, req.immediately);
   node_->reply(m, true, StopProcsReply{a->id, a->name}, {});
 }

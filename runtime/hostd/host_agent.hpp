@@ -119,7 +119,8 @@ class HostAgent {
     double created = 0;
     std::vector<std::unique_ptr<Proc>> procs;
     bool stopping = false;
-    std::string stop_reason;  // why the agent stopped it on its own (its controller vanished)
+    std::string stop_reason;  // why it was stopped not by its controller (it vanished; the panel)
+    std::string stopped_by;   // who stopped it, when asked by another than its controller
     std::string space;  // its synced workspace: <workspace root>/<space> (layout.hpp)
   };
   struct Controller {

@@ -414,6 +414,7 @@ void HostAgent::report_exits() {
       body.host = hostname();
       body.coords = p->coords;
       body.stopping = a.stopping;
+      body.stopped_by = a.stopped_by;
       body.text = "proc rank " + std::to_string(p->rank) + " (pid " + std::to_string(p->pid) + " on " + hostname() +
                   ") " + why;
       if (WIFSIGNALED(p->status)) body.signal = signal_name(WTERMSIG(p->status));

@@ -199,6 +199,7 @@ struct ProcExitedBody {
   std::string text;                   // "proc rank 3 (pid 123 on host) killed by SIGKILL; its last output: ..."
   std::optional<std::string> signal;  // "SIGKILL" when a signal ended it
   std::optional<int> exit_code;       // when it exited
+  std::string stopped_by;             // who stopped it when not its controller ("the xmesh panel ...")
   void check();
   template <class F>
   static void fields(F&& f) {
@@ -212,6 +213,7 @@ struct ProcExitedBody {
     f("text", &ProcExitedBody::text, Need::Required);
     f("signal", &ProcExitedBody::signal, Need::Optional);
     f("exit_code", &ProcExitedBody::exit_code, Need::Optional);
+    f("stopped_by", &ProcExitedBody::stopped_by, Need::Optional);
   }
 };
 XMESH_BODY_JSON(ProcExitedBody)

@@ -120,12 +120,7 @@ void LineAggregator::add(int64_t rank, std::string_view line) {
   g.numbers.push_back(std::move(s.numbers));
 }
 
-std::string LineAggregator::render_group(const Group& g) const {
-  if (g.ranks.size() == 1 || g.identical) return g.first_text;
-  // Members in rank order, so that per-rank lists read left to right.
-  std::vector<size_t> order(g.ranks.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return g.ranks[a] < g.ranks[b]; });
+std::string LineAggregator::member_line(const Group& g, size_t member) const {
   std::string out;
   size_t slot = 0;
   for (char c : g.key) {
@@ -133,23 +128,8 @@ std::string LineAggregator::render_group(const Group& g) const {
       out.push_back(c);
       continue;
     }
-    std::vector<std::string> values;
-    for (size_t m : order) values.push_back(slot < g.numbers[m].size() ? g.numbers[m][slot] : "?");
+    out += slot < g.numbers[member].size() ? g.numbers[member][slot] : "?";
     ++slot;
-    bool same = std::all_of(values.begin(), values.end(), [&](const std::string& v) { return v == values[0]; });
-    if (same) {
-      out += values[0];
-    } else if (values.size() <= 4) {  // each value with its rank: {0:0.12,3:0.13}
-      out.push_back('{');
-      for (size_t i = 0; i < values.size(); ++i)
-        out += (i ? "," : "") + std::to_string(g.ranks[order[i]]) + ":" + values[i];
-      out.push_back('}');
-    } else {
-      auto num = [](const std::string& v) { return std::strtod(v.c_str(), nullptr); };
-      auto [lo, hi] = std::minmax_element(values.begin(), values.end(),
-                                          [&](const std::string& a, const std::string& b) { return num(a) < num(b); });
-      out += "[" + *lo + ".." + *hi + "]";
-    }
   }
   return out;
 }
@@ -158,8 +138,20 @@ std::string LineAggregator::render(const std::string& label, std::vector<std::ve
                                    const RankHosts* hosts) const {
   std::string out;
   for (auto& g : groups_) {
-    out += rank_prefix(label, g.ranks, hosts);
-    out += render_group(g);
+    if (g.ranks.size() == 1 || g.identical) {
+      out += rank_prefix(label, g.ranks, hosts) + g.first_text;
+    } else {
+      // Lines that differ in their numbers: the lowest rank's own line, as it printed it, and
+      // which other ranks printed one like it (what a person reads as a summary, never as a
+      // line somebody printed).
+      size_t low = static_cast<size_t>(std::min_element(g.ranks.begin(), g.ranks.end()) - g.ranks.begin());
+      std::vector<int64_t> others;
+      for (size_t m = 0; m < g.ranks.size(); ++m)
+        if (m != low) others.push_back(g.ranks[m]);
+      std::string who = describe_ranks(others);
+      if (others.size() == 1 || who.rfind("ranks", 0) != 0) who = "rank " + who;
+      out += rank_prefix(label, {g.ranks[low]}, hosts) + member_line(g, low) + "  [similar on " + who + "]";
+    }
     out.push_back('\n');
     if (ranks_of_line) ranks_of_line->push_back(g.ranks);
   }

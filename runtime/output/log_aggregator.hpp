@@ -1,9 +1,9 @@
-// Aggregation of the lines ranks print within one window (DESIGN §6): lines that are the same
-// on several ranks become one line with their rank set ("[ranks 0-6,9] epoch 3 done"); lines
-// that differ only in their numbers become one line that keeps the numbers visible (per rank
-// when few ranks differ, "{0:0.12,1:0.13}", else as the range "[0.12..0.19]"). A rank's own
-// repeated lines are never merged with each other: the k-th occurrence of a line shape on one
-// rank only joins the k-th occurrence on the others.
+// Aggregation of the lines ranks print within one window (DESIGN §6, issue 46): lines that are
+// the same on several ranks become one line with their rank set ("[ranks 0-6,9] epoch 3 done");
+// lines that differ only in their numbers become the lowest rank's line as it printed it, with
+// which ranks printed one like it ("[0] loss=0.12  [similar on ranks 1-7]"): a summary, never a
+// line nobody printed. A rank's own repeated lines are never merged with each other: the k-th
+// occurrence of a line shape on one rank only joins the k-th occurrence on the others.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -53,7 +53,7 @@ class LineAggregator {
     std::vector<int64_t> ranks;
     std::vector<std::vector<std::string>> numbers;  // per member, in arrival order
   };
-  std::string render_group(const Group& g) const;
+  std::string member_line(const Group& g, size_t member) const;  // that member's line as printed
   std::vector<Group> groups_;
   std::unordered_map<std::string, size_t> index_;  // key + '\0' + occurrence -> group
   std::unordered_map<int64_t, std::unordered_map<std::string, int>> occurrences_;

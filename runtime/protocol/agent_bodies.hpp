@@ -103,12 +103,16 @@ struct StopProcsBody {
   static constexpr Kind kind = Kind::StopProcs;  // the message it is the body of
   std::string alloc, name;
   bool immediately = false;  // SIGKILL now, not SIGTERM and a grace period
+  // Who asks, when not the allocation's own controller ("the xmesh panel", "`xmesh stop` (pid
+  // N)"): the procs' exits then say they were stopped by it, not "exited with code 143".
+  std::string by;
   void check() const;
   template <class F>
   static void fields(F&& f) {
     f("alloc", &StopProcsBody::alloc, Need::Optional);
     f("name", &StopProcsBody::name, Need::Optional);
     f("immediately", &StopProcsBody::immediately, Need::Optional);
+    f("by", &StopProcsBody::by, Need::Optional);
   }
 };
 XMESH_BODY_JSON(StopProcsBody)

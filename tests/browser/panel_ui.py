@@ -7,7 +7,7 @@ from conftest import LOG_DIR
 from jupyter_ui import NotebookPage, write_notebook
 
 SPAWN = """
-import time, xmesh
+import sys, time, xmesh
 
 class Slow(xmesh.Actor):
     @xmesh.endpoint
@@ -15,6 +15,14 @@ class Slow(xmesh.Actor):
         print(f"nap of rank {xmesh.current_rank().rank}", flush=True)
         if xmesh.current_rank().rank == 5:
             time.sleep(seconds)
+        return xmesh.current_rank().rank
+
+    @xmesh.endpoint
+    def churn(self, seconds: float) -> int:
+        print(f"churn of rank {xmesh.current_rank().rank}", file=sys.stderr, flush=True)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and xmesh.current_rank().rank == 5:
+            time.sleep(0.01)  # Python between short C calls: a pause stops it on its next line
         return xmesh.current_rank().rank
 
     @xmesh.endpoint

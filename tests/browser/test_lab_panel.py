@@ -31,7 +31,9 @@ def test_the_panel_shows_the_ranks_of_a_blocked_cell(server, page):
     title = page.get_attribute(f'{RANKS}[data-rank="5"]', "title")
     assert title.startswith("rank 5 (hosts=1, gpus=1) on ") and "in a call: nap" in title, title
     _shot(page, "in-a-call")
-    # `where` while the cell hangs: the stacks of every rank, grouped, the busy one in nap.
+    # `where` while the cell hangs: the stacks of every rank, grouped, the busy one in nap (the
+    # debugger section is folded while nothing is stopped: opened first).
+    page.click("#xmesh-panel .xmesh-debugger-title")
     page.click("#xmesh-panel .xmesh-debug-button[data-action='where']")
     page.wait_for_function("document.querySelector('#xmesh-panel .xmesh-debug-output').textContent.includes('nap')",
                            timeout=15000)
@@ -78,9 +80,9 @@ def test_the_status_bar_says_when_ranks_stop_with_the_panel_closed(server, page)
 
 def test_ranks_stopped_in_pdb_are_listed_and_continued_from_the_panel(server, page):
     nb = halted_with_the_panel_open(server, page, "halt.ipynb")
-    rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.textContent)")
-    assert len(rows) == 2 and all(re.match(r"slow rank [26] \(hosts=\d, gpus=2\) on \S+ at halt line \d+ \(breakpoint\)", r)
-                                  for r in rows), rows
+    rows = page.eval_on_selector_all("#xmesh-panel .xmesh-stopped-row", "rs => rs.map(r => r.title)")
+    assert len(rows) == 2 and all(re.match(r"slow rank [26] \(hosts=\d, gpus=2\) at halt line \d+ \(breakpoint\) "
+                                           r"on \S+ · grid, pid \d+", r) for r in rows), rows
     page.wait_for_function(f"[...document.querySelectorAll('{RANKS}')].map(c => c.dataset.state).join() === "
                            "'idle,idle,stopped,idle,idle,idle,stopped,idle'", timeout=10000)
     assert page.text_content(".xmesh-status-badge") == "xmesh: 2 ranks stopped in pdb"

@@ -122,7 +122,7 @@ TEST_CASE("router: where an allocation spans hosts, prefixes name the host", "[l
   r.stop();
 }
 
-TEST_CASE("aggregation: same lines collapse, numbers stay visible, a rank's repeats stay apart", "[logs]") {
+TEST_CASE("aggregation: same lines collapse, lines alike read as a summary, a rank's repeats stay apart", "[logs]") {
   LineAggregator agg;
   for (int r = 0; r < 8; ++r) agg.add(r, "epoch 3 done");
   for (int r = 0; r < 8; ++r) agg.add(r, "loss=0.1" + std::to_string(2 + r) + " step 7");
@@ -133,8 +133,8 @@ TEST_CASE("aggregation: same lines collapse, numbers stay visible, a rank's repe
   std::string out = agg.render("", &ranks);
   CHECK(out ==
         "[ranks 0-7] epoch 3 done\n"
-        "[ranks 0-7] loss=[0.12..0.19] step 7\n"
-        "[ranks 0-2] acc {0:90,1:91,2:92}\n"
+        "[0] loss=0.12 step 7  [similar on ranks 1-7]\n"
+        "[0] acc 90  [similar on ranks 1-2]\n"
         "[5] only five\n"
         "[5] only five\n");
   REQUIRE(ranks.size() == 5);
@@ -145,6 +145,11 @@ TEST_CASE("aggregation: same lines collapse, numbers stay visible, a rank's repe
   for (int i = 0; i < 2; ++i)
     for (int r = 0; r < 2; ++r) ticks.add(r, "tick");
   CHECK(ticks.render("") == "[ranks 0-1] tick\n[ranks 0-1] tick\n");
+  // The lowest rank's own line, whichever rank printed first; one other rank is "rank N".
+  LineAggregator two;
+  two.add(3, "hello from rank 3");
+  two.add(1, "hello from rank 1");
+  CHECK(two.render("trainers") == "[trainers 1] hello from rank 1  [similar on rank 3]\n");
 }
 
 TEST_CASE("router: prefixes, cells, windows, tracebacks, progress bars", "[logs]") {

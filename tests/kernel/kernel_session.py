@@ -60,14 +60,15 @@ class CellResult:
 
 
 class KernelSession:
-    def __init__(self, rundir, env=None, cwd=None, kernel_name="xmesh", base_env=None):
+    def __init__(self, rundir, env=None, cwd=None, kernel_name="xmesh", base_env=None, connection_file=None):
         """A kernel of the kernelspec `kernel_name`, started with base_env (default: this
-        process's environment) plus env and its runtime directory."""
+        process's environment) plus env and its runtime directory; connection_file: where its
+        connection file goes (a Jupyter server names it kernel-ID.json)."""
         self.rundir = rundir
         full_env = dict(os.environ if base_env is None else base_env)
         full_env["XMESH_RUNTIME_DIR"] = rundir
         full_env.update(env or {})
-        self.km = KernelManager(kernel_name=kernel_name)
+        self.km = KernelManager(kernel_name=kernel_name, **({"connection_file": connection_file} if connection_file else {}))
         self.km.start_kernel(env=full_env, **({"cwd": cwd} if cwd else {}))
         self.kc = self.km.client()
         self.kc.start_channels()

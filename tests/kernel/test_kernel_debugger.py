@@ -356,3 +356,47 @@ def test_after_interrupting_a_hanging_cell_the_magic_attaches_to_a_running_rank(
 
     kernel.ok(f"open({go!r}, 'w').close()")
     assert kernel.value("all(v > 0 for v in fut.get(timeout=60).values())") == "True"
+
+
+def test_kernels_are_named_by_their_notebook_and_xmesh_debug_picks_one_by_it(kernel_rundir, tmp_path):
+    """Issue 46, point 2: `xmesh debug` listed kernels by their command line (a connection-file
+    path) and counted the panel's sidecar as a program, so a bare `xmesh debug` refused."""
+    import json
+    import os
+    import subprocess
+    import uuid
+
+    from kernel_session import KernelSession
+
+    ids = {name: str(uuid.uuid4()) for name in ("prepare.ipynb", "train.ipynb")}
+    kernels = {name: KernelSession(kernel_rundir, env={"JPY_SESSION_NAME": f"/work/nbs/{name}"},
+                                   connection_file=str(tmp_path / f"kernel-{ids[name]}.json"))
+               for name in ids}
+    env = dict(os.environ, XMESH_RUNTIME_DIR=kernel_rundir)
+    try:
+        for k in kernels.values():
+            k.ok('import xmesh\nprocs = xmesh.this_host().spawn_procs({"gpus": 1})\nprocs.initialized.get()')
+        # The panel's sidecar reads them (and so starts a runtime of its own): it is no program.
+        sidecar = subprocess.run(["/usr/bin/python3", "-m", "xmesh._panel.sidecar"], input='{"op": "meshes"}\n',
+                                 capture_output=True, text=True, env=env, timeout=60)
+        listed = json.loads(sidecar.stdout)
+        assert sorted(c["notebook"] for c in listed["controllers"]) == ["/work/nbs/prepare.ipynb", "/work/nbs/train.ipynb"]
+        owners = {m["owner"]["notebook"] for m in listed["meshes"]}
+        assert owners == {"/work/nbs/prepare.ipynb", "/work/nbs/train.ipynb"}
+        # Its connection file's name carries the id a Jupyter server's sessions know it by.
+        assert sorted(c["kernel_id"] for c in listed["controllers"]) == sorted(ids.values())
+        bare = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "debug"], capture_output=True, text=True,
+                              env=env, timeout=60)
+        assert bare.returncode != 0 and "2 xmesh programs or kernels run here" in bare.stderr, bare.stderr
+        for name, k in kernels.items():
+            assert f"notebook /work/nbs/{name} (kernel pid {k.pid})" in bare.stderr
+        chosen = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "debug", "--notebook", "train.ipynb"],
+                                input="quit\n", capture_output=True, text=True, env=env, timeout=60)
+        assert f"attached to the debugger of kernel pid {kernels['train.ipynb'].pid}" in chosen.stdout, chosen
+        missing = subprocess.run(["/usr/bin/python3", "-m", "xmesh.cli", "debug", "--notebook", "eval.ipynb"],
+                                 capture_output=True, text=True, env=env, timeout=60)
+        assert missing.returncode != 0 and "no kernel of yours runs a notebook 'eval.ipynb'" in missing.stderr
+        assert "notebook /work/nbs/prepare.ipynb" in missing.stderr
+    finally:
+        for k in kernels.values():
+            k.close()

@@ -82,9 +82,9 @@ def test_remote_output_reaches_the_waiting_cell(kernel):
     """Invariant output.2 (docs/architecture/07-output.md)."""
     kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)')
     r = kernel.ok("counters.say.call('hello from').get()\nimport time; time.sleep(0.5)")
-    assert "[ranks 0-1] hello from {0:0,1:1}" in r.stdout  # aggregated (the kernel's default window)
+    assert "[0] hello from 0  [similar on rank 1]" in r.stdout  # aggregated (the kernel's default window)
     r = kernel.ok("await counters.say.call('awaited')")
-    assert "[ranks 0-1] awaited {0:0,1:1}" in r.stdout
+    assert "[0] awaited 0  [similar on rank 1]" in r.stdout
 
 
 def test_top_level_await(kernel):
@@ -193,6 +193,45 @@ def test_a_cancel_that_cannot_stop_a_c_call_says_so_and_the_next_call_says_it_wa
     r = kernel.run("print(sorted(counters.incr.call().get(timeout=30).values()))", timeout=40)
     assert r.status == "ok" and "[1, 1]" in r.stdout, r.error_text
     assert "have not started it, their actors still run nap.call() (cancelled, but still inside a C call" in r.stderr
+
+
+def test_a_proc_killed_while_idle_is_said_about_the_cell_that_last_used_its_mesh(kernel):
+    """Issue 46, point 6: the death of an idle proc was said in whichever cell ran next, as if
+    that cell had caused it. A finished cell's output can only grow through a display it left
+    (its slot, made when it left calls running): without one, the notice names the cell."""
+    import signal
+
+    used = kernel.send(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
+                                 'print(counters.incr.call().get())')
+    r = kernel.collect(used)
+    assert r.status == "ok"
+    number = r.reply["execution_count"]
+    pids = _pids(kernel)
+    other = kernel.send("import time\ntime.sleep(3)\nprint('an unrelated cell')")
+    time.sleep(0.5)
+    os.kill(pids[1], signal.SIGKILL)
+
+    def says_it(m):
+        return "killed by SIGKILL" in json.dumps(m["content"])
+
+    msgs = kernel.iopub_until(lambda m: says_it(m) or (m["parent_header"].get("msg_id") == other and
+                                                       m["content"].get("execution_state") == "idle"), timeout=30)
+    if not any(says_it(m) for m in msgs):
+        msgs += kernel.iopub_until(says_it, timeout=15)
+    told = [m for m in msgs if says_it(m)]
+    assert told, msgs
+    assert all(f"[xmesh] about In [{number}]: proc rank 1 (pid {pids[1]}" in json.loads(json.dumps(m["content"]))["text"]
+               for m in told), [m["content"] for m in told]
+    # A cell that left a call running has its slot: the notice goes into it, not the running cell.
+    left = kernel.send('procs2 = this_host().spawn_procs({"gpus": 1})\nfut = procs2.spawn("c2", Counter).spin.call(30)')
+    r = kernel.collect(left)
+    (slot,) = [m["content"]["transient"]["display_id"] for m in r.outputs if m["msg_type"] == "display_data"]
+    (pid,) = _pids(kernel, "procs2.pids")
+    other = kernel.send("import time\ntime.sleep(3)\nprint('another unrelated cell')")
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    msgs = kernel.iopub_until(lambda m: says_it(m) and "proc rank 0" in json.dumps(m["content"]), timeout=30)
+    assert msgs[-1]["msg_type"] == "update_display_data" and msgs[-1]["content"]["transient"]["display_id"] == slot
 
 
 def test_an_idle_interrupt_is_harmless(kernel):

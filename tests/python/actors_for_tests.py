@@ -550,3 +550,17 @@ class DevicePeer(Actor):
     @endpoint
     def contents(self, name: str) -> int:
         return crc(self.memory[name].contents())
+
+
+class Churner(Actor):
+    """Python between short C calls, each line calling into the standard library (isinstance on
+    an ABC runs ABCMeta.__instancecheck__) and into xmesh."""
+
+    @endpoint
+    def churn(self, seconds: float) -> int:
+        import collections.abc
+
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and isinstance({}, collections.abc.Mapping) and current_rank().rank >= 0:
+            time.sleep(0.01)
+        return current_rank().rank

@@ -222,3 +222,10 @@ def test_a_burst_summary_groups_ranks_by_outcome():
     assert text.startswith("4 failures of 'm' (ranks 0-2,5); the first:\nreport of 0")
     assert text.endswith("the others:\n  ranks 1-2: ValueError: x\n  rank 5: ValueError: y")
     assert summary(fails[:1]) == fails[0].report()
+    # Procs that all ended alike (stopped by the panel, one signal) are one line.
+    stopped = [MeshFailure("grid", f"proc rank {r} (pid {100 + r} on vm) was stopped: by the xmesh panel", "proc", r)
+               for r in range(4)]
+    assert summary(stopped) == "'grid' (ranks 0-3): each proc was stopped: by the xmesh panel"
+    killed = stopped[:2] + [MeshFailure("grid", "proc rank 2 (pid 9 on vm) was killed by SIGKILL", "proc", 2)]
+    assert summary(killed).endswith("the others:\n  rank 1: was stopped: by the xmesh panel\n"
+                                    "  rank 2: was killed by SIGKILL")

@@ -158,7 +158,8 @@ def test_the_channel_is_private_and_bad_targets_are_named(tmp_path):
             assert other.stdout.readline().strip() == "UP"
             err = xmesh_debug_fails()
             assert "2 xmesh programs or kernels run here" in err
-            assert f"pid {prog.pid}: " in err and f"pid {other.pid}: " in err
+            # each named as a person knows it: a program by its command line (a kernel: its notebook)
+            assert f"prog.py (pid {prog.pid})" in err and f"program -c (pid {other.pid})" in err
         finally:
             other.kill()
             other.wait()

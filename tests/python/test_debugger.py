@@ -591,6 +591,28 @@ def test_attach_stops_an_async_endpoint_in_its_own_coroutine_only(stoppers):
     others.stop()
 
 
+def test_a_pause_stops_in_the_users_code_not_in_the_library_it_calls():
+    """A paused rank whose lines call isinstance on an ABC stopped in `<frozen abc>`'s
+    __instancecheck__ (no source for the console): it stops on the user's next line."""
+    from actors_for_tests import Churner
+
+    procs = this_host().spawn_procs({"gpus": 1})
+    try:
+        mesh = procs.spawn("churners", Churner)
+        mesh.initialized.get()
+        fut = mesh.churn.call(8)
+        time.sleep(0.5)
+        ctrl = _debug.controller()
+        assert ctrl.pause("churners", [0]) == {0: "stopped"}
+        (s,) = [s for s in ctrl.stopped() if s.actor == "churners"]
+        assert (s.function, s.reason) == ("churn", "attached") and s.file.endswith("actors_for_tests.py"), \
+            (s.function, s.file)
+        ctrl.continue_all()
+        assert list(fut.get(timeout=30).values()) == [0]
+    finally:
+        procs.stop()
+
+
 def test_pause_three_ranks_of_four_then_continue():
     """`pause` on ranks 0-2 of a 4-rank mesh: those three join the table where they run, rank 3
     is not disturbed and finishes; `continue` lets them finish with their results unchanged."""

@@ -120,9 +120,10 @@ SUBLAYERS = [
     [["_output.capture", "_workspace.reload", "_proc.forkserver", "_jobs.agent", "_proc.lifecycle",
       "_proc.actor_logging", "_proc.owners"], ["_debug.proc"],
      ["_proc.actor_host"], ["_proc.worker"]],
-    [["_debug.io", "_debug.find", "_kernel.run_notebook", "_kernel.comms", "kernel.logo", "kernel.serve"],
-     ["_debug.prompt", "_kernel.shell", "kernel.install"], ["_debug.controller", "kernel.__main__"], ["_panel.view"],
-     ["_kernel.interpreter"], ["_debug.remote"], ["_panel.sidecar", "__init__"], ["cli"]],
+    [["_debug.io", "_debug.find", "_kernel.run_notebook", "_kernel.comms", "kernel.logo"],
+     ["_debug.prompt", "_kernel.shell", "kernel.install"], ["_debug.controller"], ["_panel.view"],
+     ["_kernel.interpreter"], ["_debug.remote", "kernel.serve"], ["_panel.sidecar", "__init__", "kernel.__main__"],
+     ["cli"]],
 ]
 SUBLAYER_OF = {m: j for groups in SUBLAYERS for j, group in enumerate(groups) for m in group}
 

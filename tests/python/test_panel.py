@@ -149,7 +149,7 @@ def test_the_call_tracker_forgets_finished_calls_and_keeps_running_ones():
         assert len(_panel._tracker._calls) < 2 * _panel.CallTracker.PRUNE_AT  # finished calls do not pile up
         busy = _panel._tracker.busy_addrs()
         (addr,) = busy
-        assert [what for what, _ in busy[addr]] == ["nap"]
+        assert [(what, actor) for what, _, actor in busy[addr]] == [("nap", "nappers")]  # the mesh, as `pause` names it
         long.cancel()
     finally:
         procs.stop()
@@ -169,6 +169,7 @@ def test_a_broadcast_shows_its_ranks_busy_until_it_ended_and_a_call_queues_behin
         nappers.initialized.get()
         nappers.nap.broadcast(3)
         assert _states(_panel.snapshot()) == [("call", ["nap (broadcast)"])] * 2
+        assert {r["actor"] for r in _panel.snapshot()["allocations"][0]["ranks"]} == {"nappers"}  # what `pause` names
         status = _panel.status()
         assert status.rows[0][4] == 2 and status.rows[0][7] == "nap (broadcast)"  # "In a call", "Busy in"
         after = nappers.noop.call()

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .. import _core
 from .._output import logfiles as _logfiles
+from .._base.context import current_cell
 from .._base.errors import MeshFailure
 from .future import death_reported
 from .._base.pids import unusual_state
@@ -42,6 +43,7 @@ class Allocation:
         self.stopped = False
         self.owner = ""                    # the actor that spawned it, if one did (its proc hears of deaths)
         self.log_level = DEFAULT_PROC_LOG_LEVEL
+        self.last_cell = current_cell()    # the cell of the last call to its actors: where its deaths are said
         self._cond = threading.Condition()
 
     def on_proc_exited(self, body):
@@ -50,7 +52,9 @@ class Allocation:
             self._cond.notify_all()
             all_gone = len(self.exited) >= len(self.procs)
         rt = get_runtime()
-        if not self.stopped and not body.stopping and not self.owner:  # an owning actor is told (_proc/owners.py)
+        # Said unless this controller stopped it: a death, or a stop by someone else (the panel,
+        # `xmesh stop`); an owning actor is told instead (_proc/owners.py).
+        if not self.stopped and (not body.stopping or body.stopped_by) and not self.owner:
             proc = self.procs.get(body.rank)
             self._say_death(rt, body.text, proc.addr if proc is not None else "", body.rank)
         if all_gone:
@@ -65,8 +69,8 @@ class Allocation:
         def say():
             # Nobody to tell when the program let go of the mesh meanwhile (it stopped, or its
             # last handle went: a test or a cell that ended after killing its procs).
-            if not death_reported(addr) and not self.stopped:
-                rt.unhandled_fault(MeshFailure(self.name or self.id, text, "proc", rank))
+            if not death_reported(addr) and not self.stopped:  # in the cell that last used it
+                rt.unhandled_fault(MeshFailure(self.name or self.id, text, "proc", rank, self.last_cell))
 
         timer = threading.Timer(self.DEATH_NOTICE_DELAY_S, say)
         timer.start()  # not a daemon: a program that ends meanwhile still gets the notice

@@ -164,12 +164,13 @@ def allocations(runtime_dirs: Optional[list[str]] = None) -> list[dict]:
     return sorted(out.values(), key=lambda e: e["name"])
 
 
-def stop_named(name: str, runtime_dirs: Optional[list[str]] = None) -> int:
-    """Stops the live allocation `name` on each host that has it; returns how many hosts had it."""
+def stop_named(name: str, runtime_dirs: Optional[list[str]] = None, by: str = "") -> int:
+    """Stops the live allocation `name` on each host that has it; returns how many hosts had it.
+    by: who asks (what its controller is told stopped its procs)."""
     stopped = 0
     for d in runtime_dirs or [_core.runtime_dir()]:
         try:
-            agent(d).stop_procs(name=name)
+            agent(d).stop_procs(name=name, by=by)
             stopped += 1
         except HostdError as e:
             if error_kind(e.body) != ErrorKind.NoAllocation:

@@ -20,7 +20,7 @@ from .._runtime.agents import (REACH_MODES, AgentClient, HostdError, TcpAgentCli
 from .named import actors_of, allocations, attach_named
 from .._base.pids import running_agent_pid
 from .._base.env import env_seconds_from_ms
-from .._base.protocol import ErrorKind, error, error_kind
+from .._base.protocol import ErrorKind, error, error_kind, new_actor_id
 from .._runtime.process import Kind, get_runtime, interpreter, note_call, proc_environment, shutdown_client
 from .._base.shape import MeshTrait, Point, dense_shape
 from .._runtime.wait import request
@@ -97,7 +97,7 @@ class ProcMesh(Readiness, MeshTrait):
         rt = get_runtime()
         if self._local_addr is not None:
             rt.ensure_actor_host()
-        actor_id = f"{name}.{_core.random_hex(4)}"
+        actor_id = new_actor_id(name)
         addrs = self.proc_addrs()
         proc_ranks = list(self._shape.ranks())
         # The actor mesh has this proc mesh's (possibly sliced) dimensions, ranks 0..n-1.

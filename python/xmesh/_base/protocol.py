@@ -10,7 +10,18 @@ from .error_kinds import ErrorKind
 
 Kind = _core.Kind
 
-__all__ = ["ErrorKind", "Kind", "error", "error_kind", "read_error"]
+__all__ = ["ErrorKind", "Kind", "actor_mesh_name", "error", "error_kind", "new_actor_id", "read_error"]
+
+
+def new_actor_id(mesh_name: str) -> str:
+    """The id of one spawn of an actor mesh on its procs: "MESH.HEX" (a name may be spawned again)."""
+    return f"{mesh_name}.{_core.random_hex(4)}"
+
+
+def actor_mesh_name(actor_id: str) -> str:
+    """The actor mesh's name in an actor id ("trainer.1a2b3c4d" -> "trainer"): what the debugger's
+    commands name."""
+    return actor_id.rsplit(".", 1)[0]
 
 
 def error(kind: ErrorKind, text: str, **fields: Any) -> dict:

@@ -20,6 +20,23 @@ def ranks_text(ranks):
     return text if text.startswith("ranks") else f"rank {text}"
 
 
+def parse_ranks(text: str) -> "set[int]":
+    """The ranks a person wrote: "3", "0-3", "1,4,6-7" (what ranks_text writes, and `xmesh logs`
+    users type); ValueError naming what does not read."""
+    ranks: "set[int]" = set()
+    for part in str(text).replace(" ", "").split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{text!r} is not a rank list: write one rank (3), a range (0-3) or several (1,4,6-7)")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"the range {part!r} ends before it starts")
+        if last - first > 1 << 20:
+            raise ValueError(f"the range {part!r} is too long")
+        ranks.update(range(first, last + 1))
+    return ranks
+
+
 class Extent(Mapping):
     """The sizes of a mesh's dimensions, in order: a read-only mapping {label: size} with
     `.labels`, `.sizes` and `.nelements` (Monarch's Extent). Equal to a dict of the same items."""

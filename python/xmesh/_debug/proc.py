@@ -356,12 +356,13 @@ def _users_frame(frame):
 
 
 def _stop_attached(frame, user):
-    """pdb from the traced event at frame: there if it is the user's, else (the standard
-    library, called by the user's code) at the user's next line, once it returns there."""
+    """pdb from the traced event at frame, stopping at the user's next line (in `user`, the
+    innermost frame of the user's code, once the standard library or xmesh it called returned
+    there): a step from here would stop in the next call of anything, `isinstance`'s
+    `ABCMeta.__instancecheck__` among them, which pdb's skip list (by module) does not cover."""
     s = _session_for_this_thread("attached")
     s.set_trace(frame)
-    if user is not frame:
-        s.set_next(user)
+    s.set_next(user)
 
 
 def _stop_in_users_code(frame):

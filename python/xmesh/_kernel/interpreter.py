@@ -4,6 +4,8 @@ IPython shell exists (_kernel.shell), `begin_cell` / `end_cell` around each exec
 restart request; kernel/python_debugger.cpp calls `note_breakpoints`."""
 import itertools
 import json
+import os
+import re
 import sys
 import threading
 
@@ -19,6 +21,15 @@ _interrupted_lock = threading.Lock()
 
 def in_kernel():
     return _shell is not None
+
+
+connection_file = ""  # set by `python -m xmesh.kernel -f FILE` before the kernel starts
+
+
+def kernel_id(path: str) -> str:
+    """The kernel id a Jupyter server gave this kernel: its connection file is kernel-ID.json."""
+    m = re.fullmatch(r"kernel-([0-9A-Za-z-]+)\.json", os.path.basename(path or ""))
+    return m.group(1) if m else ""
 
 
 def cancel_hint():
@@ -49,7 +60,7 @@ def setup(shell):
     _runtime.observe_calls(note_call)
     _debug_io.set_frontend(_KernelFrontend())
     _runtime.set_asker(_ask_in_the_cell)
-    _panel.set_controller_kind("kernel")
+    _panel.set_controller_kind("kernel", os.environ.get("JPY_SESSION_NAME", ""), kernel_id(connection_file))
     _core.set_main_thread_call(drain_output)
     # The one wait shows the cell's remote output whenever it is woken for it, and remembers
     # an interrupted wait (a second interrupt cancels its calls).
@@ -103,7 +114,8 @@ def begin_cell(header_json, allow_stdin=False):
         _current = cell
     _context.controller_cell = cell.token
     if _cells is not None:
-        _cells.begin_cell(cell.token)
+        count = getattr(_shell, "execution_count", None)
+        _cells.begin_cell(cell.token, f"In [{count}]" if isinstance(count, int) else "")
     _explain_remote_breakpoints()
 
 
@@ -260,7 +272,9 @@ class _KernelFrontend:
     stdin channel (see _debug.TerminalFrontend)."""
 
     where = "this cell"
-    leftover_input_note = "[xmesh] the input box above is no longer read: press Enter in it to close it\n"
+    # jupyter_ext/src/prompts.ts looks for "input box is no longer read" to close the box.
+    leftover_input_note = ("[xmesh] this cell's debugger input box is no longer read (the xmesh panel closes it; "
+                           "elsewhere press Enter in it)\n")
 
     def io(self):
         return _KernelIO()

@@ -211,12 +211,19 @@ class CellOutput:
         self.here: list = []                 # (stream, text) or (_UPDATE, slot): the executing cell's queue
         self.waiting: list = []              # (stream, text or board) with no cell to show them in
         self.slots: "collections.OrderedDict[str, _Slot]" = collections.OrderedDict()
+        self.names: "collections.OrderedDict[str, str]" = collections.OrderedDict()  # token -> "In [3]"
         # board id -> the display showing it (its own, or the cell slot it is inline in)
         self.boards: "collections.OrderedDict[str, _Slot]" = collections.OrderedDict()
 
-    def begin_cell(self, token: str) -> None:
+    def begin_cell(self, token: str, name: str = "") -> None:
+        """A cell begins; name: how its user knows it ("In [3]"), for what comes for it later
+        with no slot of its own to go to."""
         with self.lock:
             self.current = token
+            if name:
+                self.names[token] = name
+                while len(self.names) > self.RECENT_MAX:
+                    self.names.popitem(last=False)
             if self.waiting:
                 self.here.append((2, "[xmesh] output that arrived while no cell was running:\n"))
                 for stream, item in self.waiting:
@@ -263,9 +270,9 @@ class CellOutput:
                     slot.add(item, self.SLOT_MAX_CHARS)
                     self._refresh(slot, publish)
                 elif cur is not None:  # a cell with no slot, or another kernel's: the running cell shows it
-                    self.here.append((stream, item))
+                    self.here.append((stream, self._about(cell, item)))
                 else:
-                    self.waiting.append((stream, item))
+                    self.waiting.append((stream, self._about(cell, item)))
             queued = bool(self.here)
         if queued:
             if threading.current_thread() is threading.main_thread():
@@ -274,6 +281,14 @@ class CellOutput:
                 _core.call_on_main_thread()
         for display in publish:
             self._publish_late(display)
+
+    def _about(self, cell: str, text: str) -> str:
+        """A notice of the runtime's for an earlier cell shown elsewhere names that cell (a proc of
+        the mesh it last used died: "[xmesh] about In [3]: proc rank 1 ... was killed")."""
+        name = self.names.get(cell) if cell else None
+        if name and text.startswith("[xmesh] "):
+            return f"[xmesh] about {name}: {text[len('[xmesh] '):]}"
+        return text
 
     def _route_board(self, cell: str, stream: int, board: ProgressBoard, publish: list) -> None:
         """A board's state: updates the display showing it, or shows it where its cell's text

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import view as _panel
 from .._base.env import env_float
+from .._base.shape import parse_ranks
 from .._base.threads import start_thread
 
 
@@ -131,10 +132,13 @@ def _pdb(msg: dict, rundir: Optional[str]) -> dict:
     source = answers[-1]
     stopped = not source.startswith("[xmesh] ")  # the debugger's own note: that rank is not stopped (any more)
     output = answers[0] if command.strip() else ""
-    if not stopped and output.strip() == source.strip():
+    note = source.strip()
+    if not stopped and output.strip() == note:
         output = ""  # the same note twice (it was not stopped to begin with): said once
+    elif not stopped and command.strip():
+        note = f"{actor} rank {rank} runs on"  # the command resumed it (continue, or its call returned)
     return {"pid": msg["pid"], "actor": actor, "rank": rank, "output": output, "source": source if stopped else "",
-            "stopped": stopped, **({} if stopped else {"note": source.strip()})}
+            "stopped": stopped, **({} if stopped else {"note": note})}
 
 
 def _stop(msg: dict, rundir: Optional[str]) -> dict:
@@ -150,7 +154,7 @@ def _stop(msg: dict, rundir: Optional[str]) -> dict:
     if running_agent_pid(rundir) is None:
         raise ValueError(f"no host agent runs for {rundir}")
     try:
-        agent(rundir).stop_procs(alloc=alloc)
+        agent(rundir).stop_procs(alloc=alloc, by="the xmesh panel (its stop button)")
     except HostdError as e:
         raise ValueError(str(e)) from None
     return {"stopping": alloc}
@@ -171,8 +175,9 @@ def _logs(msg: dict, rundir: Optional[str]) -> dict:
         raise ValueError("id is the allocation's id")
     if name is not None and not isinstance(name, str):
         raise ValueError("name is the allocation's name")
-    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
-        raise ValueError("rank is a whole number")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (int, str))):
+        raise ValueError("rank is a whole number or a list of ranks (0-3, 1,4)")
+    ranks = None if rank is None else {rank} if isinstance(rank, int) else parse_ranks(rank)
     if isinstance(tail, bool) or not isinstance(tail, int) or not 0 <= tail <= MAX_LOG_RECORDS:
         raise ValueError(f"tail is a whole number from 0 to {MAX_LOG_RECORDS}")
     grep = msg.get("grep") or None
@@ -186,10 +191,10 @@ def _logs(msg: dict, rundir: Optional[str]) -> dict:
     if not dirs:
         raise ValueError(f"no logs of allocation {name or alloc!r} (id {alloc})")
     _logfiles.compile_grep(grep)  # a pattern that does not compile is named as such
+    _check_ranks(ranks, set(_logfiles.rank_files(dirs[-1])), name or alloc)
 
     def read() -> dict:
-        records = _logfiles.read_records(dirs[-1], ranks={rank} if rank is not None else None,
-                                         stream=stream, grep=grep)
+        records = _logfiles.read_records(dirs[-1], ranks=ranks, stream=stream, grep=grep)
         records.sort(key=lambda r: (r.time, r.rank))
         return {"id": alloc, "total": len(records),
                 "records": [r._asdict() for r in _logfiles.last(records, tail)]}
@@ -199,6 +204,18 @@ def _logs(msg: dict, rundir: Optional[str]) -> dict:
     return read() if grep is None else _in_child(read, SEARCH_LIMIT_S, f"search too slow: the regular expression "
                                                  f"{grep!r} took over {SEARCH_LIMIT_S:.0f} s on these logs; "
                                                  "try a simpler one")
+
+
+def _check_ranks(wanted: Optional[set], have: set, what: str) -> None:
+    """ValueError naming the ranks asked for that the allocation has no logs of (a rank past its
+    end, say), rather than an empty view that reads as "they printed nothing"."""
+    missing = sorted((wanted or set()) - have)
+    if missing:
+        from .._base.shape import ranks_text
+
+        has = f"its ranks are {ranks_text(sorted(have))[len('ranks '):]}" if len(have) > 1 else \
+            f"it has {ranks_text(sorted(have))}" if have else "it has no rank logs yet"
+        raise ValueError(f"{what} has no {ranks_text(missing)}: {has}")
 
 
 SEARCH_LIMIT_S = 5.0  # well under the server's wait for the sidecar (15 s)
@@ -268,16 +285,29 @@ class MeshesOp:
         since = msg.get("since")
         if since is not None and not isinstance(since, str):
             raise ValueError("since is the revision of the list the panel has")
+        notebooks = msg.get("notebooks") or {}
+        if not isinstance(notebooks, dict) or not all(isinstance(v, str) for v in notebooks.values()):
+            raise ValueError("notebooks maps a kernel id to its notebook's path")
         rundir = os.path.abspath(rundir or _core.runtime_dir())
         raws = _panel.raw_snapshots(rundir)
-        inputs = (rundir, running_agent_pid(rundir), raws)
+        inputs = (rundir, running_agent_pid(rundir), raws, sorted(notebooks.items()))
         if inputs != self._inputs or not self._cache.fresh():
-            self._reply = _panel.meshes(rundir, self._cache, raws)
+            self._reply = name_notebooks(_panel.meshes(rundir, self._cache, raws), notebooks)
             self._revision = hashlib.sha1(json.dumps(self._reply, sort_keys=True).encode()).hexdigest()[:20]
             self._inputs = inputs
         if since == self._revision:
             return {"unchanged": True, "revision": self._revision, "server_time": time.time()}
         return dict(self._reply, revision=self._revision, server_time=time.time())
+
+
+def name_notebooks(reply: dict, notebooks: Dict[str, str]) -> dict:
+    """The panel's list with each kernel named by the notebook its server's session has now
+    (the kernel knows only the path it was started for: a notebook renamed since has another)."""
+    for row in reply.get("controllers", []) + [m["owner"] for m in reply.get("meshes", []) if m.get("owner")]:
+        path = notebooks.get(row.get("kernel_id", ""))
+        if path:
+            row["notebook"] = path
+    return reply
 
 
 OPS: Dict[str, Callable[[dict, Optional[str]], dict]] = {

@@ -26,6 +26,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import _core
+from .._base.protocol import actor_mesh_name
 from .._runtime.process import get_runtime, observe_calls, on_controller_shutdown, on_controller_start
 from .._runtime.unix_server import OwnerOnlyServer, live_sockets, read_bounded_line
 
@@ -50,8 +51,9 @@ class CallTracker:
         (amortized: the next pass waits until as many calls came again as are still running)."""
         if call is None or call.is_port:
             return  # a send to a port: its answers come when they come
+        actor = actor_mesh_name(targets[0][1]) if targets and isinstance(targets[0], tuple) and targets[0][1] else ""
         with self._lock:
-            self._calls.append((call, what, time.time()))
+            self._calls.append((call, what, time.time(), actor))
             if len(self._calls) >= self._prune_at:
                 self._drop_done()
             while len(self._calls) > MAX_TRACKED_CALLS:
@@ -62,16 +64,16 @@ class CallTracker:
         self._prune_at = max(self.PRUNE_AT, 2 * len(self._calls))
 
     def busy_addrs(self) -> Dict[str, list]:
-        """{proc addr: [(what, since), ...]} for every target that has not answered."""
+        """{proc addr: [(what, since, actor mesh), ...]} for every target that has not answered."""
         with self._lock:
             self._drop_done()
             calls = list(self._calls)
         busy: Dict[str, list] = {}
-        for call, what, since in calls:
+        for call, what, since, actor in calls:
             for i in call.missing():
-                busy.setdefault(call.target_addr(i), []).append((what, since))
+                busy.setdefault(call.target_addr(i), []).append((what, since, actor))
             for i in call.lingering():  # cancelled, still inside a C call
-                busy.setdefault(call.target_addr(i), []).append((f"{what} (cancelled, still running)", since))
+                busy.setdefault(call.target_addr(i), []).append((f"{what} (cancelled, still running)", since, actor))
         return busy
 
 
@@ -93,8 +95,11 @@ def _rank_state(rank: int, proc: Any, exited: Any, stopped: Any, busy: list, now
         row.update(state="stopped", actor=stopped.actor, where=f"{stopped.function} line {stopped.line}",
                    file=stopped.file, line=stopped.line, reason=stopped.reason)
     elif busy:
-        row.update(state="call", endpoints=sorted({what for what, _ in busy}),
-                   since=round(min(since for _, since in busy), 3))  # when (epoch s): a reader derives the age
+        oldest = min(busy, key=lambda b: b[1])
+        row.update(state="call", endpoints=sorted({b[0] for b in busy}),
+                   since=round(oldest[1], 3))  # when (epoch s): a reader derives the age
+        if oldest[2]:
+            row["actor"] = oldest[2]  # the actor mesh running it (what `pause` names)
     else:
         row.update(state="idle")
     return row
@@ -167,18 +172,34 @@ def snapshot() -> dict:
     from .._workspace.sync import sync_state
 
     return {"pid": os.getpid(), "kind": _controller_kind,
-            "argv": "" if _controller_kind == "kernel" else " ".join(sys.argv), "allocations": allocations,
-            "sync": sync_state(), "remote": _remote.entries({a["id"] for a in allocations})}
+            "argv": "" if _controller_kind == "kernel" else " ".join(sys.argv), **_notebook,
+            "allocations": allocations, "sync": sync_state(), "remote": _remote.entries({a["id"] for a in allocations})}
 
 
 _controller_kind = "program"
+_notebook: Dict[str, str] = {}  # a kernel's: {"notebook": path, "kernel_id": id} where known
 
 
-def set_controller_kind(kind: str) -> None:
+def set_controller_kind(kind: str, notebook: str = "", kernel_id: str = "") -> None:
     """What snapshots call this controller: "program" (a script), or "kernel" (the kernel's
-    set-up says so: this module does not import the kernel's)."""
+    set-up says so: this module does not import the kernel's), with the notebook it runs (the
+    path its Jupyter server started it for) and its kernel id (what the server's sessions name)."""
     global _controller_kind
     _controller_kind = kind
+    _notebook.clear()
+    _notebook.update({k: v for k, v in (("notebook", notebook), ("kernel_id", kernel_id)) if v})
+
+
+def controller_label(snap: dict) -> str:
+    """How a controller is named to a person: a kernel by its notebook, a program by its
+    command line ("notebook train.ipynb (kernel pid 42)", "program python3 run.py (pid 43)")."""
+    pid = snap.get("pid", "?")
+    if snap.get("kind") == "kernel":
+        where = f"notebook {snap['notebook']}" if snap.get("notebook") else "a kernel with no notebook known"
+        return f"{where} (kernel pid {pid})"
+    if snap.get("error"):
+        return f"pid {pid} (did not answer: {snap['error']})"
+    return f"program {snap.get('argv') or '?'} (pid {pid})"
 
 
 # -- serving ------------------------------------------------------------------------------------
@@ -406,7 +427,8 @@ def meshes(rundir: Optional[str] = None, cache: Optional[StatusCache] = None,
     snapshots where the caller has read them already (raw_snapshots)."""
     rundir = os.path.abspath(rundir or _core.runtime_dir())
     snaps = [decode(pid, raw) for pid, raw in (raws if raws is not None else raw_snapshots(rundir))]
-    owners = {a["id"]: dict(a, owner={"pid": s.get("pid"), "kind": s.get("kind", "program"), "argv": s.get("argv", "")})
+    owners = {a["id"]: dict(a, owner={"pid": s.get("pid"), "kind": s.get("kind", "program"), "argv": s.get("argv", ""),
+                                      **{k: s[k] for k in ("notebook", "kernel_id") if s.get(k)}})
               for s in snaps for a in s.get("allocations", [])}
     status = _agent_status(rundir, owners, cache)
     local = {a.alloc: a for a in status.allocations} if status is not None else {}

@@ -17,6 +17,7 @@ import threading
 from typing import Any, Iterator, Optional
 
 from .._api.actor import ActorMesh, actor_ranks_at
+from .._base.protocol import actor_mesh_name
 from .._base.errors import MeshFailure, failure_report
 
 _ENDED_KEPT = 1000  # ended actors whose owner is remembered (their tombstone can still say it died)
@@ -25,7 +26,7 @@ _ENDED_KEPT = 1000  # ended actors whose owner is remembered (their tombstone ca
 def orphan_words(owner: str, addr: str, mesh: str, text: str) -> str:
     """Why an orphan ended (owner: the id of the actor that spawned it, "MESH.HEX"); Monarch's
     words come last, for programs that match them."""
-    owner_mesh = owner.rsplit(".", 1)[0]
+    owner_mesh = actor_mesh_name(owner)
     return (f"its owner, an actor of mesh {owner_mesh!r}, is gone: its proc {addr} died ({text.strip()}); "
             f"in Monarch's words, timed out reaching controller for mesh {mesh}")
 

@@ -273,8 +273,10 @@ class AgentClient:
         return _core.SpawnProcsReply.from_dict(self.request(Kind.SpawnProcs, body, timeout=timeout))
 
     def stop_procs(self, *, alloc: str = "", name: str = "", immediately: bool = False,
-                   timeout: float = 15.0) -> "_core.StopProcsReply":
-        body = _core.StopProcsBody(alloc=alloc, name=name, immediately=immediately)
+                   timeout: float = 15.0, by: str = "") -> "_core.StopProcsReply":
+        """Stops an allocation by id or name; by: who asks, when not its controller (its procs'
+        exits then say "was stopped: by ..." to their controller)."""
+        body = _core.StopProcsBody(alloc=alloc, name=name, immediately=immediately, by=by)
         return _core.StopProcsReply.from_dict(self.request(Kind.StopProcs, body, timeout=timeout))
 
     def attach(self, name: str, *, observe: bool = False) -> "_core.AttachReply":

@@ -5,6 +5,7 @@ whole, then the other ranks grouped by how each ended. A hook, when installed, s
 failure (Monarch's hook is called once per rank)."""
 from __future__ import annotations
 
+import re
 import threading
 from typing import Callable, Dict, List, Tuple
 
@@ -22,6 +23,15 @@ def last_line(report: str) -> str:
     return lines[-1] if lines else "failed"
 
 
+_PROC_HEAD = re.compile(r"^proc rank \d+ \(pid \d+ on [^)]*\) ")
+
+
+def outcome(failure: MeshFailure) -> str:
+    """How a rank ended without what names that rank ("was killed by SIGKILL" rather than "proc
+    rank 3 (pid 42 on node-a) was killed by SIGKILL"): the same for ranks that ended alike."""
+    return _PROC_HEAD.sub("", last_line(failure.report()))
+
+
 def ranks_text(ranks: List[int]) -> str:
     text = _core.describe_ranks(ranks)
     return text if text.startswith("ranks") else f"rank {text}"
@@ -33,11 +43,16 @@ def summary(failures: List[MeshFailure]) -> str:
     if len(failures) == 1:
         return first.report()
     ranks = sorted({f.rank for f in failures if f.rank is not None})
+    outcomes = {outcome(f) for f in failures}
+    if len(outcomes) == 1 and first.kind == "proc" and len(ranks) == len(failures) \
+            and all("\n" not in f.report().strip() for f in failures):
+        # Every proc ended alike (stopped by the panel, killed by one signal): one line.
+        return f"{first.mesh_name!r} ({ranks_text(ranks)}): each proc {outcomes.pop()}"
     head = (f"{len(failures)} failures of {first.mesh_name!r}"
             + (f" ({ranks_text(ranks)})" if ranks else "") + "; the first:\n" + first.report().rstrip())
     by_outcome: Dict[str, List[int]] = {}
     for f in failures[1:]:
-        outcome_ranks = by_outcome.setdefault(last_line(f.report()), [])
+        outcome_ranks = by_outcome.setdefault(outcome(f), [])
         if f.rank is not None:
             outcome_ranks.append(f.rank)
     lines = [f"  {ranks_text(sorted(rs)) if rs else 'others'}: {outcome}" for outcome, rs in by_outcome.items()]

@@ -21,6 +21,9 @@ def main(argv: list) -> int:
     # debugpy (the visual debugger) warns about frozen modules on stderr, which is a cell's.
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     from .. import _kernel_ext
+    from .._kernel import interpreter as _interpreter
+
+    _interpreter.connection_file = args.connection_file  # its name carries the kernel id the server knows
 
     try:
         _kernel_ext.serve(args.connection_file, sys.executable)
