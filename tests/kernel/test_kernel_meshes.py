@@ -147,16 +147,23 @@ def test_sigkill_of_the_kernel_stops_unnamed_meshes_after_the_grace(kernel):
     assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=20)
 
 
-def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
+def _interrupt_a_waiting_cell(kernel, call, wait="fut.get()"):
+    """Spawns two counters, runs `fut = <call>` and then `wait` in one cell, interrupts that cell
+    once it waits; the cell's result (and how long the interrupt took to end it)."""
     kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
                         'counters.initialized.get()')
-    msg_id = kernel.send("fut = counters.spin.call(60)\nprint('waiting', flush=True)\nfut.get()")
+    msg_id = kernel.send(f"fut = {call}\nprint('waiting', flush=True)\n{wait}")
     kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
     time.sleep(0.3)
     start = time.monotonic()
     kernel.interrupt()
     r = kernel.collect(msg_id, timeout=30)
-    assert time.monotonic() - start < 10
+    return r, time.monotonic() - start
+
+
+def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
+    r, took = _interrupt_a_waiting_cell(kernel, "counters.spin.call(60)")
+    assert took < 10
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt"
     assert "ranks still running: [0, 1]" in r.error["evalue"]
     assert "interrupt again" in r.error["evalue"]
@@ -175,13 +182,7 @@ def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
 def test_a_cancel_that_cannot_stop_a_c_call_says_so_and_the_next_call_says_it_waits(kernel):
     """Issue 46, point 4: "cancelled nap.call()" while the actors slept on in time.sleep, and the
     next call waited with no notice."""
-    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
-                        'counters.initialized.get()')
-    msg_id = kernel.send("fut = counters.nap.call(6)\nprint('waiting', flush=True)\nfut.get()")
-    kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
-    time.sleep(0.3)
-    kernel.interrupt()
-    r = kernel.collect(msg_id, timeout=30)
+    r, _ = _interrupt_a_waiting_cell(kernel, "counters.nap.call(6)")
     assert r.status == "error" and "call .cancel() on the call's Future" in r.error["evalue"]
     assert "fut.cancel()" not in r.error["evalue"]  # the user's variable may have another name
     kernel.interrupt()
@@ -281,13 +282,7 @@ def test_interrupting_a_top_level_await_is_like_interrupting_get(kernel):
     """Issue 17, defect 3: an interrupted `await` gave asyncio's internals instead of the ranks
     still running, left the cell's coroutine pending (resumed by a later cell) and the
     execution counter off by one."""
-    kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
-                        'counters.initialized.get()')
-    msg_id = kernel.send("fut = counters.spin.call(60)\nprint('waiting', flush=True)\nawait fut")
-    kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
-    time.sleep(0.3)
-    kernel.interrupt()
-    r = kernel.collect(msg_id, timeout=30)
+    r, _ = _interrupt_a_waiting_cell(kernel, "counters.spin.call(60)", wait="await fut")
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r
     assert "ranks still running: [0, 1]" in r.error["evalue"] and "interrupt again" in r.error["evalue"]
     assert "asyncio" not in r.error_text and "base_events" not in r.error_text, r.error_text
