@@ -106,6 +106,35 @@ def test_bad_requests_get_an_error_and_the_connection_goes_on(fresh_rundir):
     assert os.stat(path).st_mode & 0o077 == 0
 
 
+def test_a_reader_that_polls_gets_unchanged_snapshots_in_a_few_bytes(fresh_rundir, monkeypatch):
+    """The panel's sidecar asks each controller `since` the digest it read last: an idle one
+    answers {"unchanged": digest}; a change is answered whole, with its new digest."""
+    from xmesh import _core
+    from xmesh._runtime.process import get_runtime
+
+    get_runtime()
+    path = _panel.socket_path(_core.runtime_dir(), os.getpid())
+    first = _panel.query_raw(path)
+    digest = json.loads(first)["digest"]
+    assert json.loads(_panel.query_raw(path, since=digest)) == {"unchanged": digest}
+    assert json.loads(_panel.query_raw(path, since="0" * 16))["digest"] == digest  # a stale one: whole
+    reader = _panel.SnapshotReader()
+    came = []
+    query = _panel.query_raw
+    monkeypatch.setattr(_panel, "query_raw", lambda *a, **k: came.append(query(*a, **k)) or came[-1])
+    assert reader.read(path) == first and reader.read(path) == first
+    assert came[0] == first and json.loads(came[1]) == {"unchanged": digest}  # the second: a few bytes
+    procs = xmesh.this_host().spawn_procs({"gpus": 1})
+    try:
+        procs.initialized.get()
+        changed = reader.read(path)
+        assert changed != first and len(json.loads(changed)["allocations"]) == 1
+        assert json.loads(_panel.query_raw(path, since=json.loads(changed)["digest"])) == \
+            {"unchanged": json.loads(changed)["digest"]}
+    finally:
+        procs.stop()
+
+
 def test_the_sidecar_answers_json_lines_and_errors_without_dying(fresh_rundir):
     env = dict(os.environ, XMESH_RUNTIME_DIR=fresh_rundir)
     requests = "\n".join(['{"op": "meshes"}', "[1, 2]", '{"op": "meshes", "runtime_dir": 7}', '{"op": "meshes"}'])

@@ -274,6 +274,7 @@ class MeshesOp:
 
     def __init__(self) -> None:
         self._cache = _panel.StatusCache()
+        self._reader = _panel.SnapshotReader()  # an idle controller answers "unchanged" in a few bytes
         self._inputs: Any = None
         self._reply: dict = {}
         self._revision = ""
@@ -289,7 +290,7 @@ class MeshesOp:
         if not isinstance(notebooks, dict) or not all(isinstance(v, str) for v in notebooks.values()):
             raise ValueError("notebooks maps a kernel id to its notebook's path")
         rundir = os.path.abspath(rundir or _core.runtime_dir())
-        raws = _panel.raw_snapshots(rundir)
+        raws = _panel.raw_snapshots(rundir, self._reader)
         inputs = (rundir, running_agent_pid(rundir), raws, sorted(notebooks.items()))
         if inputs != self._inputs or not self._cache.fresh():
             self._reply = name_notebooks(_panel.meshes(rundir, self._cache, raws), notebooks)

@@ -1,7 +1,8 @@
 """What the mesh panel shows of a controller (issue 22), asked without its prompt or its cell.
 
 Every controller (kernel or script) answers queries on `<runtime dir>/c/<pid>.panel` (a unix
-socket only this user reaches, _unix_server): JSON lines, one request `{"op": "snapshot"}` and
+socket only this user reaches, _unix_server): JSON lines, one request `{"op": "snapshot"}` (with
+`"since": DIGEST`, answered `{"unchanged": DIGEST}` while the snapshot has that digest) and
 one answer per line, so a Jupyter server can read a kernel whose cell is blocked in a call. A
 snapshot lists the allocations the controller owns, each rank's state:
 
@@ -17,8 +18,10 @@ snapshots and new calls come. `snapshots(rundir)` is the reading side, for every
 controller of a runtime directory.
 """
 import collections
+import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -207,14 +210,21 @@ def socket_path(rundir: str, pid: int) -> str:
     return os.path.join(_core.layout_controller_dir(rundir), f"{pid}{SUFFIX}")
 
 
-def _answer(request: bytes) -> dict:
+def _answer(request: bytes) -> str:
+    """The answer's JSON text: the snapshot with its `digest` (a hash of it), or, asked `since`
+    that digest, {"unchanged": digest}: a reader that polls an idle controller gets a few bytes,
+    not the state of 512 ranks (SnapshotReader)."""
     try:
         msg = json.loads(request)
     except ValueError:
-        return {"error": "a request is one JSON object per line"}
+        return json.dumps({"error": "a request is one JSON object per line"})
     if not isinstance(msg, dict) or msg.get("op") != "snapshot":
-        return {"error": "unknown request: the panel asks {\"op\": \"snapshot\"}"}
-    return snapshot()
+        return json.dumps({"error": "unknown request: the panel asks {\"op\": \"snapshot\"}"})
+    data = json.dumps(snapshot())
+    digest = hashlib.sha1(data.encode()).hexdigest()[:16]
+    if msg.get("since") == digest:
+        return json.dumps({"unchanged": digest})
+    return f'{data[:-1]}, "digest": "{digest}"}}'  # data is a JSON object: "{...}"
 
 
 def _serve_client(conn: socket.socket, peer_pid: int) -> None:
@@ -228,11 +238,12 @@ def _serve_client(conn: socket.socket, peer_pid: int) -> None:
             if raw == b"":  # the end of its requests (None: a line too long, answered below)
                 return
             try:
-                answer = {"error": f"a request is at most {MAX_REQUEST} bytes"} if raw is None else _answer(raw)
+                answer = json.dumps({"error": f"a request is at most {MAX_REQUEST} bytes"}) if raw is None \
+                    else _answer(raw)
             except Exception as e:  # the panel must learn why; the controller lives on
-                answer = {"error": f"the snapshot failed: {e!r}"}
+                answer = json.dumps({"error": f"the snapshot failed: {e!r}"})
             try:
-                conn.sendall((json.dumps(answer) + "\n").encode())
+                conn.sendall((answer + "\n").encode())
             except OSError:
                 return
 
@@ -266,14 +277,15 @@ def live_panels(rundir: str) -> Dict[int, str]:
     return live_sockets(rundir, SUFFIX)
 
 
-def query_raw(path: str, timeout: float = QUERY_TIMEOUT_S) -> bytes:
-    """One controller's snapshot as it came (one JSON line), or an error object when it does not
-    answer."""
+def query_raw(path: str, timeout: float = QUERY_TIMEOUT_S, since: str = "") -> bytes:
+    """One controller's snapshot as it came (one JSON line; {"unchanged": since} when its digest is
+    still `since`), or an error object when it does not answer."""
+    request = json.dumps({"op": "snapshot", **({"since": since} if since else {})}).encode() + b"\n"
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(path)
-            s.sendall(b'{"op": "snapshot"}\n')
+            s.sendall(request)
             data = b""
             while not data.endswith(b"\n"):
                 chunk = s.recv(1 << 20)
@@ -294,12 +306,40 @@ def decode(pid: int, raw: bytes) -> dict:
     return snap
 
 
-def raw_snapshots(rundir: Optional[str] = None) -> List[Tuple[int, bytes]]:
+class SnapshotReader:
+    """A reader that polls (the panel's sidecar): each controller is asked `since` the digest of
+    the snapshot last read from it, and an unchanged one is the bytes read then."""
+
+    _DIGEST = re.compile(rb', "digest": "([0-9a-f]+)"}\s*$')
+
+    def __init__(self) -> None:
+        self._last: Dict[str, Tuple[str, bytes]] = {}  # socket path -> (digest, snapshot)
+
+    def read(self, path: str) -> bytes:
+        digest, raw = self._last.get(path, ("", b""))
+        answer = query_raw(path, since=digest)
+        if digest and answer.startswith(b'{"unchanged": ') and digest.encode() in answer:
+            return raw
+        found = self._DIGEST.search(answer[-64:])
+        if found:
+            self._last[path] = (found.group(1).decode(), answer)
+        return answer
+
+    def forget_others(self, paths: Any) -> None:
+        """Drops what it kept of controllers not among paths (they ended)."""
+        for path in set(self._last) - set(paths):
+            del self._last[path]
+
+
+def raw_snapshots(rundir: Optional[str] = None, reader: Optional[SnapshotReader] = None) -> List[Tuple[int, bytes]]:
     """[(pid, its snapshot as it came)] of every live controller of a runtime directory (default:
-    this user's): a reader that polls compares these before decoding anything."""
+    this user's): a reader that polls compares these before decoding anything (and passes its
+    SnapshotReader, so that an idle controller answers in a few bytes)."""
     rundir = os.path.abspath(rundir or _core.runtime_dir())
-    return [(pid, query_raw(path)) for pid, path in sorted(live_panels(rundir).items())
-            if pid != os.getpid()]  # not the reader itself (a controller too)
+    live = {pid: path for pid, path in live_panels(rundir).items() if pid != os.getpid()}  # not the reader itself
+    if reader is not None:
+        reader.forget_others(live.values())
+    return [(pid, reader.read(path) if reader is not None else query_raw(path)) for pid, path in sorted(live.items())]
 
 
 def snapshots(rundir: Optional[str] = None) -> List[dict]:
@@ -434,7 +474,7 @@ def meshes(rundir: Optional[str] = None, cache: Optional[StatusCache] = None,
     local = {a.alloc: a for a in status.allocations} if status is not None else {}
     rows = [_mesh_row(i, owners.get(i), local.get(i), status) for i in list(local) + [i for i in owners if i not in local]]
     rows += _remote_rows(snaps, {r["id"] for r in rows})
-    controllers = [{k: v for k, v in s.items() if k not in ("allocations", "remote")} for s in snaps]
+    controllers = [{k: v for k, v in s.items() if k not in ("allocations", "remote", "digest")} for s in snaps]
     unreachable = {e["locator"]: e["error"] for s in snaps for e in s.get("remote", []) if "error" in e}
     return {"runtime_dir": rundir, "agent": {"pid": status.pid, "host": status.host} if status is not None else None,
             "meshes": rows, "controllers": controllers,
