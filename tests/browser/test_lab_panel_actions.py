@@ -5,6 +5,7 @@ logs view takes rank ranges, names a rank past the mesh's end and colours stderr
 cancelled inside a C call is said to run on and shows busy; a mesh stopped from the panel is
 said to be stopped by the panel, in the cell that last used it."""
 import os
+import re
 
 from jupyter_ui import NotebookPage, write_notebook
 from panel_ui import HALT, RANKS, SPAWN, shot as _shot
@@ -85,7 +86,12 @@ def test_ranks_attached_from_their_cells_continue_and_detach_as_in_the_cell(serv
     page.wait_for_selector('#xmesh-panel .xmesh-mesh[data-mesh="grid"]', state="detached", timeout=20000)
     nb.run(3)
     text = nb.output(3)
-    assert "[xmesh] about In [3]: 'grid' (ranks 0-7): each proc was stopped: by the xmesh panel" in text, text
+    # One line for the procs that ended together (two if their exits came apart, under load).
+    told = re.findall(r"\[xmesh\] about In \[3\]: 'grid' \(ranks? ([0-9,-]+)\): each proc was stopped: "
+                      r"by the xmesh panel", text)
+    ranks = {r for part in ",".join(told).split(",") for r in (range(int(part.split("-")[0]),
+                                                                     int(part.split("-")[-1]) + 1))}
+    assert ranks == set(range(8)), text
     assert "exited with code 143" not in text
 
 
