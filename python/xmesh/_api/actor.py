@@ -528,9 +528,10 @@ class Endpoint:
         frames = _NO_ARGS if not args and not kwargs else _pack_args(self._name, args, kwargs)
         # The causal context (the cell) travels with the call: the procs' output is shown there.
         cell = current_cell()
-        pm = self._mesh._proc_mesh
-        if pm is not None and pm.allocation is not None:
-            pm.allocation.last_cell = cell  # a death nobody waits for is said in the cell that last used it
+        if cell:  # a notebook's: a death nobody waits for is said in the cell that last used the mesh
+            pm = self._mesh._proc_mesh
+            if pm is not None and pm.allocation is not None:
+                pm.allocation.last_cell = cell
         call = get_runtime().node.call(targets, _CALL, self._name, body, frames, expect_reply, cell)
         note_call(targets, call if expect_reply else None, self._name if adverb not in _CASTS else f"{self._name} ({adverb})")
         return call, described

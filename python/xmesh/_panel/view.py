@@ -54,7 +54,7 @@ class CallTracker:
         (amortized: the next pass waits until as many calls came again as are still running)."""
         if call is None or call.is_port:
             return  # a send to a port: its answers come when they come
-        actor = actor_mesh_name(targets[0][1]) if targets and isinstance(targets[0], tuple) and targets[0][1] else ""
+        actor = targets[0][1] if targets and isinstance(targets[0], tuple) else ""  # an id: named when read
         with self._lock:
             self._calls.append((call, what, time.time(), actor))
             if len(self._calls) >= self._prune_at:
@@ -72,7 +72,8 @@ class CallTracker:
             self._drop_done()
             calls = list(self._calls)
         busy: Dict[str, list] = {}
-        for call, what, since, actor in calls:
+        for call, what, since, actor_id in calls:
+            actor = actor_mesh_name(actor_id) if actor_id else ""
             for i in call.missing():
                 busy.setdefault(call.target_addr(i), []).append((what, since, actor))
             for i in call.lingering():  # cancelled, still inside a C call
