@@ -460,4 +460,11 @@ def test_the_logs_search_is_bounded_in_time_and_names_a_bad_stream(monkeypatch):
         logs({"id": "no-such-allocation", "stream": "stdrr"}, rundir)  # named before anything is looked up
     with pytest.raises(ValueError, match="stream must be"):
         procs.logs(stream="stdrr")
+    # The rank filter (issue 46): a list or a range, a rank past the end named, bad text named.
+    assert logs({"id": alloc, "name": "shouts", "rank": "0-0"}, rundir)["total"] == 1
+    with pytest.raises(ValueError, match="shouts has no rank 3: it has rank 0"):
+        logs({"id": alloc, "name": "shouts", "rank": "0,3"}, rundir)
+    for bad in ("x", "2-1", "1-"):
+        with pytest.raises(ValueError, match="not a rank list|ends before it starts"):
+            logs({"id": alloc, "name": "shouts", "rank": bad}, rundir)
     procs.stop()
