@@ -96,8 +96,10 @@ void bind_log_router(py::module_& m) {
       .def("wait_output", [](LogRouter& r, double timeout) {
         return wait_sliced([&](int ms) { return r.wait_output(ms); }, timeout);
       })
-      // (cell, stream, text, None) for text; (cell, stream, "", (board id, label, [(rank, text,
-      // done)])) for a board of progress bars (runtime/output/progress_boards.hpp).
+      // (cell, stream, text, None, None) for text; (cell, stream, "", (board id, label, [(rank,
+      // text, done)]), None) for a board of progress bars (runtime/output/progress_boards.hpp);
+      // (cell, stream, line, None, ([member lines], how many left out)) for a summary of lines
+      // alike (runtime/output/log_aggregator.hpp).
       .def("take_output", [](LogRouter& r) {
         std::vector<LogChunk> chunks;
         {
@@ -106,13 +108,20 @@ void bind_log_router(py::module_& m) {
         }
         py::list out;
         for (auto& c : chunks) {
+          if (!c.members.empty()) {
+            py::list members;
+            for (auto& m : c.members) members.append(decode_text(m));
+            out.append(py::make_tuple(c.cell, c.stream, decode_text(c.text), py::none(),
+                                      py::make_tuple(members, c.members_left_out)));
+            continue;
+          }
           if (c.board.empty()) {
-            out.append(py::make_tuple(c.cell, c.stream, decode_text(c.text), py::none()));
+            out.append(py::make_tuple(c.cell, c.stream, decode_text(c.text), py::none(), py::none()));
             continue;
           }
           py::list rows;
           for (auto& r : c.rows) rows.append(py::make_tuple(r.rank, decode_text(r.text), r.done));
-          out.append(py::make_tuple(c.cell, c.stream, py::str(""), py::make_tuple(c.board, c.label, rows)));
+          out.append(py::make_tuple(c.cell, c.stream, py::str(""), py::make_tuple(c.board, c.label, rows), py::none()));
         }
         return out;
       })

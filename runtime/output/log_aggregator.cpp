@@ -134,27 +134,43 @@ std::string LineAggregator::member_line(const Group& g, size_t member) const {
   return out;
 }
 
-std::string LineAggregator::render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line,
-                                   const RankHosts* hosts) const {
-  std::string out;
+std::vector<AggregatedLine> LineAggregator::lines(const std::string& label, const RankHosts* hosts) const {
+  std::vector<AggregatedLine> out;
+  out.reserve(groups_.size());
   for (auto& g : groups_) {
+    AggregatedLine line;
+    line.ranks = g.ranks;
     if (g.ranks.size() == 1 || g.identical) {
-      out += rank_prefix(label, g.ranks, hosts) + g.first_text;
-    } else {
-      // Lines that differ in their numbers: the lowest rank's own line, as it printed it, and
-      // which other ranks printed one like it (what a person reads as a summary, never as a
-      // line somebody printed).
-      size_t low = static_cast<size_t>(std::min_element(g.ranks.begin(), g.ranks.end()) - g.ranks.begin());
-      std::vector<int64_t> others;
-      for (size_t m = 0; m < g.ranks.size(); ++m)
-        if (m != low) others.push_back(g.ranks[m]);
-      std::string who = describe_ranks(others);
-      if (others.size() == 1 || who.rfind("ranks", 0) != 0) who = "rank " + who;
-      out += rank_prefix(label, {g.ranks[low]}, hosts) + member_line(g, low) + "  [similar on " + who + "]";
+      line.text = rank_prefix(label, g.ranks, hosts) + g.first_text + "\n";
+      out.push_back(std::move(line));
+      continue;
     }
-    out.push_back('\n');
-    if (ranks_of_line) ranks_of_line->push_back(g.ranks);
+    // Lines that differ in their numbers: the lowest rank's own line, as it printed it, and
+    // which other ranks printed one like it (what a person reads as a summary, never as a line
+    // somebody printed); unfolded, each rank's own line.
+    std::vector<size_t> by_rank(g.ranks.size());
+    std::iota(by_rank.begin(), by_rank.end(), 0);
+    std::stable_sort(by_rank.begin(), by_rank.end(), [&](size_t a, size_t b) { return g.ranks[a] < g.ranks[b]; });
+    std::vector<int64_t> others;
+    for (size_t k = 1; k < by_rank.size(); ++k) others.push_back(g.ranks[by_rank[k]]);
+    std::string who = describe_ranks(others);
+    if (who.rfind("ranks", 0) != 0) who = "rank " + who;
+    line.text = rank_prefix(label, {g.ranks[by_rank[0]]}, hosts) + member_line(g, by_rank[0]) + "  [similar on " +
+                who + "]\n";
+    size_t shown = std::min(by_rank.size(), kMaxMembers);
+    for (size_t k = 0; k < shown; ++k) {
+      size_t m = by_rank[k];
+      line.members.push_back(rank_prefix(label, {g.ranks[m]}, hosts) + member_line(g, m));
+    }
+    line.members_left_out = by_rank.size() - shown;
+    out.push_back(std::move(line));
   }
+  return out;
+}
+
+std::string LineAggregator::render(const std::string& label, const RankHosts* hosts) const {
+  std::string out;
+  for (auto& line : lines(label, hosts)) out += line.text;
   return out;
 }
 

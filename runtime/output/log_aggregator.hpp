@@ -3,7 +3,9 @@
 // lines that differ only in their numbers become the lowest rank's line as it printed it, with
 // which ranks printed one like it ("[0] loss=0.12  [similar on ranks 1-7]"): a summary, never a
 // line nobody printed. A rank's own repeated lines are never merged with each other: the k-th
-// occurrence of a line shape on one rank only joins the k-th occurrence on the others.
+// occurrence of a line shape on one rank only joins the k-th occurrence on the others. A summary
+// of lines alike carries its members, each rank's own line as it printed it, for a notebook to
+// show when the summary is unfolded.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,16 +35,27 @@ using RankHosts = std::map<int64_t, std::string>;
 std::string rank_prefix(const std::string& label, const std::vector<int64_t>& ranks,
                         const RankHosts* hosts = nullptr);
 
+// One line of an aggregation's output.
+struct AggregatedLine {
+  std::string text;                  // ends in '\n'
+  std::vector<int64_t> ranks;        // the ranks it stands for
+  std::vector<std::string> members;  // a summary of lines alike: each rank's line, prefixed as
+                                     // its own ("[3] loss=0.13"), by rank, at most kMaxMembers
+  size_t members_left_out = 0;       // members past kMaxMembers
+};
+
 class LineAggregator {
  public:
+  // A summary of thousands of ranks unfolds to its first ones (the log files keep every line).
+  static constexpr size_t kMaxMembers = 256;
   // line: without its newline.
   void add(int64_t rank, std::string_view line);
   bool empty() const { return groups_.empty(); }
   size_t groups() const { return groups_.size(); }
-  // One line per group, in order of first appearance, each ending in '\n'. ranks_of_line, if
-  // given, receives the ranks each rendered line stands for.
-  std::string render(const std::string& label, std::vector<std::vector<int64_t>>* ranks_of_line = nullptr,
-                     const RankHosts* hosts = nullptr) const;
+  // One line per group, in order of first appearance.
+  std::vector<AggregatedLine> lines(const std::string& label, const RankHosts* hosts = nullptr) const;
+  // The same lines' text, joined.
+  std::string render(const std::string& label, const RankHosts* hosts = nullptr) const;
   void clear();
 
  private:

@@ -286,17 +286,17 @@ void LogRouter::process_text_line(Source& src, const Alloc& alloc, const std::st
 
 void LogRouter::flush_bucket(Bucket& b) {
   if (b.agg.empty()) return;
-  std::vector<std::vector<int64_t>> ranks;
   const Alloc& a = alloc_of(b.alloc);
-  std::string text = b.agg.render(a.label, &ranks, a.prefix_hosts());
+  std::vector<AggregatedLine> lines = b.agg.lines(a.label, a.prefix_hosts());
   b.agg.clear();
-  emit(b.cell, b.stream, b.alloc, text, ranks);
+  for (auto& line : lines)
+    emit(b.cell, b.stream, b.alloc, line.text, {line.ranks}, line.members.empty() ? nullptr : &line);
 }
 
 // Queues display text (one or more lines; the last may lack its newline), line by line
 // through the display budget.
 void LogRouter::emit(const std::string& cell, int stream, const std::string& alloc_id, const std::string& text,
-                     const std::vector<std::vector<int64_t>>& ranks_of_lines) {
+                     const std::vector<std::vector<int64_t>>& ranks_of_lines, const AggregatedLine* summary) {
   int64_t now = now_ms();
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -322,6 +322,14 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
     // A line left open (a progress bar without newline, a piece of a long line) is ended before
     // unrelated text.
     auto open = open_line_.find({cell, stream});
+    if (summary) {  // a chunk of its own, after the open line's end
+      if (open != open_line_.end()) {
+        pend_text(cell, stream, "\n");
+        open_line_.erase(open);
+      }
+      pend_summary(cell, stream, *summary);
+      continue;
+    }
     std::string piece;
     if (open != open_line_.end() && line[0] != '\r') piece.push_back('\n');
     piece.append(line);
@@ -336,7 +344,7 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
 // Text joins the pending chunk before it when that is text of the same cell and stream.
 void LogRouter::pend_text(const std::string& cell, int stream, const std::string& text) {
   if (!pending_.empty() && pending_.back().cell == cell && pending_.back().stream == stream &&
-      pending_.back().board.empty()) {
+      pending_.back().board.empty() && pending_.back().members.empty()) {
     pending_.back().text += text;
     return;
   }
@@ -344,6 +352,17 @@ void LogRouter::pend_text(const std::string& cell, int stream, const std::string
   c.cell = cell;
   c.stream = stream;
   c.text = text;
+  pending_.push_back(std::move(c));
+}
+
+// A summary is a chunk of its own: nothing joins it.
+void LogRouter::pend_summary(const std::string& cell, int stream, const AggregatedLine& summary) {
+  LogChunk c;
+  c.cell = cell;
+  c.stream = stream;
+  c.text = summary.text;
+  c.members = summary.members;
+  c.members_left_out = summary.members_left_out;
   pending_.push_back(std::move(c));
 }
 

@@ -33,6 +33,8 @@ struct LogChunk {
   std::string cell;
   int stream = 1;  // 1 stdout, 2 stderr
   std::string text;
+  std::vector<std::string> members;  // non-empty: text is one summary of lines alike, these its
+  size_t members_left_out = 0;       // ranks' own lines (AggregatedLine), and how many more
   std::string board;          // non-empty: this chunk is that board's whole new state (no text)
   std::string label;          // the board's allocation label
   std::vector<BarRow> rows;   // the board's rows
@@ -123,8 +125,10 @@ class LogRouter {
                    bool has_newline);
   void emit_boards(int64_t now, bool force);
   void pend_text(const std::string& cell, int stream, const std::string& text);
+  void pend_summary(const std::string& cell, int stream, const AggregatedLine& summary);
+  // summary: text is that one line, with members to unfold.
   void emit(const std::string& cell, int stream, const std::string& alloc_id, const std::string& text,
-            const std::vector<std::vector<int64_t>>& ranks_of_lines);
+            const std::vector<std::vector<int64_t>>& ranks_of_lines, const AggregatedLine* summary = nullptr);
   void flush_bucket(Bucket& b);
   void expire_windows(int64_t now);
   void emit_held_notices();

@@ -1,6 +1,6 @@
 """JupyterLab 4 in Chromium: a mesh spawned and called from cells, each cell's remote output in
-that cell (also output that comes after the cell ended), and progress bars of several ranks
-ending as one final bar per rank."""
+that cell (also output that comes after the cell ended), a summary of ranks' lines alike that
+unfolds to them, and progress bars of several ranks ending as one final bar per rank."""
 import os
 
 from jupyter_ui import NotebookPage, write_notebook
@@ -50,6 +50,10 @@ def test_output_lands_in_the_cell_that_made_the_call(server, page):
     # never a line nobody printed).
     assert "[0] hi from 0  [similar on ranks 1-3]" in nb.output(2), nb.output(2)
     assert "{0:0" not in nb.output(2)
+    # The summary unfolds (a click on it) to each rank's own line.
+    assert "[3] hi from 3" not in nb.output(2)
+    nb.cell(2).locator(".jp-OutputArea details > summary").first.click()
+    nb.wait_output(2, lambda t: all(f"[{r}] hi from {r}" in t for r in range(4)), timeout=10)
     # The late lines go into cell one's output (updated in place), never into cells two or three.
     text = nb.wait_output(1, lambda t: "[0] late line 0  [similar on ranks 1-3]" in t or
                           all(f"[{r}] late line {r}" in t for r in range(4)))

@@ -129,17 +129,25 @@ TEST_CASE("aggregation: same lines collapse, lines alike read as a summary, a ra
   for (int r = 0; r < 3; ++r) agg.add(r, "acc " + std::to_string(90 + r));
   agg.add(5, "only five");
   agg.add(5, "only five");
-  std::vector<std::vector<int64_t>> ranks;
-  std::string out = agg.render("", &ranks);
+  std::string out = agg.render("");
   CHECK(out ==
         "[ranks 0-7] epoch 3 done\n"
         "[0] loss=0.12 step 7  [similar on ranks 1-7]\n"
         "[0] acc 90  [similar on ranks 1-2]\n"
         "[5] only five\n"
         "[5] only five\n");
-  REQUIRE(ranks.size() == 5);
-  CHECK(ranks[0].size() == 8);
-  CHECK(ranks[4] == std::vector<int64_t>{5});
+  auto lines = agg.lines("");
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0].ranks.size() == 8);
+  CHECK(lines[4].ranks == std::vector<int64_t>{5});
+  // A summary of lines alike unfolds to each rank's own line, by rank; same lines and a single
+  // rank's line have nothing to unfold.
+  CHECK(lines[0].members.empty());
+  CHECK(lines[4].members.empty());
+  CHECK(lines[2].members == std::vector<std::string>{"[0] acc 90", "[1] acc 91", "[2] acc 92"});
+  REQUIRE(lines[1].members.size() == 8);
+  CHECK(lines[1].members[7] == "[7] loss=0.19 step 7");
+  CHECK(lines[1].members_left_out == 0);
   // The k-th "tick" of each rank goes together: two lines, each with both ranks.
   LineAggregator ticks;
   for (int i = 0; i < 2; ++i)
@@ -150,6 +158,44 @@ TEST_CASE("aggregation: same lines collapse, lines alike read as a summary, a ra
   two.add(3, "hello from rank 3");
   two.add(1, "hello from rank 1");
   CHECK(two.render("trainers") == "[trainers 1] hello from rank 1  [similar on rank 3]\n");
+  CHECK(two.lines("trainers")[0].members ==
+        std::vector<std::string>{"[trainers 1] hello from rank 1", "[trainers 3] hello from rank 3"});
+  // Thousands of ranks unfold to the first kMaxMembers; the rest are counted.
+  LineAggregator many;
+  const int64_t n = LineAggregator::kMaxMembers + 44;
+  for (int64_t r = n - 1; r >= 0; --r) many.add(r, "step " + std::to_string(r));
+  auto big = many.lines("");
+  REQUIRE(big.size() == 1);
+  CHECK(big[0].members.size() == LineAggregator::kMaxMembers);
+  CHECK(big[0].members.front() == "[0] step 0");
+  CHECK(big[0].members_left_out == 44);
+}
+
+TEST_CASE("router: a summary of lines alike is a chunk of its own, carrying its ranks' lines", "[logs]") {
+  Inbox inbox;
+  LogRouter r(inbox);
+  r.add_alloc("a", "", "");
+  for (int rank = 0; rank < 3; ++rank) r.add_proc("a", rank, "ipc://a" + std::to_string(rank));
+  r.add_alloc("b", "bar", "");
+  r.add_proc("b", 0, "ipc://b0");
+  r.set_default_window(60000);  // only flush_windows ends it
+  r.start();
+  for (int rank = 0; rank < 3; ++rank) {
+    inbox.push(log_message("a", rank, "stdout", "c", "loss " + std::to_string(rank) + "\n"));
+    inbox.push(log_message("a", rank, "stdout", "c", "epoch done\n"));
+  }
+  inbox.push(log_message("b", 0, "stdout", "c", "partial"));  // an open line, shown at once
+  REQUIRE(r.sync(3000));
+  r.flush_windows();
+  auto chunks = r.take_output();
+  REQUIRE(chunks.size() == 4);
+  CHECK(chunks[0].text == "[bar 0] partial");
+  CHECK(chunks[1].text == "\n");  // the open line ends before the summary, not inside it
+  CHECK(chunks[2].text == "[0] loss 0  [similar on ranks 1-2]\n");
+  CHECK(chunks[2].members == std::vector<std::string>{"[0] loss 0", "[1] loss 1", "[2] loss 2"});
+  CHECK(chunks[3].text == "[ranks 0-2] epoch done\n");  // text after a summary: a chunk of its own
+  CHECK(chunks[3].members.empty());
+  r.stop();
 }
 
 TEST_CASE("router: prefixes, cells, windows, tracebacks, progress bars", "[logs]") {

@@ -7,6 +7,16 @@ from queue import Empty
 from jupyter_client.manager import KernelManager
 
 
+def stream_text(msg, name="stdout"):
+    """The text a message adds to what a cell shows of stream name: a stream message's, or a
+    display's standing in that stream (metadata xmesh_output: _kernel.interpreter.write_summaries)."""
+    if msg["msg_type"] == "stream" and msg["content"]["name"] == name:
+        return msg["content"]["text"]
+    if msg["msg_type"] == "display_data" and msg["content"].get("metadata", {}).get("xmesh_output") == name:
+        return msg["content"]["data"]["text/plain"]
+    return ""
+
+
 class CellResult:
     def __init__(self, reply, outputs):
         self.reply = reply["content"]
@@ -17,8 +27,15 @@ class CellResult:
         return self.reply["status"]
 
     def _stream(self, name):
-        return "".join(m["content"]["text"] for m in self.outputs
-                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+        """What the cell shows of stream name: its stream messages and the displays that stand in
+        it (remote lines from a summary of lines alike on: see folds)."""
+        return "".join(stream_text(m, name) for m in self.outputs)
+
+    @property
+    def folds(self):
+        """The text/html of the displays showing remote lines with summaries that unfold."""
+        return [m["content"]["data"]["text/html"] for m in self.outputs
+                if m["msg_type"] == "display_data" and m["content"]["metadata"].get("xmesh_output")]
 
     @property
     def stdout(self):
@@ -123,7 +140,7 @@ class KernelSession:
         return self.ok(expr, timeout).text
 
     def wait_for_output(self, msg_id, pred, timeout=30):
-        """Reads iopub for msg_id until pred(accumulated stdout) holds (the cell keeps running)."""
+        """Reads iopub for msg_id until pred(accumulated stdout and stderr) holds (the cell keeps running)."""
         deadline = time.monotonic() + timeout
         text = ""
         while time.monotonic() < deadline:
@@ -131,8 +148,9 @@ class KernelSession:
                 msg = self.kc.get_iopub_msg(timeout=0.1)
             except Empty:
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
-                text += msg["content"]["text"]
+            shown = stream_text(msg, "stdout") + stream_text(msg, "stderr")
+            if msg["parent_header"].get("msg_id") == msg_id and shown:
+                text += shown
                 if pred(text):
                     return text
         raise TimeoutError(f"no matching output within {timeout} s; got {text!r}")

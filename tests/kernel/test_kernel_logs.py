@@ -29,6 +29,8 @@ class Notebook:
             t, c = m["msg_type"], m["content"]
             if t == "stream":
                 outs.append(["stream", c["text"], None])
+            elif t == "display_data" and c.get("metadata", {}).get("xmesh_output"):  # lines with folds
+                outs.append(["stream", c["data"]["text/plain"], None])
             elif t == "display_data":
                 outs.append(["display", c["data"].get("text/plain", ""), c.get("transient", {}).get("display_id")])
             elif t == "update_display_data":
@@ -81,8 +83,13 @@ def test_the_flush_barrier_shows_every_line_before_the_cell_ends(kernel):
 
 def test_aggregation_and_tracebacks_are_never_delayed(kernel):
     kernel.ok(LOGGER + 'procs = this_host().spawn_procs({"gpus": 4})\nlogger = procs.spawn("log", Logger)')
-    out = kernel.ok("logger.report.call().get()").stdout
-    assert "[ranks 0-3] epoch 3 done\n" in out and "[0] loss=0.10  [similar on ranks 1-3]\n" in out
+    r = kernel.ok("logger.report.call().get()")
+    assert "[ranks 0-3] epoch 3 done\n" in r.stdout and "[0] loss=0.10  [similar on ranks 1-3]\n" in r.stdout
+    # The summary is a fold in the notebook that opens to each rank's own line.
+    fold, = r.folds
+    summary = fold.index("<summary")
+    assert "[0] loss=0.10  [similar on ranks 1-3]</summary>" in fold[summary:]
+    assert "[0] loss=0.10\n[1] loss=0.11\n[2] loss=0.12\n[3] loss=0.13" in fold[summary:]
     # A window of a minute: ordinary lines wait for it (or the end of the cell); the traceback
     # shows while the cell still runs.
     kernel.ok("procs.logging_option(aggregate_window_sec=60)")
@@ -148,7 +155,7 @@ def test_progress_bars_of_several_ranks_keep_a_line_each(kernel):
     r = kernel.collect(c)
     assert r.status == "ok", r
     nb.add(c, r.outputs)
-    streams = "".join(m["content"]["text"] for m in r.outputs if m["msg_type"] == "stream")
+    streams = r.stdout + r.stderr
     assert "\r" not in streams and "%|" not in streams and "manual" not in streams
     assert not re.search(r"^\[(ranks )?[\d,-]+\] $", streams, re.M), streams  # no empty prefixed line
     assert "[0] halfway on rank 0" in streams

@@ -21,14 +21,14 @@ class RecordingSink:
     def write(self, stream, text):
         self._add("write", threading.current_thread() is threading.main_thread(), stream, text)
 
-    def open_slot(self, slot_id, text=""):
+    def open_slot(self, slot_id, text="", html=""):
         self._add("open", slot_id, *([text] if text else []))
         return True
 
-    def update_slot(self, slot_id, text):
+    def update_slot(self, slot_id, text, html=""):
         self._add("update", slot_id, text)
 
-    def publish_slot(self, slot_id, text, parent):
+    def publish_slot(self, slot_id, text, parent, html=""):
         self._add("publish", slot_id, text, parent.get("msg_id"))
 
     def wait_for(self, kind, timeout=5.0):
@@ -156,3 +156,49 @@ def test_many_ranks_bars_are_summarised_and_scripts_print_each_final_bar_once():
     script([("c", 2, board("y", (0, " 7%", False)))])
     script.close()  # a bar that never ended is printed as last drawn
     assert e.getvalue().endswith("[0]  7%\n")
+
+
+def test_summaries_in_a_row_are_one_fold_display_and_a_slot_unfolds_them_too():
+    """A summary of lines alike (SummaryLine) reaches the executing cell through write_summaries
+    with the stream's text in a row after it; in a finished cell's slot the text/html has the fold."""
+    from xmesh._output.logs import SummaryLine, summaries_html
+
+    class FoldSink(RecordingSink):
+        def write_summaries(self, stream, lines):
+            self._add("summaries", stream, [(str(x), tuple(getattr(x, "members", ()))) for x in lines])
+
+        def publish_slot(self, slot_id, text, parent, html=""):
+            self._add("publish", slot_id, text, html)
+
+    sink = FoldSink()
+    out = CellOutput(sink)
+    loss = SummaryLine("[0] loss 0.5  [similar on ranks 1-2]\n", ["[0] loss 0.5", "[1] loss 0.7", "[2] loss 0.9"])
+    acc = SummaryLine("[0] acc 90  [similar on rank 1]\n", ["[0] acc 90", "[1] acc 91"])
+    out.begin_cell("k.1")
+    out.route([("k.1", 1, "[ranks 0-2] start\n"), ("k.1", 1, loss), ("k.1", 1, acc), ("k.1", 1, "[ranks 0-2] end\n"),
+               ("k.1", 2, "[1] oops\n")])
+    assert sink.events == [
+        ("write", True, 1, "[ranks 0-2] start\n"),
+        ("summaries", 1, [(str(loss), tuple(loss.members)), (str(acc), tuple(acc.members)),
+                          ("[ranks 0-2] end\n", ())]),  # from a summary on, the stream's text in a row
+        ("write", True, 2, "[1] oops\n"),
+    ]
+    out.end_cell("k.1", True, {"msg_id": "m1"})
+    late = SummaryLine("[0] x <1>  [similar on rank 1]\n", ["[0] x <1>", "[1] x <2>"])
+    out.route([("k.1", 1, "[0] before\n"), ("k.1", 1, late)])
+    (_, slot_id, text, html), = sink.wait_for("publish")
+    assert text == "[0] before\n[0] x <1>  [similar on rank 1]\n"  # text/plain: as a script prints it
+    assert html == summaries_html(["[0] before\n", late])
+    assert "<summary" in html and "[1] x &lt;2&gt;" in html and "[0] before" in html  # escaped, folded
+
+
+def test_summaries_html_folds_each_summary_and_counts_the_ranks_left_out():
+    from xmesh._output.logs import SummaryLine, summaries_html
+
+    big = SummaryLine("[0] step 0  [similar on ranks 1-299]\n", [f"[{r}] step {r}" for r in range(256)], 44)
+    page = summaries_html(["a\n", "b\n", big], 2)
+    assert page.count("<details") == 1 and page.count("<div") == 3  # the frame, a and b together, the members
+    assert "a\nb</div>" in page and "[255] step 255" in page
+    assert "(and 44 more ranks: mesh.logs()" in page
+    assert "error-background" in page  # stderr keeps its colour
+    assert "error-background" not in summaries_html([big], 1)

@@ -11,7 +11,7 @@ import threading
 
 from .._base.env import env_float
 from .._debug.io import TerminalIO
-from .._output.logs import write_std
+from .._output.logs import summaries_html, write_std
 
 _shell = None
 _cells = None              # the CellOutput remote output goes through (_output/logs.py), made by setup
@@ -228,22 +228,38 @@ class _KernelCellSink:
     def write(self, stream, text):
         write_std(stream, text)
 
-    def open_slot(self, slot_id, text=""):
+    def write_summaries(self, stream, lines):
+        """A display between the cell's stream output: its text/plain the lines as a script
+        prints them, its text/html with folds that open to each rank's line; its metadata names
+        the stream it stands in ({"xmesh_output": "stdout"})."""
+        sys.stdout.flush()
+        sys.stderr.flush()  # the display goes after what was written before it
         try:
-            _shell.display_pub.publish(data={"text/plain": text}, metadata={}, transient={"display_id": slot_id})
+            _shell.display_pub.publish(data=self._data("".join(lines), summaries_html(lines, stream)),
+                                       metadata={"xmesh_output": "stderr" if stream == 2 else "stdout"})
+        except Exception:
+            write_std(stream, "".join(lines))
+
+    @staticmethod
+    def _data(text, html):
+        return {"text/plain": text, "text/html": html} if html else {"text/plain": text}
+
+    def open_slot(self, slot_id, text="", html=""):
+        try:
+            _shell.display_pub.publish(data=self._data(text, html), metadata={}, transient={"display_id": slot_id})
             return True
         except Exception:
             return False
 
-    def update_slot(self, slot_id, text):
+    def update_slot(self, slot_id, text, html=""):
         try:
-            _shell.display_pub.publish(data={"text/plain": text}, metadata={}, transient={"display_id": slot_id},
+            _shell.display_pub.publish(data=self._data(text, html), metadata={}, transient={"display_id": slot_id},
                                        update=True)
         except Exception:
             pass
 
-    def publish_slot(self, slot_id, text, parent):
-        content = {"data": {"text/plain": text}, "metadata": {}, "transient": {"display_id": slot_id}}
+    def publish_slot(self, slot_id, text, parent, html=""):
+        content = {"data": self._data(text, html), "metadata": {}, "transient": {"display_id": slot_id}}
         try:
             from .. import _kernel_ext
 

@@ -9,10 +9,11 @@ delivered when it returns: a chunk taken from the router is always delivered bef
 is released."""
 import collections
 import dataclasses
+import html
 import sys
 import threading
 import time
-from typing import List, Optional, Protocol, Union
+from typing import List, Optional, Protocol, Sequence, Union
 
 from .. import _core
 from .._base.env import env_float
@@ -29,6 +30,64 @@ def write_std(stream, text):
     """Writes text on this process's stdout (stream 1) or stderr (2), flushed; a closed or
     broken stream does not raise."""
     write_flushed(sys.stderr if stream == 2 else sys.stdout, text)
+
+
+class SummaryLine(str):
+    """A line standing for lines alike of several ranks ("[0] loss=0.12  [similar on ranks 1-7]"),
+    carrying those lines (each prefixed as its rank's own, by rank): text wherever text goes (a
+    script prints the summary), a fold that opens to the members in a notebook."""
+
+    members: Sequence[str]
+    left_out: int
+
+    def __new__(cls, text: str, members: Sequence[str], left_out: int = 0) -> "SummaryLine":
+        line = super().__new__(cls, text)
+        line.members = tuple(members)
+        line.left_out = left_out
+        return line
+
+
+_MONO = ("font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,13px);"
+         "line-height:var(--jp-code-line-height,1.3);white-space:pre-wrap;margin:0;padding:0")
+_STDERR = "background:var(--jp-rendermime-error-background,#fdd);"
+
+
+def summaries_html(items: Sequence[str], stream: int = 1) -> str:
+    """Output text as HTML, each SummaryLine a fold (<details>) that opens to its ranks' lines,
+    other text as it is, monospace like a cell's stream output (stderr on its background)."""
+    parts: List[str] = []
+    plain: List[str] = []
+
+    def end_plain() -> None:
+        text = "".join(plain)
+        plain.clear()
+        if text:
+            parts.append(f'<div style="{_MONO}">{html.escape(text[:-1] if text.endswith(chr(10)) else text)}</div>')
+
+    for item in items:
+        if not isinstance(item, SummaryLine):
+            plain.append(item)
+            continue
+        end_plain()
+        members = "\n".join(item.members)
+        if item.left_out:
+            members += f"\n(and {item.left_out} more ranks: mesh.logs() or `xmesh logs NAME` have every line)"
+        parts.append(f'<details style="{_MONO}"><summary style="cursor:pointer">'
+                     f'{html.escape(item.rstrip(chr(10)))}</summary>'
+                     f'<div style="{_MONO};padding-left:1.5em">{html.escape(members)}</div></details>')
+    end_plain()
+    style = (_STDERR if stream == 2 else "") + _MONO
+    return f'<div class="xmesh-output" style="{style}">{"".join(parts)}</div>'
+
+
+def _item_of(text: str, board: Optional[tuple], summary: Optional[tuple]) -> Union[str, ProgressBoard]:
+    """A chunk of the router's (LogRouter.take_output) as what the sinks take."""
+    if board is not None:
+        return ProgressBoard.from_core(board)
+    if summary is not None:
+        members, left_out = summary
+        return SummaryLine(text, members, left_out)
+    return text
 
 
 class LogOutput:
@@ -77,8 +136,8 @@ class LogOutput:
         with self.lock:
             if self._held:
                 return
-            chunks = [(cell, stream, text if board is None else ProgressBoard.from_core(board))
-                      for cell, stream, text, board in self.router.take_output()]
+            chunks = [(cell, stream, _item_of(text, board, summary))
+                      for cell, stream, text, board, summary in self.router.take_output()]
             if chunks:
                 self.sink(chunks)
 
@@ -135,14 +194,27 @@ class CellSink(Protocol):
     def write(self, stream: int, text: str) -> None:
         """Main thread: text on the executing cell's stdout (1) or stderr (2)."""
 
-    def open_slot(self, slot_id: str, text: str = "") -> bool:
-        """Main thread: a display showing text (empty: a cell's slot that later output goes into)."""
+    def write_summaries(self, stream: int, lines: List[str]) -> None:
+        """Main thread: the executing cell's text from a summary of lines alike (a SummaryLine)
+        on, as one display where the text would have gone, each summary unfolding to its ranks'
+        lines (summaries_html)."""
 
-    def update_slot(self, slot_id: str, text: str) -> None:
+    def open_slot(self, slot_id: str, text: str = "", html: str = "") -> bool:
+        """Main thread: a display showing text (empty: a cell's slot that later output goes into);
+        html, when not empty, the same with its summaries unfolding."""
+
+    def update_slot(self, slot_id: str, text: str, html: str = "") -> None:
         """Main thread, while a cell runs: the slot's whole text (ordered before that reply)."""
 
-    def publish_slot(self, slot_id: str, text: str, parent: dict) -> None:
+    def publish_slot(self, slot_id: str, text: str, parent: dict, html: str = "") -> None:
         """Any thread, while no cell runs: the slot's whole text, as an update to that cell."""
+
+
+def _chars(entry: Union[str, ProgressBoard]) -> int:
+    """What an entry of a slot weighs against SLOT_MAX_CHARS (a summary with its members)."""
+    if isinstance(entry, SummaryLine):
+        return len(entry) + sum(len(m) + 1 for m in entry.members)
+    return len(entry) if isinstance(entry, str) else 0
 
 
 @dataclasses.dataclass(eq=False)
@@ -163,10 +235,9 @@ class _Slot:
 
     def add(self, text: Union[str, ProgressBoard], max_chars: int) -> None:
         self.late.append(text)
-        self.late_chars += len(text) if isinstance(text, str) else 0
+        self.late_chars += _chars(text)
         while self.late_chars > max_chars and len(self.late) > 1:
-            dropped = self.late.pop(0)
-            size = len(dropped) if isinstance(dropped, str) else 0
+            size = _chars(self.late.pop(0))
             self.late_chars -= size
             self.dropped_chars += size
         self.dirty = True
@@ -186,11 +257,20 @@ class _Slot:
     def text(self) -> str:
         if self.board is not None:
             return self.board.render()
-        text = "".join(e if isinstance(e, str) else e.render() + "\n" for e in self.late)
+        return "".join(self._entries())
+
+    def html(self) -> str:
+        """The text as HTML where it holds summaries to unfold (else "": text/plain says it all)."""
+        if self.board is not None or not any(isinstance(e, SummaryLine) for e in self.late):
+            return ""
+        return summaries_html(self._entries())
+
+    def _entries(self) -> List[str]:
+        entries = [e if isinstance(e, str) else e.render() + "\n" for e in self.late]
         if self.dropped_chars:
-            text = (f"[xmesh] {self.dropped_chars} earlier characters are not shown here: mesh.logs() or "
-                    f"`xmesh logs NAME` have every line\n") + text
-        return text
+            entries.insert(0, f"[xmesh] {self.dropped_chars} earlier characters are not shown here: mesh.logs() "
+                              f"or `xmesh logs NAME` have every line\n")
+        return entries
 
 
 class CellOutput:
@@ -349,16 +429,22 @@ class CellOutput:
                 if not self.here:
                     return
                 stream, item = self.here.pop(0)
+                # From a summary on, the stream's text in a row is one display with folds.
+                summaries: List[str] = [item] if isinstance(item, SummaryLine) else []
+                while summaries and self.here and self.here[0][0] == stream and summaries[-1].endswith("\n"):
+                    summaries.append(self.here.pop(0)[1])
                 if stream is _UPDATE:
                     item.queued = item.dirty = False
-                    slot_id, text, new = item.slot_id, item.text(), not item.shown
+                    slot_id, text, html_, new = item.slot_id, item.text(), item.html(), not item.shown
                     item.shown = True
-            if stream is not _UPDATE:
+            if summaries:
+                self.sink.write_summaries(stream, summaries)
+            elif stream is not _UPDATE:
                 self.sink.write(stream, item)
             elif new:
-                self.sink.open_slot(slot_id, text)
+                self.sink.open_slot(slot_id, text, html_)
             else:
-                self.sink.update_slot(slot_id, text)
+                self.sink.update_slot(slot_id, text, html_)
 
     def _publish_late(self, slot: _Slot, force: bool = False) -> None:
         """While no cell runs: the slot's update from this (runtime) thread, at most every
@@ -379,8 +465,8 @@ class CellOutput:
                 return
             slot.dirty = False
             slot.last_publish = now
-            text = slot.text()
-        self.sink.publish_slot(slot.slot_id, text, slot.parent)
+            text, html_ = slot.text(), slot.html()
+        self.sink.publish_slot(slot.slot_id, text, slot.parent, html_)
 
 
 _UPDATE = object()  # an item of the executing cell's queue: (_UPDATE, slot) shows or updates that slot
