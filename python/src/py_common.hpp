@@ -76,24 +76,29 @@ struct PyMessage {
   py::object frames_cache;
 };
 
-// Waits in slices, releasing the GIL, checking signals between slices.
+// Waits in slices, releasing the GIL, checking signals between slices. Only the main thread
+// runs Python's signal handlers, so only its slices are short (Ctrl-C within 0.1 s); another
+// thread's are a second long (what threads release without the GIL is let go between slices):
+// an idle proc's waiting threads wake once a second, not ten times.
 template <class F>
 bool wait_sliced(F ready_within_ms, double timeout_s) {
   using clock = std::chrono::steady_clock;
   auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(
                                      timeout_s < 0 ? 0.0 : timeout_s));
+  const bool main_thread = PyThread_get_thread_ident() == python_main_thread().load();
+  const int64_t slice_ms = main_thread ? 100 : 1000;
   while (true) {
-    int slice = 100;
+    int slice = static_cast<int>(slice_ms);
     if (timeout_s >= 0) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-      slice = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(100, left)));
+      slice = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(slice_ms, left)));
     }
     // Not py::gil_scoped_release: its destructor is noexcept, and a daemon thread that takes the
     // GIL back while the interpreter finalizes is ended with a forced unwind (std::terminate
     // through a noexcept frame). Such a thread parks instead; the process is exiting.
     PyThreadState* ts = PyEval_SaveThread();
     bool ok = ready_within_ms(slice);
-    const bool daemon = PyThread_get_thread_ident() != python_main_thread().load();
+    const bool daemon = !main_thread;
     python_restoring()++;  // before the check: the exit handler sees this thread or it sees the flag
     if (daemon && python_finalizing()) {
       python_restoring()--;

@@ -468,3 +468,14 @@ def test_the_logs_search_is_bounded_in_time_and_names_a_bad_stream(monkeypatch):
         with pytest.raises(ValueError, match="not a rank list|ends before it starts"):
             logs({"id": alloc, "name": "shouts", "rank": bad}, rundir)
     procs.stop()
+
+
+def test_the_panel_recognises_the_kernels_note_about_a_leftover_input_box():
+    """jupyter_ext/src/prompts.ts closes a cell's debugger input box when the kernel's note says
+    it is no longer read: the mark it looks for must be in the note the kernel writes."""
+    from xmesh_testing import SOURCE_DIR
+    from xmesh._kernel.interpreter import _KernelFrontend
+
+    with open(os.path.join(SOURCE_DIR, "jupyter_ext", "src", "prompts.ts")) as f:
+        mark = re.search(r"export const LEFTOVER_MARK = '([^']+)'", f.read()).group(1)
+    assert mark in _KernelFrontend.leftover_input_note

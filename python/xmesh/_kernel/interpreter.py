@@ -288,7 +288,8 @@ class _KernelFrontend:
     stdin channel (see _debug.TerminalFrontend)."""
 
     where = "this cell"
-    # jupyter_ext/src/prompts.ts looks for "input box is no longer read" to close the box.
+    # jupyter_ext/src/prompts.ts looks for "input box is no longer read" (its LEFTOVER_MARK) to close
+    # the box; tests/python/test_panel.py holds the two together.
     leftover_input_note = ("[xmesh] this cell's debugger input box is no longer read (the xmesh panel closes it; "
                            "elsewhere press Enter in it)\n")
 

@@ -267,7 +267,7 @@ class ActorThread(threading.Thread):
         token = set_message(msg, body)
         self.in_flight = msg if port is None and not broadcast else None
         try:
-            ok, rbody, frames, raised = self._run_call(msg, method, cell, port, body, ep)
+            ok, rbody, frames, raised = self._run_call(msg, method, cell, port, body, ep, broadcast)
         finally:
             reset_message(token)
             self.in_flight = None
@@ -464,7 +464,7 @@ class ActorThread(threading.Thread):
         except Exception as e:
             self._maybe_die(e, method, "its answer could not be sent through the port", cell)
 
-    def _run_call(self, msg, method, cell, port, body, ep):
+    def _run_call(self, msg, method, cell, port, body, ep, broadcast):
         """Runs one endpoint call: (ok, body, frames) of its reply, and what it raised (None
         when it returned or was cancelled): a SystemExit is re-raised once the reply is sent."""
         try:
@@ -483,7 +483,7 @@ class ActorThread(threading.Thread):
             else:
                 result = ep.fn(self.instance, *args, **kwargs)
             self._call_ends()
-            if port is None and (msg.corr == 0 or (body is not None and body.ended_only)):
+            if port is None and broadcast:
                 return True, None, None, None  # a broadcast's value goes nowhere
             return True, None, _pickled_result(result, method), None
         except BaseException as e:
