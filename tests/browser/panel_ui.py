@@ -32,8 +32,9 @@ class Slow(xmesh.Actor):
             breakpoint()
         return y
 
-procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="grid")
-slow = procs.spawn("slow", Slow)
+if "slow" not in globals():  # a press the browser took late may run this cell twice: one mesh of actors
+    procs = xmesh.this_host().spawn_procs({"hosts": 2, "gpus": 4}, name="grid")
+    slow = procs.spawn("slow", Slow)
 """
 RANKS = '#xmesh-panel .xmesh-mesh[data-mesh="grid"] .xmesh-rank'
 
