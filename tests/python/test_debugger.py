@@ -390,6 +390,21 @@ def test_where_shows_what_an_async_endpoint_awaits(stoppers):
     assert stopped.get() == 8 and napping.get() == 1
 
 
+def test_where_keeps_apart_two_meshes_spawned_with_one_name(stoppers):
+    """A spawn run twice (a notebook cell run again) puts two meshes named alike on the procs:
+    `where` lists each with its own ranks, by its id, never one mesh of twice the ranks."""
+    procs, mesh = stoppers
+    again = procs.spawn("stoppers", Stopper)
+    again.initialized.get()
+    text = _debug.controller().format_stacks()
+    titles = [line for line in text.splitlines() if not line.startswith(" ")]
+    assert len(titles) == 2 and all(t.endswith(" named 'stoppers'): 2 ranks") for t in titles), text
+    assert "4 ranks" not in text
+    only = _debug.controller().format_stacks(only=("stoppers", [1]))
+    assert only.count("1 rank (rank 1) idle") == 2, only
+    again.stop().get()
+
+
 def test_where_sees_a_rank_whose_proc_holds_the_gil_and_stops_outlive_supervision(stoppers):
     """Rank 1's proc holds its GIL in a C call: its stack still comes (dumped by the proc's I/O
     thread), and rank 0 stays stopped past the host timeout with nothing declared dead."""

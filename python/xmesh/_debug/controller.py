@@ -428,8 +428,8 @@ class DebugController:
             for ok, body, _ in tasks.values():
                 stacks = _core.ProcInfoReply.from_dict(body).async_stacks if ok else None
                 for label, frames in (stacks or {}).items():
-                    actor, rank = label.split("\t", 1)
-                    awaiting[(actor, int(rank))] = [tuple(f) for f in frames]
+                    if parse_label(label) is not None:
+                        awaiting[parse_label(label)] = [tuple(f) for f in frames]
             answered = set()
             for index, (ok, body, _) in dumps.items():
                 answered.add(index)
@@ -438,22 +438,22 @@ class DebugController:
                 dump = _core.DumpStacksReply.from_dict(body)
                 labels = dump.labels
                 for ident, _current, frames in _core.parse_thread_dump(dump.stacks):
-                    label = labels.get(str(ident))
-                    if not label or "\t" not in label:
+                    parsed = parse_label(labels.get(str(ident), ""))
+                    if parsed is None:
                         continue
-                    actor, rank = label.split("\t", 1)
-                    rank = int(rank)
-                    if (actor, rank) in stopped:
+                    name, rank, actor_id = parsed
+                    if (name, rank) in stopped:
                         continue
-                    if (actor, rank) in awaiting:
-                        by_mesh.setdefault(actor, []).append((rank, "awaiting", awaiting[(actor, rank)]))
-                        continue
-                    user = _user_frames(frames)
-                    by_mesh.setdefault(actor, []).append((rank, "running" if user else "idle", user))
+                    mesh = by_mesh.setdefault((name, actor_id), [])
+                    if parsed in awaiting:
+                        mesh.append((rank, "awaiting", awaiting[parsed]))
+                    else:
+                        user = _user_frames(frames)
+                        mesh.append((rank, "running" if user else "idle", user))
             unanswered = [addrs[i] for i in range(len(addrs)) if i not in answered]
-        for (actor, rank), s in stopped.items():
-            by_mesh.setdefault(actor, []).append((rank, f"stopped in pdb ({s.reason})", s.stack))
-        return by_mesh, unanswered
+        for (name, rank), s in stopped.items():
+            by_mesh.setdefault((name, ""), []).append((rank, f"stopped in pdb ({s.reason})", s.stack))
+        return _named_apart(by_mesh), unanswered
 
     def _describe_silent(self, addr):
         """A proc that gave no stacks, by rank, with why when /proc tells (stopped, in the kernel)."""
@@ -473,7 +473,8 @@ class DebugController:
         by_mesh, unanswered = self.stacks()
         if only is not None:
             actor, ranks = only
-            by_mesh = {actor: [t for t in by_mesh.get(actor, []) if t[0] in ranks]}
+            by_mesh = {title: [t for t in v if t[0] in ranks] for title, v in by_mesh.items()
+                       if title == actor or title.endswith(f" named {actor!r})")}
             by_mesh = {a: v for a, v in by_mesh.items() if v}
         if not by_mesh:
             return "no live actors\n"
@@ -490,6 +491,31 @@ class DebugController:
             out.append(f"(no stacks from {len(unanswered)} proc(s) within 2 s: "
                        f"{'; '.join(self._describe_silent(a) for a in unanswered)})\n")
         return "".join(out)
+
+
+def parse_label(label):
+    """(mesh name, rank, actor id) of a thread's label (_debug.proc.thread_label), or None."""
+    parts = label.split("\t") if label else []
+    if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
+
+
+def _named_apart(by_mesh):
+    """{(name, actor id): ranks} as {title: ranks}: a mesh's name, and where several meshes were
+    spawned with one name (a spawn cell run twice), each by its id ("slow.1a2b3c4d (one of 2
+    meshes named 'slow')")."""
+    ids = {}
+    for name, actor_id in by_mesh:
+        ids.setdefault(name, set()).add(actor_id)
+    out = {}
+    for (name, actor_id), ranks in by_mesh.items():
+        same = sorted(ids[name] - {""})  # "": ranks stopped in pdb, whose mesh the table names
+        if len(same) < 2 or actor_id == "":
+            out.setdefault(name, []).extend(ranks)
+        else:
+            out[f"{actor_id} (one of {len(same)} meshes named {name!r})"] = ranks
+    return out
 
 
 # -- the prompt --------------------------------------------------------------------------------------

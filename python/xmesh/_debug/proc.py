@@ -473,5 +473,6 @@ def deliver(body: "_core.DebugCommandBody") -> None:
 
 
 def thread_label(ctx):
-    """What the controller's `where` calls the thread running this actor."""
-    return f"{ctx.mesh_name}\t{ctx.rank}"
+    """What the controller's `where` calls the thread running this actor: its mesh's name, its
+    rank and its id (two meshes spawned with one name stay apart): _debug.controller.parse_label."""
+    return f"{ctx.mesh_name}\t{ctx.rank}\t{ctx.actor_id}"
