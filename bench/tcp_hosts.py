@@ -14,7 +14,10 @@ controller in the root namespace:
 - `call()` to 4 actors (one per host) and to 16 (four per host), both ways, beside
   `zmq_pingpong fanout` to 4 and 16 REP servers placed the same way.
 
-Rounds alternate xmesh and the floor; each figure is the median of the rounds' medians.
+Rounds alternate xmesh and the floor; each figure is the median of the rounds' medians. Each
+measure counts which path carried its calls (the controller node's counts of messages over TCP
+lanes): the run ends by naming every measure whose calls ZeroMQ carried in part, or during which
+a lane broke (issue 47: no figure may measure the slow path by accident), or saying that none did.
 
     sudo PYTHONPATH=build/python /usr/bin/python3 bench/tcp_hosts.py [--rounds 5] [--n 500]
 
@@ -35,6 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 import xmesh  # noqa: E402
 from xmesh import _core  # noqa: E402
+from xmesh._runtime.process import get_runtime  # noqa: E402
 from netns_hosts import NetnsHosts, unavailable  # noqa: E402
 
 
@@ -93,8 +97,26 @@ def floor(net: NetnsHosts, per_host: int, command) -> float:
     return statistics.median(float(x) for x in out.split())
 
 
-def xmesh_times(fn, n: int) -> list[float]:
-    for _ in range(20):
+class PathCount:
+    """Which path carried one measure's calls: the controller node's counts of messages sent and
+    received, and of those over TCP lanes. Each call is two messages (the call, its answer); what
+    else ZeroMQ carries meanwhile is upkeep (acknowledgements, heartbeats). A call over ZeroMQ
+    means the figure measures the slow path by accident."""
+
+    def __init__(self) -> None:
+        self.node = get_runtime().node
+        self.before = self.node.stats()
+
+    def done(self, calls: int) -> dict:
+        after, b = self.node.stats(), self.before
+        moved = (after.sent - b.sent) + (after.received - b.received)
+        lanes = (after.lane_sent - b.lane_sent) + (after.lane_received - b.lane_received)
+        return {"calls": calls, "off_lanes": max(0, 2 * calls - lanes), "upkeep": max(0, moved - 2 * calls),
+                "breaks": after.lane_breaks - b.lane_breaks}
+
+
+def xmesh_times(fn, n: int, warmup: int = 20) -> list[float]:
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(n):
@@ -128,16 +150,30 @@ def main() -> None:
                 a.initialized.get(timeout=60)
                 meshes[way] = (procs, a)
             figures: dict[str, list[float]] = {}
+            paths: list[str] = []
 
             def add(name: str, value: float) -> None:
                 figures.setdefault(name, []).append(value)
 
+            upkeep = []
+
+            def measure(name: str, fn, n: int, targets: int) -> None:
+                xmesh_times(fn, 0, warmup=20)  # lanes up before the count starts
+                count = PathCount()
+                add(name, statistics.median(xmesh_times(fn, n, warmup=0)))
+                c = count.done(n * targets)
+                upkeep.append(c["upkeep"])
+                if c["off_lanes"] or c["breaks"]:
+                    paths.append(f"round {len(figures[name])}, {name}: {c['off_lanes']} of {2 * c['calls']} calls' "
+                                 f"messages went over ZeroMQ, {c['breaks']} lane(s) broke: this figure is "
+                                 "(partly) the ZeroMQ path")
+
             for _ in range(args.rounds):
                 for way, (_, a) in meshes.items():
                     one, four = a.slice(hosts=1, gpus=0), a.slice(gpus=0)
-                    add(f"call_one {way}", statistics.median(xmesh_times(lambda: one.noop.call_one().get(), args.n)))
-                    add(f"call_4 {way}", statistics.median(xmesh_times(lambda: four.noop.call().get(), args.n // 2)))
-                    add(f"call_16 {way}", statistics.median(xmesh_times(lambda: a.noop.call().get(), args.n // 4)))
+                    measure(f"call_one {way}", lambda: one.noop.call_one().get(), args.n, 1)
+                    measure(f"call_4 {way}", lambda: four.noop.call().get(), args.n // 2, 4)
+                    measure(f"call_16 {way}", lambda: a.noop.call().get(), args.n // 4, 16)
                 add("floor_1", floor(net, 1, lambda addrs: ["ping", addrs[1], str(args.n)]))
                 add("floor_4", floor(net, 1, lambda addrs: ["fanout", ",".join(addrs), "4", str(args.n // 2)]))
                 add("floor_16", floor(net, 4, lambda addrs: ["fanout", ",".join(addrs), "16", str(args.n // 4)]))
@@ -158,6 +194,10 @@ def main() -> None:
               f"{o / r:>19.2f}x")
     print("worst round, outbound / relayed call_one:",
           f"{max(o / r for o, r in zip(figures['call_one outbound'], figures['call_one relayed'])):.2f}x")
+    print("\n".join(paths) if paths else
+          f"every call and answer of every measure went over TCP lanes and none broke ({args.rounds} rounds; "
+          f"ZeroMQ carried only upkeep, acknowledgements and heartbeats: {statistics.median(upkeep):.0f} "
+          "messages per measure, median)")
 
 
 if __name__ == "__main__":
