@@ -196,7 +196,7 @@ void Transport::link_gone_locked(OutPeer& p, size_t i, const std::string& why_gi
   const std::string why = why_given;  // may be the writer's own error text: copied before it goes
   const bool was_active = up.state() == LinkUpgrade::State::active;
   up.give_up(/*count_break=*/true);
-  ++counts_.link_breaks[i];
+  if (!p.going) ++counts_.link_breaks[i];  // a proc stopped on purpose ends its links: not a break
   if (up.spec().numbered && was_active) p.hello_due = true;  // Hello, then again whatever it took unacknowledged
   if (quiet || p.going) return;  // its reader closed it, or its proc is being stopped: its end, not news
   const std::string name = up.spec().name;

@@ -376,6 +376,25 @@ TEST_CASE("messages over a TCP lane arrive once and in order, also when the lane
   CHECK(numbers_taken(*box, static_cast<size_t>(next - 3100), 10000) == range(3100, next));
 }
 
+// A peer ending on purpose (expect_gone: its procs were stopped) ends its lanes with it: what the
+// writer meets then is not counted as a lane that broke (issue 47: nothing about lanes at a stop).
+TEST_CASE("the lanes of a peer stopped on purpose end without counting as breaks", "[node][tcp][lanes]") {
+  TcpPair pair;
+  Node& a = pair.a;
+  Node& b = pair.b;
+  Header call;
+  call.kind = Kind::Call;
+  call.actor = "nobody";
+  int next = 0;
+  a.send(b.addr(), call, {});  // asks for a lane
+  REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
+  REQUIRE(eventually([&] { return b.stats().lanes_in == 1; }, 10000));
+  a.transport().expect_gone(b.addr());
+  b.transport().close_lanes();
+  REQUIRE(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 0; }, 10000));
+  CHECK(a.stats().lane_breaks == 0);
+}
+
 // The link upgrade's limit (link.hpp) on a real lane: a lane to one peer that broke three times
 // is not asked for again; ZeroMQ alone carries that peer's messages, all of them, in order.
 TEST_CASE("after three lanes to a peer broke, ZeroMQ alone carries its messages", "[node][tcp][lanes][inv:transport.3]") {
