@@ -85,16 +85,33 @@ def floor_servers(net: NetnsHosts, per_host: int) -> tuple[list, list[str]]:
     return servers, addrs
 
 
-def floor(net: NetnsHosts, per_host: int, command) -> float:
-    """The median of one zmq_pingpong run (command(addrs) its arguments) against fresh servers."""
+def floor(net: NetnsHosts, per_host: int, command, requests: int) -> tuple:
+    """One zmq_pingpong run (command(addrs) its arguments) against fresh servers: its median (us)
+    and the servers' CPU per request (us; requests: how many they answered in all)."""
     servers, addrs = floor_servers(net, per_host)
     try:
+        before = cpu_ns(s.pid for s in servers)
         out = subprocess.run([zmq_exe(), *command(addrs)], capture_output=True, text=True, timeout=300).stdout
+        cpu = (cpu_ns(s.pid for s in servers) - before) / 1000 / requests
     finally:
         for s in servers:
             s.kill()
             s.wait()
-    return statistics.median(float(x) for x in out.split())
+    return statistics.median(float(x) for x in out.split()), cpu
+
+
+def cpu_ns(pids) -> int:
+    """CPU time of these processes, every thread, in ns (/proc/PID/task/*/schedstat: precise,
+    where /proc/PID/stat counts clock ticks)."""
+    total = 0
+    for pid in pids:
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
 
 
 class PathCount:
@@ -157,10 +174,12 @@ def main() -> None:
 
             upkeep = []
 
-            def measure(name: str, fn, n: int, targets: int) -> None:
+            def measure(name: str, fn, n: int, targets: int, pids: list) -> None:
                 xmesh_times(fn, 0, warmup=20)  # lanes up before the count starts
                 count = PathCount()
+                callee_cpu = cpu_ns(pids)
                 add(name, statistics.median(xmesh_times(fn, n, warmup=0)))
+                add(f"{name} cpu", (cpu_ns(pids) - callee_cpu) / 1000 / (n * targets))
                 c = count.done(n * targets)
                 upkeep.append(c["upkeep"])
                 if c["off_lanes"] or c["breaks"]:
@@ -169,14 +188,20 @@ def main() -> None:
                                  "(partly) the ZeroMQ path")
 
             for _ in range(args.rounds):
-                for way, (_, a) in meshes.items():
+                for way, (procs, a) in meshes.items():
                     one, four = a.slice(hosts=1, gpus=0), a.slice(gpus=0)
-                    measure(f"call_one {way}", lambda: one.noop.call_one().get(), args.n, 1)
-                    measure(f"call_4 {way}", lambda: four.noop.call().get(), args.n // 2, 4)
-                    measure(f"call_16 {way}", lambda: a.noop.call().get(), args.n // 4, 16)
-                add("floor_1", floor(net, 1, lambda addrs: ["ping", addrs[1], str(args.n)]))
-                add("floor_4", floor(net, 1, lambda addrs: ["fanout", ",".join(addrs), "4", str(args.n // 2)]))
-                add("floor_16", floor(net, 4, lambda addrs: ["fanout", ",".join(addrs), "16", str(args.n // 4)]))
+                    pids = procs.pids
+                    measure(f"call_one {way}", lambda: one.noop.call_one().get(), args.n, 1, pids)
+                    measure(f"call_4 {way}", lambda: four.noop.call().get(), args.n // 2, 4, pids)
+                    measure(f"call_16 {way}", lambda: a.noop.call().get(), args.n // 4, 16, pids)
+                for name, per_host, command, requests in (
+                        ("floor_1", 1, lambda addrs: ["ping", addrs[1], str(args.n)], args.n),
+                        ("floor_4", 1, lambda addrs: ["fanout", ",".join(addrs), "4", str(args.n // 2)], args.n // 2 * 4),
+                        ("floor_16", 4, lambda addrs: ["fanout", ",".join(addrs), "16", str(args.n // 4)],
+                         args.n // 4 * 16)):
+                    median, cpu = floor(net, per_host, command, requests)
+                    add(name, median)
+                    add(f"{name} cpu", cpu)
             for procs, _ in meshes.values():
                 procs.stop()
         finally:
@@ -192,6 +217,13 @@ def main() -> None:
         r, d, o = med[f"{x} relayed"], med[f"{x} direct"], med[f"{x} outbound"]
         print(f"{name:14}{r:>10.1f}{d:>10.1f}{o:>10.1f}{med[f]:>12.1f}{r / med[f]:>8.2f}x{d / med[f]:>7.2f}x"
               f"{o / r:>19.2f}x")
+    print("callee CPU per call (us, every thread of the procs / of the floor's REP servers; all hosts share this "
+          f"machine's {os.cpu_count()} cores):")
+    for name, x, f in (("call_one", "call_one", "floor_1"), ("call() to 4", "call_4", "floor_4"),
+                       ("call() to 16", "call_16", "floor_16")):
+        r, d, o = (med[f"{x} {w} cpu"] for w in ("relayed", "direct", "outbound"))
+        print(f"{name:14}{r:>10.1f}{d:>10.1f}{o:>10.1f}{med[f + ' cpu']:>12.1f}{r / med[f + ' cpu']:>8.1f}x"
+              f"{d / med[f + ' cpu']:>7.1f}x")
     print("worst round, outbound / relayed call_one:",
           f"{max(o / r for o, r in zip(figures['call_one outbound'], figures['call_one relayed'])):.2f}x")
     print("\n".join(paths) if paths else
