@@ -289,14 +289,14 @@ void LogRouter::flush_bucket(Bucket& b) {
   const Alloc& a = alloc_of(b.alloc);
   std::vector<AggregatedLine> lines = b.agg.lines(a.label, a.prefix_hosts());
   b.agg.clear();
-  for (auto& line : lines)
-    emit(b.cell, b.stream, b.alloc, line.text, {line.ranks}, line.members.empty() ? nullptr : &line);
+  for (auto& line : lines)  // the line's ranks and members move on: nothing reads them here after
+    emit(b.cell, b.stream, b.alloc, line.text, {std::move(line.ranks)}, line.members.empty() ? nullptr : &line);
 }
 
 // Queues display text (one or more lines; the last may lack its newline), line by line
 // through the display budget.
 void LogRouter::emit(const std::string& cell, int stream, const std::string& alloc_id, const std::string& text,
-                     const std::vector<std::vector<int64_t>>& ranks_of_lines, const AggregatedLine* summary) {
+                     const std::vector<std::vector<int64_t>>& ranks_of_lines, AggregatedLine* summary) {
   int64_t now = now_ms();
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -327,7 +327,7 @@ void LogRouter::emit(const std::string& cell, int stream, const std::string& all
         pend_text(cell, stream, "\n");
         open_line_.erase(open);
       }
-      pend_summary(cell, stream, *summary);
+      pend_summary(cell, stream, std::move(*summary));
       continue;
     }
     std::string piece;
@@ -356,12 +356,12 @@ void LogRouter::pend_text(const std::string& cell, int stream, const std::string
 }
 
 // A summary is a chunk of its own: nothing joins it.
-void LogRouter::pend_summary(const std::string& cell, int stream, const AggregatedLine& summary) {
+void LogRouter::pend_summary(const std::string& cell, int stream, AggregatedLine&& summary) {
   LogChunk c;
   c.cell = cell;
   c.stream = stream;
-  c.text = summary.text;
-  c.members = summary.members;
+  c.text = summary.text;  // copied: emit still reads it (the line it walks)
+  c.members = std::move(summary.members);
   c.members_left_out = summary.members_left_out;
   pending_.push_back(std::move(c));
 }

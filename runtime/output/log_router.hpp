@@ -125,10 +125,10 @@ class LogRouter {
                    bool has_newline);
   void emit_boards(int64_t now, bool force);
   void pend_text(const std::string& cell, int stream, const std::string& text);
-  void pend_summary(const std::string& cell, int stream, const AggregatedLine& summary);
-  // summary: text is that one line, with members to unfold.
+  void pend_summary(const std::string& cell, int stream, AggregatedLine&& summary);
+  // summary: text is that one line, with members to unfold (moved into its chunk).
   void emit(const std::string& cell, int stream, const std::string& alloc_id, const std::string& text,
-            const std::vector<std::vector<int64_t>>& ranks_of_lines, const AggregatedLine* summary = nullptr);
+            const std::vector<std::vector<int64_t>>& ranks_of_lines, AggregatedLine* summary = nullptr);
   void flush_bucket(Bucket& b);
   void expire_windows(int64_t now);
   void emit_held_notices();
