@@ -5,6 +5,14 @@ in alternating rounds so that both see the same machine, and the ratios new / ba
 
     /usr/bin/python3 bench/compare_builds.py --base /tmp/xmesh-base/build --new build [--rounds 4]
     /usr/bin/python3 bench/compare_builds.py --base build --new ENV/bin/python   # a venv's install
+    sudo /usr/bin/python3 bench/compare_builds.py --base B --new build --hosts 4   # and across hosts
+
+With --hosts N (root: network namespaces, tests/python/netns_hosts.py) each side also measures
+the cross-host call path (issue 47, goal 6): N namespace hosts, each side's own host agents there
+listening on TCP with a cluster key (procs behind the agent's port, CURVE links, TCP lanes), four
+procs per host; `call_one` to one host, `call()` to N actors (one per host) and to 4N. Each such
+measure counts which path carried its calls (tcp_hosts.PathCount): a figure that ZeroMQ carried
+in part is named at the end, since it measures the slow path by accident.
 
 A side is a build directory (run by Debian's Python with PYTHONPATH=<build>/python and that
 build's xmesh-hostd) or an interpreter whose environment has xmesh installed (a venv holding the
@@ -63,6 +71,53 @@ print(json.dumps(result))
 """
 
 
+# The cross-host measures of one side (--hosts): prints one JSON object of medians (us) and, under
+# "paths", the measures ZeroMQ carried in part. The actor is defined here, in __main__, so that
+# procs on other hosts get it by value.
+HOSTS_PROBE = r"""
+import json, os, statistics, sys, tempfile
+sys.path.insert(0, {here!r})
+import tcp_hosts
+import xmesh
+from xmesh import _core
+
+class Noop(xmesh.Actor):
+    @xmesh.endpoint
+    def noop(self) -> None:
+        return None
+
+hosts = {hosts}
+tmp = tempfile.mkdtemp(prefix="xcmp-hosts-", dir="/tmp")
+key = os.path.join(tmp, "cluster.key")
+_core.write_new_key_file(key)
+result, paths = {{}}, []
+with tcp_hosts.NetnsHosts(hosts) as net:
+    agents = tcp_hosts.start_agents(net, tmp, key, 7000)
+    try:
+        procs = xmesh.hosts([f"{{h.addr}}:7000" for h in net.hosts], key_file=key).spawn_procs({{"gpus": 4}})
+        mesh = procs.spawn("noop", Noop)
+        mesh.initialized.get(timeout=60)
+        one, per_host = mesh.slice(hosts=hosts - 1, gpus=0), mesh.slice(gpus=0)
+        for name, fn, n, targets in (("hosts call_one_us", lambda: one.noop.call_one().get(), {n}, 1),
+                                     (f"hosts call{{hosts}}_us", lambda: per_host.noop.call().get(), {reps}, hosts),
+                                     (f"hosts call{{4 * hosts}}_us", lambda: mesh.noop.call().get(), {reps}, 4 * hosts)):
+            tcp_hosts.xmesh_times(fn, 0, warmup=50)  # lanes up before the count starts
+            count = tcp_hosts.PathCount()
+            result[name] = statistics.median(tcp_hosts.xmesh_times(fn, n, warmup=0))
+            c = count.done(n * targets)
+            if c is not None and (c["off_lanes"] or c["breaks"]):
+                paths.append(f"{{name[6:-3]}}: {{c['off_lanes']}} of {{2 * c['calls']}} messages over ZeroMQ, "
+                             f"{{c['breaks']}} lane break(s)")
+        procs.stop()
+    finally:
+        for p in agents:
+            p.terminate()
+            p.wait(timeout=15)
+result["paths"] = paths
+print(json.dumps(result))
+"""
+
+
 def side_of(path: str) -> tuple:
     """(interpreter, environment) of a side: a build directory or an installed interpreter."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XMESH_HOSTD")}
@@ -72,20 +127,26 @@ def side_of(path: str) -> tuple:
     return path, env
 
 
-def run_side(path, n, reps):
+def run_side(path: str, n: int, reps: int, hosts: int) -> dict:
     python, env = side_of(path)
     rundir = tempfile.mkdtemp(prefix="xcmp-", dir="/tmp")
     os.chmod(rundir, 0o700)
     env["XMESH_RUNTIME_DIR"] = rundir
     try:
-        out = subprocess.run([python, "-c", PROBE.format(here=HERE, n=n, reps=reps)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        if out.returncode != 0:
-            raise RuntimeError(f"the probe failed for {path}:\n{out.stderr[-2000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        result = probe(path, python, env, PROBE.format(here=HERE, n=n, reps=reps))
+        if hosts:
+            result.update(probe(path, python, env, HOSTS_PROBE.format(here=HERE, n=n // 4, reps=reps // 2, hosts=hosts)))
+        return result
     finally:
         subprocess.run([python, "-m", "xmesh.cli", "shutdown"], env=env, capture_output=True, timeout=60)
         shutil.rmtree(rundir, ignore_errors=True)
+
+
+def probe(path: str, python: str, env: dict, script: str) -> dict:
+    out = subprocess.run([python, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"the probe failed for {path}:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -95,7 +156,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds (each side once per round)")
     ap.add_argument("--n", type=int, default=2000, help="samples of each round trip per round")
     ap.add_argument("--reps", type=int, default=300, help="samples of each fan-out per round")
+    ap.add_argument("--hosts", type=int, default=0,
+                    help="also measure calls across this many network-namespace hosts (root; 0: not)")
     args = ap.parse_args()
+    if args.hosts and (os.geteuid() != 0 or args.hosts < 2):
+        ap.error("--hosts needs root (network namespaces) and at least 2 hosts")
     for b in (args.base, args.new):
         if os.path.isdir(b) and not os.path.exists(os.path.join(b, "runtime", "xmesh-hostd")):
             ap.error(f"{b} is not an xmesh build directory (no runtime/xmesh-hostd)")
@@ -105,7 +170,7 @@ def main():
     for r in range(args.rounds):
         order = ("base", "new") if r % 2 == 0 else ("new", "base")  # neither side always goes first
         for side in order:
-            runs[side].append(run_side(getattr(args, side), args.n, args.reps))
+            runs[side].append(run_side(getattr(args, side), args.n, args.reps, args.hosts))
             print(f"round {r + 1} {side}: {runs[side][-1]}", file=sys.stderr, flush=True)
     report(runs, args.rounds)
 
@@ -115,6 +180,10 @@ def report(runs: dict, rounds: int) -> None:
     own ratios (each round's two sides ran back to back, so a machine that drifts slower or
     faster over the run moves both), with the spread of those ratios (quartiles): a ratio whose
     quartiles straddle 1.00 is within this machine's noise."""
+    for side in ("base", "new"):
+        for r, run in enumerate(runs[side]):
+            for path in run.pop("paths", []):
+                print(f"round {r + 1} {side}, {path}: that figure is (partly) the ZeroMQ path")
     keys = list(runs["base"][0])
     print(f"xmesh builds side by side on {os.uname().nodename}, {os.cpu_count()} cores, {rounds} rounds "
           "(medians of the rounds' medians; per-round ratios: median [quartiles])")

@@ -1,10 +1,12 @@
 // Round trip of Node::call between a controller node and k proc nodes in child processes, each
 // answered by a C++ thread (no Python on either side): the runtime's own cost per call, over the
 // same-host rings (XMESH_RINGS=0: over ZeroMQ), or with `tcp` over loopback TCP links with CURVE
-// (a key file made for the run), as between hosts. Prints one line: k, the median in us, and how
-// many messages went over rings and over TCP lanes.
+// (a key file made for the run), as between hosts. Prints one line: k, the median in us, how
+// many messages went over rings and over TCP lanes, then the CPU per call (us, every thread, the
+// warm-up included) of one proc (the procs' sum / k) and of the controller.
 //
 //   build/bench/xmesh_bench_node_rtt [k] [calls] [tcp]
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +23,14 @@
 using namespace xmesh;
 
 namespace {
+double seconds_us(const timeval& t) { return double(t.tv_sec) * 1e6 + double(t.tv_usec); }
+
+double cpu_us(int who) {
+  struct rusage ru {};
+  getrusage(who, &ru);
+  return seconds_us(ru.ru_utime) + seconds_us(ru.ru_stime);
+}
+
 // A proc: answers every call to actor "a" until StopActor. Its address goes to `report` (a pipe).
 [[noreturn]] void serve(const std::string& addr, const std::string& key_file, int report) {
   Node proc("proc", addr, "k", key_file);
@@ -73,6 +83,7 @@ int main(int argc, char** argv) {
   spawn.kind = Kind::SpawnActor;
   ctl.call(targets, spawn, {}, false);
   std::vector<double> us;
+  const double ctl_cpu_before = cpu_us(RUSAGE_SELF);
   int warmup = std::max(100, calls / 4);
   for (int i = 0; i < warmup + calls; ++i) {
     Header h;
@@ -83,14 +94,21 @@ int main(int argc, char** argv) {
     c->wait_for(false, -1);
     if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
+  const double ctl_cpu = cpu_us(RUSAGE_SELF) - ctl_cpu_before;
   std::sort(us.begin(), us.end());
   auto st = ctl.stats();
-  std::printf("%d %.1f %llu %llu\n", k, us[us.size() / 2], static_cast<unsigned long long>(st.ring_sent),
-              static_cast<unsigned long long>(st.lane_sent));
   Header stop;
   stop.kind = Kind::StopActor;
   ctl.call(targets, stop, {}, false);
-  for (pid_t p : kids) waitpid(p, nullptr, 0);
+  double procs_cpu = 0;
+  for (pid_t p : kids) {
+    struct rusage ru {};
+    wait4(p, nullptr, 0, &ru);
+    procs_cpu += seconds_us(ru.ru_utime) + seconds_us(ru.ru_stime);
+  }
+  const int total = warmup + calls;
+  std::printf("%d %.1f %llu %llu %.1f %.1f\n", k, us[us.size() / 2], static_cast<unsigned long long>(st.ring_sent),
+              static_cast<unsigned long long>(st.lane_sent), procs_cpu / k / total, ctl_cpu / total);
   ctl.stop();
   if (tcp) std::remove(key_file.c_str());
 }

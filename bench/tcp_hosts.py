@@ -32,12 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 import xmesh  # noqa: E402
 from xmesh import _core  # noqa: E402
+from xmesh._runtime.agents import hostd_environment, hostd_executable  # noqa: E402
 from xmesh._runtime.process import get_runtime  # noqa: E402
 from netns_hosts import NetnsHosts, unavailable  # noqa: E402
 
@@ -47,7 +49,8 @@ def zmq_exe() -> str:
 
 
 def hostd_exe() -> str:
-    return os.environ.get("XMESH_HOSTD") or os.path.join(HERE, "..", "build", "runtime", "xmesh-hostd")
+    """The agent of the xmesh this process imported (a build's, or a venv's install)."""
+    return hostd_executable()
 
 
 class Noop(xmesh.Actor):
@@ -64,7 +67,8 @@ def start_agents(net: NetnsHosts, tmp: str, key: str, port: int = 7000, *extra: 
         log = os.path.join(tmp, f"agent{i}-{port}.log")
         with open(log, "w") as f:
             agents.append(h.popen([hostd_exe(), "--runtime-dir", rd, "--listen", f"tcp://{h.addr}:{port}",
-                                   "--key-file", key, *extra], stdout=f, stderr=subprocess.STDOUT))
+                                   "--key-file", key, *extra], stdout=f, stderr=subprocess.STDOUT,
+                                  env=dict(os.environ, **hostd_environment())))
         deadline = time.monotonic() + 20
         while "serving" not in open(log).read():
             if time.monotonic() > deadline or agents[-1].poll() is not None:
@@ -124,8 +128,11 @@ class PathCount:
         self.node = get_runtime().node
         self.before = self.node.stats()
 
-    def done(self, calls: int) -> dict:
+    def done(self, calls: int) -> Optional[dict]:
+        """None where this build counts no lanes (one before them: compare_builds' base)."""
         after, b = self.node.stats(), self.before
+        if not hasattr(after, "lane_sent"):
+            return None
         moved = (after.sent - b.sent) + (after.received - b.received)
         lanes = (after.lane_sent - b.lane_sent) + (after.lane_received - b.lane_received)
         return {"calls": calls, "off_lanes": max(0, 2 * calls - lanes), "upkeep": max(0, moved - 2 * calls),

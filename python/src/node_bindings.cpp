@@ -140,15 +140,20 @@ void bind_node_messages(py::module_& m) {
   node_class(m)
       .def("send", [](Node& n, const std::string& addr, int kind, const py::object& body, const py::object& frames,
                       const std::string& actor, const std::string& method, uint64_t corr, int64_t index,
-                      const py::object& ctx, bool ok) {
+                      const py::object& ctx, bool ok, bool wait) {
         Header h = make_header(kind, body, actor, method, corr, index, ctx);
         h.ok = ok;
         auto fr = to_frames(frames);
         py::gil_scoped_release release;
-        n.send(addr, std::move(h), std::move(fr));
+        if (wait)
+          n.send(addr, std::move(h), std::move(fr));
+        else
+          n.send_if_ready(addr, std::move(h), std::move(fr));
       }, py::arg("addr"), py::arg("kind"), py::arg("body") = py::none(), py::arg("frames") = py::none(),
          py::arg("actor") = "", py::arg("method") = "", py::arg("corr") = 0, py::arg("index") = -1,
-         py::arg("ctx") = py::none(), py::arg("ok") = false)
+         py::arg("ctx") = py::none(), py::arg("ok") = false, py::arg("wait") = true,
+         "Sends one message; wait=False: a link that cannot take it now raises at once instead of "
+         "waiting up to XMESH_SEND_TIMEOUT_MS")
       .def("call", [](Node& n, const std::vector<std::pair<std::string, std::string>>& targets, int kind,
                       const std::string& method, const py::object& body, const py::object& frames, bool expect_reply,
                       const py::object& ctx) {

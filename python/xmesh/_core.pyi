@@ -2094,8 +2094,10 @@ class Node:
         """
         A new process now listens at addr (a host agent restarted): talk to it again.
         """
-    def send(self, addr: str, kind: int, body: typing.Any = None, frames: typing.Any = None, actor: str = '', method: str = '', corr: int = 0, index: int = -1, ctx: typing.Any = None, ok: bool = False) -> None:
-        ...
+    def send(self, addr: str, kind: int, body: typing.Any = None, frames: typing.Any = None, actor: str = '', method: str = '', corr: int = 0, index: int = -1, ctx: typing.Any = None, ok: bool = False, wait: bool = True) -> None:
+        """
+        Sends one message; wait=False: a link that cannot take it now raises at once instead of waiting up to XMESH_SEND_TIMEOUT_MS
+        """
     def set_default_cookie(self, arg0: str) -> None:
         """
         The cookie to present to a node no cookie was set for.

@@ -29,6 +29,17 @@ int spin_budget_us();
 // spinning). Raises the budget to XMESH_SPIN_NET_US (default 300) for the rest of the process,
 // unless spinning is off (XMESH_SPIN_US=0).
 void spin_for_network();
+// Whether this machine has a core to spare for a spin: at most one thread more runnable than the
+// cores this process may use (/proc/loadavg's count, looked at every 5 ms at most, by one thread
+// for all; the one more is the asking thread itself, which yields while it spins, beside the
+// thread whose work it waits for). Where more threads wait for a core a spin only takes turns
+// with the threads that have work (every namespace "host" of a one-machine test shares its
+// cores), so a waiter then sleeps at once. XMESH_SPIN_SPARE_CORE=0: spin regardless.
+bool spare_core();
+// The cores this process may run on (its affinity mask; the machine's count where unreadable).
+int usable_cores();
+// The runnable count in a /proc/loadavg line ("0.52 0.58 0.59 3/412 12345" -> 3; -1: unreadable).
+int runnable_threads(const char* loadavg);
 
 class SpinGauge {
  public:
@@ -38,7 +49,8 @@ class SpinGauge {
   template <class Ready>
   bool spin(Ready ready) {
     int budget = spin_budget_us();
-    if (budget <= 0 || typical_ns_.load(std::memory_order_relaxed) > int64_t(budget) * 1000) return ready();
+    if (budget <= 0 || typical_ns_.load(std::memory_order_relaxed) > int64_t(budget) * 1000 || !spare_core())
+      return ready();
     auto end = Clock::now() + std::chrono::microseconds(budget);
     do {
       if (ready()) return true;

@@ -270,23 +270,6 @@ std::string format_bytes(uint64_t n) {
   return buf;
 }
 
-namespace {
-std::atomic<int>& spin_budget_cell() {
-  static std::atomic<int> budget{static_cast<int>(env_int("XMESH_SPIN_US", 200))};
-  return budget;
-}
-}  // namespace
-
-int spin_budget_us() { return spin_budget_cell().load(std::memory_order_relaxed); }
-
-void spin_for_network() {
-  static const int network = static_cast<int>(env_int("XMESH_SPIN_NET_US", 300));
-  auto& cell = spin_budget_cell();
-  int current = cell.load();
-  while (current > 0 && current < network && !cell.compare_exchange_weak(current, network)) {
-  }
-}
-
 SignalsBlocked::SignalsBlocked() {
   sigset_t set;
   sigemptyset(&set);

@@ -120,13 +120,21 @@ void Node::set_stack_dumper(StackDumper dumper) {
 
 // ---- sending ---------------------------------------------------------------------------------
 void Node::send(const std::string& to, Header h, std::vector<zmq::message_t> frames) {
+  send_waiting(to, h, frames, may_block());
+}
+
+void Node::send_if_ready(const std::string& to, Header h, std::vector<zmq::message_t> frames) {
+  send_waiting(to, h, frames, false);
+}
+
+void Node::send_waiting(const std::string& to, Header& h, std::vector<zmq::message_t>& frames, bool blocking) {
   transport_.check_size(frames);
   std::string routed;
   const std::string& addr = transport_.route(to, routed);
   json err;
   if (supervision_.is_dead(addr, &err))
     throw SendError("peer " + addr + " is dead: " + err.value("text", std::string("unknown")));
-  transport_.send(addr, h, frames, may_block());
+  transport_.send(addr, h, frames, blocking);
 }
 
 namespace {

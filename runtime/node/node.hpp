@@ -94,6 +94,10 @@ class Node : private RouterHost {
   // message now (a TCP link down, its queue full) gets SendError at once, so that a dead link
   // never stalls receiving.
   void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
+  // The same, never waiting on any thread: a link that cannot take it now (a peer gone, a TCP
+  // link down) raises SendError at once. For messages that matter only if they go now (a
+  // controller's Goodbye as it exits: an agent gone must not hold the exit for the send timeout).
+  void send_if_ready(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
   // A typed body as a message of its kind (each body knows it: bodies.hpp).
   template <class Body, class = std::enable_if_t<!std::is_same_v<Body, Header>, decltype(Body::kind)>>
   void send(const std::string& addr, const Body& body, std::vector<zmq::message_t> frames = {}) {
@@ -311,6 +315,7 @@ class Node : private RouterHost {
   // The threads that receive never wait in a send: a peer that cannot take a message now never
   // stalls what comes from every other peer.
   static thread_local bool pumping_;  // this thread is dispatching what came on a ring (an actor thread's pump)
+  void send_waiting(const std::string& to, Header& h, std::vector<zmq::message_t>& frames, bool blocking);
   bool may_block() const {
     auto self = std::this_thread::get_id();
     return !pumping_ && self != io_thread_id_.load() && self != rings_thread_id_.load();

@@ -26,6 +26,8 @@
 // Hello and sends again, in order, whatever is unacknowledged; the receiver takes messages in
 // order only and drops what it already has: nothing lost, nothing twice, as Monarch's channels.
 #pragma once
+#include <poll.h>
+
 #include <array>
 #include <atomic>
 #include <deque>
@@ -459,6 +461,7 @@ class Transport {
   // The I/O thread's receive when lanes are on: polls the routers, the lane listener and the lanes
   // being read; what the lanes held goes to lane_ready_. The router with a message, or nullptr.
   zmq::socket_t* receive_parts_with_lanes(std::vector<zmq::message_t>& parts);
+  unsigned routers_holding(zmq::socket_t* tcp);
   void accept_lanes();
   struct LaneRead;
   void read_lane(const std::string& writer, LaneRead& lane);
@@ -561,9 +564,14 @@ class Transport {
   LaneListener::StreamAdopter stream_adopter_;  // given to the listener, now or once made
   std::map<std::string, LaneRead> lanes_in_;
   std::deque<Received> lane_ready_;       // messages read from lanes, for receive() (I/O thread)
-  std::vector<zmq::pollitem_t> poll_items_;  // receive_parts_with_lanes' (I/O thread)
+  std::vector<pollfd> poll_fds_;  // receive_parts_with_lanes' (I/O thread)
   std::vector<std::string> poll_readers_;
-  std::vector<int> poll_fds_;
+  std::vector<int> listener_fds_;
+  // Whether the routers' ZMQ_EVENTS must be read again before a sleep: set after any receive or
+  // send on them (which may take the commands their ZMQ_FD signalled); routers_holding_ is what
+  // the last read said (bit 0: router_, bit 1: the TCP router).
+  std::atomic<bool> routers_stale_{true};
+  unsigned routers_holding_ = 0;
   // Reached back (back_links.hpp). back_mu_ guards making the dialer and the pool (held only for
   // that and for reading the pointers); each has its own lock, innermost.
   std::atomic<bool> reach_back_{false};

@@ -313,44 +313,66 @@ std::optional<Transport::Received> Transport::take_lane_ready() {
   return r;
 }
 
+// Which routers hold a message now (bit 0: the first, bit 1: the TCP one). Reading ZMQ_EVENTS
+// makes a socket take its pending commands, so its ZMQ_FD may fall quiet with a message waiting:
+// after this (and after any receive or send on it) the routers are read again before a sleep.
+unsigned Transport::routers_holding(zmq::socket_t* tcp) {
+  unsigned holding = 0;
+  if (router_->get(zmq::sockopt::events) & ZMQ_POLLIN) holding |= 1u;
+  if (tcp && (tcp->get(zmq::sockopt::events) & ZMQ_POLLIN)) holding |= 2u;
+  return holding;
+}
+
+// One poll(2) per wake-up: the routers' ZMQ_FDs, the lane listener and the lanes being read, the
+// routers' ZMQ_EVENTS read only when their ZMQ_FD said something changed or this thread used
+// them since (zmq_poll costs three or four system calls per wake-up, each lane message paid them).
 zmq::socket_t* Transport::receive_parts_with_lanes(std::vector<zmq::message_t>& parts) {
   zmq::socket_t* tcp = tcp_ready_.load(std::memory_order_acquire);
   // Kept between calls (the I/O thread's alone): no allocation per message.
-  auto& items = poll_items_;
-  auto& readers = poll_readers_;  // the writers whose lanes are polled, in items' order
-  auto& fds = poll_fds_;
-  items.clear();
+  auto& pfds = poll_fds_;
+  auto& readers = poll_readers_;  // the writers whose lanes are polled, in pfds' order
+  auto& listener_fds = listener_fds_;
+  pfds.clear();
   readers.clear();
-  fds.clear();
-  items.push_back({router_->handle(), 0, ZMQ_POLLIN, 0});
-  if (tcp) items.push_back({tcp->handle(), 0, ZMQ_POLLIN, 0});
-  const size_t routers = items.size();
+  listener_fds.clear();
+  pfds.push_back({router_->get(zmq::sockopt::fd), POLLIN, 0});
+  if (tcp) pfds.push_back({tcp->get(zmq::sockopt::fd), POLLIN, 0});
+  const size_t routers = pfds.size();
   {
     std::lock_guard<std::mutex> g(lanes_mu_);
-    if (lane_listener_) lane_listener_->fds(fds);
-    for (int fd : fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+    if (lane_listener_) lane_listener_->fds(listener_fds);
+    for (int fd : listener_fds) pfds.push_back({fd, POLLIN, 0});
     for (auto& [writer, lane] : lanes_in_)
       if (lane.in && lane.switched) {
-        items.push_back({nullptr, lane.in->fd(), ZMQ_POLLIN, 0});
+        pfds.push_back({lane.in->fd(), POLLIN, 0});
         readers.push_back(writer);
       }
   }
-  if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(receive_timeout_ms_)) <= 0) return nullptr;
-  const size_t lanes_from = items.size() - readers.size();
+  if (routers_stale_.exchange(false, std::memory_order_acq_rel)) routers_holding_ = routers_holding(tcp);
+  // A router holding a message: only a look at the lanes, no sleep.
+  const int timeout = routers_holding_ ? 0 : receive_timeout_ms_;
+  if (::poll(pfds.data(), pfds.size(), timeout) < 0) return nullptr;  // EINTR: go round again
+  bool router_moved = false;
+  for (size_t i = 0; i < routers; ++i) router_moved = router_moved || pfds[i].revents;
+  const size_t lanes_from = pfds.size() - readers.size();
   bool listener_ready = false;
-  for (size_t i = routers; i < lanes_from; ++i) listener_ready = listener_ready || items[i].revents;
+  for (size_t i = routers; i < lanes_from; ++i) listener_ready = listener_ready || pfds[i].revents;
   if (listener_ready) accept_lanes();
   {
     std::lock_guard<std::mutex> g(lanes_mu_);
     for (size_t i = 0; i < readers.size(); ++i) {
-      if (!items[lanes_from + i].revents) continue;
+      if (!pfds[lanes_from + i].revents) continue;
       auto it = lanes_in_.find(readers[i]);
       if (it != lanes_in_.end() && it->second.in && it->second.switched) read_lane(readers[i], it->second);
     }
   }
+  if (router_moved || routers_stale_.exchange(false, std::memory_order_acq_rel))
+    routers_holding_ = routers_holding(tcp);
   for (size_t i = 0; i < routers; ++i) {
+    if (!(routers_holding_ & (1u << i))) continue;
     zmq::socket_t* s = i == 0 ? router_.get() : tcp;
-    if (items[i].revents && zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait)) return s;
+    routers_stale_.store(true, std::memory_order_release);  // what it holds next is read again
+    if (zmq::recv_multipart(*s, std::back_inserter(parts), zmq::recv_flags::dontwait)) return s;
   }
   return nullptr;
 }

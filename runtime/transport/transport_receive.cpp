@@ -77,6 +77,7 @@ void Transport::send_refusal(const std::string& to_addr, const std::string& cook
 void Transport::use_receive_timeout(int ms) {
   if (ms == receive_timeout_ms_) return;
   receive_timeout_ms_ = ms;
+  routers_stale_.store(true, std::memory_order_release);
   router_->set(zmq::sockopt::rcvtimeo, ms);
 }
 
@@ -106,6 +107,7 @@ bool Transport::input_pending() {
     return s != nullptr && (s->get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
   };
   if (!lane_ready_.empty()) return true;
+  routers_stale_.store(true, std::memory_order_release);  // reading ZMQ_EVENTS takes their commands
   try {
     return readable(router_.get()) || readable(tcp_ready_.load(std::memory_order_acquire));
   } catch (const zmq::error_t&) {
@@ -246,6 +248,7 @@ void Transport::send_ack(const std::string& identity, InPeer& in) {
   auto bytes = encode_header(h);
   try {
     zmq::message_t to(identity.data(), identity.size()), ack(bytes.data(), bytes.size());
+    routers_stale_.store(true, std::memory_order_release);  // a send takes the router's commands too
     if (in.router->send(to, zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
         in.router->send(ack, zmq::send_flags::dontwait))
       in.acked = h.seq;

@@ -253,7 +253,10 @@ void Transport::notice_reconnect_locked(OutPeer& p) {
 }
 
 void Transport::make_room_locked(OutPeer& p, size_t bytes, bool blocking) {
-  read_acks_locked(p);
+  // Reading acknowledgements is a ZeroMQ receive (two system calls even when none came): a send
+  // reads them once the kept messages reach what a receiver acknowledges at once (XMESH_ACK_EVERY)
+  // or an eighth of the buffer, not on every send; the I/O thread reads them at every tick.
+  if (p.unacked.size() >= ack_every_ || p.unacked_bytes + bytes > resend_buffer_bytes_ / 8) read_acks_locked(p);
   auto full = [&] { return !p.unacked.empty() && p.unacked_bytes + bytes > resend_buffer_bytes_; };
   if (!full()) return;
   const std::string why = "the link to " + p.addr + " holds " + std::to_string(p.unacked_bytes) +

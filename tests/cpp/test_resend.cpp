@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "env_helper.hpp"
 #include "key_file_helper.hpp"
 #include "node.hpp"
 #include "util.hpp"
@@ -425,4 +426,31 @@ TEST_CASE("after three lanes to a peer broke, ZeroMQ alone carries its messages"
   CHECK(a.stats().lane_sent == lane_sent);
   CHECK(b.stats().lanes_in == 0);
   CHECK(numbers_taken(*box, static_cast<size_t>(next), 10000) == range(0, next));
+}
+
+// A send that must not wait (Node::send_if_ready: a controller's Goodbye as it exits) to a peer
+// that is gone: once its link cannot take more, it raises at once instead of waiting out the send
+// timeout (set here far beyond the test's guard, so a send that waited would hang the test).
+TEST_CASE("a send that must not wait raises at once when a gone peer's link is full", "[node][tcp][resend]") {
+  Env timeout("XMESH_SEND_TIMEOUT_MS", "600000");
+  TcpPair pair;
+  send_numbered(pair.a, pair.b.addr(), 0, 10);
+  REQUIRE(numbers_taken(pair.b.control(), 10, 10000).size() == 10);
+  const std::string gone = pair.b.addr();
+  pair.b.stop();
+  bool refused = false;
+  std::string why;
+  for (int i = 0; i < 1000000 && !refused; ++i) {
+    Header h;
+    h.kind = Kind::Configure;
+    try {
+      pair.a.send_if_ready(gone, h, {});
+    } catch (const SendError& e) {
+      refused = true;
+      why = e.what();
+    }
+  }
+  CHECK(refused);
+  INFO(why);
+  CHECK(why.find(gone) != std::string::npos);  // the error names the peer
 }

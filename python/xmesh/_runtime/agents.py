@@ -289,7 +289,9 @@ class AgentClient:
             return
         rt = get_runtime()
         try:
-            rt.node.send(self.addr, int(Kind.Goodbye), {})
+            # Not waiting: an agent gone (or a link down) must not hold this exit for the send
+            # timeout; an agent that misses it learns of the exit from its heartbeats.
+            rt.node.send(self.addr, int(Kind.Goodbye), {}, wait=False)
         except Exception:
             pass
         rt.node.unwatch_host(self.addr)
