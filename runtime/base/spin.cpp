@@ -62,9 +62,12 @@ bool spare_core() {
   int64_t due = next_look_ns.load(std::memory_order_relaxed);
   // One thread looks per 5 ms; the others take what it saw.
   if (now < due || !next_look_ns.compare_exchange_strong(due, now + 5'000'000)) return spare.load(std::memory_order_relaxed);
-  static const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  // Opened for each look (every 5 ms at most): a descriptor kept would be the fork server's,
+  // which a proc may have closed and reused for something else.
+  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   char buf[128];
-  ssize_t n = fd >= 0 ? ::pread(fd, buf, sizeof buf - 1, 0) : -1;
+  ssize_t n = fd >= 0 ? ::read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) ::close(fd);
   int running = -1;
   if (n > 0) {
     buf[n] = '\0';

@@ -94,8 +94,8 @@ class Node : private RouterHost {
   // message now (a TCP link down, its queue full) gets SendError at once, so that a dead link
   // never stalls receiving.
   void send(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
-  // The same, never waiting on any thread: a link that cannot take it now (a peer gone, a TCP
-  // link down) raises SendError at once. For messages that matter only if they go now (a
+  // The same, never waiting for the link: one that cannot take it now (a peer gone, a TCP link
+  // down, its queue full) raises SendError at once. For messages that matter only if they go now (a
   // controller's Goodbye as it exits: an agent gone must not hold the exit for the send timeout).
   void send_if_ready(const std::string& addr, Header h, std::vector<zmq::message_t> frames);
   // A typed body as a message of its kind (each body knows it: bodies.hpp).

@@ -166,6 +166,7 @@ std::string Transport::listen_tcp(const std::string& bind_addr, const std::strin
     tcp_bound_ = endpoint;
   }
   tcp_ready_.store(tcp_router_.get(), std::memory_order_release);
+  routers_stale_.store(true, std::memory_order_release);  // its ZMQ_EVENTS read before the I/O thread sleeps
   listen_for_lanes(endpoint, tcp_addr());
   return tcp_addr();
 }
