@@ -48,11 +48,6 @@ def zmq_exe() -> str:
     return os.environ.get("XMESH_BENCH_ZMQ") or os.path.join(HERE, "..", "build", "bench", "xmesh_bench_zmq_pingpong")
 
 
-def hostd_exe() -> str:
-    """The agent of the xmesh this process imported (a build's, or a venv's install)."""
-    return hostd_executable()
-
-
 class Noop(xmesh.Actor):
     @xmesh.endpoint
     def noop(self) -> None:
@@ -66,7 +61,8 @@ def start_agents(net: NetnsHosts, tmp: str, key: str, port: int = 7000, *extra: 
         os.makedirs(rd, mode=0o700)
         log = os.path.join(tmp, f"agent{i}-{port}.log")
         with open(log, "w") as f:
-            agents.append(h.popen([hostd_exe(), "--runtime-dir", rd, "--listen", f"tcp://{h.addr}:{port}",
+            # The agent of the xmesh this process imported (a build's, or a venv's install).
+            agents.append(h.popen([hostd_executable(), "--runtime-dir", rd, "--listen", f"tcp://{h.addr}:{port}",
                                    "--key-file", key, *extra], stdout=f, stderr=subprocess.STDOUT,
                                   env=dict(os.environ, **hostd_environment())))
         deadline = time.monotonic() + 20
