@@ -208,6 +208,7 @@ void Transport::close() {
     for (auto& kv : out_) peers.push_back(kv.second);
     out_.clear();
   }
+  for (auto& p : peers) stop_waiting_senders(*p);
   for (auto& p : peers) {
     std::lock_guard<std::mutex> g(p->mu);
     close_peer_locked(*p);

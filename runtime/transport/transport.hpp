@@ -327,7 +327,33 @@ class Transport {
     std::deque<RingAside> rings_set_aside;  // rings closed by the reader, for its RingBroken
     bool via_back = false;  // its DEALER goes through the back pool (back_links.hpp)
     std::atomic<bool> reroute_due{false};  // its peer turned out to be reached back: a new DEALER
+    // Senders holding mu in a send that may wait (for room, a full ring or lane, ZeroMQ's high-water
+    // mark): a thread that must not wait gives up on the peer instead of waiting for mu
+    // (lock_unless_held_waiting). A count: such sections nest.
+    std::atomic<int> holders_waiting{0};
+    std::atomic<bool> dropped{false};  // closed or forgotten: a sender waiting for room stops
   };
+  // Marks p's holder as in a send that may wait, for its scope (OutPeer::holders_waiting).
+  class MayWait {
+   public:
+    MayWait(OutPeer& p, bool blocking) : p_(blocking ? &p : nullptr) {
+      if (p_) p_->holders_waiting.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~MayWait() {
+      if (p_) p_->holders_waiting.fetch_sub(1, std::memory_order_relaxed);
+    }
+    MayWait(const MayWait&) = delete;
+    MayWait& operator=(const MayWait&) = delete;
+
+   private:
+    OutPeer* p_;
+  };
+  // p's mutex for a thread that must not wait in a send (the I/O thread, a pump): taken once it
+  // is free, or false when its holder is still in a send that may wait after a short grace (a
+  // quick send, marked as one that may wait, is waited for).
+  static bool lock_unless_held_waiting(OutPeer& p, std::unique_lock<std::mutex>& g);
+  // p is closed or forgotten: a sender waiting for room in it (holding its mutex) gives up now.
+  static void stop_waiting_senders(OutPeer& p);
   struct InPeer {
     bool authed = false;
     bool refused = false;
@@ -370,10 +396,11 @@ class Transport {
 
  private:
   void send_hello_locked(OutPeer& p, zmq::send_flags flags);
-  // Sends a message's first frame. A blocking send to a peer whose first handshake has not
-  // ended waits in short slices and polls the handshake's watch between them: a refused
-  // DEALER has no pipe, so a plain blocking send would wait out the send timeout holding the
-  // peer's lock, and the refusal would be said as a timeout. Throws SendError naming a refusal.
+  // Sends a message's first frame. A blocking send waits in short slices: between them it polls
+  // the handshake's watch while the first handshake has not ended (a refused DEALER has no pipe:
+  // a plain blocking send would wait out the send timeout holding the peer's lock, and the
+  // refusal would be said as a timeout), and stops once the link is closed or forgotten.
+  // Throws SendError naming a refusal or the closing.
   bool send_first_frame_locked(OutPeer& p, zmq::message_t& m, zmq::send_flags flags);
   // Throws SendError naming why if p's watch says the peer refused this node (then p is closed
   // and the refusal queued for the node, as the I/O thread's handshake_verdicts would have).

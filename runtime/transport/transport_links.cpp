@@ -138,6 +138,7 @@ bool Transport::plain_link_send_locked(OutPeer& p, size_t i, Header& h, std::vec
   h.seq = 0;  // no numbers to check
   h.pieces.clear();
   auto header = header_for_wire(h);
+  MayWait waiting(p, blocking);  // for the ring's reader
   switch (link.write(header, frames, blocking, static_cast<int>(send_timeout_ms_), wake_bits_for(h.kind))) {
     case LinkWrite::ok:
       ++counts_.sent;
@@ -171,7 +172,11 @@ bool Transport::numbered_link_send_locked(OutPeer& p, size_t i, Header& h, std::
   h.pieces.clear();  // a lane carries frames whole
   auto header = header_for_wire(h);
   Unacked kept = copy_for_resend(h.seq, header, frames);
-  auto result = link.write(header, frames, blocking, static_cast<int>(send_timeout_ms_), 0);
+  LinkWrite result;
+  {
+    MayWait waiting(p, blocking);  // for the lane's socket to drain
+    result = link.write(header, frames, blocking, static_cast<int>(send_timeout_ms_), 0);
+  }
   if (result == LinkWrite::would_block)  // nothing of it was written
     throw SendError("the " + std::string(p.links[i].spec().name) + " to " + p.addr +
                         " is full (this thread does not wait)",

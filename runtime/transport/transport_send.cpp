@@ -104,9 +104,8 @@ void Transport::disconnect(const std::string& addr) {
     peer = it->second;
     out_.erase(it);
   }
-  // A sender waiting for room in a link (holding the peer's lock) stops now, before the lock.
-  for (auto& link : peer->links)
-    if (auto writer = link.writer_for_interrupt()) writer->interrupt();
+  // A sender waiting for room (holding the peer's lock) stops now, before the lock.
+  stop_waiting_senders(*peer);
   // Nothing more goes to a dead peer: drop its queue and stop reconnecting to it.
   {
     std::lock_guard<std::mutex> g(peer->mu);
@@ -127,6 +126,12 @@ void Transport::disconnect(const std::string& addr) {
   }
   std::lock_guard<std::mutex> g(dialer_mu_);
   if (dialer_ && is_relayed(addr)) dialer_->forget(addr);
+}
+
+void Transport::stop_waiting_senders(OutPeer& p) {
+  p.dropped.store(true, std::memory_order_relaxed);  // make_room_locked's wait for acknowledgements
+  for (auto& link : p.links)
+    if (auto writer = link.writer_for_interrupt()) writer->interrupt();
 }
 
 void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
@@ -167,11 +172,15 @@ void Transport::send_hello_locked(OutPeer& p, zmq::send_flags flags) {
 
 bool Transport::send_first_frame_locked(OutPeer& p, zmq::message_t& m, zmq::send_flags flags) {
   const bool waits = (flags & zmq::send_flags::dontwait) == zmq::send_flags::none;
-  if (!waits || !p.watch || p.handshaken) return p.sock->send(m, flags).has_value();
+  if (!waits) return p.sock->send(m, flags).has_value();
+  // A sender that waits does so in slices: it stops once its handshake is refused, or once the
+  // link is closed or forgotten meanwhile (stop_waiting_senders).
   const int64_t deadline = now_ms() + send_timeout_ms_;
   for (;;) {
     if (p.sock->send(m, flags | zmq::send_flags::dontwait)) return true;
-    throw_if_refused_locked(p);
+    if (p.watch && !p.handshaken) throw_if_refused_locked(p);
+    if (p.dropped.load(std::memory_order_relaxed))
+      throw SendError("the link to " + p.addr + " was closed while a send waited for it to take more");
     const int64_t left = deadline - now_ms();
     if (left <= 0) return false;
     zmq::pollitem_t item{p.sock->handle(), 0, ZMQ_POLLOUT, 0};
@@ -206,6 +215,7 @@ void Transport::resume_locked(OutPeer& p, zmq::send_flags flags) {
 
 void Transport::send_frames_locked(OutPeer& p, const std::vector<uint8_t>& header, std::vector<zmq::message_t>& frames,
                                    zmq::send_flags flags, bool blocking) {
+  MayWait waiting(p, blocking);  // at ZeroMQ's high-water mark
   try {
     zmq::message_t hm(header.data(), header.size());
     if (!send_first_frame_locked(p, hm, frames.empty() ? flags : zmq::send_flags::sndmore | flags))
@@ -263,10 +273,12 @@ void Transport::make_room_locked(OutPeer& p, size_t bytes, bool blocking) {
                           " bytes its peer has not acknowledged (XMESH_RESEND_BUFFER_BYTES is " +
                           std::to_string(resend_buffer_bytes_) + "): the peer is not keeping up or the link is down";
   if (!blocking) throw SendError(why, false, true);
+  MayWait waiting(p, true);
   const int64_t deadline = now_ms() + send_timeout_ms_;
   while (full()) {
     int64_t left = deadline - now_ms();
     if (left <= 0) throw SendError(why + " (waited " + std::to_string(send_timeout_ms_) + " ms)");
+    if (p.dropped.load(std::memory_order_relaxed)) throw SendError(why + "; the link was closed meanwhile");
     notice_reconnect_locked(p);  // the I/O thread skips a peer busy here: its link is tended here
     if (p.hello_due) {
       try {
@@ -302,9 +314,34 @@ void Transport::send(const std::string& addr, Header& h, std::vector<zmq::messag
   if (broke.token != 0) throw SendError("the shared-memory link to " + addr + " broke again (" + broke.why + ")");
 }
 
+bool Transport::lock_unless_held_waiting(OutPeer& p, std::unique_lock<std::mutex>& g) {
+  using clock = std::chrono::steady_clock;
+  constexpr auto kGrace = std::chrono::microseconds(500);
+  auto waited_since = clock::time_point::max();
+  for (int tries = 0;; ++tries) {
+    if (g.try_lock()) return true;
+    if (p.holders_waiting.load(std::memory_order_relaxed) == 0) {
+      waited_since = clock::time_point::max();
+    } else {
+      auto now = clock::now();
+      if (waited_since == clock::time_point::max()) waited_since = now;
+      if (now - waited_since > kGrace) return false;
+    }
+    if (tries < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 void Transport::send_once(const std::shared_ptr<OutPeer>& p, Header& h, std::vector<zmq::message_t>& frames,
                           bool blocking, LinkBreak* broke) {
-  std::lock_guard<std::mutex> g(p->mu);
+  std::unique_lock<std::mutex> g(p->mu, std::defer_lock);
+  if (blocking)
+    g.lock();
+  else if (!lock_unless_held_waiting(*p, g))  // the receiving threads never wait for a stuck sender
+    throw SendError("a send to " + p->addr + " is waiting for its link to take more (this thread does not wait)",
+                    false, /*would_block=*/true);
   if (p->reroute_due) reroute_locked(p);
   if (!p->sock) throw SendError("connection to " + p->addr + " is closed");
   h.sender = self_.id;

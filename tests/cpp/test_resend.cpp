@@ -454,3 +454,53 @@ TEST_CASE("a send that must not wait raises at once when a gone peer's link is f
   INFO(why);
   CHECK(why.find(gone) != std::string::npos);  // the error names the peer
 }
+
+// A sender waiting for room on a link holds that peer's mutex. A thread that must not wait (the
+// I/O thread's heartbeats, a ring pump, send_if_ready) gives up on that peer at once instead of
+// waiting with it for the send timeout (set far beyond the test's guard: a thread that waited
+// would hang the test), and closing the link ends the waiting sender.
+TEST_CASE("a thread that must not wait is not held up by a sender waiting for room on the same link",
+          "[node][tcp][resend]") {
+  Env timeout("XMESH_SEND_TIMEOUT_MS", "600000");
+  TcpPair pair;
+  send_numbered(pair.a, pair.b.addr(), 0, 10);
+  REQUIRE(numbers_taken(pair.b.control(), 10, 10000).size() == 10);
+  const std::string gone = pair.b.addr();
+  pair.b.stop();
+  Header h;
+  h.kind = Kind::Configure;
+  bool full = false;
+  for (int i = 0; i < 1000000 && !full; ++i) {
+    try {
+      pair.a.send_if_ready(gone, h, {});
+    } catch (const SendError&) {
+      full = true;
+    }
+  }
+  REQUIRE(full);
+  std::atomic<bool> sender_done{false};
+  std::string sender_error;
+  std::thread sender([&] {
+    try {
+      pair.a.send(gone, h, {});  // waits for room: nothing acknowledges
+    } catch (const SendError& e) {
+      sender_error = e.what();
+    }
+    sender_done = true;
+  });
+  while (!sender_done && pair.a.transport().link_report(gone).find("under way") == std::string::npos) {
+  }
+  REQUIRE_FALSE(sender_done);
+  std::string why;
+  try {
+    pair.a.send_if_ready(gone, h, {});
+  } catch (const SendError& e) {
+    CHECK(e.would_block);  // it may go later (send_or_defer hands it to the relay thread)
+    why = e.what();
+  }
+  CHECK_FALSE(sender_done);  // refused while the sender still waits
+  CHECK(why.find("waiting for its link") != std::string::npos);
+  pair.a.forget_peer(gone);
+  sender.join();
+  CHECK(sender_error.find("closed") != std::string::npos);  // it waited for room or for ZeroMQ to take more
+}
