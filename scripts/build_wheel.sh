@@ -59,8 +59,16 @@ raw=build/wheel/raw
 rm -rf "$raw" && mkdir -p "$raw" "$out"
 extra=$(IFS=';'; echo "${pythons[*]:1}")
 echo "build_wheel: building for ${tags[*]} with ${pythons[0]}"
+# build/'s compiler cache (scripts/compiler_cache.sh) serves the runtime's objects when build/ was
+# compiled first, as scripts/test.sh does: the same build type (pyproject.toml) and the same
+# compiler by name (ccache hashes it: c++ and g++ miss each other).
+same_compiler=()
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/CMakeCache.txt 2> /dev/null || true)
+[[ -n "$cxx" ]] && same_compiler=(--config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx")
 "${pythons[0]}" -m pip wheel . --no-deps -w "$raw" -q \
-  --config-settings=cmake.define.XMESH_WHEEL_PYTHONS="$extra"
+  --config-settings=cmake.define.XMESH_WHEEL_PYTHONS="$extra" \
+  --config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$(scripts/compiler_cache.sh build)" \
+  "${same_compiler[@]}"
 built=$(ls "$raw"/xmesh-*.whl)
 
 # libibverbs is loaded at run time from the machine's own rdma-core, never bundled (its

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
+  # one compile of the runtime for build/ and the wheel (scripts/compiler_cache.sh)
+  ccache
   libzmq3-dev cppzmq-dev nlohmann-json3-dev pybind11-dev catch2 libsodium-dev libssl-dev
   libibverbs-dev libxxhash-dev libzstd-dev
   python3 python3-dev python3-venv
@@ -52,12 +54,27 @@ if ((${#missing[@]})); then
   }
 fi
 
+launcher=$(scripts/compiler_cache.sh build)
 if [[ ! -f build/build.ninja ]]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr/local \
+    -DCMAKE_CXX_COMPILER_LAUNCHER:STRING="$launcher"
+elif ! grep -qxF "CMAKE_CXX_COMPILER_LAUNCHER:STRING=$launcher" build/CMakeCache.txt; then
+  cmake build -DCMAKE_CXX_COMPILER_LAUNCHER:STRING="$launcher" > /dev/null  # a tree made before the cache
 fi
+# The front ends (downloads, mostly: JupyterLab, Playwright, the panel's npm packages) are set up
+# while the C++ compiles.
+scripts/frontend_env.sh > build/frontend-env.log 2>&1 &
+frontend=$!
+trap 'kill "$frontend" 2> /dev/null || true' EXIT
 cmake --build build -j "$(nproc)"
 tests/fuzz/build.sh build
-scripts/frontend_env.sh
+if ! wait "$frontend"; then
+  cat build/frontend-env.log >&2
+  echo "setup: setting up the front ends failed (scripts/frontend_env.sh)" >&2
+  exit 1
+fi
+trap - EXIT
+cat build/frontend-env.log
 if [[ $EUID -eq 0 ]]; then
   cmake --install build > build/install.log
   ldconfig
