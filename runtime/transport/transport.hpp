@@ -435,6 +435,21 @@ class Transport {
   void propose_links_locked(OutPeer& p, Kind sent, bool blocking);
   void answer_proposal(size_t kind, const Message& m);
   void take_answer(size_t kind, const Message& m);
+  // A step of an upgrade a receiving thread could not take now, its peer held by a sender
+  // waiting for room (lock_unless_held_waiting): an answer to send, or one to take. Dropping it
+  // would leave the proposer's upgrade waiting for good; the I/O thread does it at its next
+  // receive (a message, or its poll's timeout), once the peer is free.
+  struct DeferredLinkStep {
+    size_t kind = 0;
+    bool send = false;  // an answer this node owes (else: one it was given)
+    std::string addr;   // the proposer it goes to, or the reader it came from
+    json body;
+  };
+  // Each does the step: false when it must wait (the peer still held), true once done or moot.
+  bool send_answer(const DeferredLinkStep& step);
+  bool take_answer_now(const DeferredLinkStep& step);
+  void defer_link_step(DeferredLinkStep step);
+  void retry_deferred_link_steps();
   // A link that broke or was closed, given up: a numbered one's messages go again over ZeroMQ
   // (Hello due); said in the log unless quiet.
   void link_gone_locked(OutPeer& p, size_t kind, const std::string& why, bool quiet = false);
@@ -543,6 +558,8 @@ class Transport {
   std::vector<std::weak_ptr<OutPeer>> handshaking_;  // out peers whose first handshake is pending
   std::vector<RefuseBody> refusals_;  // refusals a sender found (throw_if_refused_locked), for tidy()
   std::vector<std::weak_ptr<OutPeer>> reconnecting_;  // TCP out peers watched for new connections
+  std::deque<DeferredLinkStep> deferred_link_steps_;  // see DeferredLinkStep
+  std::atomic<bool> link_steps_deferred_{false};      // it is not empty (read without mu_)
   // By ZeroMQ routing id. Inserted and erased by the I/O thread only (other threads read it
   // under mu_), so the I/O thread may hold a reference across a message. Unauthenticated
   // entries are capped (XMESH_MAX_PENDING_PEERS): an identity flood evicts only them.

@@ -3,6 +3,7 @@
 // proposal, the answer, the switch, the writes and the breaks are driven here, once.
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "transport.hpp"
@@ -72,27 +73,33 @@ void Transport::propose_links_locked(OutPeer& p, Kind sent, bool blocking) {
     }
     try {
       send_link_message_locked(p, kind.spec().propose, std::move(body), blocking);
-    } catch (const SendError&) {  // the message itself went: the link is only not proposed now
+    } catch (const SendError&) {
       up.give_up(/*count_break=*/false);
     }
   }
 }
 
 void Transport::take_answer(size_t i, const Message& m) {
-  auto p = existing_out_peer(m.sender_addr);
-  if (!p) return;
-  std::lock_guard<std::mutex> g(p->mu);
-  LinkUpgrade& up = p->links[i];
-  if (up.state() != LinkUpgrade::State::proposed) return;
+  DeferredLinkStep step{i, /*send=*/false, m.sender_addr, m.header.body};
+  if (!take_answer_now(step)) defer_link_step(std::move(step));
+}
+
+bool Transport::take_answer_now(const DeferredLinkStep& step) {
+  auto p = existing_out_peer(step.addr);
+  if (!p) return true;
+  std::unique_lock<std::mutex> g(p->mu, std::defer_lock);
+  LinkUpgrade& up = p->links[step.kind];
+  if (up.state() != LinkUpgrade::State::proposed) return true;
   std::string why;
-  auto writer = kinds_[i]->answered(m.sender_addr, up.made(), m.header.body, &why);
+  auto writer = kinds_[step.kind]->answered(step.addr, up.made(), step.body, &why);
   if (writer) {
     up.armed(std::move(writer));
   } else if (!why.empty()) {
     up.declined();
-    log_diag_limited(link_log_, self_.role, std::string("no ") + kinds_[i]->spec().name + " to " + m.sender_addr +
-                                           " (ZeroMQ goes on): " + why);
+    log_diag_limited(link_log_, self_.role, std::string("no ") + kinds_[step.kind]->spec().name + " to " +
+                                           step.addr + " (ZeroMQ goes on): " + why);
   }
+  return true;
 }
 
 bool Transport::links_send_locked(OutPeer& p, Header& h, std::vector<zmq::message_t>& frames, bool blocking,
@@ -252,20 +259,62 @@ void Transport::tend_links_locked(OutPeer& p) {
 // ---- the reader's side ------------------------------------------------------------------------
 void Transport::answer_proposal(size_t i, const Message& m) {
   LinkKind& kind = *kinds_[i];
-  Header h;
-  h.kind = kind.spec().answer;
+  DeferredLinkStep step{i, /*send=*/true, m.sender_addr, {}};
   try {
-    h.body = kind.answer(m.sender_addr, m.header.body);
+    step.body = kind.answer(m.sender_addr, m.header.body);
   } catch (const std::invalid_argument& e) {
     count_malformed(std::string("dropped a malformed '") + kind_name(m.header.kind) + "' message: " + e.what());
     return;
   }
+  if (!send_answer(step)) defer_link_step(std::move(step));
+}
+
+bool Transport::send_answer(const DeferredLinkStep& step) {
+  Header h;
+  h.kind = kinds_[step.kind]->spec().answer;
+  h.body = step.body;
   std::vector<zmq::message_t> none;
   try {
-    send(m.sender_addr, h, none, /*blocking=*/false);
-  } catch (const SendError&) {  // the proposer never hears
-    kind.answer_lost(m.sender_addr, h.body);
+    send(step.addr, h, none, /*blocking=*/false);
+  } catch (const SendError& e) {
+    if (e.would_block) return false;
+    kinds_[step.kind]->answer_lost(step.addr, step.body);  // the proposer never hears
   }
+  return true;
+}
+
+// Bounded: a proposer sends one proposal per kind until it hears, so the steps number at most
+// two per peer; the cap only stops a flood of proposals from growing it.
+void Transport::defer_link_step(DeferredLinkStep step) {
+  constexpr size_t kMaxDeferred = 4096;
+  std::optional<DeferredLinkStep> dropped;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    deferred_link_steps_.push_back(std::move(step));
+    link_steps_deferred_.store(true, std::memory_order_relaxed);
+    if (deferred_link_steps_.size() > kMaxDeferred) {
+      dropped = std::move(deferred_link_steps_.front());
+      deferred_link_steps_.pop_front();
+    }
+  }
+  if (dropped && dropped->send) kinds_[dropped->kind]->answer_lost(dropped->addr, dropped->body);
+}
+
+void Transport::retry_deferred_link_steps() {
+  std::deque<DeferredLinkStep> steps;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (deferred_link_steps_.empty()) return;
+    steps.swap(deferred_link_steps_);
+  }
+  std::deque<DeferredLinkStep> waiting;
+  for (auto& step : steps)
+    if (!(step.send ? send_answer(step) : take_answer_now(step))) waiting.push_back(std::move(step));
+  std::lock_guard<std::mutex> g(mu_);
+  // Steps deferred meanwhile come after these, in the order they came.
+  deferred_link_steps_.insert(deferred_link_steps_.begin(), std::make_move_iterator(waiting.begin()),
+                              std::make_move_iterator(waiting.end()));
+  link_steps_deferred_.store(!deferred_link_steps_.empty(), std::memory_order_relaxed);
 }
 
 // ---- kept until acknowledged ------------------------------------------------------------------

@@ -117,6 +117,7 @@ bool Transport::input_pending() {
 
 std::optional<Transport::Received> Transport::receive(int timeout_ms) {
   use_receive_timeout(timeout_ms);
+  if (link_steps_deferred_.load(std::memory_order_relaxed)) retry_deferred_link_steps();
   if (auto r = take_lane_ready()) return r;  // what lanes brought, in the order it came
   std::vector<zmq::message_t> parts;
   zmq::socket_t* router = receive_parts(parts);

@@ -97,6 +97,14 @@ class JupyterServer:
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.loads(r.read())
 
+    def kernel_display_name(self, kernel_name):
+        """The display name the server's kernelspec for kernel_name gives (what a front end's
+        kernel menus list)."""
+        specs = json.loads(self.get("api/kernelspecs"))["kernelspecs"]
+        if kernel_name not in specs:
+            raise KeyError(f"the server has no kernelspec {kernel_name!r} (it has {sorted(specs)})")
+        return specs[kernel_name]["spec"]["display_name"]
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -116,6 +124,8 @@ class NotebookPage:
 
     def __init__(self, page, server, name, ui="lab", kernel_name="xmesh"):
         self.page = page
+        self.kernel_name = kernel_name
+        self.server = server
         server.start_session(name, kernel_name)
         # JupyterLab restores the tabs of the last session unless reset: one notebook per page.
         page.goto(server.url(f"lab/tree/{name}", "reset") if ui == "lab" else server.url(f"notebooks/{name}"))
@@ -143,7 +153,7 @@ class NotebookPage:
             return self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count() > 0
 
         for _ in range(5):
-            self._choose_xmesh_if_asked()
+            self._choose_kernel_if_asked()
             self.cell(i).locator(".jp-InputArea-editor").click()
             idle_before = not kernel_busy()
             self.page.click(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
@@ -163,12 +173,12 @@ class NotebookPage:
         if wait:
             self.wait_done(i, timeout)
 
-    def _choose_xmesh_if_asked(self):
+    def _choose_kernel_if_asked(self):
         """A "Select Kernel" dialog (should the front end not know the session's kernel yet):
-        the xmesh kernel."""
+        the page's kernel (by the display name its kernelspec gives)."""
         dialog = self.page.locator(".jp-Dialog")
         if dialog.count() and dialog.locator("select").count():
-            dialog.locator("select").select_option(label="Python 3 (xmesh)")
+            dialog.locator("select").select_option(label=self.server.kernel_display_name(self.kernel_name))
             self.accept_dialog()
             self.wait_idle()
 

@@ -102,3 +102,31 @@ class Logger(Actor):
         print(f"after the bars {r}")
         return r
 '''
+
+# A mesh of four trainers whose step stops ranks 0, 2 and 3 in pdb (rank 1 sleeps, then returns):
+# the debugger tests' cell.
+TRAINER = '''
+import time
+from xmesh import Actor, endpoint, this_host, current_rank
+
+class Trainer(Actor):
+    @endpoint
+    def step(self, x):
+        y = x * 2 + current_rank().rank
+        z = y + 1
+        if current_rank().rank != 1:
+            breakpoint()
+        else:
+            time.sleep(2)
+        return y
+
+procs = this_host().spawn_procs({"gpus": 4})
+trainer = procs.spawn("trainer", Trainer)
+trainer.initialized.get()
+'''
+
+
+def table_rows(text):
+    """The rows of the debugger's table of stopped ranks, as lists of cell texts."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|") and "Actor Name" not in line]

@@ -1,5 +1,6 @@
 """A kernel driven as a front end drives it: execute requests on shell, outputs from iopub,
 interrupts by signal, restarts and shutdowns through the KernelManager."""
+import ast
 import os
 import time
 from queue import Empty
@@ -138,6 +139,10 @@ class KernelSession:
     def value(self, expr, timeout=60):
         """The text/plain of an expression's result."""
         return self.ok(expr, timeout).text
+
+    def literal(self, expr, timeout=60):
+        """An expression's result read back as a Python literal (a list of pids, a dict)."""
+        return ast.literal_eval(self.value(expr, timeout))
 
     def wait_for_output(self, msg_id, pred, timeout=30):
         """Reads iopub for msg_id until pred(accumulated stdout and stderr) holds (the cell keeps running)."""

@@ -242,7 +242,7 @@ def test_a_client_attaches_to_a_rank_running_while_a_scripts_get_waits(tmp_path)
     """Issue 18 from a terminal: a script waits in get() on ranks spinning in Python; another
     program cannot pause them (it names the owner), `xmesh debug` can: attach stops the rank where
     it runs, pdb answers there, detach lets it run on and the script's call completes."""
-    from test_debugger import ScriptedIO
+    from test_debugger_attach import ScriptedIO
     from xmesh import this_host
     from xmesh._debug import controller as _debug
 
