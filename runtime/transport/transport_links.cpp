@@ -73,7 +73,7 @@ void Transport::propose_links_locked(OutPeer& p, Kind sent, bool blocking) {
     }
     try {
       send_link_message_locked(p, kind.spec().propose, std::move(body), blocking);
-    } catch (const SendError&) {
+    } catch (const SendError&) {  // the message itself went: the link is only not proposed now
       up.give_up(/*count_break=*/false);
     }
   }
@@ -88,6 +88,7 @@ bool Transport::take_answer_now(const DeferredLinkStep& step) {
   auto p = existing_out_peer(step.addr);
   if (!p) return true;
   std::unique_lock<std::mutex> g(p->mu, std::defer_lock);
+  if (!lock_unless_held_waiting(*p, g)) return false;
   LinkUpgrade& up = p->links[step.kind];
   if (up.state() != LinkUpgrade::State::proposed) return true;
   std::string why;

@@ -178,6 +178,18 @@ class KernelSession:
         """Starts a cell that may ask for input (allow_stdin=True); see Conversation."""
         return Conversation(self, self.kc.execute(code, store_history=True, allow_stdin=True))
 
+    def run_interrupted(self, code, marker, timeout=30):
+        """Runs a cell, interrupts it once its output shows marker (and a moment later: the
+        cell is then in its wait), and returns its CellResult and how long the interrupt took to
+        end it."""
+        msg_id = self.send(code)
+        self.wait_for_output(msg_id, lambda t: marker in t)
+        time.sleep(0.3)
+        start = time.monotonic()
+        self.interrupt()
+        r = self.collect(msg_id, timeout=timeout)
+        return r, time.monotonic() - start
+
     def interrupt(self):
         self.km.interrupt_kernel()
 

@@ -16,13 +16,7 @@ def _interrupt_a_waiting_cell(kernel, call, wait="fut.get()"):
     once it waits; the cell's result (and how long the interrupt took to end it)."""
     kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 2})\ncounters = procs.spawn("c", Counter)\n'
                         'counters.initialized.get()')
-    msg_id = kernel.send(f"fut = {call}\nprint('waiting', flush=True)\n{wait}")
-    kernel.wait_for_output(msg_id, lambda t: "waiting" in t)
-    time.sleep(0.3)
-    start = time.monotonic()
-    kernel.interrupt()
-    r = kernel.collect(msg_id, timeout=30)
-    return r, time.monotonic() - start
+    return kernel.run_interrupted(f"fut = {call}\nprint('waiting', flush=True)\n{wait}", "waiting")
 
 
 def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
@@ -121,11 +115,7 @@ def test_a_kernel_started_with_sigint_ignored_is_still_interruptible(kernel_rund
     finally:
         signal.signal(signal.SIGINT, old)
     try:
-        msg_id = k.send("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
-        k.wait_for_output(msg_id, lambda t: "sleeping" in t)
-        time.sleep(0.3)
-        k.interrupt()
-        r = k.collect(msg_id, timeout=30)
+        r, _ = k.run_interrupted("import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "sleeping")
         assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r
         assert k.value("1 + 1") == "2"
     finally:
@@ -157,11 +147,8 @@ def test_interrupting_a_top_level_await_is_like_interrupting_get(kernel):
     assert r.status == "error" and r.error["ename"] == "CancelledError", r.error_text
     _execution_count_is_consistent(kernel)
     # A plain asyncio await: interrupted as a KeyboardInterrupt, nothing resumes later.
-    msg_id = kernel.send("import asyncio\nprint('sleeping', flush=True)\nawait asyncio.sleep(30)\nresumed = True")
-    kernel.wait_for_output(msg_id, lambda t: "sleeping" in t)
-    time.sleep(0.3)
-    kernel.interrupt()
-    r = kernel.collect(msg_id, timeout=30)
+    r, _ = kernel.run_interrupted("import asyncio\nprint('sleeping', flush=True)\nawait asyncio.sleep(30)\nresumed = True",
+                                  "sleeping")
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r
     assert "base_events" not in r.error_text, r.error_text
     kernel.ok("await asyncio.sleep(0.2)")
