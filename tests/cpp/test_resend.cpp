@@ -69,6 +69,7 @@ class Relay {
   std::string addr() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
   // Stops reading: what is sent piles up in the kernel's buffers.
   void stall() { stalled_ = true; }
+  void resume() { stalled_ = false; }  // reads and forwards again
   // Every connection ends with a reset (what the buffers held is lost); new ones are relayed.
   void reset_all() {
     resets_wanted_++;
@@ -496,4 +497,68 @@ TEST_CASE("a thread that must not wait is not held up by a sender waiting for ro
   pair.a.forget_peer(gone);
   sender.join();
   CHECK(sender_error.find("closed") != std::string::npos);  // it waited for room or for ZeroMQ to take more
+}
+
+// A link's answer its reader cannot send now (its link to the proposer full: here a relay in
+// front of the proposer's advertised address stalls) is sent once the link takes it, not dropped:
+// dropped, the proposer's upgrade stayed "proposed" and its lane never came (the same happens
+// when the answering thread is refused a peer whose sender waits for room).
+TEST_CASE("an answer to a lane proposal that cannot go at once goes when the link drains", "[node][tcp][lanes]") {
+  Env timeout("XMESH_LINK_TIMEOUT_MS", "600000");  // a stall is not a dead connection here
+  Env send_timeout("XMESH_SEND_TIMEOUT_MS", "600000");
+  const int a_port = [] {  // a free port for a, known before a binds it (its relay's target)
+    int fd = loopback_socket(0, true);
+    sockaddr_in sa{};
+    socklen_t n = sizeof sa;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &n);
+    ::close(fd);
+    return static_cast<int>(ntohs(sa.sin_port));
+  }();
+  Relay relay(a_port);
+  Node a("controller", "tcp://127.0.0.1:" + std::to_string(a_port), "k", "", relay.addr());
+  Node b("proc", "tcp://127.0.0.1:*", "k");
+  for (Node* n : {&a, &b}) {
+    n->transport().cookies().present_by_default("k");
+    n->start();
+  }
+  send_numbered(a, b.addr(), 0, 5);
+  REQUIRE(numbers_taken(b.control(), 5, 10000).size() == 5);
+  send_numbered(b, a.addr(), 0, 5);  // b reaches a through the relay
+  REQUIRE(numbers_taken(a.control(), 5, 10000) == range(0, 5));
+  relay.stall();
+  // b's link to a takes no more, and still none a moment later (ZeroMQ's I/O thread moves what
+  // the kernel's buffers still take out of the full queue meanwhile).
+  int filled = 5;
+  auto fill = [&] {  // how many more it took
+    for (int took = 0;; ++took) {
+      Header h;
+      h.kind = Kind::Configure;
+      h.method = std::to_string(filled);
+      try {
+        b.send_if_ready(a.addr(), h, {});
+        ++filled;
+      } catch (const SendError& e) {
+        REQUIRE(e.would_block);
+        return took;
+      }
+    }
+  };
+  fill();
+  for (int rounds = 0; rounds < 100; ++rounds) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (fill() == 0) break;
+  }
+  REQUIRE(fill() == 0);
+  const uint64_t received = b.stats().received;
+  Header call;
+  call.kind = Kind::Call;
+  call.actor = "nobody";
+  a.send(b.addr(), call, {});  // then a proposes a lane, which b answers on its full link
+  REQUIRE(eventually([&] { return b.stats().received >= received + 2; }, 10000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b's answer is refused meanwhile
+  CHECK(a.stats().lanes_out == 0);
+  relay.resume();
+  CHECK(numbers_taken(a.control(), static_cast<size_t>(filled - 5), 30000) == range(5, filled));
+  int next = 5;
+  CHECK(eventually([&] { send_numbered(a, b.addr(), next, next + 1), ++next; return a.stats().lanes_out == 1; }, 10000));
 }
