@@ -309,8 +309,13 @@ void Transport::retry_deferred_link_steps() {
     steps.swap(deferred_link_steps_);
   }
   std::deque<DeferredLinkStep> waiting;
-  for (auto& step : steps)
-    if (!(step.send ? send_answer(step) : take_answer_now(step))) waiting.push_back(std::move(step));
+  for (auto& step : steps) {
+    // Its peer still held by a waiting sender: not tried now, which would cost this receive
+    // lock_unless_held_waiting's grace (the wait may last the send timeout).
+    auto p = existing_out_peer(step.addr);
+    const bool held = p && p->holders_waiting.load(std::memory_order_relaxed) > 0;
+    if (held || !(step.send ? send_answer(step) : take_answer_now(step))) waiting.push_back(std::move(step));
+  }
   std::lock_guard<std::mutex> g(mu_);
   // Steps deferred meanwhile come after these, in the order they came.
   deferred_link_steps_.insert(deferred_link_steps_.begin(), std::make_move_iterator(waiting.begin()),
