@@ -3,7 +3,6 @@ cancel that cannot stop a C call says so, an idle interrupt is harmless, a kerne
 SIGINT ignored is still interruptible, interrupting a top-level await is like interrupting
 get(), and a call queued behind an interrupted one says so. A proc killed while idle is said
 about the cell that last used its mesh."""
-import ast
 import json
 import os
 import time
@@ -34,7 +33,7 @@ def test_interrupt_raises_in_the_cell_and_a_second_interrupt_cancels(kernel):
                        "cancelled spin.call() on ranks 0-1" in m["content"]["data"]["text/plain"], timeout=20)
     r = kernel.run("fut.get(timeout=20)")
     assert r.status == "error" and r.error["ename"] == "CancelledError", r.error_text
-    assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]
+    assert kernel.literal("list(counters.incr.call().get(timeout=20).values())") == [1, 1]
 
 
 def test_a_cancel_that_cannot_stop_a_c_call_says_so_and_the_next_call_says_it_waits(kernel):
@@ -183,5 +182,5 @@ def test_a_call_queued_behind_an_interrupted_one_says_so(kernel):
                               timeout=20)
     assert said[-1]["parent_header"]["msg_id"] == first
     assert kernel.value("fut.done()") == "True"
-    assert ast.literal_eval(kernel.value("list(counters.incr.call().get(timeout=20).values())")) == [1, 1]
+    assert kernel.literal("list(counters.incr.call().get(timeout=20).values())") == [1, 1]
 

@@ -13,11 +13,11 @@ from xmesh_testing import pid_alive, wait_until
 def test_meshes_and_actor_state_persist_across_cells(kernel):
     kernel.ok(COUNTER + 'procs = this_host().spawn_procs({"gpus": 4})\ncounters = procs.spawn("c", Counter)\n'
                         'counters.initialized.get()')
-    first = ast.literal_eval(kernel.value("[v['pid'] for v in counters.facts.call().get().values()]"))
+    first = kernel.literal("[v['pid'] for v in counters.facts.call().get().values()]")
     for i in range(1, 4):
         values = kernel.value("list(counters.incr.call().get().values())")
         assert ast.literal_eval(values) == [i] * 4
-    assert ast.literal_eval(kernel.value("[v['pid'] for v in counters.facts.call().get().values()]")) == first
+    assert kernel.literal("[v['pid'] for v in counters.facts.call().get().values()]") == first
     assert kernel.literal("procs.pids") == first
     assert all(pid_alive(p) for p in first)
 
@@ -31,7 +31,7 @@ def test_actor_errors_and_proc_death_render_in_the_cell_and_the_kernel_lives(ker
     assert "rank 0" in text and "gpus=0" in text and "ValueError: bad value on rank 0" in text
     assert "Actor call c.fail failed" in text and "Traceback" in text
     assert f"on {socket.gethostname()}" in text
-    assert ast.literal_eval(kernel.value("list(counters.incr.call().get().values())")) == [1, 1]
+    assert kernel.literal("list(counters.incr.call().get().values())") == [1, 1]
 
     r = kernel.run("counters.slice(gpus=1).die.call_one().get()")
     assert r.status == "error" and r.error["ename"] == "SupervisionError"
@@ -84,7 +84,7 @@ def test_remote_output_reaches_the_waiting_cell(kernel):
 def test_top_level_await(kernel):
     kernel.ok(COUNTER + 'procs = await this_host().spawn_procs({"gpus": 2})\n'
                         'counters = await procs.spawn("c", Counter)')
-    assert ast.literal_eval(kernel.value("list((await counters.incr.call()).values())")) == [1, 1]
+    assert kernel.literal("list((await counters.incr.call()).values())") == [1, 1]
     assert kernel.value("await counters.slice(gpus=1).incr.call_one()") == "2"
 
 
@@ -240,7 +240,7 @@ def test_a_controller_singleton_lives_across_cells_and_actors_find_it(kernel):
     assert kernel.value('get_or_spawn_controller("registry", Registry).get().add.call_one("cell 2").get()') == \
         "['cell 1', 'cell 2']"
     kernel.ok('procs = this_host().spawn_procs({"gpus": 2})\nreporters = procs.spawn("r", Reporter)')
-    seen = ast.literal_eval(kernel.value('reporters.slice(gpus=1).report.call_one("actor").get()'))
+    seen = kernel.literal('reporters.slice(gpus=1).report.call_one("actor").get()')
     assert seen == ["cell 1", "cell 2", "actor"]
     kernel.ok("procs.stop()")
 

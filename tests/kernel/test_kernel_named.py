@@ -1,7 +1,6 @@
 """Named allocations in the kernel: procs and actors survive a kernel restart and a SIGKILL
 of the kernel alone, a new kernel attaches by name and calls the actors by endpoint name (the
 class is not defined there), a second kernel takes over, `xmesh ls` / `xmesh stop` see them."""
-import ast
 import os
 import subprocess
 import time
@@ -21,11 +20,11 @@ FACTS = "sorted((v['pid'], v['id'], v['token']) for v in model.facts.call().get(
 
 
 def _facts(kernel):
-    return ast.literal_eval(kernel.value(FACTS))
+    return kernel.literal(FACTS)
 
 
 def _incr(kernel):
-    return ast.literal_eval(kernel.value("list(model.incr.call().get().values())"))
+    return kernel.literal("list(model.incr.call().get().values())")
 
 
 def _xmesh(rundir, *args):
@@ -45,8 +44,8 @@ def test_a_named_allocation_survives_a_restart_and_is_attached_by_name(kernel, k
     assert _facts(kernel) == before
     assert _incr(kernel) == [6, 6]
     # The same spawn_procs call attaches too; another shape is refused, naming both.
-    assert sorted(ast.literal_eval(kernel.value(
-        "xmesh.this_host().spawn_procs({'gpus': 2}, name='trainers').pids"))) == sorted(pids)
+    assert sorted(kernel.literal(
+        "xmesh.this_host().spawn_procs({'gpus': 2}, name='trainers').pids")) == sorted(pids)
     r = kernel.run("xmesh.this_host().spawn_procs({'gpus': 4}, name='trainers')")
     assert r.status == "error" and r.error["ename"] == "ValueError"
     assert "{'gpus': 2}" in r.error["evalue"] and "{'gpus': 4}" in r.error["evalue"]
